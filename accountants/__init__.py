@@ -1,0 +1,9 @@
+"""Theoretical privacy: mechanisms as events, claims, accountants and noise calibration."""
+
+from accountants.base import Accountant, EpsilonResult, NotApplicable
+from accountants.calibrate import calibrate
+from accountants.claim import RELATIONS, UNITS, PrivacyClaim
+from accountants.registry import ACCOUNTANTS, all_epsilons, epsilon, get_accountant
+
+__all__ = ["ACCOUNTANTS", "Accountant", "EpsilonResult", "NotApplicable", "PrivacyClaim", "RELATIONS", "UNITS",
+           "all_epsilons", "calibrate", "epsilon", "get_accountant"]

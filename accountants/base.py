@@ -1,0 +1,73 @@
+"""The accountant interface: each accountant states what it supports and turns a claim into epsilon."""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+from accountants.claim import PrivacyClaim
+from accountants.events import DpEvent, NonPrivateDpEvent
+
+
+class NotApplicable(Exception):
+    """The accountant cannot account for this claim; the message says why."""
+
+
+@dataclass(frozen=True)
+class EpsilonResult:
+    """An epsilon with everything needed to read it: accountant, delta, relation, unit.
+
+    ``epsilon`` is None when the accountant is not applicable (``reason`` says why), and
+    ``math.inf`` for a claim with no privacy mechanism.
+    """
+
+    accountant: str
+    epsilon: float | None
+    delta: float
+    relation: str
+    unit: str
+    reason: str | None = None
+    details: dict[str, Any] | None = None
+
+    @property
+    def applicable(self) -> bool:
+        return self.epsilon is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        eps = self.epsilon
+        return {"accountant": self.accountant, "epsilon": None if eps is None or math.isinf(eps) else eps,
+                "infinite": eps is not None and math.isinf(eps), "delta": self.delta, "relation": self.relation,
+                "unit": self.unit, "reason": self.reason, "details": self.details}
+
+
+class Accountant(ABC):
+    """Base class. Subclasses implement :meth:`_epsilon` and raise :class:`NotApplicable` with a reason."""
+
+    name: str = ""
+
+    def epsilon(self, claim: PrivacyClaim) -> EpsilonResult:
+        """Epsilon of ``claim`` at ``claim.delta``, or a not-applicable result with the reason."""
+        if isinstance(claim.event, NonPrivateDpEvent):
+            return EpsilonResult(self.name, math.inf, claim.delta, claim.relation, claim.unit,
+                                 reason="no privacy mechanism")
+        try:
+            eps, details = self._epsilon(claim)
+        except NotApplicable as exc:
+            return EpsilonResult(self.name, None, claim.delta, claim.relation, claim.unit, reason=str(exc))
+        return EpsilonResult(self.name, float(eps), claim.delta, claim.relation, claim.unit, details=details)
+
+    @abstractmethod
+    def _epsilon(self, claim: PrivacyClaim) -> tuple[float, dict[str, Any] | None]:
+        """Return (epsilon, details) or raise NotApplicable."""
+
+    @staticmethod
+    def walk(event: DpEvent):
+        """All events nested in ``event`` (itself included), depth first."""
+        yield event
+        for child in getattr(event, "events", None) or ():
+            yield from Accountant.walk(child)
+        inner = getattr(event, "event", None)
+        if isinstance(inner, DpEvent):
+            yield from Accountant.walk(inner)

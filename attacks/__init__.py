@@ -1,0 +1,1 @@
+"""Membership inference and auditing attacks on trained models, and their metrics."""

@@ -1,0 +1,5 @@
+"""``python -m audit`` runs the privaudit CLI."""
+
+from audit.cli import entry
+
+entry()

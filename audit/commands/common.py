@@ -1,0 +1,60 @@
+"""Argument helpers shared by CLI subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from audit.errors import ConfigError
+from audit.io import to_json
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+def add_data_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dataset", default="digits", help="dataset name (default: digits, embedded)")
+    parser.add_argument("--data-dir", default=None,
+                        help="directory holding torchvision-format datasets (or set PRIVAUDIT_DATA_DIR)")
+    parser.add_argument("--seed", type=int, default=0, help="seed for splits, initialisation and noise")
+
+
+def add_output_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+
+
+def parse_params(items: list[str] | None) -> dict[str, Any]:
+    """Parse ``KEY=VALUE`` pairs; values are read as TOML literals (numbers, booleans, lists) or strings."""
+    params: dict[str, Any] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(f"--param: expected KEY=VALUE, got {item!r}")
+        key, raw = item.split("=", 1)
+        key = key.strip().replace("-", "_")
+        try:
+            params[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            params[key] = raw
+    return params
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(to_json(obj) + "\n")
+
+
+def format_table(headers: list[str], rows: list[list[Any]]) -> str:
+    """A plain aligned text table."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return "-" if v is None else str(v)
+
+    cells = [[cell(v) for v in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""``privaudit train``: train one defense, report utility next to a random-init encoder, and the claim."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+
+from accountants import all_epsilons
+from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, parse_params
+from audit.datasets import load_dataset
+from audit.device import DEVICES, resolve_device
+from audit.errors import ConfigError
+from defenses import DEFENSES, Budget, make_defense
+from defenses.evaluation import encoder_utility
+from defenses.nn.model import build_model
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a defense and report its utility and privacy claim")
+    p.add_argument("--defense", default="nonprivate", help=f"one of: {', '.join(DEFENSES)}")
+    add_data_args(p)
+    p.add_argument("--loss", default=None, help="contrastive objective: simclr, infonce, barlow, spreadout")
+    p.add_argument("--encoder", default=None, help="encoder: mlp, cnn, resnet18")
+    p.add_argument("--epochs", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--param", action="append", metavar="KEY=VALUE",
+                   help="any other hyper-parameter of the defense (repeatable)")
+    p.add_argument("--target-epsilon", type=float, default=None, help="privacy budget epsilon (DP defenses)")
+    p.add_argument("--delta", type=float, default=None, help="delta (default 1/(N ln N))")
+    p.add_argument("--noise-multiplier", type=float, default=None, help="fix the noise instead of calibrating")
+    p.add_argument("--knn-k", type=int, default=5, help="k of the k-NN evaluation (default 5)")
+    p.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICES)}")
+    p.add_argument("--out", default=None, help="checkpoint directory (default checkpoints/<defense>-<dataset>-s<seed>)")
+    p.add_argument("--no-save", action="store_true", help="do not write a checkpoint")
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    params = parse_params(args.param)
+    for flag in ("loss", "encoder", "epochs", "batch_size", "lr"):
+        value = getattr(args, flag)
+        if value is not None:
+            params[flag] = value
+    if args.knn_k <= 0:
+        raise ConfigError(f"--knn-k: must be > 0, got {args.knn_k}")
+    defense = make_defense(args.defense, params)
+    budget = Budget(target_epsilon=args.target_epsilon, delta=args.delta, noise_multiplier=args.noise_multiplier)
+    if budget.private and not defense.private:
+        raise ConfigError(f"--target-epsilon/--noise-multiplier: defense {args.defense!r} is not private")
+    device = resolve_device(args.device)
+    data = load_dataset(args.dataset, seed=args.seed, data_dir=args.data_dir)
+
+    start = time.perf_counter()
+    trained = defense.fit(data, budget, args.seed, device=device, progress=not args.json)
+    seconds = time.perf_counter() - start
+
+    utility = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
+                              k=args.knn_k, device=device)
+    utility.update(trained.extras.get("utility", {}))
+    baseline = build_model(trained.spec, seed=args.seed).to(device).eval()
+    random_init = encoder_utility(baseline.represent, data.train.x, data.train.y, data.test.x, data.test.y,
+                                  k=args.knn_k, device=device)
+    epsilons = {name: r.to_dict() for name, r in all_epsilons(trained.claim).items()}
+
+    checkpoint = None
+    if not args.no_save:
+        out = Path(args.out or f"checkpoints/{args.defense}-{args.dataset}-s{args.seed}")
+        checkpoint = str(trained.save(out))
+
+    if args.json:
+        emit_json({"defense": args.defense, "dataset": args.dataset, "seed": args.seed, "device": str(device),
+                   "n_members": len(data.train), "steps": len(trained.history.get("step", [])),
+                   "train_seconds": seconds, "utility": utility, "random_init": random_init,
+                   "claim": trained.claim.to_dict(), "epsilon": epsilons, "checkpoint": checkpoint})
+        return 0
+
+    steps = len(trained.history.get("step", []))
+    print(f"{args.defense} on {args.dataset}: {len(data.train)} members, {steps} steps in {seconds:.1f}s "
+          f"on {device}")
+    metrics = [k for k in utility if k in random_init] + [k for k in utility if k not in random_init]
+    print(format_table(["encoder", *metrics],
+                       [["random init", *[random_init.get(k) for k in metrics]],
+                        ["trained", *[utility[k] for k in metrics]]]))
+    print(f"claim: {trained.claim.mechanism} ({trained.claim.relation}, per {trained.claim.unit}, "
+          f"delta={trained.claim.delta:.3g})")
+    for name, r in epsilons.items():
+        if r["infinite"]:
+            print(f"  epsilon[{name}] = inf (no privacy mechanism)")
+        elif r["epsilon"] is None:
+            print(f"  epsilon[{name}]: not applicable: {r['reason']}")
+        else:
+            print(f"  epsilon[{name}] = {r['epsilon']:.4g}")
+    for note in trained.claim.notes:
+        print(f"  note: {note}")
+    if checkpoint:
+        print(f"saved: {checkpoint}")
+    return 0

@@ -1,0 +1,108 @@
+"""Atomic file writes and safe checkpoint I/O.
+
+Every artifact privaudit writes goes through here: data are written to a temporary file in the
+destination directory, flushed and fsynced, then moved into place with ``os.replace`` (atomic on
+POSIX). A run killed at any moment leaves either the old file or the new one, never a torn one.
+Checkpoints are safetensors (no code executed on load).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write UTF-8 ``text`` to ``path`` atomically."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, (set, frozenset)):
+        return sorted(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def to_json(obj: Any, *, indent: int | None = 2) -> str:
+    """Serialise ``obj`` to JSON; numpy/torch scalars and arrays become plain numbers and lists.
+
+    Non-finite floats are written as ``Infinity``/``NaN`` (Python's JSON dialect); reports that must
+    be strict JSON convert them to ``null`` before calling this.
+    """
+    return json.dumps(obj, indent=indent, default=_json_default, sort_keys=False)
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically."""
+    return atomic_write_text(path, to_json(obj) + "\n")
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """Read a JSON file."""
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def atomic_save_tensors(path: str | os.PathLike[str], tensors: Mapping[str, torch.Tensor],
+                        metadata: Mapping[str, str] | None = None) -> Path:
+    """Save named tensors as safetensors, atomically. Tensors are made contiguous and moved to CPU."""
+    from safetensors.torch import save
+
+    flat = {name: t.detach().cpu().contiguous() for name, t in tensors.items()}
+    return atomic_write_bytes(path, save(flat, metadata=dict(metadata) if metadata else None))
+
+
+def load_tensors(path: str | os.PathLike[str], device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Load a safetensors file (no code is executed)."""
+    from safetensors.torch import load_file
+
+    return load_file(str(path), device=str(device))
+
+
+def atomic_save_npz(path: str | os.PathLike[str], **arrays: np.ndarray) -> Path:
+    """Save numpy arrays to a compressed ``.npz`` atomically (loaded back with ``allow_pickle=False``)."""
+    import io
+
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **{k: np.asarray(v) for k, v in arrays.items()})
+    return atomic_write_bytes(path, buffer.getvalue())
+
+
+def load_npz(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Load a ``.npz`` written by :func:`atomic_save_npz`, refusing pickled objects."""
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}

@@ -1,0 +1,45 @@
+"""Contrastive losses as plain functions of embeddings (and of similarity matrices)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable
+
+import torch
+
+from audit.errors import one_of
+from defenses.losses.barlow import (BARLOW_LAMBDA, barlow_twins, cross_correlation, feature_mean, feature_sse,
+                                    feature_stats)
+from defenses.losses.infonce import info_nce, info_nce_from_logits, nt_xent, nt_xent_from_similarity
+from defenses.losses.reduce import REDUCTIONS, reduce_terms
+from defenses.losses.similarity import cosine_similarity_matrix
+from defenses.losses.spreadout import spreadout, spreadout_from_similarity
+
+Objective = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+OBJECTIVES = ("simclr", "infonce", "barlow", "spreadout")
+
+
+def make_objective(name: str, *, temperature: float = 0.5, barlow_lambda: float = BARLOW_LAMBDA) -> Objective:
+    """The batch objective L(z1, z2) named ``name``, averaged over the batch for optimisation.
+
+    ``simclr``: NT-Xent (DPCL Eq. 3); ``infonce``: DP-GCL Eq. 4 (mean over rows); ``barlow``: DPCL Eq. 5;
+    ``spreadout``: Logit-DP Def. 2.3 (mean over rows).
+    """
+    if name == "simclr":
+        return partial(nt_xent, temperature=temperature, reduction="mean")
+    if name == "infonce":
+        return partial(info_nce, temperature=temperature, reduction="mean")
+    if name == "barlow":
+        return partial(barlow_twins, lambd=barlow_lambda, reduction="sum")
+    if name == "spreadout":
+        return partial(spreadout, reduction="mean")
+    raise one_of("loss", name, OBJECTIVES)
+
+
+__all__ = [
+    "BARLOW_LAMBDA", "OBJECTIVES", "REDUCTIONS", "Objective", "barlow_twins", "cosine_similarity_matrix",
+    "cross_correlation", "feature_mean", "feature_sse", "feature_stats", "info_nce", "info_nce_from_logits",
+    "make_objective", "nt_xent", "nt_xent_from_similarity", "reduce_terms", "spreadout",
+    "spreadout_from_similarity",
+]

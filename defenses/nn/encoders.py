@@ -1,0 +1,138 @@
+"""Encoders that work under ``torch.func`` (``functional_call``, ``vmap``, ``grad``).
+
+No BatchNorm anywhere (it couples examples and breaks per-example gradients); convolutional nets use
+GroupNorm and weight standardisation as DP training commonly does (Kolesnikov et al. 2020, De et al.
+2022; DPCL Sec. 5.1 cites weight standardisation [47], DP-FedEmb App. uses GroupNorm). No in-place
+activations (Opacus issue #828). Sizes are parameters, so the same code scales from 8x8 digits to
+CIFAR-10 with ResNet-18.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class InputNorm(nn.Module):
+    """Map pixels from [0, 1] to roughly [-1, 1]: ``(x - 0.5) / 0.5`` (a fixed affine map, no state)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - 0.5) * 2.0
+
+
+class WSConv2d(nn.Conv2d):
+    """Conv2d with weight standardisation (Qiao et al. 2019): each filter has zero mean, unit variance."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        mean = w.mean(dim=(1, 2, 3), keepdim=True)
+        var = w.var(dim=(1, 2, 3), keepdim=True, unbiased=False)
+        w = (w - mean) / torch.sqrt(var + 1e-5)
+        return F.conv2d(x, w, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+
+def group_norm(channels: int, groups: int) -> nn.GroupNorm:
+    """GroupNorm with ``min(groups, channels)`` groups (falls back to a divisor of ``channels``)."""
+    g = min(groups, channels)
+    while channels % g:
+        g -= 1
+    return nn.GroupNorm(g, channels)
+
+
+class MLPEncoder(nn.Module):
+    """Flatten -> [Linear -> ReLU] x len(hidden) -> Linear(rep_dim)."""
+
+    def __init__(self, in_shape: tuple[int, int, int], hidden: tuple[int, ...] = (256,), rep_dim: int = 64):
+        super().__init__()
+        dims = [in_shape[0] * in_shape[1] * in_shape[2], *hidden]
+        layers: list[nn.Module] = [InputNorm(), nn.Flatten()]
+        for a, b in zip(dims[:-1], dims[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        layers.append(nn.Linear(dims[-1], rep_dim))
+        self.net = nn.Sequential(*layers)
+        self.rep_dim = rep_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class SmallCNN(nn.Module):
+    """A small WS-conv + GroupNorm CNN for 8x8 to 28x28 grey images.
+
+    ``len(widths)`` stages of [3x3 conv -> GN -> ReLU], stride 2 from the second stage on, then global
+    average pooling and a linear map to ``rep_dim``.
+    """
+
+    def __init__(self, in_channels: int = 1, widths: tuple[int, ...] = (32, 64, 64), rep_dim: int = 64,
+                 groups: int = 8):
+        super().__init__()
+        layers: list[nn.Module] = [InputNorm()]
+        prev = in_channels
+        for i, w in enumerate(widths):
+            layers += [WSConv2d(prev, w, 3, stride=1 if i == 0 else 2, padding=1), group_norm(w, groups), nn.ReLU()]
+            prev = w
+        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(prev, rep_dim)]
+        self.net = nn.Sequential(*layers)
+        self.rep_dim = rep_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class BasicBlock(nn.Module):
+    """ResNet basic block with WS-conv and GroupNorm (no in-place ops)."""
+
+    def __init__(self, cin: int, cout: int, stride: int, groups: int):
+        super().__init__()
+        self.conv1 = WSConv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.gn1 = group_norm(cout, groups)
+        self.conv2 = WSConv2d(cout, cout, 3, stride=1, padding=1, bias=False)
+        self.gn2 = group_norm(cout, groups)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(WSConv2d(cin, cout, 1, stride=stride, bias=False), group_norm(cout, groups))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.relu(self.gn1(self.conv1(x)))
+        out = self.gn2(self.conv2(out))
+        return F.relu(out + self.shortcut(x))
+
+
+class ResNet18GN(nn.Module):
+    """CIFAR ResNet-18 (3x3 stem, no max-pool) with GroupNorm and weight standardisation.
+
+    ``width`` is the first stage's channel count (64 in the standard network); the representation is
+    the globally pooled last stage (``8 * width`` features), followed by an optional linear map.
+    """
+
+    def __init__(self, in_channels: int = 3, width: int = 64, rep_dim: int | None = None, groups: int = 32,
+                 blocks: tuple[int, int, int, int] = (2, 2, 2, 2)):
+        super().__init__()
+        self.stem = nn.Sequential(InputNorm(), WSConv2d(in_channels, width, 3, padding=1, bias=False),
+                                  group_norm(width, groups), nn.ReLU())
+        stages = []
+        cin = width
+        for i, n in enumerate(blocks):
+            cout = width * 2 ** i
+            for j in range(n):
+                stages.append(BasicBlock(cin, cout, 2 if (j == 0 and i > 0) else 1, groups))
+                cin = cout
+        self.stages = nn.Sequential(*stages)
+        self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.fc: nn.Module = nn.Identity() if rep_dim is None else nn.Linear(cin, rep_dim)
+        self.rep_dim = cin if rep_dim is None else rep_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.pool(self.stages(self.stem(x))))
+
+
+class ProjectionHead(nn.Module):
+    """SimCLR's projection head g: Linear -> ReLU -> Linear (Chen et al. 2020; DPCL Sec. 3.2)."""
+
+    def __init__(self, in_dim: int, hidden: int = 128, out_dim: int = 32):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(in_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.net(h)

@@ -1,0 +1,104 @@
+"""The training loop every defense shares, and the hyper-parameters of contrastive training.
+
+A defense supplies a *step function* that, given a batch of indices, leaves the (possibly clipped
+and noised) gradient in each parameter's ``.grad`` and returns metrics; :func:`run_training` owns
+the rest: progress bar, optimizer step, history, timing.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import torch
+
+from audit.datasets import DatasetInfo
+from audit.errors import check_positive, one_of
+from defenses.augment import AUGMENTATIONS
+from defenses.losses import BARLOW_LAMBDA, OBJECTIVES
+from defenses.nn.model import ENCODERS, ModelSpec
+
+OPTIMIZERS = ("sgd", "adam")
+
+StepFn = Callable[[torch.Tensor], dict[str, float]]
+
+
+@dataclass(frozen=True)
+class ContrastiveConfig:
+    """Hyper-parameters shared by every contrastive defense (defense configs extend this)."""
+
+    encoder: str = "cnn"
+    width: int = 16
+    rep_dim: int = 64
+    proj_hidden: int = 128
+    proj_dim: int = 32
+    loss: str = "simclr"
+    temperature: float = 0.5
+    barlow_lambda: float = BARLOW_LAMBDA
+    epochs: int = 30
+    batch_size: int = 128
+    lr: float = 1e-3
+    optimizer: str = "adam"
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    augmentation: str | None = None  # None: the dataset's default family
+
+    def validate(self) -> None:
+        if self.encoder not in ENCODERS:
+            raise one_of("encoder", self.encoder, ENCODERS)
+        if self.loss not in OBJECTIVES:
+            raise one_of("loss", self.loss, OBJECTIVES)
+        if self.optimizer not in OPTIMIZERS:
+            raise one_of("optimizer", self.optimizer, OPTIMIZERS)
+        if self.augmentation is not None and self.augmentation not in AUGMENTATIONS:
+            raise one_of("augmentation", self.augmentation, AUGMENTATIONS)
+        for name in ("width", "rep_dim", "proj_hidden", "proj_dim", "epochs", "batch_size", "lr", "temperature"):
+            check_positive(name, getattr(self, name))
+        check_positive("weight_decay", self.weight_decay, allow_zero=True)
+        check_positive("barlow_lambda", self.barlow_lambda, allow_zero=True)
+
+    def model_spec(self, info: DatasetInfo) -> ModelSpec:
+        # Barlow Twins' loss standardises features itself (DPCL Eq. 6); SimCLR-style losses use cosine.
+        return ModelSpec(encoder=self.encoder, in_shape=info.shape, width=self.width, rep_dim=self.rep_dim,
+                         proj_hidden=self.proj_hidden, proj_dim=self.proj_dim, normalize=self.loss != "barlow")
+
+
+def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float, momentum: float = 0.9,
+                   weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """SGD with momentum or Adam."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
+    raise one_of("optimizer", name, OPTIMIZERS)
+
+
+def run_training(batches: Iterable[torch.Tensor], total: int, step: StepFn, optimizer: torch.optim.Optimizer, *,
+                 desc: str = "train", progress: bool = True) -> dict[str, list[float]]:
+    """Run ``step`` on every batch and step ``optimizer``; return the history of metrics.
+
+    The history has one entry per step for every metric the step function returns, plus ``step``
+    and ``seconds`` (wall time since the start). Empty batches (possible under Poisson sampling)
+    still call ``step`` so that noise is added as the accountant assumes.
+    """
+    from tqdm.auto import tqdm
+
+    history: dict[str, list[float]] = {"step": [], "seconds": []}
+    start = time.perf_counter()
+    bar = tqdm(total=total, desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
+    try:
+        for i, idx in enumerate(batches):
+            optimizer.zero_grad(set_to_none=True)
+            metrics = step(idx)
+            optimizer.step()
+            history["step"].append(i)
+            history["seconds"].append(time.perf_counter() - start)
+            for key, value in metrics.items():
+                history.setdefault(key, []).append(float(value))
+            if "loss" in metrics and i % 10 == 0:
+                bar.set_postfix(loss=f"{metrics['loss']:.4f}")
+            bar.update(1)
+    finally:
+        bar.close()
+    return history
