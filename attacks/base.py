@@ -137,17 +137,38 @@ class Attack(ABC):
         if self.needs_model and target.trained is None:
             raise ConfigError(f"attack {self.name!r} needs a trained target model")
 
-    def one_run(self, scores: np.ndarray, membership: np.ndarray, delta: float) -> EpsilonLowerBound:
-        """The one-run bound of these scores with k+ / k- fixed by the configuration (not by the scores)."""
+    def one_run(self, scores: np.ndarray, membership: np.ndarray, target: Target) -> EpsilonLowerBound:
+        """The one-run bound of these scores with k+ / k- fixed by the configuration (not by the scores).
+
+        Inclusion of one candidate is an add/remove neighbour at the example level; when the target's
+        claim is stated for another relation or unit, the bound says so (it is then not directly
+        comparable with the claim's epsilon).
+        """
         cfg = self.config
         m = int(np.asarray(scores).size)
         k_pos, k_neg = default_guesses(m, cfg.k_fraction)
         k_pos = k_pos if cfg.k_pos is None else cfg.k_pos
         k_neg = k_neg if cfg.k_neg is None else cfg.k_neg
-        return one_run_bound(scores, membership, k_pos=k_pos, k_neg=k_neg, beta=cfg.beta, delta=delta)
+        bound = one_run_bound(scores, membership, k_pos=k_pos, k_neg=k_neg, beta=cfg.beta,
+                              delta=self.delta_for(target))
+        return dataclasses.replace(bound, notes=bound.notes + relation_notes(target))
 
     def delta_for(self, target: Target) -> float:
         return self.config.delta if self.config.delta is not None else target.claim_delta
+
+
+def relation_notes(target: Target) -> tuple[str, ...]:
+    """Caveats when the claim's neighbouring relation or unit is not example-level add/remove."""
+    if target.trained is None:
+        return ()
+    claim = target.trained.claim
+    notes = []
+    if claim.relation != "add-remove":
+        notes.append(f"the bound is on example-level add/remove epsilon; the claim is {claim.relation}, "
+                     "which does not bound add/remove epsilon, so the two are not directly comparable")
+    if claim.unit != "example":
+        notes.append(f"the claim protects a {claim.unit}; one inclusion bit here is one example")
+    return tuple(notes)
 
 
 def pool_membership(target: Target) -> tuple[np.ndarray, np.ndarray]:

@@ -253,9 +253,12 @@ def _best_threshold(in_scores: np.ndarray, out_scores: np.ndarray, alpha: float,
                     tests: int = 1) -> tuple[float, float]:
     """The candidate threshold maximising the Clopper-Pearson bound on these scores, and that bound.
 
-    Vectorised over every distinct score (and +inf): the same formula as :func:`hypothesis_test_epsilon`.
+    Candidates are the midpoints between consecutive distinct scores (and +-inf); among thresholds
+    that tie for the best bound the middle one is taken, so that a clean separation on these runs is
+    cut in the middle of its gap, not at its edge. Same formula as :func:`hypothesis_test_epsilon`.
     """
-    candidates = np.unique(np.concatenate([in_scores, out_scores, [np.inf]]))
+    distinct = np.unique(np.concatenate([in_scores, out_scores]))
+    candidates = np.concatenate([[-np.inf], (distinct[:-1] + distinct[1:]) / 2, [np.inf]])
     fn = np.searchsorted(np.sort(in_scores), candidates, side="left")
     fp = out_scores.size - np.searchsorted(np.sort(out_scores), candidates, side="left")
     level = alpha / (2 * tests)
@@ -265,7 +268,8 @@ def _best_threshold(in_scores: np.ndarray, out_scores: np.ndarray, alpha: float,
         a = np.where((1 - delta - fpr_hi > 0) & (fnr_hi > 0), np.log((1 - delta - fpr_hi) / fnr_hi), 0.0)
         b = np.where((1 - delta - fnr_hi > 0) & (fpr_hi > 0), np.log((1 - delta - fnr_hi) / fpr_hi), 0.0)
     eps = np.maximum(np.maximum(a, b), 0.0)
-    i = int(np.argmax(eps))
+    best = np.flatnonzero(eps >= eps.max() - 1e-12)
+    i = int(best[len(best) // 2])
     return float(candidates[i]), float(eps[i])
 
 
@@ -306,7 +310,7 @@ def multi_run_bound(in_scores: np.ndarray, out_scores: np.ndarray, *, alpha: flo
             in_eval, out_eval = in_scores[pin[hin:]], out_scores[pout[hout:]]
             how = f"threshold chosen on a separate half ({hin}+{hout} runs)"
         else:
-            tests = int(np.unique(np.concatenate([in_scores, out_scores])).size + 1)
+            tests = int(np.unique(np.concatenate([in_scores, out_scores])).size + 1)  # thresholds tried
             t, _ = _best_threshold(in_scores, out_scores, alpha, delta, tests)
             in_eval, out_eval = in_scores, out_scores
             how = f"best of {tests} thresholds with Bonferroni correction"

@@ -23,12 +23,13 @@ White-box gradient canaries need the DP-SGD engine's cooperation; their scoring 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from attacks.base import Attack, AttackConfig, Target
+from attacks.base import Attack, AttackConfig, Target, relation_notes
 from attacks.bounds import THRESHOLD_STRATEGIES, multi_run_bound
 from attacks.executor import Executor
 from attacks.result import AttackResult
@@ -128,7 +129,7 @@ class CanaryAudit(Attack):
                            data.membership.numpy(), probe=probe, probe_rows=n + np.arange(cfg.canaries),
                            device=target.device)
             scores = train_models([job], executor)[0]
-            bound = self.one_run(scores, inserted, self.delta_for(target))
+            bound = self.one_run(scores, inserted, target)
             return AttackResult(
                 attack=self.name, variant=f"one-run/{kind}", scores=scores, membership=inserted,
                 index=canaries.index.numpy(), config={**self.config_dict(), "kind": kind},
@@ -146,6 +147,7 @@ class CanaryAudit(Attack):
         seed = target.derive_seed("canary", "split")
         bound = multi_run_bound(scores[runs_in], scores[~runs_in], alpha=cfg.alpha, delta=delta,
                                 threshold=cfg.threshold, seed=seed)
+        bound = dataclasses.replace(bound, notes=bound.notes + relation_notes(target))
         extras = {}
         if delta > 0:
             gdp = multi_run_bound(scores[runs_in], scores[~runs_in], alpha=cfg.alpha, delta=delta,

@@ -163,4 +163,4 @@ class EncoderMI(Attack):
             config=self.config_dict(),
             counts={"n_shadow_models": cfg.shadow_models, "n_shadow_examples": int(y_train.size),
                     "n_views": cfg.n_views, "n_similarities": int(x_target.shape[1])},
-            variants=variants, bound=self.one_run(scores, membership, self.delta_for(target)), extras=extras)
+            variants=variants, bound=self.one_run(scores, membership, target), extras=extras)

@@ -132,7 +132,10 @@ class LiRAConfig(AttackConfig):
     """LiRA settings. ``variant``: the primary score (``auto``: online-fixed below 64 reference
     models, else online; every variant is kept). ``queries``: query augmentations per example (identity first, then shifts;
     ``mirror`` None = only for colour data); ``statistic``: auto (logit for classifiers, else
-    alignment); ``n_views``: augmented views per query of the encoder statistic."""
+    alignment); ``n_views``: augmented views per query of the encoder statistic; ``space``: where the
+    encoder statistic is read, ``embeddings`` (z, default: the DP guarantee covers the whole trained
+    model, projection head included, and z leaks most on digits) or ``features`` (h, what a released
+    encoder exposes)."""
 
     shadow_models: int = 16
     variant: str = "auto"
@@ -140,7 +143,7 @@ class LiRAConfig(AttackConfig):
     queries: int = 5
     mirror: bool | None = None
     n_views: int = 8
-    space: str = "features"
+    space: str = "embeddings"
     location: str = "mean"
     max_stack: int = 16
 
@@ -201,6 +204,6 @@ class LiRA(Attack):
             config={**self.config_dict(), "statistic": statistic},
             counts={"n_reference_models": cfg.shadow_models, "n_queries": int(np.asarray(target_stats).shape[1]),
                     "n_in_per_candidate": cfg.shadow_models // 2},
-            variants=variants, bound=self.one_run(scores, membership, self.delta_for(target)),
+            variants=variants, bound=self.one_run(scores, membership, target),
             extras={"offline_variants": "offline = the paper's one-sided test; offline-reference = the reference "
                                         "code's OUT log-density (two-sided)"})

@@ -56,4 +56,4 @@ class LossAttack(Attack):
         membership, index = pool_membership(target)
         return AttackResult(attack=self.name, variant=statistic, scores=scores, membership=membership, index=index,
                             config={**self.config_dict(), "statistic": statistic}, counts={},
-                            bound=self.one_run(scores, membership, self.delta_for(target)))
+                            bound=self.one_run(scores, membership, target))

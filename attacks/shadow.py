@@ -147,4 +147,4 @@ class ShadowModelAttack(Attack):
             config=self.config_dict(),
             counts={"n_shadow_models": cfg.shadow_models, "n_shadow_records": int(train_in.size),
                     "n_shadow_members": int(train_in.sum())},
-            variants=variants, bound=self.one_run(scores, membership, self.delta_for(target)), extras=extras)
+            variants=variants, bound=self.one_run(scores, membership, target), extras=extras)

@@ -1,12 +1,14 @@
-"""Many small models of one architecture trained together: stacked parameters and one vmapped step.
+"""Many small models of one architecture trained together: stacked parameters and one batched step.
 
 Shadow and reference models (LiRA, Shokri, EncoderMI, multi-run audits) are K copies of the target's
 training run on different data and seeds. When they fit in memory, stacking their parameters
 (``torch.func.stack_module_state``) and computing all K losses in one pass — the K networks folded
 into one wide network where the layers allow it (:mod:`defenses.folding`), ``vmap(functional_call)``
-otherwise — turns K small, overhead-bound training loops into one. Each model keeps its own data, batch order,
-augmentation stream, initialisation and optimizer state, so the result equals K separate runs of the
-same defense (tests check this against the defense's own ``fit``).
+otherwise — turns K small, overhead-bound training loops into one. Each model keeps its own data,
+batch order, augmentation stream, initialisation and optimizer state, so the result equals K
+separate runs of the same defense (tests check this against the defense's own ``fit``). The gain is
+the per-model overhead: large for small models, none for models whose own arithmetic saturates the
+CPU (use ``max_stack=1`` there; on a GPU stacking wins in both cases).
 
 Models whose runs have different lengths (training sets of different sizes) are handled with a
 per-model ``active`` mask: a finished model's parameters and optimizer state are left untouched.

@@ -107,3 +107,15 @@ def test_multi_run_threshold_strategies():
     assert gdp.method == "gdp" and "Gaussian trade-off" in gdp.label and gdp.counts["mu_lower"] > 0
     with pytest.raises(ConfigError, match="threshold: unknown value 'best'"):
         multi_run_bound(ins, outs, threshold="best")
+
+
+def test_threshold_search_is_the_bound_at_the_chosen_threshold_and_cuts_gaps_in_the_middle():
+    from attacks.bounds import _best_threshold
+
+    rng = np.random.default_rng(2)
+    ins, outs = rng.normal(1.5, 1, 300), rng.normal(0, 1, 300)
+    t, eps = _best_threshold(ins, outs, 0.05, 1e-5)
+    fn, fp = int((ins < t).sum()), int((outs >= t).sum())
+    assert eps == pytest.approx(hypothesis_test_epsilon(fp, 300, fn, 300, alpha=0.05, delta=1e-5)[0])
+    t, _ = _best_threshold(np.array([5.0, 6.0]), np.array([0.0, 1.0]), 0.05, 0.0)
+    assert 1.0 < t < 5.0 and t == pytest.approx(3.0)  # the middle of the clean gap
