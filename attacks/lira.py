@@ -38,7 +38,7 @@ from attacks.executor import Executor
 from attacks.queries import QuerySet
 from attacks.result import AttackResult
 from attacks.shadow_models import TrainJob, balanced_masks, stack_results, train_models
-from attacks.statistics import AlignmentStatistic, LogitStatistic, ViewSimilarities
+from attacks.statistics import SPACES, AlignmentStatistic, LogitStatistic, ViewSimilarities
 from audit.errors import ConfigError, one_of
 from defenses.seeding import numpy_rng
 
@@ -157,6 +157,8 @@ class LiRAConfig(AttackConfig):
             raise one_of("statistic", self.statistic, STATISTICS)
         if self.location not in LOCATIONS:
             raise one_of("location", self.location, LOCATIONS)
+        if self.space not in SPACES:
+            raise one_of("space", self.space, SPACES)
         if self.queries < 1 or self.max_stack < 1 or self.n_views < 2:
             raise ConfigError("queries and max_stack must be >= 1, n_views >= 2")
 
