@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -10,6 +11,7 @@ from accountants.claim import PrivacyClaim
 from audit.datasets import MembershipData
 from defenses.augment import augmentation_for, two_views
 from defenses.base import Budget, Defense, Trained
+from defenses.ensemble import StackedTrainer
 from defenses.losses import make_objective
 from defenses.nn.model import build_model
 from defenses.sampling import make_batches
@@ -52,3 +54,35 @@ class NonPrivate(Defense):
         model.eval()
         claim = PrivacyClaim.non_private(source="non-private baseline")
         return Trained(self.name, model, spec, claim, history, self.config_dict(), seed)
+
+    def fit_many(self, datas: Sequence[MembershipData], budget: Budget, seeds: Sequence[int], *,
+                 device: str | torch.device = "cpu", progress: bool = True) -> list[Trained]:
+        """K runs of :meth:`fit` (one per data set and seed) trained together with stacked parameters.
+
+        Each model gets exactly what :meth:`fit` would give it: its own initialisation, batch order and
+        augmentation stream, drawn from its own seed (:mod:`defenses.ensemble`).
+        """
+        cfg = self.config
+        xs = [d.train.x.to(device) for d in datas]
+        if len({d.info for d in datas}) > 1 or min(len(x) for x in xs) < cfg.batch_size:
+            return [self.fit(d, budget, s, device=device, progress=progress) for d, s in zip(datas, seeds)]
+        spec = cfg.model_spec(datas[0].info)
+        models = [build_model(spec, seed=s).to(device) for s in seeds]
+        augment = augmentation_for(datas[0].info, cfg.augmentation)
+        objective = make_objective(cfg.loss, temperature=cfg.temperature, barlow_lambda=cfg.barlow_lambda)
+        aug_gens = [torch_generator(s, "augment") for s in seeds]
+        streams, totals = zip(*(make_batches("shuffle", len(x), cfg.batch_size, cfg.epochs,
+                                             torch_generator(s, "batches")) for x, s in zip(xs, seeds)))
+        trainer = StackedTrainer(models, cfg.optimizer, cfg.lr, cfg.momentum, cfg.weight_decay)
+
+        def inputs(k: int, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            return two_views(augment, xs[k][idx.to(device)], aug_gens[k])
+
+        def losses(call, v1: torch.Tensor, v2: torch.Tensor) -> torch.Tensor:
+            return torch.func.vmap(objective)(call(v1), call(v2))  # the objective of each model's batch
+
+        histories = trainer.run(streams, max(totals), inputs, losses,
+                                desc=f"{self.name} x{len(models)} ({cfg.loss})", progress=progress)
+        claim = PrivacyClaim.non_private(source="non-private baseline")
+        return [Trained(self.name, m.eval(), spec, claim, h, self.config_dict(), s)
+                for m, h, s in zip(trainer.unstack(), histories, seeds)]

@@ -10,6 +10,7 @@ from defenses.base import Defense
 
 DEFENSES: dict[str, str] = {
     "nonprivate": "defenses.nonprivate:NonPrivate",
+    "supervised": "defenses.supervised:Supervised",
 }
 
 

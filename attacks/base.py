@@ -1,0 +1,180 @@
+"""The attack contract: ``Attack(params).run(target, executor=...) -> AttackResult``.
+
+A :class:`Target` is everything an attacker-auditor is given: the trained model, the membership
+split it was trained from (the audit pool's candidates were each included with probability 1/2),
+and the training recipe — defense name, hyper-parameters, budget, seed — so that shadow and
+reference models are trained with the target's own defense (any defense in the registry, or a
+``module:Class`` plugin). Attacks never look at ``target.data.membership`` except to label the
+result: scores are computed before the truth is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Mapping
+
+import numpy as np
+import torch
+
+from attacks.bounds import EpsilonLowerBound, default_guesses, one_run_bound
+from attacks.executor import Executor
+from attacks.result import AttackResult
+from attacks.shadow_models import DataRef, DefenseRef, resolve_defense
+from audit.datasets import MembershipData
+from audit.errors import ConfigError, check_probability
+from defenses.base import Budget, Trained, _coerce
+from defenses.seeding import derive_seed
+
+
+@dataclass
+class Target:
+    """A trained target and the recipe that produced it.
+
+    ``params`` are the defense's hyper-parameters (defaults to ``trained.config``); ``data_ref``, when
+    given, lets remote workers reload the data instead of receiving it.
+    """
+
+    trained: Trained | None
+    data: MembershipData
+    defense: str
+    params: dict[str, Any] = field(default_factory=dict)
+    budget: Budget = field(default_factory=Budget)
+    seed: int = 0
+    device: str = "cpu"
+    data_ref: DataRef | None = None
+
+    @classmethod
+    def train(cls, defense: str, data: MembershipData, *, params: Mapping[str, Any] | None = None,
+              budget: Budget | None = None, seed: int = 0, device: str = "cpu", progress: bool = False,
+              data_ref: DataRef | None = None) -> "Target":
+        """Fit ``defense`` on ``data.train`` and wrap the result as a target."""
+        budget = budget or Budget()
+        trained = resolve_defense(defense, params).fit(data, budget, seed, device=device, progress=progress)
+        return cls(trained, data, defense, dict(params or {}), budget, seed, str(device), data_ref)
+
+    @property
+    def defense_ref(self) -> DefenseRef:
+        params = self.params if self.params or self.trained is None else self.trained.config
+        return DefenseRef.of(self.defense, params)
+
+    @property
+    def data_source(self) -> DataRef | MembershipData:
+        return self.data_ref if self.data_ref is not None else self.data
+
+    @property
+    def claim_delta(self) -> float:
+        return 0.0 if self.trained is None else float(self.trained.claim.delta)
+
+    def derive_seed(self, *purpose: object) -> int:
+        return derive_seed(self.seed, "attack", *purpose)
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    """Settings shared by every attack: the one-run bound's confidence, delta and guesses.
+
+    ``beta``: 1 - confidence of the epsilon lower bound. ``delta``: the delta it is stated at (None:
+    the target claim's delta). ``k_fraction``: k+ = k- = this fraction of the scored candidates,
+    fixed before any score is seen (or give ``k_pos`` / ``k_neg`` explicitly).
+    """
+
+    beta: float = 0.05
+    delta: float | None = None
+    k_fraction: float = 0.1
+    k_pos: int | None = None
+    k_neg: int | None = None
+
+    def validate(self) -> None:
+        check_probability("beta", self.beta)
+        if self.delta is not None and not 0 <= self.delta < 1:
+            raise ConfigError(f"delta: must lie in [0, 1), got {self.delta!r}")
+        check_probability("k_fraction", self.k_fraction)
+        for name in ("k_pos", "k_neg"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ConfigError(f"{name}: must be >= 0, got {value!r}")
+
+
+def validate_config(config_cls: type, params: Mapping[str, Any], owner: str) -> Any:
+    """Build ``config_cls`` from ``params``: unknown keys and mistyped values raise ConfigError."""
+    hints = typing.get_type_hints(config_cls)
+    accepted = [f.name for f in fields(config_cls)]
+    unknown = sorted(set(params) - set(accepted))
+    if unknown:
+        raise ConfigError(f"{owner}: unknown parameter {unknown[0]!r}; accepted: {', '.join(accepted)}")
+    config = config_cls(**{k: _coerce(f"{owner}.{k}", v, hints[k]) for k, v in params.items()})
+    validate = getattr(config, "validate", None)
+    if validate is not None:
+        validate()
+    return config
+
+
+class Attack(ABC):
+    """Base class of every attack: ``name``, a ``Config`` dataclass (extends :class:`AttackConfig`), ``run``.
+
+    ``needs_model``: False for audits that train their own runs (canaries) and need only the recipe.
+    """
+
+    name: ClassVar[str] = ""
+    Config: ClassVar[type] = AttackConfig
+    needs_model: ClassVar[bool] = True
+
+    def __init__(self, params: Mapping[str, Any] | None = None, **overrides: Any):
+        self.config = validate_config(self.Config, {**(params or {}), **overrides}, f"attack {self.name!r}")
+
+    def config_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.config)
+
+    @abstractmethod
+    def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
+        """Attack ``target`` and return per-example scores with the true membership."""
+
+    # -- shared helpers ----------------------------------------------------------------------------
+    def check_target(self, target: Target) -> None:
+        if self.needs_model and target.trained is None:
+            raise ConfigError(f"attack {self.name!r} needs a trained target model")
+
+    def one_run(self, scores: np.ndarray, membership: np.ndarray, target: Target) -> EpsilonLowerBound:
+        """The one-run bound of these scores with k+ / k- fixed by the configuration (not by the scores).
+
+        Inclusion of one candidate is an add/remove neighbour at the example level; when the target's
+        claim is stated for another relation or unit, the bound says so (it is then not directly
+        comparable with the claim's epsilon).
+        """
+        cfg = self.config
+        m = int(np.asarray(scores).size)
+        k_pos, k_neg = default_guesses(m, cfg.k_fraction)
+        k_pos = k_pos if cfg.k_pos is None else cfg.k_pos
+        k_neg = k_neg if cfg.k_neg is None else cfg.k_neg
+        bound = one_run_bound(scores, membership, k_pos=k_pos, k_neg=k_neg, beta=cfg.beta,
+                              delta=self.delta_for(target))
+        return dataclasses.replace(bound, notes=bound.notes + relation_notes(target))
+
+    def delta_for(self, target: Target) -> float:
+        return self.config.delta if self.config.delta is not None else target.claim_delta
+
+
+def relation_notes(target: Target) -> tuple[str, ...]:
+    """Caveats when the claim's neighbouring relation or unit is not example-level add/remove."""
+    if target.trained is None:
+        return ()
+    claim = target.trained.claim
+    notes = []
+    if claim.relation != "add-remove":
+        notes.append(f"the bound is on example-level add/remove epsilon; the claim is {claim.relation}, "
+                     "which does not bound add/remove epsilon, so the two are not directly comparable")
+    if claim.unit != "example":
+        notes.append(f"the claim protects a {claim.unit}; one inclusion bit here is one example")
+    return tuple(notes)
+
+
+def pool_membership(target: Target) -> tuple[np.ndarray, np.ndarray]:
+    """The audit pool's truth and raw-dataset indices (read only to label the result)."""
+    return target.data.membership.numpy().astype(bool), target.data.pool.index.numpy()
+
+
+def as_tensor(x: np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x))

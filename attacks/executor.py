@@ -1,0 +1,56 @@
+"""The executor hook: how shadow/reference-model jobs fan out.
+
+An executor maps a picklable, top-level function over a list of picklable tasks and returns the
+results in order. The in-process :class:`LocalExecutor` is the default; a distributed executor
+(Ray) only needs the same ``map`` method. Attack code never assumes where a task runs: tasks carry
+the defense by name and parameters, the data by reference (or value), seeds and masks, never
+closures or live models.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Protocol, Sequence, TypeVar, runtime_checkable
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Anything with ``map(fn, tasks) -> list`` (results in task order)."""
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]: ...
+
+
+class LocalExecutor:
+    """Runs tasks one after another in this process, with an optional progress bar."""
+
+    def __init__(self, progress: bool = False, desc: str = "shadow models"):
+        self.progress = progress
+        self.desc = desc
+
+    def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+        from tqdm.auto import tqdm
+
+        out: list[R] = []
+        with tqdm(total=len(tasks), desc=self.desc, disable=None if self.progress else True, leave=False,
+                  dynamic_ncols=True) as bar:
+            for task in tasks:
+                out.append(fn(task))
+                bar.update(1)
+        return out
+
+
+EXECUTORS: dict[str, str] = {"local": "attacks.executor:LocalExecutor"}
+
+
+def make_executor(name: str = "local", **kwargs) -> Executor:
+    """Instantiate executor ``name`` (``module:Class`` from :data:`EXECUTORS`)."""
+    import importlib
+
+    from audit.errors import one_of
+
+    if name not in EXECUTORS:
+        raise one_of("executor", name, EXECUTORS)
+    module, cls = EXECUTORS[name].split(":")
+    return getattr(importlib.import_module(module), cls)(**kwargs)

@@ -1,0 +1,99 @@
+"""``privaudit attack``: train a defense's target model, attack it, print leakage and an epsilon lower bound."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from attacks import ATTACKS, DataRef, Target, make_attack, make_executor
+from attacks.executor import EXECUTORS
+from attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
+from attacks.shadow_models import resolve_defense
+from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, parse_params
+from audit.datasets import load_dataset
+from audit.device import DEVICES, resolve_device
+from audit.errors import ConfigError
+from defenses import DEFENSES, Budget
+
+# Attacks whose shadow/reference model count --shadow-models sets.
+SHADOW_PARAM = {"lira": "shadow_models", "shadow": "shadow_models", "encodermi": "shadow_models"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("attack", help="attack a defense's model: AUC, TPR at low FPR and an epsilon lower bound")
+    p.add_argument("--defense", default="nonprivate", help=f"one of: {', '.join(DEFENSES)}")
+    p.add_argument("--attack", default="lira", help=f"one of: {', '.join(ATTACKS)}")
+    add_data_args(p)
+    p.add_argument("--target-epsilon", type=float, default=None, help="privacy budget epsilon (DP defenses)")
+    p.add_argument("--delta", type=float, default=None, help="delta (default 1/(N ln N))")
+    p.add_argument("--noise-multiplier", type=float, default=None, help="fix the noise instead of calibrating")
+    p.add_argument("--shadow-models", type=int, default=None,
+                   help="shadow/reference models (lira, shadow, encodermi)")
+    p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a defense hyper-parameter (repeatable)")
+    p.add_argument("--attack-param", action="append", metavar="KEY=VALUE", help="an attack setting (repeatable)")
+    p.add_argument("--executor", default="local", help=f"one of: {', '.join(EXECUTORS)}")
+    p.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICES)}")
+    p.add_argument("--out", default=None, help="directory for scores.npz and result.json")
+    p.add_argument("--plot", default=None, help="write the log-log ROC of every variant to this file (png, pdf, svg)")
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    attack_params = parse_params(args.attack_param)
+    if args.shadow_models is not None:
+        if args.attack not in SHADOW_PARAM:
+            raise ConfigError(f"--shadow-models: attack {args.attack!r} trains no shadow models "
+                              f"(accepted with: {', '.join(SHADOW_PARAM)})")
+        attack_params[SHADOW_PARAM[args.attack]] = args.shadow_models
+    attack = make_attack(args.attack, attack_params)
+    params = parse_params(args.param)
+    defense = resolve_defense(args.defense, params)
+    budget = Budget(target_epsilon=args.target_epsilon, delta=args.delta, noise_multiplier=args.noise_multiplier)
+    if budget.private and not defense.private:
+        raise ConfigError(f"--target-epsilon/--noise-multiplier: defense {args.defense!r} is not private")
+    executor = make_executor(args.executor, progress=not args.json)
+    device = resolve_device(args.device)
+    data = load_dataset(args.dataset, seed=args.seed, data_dir=args.data_dir)
+    data_ref = DataRef(args.dataset, args.seed, args.data_dir)
+
+    start = time.perf_counter()
+    trained = defense.fit(data, budget, args.seed, device=device, progress=not args.json)
+    target = Target(trained, data, args.defense, params, budget, args.seed, str(device), data_ref)
+    result = attack.run(target, executor=executor, progress=not args.json)
+    seconds = time.perf_counter() - start
+
+    if args.out:
+        result.save(args.out)
+    if args.plot:
+        curves = {result.variant: result.roc()}
+        curves.update({name: result.roc(name) for name in result.variants})
+        plot_roc(curves, args.plot, title=f"{args.attack} on {args.defense} ({args.dataset})")
+
+    summary = result.summary()
+    claim = trained.claim
+    if args.json:
+        emit_json({**summary, "defense": args.defense, "dataset": args.dataset, "seed": args.seed,
+                   "target_epsilon": args.target_epsilon, "seconds": seconds,
+                   "claim": {"mechanism": claim.mechanism, "relation": claim.relation, "unit": claim.unit,
+                             "delta": claim.delta}})
+        return 0
+
+    print(f"{args.attack} on {args.defense} ({args.dataset}): {summary['n_members']} members, "
+          f"{summary['n_nonmembers']} non-members, {seconds:.1f}s on {device}")
+    headers = ["variant", "AUC", *[f"TPR@{100 * t:g}%FPR" for t in FPR_TARGETS], "bal. acc"]
+    rows = [[result.variant, summary["auc"], *[summary["tpr_at_fpr"][fpr_key(t)] for t in FPR_TARGETS],
+             summary["balanced_accuracy"]]]
+    for name, m in summary["variants"].items():
+        rows.append([name, m["auc"], *[m["tpr_at_fpr"][fpr_key(t)] for t in FPR_TARGETS], m["balanced_accuracy"]])
+    print(format_table(headers, rows))
+    unresolved = [k for k, ok in summary["fpr_resolved"].items() if not ok]
+    if unresolved:
+        print(f"note: FPR resolution is {summary['fpr_resolution']:.3g} (1/{summary['n_nonmembers']} non-members); "
+              f"TPR at FPR {', '.join(unresolved)} is read at FPR = 0")
+    if result.bound is not None:
+        print(f"epsilon lower bound: {result.bound.epsilon:.4g}  [{result.bound.label}]")
+    print(f"claim: {claim.mechanism} ({claim.relation}, per {claim.unit}, delta={claim.delta:.3g})")
+    if args.out:
+        print(f"saved: {args.out}")
+    return 0
