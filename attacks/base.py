@@ -11,9 +11,8 @@ result: scores are computed before the truth is read.
 from __future__ import annotations
 
 import dataclasses
-import typing
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 import numpy as np
@@ -23,9 +22,10 @@ from attacks.bounds import EpsilonLowerBound, default_guesses, one_run_bound
 from attacks.executor import Executor
 from attacks.result import AttackResult
 from attacks.shadow_models import DataRef, DefenseRef, resolve_defense
+from audit.config import build_config
 from audit.datasets import MembershipData
 from audit.errors import ConfigError, check_probability
-from defenses.base import Budget, Trained, _coerce
+from defenses.base import Budget, Trained
 from defenses.seeding import derive_seed
 
 
@@ -98,20 +98,6 @@ class AttackConfig:
                 raise ConfigError(f"{name}: must be >= 0, got {value!r}")
 
 
-def validate_config(config_cls: type, params: Mapping[str, Any], owner: str) -> Any:
-    """Build ``config_cls`` from ``params``: unknown keys and mistyped values raise ConfigError."""
-    hints = typing.get_type_hints(config_cls)
-    accepted = [f.name for f in fields(config_cls)]
-    unknown = sorted(set(params) - set(accepted))
-    if unknown:
-        raise ConfigError(f"{owner}: unknown parameter {unknown[0]!r}; accepted: {', '.join(accepted)}")
-    config = config_cls(**{k: _coerce(f"{owner}.{k}", v, hints[k]) for k, v in params.items()})
-    validate = getattr(config, "validate", None)
-    if validate is not None:
-        validate()
-    return config
-
-
 class Attack(ABC):
     """Base class of every attack: ``name``, a ``Config`` dataclass (extends :class:`AttackConfig`), ``run``.
 
@@ -123,7 +109,8 @@ class Attack(ABC):
     needs_model: ClassVar[bool] = True
 
     def __init__(self, params: Mapping[str, Any] | None = None, **overrides: Any):
-        self.config = validate_config(self.Config, {**(params or {}), **overrides}, f"attack {self.name!r}")
+        self.config = build_config(self.Config, {**(params or {}), **overrides}, owner=f"attack {self.name!r}",
+                                   prefix=self.name)
 
     def config_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config)

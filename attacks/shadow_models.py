@@ -26,7 +26,7 @@ import torch
 from attacks.executor import Executor, LocalExecutor
 from audit.datasets import MembershipData, SplitConfig, Split, load_dataset
 from audit.errors import ConfigError
-from defenses.base import Budget, Defense, Trained
+from defenses.base import Budget, Defense
 from defenses.ensemble import fit_many
 from defenses.registry import DEFENSES, make_defense
 

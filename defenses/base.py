@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import typing
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
@@ -20,6 +19,7 @@ import torch.nn as nn
 
 from accountants.claim import PrivacyClaim
 from audit.datasets import MembershipData
+from audit.config import build_config
 from audit.errors import ConfigError, check_positive, check_probability
 from audit.io import atomic_save_tensors, atomic_write_json, load_tensors, read_json
 from defenses.evaluation import embed
@@ -160,36 +160,6 @@ class Trained:
                    extras=meta.get("extras", {}))
 
 
-def _coerce(field_name: str, value: Any, annotation: Any) -> Any:
-    """Coerce a suite/CLI value to a config field's declared type, or raise ConfigError."""
-    origin = typing.get_origin(annotation)
-    args = [a for a in typing.get_args(annotation) if a is not type(None)]
-    if value is None:
-        if type(None) in typing.get_args(annotation):
-            return None
-        raise ConfigError(f"{field_name}: must not be empty")
-    target = args[0] if origin is typing.Union or (origin is not None and str(origin) == "types.UnionType") else annotation
-    if target is tuple or typing.get_origin(target) is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{field_name}: expected a list, got {value!r}")
-        return tuple(value)
-    if target is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{field_name}: expected true or false, got {value!r}")
-        return value
-    if target in (int, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{field_name}: expected a number, got {value!r}")
-        if target is int and float(value) != int(value):
-            raise ConfigError(f"{field_name}: expected an integer, got {value!r}")
-        return target(value)
-    if target is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{field_name}: expected a string, got {value!r}")
-        return value
-    return value
-
-
 class Defense(ABC):
     """Base class of every defense.
 
@@ -203,18 +173,8 @@ class Defense(ABC):
     Config: ClassVar[type]
 
     def __init__(self, params: Mapping[str, Any] | None = None, **overrides: Any):
-        params = {**(params or {}), **overrides}
-        hints = typing.get_type_hints(self.Config)
-        accepted = [f.name for f in fields(self.Config)]
-        unknown = sorted(set(params) - set(accepted))
-        if unknown:
-            raise ConfigError(f"defense {self.name!r}: unknown parameter {unknown[0]!r}; "
-                              f"accepted: {', '.join(accepted)}")
-        values = {k: _coerce(f"{self.name}.{k}", v, hints[k]) for k, v in params.items()}
-        self.config = self.Config(**values)
-        validate = getattr(self.config, "validate", None)
-        if validate is not None:
-            validate()
+        self.config = build_config(self.Config, {**(params or {}), **overrides}, owner=f"defense {self.name!r}",
+                                   prefix=self.name)
 
     def config_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self.config)

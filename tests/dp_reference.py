@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from accountants.claim import PrivacyClaim
 from accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 from audit.datasets import MembershipData
-from defenses.base import Budget, Defense, Trained, default_delta
+from defenses.base import Budget, Defense, Trained
 from defenses.nn.model import ModelSpec, build_model
 from defenses.seeding import derive_seed
 from defenses.supervised import ClassifierNet, build_head

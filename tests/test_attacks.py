@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from attacks import DataRef, Target, make_attack
-from attacks.executor import LocalExecutor
 from audit.cli import main
 from audit.errors import ConfigError
 from defenses.base import Defense
