@@ -1,0 +1,177 @@
+"""What every rendering of a report shows, computed once from ``report.json``: the summary table, the
+theory-versus-measurement rows, the sensitivity table and the caveats. Markdown, HTML and the terminal
+only format these rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+UTILITY_KEYS = ("knn_accuracy", "linear_probe_accuracy")
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """Numbers to 3 significant digits, None to a dash."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def accountants(report: dict[str, Any]) -> list[str]:
+    """Accountant names in first-seen order across cells."""
+    names: list[str] = []
+    for cell in report["cells"]:
+        for name in cell.get("epsilon", {}):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def epsilon_text(cell: dict[str, Any], name: str) -> str:
+    """A cell's epsilon under one accountant: a number, "inf" (no mechanism) or "n/a" (not applicable)."""
+    detail = ((cell.get("details") or {}).get("epsilon") or {}).get(name) or {}
+    if detail.get("infinite"):
+        return "∞"
+    value = cell.get("epsilon", {}).get(name)
+    return "n/a" if value is None else fmt(value)
+
+
+def strongest_attack(cell: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """The attack with the largest lower bound (then the largest AUC)."""
+    attacks = cell.get("attacks") or {}
+    if not attacks:
+        return None, None
+    label = max(attacks, key=lambda k: (attacks[k].get("eps_lower_bound") or 0.0, attacks[k].get("auc") or 0.0))
+    return label, attacks[label]
+
+
+def own_utility(cell: dict[str, Any]) -> str:
+    """The defense's own utility metrics (everything beyond k-NN and linear probe), as ``key=value``."""
+    extra = {k: v for k, v in (cell.get("utility") or {}).items() if k not in UTILITY_KEYS}
+    return ", ".join(f"{k}={fmt(v)}" for k, v in extra.items() if not isinstance(v, (dict, list))) or "-"
+
+
+def verdict(cell: dict[str, Any]) -> str:
+    """One word or phrase per cell: FAIL, error, pass, not comparable (why), or no claim."""
+    gate = cell.get("gate") or {}
+    if (cell.get("details") or {}).get("error"):
+        return "error"
+    if gate.get("status") == "fail":
+        return "FAIL"
+    comparisons = gate.get("comparisons") or []
+    if any(c["verdict"] == "consistent" for c in comparisons):
+        return "pass"
+    reasons = [c["reason"] for c in comparisons if c.get("reason")]
+    if any("infinite" in r for r in reasons):
+        return "no claim (ε = ∞)"
+    if any("replace-one" in r for r in reasons):
+        return "pass; bound not comparable (replace-one claim)"
+    if any("user" in r for r in reasons):
+        return "pass; bound not comparable (user-level claim)"
+    if reasons:
+        return "pass; bound not comparable"
+    return "pass (no attacks)"
+
+
+def summary_headers(report: dict[str, Any]) -> list[str]:
+    return (["defense", "dataset", "target ε", "seed"] + [f"ε {a}" for a in accountants(report)]
+            + ["strongest attack", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc", "linear probe", "own utility", "verdict"])
+
+
+def summary_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The summary table: one row per cell."""
+    rows = []
+    names = accountants(report)
+    for cell in report["cells"]:
+        label, attack = strongest_attack(cell)
+        utility = cell.get("utility") or {}
+        rows.append([
+            cell["defense"], cell["dataset"], fmt(cell.get("target_epsilon")), str(cell["seed"]),
+            *[epsilon_text(cell, n) for n in names],
+            label or "-", fmt(attack and attack.get("eps_lower_bound")), fmt(attack and attack.get("auc")),
+            fmt(attack and (attack.get("tpr_at_fpr") or {}).get("0.01")),
+            fmt(utility.get("knn_accuracy")), fmt(utility.get("linear_probe_accuracy")), own_utility(cell),
+            verdict(cell),
+        ])
+    return rows
+
+
+ATTACK_HEADERS = ["cell", "attack", "variant", "AUC", "TPR@0.1%", "TPR@1%", "TPR@10%", "members / non-members",
+                  "ε_lb", "smallest ε (accountant)", "comparison"]
+
+
+def attack_rows(report: dict[str, Any]) -> list[list[str]]:
+    """Every attack of every cell, with its bound-versus-claim comparison."""
+    rows = []
+    for cell in report["cells"]:
+        comparisons = {c["attack"]: c for c in (cell.get("gate") or {}).get("comparisons", [])}
+        for label, a in (cell.get("attacks") or {}).items():
+            c = comparisons.get(label, {})
+            tpr = a.get("tpr_at_fpr") or {}
+            eps = "-" if c.get("epsilon") is None else f"{fmt(c['epsilon'])} ({c['accountant']})"
+            comparison = c.get("verdict", "-")
+            if c.get("reason"):
+                comparison += f": {c['reason']}"
+            rows.append([cell["id"], label, a.get("variant") or "-", fmt(a.get("auc")), fmt(tpr.get("0.001")),
+                         fmt(tpr.get("0.01")), fmt(tpr.get("0.1")), f"{a.get('n_members')} / {a.get('n_nonmembers')}",
+                         fmt(a.get("eps_lower_bound")), eps, comparison])
+    return rows
+
+
+SENSITIVITY_HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "verdict", "expected", "witness"]
+
+
+def sensitivity_rows(report: dict[str, Any]) -> list[list[str]]:
+    expect = ((report["suite"].get("sensitivity") or {}).get("expect")) or {}
+    return [[r.get("claim", "-"), r.get("source", "-"), r.get("relation", "-"), fmt(r.get("bound")),
+             fmt(r.get("observed")), fmt(r.get("ratio")), r.get("verdict", "-"), expect.get(r.get("claim"), "holds"),
+             r.get("witness") or "-"] for r in report.get("sensitivity") or []]
+
+
+def claim_notes(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each defense's claim once: mechanism, relation, unit, paper accountant, source and its caveats."""
+    seen: dict[str, dict[str, Any]] = {}
+    for cell in report["cells"]:
+        claim = cell.get("claim")
+        if not claim:
+            continue
+        entry = seen.setdefault(cell["defense"], {"defense": cell["defense"], "source": claim.get("source"),
+                                                  "relation": claim.get("relation"), "unit": claim.get("unit"),
+                                                  "paper_accountant": claim.get("paper_accountant"),
+                                                  "sampler": claim.get("sampler"), "mechanisms": [], "notes": []})
+        if claim.get("mechanism") not in entry["mechanisms"]:
+            entry["mechanisms"].append(claim.get("mechanism"))
+        for note in claim.get("notes") or []:
+            if note not in entry["notes"]:
+                entry["notes"].append(note)
+    return list(seen.values())
+
+
+def not_applicable(report: dict[str, Any]) -> list[str]:
+    """Why accountants were not applicable, once per (defense, accountant)."""
+    out, seen = [], set()
+    for cell in report["cells"]:
+        for name, d in ((cell.get("details") or {}).get("epsilon") or {}).items():
+            if d.get("epsilon") is None and not d.get("infinite") and (cell["defense"], name) not in seen:
+                seen.add((cell["defense"], name))
+                out.append(f"{cell['defense']}: {name} not applicable: {d.get('reason')}")
+    return out
+
+
+def bound_notes(report: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for cell in report["cells"]:
+        for label, a in (cell.get("attacks") or {}).items():
+            for note in (((a.get("details") or {}).get("bound") or {}).get("notes") or []):
+                text = f"{cell['defense']} / {label}: {note}"
+                if text not in out:
+                    out.append(text)
+    return out
+
+
+def errors(report: dict[str, Any]) -> list[str]:
+    return [f"{c['id']}: {c['details']['error']}" for c in report["cells"] if (c.get("details") or {}).get("error")]
