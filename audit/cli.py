@@ -19,6 +19,9 @@ from audit.errors import ConfigError
 COMMANDS = (
     "audit.commands.datasets",
     "audit.commands.train",
+    "audit.commands.epsilon",
+    "audit.commands.calibrate",
+    "audit.commands.claims",
 )
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3
