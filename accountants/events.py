@@ -115,8 +115,13 @@ def effective_gaussian_noise(event: DpEvent) -> float | None:
     z = (sum_i z_i^-2)^-1/2: the pair of output distributions for the worst-case neighbours is
     N(0, I) vs N(mu, I) with ||mu||^2 = sum_i z_i^-2 (McMahan et al. 2018, "A general approach to adding
     differential privacy to iterative training procedures", Sec. 3). ``SelfComposed(G(z), n)`` is z / sqrt(n).
-    Returns None if ``event`` is anything else (sampling, Laplace, ...).
+    Returns None if ``event`` is anything else (sampling, Laplace, ...); "sampling" everything (Poisson
+    with q = 1, or all N of N without replacement) is no sampling.
     """
+    if isinstance(event, PoissonSampledDpEvent) and event.sampling_probability == 1:
+        return effective_gaussian_noise(event.event)
+    if isinstance(event, SampledWithoutReplacementDpEvent) and event.sample_size == event.source_dataset_size:
+        return effective_gaussian_noise(event.event)
     if isinstance(event, GaussianDpEvent):
         return float(event.noise_multiplier) if event.noise_multiplier > 0 else 0.0
     if isinstance(event, SelfComposedDpEvent):

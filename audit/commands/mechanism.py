@@ -98,7 +98,8 @@ def describe_details(name: str, details: dict[str, Any] | None) -> str:
     details = details or {}
     parts = []
     if "conversion" in details:
-        parts.append(f"conversion {details['conversion']}")
+        same = {"balle2020": " (= cks2020, the same formula)", "cks2020": " (= balle2020, the same formula)"}
+        parts.append(f"conversion {details['conversion']}{same.get(details['conversion'], '')}")
     if details.get("order") is not None and not (isinstance(details["order"], float) and math.isnan(details["order"])):
         parts.append(f"optimal order {details['order']:g}")
     if "wor_bound" in details:
