@@ -20,6 +20,9 @@ COMMANDS = (
     "audit.commands.datasets",
     "audit.commands.train",
     "audit.commands.attack",
+    "audit.commands.epsilon",
+    "audit.commands.calibrate",
+    "audit.commands.claims",
 )
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3
