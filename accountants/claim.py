@@ -17,7 +17,9 @@ class PrivacyClaim:
     """A mechanism (a composable ``DpEvent``) together with the context accountants need.
 
     Attributes:
-        event: the whole training run as one event (sampling, noise, composition).
+        event: the whole training run as one event (sampling, noise, composition). Noise multipliers are
+            std / sensitivity *under ``relation``* (a sum of C-clipped contributions: C under add/remove,
+            2C under replace-one), see :mod:`accountants.events`.
         relation: neighbouring relation, ``add-remove`` or ``replace-one``.
         unit: the privacy unit, ``example`` or ``user``.
         delta: the delta the claim is stated at.

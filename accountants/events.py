@@ -1,8 +1,15 @@
 """Mechanism descriptions as composable, immutable events.
 
 privaudit reuses dp-accounting's ``DpEvent`` classes (Gaussian, Laplace, Poisson and
-without-replacement sampling, self- and mixed composition, tree aggregation, ...) and adds only what
-they lack: :class:`LogisticDpEvent`, the additive logistic mechanism of the ALM paper (Thm. 4.1).
+without-replacement sampling, self- and mixed composition, single-epoch tree aggregation, ...) and adds
+only what they lack: :class:`LogisticDpEvent`, the additive logistic mechanism of the ALM paper
+(Thm. 4.1), and :class:`TreeAggregationDpEvent`, DP-FTRL's tree aggregation over several epochs without
+restarting the tree (Kairouz et al. 2021, App. D.2), which DP-FTRL-FedEmb uses.
+
+Noise multipliers are always relative to the L2 (Gaussian) or L1 (Laplace, logistic) sensitivity of the
+privatised quantity *under the claim's neighbouring relation*: std / max ||f(D) - f(D')|| over neighbours
+D, D'. A sum of per-unit contributions clipped to norm C has sensitivity C under add/remove but 2C under
+replace-one, so the same noise std is a noise multiplier half as large under replace-one.
 
 Events serialise to plain dicts (``{"type": ClassName, field: value, ...}``) for claims and reports.
 """
@@ -38,7 +45,26 @@ class LogisticDpEvent(DpEvent):
     noise_multiplier: float
 
 
-_EXTRA_EVENTS: dict[str, type[DpEvent]] = {"LogisticDpEvent": LogisticDpEvent}
+@attr.define(frozen=True)
+class TreeAggregationDpEvent(DpEvent):
+    """DP-FTRL tree aggregation of Gaussian noise over ``total_steps`` leaves in one tree (no restart).
+
+    Each unit contributes to at most ``max_participation`` leaves, any two of them at least
+    ``min_separation`` leaves apart (``min_separation = y - x - 1`` for consecutive participations at
+    steps x < y: one participation per epoch of E steps gives ``E - 1``). ``noise_multiplier`` is the
+    noise std of every tree node over the per-leaf sensitivity. Kairouz et al. 2021 ("Practical and
+    private (deep) learning without sampling or shuffling"), App. D.2 (DP-FTRL-NoTreeRestart); the
+    restarted variant is dp-accounting's ``SingleEpochTreeAggregationDpEvent``.
+    """
+
+    noise_multiplier: float
+    total_steps: int
+    max_participation: int
+    min_separation: int
+
+
+_EXTRA_EVENTS: dict[str, type[DpEvent]] = {"LogisticDpEvent": LogisticDpEvent,
+                                           "TreeAggregationDpEvent": TreeAggregationDpEvent}
 
 
 def _event_class(name: str) -> type[DpEvent]:
@@ -82,17 +108,59 @@ def event_from_dict(data: dict[str, Any]) -> DpEvent:
     return cls(**kwargs)
 
 
+def effective_gaussian_noise(event: DpEvent) -> float | None:
+    """Noise multiplier of the single Gaussian equivalent to a composition of unsampled Gaussians, or None.
+
+    Gaussians (z_1, ..., z_k) released on the same data are together exactly one Gaussian mechanism with
+    z = (sum_i z_i^-2)^-1/2: the pair of output distributions for the worst-case neighbours is
+    N(0, I) vs N(mu, I) with ||mu||^2 = sum_i z_i^-2 (McMahan et al. 2018, "A general approach to adding
+    differential privacy to iterative training procedures", Sec. 3). ``SelfComposed(G(z), n)`` is z / sqrt(n).
+    Returns None if ``event`` is anything else (sampling, Laplace, ...); "sampling" everything (Poisson
+    with q = 1, or all N of N without replacement) is no sampling.
+    """
+    if isinstance(event, PoissonSampledDpEvent) and event.sampling_probability == 1:
+        return effective_gaussian_noise(event.event)
+    if isinstance(event, SampledWithoutReplacementDpEvent) and event.sample_size == event.source_dataset_size:
+        return effective_gaussian_noise(event.event)
+    if isinstance(event, GaussianDpEvent):
+        return float(event.noise_multiplier) if event.noise_multiplier > 0 else 0.0
+    if isinstance(event, SelfComposedDpEvent):
+        z = effective_gaussian_noise(event.event)
+        if z is None:
+            return None
+        return 0.0 if z == 0 else z / event.count ** 0.5 if event.count > 0 else float("inf")
+    if isinstance(event, ComposedDpEvent):
+        inv = 0.0
+        for child in event.events:
+            z = effective_gaussian_noise(child)
+            if z is None:
+                return None
+            if z == 0:
+                return 0.0
+            inv += z ** -2
+        return inv ** -0.5 if inv > 0 else float("inf")
+    return None
+
+
 def describe(event: DpEvent) -> str:
     """A one-line human-readable description of an event."""
     name = type(event).__name__.replace("DpEvent", "")
     if isinstance(event, (GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent)):
         return f"{name}(z={event.noise_multiplier:.4g})"
     if isinstance(event, SelfComposedDpEvent):
-        return f"{describe(event.event)} x {event.count}"
+        inner = describe(event.event)
+        if isinstance(event.event, ComposedDpEvent) and len(event.event.events) > 1:
+            inner = f"({inner})"
+        return f"{inner} x {event.count}"
     if isinstance(event, ComposedDpEvent):
         return " + ".join(describe(e) for e in event.events)
     if isinstance(event, PoissonSampledDpEvent):
         return f"Poisson(q={event.sampling_probability:.4g})[{describe(event.event)}]"
     if isinstance(event, SampledWithoutReplacementDpEvent):
         return (f"WOR({event.sample_size}/{event.source_dataset_size})[{describe(event.event)}]")
+    if isinstance(event, TreeAggregationDpEvent):
+        return (f"Tree(z={event.noise_multiplier:.4g}, steps={event.total_steps}, "
+                f"k={event.max_participation}, sep={event.min_separation})")
+    if isinstance(event, SingleEpochTreeAggregationDpEvent):
+        return f"TreeRestart(z={event.noise_multiplier:.4g}, steps={event.step_counts})"
     return name

@@ -1,24 +1,46 @@
-"""The accountants privaudit knows, by name (``module:Class`` so they load lazily)."""
+"""The accountants privaudit knows, by name (``module:Class`` so they load lazily).
+
+Each declares what it supports and answers "not applicable: <reason>" for the rest:
+
+| name       | what                                                                              |
+|------------|-----------------------------------------------------------------------------------|
+| `rdp`      | Rényi DP via dp-accounting (Poisson/add-remove, without replacement/replace-one,  |
+|            | Gaussian, Laplace, tree), conversion mironov / balle2020 / cks2020                |
+| `pld`      | dp-accounting's privacy loss distributions (Poisson, add/remove; no WOR)          |
+| `prv`      | Opacus' PRV accountant (Poisson-subsampled Gaussian, add/remove)                  |
+| `pure`     | pure eps-DP of Laplace / logistic noise and their composition                     |
+| `gaussian` | one-shot Gaussian: exact (Balle & Wang 2018), classical bound flagged             |
+| `tree`     | DP-FTRL tree aggregation, zCDP and the (eps, delta) it implies                    |
+"""
 
 from __future__ import annotations
 
 import importlib
+from typing import Any, Mapping
 
 from accountants.base import Accountant, EpsilonResult
 from accountants.claim import PrivacyClaim
-from audit.errors import one_of
+from audit.errors import ConfigError, one_of
 
 ACCOUNTANTS: dict[str, str] = {
     "rdp": "accountants.rdp:RdpAccountant",
+    "pld": "accountants.pld:PldAccountant",
+    "prv": "accountants.prv:PrvAccountant",
+    "pure": "accountants.pure:PureAccountant",
+    "gaussian": "accountants.gaussian:GaussianAccountant",
+    "tree": "accountants.tree:TreeAccountant",
 }
 
 
 def get_accountant(name: str, **options) -> Accountant:
-    """Instantiate accountant ``name`` with its options."""
+    """Instantiate accountant ``name`` with its options (unknown options are a ConfigError)."""
     if name not in ACCOUNTANTS:
         raise one_of("accountant", name, ACCOUNTANTS)
     module, cls = ACCOUNTANTS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**options)
+    try:
+        return getattr(importlib.import_module(module), cls)(**options)
+    except TypeError as exc:
+        raise ConfigError(f"accountant {name!r}: bad options {sorted(options)}: {exc}") from None
 
 
 def epsilon(claim: PrivacyClaim, accountant: str = "rdp", **options) -> EpsilonResult:
@@ -26,6 +48,11 @@ def epsilon(claim: PrivacyClaim, accountant: str = "rdp", **options) -> EpsilonR
     return get_accountant(accountant, **options).epsilon(claim)
 
 
-def all_epsilons(claim: PrivacyClaim) -> dict[str, EpsilonResult]:
-    """Epsilon of ``claim`` under every accountant (not-applicable results included, with reasons)."""
-    return {name: epsilon(claim, name) for name in ACCOUNTANTS}
+def all_epsilons(claim: PrivacyClaim,
+                 options: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, EpsilonResult]:
+    """Epsilon of ``claim`` under every accountant (not-applicable results included, with reasons).
+
+    ``options`` optionally maps an accountant name to its options, e.g. ``{"rdp": {"conversion": "mironov"}}``.
+    """
+    options = options or {}
+    return {name: epsilon(claim, name, **dict(options.get(name, {}))) for name in ACCOUNTANTS}

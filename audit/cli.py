@@ -21,6 +21,9 @@ COMMANDS = (
     "audit.commands.train",
     "audit.commands.attack",
     "audit.commands.run",
+    "audit.commands.epsilon",
+    "audit.commands.calibrate",
+    "audit.commands.claims",
 )
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3

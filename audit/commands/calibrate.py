@@ -1,0 +1,53 @@
+"""``privaudit calibrate``: the smallest noise multiplier meeting a target epsilon, per accountant."""
+
+from __future__ import annotations
+
+import argparse
+
+from accountants.calibrate import calibrate
+from accountants.registry import epsilon
+from audit.commands.common import emit_json, format_table
+from audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
+                                      template, validate)
+from audit.errors import ConfigError, check_positive
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="smallest noise multiplier meeting a target epsilon, per accountant")
+    p.add_argument("--target-epsilon", type=float, required=True, metavar="E", help="target epsilon")
+    add_mechanism_args(p, noise=False)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    validate(args)
+    check_positive("--target-epsilon", args.target_epsilon)
+    build = template(args)
+    claim = build(1.0)
+    values: dict[str, float | None] = {}
+    notes: dict[str, str] = {"claim": f"{claim.mechanism} at noise multiplier 1 ({claim.relation}, "
+                                      f"delta={claim.delta:g}, target epsilon {args.target_epsilon:g})"}
+    for note in claim.notes:
+        notes["composition"] = note
+    for name in accountant_names(args):
+        options = accountant_options(name, args)
+        probe = epsilon(claim, name, **options)
+        if probe.epsilon is None:
+            values[name], notes[name] = None, f"not applicable: {probe.reason}"
+            continue
+        try:
+            z = calibrate(build, args.target_epsilon, name, **options)
+        except ConfigError as exc:
+            values[name], notes[name] = None, str(exc)
+            continue
+        values[name] = z
+        notes[name] = describe_details(name, epsilon(build(z), name, **options).details)
+    if args.json:
+        emit_json({**values, "notes": notes})
+        return 0
+    print(f"mechanism: {notes['claim']}")
+    if "composition" in notes:
+        print(f"note: {notes['composition']}")
+    print(format_table(["accountant", "noise multiplier", "notes"],
+                       [[name, values[name], notes[name]] for name in values]))
+    return 0

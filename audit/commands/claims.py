@@ -1,0 +1,115 @@
+"""``privaudit claims``: the papers' privacy claims next to what every applicable accountant gives."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from tqdm import tqdm
+
+from accountants.paper_claims import PAPERS, ClaimCheck, check_claim, paper_claims
+from accountants.registry import ACCOUNTANTS
+from audit.commands.common import emit_json, format_table
+from audit.errors import ConfigError, one_of
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("claims", help="check the papers' stated privacy claims against every accountant")
+    p.add_argument("--paper", default=None, help=f"only this paper: {', '.join(PAPERS)}")
+    p.add_argument("--id", action="append", default=None, metavar="CLAIM", help="only these claims (repeatable)")
+    p.add_argument("--json", action="store_true", help="print one JSON list instead of a table")
+    p.set_defaults(func=run)
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.4g}"
+
+
+def _stated(check: ClaimCheck) -> str:
+    c = check.claim
+    noise = "/".join(dict.fromkeys(c.noise))
+    if c.kind == "noise":
+        return f"z={noise} for eps<={c.target}"
+    metric = "rho" if c.checked.metric == "rho" else "eps"
+    op = "<" if c.kind == "bound" else "="
+    return f"{metric}{op}{c.stated} at z={noise}"
+
+
+def _recipe(check: ClaimCheck) -> str:
+    c = check.claim
+    if check.recipe_value is None:
+        return "n/a"
+    if c.kind == "noise":
+        return f"z={_num(check.noise_needed.get('recipe'))} {_mark(check.recipe_verdict)}"
+    return f"{_num(check.recipe_value)} {_mark(check.recipe_verdict)}"
+
+
+def _mark(verdict: str) -> str:
+    return {"reproduced": "(ok)", "not reproduced": "(NO)"}.get(verdict, f"({verdict})")
+
+
+def _verdict(check: ClaimCheck) -> str:
+    c = check.claim
+    if check.verdict in ("reproduced", "not applicable") or check.gap is None:
+        return check.verdict
+    what = "rho" if c.checked.metric == "rho" else "eps"
+    stated = float(c.target if c.kind == "noise" else c.stated)
+    ratio = check.value / stated
+    amount = f"{(ratio - 1) * 100:+.1f}%" if ratio < 10 else f"x{ratio:.3g}"
+    text = f"{check.verdict} ({what} {_num(check.value)} vs {stated:g}, {amount})"
+    if c.kind == "noise" and check.noise_needed.get("checked") is not None:
+        text += f"; needs z={_num(check.noise_needed['checked'])}"
+    return text
+
+
+def _findings(check: ClaimCheck) -> list[str]:
+    c = check.claim
+    lines = []
+    if check.recipe_verdict == "not reproduced":
+        lines.append(f"the paper's own recipe ({c.recipe.label}) gives {_num(check.recipe_value)}, "
+                     f"not {c.stated if c.kind != 'noise' else c.target} ({check.recipe_gap * 100:+.1f}%)")
+    elif check.recipe_verdict == "not applicable":
+        lines.append(f"the paper's recipe ({c.recipe.label}) is not applicable: {check.recipe_reason}")
+    if c.sound is not None:
+        lines.append(f"checked as: {c.sound.label}")
+    for label, value, reason in check.alternatives:
+        lines.append(f"alternative reading, {label}: {_num(value)}" + (f" ({reason})" if value is None else ""))
+    lines.extend(c.notes)
+    return lines
+
+
+def run(args: argparse.Namespace) -> int:
+    claims = paper_claims()
+    if args.paper is not None:
+        if args.paper not in PAPERS:
+            raise one_of("--paper", args.paper, PAPERS)
+        claims = [c for c in claims if c.paper == args.paper]
+    if args.id:
+        known = {c.id for c in claims}
+        for cid in args.id:
+            if cid not in known:
+                raise ConfigError(f"--id: unknown claim {cid!r}; accepted: {', '.join(sorted(known))}")
+        claims = [c for c in claims if c.id in args.id]
+    checks = [check_claim(c) for c in tqdm(claims, desc="claims", file=sys.stderr, leave=False,
+                                            disable=True if args.json else None)]
+    if args.json:
+        emit_json([check.to_dict() for check in checks])
+        return 0
+    names = list(ACCOUNTANTS)
+    rows = [[check.claim.id, f"{check.claim.paper} {check.claim.source}", _stated(check), _recipe(check),
+             *[_num(check.epsilons[n].epsilon) if n in check.epsilons else "-" for n in names], _verdict(check)]
+            for check in checks]
+    print(format_table(["claim", "source", "stated", "paper's recipe", *[f"eps[{n}]" for n in names], "verdict"],
+                       rows))
+    print("\neps[...] = epsilon of the mechanism as the algorithm runs it, at the stated noise and delta "
+          "('-' = not applicable).")
+    print("verdict: reproduced, optimistic (the paper's number promises more privacy than holds) or conservative.")
+    for check in checks:
+        lines = _findings(check)
+        if lines:
+            print(f"\n{check.claim.id} ({check.claim.paper} {check.claim.source}): {check.claim.description}")
+            for line in lines:
+                print(f"  - {line}")
+    return 0

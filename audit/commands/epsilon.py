@@ -1,0 +1,44 @@
+"""``privaudit epsilon``: epsilon of a sampled Gaussian training run under every applicable accountant."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from accountants.registry import epsilon
+from audit.commands.common import emit_json, format_table
+from audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
+                                      json_number, template, validate)
+from audit.errors import check_positive
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("epsilon", help="epsilon of a sampled Gaussian mechanism under each accountant")
+    add_mechanism_args(p, noise=True)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    validate(args)
+    check_positive("--noise-multiplier", args.noise_multiplier)
+    claim = template(args)(args.noise_multiplier)
+    results = {name: epsilon(claim, name, **accountant_options(name, args)) for name in accountant_names(args)}
+    notes: dict[str, str] = {"claim": f"{claim.mechanism} ({claim.relation}, delta={claim.delta:g})"}
+    for note in claim.notes:
+        notes["composition"] = note
+    for name, r in results.items():
+        if r.epsilon is None:
+            notes[name] = f"not applicable: {r.reason}"
+        elif math.isinf(r.epsilon):
+            notes[name] = "infinite"
+        else:
+            notes[name] = describe_details(name, r.details)
+    if args.json:
+        emit_json({**{name: json_number(r.epsilon) for name, r in results.items()}, "notes": notes})
+        return 0
+    print(f"mechanism: {notes['claim']}")
+    if "composition" in notes:
+        print(f"note: {notes['composition']}")
+    print(format_table(["accountant", "epsilon", "notes"],
+                       [[name, r.epsilon, notes[name]] for name, r in results.items()]))
+    return 0

@@ -1,0 +1,73 @@
+"""The claims register: coverage of the papers' claims and the verdicts on a representative subset."""
+
+import pytest
+
+from accountants.paper_claims import PAPERS, check_claim, paper_claims
+
+CLAIMS = {c.id: c for c in paper_claims()}
+
+
+def test_register_covers_the_issue_list():
+    ids = set(CLAIMS)
+    # DPCL Sec. 5.2-5.3: every published noise multiplier
+    assert {"dpcl-simclr-dpsgd", "dpcl-simclr-dpsim", "dpcl-barlow-dpsgd", "dpcl-barlow-dpmv"} <= ids
+    # DP-GCL Table 9: all nine datasets
+    assert {c.source for c in CLAIMS.values() if c.paper == "DP-GCL"} == {
+        f"Table 9 ({d})" for d in ("F-MNIST", "CIFAR-10", "EuroSAT", "Camelyon", "ImageNet", "PEDES", "RSTPReid",
+                                   "Fashion", "ROCO")}
+    # DP-FedEmb Sec. 3.1-3.4 and App. D
+    sources = " ".join(c.source for c in CLAIMS.values() if c.paper == "DP-FedEmb")
+    for section in ("Sec. 3.1", "Sec. 3.2", "Sec. 3.4", "App. D.2", "App. D.6"):
+        assert section in sources
+    # Logit-DP Cor. 4.4
+    assert any(c.paper == "Logit-DP" and c.source == "Cor. 4.4" for c in CLAIMS.values())
+    assert {c.paper for c in CLAIMS.values()} == set(PAPERS)
+    assert all(c.kind in ("epsilon", "noise", "bound") for c in CLAIMS.values())
+
+
+def test_fedemb_recipe_reproduces_but_substitute_one_sensitivity_is_twice_the_clip():
+    check = check_claim(CLAIMS["fedemb-tab1-fedemb"])
+    assert check.recipe_verdict == "reproduced" and round(check.recipe_value, 2) == 3.90
+    assert check.verdict == "optimistic" and check.value > 10
+    assert check.epsilons["pld"].epsilon is None and "without replacement" in check.epsilons["pld"].reason
+
+
+def test_fedemb_emnist_is_not_reproduced_by_its_stated_accountant_but_by_the_superseded_one():
+    check = check_claim(CLAIMS["fedemb-emnist"])
+    assert check.recipe_verdict == "not reproduced"
+    assert check.recipe_gap == pytest.approx(0.65, abs=0.01)  # 15.3 vs 9.28
+    (label, value, _), = check.alternatives
+    assert "PLD" in label and value == pytest.approx(9.28, rel=0.005)
+
+
+def test_dp_ftrl_numbers_reproduce():
+    check = check_claim(CLAIMS["fedemb-tab1-ftrl-rho"])
+    assert check.verdict == "reproduced" and round(check.value, 2) == 1.28
+    assert round(check.epsilons["tree"].epsilon, 2) == 9.67
+
+
+def test_dpgcl_table9_rows_are_optimistic_or_conservative():
+    imagenet = check_claim(CLAIMS["dpgcl-imagenet"])
+    assert imagenet.verdict == "conservative" and imagenet.value < 5
+    cifar = check_claim(CLAIMS["dpgcl-cifar-10"])
+    assert cifar.verdict == "optimistic" and cifar.recipe_verdict == "not reproduced"
+    assert 11.0 < cifar.value < 11.4 and cifar.noise_needed["recipe"] > 1.07
+    assert cifar.epsilons["pld"].epsilon == pytest.approx(cifar.epsilons["prv"].epsilon, rel=0.01)
+    (label, value, _), = cifar.alternatives
+    assert "50,000" in label and value <= 10.0
+
+
+def test_logit_dp_corollary_drops_a_factor_two():
+    check = check_claim(CLAIMS["logit-cor44"])
+    assert check.recipe_verdict == "not reproduced"
+    assert check.recipe_value / float(check.claim.stated) == pytest.approx(2 ** 0.5, rel=1e-4)
+    assert check.verdict == "optimistic"  # exact Gaussian epsilon exceeds the corollary's
+    assert check.epsilons["gaussian"].epsilon == pytest.approx(check.epsilons["pld"].epsilon, rel=0.01)
+
+
+@pytest.mark.slow
+def test_every_claim_evaluates():
+    for claim in paper_claims():
+        check = check_claim(claim)
+        assert check.verdict in ("reproduced", "optimistic", "conservative")
+        assert check.to_dict()["id"] == claim.id
