@@ -8,6 +8,7 @@ import html
 from typing import Any
 
 from audit.report import summary as s
+from audit.report.markdown import EXPLAIN
 
 CSS = """
 :root { --fg:#1f2328; --muted:#59636e; --line:#d1d9e0; --bg:#ffffff; --soft:#f6f8fa;
@@ -15,7 +16,7 @@ CSS = """
 * { box-sizing: border-box; }
 body { font: 14px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: var(--fg);
        background: var(--bg); margin: 0; }
-main { max-width: 1180px; margin: 0 auto; padding: 28px 32px 64px; }
+main { max-width: 1320px; margin: 0 auto; padding: 28px 32px 64px; }
 h1 { font-size: 26px; margin: 0 0 4px; }
 h2 { font-size: 19px; margin: 36px 0 10px; padding-bottom: 6px; border-bottom: 1px solid var(--line); }
 p.meta { color: var(--muted); margin: 0 0 18px; font-size: 13px; }
@@ -27,8 +28,8 @@ p.lede { margin: 6px 0 14px; }
 .gate ul { margin: 8px 0 0; padding-left: 20px; }
 .gate li.note { color: var(--muted); }
 .scroll { overflow-x: auto; }
-table { border-collapse: collapse; width: 100%; font-size: 13px; margin: 6px 0 10px; }
-th, td { padding: 6px 9px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+table { border-collapse: collapse; width: 100%; font-size: 12.5px; margin: 6px 0 10px; }
+th, td { padding: 5px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
 th { background: var(--soft); font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr:hover td { background: #fafbfc; }
@@ -112,10 +113,8 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
     parts.append('<h2 id="summary">Summary</h2>')
     parts.append(table(s.summary_headers(report), s.summary_rows(report), table_id="summary-table",
                        badge_cols=("verdict",)))
-    parts.append("<p><small>ε per accountant: the theoretical epsilon of the mechanism the defense actually implements "
-                 "(∞: no privacy mechanism; n/a: not applicable, reasons under Claims and caveats). ε_lb: the "
-                 "strongest attack's sound lower bound on example-level add/remove ε; AUC and TPR@1%FPR are that "
-                 "attack's.</small></p>")
+    grid = s.grid_line(report)
+    parts.append(f"<p><small>{e((grid + '. ') if grid else '')}{e(EXPLAIN)}</small></p>")
     errors = s.errors(report)
     if errors:
         parts.append('<h2 id="errors">Errors</h2><ul class="notes">' + "".join(f"<li>{e(x)}</li>" for x in errors)

@@ -7,6 +7,11 @@ from typing import Any
 from audit.report import summary as s
 
 
+EXPLAIN = ("ε per accountant is the theoretical epsilon of the mechanism the defense actually implements (∞: no "
+           "privacy mechanism; n/a: the accountant does not apply, see Claims and caveats). ε_lb is the strongest "
+           "attack's sound empirical lower bound on example-level add/remove ε; AUC and TPR@1%FPR are that attack's.")
+
+
 def table(headers: list[str], rows: list[list[str]]) -> str:
     def esc(x: str) -> str:
         return str(x).replace("|", "\\|").replace("\n", " ")
@@ -36,11 +41,9 @@ def gate_lines(report: dict[str, Any]) -> list[str]:
 def render(report: dict[str, Any], plots: dict[str, str]) -> str:
     """Markdown text; ``plots`` maps figure names to their paths relative to the report."""
     lines = header_lines(report) + gate_lines(report)
+    grid = s.grid_line(report)
     lines += ["## Summary", "", table(s.summary_headers(report), s.summary_rows(report)), "",
-              "ε per accountant is the theoretical epsilon of the mechanism the defense actually implements "
-              "(∞: no privacy mechanism; n/a: the accountant does not apply, see below). ε_lb is the strongest "
-              "attack's sound empirical lower bound on example-level add/remove ε; AUC and TPR@1%FPR are that "
-              "attack's.", ""]
+              (f"{grid}. " if grid else "") + EXPLAIN, ""]
     errors = s.errors(report)
     if errors:
         lines += ["## Errors", ""] + [f"- {e}" for e in errors] + [""]

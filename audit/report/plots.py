@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from audit.report.summary import accountants, strongest_attack
+from audit.report.summary import shown_accountants, strongest_attack
 
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
 DPI = 130
@@ -90,12 +90,12 @@ def epsilon_plot(report: dict[str, Any]) -> bytes | None:
     cells = [c for c in report["cells"] if not (c.get("details") or {}).get("error")]
     if not cells:
         return None
-    names = accountants(report)
+    names = shown_accountants(report)
     finite = [v for c in cells for v in c.get("epsilon", {}).values() if v is not None]
     finite += [a.get("eps_lower_bound") or 0.0 for c in cells for a in (c.get("attacks") or {}).values()]
     top = max(finite + [1.0]) * 1.25
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(6.4, 0.45 * len(cells) + 1.4))
+    fig, ax = plt.subplots(figsize=(7.6, 0.42 * len(cells) + 1.5))
     y = np.arange(len(cells))[::-1]
     lbs = []
     for yi, cell in zip(y, cells):
@@ -123,7 +123,7 @@ def epsilon_plot(report: dict[str, Any]) -> bytes | None:
     ax.set_yticks(y, [_label(c, report) for c in cells])
     ax.set(xlim=(0, top * 1.02), xlabel="ε (theory: markers; measured lower bound: bars)",
            title="theory versus measurement")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return _png(fig)
 

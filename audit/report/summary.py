@@ -31,6 +31,17 @@ def accountants(report: dict[str, Any]) -> list[str]:
     return names
 
 
+def shown_accountants(report: dict[str, Any]) -> list[str]:
+    """Accountants worth a column: those giving a finite epsilon for some cell (else the first, for ∞)."""
+    names = accountants(report)
+    finite = [n for n in names if any(c.get("epsilon", {}).get(n) is not None for c in report["cells"])]
+    return finite or names[:1]
+
+
+def varies(report: dict[str, Any], key: str) -> bool:
+    return len({str(c.get(key)) for c in report["cells"]}) > 1
+
+
 def epsilon_text(cell: dict[str, Any], name: str) -> str:
     """A cell's epsilon under one accountant: a number, "inf" (no mechanism) or "n/a" (not applicable)."""
     detail = ((cell.get("details") or {}).get("epsilon") or {}).get(name) or {}
@@ -78,19 +89,22 @@ def verdict(cell: dict[str, Any]) -> str:
 
 
 def summary_headers(report: dict[str, Any]) -> list[str]:
-    return (["defense", "dataset", "target ε", "seed"] + [f"ε {a}" for a in accountants(report)]
+    return (["defense"] + (["dataset"] if varies(report, "dataset") else []) + ["target ε"]
+            + (["seed"] if varies(report, "seed") else []) + [f"ε {a}" for a in shown_accountants(report)]
             + ["strongest attack", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc", "linear probe", "own utility", "verdict"])
 
 
 def summary_rows(report: dict[str, Any]) -> list[list[str]]:
-    """The summary table: one row per cell."""
+    """The summary table: one row per cell (dataset and seed columns only when they vary)."""
     rows = []
-    names = accountants(report)
+    names = shown_accountants(report)
+    datasets, seeds = varies(report, "dataset"), varies(report, "seed")
     for cell in report["cells"]:
         label, attack = strongest_attack(cell)
         utility = cell.get("utility") or {}
         rows.append([
-            cell["defense"], cell["dataset"], fmt(cell.get("target_epsilon")), str(cell["seed"]),
+            cell["defense"], *([cell["dataset"]] if datasets else []), fmt(cell.get("target_epsilon")),
+            *([str(cell["seed"])] if seeds else []),
             *[epsilon_text(cell, n) for n in names],
             label or "-", fmt(attack and attack.get("eps_lower_bound")), fmt(attack and attack.get("auc")),
             fmt(attack and (attack.get("tpr_at_fpr") or {}).get("0.01")),
@@ -149,6 +163,19 @@ def claim_notes(report: dict[str, Any]) -> list[dict[str, Any]]:
             if note not in entry["notes"]:
                 entry["notes"].append(note)
     return list(seen.values())
+
+
+def grid_line(report: dict[str, Any]) -> str:
+    """The constant parts of the grid, for the line under the summary table."""
+    parts = []
+    if not varies(report, "dataset") and report["cells"]:
+        parts.append(f"dataset {report['cells'][0]['dataset']}")
+    if not varies(report, "seed") and report["cells"]:
+        parts.append(f"seed {report['cells'][0]['seed']}")
+    hidden = [a for a in accountants(report) if a not in shown_accountants(report)]
+    if hidden:
+        parts.append(f"accountants without a finite ε for any cell (not shown): {', '.join(hidden)}")
+    return "; ".join(parts)
 
 
 def not_applicable(report: dict[str, Any]) -> list[str]:

@@ -1,0 +1,203 @@
+"""The runner end to end on tiny suites: report schema and recomputability, SIGKILL + --resume, the gate."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attacks.bounds import one_run_bound
+from attacks.metrics import summarize
+from audit.cli import main
+from audit.io import load_npz, read_json
+from audit.report import TOP_LEVEL
+from audit.runner import run_suite
+from audit.suite import load_suite
+
+ROOT = Path(__file__).resolve().parents[1]
+CELL_KEYS = {"id", "dataset", "defense", "target_epsilon", "delta", "seed", "claim", "epsilon", "utility", "attacks",
+             "gate", "details"}
+ATTACK_KEYS = ["auc", "tpr_at_fpr", "eps_lower_bound", "eps_lb_method", "n_members", "n_nonmembers"]
+
+
+def comparable(report: dict) -> dict:
+    """A report without the one field that differs between runs of the same suite: its creation time."""
+    return {k: v for k, v in report.items() if k != "created"}
+
+
+def test_report_json_schema_and_every_number_recomputes_from_the_scores(tiny_run):
+    result, out = tiny_run
+    report = read_json(out / "report.json")
+    assert list(report) == list(TOP_LEVEL)
+    assert report["version"] and report["device"] == "cpu" and report["created"].endswith("Z")
+    assert report["suite"]["name"] == "tiny" and report["sensitivity"] == []
+    assert report["gate"] == {"status": "pass", "reasons": [], "notes": report["gate"]["notes"]}
+    assert result.exit_code == 0
+    ids = [c["id"] for c in report["cells"]]
+    assert ids == ["digits/kernel-sum/eps=1/seed=0", "digits/kernel-sum/eps=4/seed=0", "digits/nonprivate/seed=0"]
+    for cell in report["cells"]:
+        assert set(cell) == CELL_KEYS
+        assert set(cell["claim"]) >= {"mechanism", "relation", "unit", "paper_accountant"}
+        assert set(cell["epsilon"]) >= {"rdp"} and set(cell["utility"]) >= {"knn_accuracy", "linear_probe_accuracy"}
+        assert set(cell["gate"]) == {"status", "reasons", "comparisons"} and cell["gate"]["status"] == "pass"
+        assert list(cell["attacks"]) == ["loss", "lira"]
+        for attack in cell["attacks"].values():
+            assert list(attack)[:6] == ATTACK_KEYS
+            assert set(attack["tpr_at_fpr"]) == {"0.001", "0.01", "0.1"}
+            arrays = load_npz(out / attack["scores"])
+            m = summarize(arrays["scores"], arrays["membership"])
+            assert attack["auc"] == pytest.approx(m["auc"], abs=1e-12)
+            assert attack["tpr_at_fpr"] == m["tpr_at_fpr"]
+            assert (attack["n_members"], attack["n_nonmembers"]) == (m["n_members"], m["n_nonmembers"])
+            bound = attack["details"]["bound"]
+            again = one_run_bound(arrays["scores"], arrays["membership"], k_pos=bound["counts"]["k_pos"],
+                                  k_neg=bound["counts"]["k_neg"], beta=1 - bound["confidence"], delta=bound["delta"])
+            assert attack["eps_lower_bound"] == pytest.approx(again.epsilon, abs=1e-9)
+    private, baseline = report["cells"][0], report["cells"][2]
+    assert private["target_epsilon"] == 1.0 and private["epsilon"]["rdp"] == pytest.approx(1.0, rel=1e-3)
+    assert private["gate"]["comparisons"][0]["verdict"] == "consistent"
+    assert baseline["epsilon"]["rdp"] is None and baseline["details"]["epsilon"]["rdp"]["infinite"]
+    assert baseline["gate"]["comparisons"][0]["verdict"] == "not comparable"
+    md = (out / "report.md").read_text()
+    assert "**Gate: PASS**" in md and "| kernel-sum | digits | 1 | 0 |" in md
+    for name in ("roc-loss", "roc-lira", "epsilon", "privacy-utility"):
+        assert (out / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"plots/{name}.png" in md
+
+
+def test_sigkill_then_resume_reuses_finished_cells_and_equals_an_uninterrupted_run(tiny_suite, tiny_run, tmp_path):
+    _, reference_out = tiny_run
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+           "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    proc = subprocess.Popen([sys.executable, "-m", "audit", "run", str(tiny_suite), "--out", str(out), "--quiet"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    try:
+        while time.time() < deadline and not list(out.glob("cells/*/cell.json")):
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finished = sorted(out.glob("cells/*/cell.json"))
+    assert finished, "the run was killed before any cell finished"
+    assert not (out / "report.json").exists(), "the run finished before it was killed"
+    for path in out.rglob("*"):  # nothing torn: every artifact parses
+        if path.suffix == ".json" and not path.name.startswith("."):
+            read_json(path)
+        elif path.suffix == ".npz":
+            load_npz(path)
+    stamps = {p: p.stat().st_mtime_ns for p in finished}
+
+    resumed = run_suite(load_suite(tiny_suite), out=out, resume=True, progress=False)
+    reused = {read_json(p)["record"]["id"] for p in finished}
+    assert set(resumed.reused) == reused and not reused & set(resumed.ran)
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())  # not retrained, not rewritten
+    assert not list(out.rglob(".*.tmp"))
+    assert comparable(read_json(out / "report.json")) == comparable(read_json(reference_out / "report.json"))
+
+
+def test_resume_skips_everything_when_the_run_finished(tiny_suite, tiny_run, tmp_path):
+    _, reference_out = tiny_run
+    out = tmp_path / "copy"
+    import shutil
+
+    shutil.copytree(reference_out, out)
+    again = run_suite(load_suite(tiny_suite), out=out, resume=True, progress=False)
+    assert again.ran == [] and len(again.reused) == 3
+    assert comparable(again.report) == comparable(read_json(reference_out / "report.json"))
+
+
+LEAKY = """
+name = "leaky"
+out = "{out}"
+epsilons = [1.0]
+
+[[defenses]]
+name = "leaky_defense:NoisyKernelSum"
+label = "leaky"
+
+[[defenses]]
+name = "leaky_defense:NoisyKernelSum"
+label = "honest"
+params = {{ leak_factor = 1.0 }}
+
+[[attacks]]
+name = "loss"
+"""
+
+
+def test_planted_leaky_defense_fails_the_gate_naming_the_cell(tmp_path, capsys):
+    path = tmp_path / "leaky.toml"
+    path.write_text(LEAKY.format(out=tmp_path / "out"))
+    assert main(["run", str(path), "--quiet"]) == 1
+    stdout = capsys.readouterr().out
+    report = read_json(tmp_path / "out" / "report.json")
+    assert report["gate"]["status"] == "fail"
+    assert len(report["gate"]["reasons"]) == 1
+    reason = report["gate"]["reasons"][0]
+    assert reason.startswith("cell digits/leaky/eps=1/seed=0: loss's sound lower bound eps_lb = ")
+    assert "exceeds the smallest applicable epsilon" in reason and reason in stdout
+    leaky, honest = report["cells"]
+    assert leaky["attacks"]["loss"]["eps_lower_bound"] > max(v for v in leaky["epsilon"].values() if v)
+    assert honest["gate"] == {"status": "pass", "reasons": [], "comparisons": honest["gate"]["comparisons"]}
+    assert honest["gate"]["comparisons"][0]["verdict"] == "consistent"
+    assert "FAIL" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_a_failing_cell_is_a_run_error_named_in_the_gate(tmp_path, capsys):
+    path = tmp_path / "broken.toml"
+    path.write_text(LEAKY.format(out=tmp_path / "out").replace("NoisyKernelSum\"\nlabel = \"honest\"",
+                                                               "Broken\"\nlabel = \"broken\""))
+    assert main(["run", str(path), "--quiet", "--only", "*/broken/*"]) == 3
+    report = read_json(tmp_path / "out" / "report.json")
+    assert [c["id"] for c in report["cells"]] == ["digits/broken/eps=1/seed=0"]
+    assert report["gate"]["reasons"] == ["cell digits/broken/eps=1/seed=0 errored: train: RuntimeError: "
+                                         "planted failure while training"]
+    assert not list((tmp_path / "out").glob("cells/*/cell.json"))  # an errored cell is retried on --resume
+
+
+def test_sensitivity_verdicts_gate_and_witnesses_are_kept(tmp_path, monkeypatch):
+    witness = tmp_path / "witness-dpgcl.group.json"
+    witness.write_text(json.dumps({"x": [1, 2]}))
+    calls = []
+
+    def check_claims(claim_ids, *, budget_seconds, seed, progress):
+        calls.append((claim_ids, budget_seconds, seed))
+        row = {"source": "paper", "relation": "replace-one", "bound": 1.0, "config": {}}
+        return [{"claim": "dpcl.mean", **row, "observed": 0.9, "ratio": 0.9, "verdict": "holds", "witness": None},
+                {"claim": "dpgcl.group", **row, "observed": 2.0, "ratio": 2.0, "verdict": "violated",
+                 "witness": str(witness)}]
+
+    fake = types.ModuleType("audit.sensitivity")
+    fake.check_claims = check_claims
+    monkeypatch.setitem(sys.modules, "audit.sensitivity", fake)
+    base = LEAKY.format(out=tmp_path / "out").replace('label = "leaky"', 'label = "leaky"\nparams = { leak_factor = 1.0 }')
+    suite = tmp_path / "s.toml"
+    suite.write_text(base + "[sensitivity]\nclaims = ['dpcl.mean', 'dpgcl.group']\nbudget_seconds = 2\n")
+    result = run_suite(load_suite(suite), progress=False, only=["*/honest/*", "sensitivity"])
+    assert calls == [(["dpcl.mean", "dpgcl.group"], 2.0, 0)]
+    assert result.exit_code == 1
+    assert result.report["gate"]["reasons"] == [
+        f"sensitivity claim dpgcl.group (paper) violated: observed 2 > bound 1 (witness: "
+        f"sensitivity/witnesses/{witness.name})"]
+    assert (tmp_path / "out" / "sensitivity" / "witnesses" / witness.name).read_text() == witness.read_text()
+    assert [r["claim"] for r in result.report["sensitivity"]] == ["dpcl.mean", "dpgcl.group"]
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert 'id="sensitivity-table"' in html and f"sensitivity/witnesses/{witness.name}" in html
+
+    suite.write_text(base + "[sensitivity]\nclaims = ['dpcl.mean', 'dpgcl.group']\nbudget_seconds = 2\n"
+                            "expect = { 'dpgcl.group' = 'violated' }\n")
+    again = run_suite(load_suite(suite), progress=False, only=["*/honest/*", "sensitivity"], resume=True)
+    assert len(calls) == 1  # the verdicts were reused: same claims, budget and seed
+    assert again.exit_code == 0 and again.report["gate"]["status"] == "pass"
+    assert any("expected by the suite (known-broken claim)" in n for n in again.report["gate"]["notes"])
+    assert again.reused == ["digits/honest/eps=1/seed=0"]
+    np.testing.assert_equal(again.report["cells"], result.report["cells"])
