@@ -19,6 +19,7 @@ from audit.errors import ConfigError
 COMMANDS = (
     "audit.commands.datasets",
     "audit.commands.train",
+    "audit.commands.alm_curve",
 )
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3

@@ -10,6 +10,9 @@ from defenses.base import Defense
 
 DEFENSES: dict[str, str] = {
     "nonprivate": "defenses.nonprivate:NonPrivate",
+    "alm": "defenses.alm:ALM",
+    "dp-fedemb": "defenses.fedemb:DPFedEmb",
+    "dp-fedavg": "defenses.fedemb:DPFedAvg",
 }
 
 
