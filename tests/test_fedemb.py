@@ -208,3 +208,17 @@ def test_fedemb_privatized_quantity_is_backbone_only(digits):
     y2[client == 0] = (y2[client == 0] + 1) % 10  # change one client's data only
     assert (out - q.fn((x, y2, client), 7)).norm() <= 2 * q.params["clip_norm"] + 1e-6
     assert q.bound(q.params) == 0.2 and q.params["implemented_bound"] == 0.4
+
+
+def test_fedemb_local_heads_have_one_row_per_class_of_the_clients_data(digits):
+    defense = make_defense("dp-fedemb", **TINY)
+    users = defense.users(digits, 0)
+    plan = next(defense.round_plans(len(users), 0))
+    examples = plan.client_examples(users)
+    client_labels = [digits.train.y[e] for e in examples]
+    batch_labels = [lab[:3] for lab in client_labels]  # minibatches may miss some classes
+    heads, local, mask = defense.client_heads(client_labels, batch_labels, 10, 16, None, torch.Generator())
+    assert mask.sum(1).tolist() == [len(torch.unique(lab)) for lab in client_labels]
+    assert heads.shape == (len(examples), int(mask.sum(1).max()), 16)
+    for lab, batch, loc in zip(client_labels, batch_labels, local):
+        assert torch.equal(torch.unique(lab)[loc], batch)  # local indices map back to the true classes

@@ -16,7 +16,8 @@ from scipy.optimize import minimize_scalar
 from scipy.stats import binom
 
 from audit.errors import ConfigError
-from audit.sensitivity.sampled import (exceedance_bound, exhaustive_remove_one, leave_one_out_fits, oracle_pairs,
+from audit.sensitivity.sampled import (exceedance_bound, exhaustive_remove_one, fit_from_trainer, leave_one_out_fits,
+                                       oracle_pairs,
                                        order_statistic, remove_one_pairs, rubinstein_alda_parameters,
                                        sample_sensitivity_alm, sample_sensitivity_rubinstein_alda)
 
@@ -173,3 +174,14 @@ def test_alm_sampler_on_ridge_regression_within_stated_confidence():
             failures[norm] += share > bound
     for norm, count in failures.items():
         assert count <= binom.ppf(0.999, runs, beta)
+
+
+def test_black_box_trainer_adapter_equals_the_weighted_fit():
+    g = torch.Generator().manual_seed(6)
+    pool = torch.rand(30, 2, generator=g, dtype=torch.float64)
+    black_box = fit_from_trainer(lambda idx: pool[idx].mean(0))
+    w1, w2 = oracle_pairs(30, 12, 5, g)
+    torch.testing.assert_close(black_box(w1), _mean_fit(pool)(w1))
+    a = sample_sensitivity_alm(black_box, 30, 50, torch.Generator().manual_seed(0))
+    b = sample_sensitivity_alm(_mean_fit(pool), 30, 50, torch.Generator().manual_seed(0))
+    assert a["l2"].value == pytest.approx(b["l2"].value, rel=1e-12)

@@ -127,8 +127,8 @@ class SampledSensitivity:
     """A sampled sensitivity estimate with everything needed to state what it guarantees.
 
     ``method``: ``max`` (ALM Algorithm 2) or ``rubinstein-alda`` (order statistic G_(k)).
-    ``pairs``: how neighbours were drawn (``remove-one`` inside the training set, or ``oracle``:
-    D ~ P^(n-1), x, x' ~ P). ``gamma``/``rho``: R–A's random-DP confidence (None for ``max``);
+    ``pairs``: how neighbours were drawn (``remove-one`` inside the training set, or an oracle
+    P: D ~ P^(n-1), x, x' ~ P, described). ``gamma``/``rho``: R–A's random-DP confidence (None for ``max``);
     ``gamma_exact`` = (m - k + 1)/(m + 1), the exact joint exceedance probability bound.
     """
 
@@ -168,7 +168,7 @@ class SampledSensitivity:
         return (f"{self.norm.upper()} sensitivity {self.value:.4g} is SAMPLED (Rubinstein-Alda sensitivity "
                 f"sampler: order statistic k={self.k} of m={self.m} oracle pairs, databases of size {self.n}): the "
                 f"epsilon is (eps, delta, gamma)-random DP with gamma={self.gamma:.4g} (rho={self.rho:.3g}; "
-                f"exact order-statistic bound {self.gamma_exact:.3g}) over databases drawn from the oracle, "
+                f"exact order-statistic bound {self.gamma_exact:.3g}) over databases drawn from the {self.pairs}, "
                 f"not DP")
 
 
@@ -210,6 +210,26 @@ def _norm(diff: torch.Tensor, norm: str) -> torch.Tensor:
     if norm == "l2":
         return diff.pow(2).sum(dim=-1).sqrt()
     raise one_of("norm", norm, NORMS)
+
+
+def fit_from_trainer(train: Callable[[torch.Tensor], torch.Tensor]) -> WeightedFit:
+    """A weighted fit from a black-box trainer ``train(indices) -> released vector``.
+
+    Each row of counts becomes the multiset of pool indices it describes (index i repeated
+    count_i times, in increasing order), trained one after another. Batch-capable trainers
+    should implement the weighted fit directly instead.
+    """
+
+    def fit(weights: torch.Tensor) -> torch.Tensor:
+        rows = []
+        for w in weights:
+            counts = w.round().long()
+            if (counts < 0).any() or not torch.allclose(counts.to(w.dtype), w):
+                raise ValueError("fit_from_trainer: weights must be non-negative integer counts")
+            rows.append(train(torch.repeat_interleave(torch.arange(len(w)), counts)).flatten())
+        return torch.stack(rows)
+
+    return fit
 
 
 def fit_in_chunks(fit: WeightedFit, weights: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
@@ -282,12 +302,13 @@ def exhaustive_remove_one(fit: WeightedFit, n: int, *, norms: Iterable[str] = NO
 
 def sample_sensitivity_rubinstein_alda(fit: WeightedFit, pool_size: int, n: int, gen: torch.Generator, *,
                                        m: int | None = None, gamma: float | None = None,
-                                       norms: Iterable[str] = NORMS,
-                                       chunk: int | None = None) -> dict[str, SampledSensitivity]:
+                                       norms: Iterable[str] = NORMS, chunk: int | None = None,
+                                       oracle: str = "pool") -> dict[str, SampledSensitivity]:
     """Rubinstein & Aldà's sensitivity sampler with P uniform over a pool of ``pool_size`` records.
 
     Databases have n records (n - 1 shared draws plus x or x'); the estimate is the k-th order
     statistic of the m distances, with (m, k, gamma, rho) from :func:`rubinstein_alda_parameters`.
+    ``oracle`` names the pool in the result (its ``pairs`` field) so claims can say what P was.
     """
     import time
 
@@ -296,7 +317,8 @@ def sample_sensitivity_rubinstein_alda(fit: WeightedFit, pool_size: int, n: int,
     w1, w2 = oracle_pairs(pool_size, n, params.m, gen)
     dist = pair_distances(fit, w1, w2, norms, chunk)
     seconds = time.perf_counter() - start
-    return {norm: _summary(norm, d, order_statistic(d, params.k), method="rubinstein-alda", pairs="oracle",
+    pairs = f"oracle P = uniform over the {pool_size} records of the {oracle}"
+    return {norm: _summary(norm, d, order_statistic(d, params.k), method="rubinstein-alda", pairs=pairs,
                            m=params.m, k=params.k, n=n, gamma=params.gamma, rho=params.rho,
                            gamma_exact=(params.m - params.k + 1) / (params.m + 1), fits=2 * params.m,
                            seconds=seconds)

@@ -158,7 +158,8 @@ class ALM(Defense):
             pool = HeadProblem.from_features(public, data.public.y, data.info.num_classes, cfg.head_l2)
             reference = newton_solve(pool, torch.ones(pool.size, dtype=torch.float64), tol=cfg.head_tol)[:2]
         return sample_sensitivity_rubinstein_alda(self._fit_fn(pool, reference), pool.size, prep.problem.size, gen,
-                                                  m=cfg.sensitivity_m, gamma=cfg.rdp_gamma, chunk=cfg.fit_chunk)
+                                                  m=cfg.sensitivity_m, gamma=cfg.rdp_gamma, chunk=cfg.fit_chunk,
+                                                  oracle=f"{cfg.oracle_pool} split")
 
     def _release_noise(self, budget: Budget, sens: dict[str, SampledSensitivity], n: int) -> NoiseCalibration | None:
         cfg = self.config
@@ -260,7 +261,9 @@ class ALM(Defense):
             "release": None if cal is None else cal.to_dict(),
             "curve": {"delta": curve_delta, "draws": cfg.curve_draws, "m": sens["l1"].m,
                       "sensitivity_l1": sens["l1"].value, "sensitivity_l2": sens["l2"].value, "rows": rows},
-            "head": {"l2": cfg.head_l2, "newton_iterations": prep.newton_iterations,
+            "head": {"l2": cfg.head_l2, "newton_iterations": prep.newton_iterations, "tol": cfg.head_tol,
+                     # every fitted head is within tol / lambda of its exact minimiser (strong convexity)
+                     "distance_error_l2": 2 * cfg.head_tol / cfg.head_l2,
                      "parameters": int(w_clean.numel()), "weights_l1": float(w_clean.abs().sum()),
                      "weights_l2": float(w_clean.norm())},
             "seconds": prep.seconds,

@@ -12,12 +12,11 @@ W and is regularised like the rest), and w_i are record counts (a remove-one dat
 a bootstrap database multinomial counts). The solution does not depend on initialisation, batch
 order or seed, so remove-one neighbours differ only through their data.
 
-:func:`fit_heads` solves a batch of datasets together. It first solves a reference dataset by
-damped Newton, then runs batched Newton iterations from that solution for
-every dataset in parallel, each Newton system solved by conjugate gradients preconditioned with
-the reference Hessian (neighbouring datasets have nearly the same Hessian, so CG needs few steps).
-It stops when every gradient norm is below ``tol``; strong convexity then bounds
-the distance to the exact minimiser by ||grad|| / lambda, which is reported. float64 throughout.
+:func:`fit_heads` solves a batch of datasets together: damped Newton from the full training set's
+solution, every Newton system solved by conjugate gradients preconditioned with the reference
+Hessian (a remove-one dataset's Hessian differs from it by a rank <= K term, so CG needs about K
+steps). It stops when every gradient norm is below ``tol``; strong convexity then bounds the distance
+to the exact minimiser by ||grad|| / lambda, which is reported. float64 throughout.
 """
 
 from __future__ import annotations

@@ -218,20 +218,25 @@ class _Federated(Defense):
         return claim, paper
 
     # -- one round ---------------------------------------------------------------------------------
-    def client_heads(self, labels: list[torch.Tensor], num_classes: int, dim: int, global_head: torch.Tensor | None,
+    def client_heads(self, client_labels: list[torch.Tensor], batch_labels: list[torch.Tensor], num_classes: int,
+                     dim: int, global_head: torch.Tensor | None,
                      gen: torch.Generator) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
-        """Initial heads (C, L, E), each client's labels in head coordinates, and the (C, L) row mask."""
+        """Initial heads (C, L, E), each client's minibatch labels in head coordinates, and the (C, L) row mask.
+
+        DP-FedEmb: one fresh row per class present in the client's data (``client_labels``); DP-FedAvg:
+        the broadcast global head over all classes.
+        """
         if self.aggregate_head:
             assert global_head is not None
-            c = len(labels)
-            return (global_head.detach().unsqueeze(0).repeat(c, 1, 1), labels,
+            c = len(batch_labels)
+            return (global_head.detach().unsqueeze(0).repeat(c, 1, 1), batch_labels,
                     torch.ones(c, num_classes, dtype=torch.bool))
-        classes = [torch.unique(y) for y in labels]
+        classes = [torch.unique(y) for y in client_labels]
         width = max(len(k) for k in classes)
-        local = [torch.searchsorted(k, y) for k, y in zip(classes, labels)]
+        local = [torch.searchsorted(k, y) for k, y in zip(classes, batch_labels)]
         mask = torch.stack([torch.arange(width) < len(k) for k in classes])
         bound = 1.0 / math.sqrt(dim)  # nn.Linear's default initialisation range
-        heads = (torch.rand(len(labels), width, dim, generator=gen) * 2 - 1) * bound
+        heads = (torch.rand(len(batch_labels), width, dim, generator=gen) * 2 - 1) * bound
         return heads, local, mask
 
     def run_round(self, encoder: nn.Module, head: nn.Parameter | None, plan: RoundPlan, users: Users,
@@ -242,9 +247,11 @@ class _Federated(Defense):
         device = x.device
         examples = plan.client_examples(users)
         idx = client_minibatches(examples, cfg.local_steps, cfg.local_batch_size, gens["batches"])
-        labels = [y[idx[c].flatten().to(device)].cpu() for c in range(len(examples))]
+        y_cpu = y.cpu()
+        batch_labels = [y_cpu[idx[c].flatten()] for c in range(len(examples))]
+        client_labels = [y_cpu[e] for e in examples]
         dim = encoder.rep_dim if hasattr(encoder, "rep_dim") else int(head.shape[1])
-        heads, local_labels, mask = self.client_heads(labels, num_classes, dim, head, gens["heads"])
+        heads, local_labels, mask = self.client_heads(client_labels, batch_labels, num_classes, dim, head, gens["heads"])
         yb = torch.stack(local_labels).view(idx.shape).to(device)
         xb = x[idx.flatten().to(device)].view(*idx.shape, *x.shape[1:])
         start = {name: p.detach() for name, p in encoder.named_parameters()}
