@@ -30,7 +30,7 @@ from accountants.claim import PrivacyClaim
 from accountants.events import (SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent, describe,
                                 effective_gaussian_noise)
 from accountants.tree import zcdp_rho
-from audit.errors import one_of
+from audit.errors import ConfigError, check_positive, check_probability, one_of
 
 METHODS = ("analytic", "classical")
 
@@ -46,11 +46,40 @@ def analytic_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
 
 
 def analytic_gaussian_delta(noise_multiplier: float, epsilon: float) -> float:
-    """delta(eps) of the Gaussian mechanism, Balle & Wang 2018 Thm. 8, written out (for tests and checks)."""
-    from scipy.stats import norm
+    """delta(eps) of the Gaussian mechanism with sigma / Delta_2 = z (Balle & Wang 2018, Thm. 8).
+
+    delta = Phi(1/(2z) - eps z) - e^eps Phi(-1/(2z) - eps z), with the second term in log space so
+    large eps do not overflow.
+    """
+    from scipy.special import log_ndtr, ndtr
 
     z = noise_multiplier
-    return float(norm.cdf(1 / (2 * z) - epsilon * z) - math.exp(epsilon) * norm.cdf(-1 / (2 * z) - epsilon * z))
+    a, b = 1.0 / (2.0 * z), epsilon * z
+    return float(max(0.0, ndtr(a - b) - math.exp(epsilon + log_ndtr(-a - b))))
+
+
+def analytic_gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
+    """Smallest sigma / Delta_2 for which the Gaussian mechanism is (eps, delta)-DP (exact, Balle & Wang 2018)."""
+    from scipy.optimize import brentq
+
+    check_positive("epsilon", epsilon)
+    check_probability("delta", delta)
+    lo, hi = 1e-6, 1.0
+    while analytic_gaussian_delta(hi, epsilon) > delta:
+        hi *= 2.0
+        if hi > 1e8:
+            raise ConfigError(f"delta: {delta} is unreachable at epsilon {epsilon}")
+    if analytic_gaussian_delta(lo, epsilon) <= delta:
+        return lo
+    f = lambda log_z: analytic_gaussian_delta(math.exp(log_z), epsilon) - delta  # noqa: E731
+    return math.exp(brentq(f, math.log(lo), math.log(hi), xtol=1e-12, rtol=1e-12))
+
+
+def classical_gaussian_noise_multiplier(epsilon: float, delta: float) -> float:
+    """sqrt(2 ln(1.25/delta)) / eps (Dwork & Roth 2014, Thm. A.1). Proven only for eps < 1."""
+    check_positive("epsilon", epsilon)
+    check_probability("delta", delta)
+    return math.sqrt(2.0 * math.log(1.25 / delta)) / epsilon
 
 
 class GaussianAccountant(Accountant):

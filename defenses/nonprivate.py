@@ -1,4 +1,8 @@
-"""The non-private baseline: contrastive training (SimCLR, Barlow Twins, ...) with no privacy mechanism."""
+"""The non-private baseline: contrastive training (SimCLR, Barlow Twins, ...) with no privacy mechanism.
+
+:func:`train_contrastive` trains a fresh encoder on any tensor of images; the baseline defense calls it
+on the members, and defenses that pretrain on public data (ALM, DP-FedEmb) call it on ``data.public``.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +12,12 @@ from typing import Sequence
 import torch
 
 from accountants.claim import PrivacyClaim
-from audit.datasets import MembershipData
+from audit.datasets import DatasetInfo, MembershipData
 from defenses.augment import augmentation_for, two_views
 from defenses.base import Budget, Defense, Trained
 from defenses.ensemble import StackedTrainer
 from defenses.losses import make_objective
-from defenses.nn.model import build_model
+from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 from defenses.sampling import make_batches
 from defenses.seeding import torch_generator
 from defenses.training import ContrastiveConfig, make_optimizer, run_training
@@ -22,6 +26,36 @@ from defenses.training import ContrastiveConfig, make_optimizer, run_training
 @dataclass(frozen=True)
 class NonPrivateConfig(ContrastiveConfig):
     pass
+
+
+def train_contrastive(x: torch.Tensor, info: DatasetInfo, cfg: ContrastiveConfig, seed: int, *,
+                      device: str | torch.device = "cpu", progress: bool = True,
+                      desc: str = "contrastive") -> tuple[ContrastiveModel, ModelSpec, dict[str, list[float]]]:
+    """Train a freshly initialised encoder + projection head on the images ``x`` without privacy.
+
+    Epochs of shuffled batches of two augmented views, objective ``cfg.loss``; every random stream
+    (initialisation, batches, augmentations) derives from ``seed``. Returns the model (in eval
+    mode), its spec and the training history.
+    """
+    spec = cfg.model_spec(info)
+    model = build_model(spec, seed=seed).to(device)
+    x = x.to(device)
+    augment = augmentation_for(info, cfg.augmentation)
+    objective = make_objective(cfg.loss, temperature=cfg.temperature, barlow_lambda=cfg.barlow_lambda)
+    aug_gen = torch_generator(seed, "augment")
+    batches, steps = make_batches("shuffle", len(x), cfg.batch_size, cfg.epochs, torch_generator(seed, "batches"))
+    optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay)
+
+    def step(idx: torch.Tensor) -> dict[str, float]:
+        v1, v2 = two_views(augment, x[idx.to(x.device)], aug_gen)
+        loss = objective(model(v1), model(v2))
+        loss.backward()
+        return {"loss": loss.item()}
+
+    model.train()
+    history = run_training(batches, steps, step, optimizer, desc=desc, progress=progress)
+    model.eval()
+    return model, spec, history
 
 
 class NonPrivate(Defense):
@@ -34,24 +68,8 @@ class NonPrivate(Defense):
     def fit(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
             progress: bool = True) -> Trained:
         cfg = self.config
-        spec = cfg.model_spec(data.info)
-        model = build_model(spec, seed=seed).to(device)
-        x = data.train.x.to(device)
-        augment = augmentation_for(data.info, cfg.augmentation)
-        objective = make_objective(cfg.loss, temperature=cfg.temperature, barlow_lambda=cfg.barlow_lambda)
-        aug_gen = torch_generator(seed, "augment")
-        batches, steps = make_batches("shuffle", len(x), cfg.batch_size, cfg.epochs, torch_generator(seed, "batches"))
-        optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay)
-
-        def step(idx: torch.Tensor) -> dict[str, float]:
-            v1, v2 = two_views(augment, x[idx.to(x.device)], aug_gen)
-            loss = objective(model(v1), model(v2))
-            loss.backward()
-            return {"loss": loss.item()}
-
-        model.train()
-        history = run_training(batches, steps, step, optimizer, desc=f"{self.name} ({cfg.loss})", progress=progress)
-        model.eval()
+        model, spec, history = train_contrastive(data.train.x, data.info, cfg, seed, device=device,
+                                                 progress=progress, desc=f"{self.name} ({cfg.loss})")
         claim = PrivacyClaim.non_private(source="non-private baseline")
         return Trained(self.name, model, spec, claim, history, self.config_dict(), seed)
 

@@ -11,6 +11,9 @@ from defenses.base import Defense
 DEFENSES: dict[str, str] = {
     "nonprivate": "defenses.nonprivate:NonPrivate",
     "supervised": "defenses.supervised:Supervised",
+    "alm": "defenses.alm:ALM",
+    "dp-fedemb": "defenses.fedemb:DPFedEmb",
+    "dp-fedavg": "defenses.fedemb:DPFedAvg",
 }
 
 

@@ -8,7 +8,8 @@ import torch
 from defenses.losses import (barlow_twins, cross_correlation, cosine_similarity_matrix, feature_sse, feature_stats, info_nce,
                              make_objective, nt_xent, spreadout)
 
-torch.manual_seed(0)
+def _randn(*shape, seed=0):
+    return torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
 
 
 def _cos(a, b):
@@ -60,7 +61,7 @@ def loop_spreadout(u, v):
 
 @pytest.mark.parametrize("tau", [0.1, 0.5, 1.0])
 def test_info_nce_matches_loop(tau):
-    u, v = torch.randn(7, 5, dtype=torch.float64), torch.randn(7, 5, dtype=torch.float64)
+    u, v = _randn(7, 5, seed=1), _randn(7, 5, seed=2)
     assert float(info_nce(u, v, tau)) == pytest.approx(loop_info_nce(u, v, tau), rel=1e-9)
     terms = info_nce(u, v, tau, reduction="none")
     assert terms.shape == (7,) and float(terms.sum()) == pytest.approx(loop_info_nce(u, v, tau), rel=1e-9)
@@ -68,23 +69,23 @@ def test_info_nce_matches_loop(tau):
 
 @pytest.mark.parametrize("tau", [0.2, 0.5])
 def test_nt_xent_matches_loop(tau):
-    z1, z2 = torch.randn(6, 4, dtype=torch.float64), torch.randn(6, 4, dtype=torch.float64)
+    z1, z2 = _randn(6, 4, seed=3), _randn(6, 4, seed=4)
     assert float(nt_xent(z1, z2, tau)) == pytest.approx(loop_nt_xent(z1, z2, tau), rel=1e-9)
 
 
 def test_nt_xent_is_minimised_by_aligned_views():
-    z = torch.nn.functional.normalize(torch.randn(8, 16), dim=1)
+    z = torch.nn.functional.normalize(_randn(8, 16, seed=10), dim=1)
     aligned = nt_xent(z, z, 0.1)
-    shuffled = nt_xent(z, z[torch.randperm(8)], 0.1)
+    shuffled = nt_xent(z, z.roll(1, dims=0), 0.1)
     assert float(aligned) < float(shuffled)
 
 
 def test_barlow_matches_loop_and_uses_given_stats():
-    z1, z2 = torch.randn(9, 4, dtype=torch.float64), torch.randn(9, 4, dtype=torch.float64)
-    assert float(barlow_twins(z1, z2, 0.05)) == pytest.approx(loop_barlow(z1, z2, 0.05), rel=1e-6)
+    z1, z2 = _randn(9, 4, seed=5), _randn(9, 4, seed=6)
+    assert float(barlow_twins(z1, z2, 0.05)) == pytest.approx(loop_barlow(z1, z2, 0.05), rel=1e-5)  # eps in sqrt
     # Supplying the exact batch statistics changes nothing; supplying other ones does.
     same = barlow_twins(z1, z2, 0.05, stats1=feature_stats(z1), stats2=feature_stats(z2))
-    assert float(same) == pytest.approx(loop_barlow(z1, z2, 0.05), rel=1e-6)
+    assert float(same) == pytest.approx(loop_barlow(z1, z2, 0.05), rel=1e-5)
     mean, var = feature_stats(z1)
     # A mean shift of one view cancels against the centred other view; a variance change scales C.
     shifted = barlow_twins(z1, z2, 0.05, stats1=(mean + 1.0, var), stats2=feature_stats(z2))
@@ -94,7 +95,7 @@ def test_barlow_matches_loop_and_uses_given_stats():
 
 
 def test_feature_stats_are_dpcl_eqs_7_to_9():
-    z = torch.randn(11, 3, dtype=torch.float64)
+    z = _randn(11, 3, seed=7)
     mean, var = feature_stats(z)
     assert torch.allclose(mean, z.mean(0))
     assert torch.allclose(var, z.var(0, unbiased=True))
@@ -102,12 +103,12 @@ def test_feature_stats_are_dpcl_eqs_7_to_9():
 
 
 def test_spreadout_matches_loop():
-    u, v = torch.randn(6, 5, dtype=torch.float64), torch.randn(6, 5, dtype=torch.float64)
+    u, v = _randn(6, 5, seed=8), _randn(6, 5, seed=9)
     assert float(spreadout(u, v)) == pytest.approx(loop_spreadout(u, v), rel=1e-9)
 
 
 def test_cosine_similarity_matrix():
-    u, v = torch.randn(3, 4), torch.randn(5, 4)
+    u, v = _randn(3, 4, seed=11), _randn(5, 4, seed=12)
     s = cosine_similarity_matrix(u, v)
     assert s.shape == (3, 5)
     assert float(s[1, 2]) == pytest.approx(_cos(u[1], v[2]), rel=1e-5)

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
           f"delta={trained.claim.delta:.3g})")
     for name, r in epsilons.items():
         if r["infinite"]:
-            print(f"  epsilon[{name}] = inf (no privacy mechanism)")
+            print(f"  epsilon[{name}] = inf" + (f" ({r['reason']})" if r["reason"] else ""))
         elif r["epsilon"] is None:
             print(f"  epsilon[{name}]: not applicable: {r['reason']}")
         else:

@@ -1,0 +1,1 @@
+"""Sensitivity: sampled (empirical) sensitivity of training algorithms and checks of claimed bounds."""

@@ -1,0 +1,129 @@
+"""Clipping, noising and aggregation of virtual-client deltas (DP-FedEmb Algorithm 1 lines 13–15,
+Algorithm 2 lines 10–12), and adaptive clipping (Andrew, Thakkar, McMahan & Ramaswamy 2021).
+
+Each virtual client's delta (backbone only for DP-FedEmb; backbone and head for DP-FedAvg) is
+clipped to L2 norm gamma as one vector over all its tensors; the clipped deltas are summed,
+N(0, (sigma gamma)^2) noise is added to every coordinate of the sum, and the result is divided by
+the number of virtual clients |S^(t)|.
+
+Sensitivity: replacing one user changes at most one virtual client's clipped delta, from one point
+of the gamma-ball to another, so the sum moves by at most **2 gamma** under the replace-one relation
+that sampling without replacement requires (App. C). The accounting event's noise multiplier is
+therefore sigma / 2 (see :func:`event_noise_multiplier`).
+
+Adaptive clipping (Andrew et al., Alg. 1 with the geometric update): b = (sum_V 1[||Delta_V|| <= C]
++ N(0, sigma_b^2)) / |S|, C <- C exp(-eta_C (b - kappa)). Under replace-one the count moves by at
+most 1 (not 1/2 as with their centred add/remove bits), so the round is a Gaussian mechanism with
+1 / z^2 = (2 / sigma)^2 + 1 / sigma_b^2. Andrew et al. suggest sigma_b = |S| / 20, which assumes
+hundreds of clients per round; with a handful it would spend most of the budget, so by default the
+count query gets a fixed 5% of the round's RDP budget (1 / sigma_b^2 = 0.05 / z^2).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from audit.errors import ConfigError
+
+Params = dict[str, torch.Tensor]
+
+
+def stacked_norms(deltas: Params) -> torch.Tensor:
+    """L2 norm of each client's delta over all its tensors: (C,)."""
+    return torch.sqrt(sum(d.flatten(1).pow(2).sum(dim=1) for d in deltas.values()))
+
+
+def clip_deltas(deltas: Params, clip_norm: float) -> tuple[Params, torch.Tensor]:
+    """Scale each client's delta to norm <= clip_norm; returns (clipped deltas, pre-clipping norms).
+
+    A delta with a non-finite entry (local training diverged) is replaced by zero: clipping must map
+    *every* input into the clip_norm ball for the sensitivity argument, and 0 is in the ball.
+    """
+    norms = stacked_norms(deltas)
+    finite = torch.isfinite(norms)
+    scale = torch.where(finite, torch.clamp(clip_norm / norms.clamp_min(1e-12), max=1.0), torch.zeros_like(norms))
+    clipped = {}
+    for name, d in deltas.items():
+        d = torch.where(finite.view(-1, *([1] * (d.dim() - 1))), d, torch.zeros_like(d))
+        clipped[name] = d * scale.view(-1, *([1] * (d.dim() - 1)))
+    return clipped, norms
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """The noised mean update (keys = exactly the parameters that were aggregated) and its statistics."""
+
+    update: Params
+    noised_numel: int
+    norms: torch.Tensor
+    clipped_fraction: float
+    noise_std: float
+    nonfinite_fraction: float = 0.0
+
+
+def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: torch.Generator) -> Aggregate:
+    """Clip each client's delta, sum, add N(0, (noise_multiplier * clip_norm)^2) per coordinate, divide by |S|."""
+    clipped, norms = clip_deltas(deltas, clip_norm)
+    n_clients = norms.numel()
+    std = noise_multiplier * clip_norm
+    update, numel = {}, 0
+    for name, d in clipped.items():
+        total = d.sum(dim=0)
+        if std > 0:
+            total = total + std * torch.randn(total.shape, generator=gen).to(total)
+        update[name] = total / n_clients
+        numel += total.numel()
+    finite = torch.isfinite(norms)
+    return Aggregate(update, numel, norms, float(((norms > clip_norm) | ~finite).float().mean()), std,
+                     float((~finite).float().mean()))
+
+
+COUNT_BUDGET_SHARE = 0.05  # default share of a round's RDP budget spent on the clipped-count query
+
+
+def event_noise_multiplier(noise_multiplier: float, count_stddev: float | None = None) -> float:
+    """The replace-one Gaussian noise multiplier of one round: noise std over sensitivity.
+
+    Without adaptive clipping: sigma / 2 (sum of clipped deltas, sensitivity 2 gamma). With the
+    noised clipped-count query of stddev sigma_b (sensitivity 1): 1/z^2 = (2/sigma)^2 + 1/sigma_b^2.
+    """
+    if noise_multiplier <= 0:
+        return 0.0
+    inv = (2.0 / noise_multiplier) ** 2
+    if count_stddev is not None:
+        inv += 1.0 / count_stddev ** 2
+    return 1.0 / math.sqrt(inv)
+
+
+def count_stddev_for(event_z: float, share: float = COUNT_BUDGET_SHARE) -> float:
+    """sigma_b giving the clipped-count query ``share`` of a round whose event multiplier is z."""
+    return event_z / math.sqrt(share)
+
+
+def split_noise(noise_multiplier: float, share: float = COUNT_BUDGET_SHARE) -> tuple[float, float]:
+    """For a fixed sigma on the deltas: (event z, sigma_b) with the count query taking ``share`` of the budget."""
+    z = noise_multiplier * math.sqrt(1.0 - share) / 2.0
+    return z, count_stddev_for(z, share)
+
+
+def delta_noise_multiplier(event_z: float, count_stddev: float | None = None) -> float:
+    """Inverse of :func:`event_noise_multiplier`: the sigma to use on the clipped sum for event multiplier z."""
+    if count_stddev is None:
+        return 2.0 * event_z
+    rest = event_z ** -2 - count_stddev ** -2
+    if rest <= 0:
+        raise ConfigError(f"clip_count_stddev: {count_stddev} must exceed the round's noise multiplier {event_z:.4g} "
+                          "(the clipped-count query alone would spend the whole budget)")
+    return 2.0 / math.sqrt(rest)
+
+
+def adaptive_clip_update(clip_norm: float, norms: torch.Tensor, *, target_quantile: float, learning_rate: float,
+                         count_stddev: float, gen: torch.Generator) -> tuple[float, float]:
+    """Andrew et al.'s geometric update; returns (new clip norm, the noised unclipped fraction b)."""
+    unclipped = float((norms <= clip_norm).float().sum())
+    noisy = unclipped + count_stddev * float(torch.randn((), generator=gen)) if count_stddev > 0 else unclipped
+    b = noisy / norms.numel()
+    return clip_norm * math.exp(-learning_rate * (b - target_quantile)), b
