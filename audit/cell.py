@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from attacks.result import AttackResult
 from audit.suite import CellSpec
@@ -70,8 +70,12 @@ def attack_record(result: AttackResult, scores_path: str | None = None) -> dict[
     return out
 
 
-def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: bool = False) -> CellOutcome:
-    """Run one cell; exceptions become an outcome with ``error`` set (the runner's gate reports them)."""
+def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: bool = False,
+             on_stage: Callable[[str], None] | None = None) -> CellOutcome:
+    """Run one cell; exceptions become an outcome with ``error`` set (the runner's gate reports them).
+
+    ``on_stage(name)`` is called as each stage starts (train, utility, epsilon, then each attack's label).
+    """
     record = base_record(spec)
     outcome = CellOutcome(spec, record)
     stage = "setup"
@@ -96,6 +100,8 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
         def timed(name: str, fn):
             nonlocal stage
             stage = name
+            if on_stage is not None:
+                on_stage(name)
             start = time.perf_counter()
             value = fn()
             outcome.timings[name] = time.perf_counter() - start

@@ -128,9 +128,12 @@ def _stage_line(spec: CellSpec, outcome: CellOutcome, index: int, total: int) ->
     return f"[{index}/{total}] {spec.id}: {stages}  {status}"
 
 
-def _run_local(cells: Sequence[CellSpec], progress: bool) -> Iterator[CellOutcome]:
+def _run_local(cells: Sequence[CellSpec], progress: bool, bar) -> Iterator[CellOutcome]:
     for spec in cells:
-        yield run_cell(spec, ExecutorSpec("local"), progress)
+        def stage(name: str, spec: CellSpec = spec) -> None:
+            bar.set_postfix_str(f"{spec.id}: {name}", refresh=True)
+
+        yield run_cell(spec, ExecutorSpec("local"), progress, on_stage=stage)
 
 
 def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
@@ -230,9 +233,9 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     if result.reused:
         _log(f"resume: {len(result.reused)} finished cells reused, {len(pending)} to run", progress)
     timings: dict[str, Any] = {"executor": executor, "cells": {}}
-    outcomes = _run_ray(pending, suite) if executor == "ray" else _run_local(pending, progress)
     with tqdm(total=len(pending), desc=f"cells ({suite.name})", disable=None if progress else True,
               dynamic_ncols=True) as bar:
+        outcomes = _run_ray(pending, suite) if executor == "ray" else _run_local(pending, progress, bar)
         for i, outcome in enumerate(outcomes, 1):
             records[outcome.spec.id] = persist(out, outcome)
             result.ran.append(outcome.spec.id)

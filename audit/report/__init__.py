@@ -35,9 +35,11 @@ TOP_LEVEL = ("suite", "created", "version", "git_commit", "device", "cells", "se
 
 
 def git_commit() -> str | None:
-    """The commit of the checkout privaudit runs from (``+dirty`` with uncommitted changes), else None."""
-    root = Path(__file__).resolve().parents[2]
-    if not (root / ".git").exists():
+    """The commit of the checkout privaudit runs from, or of the privaudit clone in the current directory
+    (``+dirty`` with uncommitted changes to tracked files), else None."""
+    candidates = [Path(__file__).resolve().parents[2], Path.cwd()]  # the checkout, or the clone run from
+    root = next((r for r in candidates if (r / ".git").exists() and (r / "audit" / "suite.py").is_file()), None)
+    if root is None:
         return None
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,

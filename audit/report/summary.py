@@ -102,8 +102,9 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
     for cell in report["cells"]:
         label, attack = strongest_attack(cell)
         utility = cell.get("utility") or {}
+        caveat = " †" if (cell.get("claim") or {}).get("notes") else ""
         rows.append([
-            cell["defense"], *([cell["dataset"]] if datasets else []), fmt(cell.get("target_epsilon")),
+            cell["defense"] + caveat, *([cell["dataset"]] if datasets else []), fmt(cell.get("target_epsilon")),
             *([str(cell["seed"])] if seeds else []),
             *[epsilon_text(cell, n) for n in names],
             label or "-", fmt(attack and attack.get("eps_lower_bound")), fmt(attack and attack.get("auc")),
@@ -172,6 +173,8 @@ def grid_line(report: dict[str, Any]) -> str:
         parts.append(f"dataset {report['cells'][0]['dataset']}")
     if not varies(report, "seed") and report["cells"]:
         parts.append(f"seed {report['cells'][0]['seed']}")
+    if any((c.get("claim") or {}).get("notes") for c in report["cells"]):
+        parts.append("† the claim carries caveats (see Claims and caveats)")
     hidden = [a for a in accountants(report) if a not in shown_accountants(report)]
     if hidden:
         parts.append(f"accountants without a finite ε for any cell (not shown): {', '.join(hidden)}")
@@ -179,25 +182,28 @@ def grid_line(report: dict[str, Any]) -> str:
 
 
 def not_applicable(report: dict[str, Any]) -> list[str]:
-    """Why accountants were not applicable, once per (defense, accountant)."""
-    out, seen = [], set()
+    """Why accountants were not applicable: one line per defense, each accountant with its reason once."""
+    per_defense: dict[str, dict[str, str]] = {}
     for cell in report["cells"]:
         for name, d in ((cell.get("details") or {}).get("epsilon") or {}).items():
-            if d.get("epsilon") is None and not d.get("infinite") and (cell["defense"], name) not in seen:
-                seen.add((cell["defense"], name))
-                out.append(f"{cell['defense']}: {name} not applicable: {d.get('reason')}")
-    return out
+            if d.get("epsilon") is None and not d.get("infinite"):
+                reason = str(d.get("reason") or "")
+                reason = reason[len(name) + 2:] if reason.startswith(f"{name}: ") else reason
+                per_defense.setdefault(cell["defense"], {}).setdefault(name, reason)
+    return [f"{defense}: not applicable: " + "; ".join(f"{n} ({r})" for n, r in reasons.items())
+            for defense, reasons in per_defense.items()]
 
 
 def bound_notes(report: dict[str, Any]) -> list[str]:
-    out: list[str] = []
+    """The attacks' caveats on their bounds, each once, with the defenses and attacks it applies to."""
+    where: dict[str, list[str]] = {}
     for cell in report["cells"]:
         for label, a in (cell.get("attacks") or {}).items():
             for note in (((a.get("details") or {}).get("bound") or {}).get("notes") or []):
-                text = f"{cell['defense']} / {label}: {note}"
-                if text not in out:
-                    out.append(text)
-    return out
+                tag = f"{cell['defense']}/{label}"
+                if tag not in where.setdefault(note, []):
+                    where[note].append(tag)
+    return [f"{note} ({', '.join(tags)})" for note, tags in where.items()]
 
 
 def errors(report: dict[str, Any]) -> list[str]:
