@@ -14,13 +14,14 @@ A comparison between an empirical lower bound and a claimed epsilon is made only
 * the claimed epsilon is the smallest one any applicable accountant gives for the claim at its delta.
 
 A bound exceeding (1 + ``epsilon_slack``) times that epsilon fails the gate with a reason naming the
-cell. Each bound holds with its stated confidence (95% by default), so with many comparisons a
-perfectly tight claim could fail by chance: the gate's notes state the number of comparisons.
+cell. Each attack states its bound at its own confidence (95% by default); with N comparisons, N such
+bounds could each exceed a true claim with probability 5%. The gate therefore recomputes every
+compared bound from its counts at level beta / N (Bonferroni; :func:`family_bound`), so that the
+chance that *any* true claim fails the gate is at most beta: a CI gate that does not cry wolf.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 from audit.suite import GateConfig, SensitivityConfig
@@ -32,13 +33,34 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+def family_bound(bound: dict[str, Any], family: int) -> float | None:
+    """The lower bound recomputed from its counts at 1 - (1 - confidence) / ``family`` (None: cannot)."""
+    from attacks.bounds import hypothesis_test_epsilon, one_run_epsilon
+
+    c = bound.get("counts") or {}
+    beta = (1.0 - float(bound["confidence"])) / family
+    delta = float(bound.get("delta", 0.0))
+    method = bound.get("method")
+    if method in ("one-run", "one-run-search"):
+        beta /= int(c.get("grid_size", 1))
+        return one_run_epsilon(int(c["m"]), int(c["r"]), int(c["v"]), beta=beta, delta=delta)
+    if method == "clopper-pearson":
+        return hypothesis_test_epsilon(int(c["false_positives"]), int(c["runs_out"]), int(c["false_negatives"]),
+                                       int(c["runs_in"]), alpha=beta, delta=delta, tests=int(c.get("tests", 1)))[0]
+    return None
+
+
 def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: float) -> dict[str, Any]:
-    """One bound-versus-claim comparison: verdict ``consistent``, ``exceeds`` or ``not comparable``."""
+    """One bound-versus-claim comparison: the claim it is compared with, or why it is ``not comparable``.
+
+    The verdict of a comparable pair is ``pending`` until :func:`decide` knows the family size.
+    """
     eps_lb = attack.get("eps_lower_bound")
     bound = (attack.get("details") or {}).get("bound") or {}
     claim = cell["claim"] or {}
     out: dict[str, Any] = {"attack": label, "eps_lower_bound": eps_lb, "method": bound.get("method"),
-                           "epsilon": None, "accountant": None, "verdict": "not comparable", "reason": None}
+                           "epsilon": None, "accountant": None, "gate_eps_lower_bound": None,
+                           "gate_confidence": None, "verdict": "not comparable", "reason": None}
 
     def not_comparable(reason: str) -> dict[str, Any]:
         out["reason"] = reason
@@ -67,35 +89,61 @@ def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: flo
     if bound_delta < claim_delta:
         return not_comparable(f"the bound is at delta={bound_delta:g} < the claim's delta={claim_delta:g}")
     accountant = min(applicable, key=lambda k: applicable[k])
-    eps = applicable[accountant]
-    out.update(epsilon=eps, accountant=accountant)
-    out["verdict"] = "exceeds" if eps_lb > (1.0 + slack) * eps else "consistent"
+    out.update(epsilon=applicable[accountant], accountant=accountant, verdict="pending",
+               confidence=bound.get("confidence"), bound=bound)
     return out
 
 
-def cell_gate(cell: dict[str, Any], config: GateConfig) -> dict[str, Any]:
-    """The gate of one cell: its comparisons and the reasons it fails (empty when it passes)."""
-    cid = cell["id"]
-    error = (cell.get("details") or {}).get("error")
-    reasons: list[str] = []
-    if error:
-        if config.fail_on_error:
-            reasons.append(f"cell {cid} errored: {error}")
-        return {"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": []}
-    comparisons = [compare(cell, label, a, config.epsilon_slack) for label, a in cell["attacks"].items()]
-    claim = cell["claim"] or {}
-    for c in comparisons:
-        if c["verdict"] == "exceeds":
-            reasons.append(
-                f"cell {cid}: {c['attack']}'s sound lower bound eps_lb = {_fmt(c['eps_lower_bound'])} exceeds the "
-                f"smallest applicable epsilon {_fmt(c['epsilon'])} ({c['accountant']}, {claim.get('relation')}, "
-                f"per {claim.get('unit')}, delta={claim.get('delta'):.3g})")
-    private = not any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())
-    if config.max_auc is not None and private and claim.get("paper_accountant") != "none":
-        for label, a in cell["attacks"].items():
-            if a.get("auc") is not None and a["auc"] >= config.max_auc:
-                reasons.append(f"cell {cid}: {label} reaches AUC {a['auc']:.4g} >= gate.max_auc {config.max_auc:g}")
-    return {"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons}
+def decide(comparison: dict[str, Any], family: int, slack: float) -> dict[str, Any]:
+    """Settle a pending comparison with the bound at family-wise confidence over ``family`` comparisons."""
+    bound = comparison.pop("bound", None)
+    confidence = comparison.pop("confidence", None)
+    if comparison["verdict"] != "pending":
+        return comparison
+    recomputed = family_bound(bound, family)
+    if recomputed is None:  # a sound method without counts to recompute from: no correction possible
+        recomputed, level = comparison["eps_lower_bound"], float(confidence)
+    else:
+        level = 1.0 - (1.0 - float(confidence)) / family
+    comparison["gate_eps_lower_bound"] = recomputed
+    comparison["gate_confidence"] = level
+    comparison["verdict"] = "exceeds" if recomputed > (1.0 + slack) * comparison["epsilon"] else "consistent"
+    return comparison
+
+
+def gate_cells(cells: Sequence[dict[str, Any]], config: GateConfig) -> list[dict[str, Any]]:
+    """Every cell's gate: its comparisons (bounds at family-wise confidence over all cells) and reasons."""
+    pending = []
+    for cell in cells:
+        error = (cell.get("details") or {}).get("error")
+        pending.append(None if error else [compare(cell, label, a, config.epsilon_slack)
+                                           for label, a in cell["attacks"].items()])
+    family = max(1, sum(c["verdict"] == "pending" for cs in pending if cs for c in cs))
+    gates = []
+    for cell, comparisons in zip(cells, pending):
+        cid = cell["id"]
+        if comparisons is None:
+            reasons = [f"cell {cid} errored: {cell['details']['error']}"] if config.fail_on_error else []
+            gates.append({"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": []})
+            continue
+        comparisons = [decide(c, family, config.epsilon_slack) for c in comparisons]
+        claim = cell["claim"] or {}
+        reasons = []
+        for c in comparisons:
+            if c["verdict"] == "exceeds":
+                reasons.append(
+                    f"cell {cid}: {c['attack']}'s sound lower bound eps_lb = {_fmt(c['gate_eps_lower_bound'])} "
+                    f"({100 * c['gate_confidence']:.4g}% confidence, family-wise over {family}) exceeds the "
+                    f"smallest applicable epsilon {_fmt(c['epsilon'])} ({c['accountant']}, {claim.get('relation')}, "
+                    f"per {claim.get('unit')}, delta={claim.get('delta'):.3g})")
+        private = not any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())
+        if config.max_auc is not None and private and claim.get("paper_accountant") != "none":
+            for label, a in cell["attacks"].items():
+                if a.get("auc") is not None and a["auc"] >= config.max_auc:
+                    reasons.append(f"cell {cid}: {label} reaches AUC {a['auc']:.4g} >= gate.max_auc "
+                                   f"{config.max_auc:g}")
+        gates.append({"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons})
+    return gates
 
 
 def sensitivity_gate(results: Sequence[dict[str, Any]], config: SensitivityConfig | None,
@@ -143,21 +191,11 @@ def suite_gate(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, 
                if c["verdict"] == "not comparable" and c["eps_lower_bound"] is not None
                and c["reason"] != "no privacy claim (epsilon is infinite)"]
     if comparisons:
-        levels = [x for x in (_confidence(cell, c["attack"]) for cell in cells for c in cell["gate"]["comparisons"]
-                              if c["verdict"] != "not comparable") if x is not None]
-        text = f"{len(comparisons)} sound bound-versus-claim comparisons"
-        if levels:
-            low = min(levels)
-            text += (f", each at >= {100 * low:.0f}% confidence: were every claim exactly tight, the chance that "
-                     f"one fails by chance alone is at most {min(1.0, len(comparisons) * (1 - low)):.2g}")
-        notes.append(text)
+        level = min(c["gate_confidence"] for c in comparisons)
+        notes.append(f"{len(comparisons)} sound bound-versus-claim comparisons; each bound is recomputed at "
+                     f"{100 * level:.4g}% confidence (Bonferroni over the {len(comparisons)}), so a true claim fails "
+                     f"this gate by chance with probability at most {100 * len(comparisons) * (1 - level):.3g}%")
     if skipped:
         notes.append(f"{len(skipped)} bounds were not compared with their claim (see each cell's comparisons "
                      "for the reason)")
     return {"status": "fail" if reasons else "pass", "reasons": reasons, "notes": notes}
-
-
-def _confidence(cell: dict[str, Any], label: str) -> float | None:
-    bound = ((cell["attacks"].get(label) or {}).get("details") or {}).get("bound") or {}
-    c = bound.get("confidence")
-    return None if c is None or not math.isfinite(c) else round(float(c), 6)

@@ -27,7 +27,7 @@ from typing import Any, Iterator, Sequence
 
 from audit.cell import CellOutcome, ExecutorSpec, run_cell
 from audit.errors import ConfigError, one_of
-from audit.gate import cell_gate, suite_gate
+from audit.gate import gate_cells, suite_gate
 from audit.io import atomic_write_json, read_json, to_json
 from audit.suite import CellSpec, Suite, config_hash, sensitivity_checker
 
@@ -256,11 +256,9 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
             errors.append(error)
         _log(f"sensitivity: {len(sensitivity)} claims in {timings['sensitivity']:.1f}s", progress)
 
-    ordered = []
-    for spec in cells:
-        record = dict(records[spec.id])
-        record["gate"] = cell_gate(record, suite.gate)
-        ordered.append(record)
+    ordered = [dict(records[spec.id]) for spec in cells]
+    for record, gate in zip(ordered, gate_cells(ordered, suite.gate)):
+        record["gate"] = gate
     gate = suite_gate(ordered, sensitivity, suite.sensitivity if run_sens else None, suite.gate, errors)
     start = time.perf_counter()
     report = build_report(suite, ordered, sensitivity, gate, only=only or None)

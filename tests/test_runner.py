@@ -66,7 +66,7 @@ def test_report_json_schema_and_every_number_recomputes_from_the_scores(tiny_run
     assert baseline["epsilon"]["rdp"] is None and baseline["details"]["epsilon"]["rdp"]["infinite"]
     assert baseline["gate"]["comparisons"][0]["verdict"] == "not comparable"
     md = (out / "report.md").read_text()
-    assert "**Gate: PASS**" in md and "| kernel-sum | digits | 1 | 0 |" in md
+    assert "**Gate: PASS**" in md and "| kernel-sum | 1 | 1 |" in md
     for name in ("roc-loss", "roc-lira", "epsilon", "privacy-utility"):
         assert (out / "plots" / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"plots/{name}.png" in md
@@ -144,9 +144,14 @@ def test_planted_leaky_defense_fails_the_gate_naming_the_cell(tmp_path, capsys):
     assert len(report["gate"]["reasons"]) == 1
     reason = report["gate"]["reasons"][0]
     assert reason.startswith("cell digits/leaky/eps=1/seed=0: loss's sound lower bound eps_lb = ")
-    assert "exceeds the smallest applicable epsilon" in reason and reason in stdout
+    assert "(97.5% confidence, family-wise over 2) exceeds the smallest applicable epsilon" in reason
+    assert reason in stdout
     leaky, honest = report["cells"]
-    assert leaky["attacks"]["loss"]["eps_lower_bound"] > max(v for v in leaky["epsilon"].values() if v)
+    comparison = leaky["gate"]["comparisons"][0]
+    # The gate's bound is the attack's recomputed at beta / 2 (two comparisons): smaller, still above every epsilon.
+    assert comparison["gate_eps_lower_bound"] < leaky["attacks"]["loss"]["eps_lower_bound"]
+    assert comparison["gate_eps_lower_bound"] > max(v for v in leaky["epsilon"].values() if v)
+    assert comparison["epsilon"] == min(v for v in leaky["epsilon"].values() if v)
     assert honest["gate"] == {"status": "pass", "reasons": [], "comparisons": honest["gate"]["comparisons"]}
     assert honest["gate"]["comparisons"][0]["verdict"] == "consistent"
     assert "FAIL" in (tmp_path / "out" / "report.html").read_text()

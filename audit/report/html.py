@@ -8,7 +8,7 @@ import html
 from typing import Any
 
 from audit.report import summary as s
-from audit.report.markdown import EXPLAIN
+from audit.report.markdown import ATTACK_EXPLAIN, EXPLAIN
 
 CSS = """
 :root { --fg:#1f2328; --muted:#59636e; --line:#d1d9e0; --bg:#ffffff; --soft:#f6f8fa;
@@ -49,7 +49,7 @@ small { color: var(--muted); }
 """
 
 NUMERIC_HEADERS = {"target ε", "seed", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc", "linear probe", "TPR@0.1%", "TPR@1%",
-                   "TPR@10%", "bound", "observed", "ratio"}
+                   "TPR@10%", "bound", "observed", "ratio", "ε_lb (gate)"}
 
 
 def e(x: Any) -> str:
@@ -124,6 +124,7 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
     if "epsilon" in plots:
         parts.append('<div class="figs">' + figure("epsilon", plots["epsilon"], CAPTIONS["epsilon"]) + "</div>")
     parts.append(table(s.ATTACK_HEADERS, s.attack_rows(report), table_id="attack-table"))
+    parts.append(f"<p><small>{e(ATTACK_EXPLAIN)}</small></p>")
 
     rocs = [k for k in plots if k.startswith("roc-")]
     if rocs:

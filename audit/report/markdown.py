@@ -11,6 +11,11 @@ EXPLAIN = ("ε per accountant is the theoretical epsilon of the mechanism the de
            "privacy mechanism; n/a: the accountant does not apply, see Claims and caveats). ε_lb is the strongest "
            "attack's sound empirical lower bound on example-level add/remove ε; AUC and TPR@1%FPR are that attack's.")
 
+ATTACK_EXPLAIN = ("ε_lb: the attack's sound lower bound at its own confidence; ε_lb (gate): the same bound "
+                  "recomputed at the family-wise confidence the gate uses (Bonferroni over every comparison made); "
+                  "comparison: consistent, exceeds (the gate fails), or why the bound and the claim are not "
+                  "comparable.")
+
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
     def esc(x: str) -> str:
@@ -48,7 +53,7 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
     if errors:
         lines += ["## Errors", ""] + [f"- {e}" for e in errors] + [""]
     lines += ["## Attacks and the theory-versus-measurement check", "",
-              table(s.ATTACK_HEADERS, s.attack_rows(report)), ""]
+              table(s.ATTACK_HEADERS, s.attack_rows(report)), "", ATTACK_EXPLAIN, ""]
     if "epsilon" in plots:
         lines += [f"![theory versus measurement]({plots['epsilon']})", ""]
     rocs = [k for k in plots if k.startswith("roc-")]

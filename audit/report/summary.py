@@ -116,7 +116,7 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 ATTACK_HEADERS = ["cell", "attack", "variant", "AUC", "TPR@0.1%", "TPR@1%", "TPR@10%", "members / non-members",
-                  "ε_lb", "smallest ε (accountant)", "comparison"]
+                  "ε_lb", "ε_lb (gate)", "smallest ε (accountant)", "comparison"]
 
 
 def attack_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -133,7 +133,7 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
                 comparison += f": {c['reason']}"
             rows.append([cell["id"], label, a.get("variant") or "-", fmt(a.get("auc")), fmt(tpr.get("0.001")),
                          fmt(tpr.get("0.01")), fmt(tpr.get("0.1")), f"{a.get('n_members')} / {a.get('n_nonmembers')}",
-                         fmt(a.get("eps_lower_bound")), eps, comparison])
+                         fmt(a.get("eps_lower_bound")), fmt(c.get("gate_eps_lower_bound")), eps, comparison])
     return rows
 
 
