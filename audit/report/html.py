@@ -33,8 +33,8 @@ th, td { padding: 5px 8px; border-bottom: 1px solid var(--line); text-align: lef
 th { background: var(--soft); font-weight: 600; white-space: nowrap; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 tr:hover td { background: #fafbfc; }
-.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600;
-         white-space: nowrap; }
+.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
+td:first-child { white-space: nowrap; font-weight: 600; }
 .badge.pass { background: #dafbe1; color: var(--pass); }
 .badge.fail { background: #ffebe9; color: var(--fail); }
 .badge.warn { background: #fff8c5; color: var(--warn); }

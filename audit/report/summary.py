@@ -67,7 +67,8 @@ def own_utility(cell: dict[str, Any]) -> str:
 
 
 def verdict(cell: dict[str, Any]) -> str:
-    """One word or phrase per cell: FAIL, error, pass, not comparable (why), or no claim."""
+    """One word or phrase per cell: FAIL, error, pass, not comparable (why: the gate could not check the
+    claim with these bounds), or no claim."""
     gate = cell.get("gate") or {}
     if (cell.get("details") or {}).get("error"):
         return "error"
@@ -80,11 +81,11 @@ def verdict(cell: dict[str, Any]) -> str:
     if any("infinite" in r for r in reasons):
         return "no claim (ε = ∞)"
     if any("replace-one" in r for r in reasons):
-        return "pass; bound not comparable (replace-one claim)"
+        return "not comparable: replace-one"
     if any("user" in r for r in reasons):
-        return "pass; bound not comparable (user-level claim)"
+        return "not comparable: user-level"
     if reasons:
-        return "pass; bound not comparable"
+        return "not comparable"
     return "pass (no attacks)"
 
 
@@ -129,8 +130,8 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
             tpr = a.get("tpr_at_fpr") or {}
             eps = "-" if c.get("epsilon") is None else f"{fmt(c['epsilon'])} ({c['accountant']})"
             comparison = c.get("verdict", "-")
-            if c.get("reason"):
-                comparison += f": {c['reason']}"
+            if c.get("reason"):  # the short form; the caveats section gives the full reasons
+                comparison += f": {c['reason'].split(':')[0].split(';')[0]}"
             rows.append([cell["id"], label, a.get("variant") or "-", fmt(a.get("auc")), fmt(tpr.get("0.001")),
                          fmt(tpr.get("0.01")), fmt(tpr.get("0.1")), f"{a.get('n_members')} / {a.get('n_nonmembers')}",
                          fmt(a.get("eps_lower_bound")), fmt(c.get("gate_eps_lower_bound")), eps, comparison])
