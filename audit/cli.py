@@ -21,6 +21,7 @@ COMMANDS = (
     "audit.commands.train",
     "audit.commands.attack",
     "audit.commands.run",
+    "audit.commands.report",
     "audit.commands.epsilon",
     "audit.commands.calibrate",
     "audit.commands.claims",

@@ -104,7 +104,7 @@ def test_sigkill_then_resume_reuses_finished_cells_and_equals_an_uninterrupted_r
     assert comparable(read_json(out / "report.json")) == comparable(read_json(reference_out / "report.json"))
 
 
-def test_resume_skips_everything_when_the_run_finished(tiny_suite, tiny_run, tmp_path):
+def test_resume_skips_everything_when_the_run_finished(tiny_suite, tiny_run, tmp_path, capsys):
     _, reference_out = tiny_run
     out = tmp_path / "copy"
     import shutil
@@ -113,6 +113,12 @@ def test_resume_skips_everything_when_the_run_finished(tiny_suite, tiny_run, tmp
     again = run_suite(load_suite(tiny_suite), out=out, resume=True, progress=False)
     assert again.ran == [] and len(again.reused) == 3
     assert comparable(again.report) == comparable(read_json(reference_out / "report.json"))
+    # The pages are generated from report.json alone: regenerating them gives the same text.
+    html = (out / "report.html").read_text()
+    (out / "report.html").unlink()
+    assert main(["report", str(out)]) == 0
+    assert (out / "report.html").read_text() == html
+    assert main(["report", str(tmp_path)]) == 2
 
 
 LEAKY = """
