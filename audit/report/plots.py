@@ -158,10 +158,19 @@ def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
             value = np.nanmean([p[k] for p in entries])
             if np.isfinite(value):
                 ax.axhline(value, ls="--", lw=1, color=cmap((len(points) + j) % 10), label=f"{defense} (ε = ∞)")
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
+
+    ticks = sorted({x for by_eps in points.values() for x in by_eps})
     for ax, ylabel in zip(axes, ("linear-probe accuracy", "strongest attack AUC")):
-        ax.set(xlabel="target ε (log)", ylabel=ylabel)
+        ax.set(xlabel="target ε (log scale)", ylabel=ylabel)
         if points:
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            if len(ticks) == 1:
+                ax.set_xlim(ticks[0] / 2, ticks[0] * 2)
     axes[1].axhline(0.5, ls=":", lw=1, color="grey", label="chance")
     axes[0].set_title("privacy–utility")
     axes[1].set_title("privacy–leakage")
