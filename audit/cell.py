@@ -76,9 +76,13 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
 
     ``on_stage(name)`` is called as each stage starts (train, utility, epsilon, then each attack's label).
     """
+    import torch
+
     record = base_record(spec)
     outcome = CellOutcome(spec, record)
     stage = "setup"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(spec.threads)  # the same arithmetic in every executor (see audit.suite: threads)
     try:
         from accountants import all_epsilons
         from attacks import DataRef, Target
@@ -138,4 +142,6 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
         outcome.error = message
         record["details"]["error"] = message
         record["details"]["traceback"] = traceback.format_exc()
+    finally:
+        torch.set_num_threads(threads)
     return outcome

@@ -140,9 +140,10 @@ def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
     from audit.ray_executor import ensure_ray, submit
 
     ray = ensure_ray(suite.ray.address)
-    executor = ExecutorSpec("ray", (("num_cpus", suite.ray.cpus_per_task), ("num_gpus", suite.ray.gpus_per_task)))
+    executor = ExecutorSpec("ray", (("num_cpus", suite.ray.cpus_per_task), ("num_gpus", suite.ray.gpus_per_task),
+                                    ("threads", suite.threads)))
     refs = {submit(run_cell, spec, executor, False, num_cpus=suite.ray.cpus_per_cell,
-                   num_gpus=suite.ray.gpus_per_cell): spec for spec in cells}
+                   num_gpus=suite.ray.gpus_per_cell, threads=suite.threads): spec for spec in cells}
     pending = list(refs)
     while pending:
         done, pending = ray.wait(pending, num_returns=1)

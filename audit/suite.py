@@ -9,6 +9,7 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
     seeds = [0]
     epsilons = [4.0]          # default target epsilons of private defenses
     # delta = 1e-5            # default: 1 / (N ln N) of each training set
+    # threads = 1             # torch threads per cell and per task (part of the cache key)
 
     [[defenses]]
     name = "nonprivate"       # a registry name or "module:Class"
@@ -57,7 +58,7 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "seeds", "epsilons", "delta",
-            "device", "knn_k", "defenses", "attacks", "sensitivity", "gate", "ray")
+            "device", "threads", "knn_k", "defenses", "attacks", "sensitivity", "gate", "ray")
 DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks")
 ATTACK_KEYS = ("name", "label", "params")
 SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "seed", "expect")
@@ -152,6 +153,7 @@ class CellSpec:
     attacks: tuple[AttackEntry, ...]
     device: str
     knn_k: int
+    threads: int = 1
 
     def resolved(self) -> dict[str, Any]:
         """The configuration the cell's results depend on (what its cache key hashes)."""
@@ -163,7 +165,7 @@ class CellSpec:
             "target_epsilon": self.target_epsilon, "delta": self.delta,
             "noise_multiplier": self.defense.noise_multiplier, "seed": self.seed,
             "attacks": [{"label": a.label, "name": a.name, "params": a.resolved} for a in self.attacks],
-            "device": self.device, "knn_k": self.knn_k,
+            "device": self.device, "threads": self.threads, "knn_k": self.knn_k,
         }
 
     @property
@@ -189,6 +191,7 @@ class Suite:
     seeds: tuple[int, ...]
     device: str
     knn_k: int
+    threads: int
     defenses: tuple[DefenseEntry, ...]
     attacks: tuple[AttackEntry, ...]
     sensitivity: SensitivityConfig | None
@@ -214,7 +217,7 @@ class Suite:
                             id="/".join(parts), dataset=dataset, data_dir=self.data_dir, splits=self.splits,
                             defense=d, target_epsilon=eps, delta=d.delta, seed=seed,
                             attacks=tuple(by_label[a] for a in d.attacks), device=self.device,
-                            knn_k=self.knn_k))
+                            knn_k=self.knn_k, threads=self.threads))
         if only:
             out = [c for c in out if any(fnmatch.fnmatchcase(c.id, p) for p in only)]
         return out
@@ -224,7 +227,7 @@ class Suite:
         return {
             "name": self.name, "description": self.description, "path": self.path,
             "datasets": list(self.datasets), "splits": self.splits, "seeds": list(self.seeds),
-            "device": self.device, "knn_k": self.knn_k,
+            "device": self.device, "threads": self.threads, "knn_k": self.knn_k,
             "defenses": [{"label": d.label, "name": d.name, "private": d.private, "params": d.params,
                           "resolved": d.resolved,
                           "epsilons": [e for e in d.epsilons if e is not None], "delta": d.delta,
@@ -379,6 +382,9 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
     knn_k = _typed(where, "knn_k", raw.get("knn_k", 5), int, "an integer")
     if knn_k < 1:
         raise where.error("knn_k", f"must be >= 1, got {knn_k}")
+    threads = _typed(where, "threads", raw.get("threads", 1), int, "an integer")
+    if threads < 1:
+        raise where.error("threads", f"must be >= 1, got {threads}")
     suite_eps = _epsilons(where, "epsilons", raw["epsilons"]) if "epsilons" in raw else None
     suite_delta = _delta(where, "delta", raw.get("delta"))
 
@@ -473,7 +479,7 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
         raise ConfigError(f"{path}: {exc}") from None
 
     return Suite(path=path, name=name, description=description, out=out_dir, datasets=datasets,
-                 data_dir=data_dir, splits=splits, seeds=tuple(seeds), device=device, knn_k=knn_k,
+                 data_dir=data_dir, splits=splits, seeds=tuple(seeds), device=device, knn_k=knn_k, threads=threads,
                  defenses=tuple(defenses), attacks=tuple(attacks), sensitivity=sensitivity, gate=gate, ray=ray,
                  raw=raw)
 

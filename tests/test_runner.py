@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from attacks.bounds import one_run_bound
 from attacks.metrics import summarize
@@ -75,8 +74,7 @@ def test_report_json_schema_and_every_number_recomputes_from_the_scores(tiny_run
 def test_sigkill_then_resume_reuses_finished_cells_and_equals_an_uninterrupted_run(tiny_suite, tiny_run, tmp_path):
     _, reference_out = tiny_run
     out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-           "OMP_NUM_THREADS": str(torch.get_num_threads())}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     proc = subprocess.Popen([sys.executable, "-m", "audit", "run", str(tiny_suite), "--out", str(out), "--quiet"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
