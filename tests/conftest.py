@@ -28,7 +28,7 @@ params = { leak_factor = 1.0, dim = 2048 }
 
 [[defenses]]
 name = "nonprivate"
-params = { epochs = 2, width = 8, rep_dim = 16, batch_size = 64 }
+params = { epochs = 4, width = 8, rep_dim = 16, batch_size = 64 }
 
 [[attacks]]
 name = "loss"
