@@ -70,7 +70,8 @@ def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
     if not curves:
         return None
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(5.2, 4.0))
+    outside = len(curves) > 4  # many cells: the legend goes beside the axes, not over the curves
+    fig, ax = plt.subplots(figsize=(7.4 if outside else 5.2, 4.0))
     floor = min(0.5 / max(r.n_nonmembers, 1) for _, r, _ in curves)
     cmap = plt.get_cmap("tab10")
     for i, (name, r, auc) in enumerate(curves):
@@ -80,7 +81,10 @@ def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
     ax.plot([floor, 1], [floor, 1], ls="--", color="grey", lw=1, label="chance")
     ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1.05), xlabel="false positive rate",
            ylabel="true positive rate", title=f"{attack}: ROC (log-log)")
-    ax.legend(fontsize=7, loc="lower right")
+    if outside:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    else:
+        ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return _png(fig)
 
