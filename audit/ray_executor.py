@@ -34,7 +34,9 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None):
             from None
     if not ray.is_initialized():
         path = os.pathsep.join(p for p in (PROJECT_ROOT, os.environ.get("PYTHONPATH")) if p)
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+        import logging
+
+        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING,
                                   "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
         if address is None:
             kwargs["num_cpus"] = num_cpus

@@ -45,7 +45,7 @@ import hashlib
 import importlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -197,7 +197,6 @@ class Suite:
     sensitivity: SensitivityConfig | None
     gate: GateConfig
     ray: RayConfig
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def cells(self, only: list[str] | None = None) -> list[CellSpec]:
         """The grid dataset x defense x epsilon x seed (filtered by glob patterns on the cell id)."""
@@ -274,9 +273,9 @@ def _unknown(where: _Where, key: str, table: Mapping[str, Any], accepted: tuple[
 
 
 def _typed(where: _Where, key: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
-    if isinstance(value, bool) and kind is not bool and bool not in (kind if isinstance(kind, tuple) else (kind,)):
-        raise where.error(key, f"expected {what}, got {value!r}")
-    if not isinstance(value, kind):
+    """``value`` if it is of type ``kind`` (booleans are not numbers here), else a ConfigError naming ``key``."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
         raise where.error(key, f"expected {what}, got {value!r}")
     return value
 
@@ -480,8 +479,7 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
 
     return Suite(path=path, name=name, description=description, out=out_dir, datasets=datasets,
                  data_dir=data_dir, splits=splits, seeds=tuple(seeds), device=device, knn_k=knn_k, threads=threads,
-                 defenses=tuple(defenses), attacks=tuple(attacks), sensitivity=sensitivity, gate=gate, ray=ray,
-                 raw=raw)
+                 defenses=tuple(defenses), attacks=tuple(attacks), sensitivity=sensitivity, gate=gate, ray=ray)
 
 
 def sensitivity_checker():
