@@ -10,6 +10,12 @@ from defenses.base import Defense
 
 DEFENSES: dict[str, str] = {
     "nonprivate": "defenses.nonprivate:NonPrivate",
+    "dpsgd": "defenses.dpsgd:DPSGD",
+    "dp-clip": "defenses.dp_clip:DPClip",
+    "dpcl-simclr": "defenses.dpcl:DPCLSimCLR",
+    "dpcl-barlow": "defenses.dpcl:DPCLBarlow",
+    "dp-gcl": "defenses.dp_gcl:DPGCL",
+    "logit-dp": "defenses.logit_dp:LogitDP",
 }
 
 
