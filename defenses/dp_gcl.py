@@ -155,40 +155,40 @@ class DPGCL(DPDefense):
     # -- one step --------------------------------------------------------------------------------------
     def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
         cfg = self.config
-        b, na, mult = x.shape[0], cfg.augmentations, cfg.multiplicity
+        b, na, mult, uni = x.shape[0], cfg.augmentations, cfg.multiplicity, cfg.modality == "uni"
         groups = self.groups_of(ctx.plan, rnd.uniform(b, "groups", device=x.device))
-        first, second = [], []  # per draw: [x_i; U(x_i)...] for tower 0 and [x+_i; U(x+_i)...] for tower 1
+        # Rows per draw, in blocks of b: uni [x, x+, U(x+)_1..N_a] for the one encoder; dual
+        # [x, U(x)_1..N_a] for tower 0 and [x+, U(x+)_1..N_a] for tower 1 (Eq. 11: x+,aug = U(x+)).
+        tower0, tower1 = [], []
         for d in range(mult):
             tag = "" if d == 0 else f"-draw{d}"
-            v1, v2 = rnd.views(ctx.augment, x, "view1" + tag), rnd.views(ctx.augment, x, "view2" + tag)
-            # Intra-group sample augmentation (Eq. 11): x+,aug_j = U(x+_j), N_a times.
-            second += [v2, *(rnd.views(ctx.augment, v2, f"negatives-{m}{tag}") for m in range(na))]
-            first += [v1] + ([] if cfg.modality == "uni" else
-                             [rnd.views(ctx.augment, v1, f"negatives-u-{m}{tag}") for m in range(na)])
-        per_draw = (1 + na) if cfg.modality == "dual" else (2 + na)
-        if cfg.modality == "uni":
-            rows = [t for d in range(mult) for t in (first[d], *second[d * (1 + na):(d + 1) * (1 + na)])]
-            sources = (Source(torch.cat(rows)),)
-            owners = (groups.repeat(per_draw * mult),)
+            u, v = rnd.views(ctx.augment, x, "view1" + tag), rnd.views(ctx.augment, x, "view2" + tag)
+            aug_v = [rnd.views(ctx.augment, v, f"negatives-{m}{tag}") for m in range(na)]
+            if uni:
+                tower0 += [u, v, *aug_v]
+            else:
+                tower0 += [u, *(rnd.views(ctx.augment, u, f"negatives-u-{m}{tag}") for m in range(na))]
+                tower1 += [v, *aug_v]
+        if uni:
+            sources = (Source(torch.cat(tower0)),)
         else:
-            sources = (Source(torch.cat(first), tower=0), Source(torch.cat(second), tower=1))
-            owners = (groups.repeat((1 + na) * mult), groups.repeat((1 + na) * mult))
+            sources = (Source(torch.cat(tower0), tower=0), Source(torch.cat(tower1), tower=1))
+        owners = tuple(groups.repeat(len(s) // b) for s in sources)
         zs = embed(ctx, sources)
+        blocks = [len(s) // (b * mult) for s in sources]  # blocks of b rows per draw, per source
 
         def terms_fn(*z: torch.Tensor, use_groups: bool = True) -> torch.Tensor:
             g = groups if use_groups else None
+            draws = [zi.reshape(mult, k, b, -1) for zi, k in zip(z, blocks)]
             total = 0.0
             for d in range(mult):
-                if cfg.modality == "uni":
-                    zz = z[0][d * per_draw * b:(d + 1) * per_draw * b]
-                    aug = zz[2 * b:].reshape(na, b, -1) if na else None
-                    total = total + group_info_nce(zz[:b], zz[b:2 * b], cfg.temperature, g, aug)
+                if uni:
+                    blk = draws[0][d]
+                    total = total + group_info_nce(blk[0], blk[1], cfg.temperature, g, blk[2:] if na else None)
                 else:
-                    za = z[0][d * (1 + na) * b:(d + 1) * (1 + na) * b]
-                    zb = z[1][d * (1 + na) * b:(d + 1) * (1 + na) * b]
-                    aug_a = za[b:].reshape(na, b, -1) if na else None
-                    aug_b = zb[b:].reshape(na, b, -1) if na else None
-                    total = total + group_info_nce_dual(za[:b], zb[:b], cfg.temperature, g, aug_a, aug_b)
+                    a, c = draws[0][d], draws[1][d]
+                    total = total + group_info_nce_dual(a[0], c[0], cfg.temperature, g, a[1:] if na else None,
+                                                        c[1:] if na else None)
             return total / mult
 
         if cfg.negatives == "group":

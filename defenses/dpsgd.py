@@ -35,8 +35,8 @@ LOSSES = ("infonce", "simclr")
 class DPSGDConfig(DPConfig):
     loss: str = "infonce"
     temperature: float = 0.5
-    batch_size: int = 64
-    epochs: int = 5
+    batch_size: int = 32
+    epochs: int = 3
     lr: float = 1e-3
     clip: float = 1.0
 

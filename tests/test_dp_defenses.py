@@ -167,3 +167,25 @@ def test_cli_trains_a_dp_defense(tmp_path):
     assert 9.0 < report["epsilon"]["rdp"]["epsilon"] <= 10.0 + 1e-6
     assert 0 <= report["utility"]["knn_accuracy"] <= 1
     assert (tmp_path / "ckpt" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("params", [{"modality": "dual", "augmentations": 2}, {"multiplicity": 2},
+                                    {"negatives": "batch", "grouping": "chunk"}])
+def test_dpgcl_variants_release_a_bounded_sum(digits, params):
+    d = make_defense("dp-gcl", {**SMALL, "batch_size": 12, "group_size": 3, **params})
+    fn = d.quantity_function(digits)
+    g = fn("gradient")(digits.train.x[:12], 0)
+    norms = fn("norms")(digits.train.x[:12], 0)
+    groups = fn("groups")(digits.train.x[:12], 0)
+    assert torch.isfinite(g).all() and float(g.norm()) <= len(norms) * d.config.clip * (1 + 1e-6)
+    assert len(norms) == len(torch.unique(groups))
+    towers = 2 if params.get("modality") == "dual" else 1
+    assert g.numel() == towers * sum(p.numel() for p in d.released(d.build(d.model_spec(digits.info), 0)).parameters())
+
+
+def test_noise_only_control_drops_the_signal(digits):
+    run = make_defense("dp-clip", {**SMALL, "signal": False}).prepare(digits, Budget(noise_multiplier=0.0), seed=0)
+    metrics = run.step(next(iter(run.batches)))
+    assert all(float(p.grad.abs().max()) == 0 for p in run.model.parameters())
+    assert metrics["signal_norm"] == 0 and math.isfinite(metrics["loss"])
+    assert any("noise-only control" in note for note in run.claim.notes)

@@ -192,3 +192,19 @@ def test_clipped_sum_clips_weights_and_sums(batch):
     weighted = clipped_sum(emb, emb.params(), (Source(rows),), type(units)(units.kind, units.cotangents, units.rows, w),
                            clip)
     assert rel_err(weighted.total, (grads * (w * torch.clamp(clip / norms, max=1.0))[:, None]).sum(0)) < 1e-10
+
+
+def test_resnet18_example_units_match_loop(batch):
+    """The same engine on the GroupNorm ResNet-18 used for CIFAR-10 (tiny width, CPU)."""
+    x1, x2 = batch
+    x1, x2 = x1[:4], x2[:4]
+    spec = ModelSpec(encoder="resnet18", in_shape=(1, 8, 8), width=4, rep_dim=8, proj_hidden=8, proj_dim=4, groups=2)
+    model = build_model(spec, seed=0).double()
+    emb = Embedder(model)
+    rows = torch.cat([x1, x2])
+    loss_fn = lambda zz: nt_xent(zz[:4], zz[4:], 0.5, reduction="sum")  # noqa: E731
+    _, (cot,) = loss_cotangents(loss_fn, (model(rows).detach(),))
+    owners = torch.arange(8) % 4
+    engine = all_unit_gradients(emb, emb.params(), (Source(rows),), partition_units("example", (cot,), (owners,)))
+    loop = own_rows_loop(model, rows, loss_fn, [(owners == u).nonzero().flatten() for u in range(4)])
+    assert max(rel_err(e, l) for e, l in zip(engine, loop)) < TOL

@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         emit_json({"defense": args.defense, "dataset": args.dataset, "seed": args.seed, "device": str(device),
                    "n_members": len(data.train), "steps": len(trained.history.get("step", [])),
                    "train_seconds": seconds, "utility": utility, "random_init": random_init,
-                   "claim": trained.claim.to_dict(), "epsilon": epsilons, "checkpoint": checkpoint})
+                   "claim": trained.claim.to_dict(), "epsilon": epsilons, "checkpoint": checkpoint,
+                   "dp": {k: v for k, v in trained.extras.get("dp", {}).items() if k != "param_names"} or None})
         return 0
 
     steps = len(trained.history.get("step", []))

@@ -61,6 +61,9 @@ class DPConfig(ContrastiveConfig):
     batch-size-dependent bound was computed for (such a batch releases noise only).
     ``freeze`` lists parameter-name prefixes kept at their initial values (neither trained nor
     noised), e.g. ``("encoder.net.1", "encoder.net.4")``; the clip and noise act on the rest.
+    ``signal=False`` is a diagnostic control: the clipped sum is replaced by zeros, so only the noise
+    moves the weights and no data is used. Comparing a run with its noise-only control separates
+    what the model learned from the effect of re-randomising the weights with noise.
     """
 
     clip: float = 1.0
@@ -69,6 +72,7 @@ class DPConfig(ContrastiveConfig):
     unit_chunk: int = 64
     overflow_tolerance: float = 1e-9
     freeze: tuple[str, ...] = ()
+    signal: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -212,6 +216,13 @@ class DPDefense(Defense):
 
     def claim_for(self, plan: SamplingPlan, mechanisms: list[Mechanism], gradient_multiplier: float,
                   delta: float) -> PrivacyClaim:
+        claim = self._claim_for(plan, mechanisms, gradient_multiplier, delta)
+        if not self.config.signal:
+            claim = claim.with_notes("diagnostic noise-only control (signal=False): the updates are pure noise")
+        return claim
+
+    def _claim_for(self, plan: SamplingPlan, mechanisms: list[Mechanism], gradient_multiplier: float,
+                   delta: float) -> PrivacyClaim:
         sampler_note = None
         if plan.max_batch is not None:
             sampler_note = (f"batches over {plan.max_batch} examples release noise only; "
@@ -274,7 +285,8 @@ class DPDefense(Defense):
                 out = StepOutput(zero_sum(embedder, ctx.params, cfg.clip, self.unit_kind), float("nan"))
             else:
                 out = self.compute(ctx, x[idx.to(x.device)], rnd)
-            rel = release(out.clipped.total, noise_std, rnd.generator("noise", gradient.name), normalizer=normalizer,
+            total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
+            rel = release(total, noise_std, rnd.generator("noise", gradient.name), normalizer=normalizer,
                           canaries=canaries_at(canaries, t), unit_clip=unit_clip)
             embedder.space.write_grad(model, rel.gradient)
             return {"loss": out.loss, "clipped_fraction": out.clipped.clipped_fraction, "grad_snr": rel.snr,
