@@ -40,7 +40,8 @@ def make_objective(name: str, *, temperature: float = 0.5, barlow_lambda: float 
 
 __all__ = [
     "BARLOW_LAMBDA", "OBJECTIVES", "REDUCTIONS", "Objective", "barlow_twins", "cosine_similarity_matrix",
-    "cross_correlation", "feature_mean", "feature_sse", "feature_stats", "group_info_nce", "group_info_nce_dual", "info_nce", "info_nce_from_logits",
+    "cross_correlation", "feature_mean", "feature_sse", "feature_stats", "group_info_nce", "group_info_nce_dual",
+    "info_nce", "info_nce_from_logits",
     "make_objective", "nt_xent", "nt_xent_from_similarity", "reduce_terms", "spreadout",
     "spreadout_from_similarity",
 ]
