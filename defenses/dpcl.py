@@ -151,7 +151,8 @@ class _DPCL(DPDefense):
         eps = claim_epsilon(paper_claim)
         note = (f"each step releases {len(zs)} Gaussian mechanisms on the same batch, accounted as one Gaussian with "
                 f"z_eff = {claim.params['effective_noise_multiplier']:.4g}; the paper composes them as separately "
-                f"subsampled mechanisms (Sec. 4.2.2), which undercounts: its accounting gives epsilon = {eps:.4g}")
+                f"subsampled mechanisms (Sec. 4.2.2), which its analysis does not justify (they share one subsample); "
+                f"that accounting gives epsilon = {eps:.4g}")
         return dataclasses.replace(claim, params={**claim.params, "paper_accounting_epsilon": eps},
                                    notes=claim.notes + (note,))
 

@@ -9,8 +9,9 @@ one Gaussian mechanism with noise multiplier
 
 because the stacked query (f_k / (z_k Delta_k))_k has sensitivity sqrt(sum_k z_k^-2) under unit noise.
 The step event is therefore ``Sampled(Gaussian(z_eff))`` with the sampler actually used. (Accounting
-each mechanism as separately subsampled and composing, as DPCL Sec. 4.2.2 does, undercounts: the
-mechanisms share one subsample. The claim records the paper's number for comparison.)
+each mechanism as separately subsampled and composing, as DPCL Sec. 4.2.2 does, treats one shared
+subsample as independent ones; at leading order in the sampling rate that undercounts, e.g. DPCL at a
+target of 10 would report 9.4-9.6. The claim records the paper's number for comparison.)
 
 A *budget split* gives mechanism k the share w_k of 1/z_eff^2 (i.e. of the per-step RDP / zCDP
 budget): z_k = z_eff / sqrt(w_k). Calibration searches the gradient's multiplier; the others follow.
