@@ -149,22 +149,28 @@ def sensitivity_rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 def claim_notes(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each defense's claim once: mechanism, relation, unit, paper accountant, source and its caveats."""
-    seen: dict[str, dict[str, Any]] = {}
+    """Each defense's claim once: mechanism, relation, unit, paper accountant, source and its caveats.
+
+    A caveat every cell of the defense shares is listed once; one that differs between cells (it quotes
+    that cell's noise or epsilon) is prefixed with the cell's target epsilon (or id).
+    """
+    by_defense: dict[str, list[dict[str, Any]]] = {}
     for cell in report["cells"]:
-        claim = cell.get("claim")
-        if not claim:
-            continue
-        entry = seen.setdefault(cell["defense"], {"defense": cell["defense"], "source": claim.get("source"),
-                                                  "relation": claim.get("relation"), "unit": claim.get("unit"),
-                                                  "paper_accountant": claim.get("paper_accountant"),
-                                                  "sampler": claim.get("sampler"), "mechanisms": [], "notes": []})
-        if claim.get("mechanism") not in entry["mechanisms"]:
-            entry["mechanisms"].append(claim.get("mechanism"))
-        for note in claim.get("notes") or []:
-            if note not in entry["notes"]:
-                entry["notes"].append(note)
-    return list(seen.values())
+        if cell.get("claim"):
+            by_defense.setdefault(cell["defense"], []).append(cell)
+    out = []
+    for defense, cells in by_defense.items():
+        claim = cells[0]["claim"]
+        shared = set.intersection(*(set(c["claim"].get("notes") or []) for c in cells))
+        notes: list[str] = [n for n in claim.get("notes") or [] if n in shared]
+        for c in cells:
+            tag = f"ε={c['target_epsilon']:g}" if c.get("target_epsilon") is not None else c["id"]
+            notes += [f"[{tag}] {n}" for n in c["claim"].get("notes") or [] if n not in shared]
+        mechanisms = list(dict.fromkeys(c["claim"].get("mechanism") for c in cells))
+        out.append({"defense": defense, "source": claim.get("source"), "relation": claim.get("relation"),
+                    "unit": claim.get("unit"), "paper_accountant": claim.get("paper_accountant"),
+                    "sampler": claim.get("sampler"), "mechanisms": mechanisms, "notes": notes})
+    return out
 
 
 def grid_line(report: dict[str, Any]) -> str:
