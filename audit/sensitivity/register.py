@@ -112,19 +112,37 @@ def alm_bound(p: Params) -> float:
 
 
 # -- entries -----------------------------------------------------------------------------------------
+MODEL_STATES = ("init", "trained")
+TRAINED_EPOCHS = 3
+
+
 @dataclass(frozen=True)
 class Setting:
-    """One configuration to search: defense hyper-parameter overrides and the size of D in units."""
+    """One configuration to search: the size of D in units, defense hyper-parameter overrides, and the
+    model state the quantity is evaluated at.
+
+    ``model``: ``init`` -- the defense's seeded initial model (what ``privatized_quantities`` uses by
+    default); ``trained`` -- the same architecture after :data:`TRAINED_EPOCHS` epochs of non-private
+    contrastive training on the public split. The theorems bound the quantity at *every* parameter
+    value w, and a freshly initialised network maps all inputs to nearly the same direction (cosine
+    similarities >= 0.7 on digits), which hides the worst cases; a briefly trained one spreads them
+    over the sphere (cosines down to -0.9).
+    """
 
     units: int
     overrides: Mapping[str, Any] = field(default_factory=dict)
+    model: str = "init"
+
+    def __post_init__(self) -> None:
+        if self.model not in MODEL_STATES:
+            raise ConfigError(f"model: unknown model state {self.model!r}; accepted: {', '.join(MODEL_STATES)}")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"units": self.units, "overrides": dict(self.overrides)}
+        return {"units": self.units, "overrides": dict(self.overrides), "model": self.model}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Setting":
-        return cls(int(d["units"]), dict(d.get("overrides", {})))
+        return cls(int(d["units"]), dict(d.get("overrides", {})), str(d.get("model", "init")))
 
 
 class Context:
@@ -134,7 +152,8 @@ class Context:
         self.seed = int(seed)
         self.dataset = dataset
         self.data_dir = data_dir
-        self._quantities: dict[tuple, list[PrivatizedQuantity]] = {}
+        self._quantities: dict[tuple, tuple] = {}
+        self._trained: dict[tuple, dict[str, torch.Tensor]] = {}
 
     @cached_property
     def data(self):
@@ -145,9 +164,16 @@ class Context:
     def describe(self) -> dict[str, Any]:
         return {"seed": self.seed, "dataset": self.dataset, "data_dir": self.data_dir}
 
-    def quantities(self, defense: str, overrides: Mapping[str, Any]) -> list[PrivatizedQuantity]:
-        """``privatized_quantities`` of ``defense`` built with ``overrides`` (cached)."""
-        key = (defense, tuple(sorted((k, repr(v)) for k, v in overrides.items())))
+    def quantities(self, defense: str, overrides: Mapping[str, Any], model: str = "init",
+                   state: Mapping[str, torch.Tensor] | None = None
+                   ) -> tuple[list[PrivatizedQuantity], dict[str, torch.Tensor] | None]:
+        """``privatized_quantities`` of ``defense`` built with ``overrides`` at a model state (cached).
+
+        Returns the quantities and the state dict of the model they were built with (None when the
+        defense builds its own model internally). ``state`` loads given parameters (a witness's).
+        """
+        key = (defense, tuple(sorted((k, repr(v)) for k, v in overrides.items())), model,
+               None if state is None else id(state))
         if key not in self._quantities:
             from defenses.registry import make_defense
 
@@ -159,11 +185,39 @@ class Context:
                 kwargs["seed"] = self.seed
             if "progress" in sig:
                 kwargs["progress"] = False
-            self._quantities[key] = list(method(self.data, **kwargs))
+            net = None
+            if "model" in sig and hasattr(d, "build") and hasattr(d, "model_spec"):
+                net = self._model(d, model, state)
+                kwargs["model"] = net
+            elif model != "init" or state is not None:
+                raise ConfigError(f"model: defense {defense!r} builds its own model; only 'init' applies")
+            qs = list(method(self.data, **kwargs))
+            saved = None if net is None else {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+            self._quantities[key] = (qs, saved)
         return self._quantities[key]
 
+    def _model(self, defense: Any, kind: str, state: Mapping[str, torch.Tensor] | None) -> torch.nn.Module:
+        """The defense's model at the seed: as initialised, briefly trained, or loaded from ``state``."""
+        import dataclasses
 
-Builder = Callable[["ClaimSpec", Setting, Context], Target]
+        spec = defense.model_spec(self.data.info)
+        net = defense.build(spec, self.seed)
+        if state is not None:
+            net.load_state_dict(dict(state))
+        elif kind == "trained":
+            from defenses.nonprivate import train_contrastive
+
+            cfg = dataclasses.replace(defense.config, epochs=TRAINED_EPOCHS, batch_size=128, lr=1e-3,
+                                      optimizer="adam", weight_decay=0.0)
+            key = (type(defense).__name__, repr(spec), cfg.loss, cfg.temperature, cfg.barlow_lambda)
+            if key not in self._trained:
+                trained, _, _ = train_contrastive(self.data.public.x, self.data.info, cfg, self.seed, progress=False)
+                self._trained[key] = {k: v.detach().clone() for k, v in trained.state_dict().items()}
+            net.load_state_dict(self._trained[key])
+        return net.eval()
+
+
+Builder = Callable[["ClaimSpec", Setting, Context, Any], Target]
 
 
 @dataclass(frozen=True)
@@ -199,18 +253,20 @@ class ClaimSpec:
     def id(self) -> str:
         return f"{self.key}[{self.variant}]" if self.variant else self.key
 
-    def target(self, setting: Setting, ctx: Context) -> Target:
-        return self.builder(self, setting, ctx)
+    def target(self, setting: Setting, ctx: Context, state: Mapping[str, torch.Tensor] | None = None) -> Target:
+        """The search target at ``setting`` (``state``: model parameters to load, from a witness)."""
+        return self.builder(self, setting, ctx, state)
 
-    def quantity(self, setting: Setting, ctx: Context) -> PrivatizedQuantity:
-        """The defense's privatized quantity for this claim at ``setting``."""
+    def quantity(self, setting: Setting, ctx: Context, state: Mapping[str, torch.Tensor] | None = None
+                 ) -> tuple[PrivatizedQuantity, dict[str, torch.Tensor] | None]:
+        """The defense's privatized quantity for this claim at ``setting``, with its model's state."""
         overrides = {**self.base_overrides, **setting.overrides}
-        found = [q for q in ctx.quantities(self.defense, overrides)
-                 if q.claim_id == self.key and getattr(q, "variant", "") == self.variant]
+        qs, saved = ctx.quantities(self.defense, overrides, setting.model, state)
+        found = [q for q in qs if q.claim_id == self.key and getattr(q, "variant", "") == self.variant]
         if len(found) != 1:
             raise ConfigError(f"claim {self.id}: defense {self.defense!r} exposes {len(found)} quantities with this "
                               "claim id and variant (expected 1)")
-        return found[0]
+        return found[0], saved
 
 
 # -- builders ----------------------------------------------------------------------------------------
@@ -228,7 +284,7 @@ def _defense_bounds(q: PrivatizedQuantity, params: Params) -> dict[str, Any]:
     return out
 
 
-def reference_builder(spec: ClaimSpec, setting: Setting, ctx: Context) -> Target:
+def reference_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
     from audit.sensitivity.reference import reference_quantities
 
     dim, clip = int(spec.base_overrides.get("dim", 16)), float(spec.base_overrides.get("clip", 1.0))
@@ -241,20 +297,20 @@ def reference_builder(spec: ClaimSpec, setting: Setting, ctx: Context) -> Target
 def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, Any]]) -> Builder:
     """Builder for quantities of a batch of images (the DP training defenses)."""
 
-    def build(spec: ClaimSpec, setting: Setting, ctx: Context) -> Target:
-        q = spec.quantity(setting, ctx)
+    def build(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
+        q, saved = spec.quantity(setting, ctx, state)
         params = param_fn(setting, q)
         data = ctx.data
         domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes)
         return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
-                      setting.to_dict(), extra=_defense_bounds(q, params))
+                      setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved)
 
     return build
 
 
-def alm_builder(spec: ClaimSpec, setting: Setting, ctx: Context) -> Target:
+def alm_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
     """ALM: replace one record of the fine-tuning set (the members) by any labelled image."""
-    q = spec.quantity(setting, ctx)
+    q, _ = spec.quantity(setting, ctx, state)
     data = ctx.data
     params = {k: v for k, v in q.params.items()}
     pool_x = torch.cat([data.train.x, data.public.x, data.test.x])
@@ -265,7 +321,7 @@ def alm_builder(spec: ClaimSpec, setting: Setting, ctx: Context) -> Target:
                   setting.to_dict(), fixed_base=base, extra=_defense_bounds(q, params))
 
 
-def fedemb_builder(spec: ClaimSpec, setting: Setting, ctx: Context) -> Target:
+def fedemb_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
     """DP-FedEmb: one user's examples (``examples_per_user`` rows) replaced inside one virtual client.
 
     The replacement keeps the user's labels: the implementation sizes every client's fresh local
@@ -273,7 +329,7 @@ def fedemb_builder(spec: ClaimSpec, setting: Setting, ctx: Context) -> Target:
     change that altered that count would re-draw every other client's head from the shared seed --
     a change of coupling, not of data, which no proof (nor DP) cares about.
     """
-    q = spec.quantity(setting, ctx)
+    q, _ = spec.quantity(setting, ctx, state)
     data = ctx.data
     per_user = int(setting.overrides.get("examples_per_user", 2))
     per_client = int(setting.overrides.get("users_per_client", 1))
@@ -310,7 +366,14 @@ def _group_params(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
 
 # -- the register ------------------------------------------------------------------------------------
 S = Setting
-_DP_SMALL = {"encoder": "cnn"}
+
+
+def T(units: int, **overrides: Any) -> Setting:
+    """A setting at the briefly trained model."""
+    return Setting(units, overrides, "trained")
+
+
+_GROUPS = (T(8, group_size=2, batch_size=8), T(4, group_size=2, batch_size=4), S(6, {"group_size": 3, "batch_size": 6}))
 
 _ENTRIES: list[ClaimSpec] = [
     # reference functions (calibration of the samplers)
@@ -327,49 +390,41 @@ _ENTRIES: list[ClaimSpec] = [
               (S(3), S(8)), reference=True, budget_seconds=4),
     # DPCL (Li et al.), replace-one, fixed-size batches
     ClaimSpec("dpcl.similarity-matrix", "DPCL Thm. 1 (Sec. 3.2.2)", "replace-one", "l2", "4 sqrt(2B - 1)",
-              dpcl_similarity_bound, ("B",), image_builder(_with()), (S(2), S(4), S(8)), defense="dpcl-simclr"),
+              dpcl_similarity_bound, ("B",), image_builder(_with()), (T(2), T(4), S(8)), defense="dpcl-simclr"),
     ClaimSpec("dpcl.mean", "DPCL Thm. 2 (Sec. 3.3.2)", "replace-one", "l2", "2 / B", dpcl_mean_bound, ("B",),
-              image_builder(_with()), (S(2), S(4), S(8)), defense="dpcl-barlow"),
+              image_builder(_with()), (T(2), T(4), S(8)), defense="dpcl-barlow"),
     ClaimSpec("dpcl.sse", "DPCL Thm. 3 (Sec. 3.3.2)", "replace-one", "l2", "6", dpcl_sse_bound, (),
-              image_builder(_with()), (S(2), S(4), S(8)), defense="dpcl-barlow",
-              notes=("the L2 norm of the vector of per-feature SSEs; the tight value for unit rows is "
-                     "4 (1 - 1/B) (rows e1 -> -e1 among copies of e1), so 6 holds in this reading",)),
+              image_builder(_with()), (T(8), T(4), S(2)), defense="dpcl-barlow",
+              notes=("the L2 norm of the vector of per-feature SSEs; for unit rows its supremum is 4 (1 - 1/B) "
+                     "(one row e1 replaced by -e1 among copies of e1), so 6 holds, loosely, in this reading",)),
     ClaimSpec("dpcl.simclr-gradient", "DPCL Sec. 3.2.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
-              image_builder(_with("C")), (S(2), S(4), S(3, {"temperature": 0.1})), defense="dpcl-simclr",
+              image_builder(_with("C")), (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr",
               base_overrides={"clip_unit": "view"}),
     ClaimSpec("dpcl.simclr-gradient-plain", "DPCL Sec. 3.2.1", "replace-one", "l2", "4 B C",
-              dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C")), (S(2), S(4), S(3, {"temperature": 0.1})),
-              defense="dpcl-simclr", base_overrides={"clip_unit": "view"}),
+              dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C")),
+              (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"}),
     ClaimSpec("dpcl.barlow-gradient", "DPCL Sec. 3.3.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
-              image_builder(_with("C")), (S(2), S(4), S(8)), defense="dpcl-barlow",
+              image_builder(_with("C")), (T(2), T(4), S(4)), defense="dpcl-barlow",
               base_overrides={"clip_unit": "view"}),
     # DP-GCL (add/remove)
     ClaimSpec("dpgcl.sample-level", "DP-GCL Sec. 2.3.1 (Eq. 6)", "add-remove", "l2", "(2B + 1) t C (t = 1 in Eq. 6)",
-              dpgcl_sample_level_bound, ("B", "C", "t"), image_builder(_with("C", "t")), (S(1), S(2), S(4)),
+              dpgcl_sample_level_bound, ("B", "C", "t"), image_builder(_with("C", "t")), (T(1), T(2), S(4)),
               defense="dpsgd"),
     ClaimSpec("dpgcl.batch-level", "DP-GCL Eq. 7 (Sec. 2.3.2)", "add-remove", "l2", "2C", dpgcl_batch_level_bound,
-              ("C",), image_builder(_with("C")), (S(1), S(2), S(4)), defense="dp-clip"),
+              ("C",), image_builder(_with("C")), (T(1), T(2), S(4)), defense="dp-clip"),
     ClaimSpec("dpgcl.group-clip", "DP-GCL Thm. 1 (Eq. 8)", "add-remove", "l2", "(2 ceil(B/S) + 1) C",
-              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params),
-              (S(4, {"group_size": 2, "batch_size": 4}), S(3, {"group_size": 1, "batch_size": 3}),
-               S(6, {"group_size": 3, "batch_size": 6})), defense="dp-gcl"),
+              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params), _GROUPS, defense="dp-gcl"),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
-              ("C",), image_builder(_group_params),
-              (S(4, {"group_size": 2, "batch_size": 4}), S(3, {"group_size": 1, "batch_size": 3}),
-               S(6, {"group_size": 3, "batch_size": 6})), defense="dp-gcl", variant="random"),
+              ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="random"),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
-              ("C",), image_builder(_group_params),
-              (S(4, {"group_size": 2, "batch_size": 4}), S(3, {"group_size": 1, "batch_size": 3}),
-               S(6, {"group_size": 3, "batch_size": 6})), defense="dp-gcl", variant="chunk"),
+              ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="chunk"),
     # Logit-DP (add/remove)
     ClaimSpec("logitdp.infonce", "Logit-DP Lemma 4.5 (Thm. 4.2, Cor. 4.3)", "add-remove", "l2",
               "2 (1 + (n - 2) e^(2/tau) / (e^(2/tau) + n - 1)) C, n = B + 1", logitdp_infonce_bound,
               ("n", "C", "tau"), image_builder(_logit_params),
-              (S(1), S(3), S(1, {"temperature": 0.1}), S(3, {"temperature": 0.1})), defense="logit-dp",
-              base_overrides={"loss": "infonce"}),
+              (T(1), T(3), T(1, temperature=0.1), S(3, {"temperature": 0.1})), defense="logit-dp"),
     ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
-              image_builder(_logit_params), (S(1), S(2), S(4)), defense="logit-dp",
-              base_overrides={"loss": "spreadout"}),
+              image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp"),
     # DP-FedEmb (user level, replace-one)
     ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
               "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,

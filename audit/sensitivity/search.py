@@ -48,8 +48,9 @@ class Target:
 
     ``units``: size of D in privacy units (D' has one more under add-remove). ``fixed_base``: the
     claim is about neighbours of this one dataset (ALM's fine-tuning set), so the search never
-    changes it. ``setting``: JSON-able description (defense overrides, units) to rebuild the target
-    for a replay. ``extra``: anything worth reporting (the defense's own bound, corrected bounds).
+    changes it. ``setting``: JSON-able description (defense overrides, units, model state) to rebuild
+    the target for a replay. ``extra``: anything worth reporting (the defense's own bound, corrected
+    bounds). ``model_state``: the parameters of the model ``fn`` evaluates (saved with a witness).
     """
 
     fn: QuantityFn
@@ -62,6 +63,7 @@ class Target:
     setting: dict[str, Any]
     fixed_base: Rows | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    model_state: dict[str, torch.Tensor] | None = None
 
 
 @dataclass

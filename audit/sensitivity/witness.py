@@ -1,7 +1,8 @@
 """Witnesses of violated claims: saved atomically, replayed bit for bit.
 
 A witness is one safetensors file (no code runs on load) holding both neighbours' input rows
-(``a.<field>``, ``b.<field>``: D and D') and both outputs (``out.a``, ``out.b``), with a JSON header
+(``a.<field>``, ``b.<field>``: D and D'), both outputs (``out.a``, ``out.b``) and the parameters of
+the model the quantity was evaluated at (``model.<name>``, when the defense takes a model), with a JSON header
 (safetensors metadata ``privaudit``) naming everything needed to rebuild the function: the claim id,
 the setting (defense hyper-parameter overrides, batch size in units), the context the defense was
 built in (seed, dataset), the shared randomness seed, the torch version and thread count, and the
@@ -48,10 +49,13 @@ def save_witness(directory: str | Path, claim: Any, target: Target, found: Found
     tensors.update({f"b.{k}": v.detach().cpu().contiguous() for k, v in b_rows.items()})
     tensors["out.a"] = found.fa.detach().cpu().contiguous()
     tensors["out.b"] = found.fb.detach().cpu().contiguous()
+    for k, v in (target.model_state or {}).items():
+        tensors[f"model.{k}"] = v.detach().cpu().contiguous()
     meta = {
         "format": FORMAT, "version": VERSION, "claim": claim.id, "source": claim.source, "relation": claim.relation,
         "norm": claim.norm, "formula": claim.formula, "setting": target.setting, "params": target.params,
         "randomness": int(found.pair.randomness), "fields": sorted(a_rows), "context": context,
+        "model_state": target.model_state is not None,
         "bound": result["bound"], "observed": result["observed"], "tolerance": result["tolerance"],
         "ratio": result["ratio"], "verdict": result["verdict"], "torch": torch.__version__,
         "num_threads": torch.get_num_threads(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -110,7 +114,8 @@ def replay(path: str | Path) -> dict[str, Any]:
     seed = int(meta["randomness"])
     # The defense is rebuilt (pretraining included) with the recorded thread count too.
     with num_threads(meta.get("num_threads")):
-        target = claim.target(Setting.from_dict(meta["setting"]), ctx)
+        state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")} or None
+        target = claim.target(Setting.from_dict(meta["setting"]), ctx, state)
         with torch.no_grad():
             fa = target.fn(target.domain.batch(rows_a), seed).detach().reshape(-1).cpu()
             fb = target.fn(target.domain.batch(rows_b), seed).detach().reshape(-1).cpu()
