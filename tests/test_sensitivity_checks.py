@@ -122,6 +122,13 @@ def test_gradient_ascent_climbs_from_an_orthogonal_pair_to_antipodal():
     assert ev.best.distance >= 0.95 * 2.0
 
 
+def test_gradient_restarts_are_vmapped_when_the_quantity_allows(tmp_path):
+    [r] = check_claims(["reference.clipped-sum.replace-one"], seed=0, witness_dir=tmp_path, evaluations=200)
+    for s in r["config"]["settings"]:
+        assert s["phases"]["ascent"]["gradient_steps"] >= 1
+        assert s["phases"]["ascent"]["vmapped"] is True
+
+
 def test_zeroth_order_ascent_climbs_without_gradients():
     target = _reference_target("reference.clipped-sum.replace-one", 3)
     fn = target.fn

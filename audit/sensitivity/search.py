@@ -308,6 +308,12 @@ def _decode(dom: Domain, rows: Rows, free: dict[str, torch.Tensor]) -> Rows:
     return out
 
 
+def ignores_randomness(target: Target, pair: Pair, ev: Evaluator) -> bool:
+    """Whether ``fn`` gives bit-identical outputs on ``pair``'s D' under two different seeds."""
+    _, b = pair.neighbours(target.relation, target.domain.unit_size)
+    return bool(torch.equal(ev.output(b, pair.randomness), ev.output(b, pair.randomness + 1)))
+
+
 def differentiable(target: Target, pair: Pair) -> bool:
     """Whether ``fn``'s output carries a gradient with respect to the changed unit's continuous fields."""
     dom = target.domain
@@ -322,12 +328,48 @@ def differentiable(target: Target, pair: Pair) -> bool:
         return False
 
 
+def _stack_batches(batches: list[Any]) -> Any:
+    if isinstance(batches[0], tuple):
+        return tuple(torch.stack(parts) for parts in zip(*batches))
+    return torch.stack(batches)
+
+
+def _distances(target: Target, pairs: list[tuple[Rows, Rows, int]], vectorised: list[bool]) -> list[torch.Tensor]:
+    """Differentiable distances of several (D, D', seed) at once.
+
+    Pairs sharing a seed go through one ``torch.func.vmap`` of ``fn`` over the stacked batches
+    (``vectorised[0]`` is cleared, for good, the first time ``fn`` cannot be vmapped); otherwise
+    one call per neighbour.
+    """
+    dom = target.domain
+    out: list[torch.Tensor | None] = [None] * len(pairs)
+    by_seed: dict[int, list[int]] = {}
+    for i, (_, _, seed) in enumerate(pairs):
+        by_seed.setdefault(int(seed), []).append(i)
+    for seed, idx in by_seed.items():
+        if vectorised[0] and len(idx) > 1:
+            try:
+                fn = torch.func.vmap(lambda batch: target.fn(batch, seed).reshape(-1))
+                fa = fn(_stack_batches([dom.batch(pairs[i][0]) for i in idx]))
+                fb = fn(_stack_batches([dom.batch(pairs[i][1]) for i in idx]))
+                for k, i in enumerate(idx):
+                    out[i] = _smooth_distance(fa[k] - fb[k], target.norm)
+                continue
+            except Exception:  # noqa: BLE001 - not vmappable (data-dependent shapes, generators, ...)
+                vectorised[0] = False
+        for i in idx:
+            a, b, _ = pairs[i]
+            out[i] = _smooth_distance(target.fn(dom.batch(a), seed) - target.fn(dom.batch(b), seed), target.norm)
+    return out  # type: ignore[return-value]
+
+
 def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Clock, deadline: float,
-                    lr: float = 0.05) -> int:
+                    lr: float = 0.05, info: dict[str, Any] | None = None) -> int:
     """Adam on every start's free coordinates (changed unit and, unless fixed, the base) until the deadline.
 
-    All restarts step together: their distances are summed and differentiated in one backward pass.
-    A step whose distance beats the best seen is re-evaluated exactly (no grad) by the evaluator.
+    All restarts step together: restarts that share a seed are evaluated in one vmapped call of
+    ``fn`` when it allows (one loop otherwise), and their summed distances are differentiated in one
+    backward pass. A step whose distance beats the best seen is re-evaluated exactly (no grad).
     """
     dom = target.domain
     if not starts:
@@ -343,22 +385,20 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
         groups.append({"params": tensors, "lr": lr * scale})
         states.append((p, new_free, base_free))
     opt = torch.optim.Adam(groups)
+    vectorised = [True]
     steps = 0
     while steps == 0 or clock.now() < deadline:
         opt.zero_grad(set_to_none=True)
-        total = torch.zeros((), dtype=torch.float64)
-        candidates = []
         with torch.enable_grad():
+            pairs, candidates = [], []
             for p, new_free, base_free in states:
                 base = _decode(dom, p.base, base_free) if base_free else p.base
                 new = _decode(dom, p.new, new_free)
                 a, b = Pair(base, new, p.position, p.randomness).neighbours(target.relation, dom.unit_size)
-                fa = target.fn(dom.batch(a), int(p.randomness))
-                fb = target.fn(dom.batch(b), int(p.randomness))
-                d = _smooth_distance(fa - fb, target.norm)
-                total = total + d
-                candidates.append((float(d.detach()), Pair(_detach_rows(base), _detach_rows(new), p.position,
-                                                           p.randomness)))
+                pairs.append((a, b, p.randomness))
+                candidates.append(Pair(_detach_rows(base), _detach_rows(new), p.position, p.randomness))
+            dists = _distances(target, pairs, vectorised)
+            total = torch.stack(dists).sum()
         if not total.requires_grad:
             break
         (-total).backward()
@@ -366,9 +406,11 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
         steps += 1
         ev.gradient_pairs += len(states)
         best = ev.best.distance if ev.best is not None else -math.inf
-        for d, pair in candidates:
-            if d > best:
+        for d, pair in zip(dists, candidates):
+            if float(d.detach()) > best:
                 best = max(best, ev.evaluate(pair))
+    if info is not None:
+        info["vmapped"] = vectorised[0] and len({p.randomness for p in starts}) < len(starts)
     return steps
 
 
@@ -452,7 +494,11 @@ def search(target: Target, gen: torch.Generator, *, seconds: float | None = None
         # half the ascent by gradient, then mutations from the best pairs (they also move the
         # discrete parts -- labels, shared seed, position -- that gradients cannot)
         middle = random_end + (ascent_end - random_end) / 2
-        phases["ascent"]["gradient_steps"] = gradient_ascent(target, ev, starts, clock, middle)
+        if ignores_randomness(target, starts[0], ev):
+            # one shared seed lets the restarts go through one vmapped call
+            starts = [Pair(p.base, p.new, p.position, starts[0].randomness) for p in starts]
+        phases["ascent"]["gradient_steps"] = gradient_ascent(target, ev, starts, clock, middle,
+                                                             info=phases["ascent"])
         starts = [ev.best.pair] + [p for p in starts if p is not ev.best.pair][:restarts - 1]
     phases["ascent"]["mutation_iterations"] = zeroth_order_ascent(target, ev, starts, gen, clock, ascent_end)
     steps = phases["ascent"]["mutation_iterations"]
