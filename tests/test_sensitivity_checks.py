@@ -140,6 +140,12 @@ def test_zeroth_order_ascent_climbs_without_gradients():
     assert ev.best.distance >= 0.95 * 2.0
 
 
+def test_a_budget_too_small_to_cover_the_settings_is_inconclusive(tmp_path):
+    [r] = check_claims(["reference.unit-mean"], seed=0, witness_dir=tmp_path, evaluations=10)
+    assert r["verdict"] == "inconclusive"
+    assert "did not cover" in r["config"]["reason"]
+
+
 def test_evaluation_budget_is_reproducible(tmp_path):
     a = check_claims(["reference.unit-mean"], seed=3, witness_dir=tmp_path, evaluations=120)
     b = check_claims(["reference.unit-mean"], seed=3, witness_dir=tmp_path, evaluations=120)

@@ -20,7 +20,7 @@ from typing import Any
 
 from audit.errors import ConfigError, check_positive
 from audit.sensitivity.register import ClaimSpec, Context, select
-from audit.sensitivity.search import SearchResult, Target, search
+from audit.sensitivity.search import MIN_PAIRS, SearchResult, Target, search
 from audit.sensitivity.verdict import is_violation, tolerance, verdict
 from audit.sensitivity.witness import num_threads, save_witness
 from defenses.seeding import torch_generator
@@ -118,7 +118,8 @@ def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None =
     if v == "inconclusive":
         config["reason"] = ("the bound is sampled (no closed form): the search can refute it but not confirm it"
                             if not spec.closed_form else
-                            "; ".join(errors) if errors else "the budget did not cover every setting")
+                            "; ".join(errors) if errors else
+                            f"the budget did not cover every setting (each needs {MIN_PAIRS} pairs and both phases)")
     result = dict(zip(RESULT_KEYS, (spec.id, spec.source, spec.relation, target.bound, observed,
                                     _ratio(observed, target.bound), v, None, config)))
     if v == "violated" and witness_dir is not None and found is not None:

@@ -422,7 +422,8 @@ _ENTRIES: list[ClaimSpec] = [
     ClaimSpec("logitdp.infonce", "Logit-DP Lemma 4.5 (Thm. 4.2, Cor. 4.3)", "add-remove", "l2",
               "2 (1 + (n - 2) e^(2/tau) / (e^(2/tau) + n - 1)) C, n = B + 1", logitdp_infonce_bound,
               ("n", "C", "tau"), image_builder(_logit_params),
-              (T(1), T(3), T(1, temperature=0.1), S(3, {"temperature": 0.1})), defense="logit-dp"),
+              (T(1), T(3), T(1, temperature=0.1), S(3, {"temperature": 0.1})), defense="logit-dp",
+              budget_seconds=16),
     ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
               image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp"),
     # DP-FedEmb (user level, replace-one)

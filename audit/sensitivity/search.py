@@ -40,6 +40,7 @@ from audit.sensitivity.verdict import distance, vector_norm
 
 QuantityFn = Callable[[Any, int], torch.Tensor]
 SEED_RANGE = 2 ** 31
+MIN_PAIRS = 20  # a setting searched with fewer pairs is not covered: its claim cannot "hold"
 
 
 @dataclass
@@ -473,7 +474,8 @@ def search(target: Target, gen: torch.Generator, *, seconds: float | None = None
 
     The budget is ``seconds`` of wall clock or, for reproducible runs, ``evaluations`` pairs. The
     random phase takes ``random_share`` of it, R–A (when run) 30%, the ascent the rest. ``covered``
-    is True when the random phase and the ascent both ran (at least one pair, one step).
+    is True when the random phase and the ascent both ran and at least :data:`MIN_PAIRS` pairs
+    were evaluated.
     """
     start = time.perf_counter()
     ev = Evaluator(target)
@@ -506,7 +508,7 @@ def search(target: Target, gen: torch.Generator, *, seconds: float | None = None
     if rubinstein_pool is not None:
         ra = rubinstein_alda(target, ev, rubinstein_pool, gen, clock, total)
         phases["rubinstein-alda"] = ra if ra is not None else {"skipped": "no budget left for one pair"}
-    covered = n_random >= 1 and steps >= 1
+    covered = n_random >= 1 and steps >= 1 and ev.evaluations + ev.gradient_pairs >= MIN_PAIRS
     return SearchResult(ev.best, ev.evaluations, time.perf_counter() - start, phases, covered)
 
 
