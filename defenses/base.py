@@ -69,7 +69,9 @@ class PrivatizedQuantity:
     ``fn(batch, randomness)`` computes the quantity for a batch (a tensor of inputs, or a tuple for
     paired data) given the shared randomness (a seed or generator fixed across both neighbours);
     ``bound(params)`` is the claimed sensitivity as a function of the parameters (B, S, C, tau, ...)
-    in norm ``norm`` under ``relation``.
+    in norm ``norm`` under ``relation``. Where the paper's bound is wrong, ``corrected_bound(params)``
+    is the bound that holds (None: the claimed bound is believed correct). ``variant`` tells apart
+    several implementations of one claim (e.g. two groupings of DP-GCL).
     """
 
     claim_id: str
@@ -80,6 +82,8 @@ class PrivatizedQuantity:
     params: Mapping[str, float]
     norm: str = "l2"
     description: str = ""
+    corrected_bound: Callable[[Mapping[str, float]], float] | None = None
+    variant: str = ""
 
 
 @dataclass

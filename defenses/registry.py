@@ -14,6 +14,12 @@ DEFENSES: dict[str, str] = {
     "alm": "defenses.alm:ALM",
     "dp-fedemb": "defenses.fedemb:DPFedEmb",
     "dp-fedavg": "defenses.fedemb:DPFedAvg",
+    "dpsgd": "defenses.dpsgd:DPSGD",
+    "dp-clip": "defenses.dp_clip:DPClip",
+    "dpcl-simclr": "defenses.dpcl:DPCLSimCLR",
+    "dpcl-barlow": "defenses.dpcl:DPCLBarlow",
+    "dp-gcl": "defenses.dp_gcl:DPGCL",
+    "logit-dp": "defenses.logit_dp:LogitDP",
 }
 
 

@@ -38,6 +38,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _quiet(fn, *args):
+    """Call ``fn`` with dp-accounting's convergence warnings (absl) silenced."""
+    import logging
+
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        return fn(*args)
+    finally:
+        logger.setLevel(level)
+
+
 def run(args: argparse.Namespace) -> int:
     params = parse_params(args.param)
     for flag in ("loss", "encoder", "epochs", "batch_size", "lr"):
@@ -63,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     baseline = build_model(trained.spec, seed=args.seed).to(device).eval()
     random_init = encoder_utility(baseline.represent, data.train.x, data.train.y, data.test.x, data.test.y,
                                   k=args.knn_k, device=device)
-    epsilons = {name: r.to_dict() for name, r in all_epsilons(trained.claim).items()}
+    epsilons = {name: r.to_dict() for name, r in _quiet(all_epsilons, trained.claim).items()}
 
     checkpoint = None
     if not args.no_save:
@@ -74,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
         emit_json({"defense": args.defense, "dataset": args.dataset, "seed": args.seed, "device": str(device),
                    "n_members": len(data.train), "steps": len(trained.history.get("step", [])),
                    "train_seconds": seconds, "utility": utility, "random_init": random_init,
-                   "claim": trained.claim.to_dict(), "epsilon": epsilons, "checkpoint": checkpoint})
+                   "claim": trained.claim.to_dict(), "epsilon": epsilons, "checkpoint": checkpoint,
+                   "dp": {k: v for k, v in trained.extras.get("dp", {}).items() if k != "param_names"} or None})
         return 0
 
     steps = len(trained.history.get("step", []))
@@ -93,6 +107,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"  epsilon[{name}]: not applicable: {r['reason']}")
         else:
             print(f"  epsilon[{name}] = {r['epsilon']:.4g}")
+    dp = trained.extras.get("dp")
+    if dp:
+        zs = ", ".join(f"{k} {v:.4g}" for k, v in dp["noise_multipliers"].items())
+        snr = dp.get("grad_snr_first")
+        frac = dp.get("mean_clipped_fraction")
+        print(f"noise multipliers: {zs}; unit: {dp['unit']} (clip {dp['unit_clip']:.4g}); "
+              f"first-step gradient SNR {snr:.3g}; mean clipped fraction "
+              + ("-" if frac is None else f"{frac:.3f}"))
     for note in trained.claim.notes:
         print(f"  note: {note}")
     if checkpoint:

@@ -10,6 +10,7 @@ import torch
 from audit.errors import one_of
 from defenses.losses.barlow import (BARLOW_LAMBDA, barlow_twins, cross_correlation, feature_mean, feature_sse,
                                     feature_stats)
+from defenses.losses.group_infonce import group_info_nce, group_info_nce_dual
 from defenses.losses.infonce import info_nce, info_nce_from_logits, nt_xent, nt_xent_from_similarity
 from defenses.losses.reduce import REDUCTIONS, reduce_terms
 from defenses.losses.similarity import cosine_similarity_matrix
@@ -39,7 +40,8 @@ def make_objective(name: str, *, temperature: float = 0.5, barlow_lambda: float 
 
 __all__ = [
     "BARLOW_LAMBDA", "OBJECTIVES", "REDUCTIONS", "Objective", "barlow_twins", "cosine_similarity_matrix",
-    "cross_correlation", "feature_mean", "feature_sse", "feature_stats", "info_nce", "info_nce_from_logits",
+    "cross_correlation", "feature_mean", "feature_sse", "feature_stats", "group_info_nce", "group_info_nce_dual",
+    "info_nce", "info_nce_from_logits",
     "make_objective", "nt_xent", "nt_xent_from_similarity", "reduce_terms", "spreadout",
     "spreadout_from_similarity",
 ]

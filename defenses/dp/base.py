@@ -1,0 +1,368 @@
+"""The DP training skeleton every DP contrastive defense shares.
+
+A method (DP-SGD on InfoNCE, batch clipping, DPCL, DP-GCL, Logit-DP) supplies four things:
+
+* :meth:`DPDefense.plan` -- how batches are sampled (Poisson by default; DPCL samples fixed-size
+  batches without replacement) and whether its sensitivity needs a batch-size cap;
+* :meth:`DPDefense.mechanisms` -- the Gaussian mechanisms of one step with the sensitivity each is
+  calibrated with (the paper's claim, or the sound bound, ``sensitivity='paper'|'sound'``) and their
+  budget shares; the first one is the clipped gradient sum;
+* :meth:`DPDefense.compute` -- for one batch and one :class:`StepRandomness`, everything before the
+  gradient noise: the other mechanisms' noisy releases, the loss, the per-unit clipped sum;
+* notes for the claim.
+
+This class owns the rest: the model, calibration of the noise to ``Budget.target_epsilon`` through
+:mod:`accountants`, the claim, the noisy release with the canary hook (:mod:`defenses.dp.step`), the
+training loop (:func:`defenses.training.run_training`), the history (loss, clipped fraction, gradient
+SNR) and the privatized quantities, which call the same :meth:`compute` the training step calls.
+
+The history holds non-private diagnostics (true loss, norms, clipped fraction); they are not covered
+by the claim and must not be released with the model.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping
+
+import torch
+import torch.nn as nn
+
+from accountants import PrivacyClaim
+from accountants.registry import ACCOUNTANTS
+from audit.datasets import DatasetInfo, MembershipData
+from audit.errors import ConfigError, check_positive, one_of
+from defenses.augment import Augmentation, augmentation_for
+from defenses.base import Budget, Defense, PrivatizedQuantity, Trained
+from defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibrate_multiplier, noise_multipliers,
+                                    plan_sampling)
+from defenses.dp.embedder import Embedder
+from defenses.dp.gradients import ClippedSum, zero_sum
+from defenses.dp.randomness import StepRandomness
+from defenses.dp.step import CanarySource, canaries_at, release
+from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
+from defenses.sampling import make_batches
+from defenses.seeding import derive_seed, torch_generator
+from defenses.training import ContrastiveConfig, make_optimizer, run_training
+
+SENSITIVITY_MODES = ("paper", "sound")
+
+
+@dataclass(frozen=True)
+class DPConfig(ContrastiveConfig):
+    """Hyper-parameters shared by the DP defenses (on top of :class:`ContrastiveConfig`).
+
+    ``clip`` is the unit clip norm (per term, view, example, group, batch or similarity pair).
+    ``sensitivity`` picks the bound the noise is calibrated with: the paper's claim or the sound one.
+    ``unit_chunk`` bounds memory: unit gradients are materialised ``unit_chunk`` at a time.
+    ``overflow_tolerance`` caps the probability that a Poisson batch exceeds the batch size a
+    batch-size-dependent bound was computed for (such a batch releases noise only).
+    ``freeze`` lists parameter-name prefixes kept at their initial values (neither trained nor
+    noised), e.g. ``("encoder.net.1", "encoder.net.4")``; the clip and noise act on the rest.
+    ``signal=False`` is a diagnostic control: the clipped sum is replaced by zeros, so only the noise
+    moves the weights and no data is used. Comparing a run with its noise-only control separates
+    what the model learned from the effect of re-randomising the weights with noise.
+    """
+
+    clip: float = 1.0
+    sensitivity: str = "sound"
+    accountant: str = "rdp"
+    unit_chunk: int = 64
+    overflow_tolerance: float = 1e-9
+    freeze: tuple[str, ...] = ()
+    signal: bool = True
+
+    def validate(self) -> None:
+        super().validate()
+        check_positive("clip", self.clip)
+        check_positive("unit_chunk", self.unit_chunk)
+        if self.sensitivity not in SENSITIVITY_MODES:
+            raise one_of("sensitivity", self.sensitivity, SENSITIVITY_MODES)
+        if self.accountant not in ACCOUNTANTS:
+            raise one_of("accountant", self.accountant, ACCOUNTANTS)
+        if not 0 < self.overflow_tolerance < 1:
+            raise ConfigError(f"overflow_tolerance: must lie in (0, 1), got {self.overflow_tolerance!r}")
+
+
+@dataclass
+class StepContext:
+    """What :meth:`DPDefense.compute` needs besides the batch: model, parameters, noise levels."""
+
+    model: nn.Module
+    embedder: Embedder
+    params: dict[str, torch.Tensor]
+    augment: Augmentation
+    plan: SamplingPlan
+    multipliers: dict[str, float]
+    sensitivities: dict[str, float]
+    chunk: int
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.params.values())).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(iter(self.params.values())).dtype
+
+    def noise_std(self, mechanism: str) -> float:
+        return self.multipliers[mechanism] * self.sensitivities[mechanism]
+
+
+@dataclass
+class StepOutput:
+    """Everything before the gradient noise: the clipped sum, the true loss, pre-noise quantities."""
+
+    clipped: ClippedSum
+    loss: float
+    quantities: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class PreparedRun:
+    """A run ready to train: model, batches, the step function, optimizer and the claim."""
+
+    model: nn.Module
+    step: Callable[[torch.Tensor], dict[str, float]]
+    batches: Any
+    plan: SamplingPlan
+    optimizer: torch.optim.Optimizer
+    claim: PrivacyClaim
+    extras: dict[str, Any]
+
+
+class DPDefense(Defense):
+    """Base class of the DP defenses; see the module docstring for what subclasses provide."""
+
+    private = True
+    Config = DPConfig
+    sampler: ClassVar[str] = "poisson"
+    paper_accountant: ClassVar[str] = "rdp"
+    source: ClassVar[str] = ""
+    unit_kind: ClassVar[str] = ""
+
+    # -- what a method provides -----------------------------------------------------------------------
+    def plan(self, n: int) -> SamplingPlan:
+        cfg = self.config
+        return plan_sampling(self.sampler, n, cfg.batch_size, cfg.epochs, bounded=self.batch_bounded(),
+                             overflow_tolerance=cfg.overflow_tolerance)
+
+    def batch_bounded(self) -> bool:
+        """True when the calibrated sensitivity grows with the batch size (needs ``max_batch``)."""
+        return False
+
+    @abstractmethod
+    def mechanisms(self, plan: SamplingPlan) -> list[Mechanism]:
+        """The step's mechanisms; the first is the clipped gradient sum."""
+
+    @abstractmethod
+    def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
+        """Everything of one step on inputs ``x`` before the gradient noise."""
+
+    def normalizer(self, plan: SamplingPlan) -> float:
+        """The data-independent constant the noisy sum is divided by (post-processing)."""
+        return 1.0
+
+    def notes(self, plan: SamplingPlan, mechanisms: list[Mechanism]) -> list[str]:
+        return []
+
+    def min_batch(self) -> int:
+        """Batches smaller than this release noise only (the loss is undefined or zero)."""
+        return 1
+
+    def unit_clip(self) -> float:
+        """Largest norm one clipped unit contributes (the canary norm bound)."""
+        return self.config.clip
+
+    def model_spec(self, info: DatasetInfo) -> ModelSpec:
+        return self.config.model_spec(info)
+
+    def make_model(self, spec: ModelSpec, seed: int) -> nn.Module:
+        return build_model(spec, seed=seed)
+
+    def build(self, spec: ModelSpec, seed: int) -> nn.Module:
+        """:meth:`make_model` with the ``freeze`` prefixes excluded from training."""
+        model = self.make_model(spec, seed)
+        names = [n for n, _ in model.named_parameters()]
+
+        def frozen(name: str, prefix: str) -> bool:
+            return name == prefix or name.startswith(prefix + ".")
+
+        for prefix in self.config.freeze:
+            if not any(frozen(n, prefix) for n in names):
+                raise ConfigError(f"freeze: no parameter is or lies under {prefix!r}; parameters: {', '.join(names)}")
+        for n, p in model.named_parameters():
+            if any(frozen(n, prefix) for prefix in self.config.freeze):
+                p.requires_grad_(False)
+        if not any(p.requires_grad for p in model.parameters()):
+            raise ConfigError("freeze: every parameter is frozen")
+        return model
+
+    def released(self, model: nn.Module) -> ContrastiveModel:
+        """The encoder that is released (and evaluated) from the trained model."""
+        assert isinstance(model, ContrastiveModel)
+        return model
+
+    def params_summary(self, plan: SamplingPlan) -> dict[str, Any]:
+        """Method-specific parameters recorded in the claim."""
+        return {"clip": self.config.clip, "unit": self.unit_kind, "sensitivity_mode": self.config.sensitivity}
+
+    # -- shared machinery -----------------------------------------------------------------------------
+    def variant(self, **overrides: Any) -> "DPDefense":
+        """The same defense with some hyper-parameters replaced."""
+        return type(self)({**self.config_dict(), **overrides})
+
+    def claim_for(self, plan: SamplingPlan, mechanisms: list[Mechanism], gradient_multiplier: float,
+                  delta: float) -> PrivacyClaim:
+        claim = self._claim_for(plan, mechanisms, gradient_multiplier, delta)
+        if not self.config.signal:
+            claim = claim.with_notes("diagnostic noise-only control (signal=False): the updates are pure noise")
+        return claim
+
+    def _claim_for(self, plan: SamplingPlan, mechanisms: list[Mechanism], gradient_multiplier: float,
+                   delta: float) -> PrivacyClaim:
+        sampler_note = None
+        if plan.max_batch is not None:
+            sampler_note = (f"batches over {plan.max_batch} examples release noise only; "
+                            f"probability over the run {plan.overflow:.2g}")
+        return build_claim(plan, mechanisms, gradient_multiplier, delta, paper_accountant=self.paper_accountant,
+                           source=self.source, notes=self.notes(plan, mechanisms),
+                           params=self.params_summary(plan), sampler_note=sampler_note)
+
+    def calibrate(self, plan: SamplingPlan, mechanisms: list[Mechanism], budget: Budget, delta: float) -> float:
+        if budget.noise_multiplier is not None:
+            return float(budget.noise_multiplier)
+        if budget.target_epsilon is None:
+            raise ConfigError(f"defense {self.name!r} is private: give --target-epsilon or --noise-multiplier")
+        return calibrate_multiplier(lambda z: self.claim_for(plan, mechanisms, z, delta), budget.target_epsilon,
+                                    self.config.accountant)
+
+    def context(self, model: nn.Module, plan: SamplingPlan, multipliers: Mapping[str, float],
+                mechanisms: list[Mechanism], augment: Augmentation) -> StepContext:
+        embedder = Embedder(model)
+        return StepContext(model, embedder, embedder.params(), augment, plan, dict(multipliers),
+                           {m.name: m.sensitivity for m in mechanisms}, self.config.unit_chunk)
+
+    def prepare(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
+                canaries: CanarySource | None = None) -> PreparedRun:
+        """Build the model, calibrate the noise, and return the step function and the claim."""
+        cfg = self.config
+        x = data.train.x.to(device)
+        n = len(x)
+        plan = self.plan(n)
+        mechanisms = self.mechanisms(plan)
+        delta = budget.resolve_delta(n)
+        z_grad = self.calibrate(plan, mechanisms, budget, delta)
+        multipliers = noise_multipliers(mechanisms, z_grad)
+        claim = self.claim_for(plan, mechanisms, z_grad, delta)
+
+        spec = self.model_spec(data.info)
+        model = self.build(spec, seed).to(device)
+        augment = augmentation_for(data.info, cfg.augmentation)
+        optimizer = make_optimizer(cfg.optimizer, [p for p in model.parameters() if p.requires_grad], cfg.lr,
+                                   cfg.momentum, cfg.weight_decay)
+        batches, _ = make_batches(plan.sampler, n, plan.batch_size, cfg.epochs, torch_generator(seed, "batches"))
+        gradient = mechanisms[0]
+        noise_std = multipliers[gradient.name] * gradient.sensitivity
+        normalizer = self.normalizer(plan)
+        unit_clip = self.unit_clip()
+        run_seed = derive_seed(seed, "dp-step")
+        counter = {"t": 0, "overflowed": 0}
+        embedder = Embedder(model)
+
+        def step(idx: torch.Tensor) -> dict[str, float]:
+            t = counter["t"]
+            counter["t"] += 1
+            rnd = StepRandomness(run_seed, t)
+            if plan.max_batch is not None and len(idx) > plan.max_batch:
+                counter["overflowed"] += 1
+                idx = idx[:0]
+            ctx = StepContext(model, embedder, embedder.params(), augment, plan, multipliers,
+                              {m.name: m.sensitivity for m in mechanisms}, cfg.unit_chunk)
+            if len(idx) < self.min_batch():
+                out = StepOutput(zero_sum(embedder, ctx.params, cfg.clip, self.unit_kind), float("nan"))
+            else:
+                out = self.compute(ctx, x[idx.to(x.device)], rnd)
+            total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
+            rel = release(total, noise_std, rnd.generator("noise", gradient.name), normalizer=normalizer,
+                          canaries=canaries_at(canaries, t), unit_clip=unit_clip)
+            embedder.space.write_grad(model, rel.gradient)
+            return {"loss": out.loss, "clipped_fraction": out.clipped.clipped_fraction, "grad_snr": rel.snr,
+                    "signal_norm": rel.signal_norm, "noise_norm": rel.noise_norm, "batch_size": float(len(idx)),
+                    "units": float(out.clipped.n_units), "canaries": float(rel.canaries)}
+
+        extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
+                         "unit_clip": unit_clip, "unit": self.unit_kind, "param_names": embedder.space.names,
+                         "param_count": embedder.space.size, "overflow_counter": counter}}
+        return PreparedRun(model, step, batches, plan, optimizer, claim, extras)
+
+    def fit(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
+            progress: bool = True, canaries: CanarySource | None = None) -> Trained:
+        """Train on ``data.train`` under ``budget``; ``canaries`` is the white-box canary hook (see step.py)."""
+        run = self.prepare(data, budget, seed, device=device, canaries=canaries)
+        run.model.train()
+        history = run_training(run.batches, run.plan.steps, run.step, run.optimizer,
+                               desc=f"{self.name} ({self.config.loss})", progress=progress)
+        run.model.eval()
+        dp = dict(run.extras["dp"])
+        counter = dp.pop("overflow_counter")
+        dp["overflowed_steps"] = counter["overflowed"]
+        snr = history.get("grad_snr", [])
+        dp["grad_snr_first"] = snr[0] if snr else None
+        frac = [v for v in history.get("clipped_fraction", []) if not math.isnan(v)]
+        dp["mean_clipped_fraction"] = sum(frac) / len(frac) if frac else None
+        released = self.released(run.model)
+        return Trained(self.name, released, self.model_spec(data.info), run.claim, history, self.config_dict(), seed,
+                       extras={"dp": dp})
+
+    # -- privatized quantities ------------------------------------------------------------------------
+    def quantity_function(self, data: MembershipData, model: nn.Module | None = None, *,
+                          noise_multiplier: float = 1.0, seed: int = 0
+                          ) -> Callable[[str], Callable[[torch.Tensor, Any], torch.Tensor]]:
+        """A factory ``key -> fn(batch, randomness)`` evaluating this defense's :meth:`compute`.
+
+        ``key`` names a pre-noise quantity of :class:`StepOutput`: ``'gradient'`` is the clipped sum,
+        ``'norms'`` the unit gradient norms it was clipped from, other keys the method's intermediates.
+        ``model`` defaults to the seeded initial model; ``noise_multiplier`` is the gradient
+        mechanism's multiplier (the others follow the budget split), used for the noise of the
+        mechanisms released before the gradient (DPCL's similarity matrix and statistics).
+        """
+        plan = self.plan(len(data.train))
+        mechanisms = self.mechanisms(plan)
+        multipliers = noise_multipliers(mechanisms, noise_multiplier)
+        if model is None:
+            model = self.build(self.model_spec(data.info), seed)
+        augment = augmentation_for(data.info, self.config.augmentation)
+
+        def factory(key: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+            def fn(batch: torch.Tensor, randomness: Any) -> torch.Tensor:
+                ctx = self.context(model, plan, multipliers, mechanisms, augment)
+                x = batch.to(ctx.device, ctx.dtype)
+                rnd = StepRandomness.resolve(randomness)
+                out = self.compute(ctx, x, rnd)
+                if key == "gradient":
+                    value = out.clipped.total
+                elif key == "norms":
+                    value = out.clipped.norms
+                else:
+                    value = out.quantities[key]
+                return value.detach().reshape(-1)
+            return fn
+
+        return factory
+
+    def base_params(self, plan: SamplingPlan) -> dict[str, float]:
+        cfg = self.config
+        return {"C": cfg.clip, "B": plan.batch_size, "tau": cfg.temperature, "N": plan.n}
+
+
+def quantity(claim_id: str, source: str, relation: str, fn: Callable[..., torch.Tensor],
+             bound: Callable[[Mapping[str, float]], float], params: Mapping[str, float], description: str, *,
+             corrected_bound: Callable[[Mapping[str, float]], float] | None = None, variant: str = "") -> PrivatizedQuantity:
+    """A :class:`PrivatizedQuantity` (helper keeping the defenses' lists short)."""
+    return PrivatizedQuantity(claim_id=claim_id, source=source, relation=relation, fn=fn, bound=bound,
+                              params=dict(params), description=description, corrected_bound=corrected_bound,
+                              variant=variant)
+

@@ -1,0 +1,80 @@
+"""``dp-clip``: batch-level clipping (Huang et al.'s DP-CLIP as DP-GCL Eq. 7 describes it; Logit-DP's
+"Naive-DP", Sec. 2.3).
+
+    g_batch = Clip_C( grad_theta L(batch) ),     Delta = 2C under add/remove
+
+One unit per batch: the whole batch gradient is clipped, so any loss works (InfoNCE by default;
+NT-Xent, Barlow Twins, spreadout). The sensitivity does not depend on the batch size, but neither
+does the signal: the gradient accumulation effect is lost (DP-GCL Sec. 2.3.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from audit.errors import one_of
+from defenses.dp import bounds
+from defenses.dp.accounting import Mechanism, SamplingPlan
+from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
+from defenses.dp.contrastive import BATCH_OBJECTIVES, batch_objective, embed, loss_cotangents, two_views
+from defenses.dp.embedder import Source
+from defenses.dp.gradients import clipped_sum
+from defenses.dp.randomness import StepRandomness
+from defenses.dp.units import dense_units
+
+
+@dataclass(frozen=True)
+class DPClipConfig(DPConfig):
+    loss: str = "infonce"
+    temperature: float = 0.5
+    batch_size: int = 128
+    epochs: int = 20
+    lr: float = 1e-3
+    clip: float = 1.0
+
+    def validate(self) -> None:
+        super().validate()
+        if self.loss not in BATCH_OBJECTIVES:
+            raise one_of("loss", self.loss, BATCH_OBJECTIVES)
+
+
+class DPClip(DPDefense):
+    """Clip the batch gradient as one unit, Gaussian noise 2C."""
+
+    name = "dp-clip"
+    Config = DPClipConfig
+    unit_kind = "batch"
+    source = "DP-GCL Sec. 2.3.2, Eq. 7 (batch-level clipping, Huang et al.); Logit-DP Sec. 2.3 (Naive-DP)"
+    paper_accountant = "rdp (DP-GCL: Opacus RDP accountant, Poisson sampling)"
+
+    def mechanisms(self, plan: SamplingPlan) -> list[Mechanism]:
+        return [Mechanism("gradient", bounds.dpgcl_batch_level(self.config.clip), 1.0, "DP-GCL Eq. 7")]
+
+    def min_batch(self) -> int:
+        return 2 if self.config.loss in ("barlow", "spreadout") else 1
+
+    def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
+        cfg = self.config
+        b = x.shape[0]
+        v1, v2 = two_views(ctx, x, rnd)
+        sources = (Source(torch.cat([v1, v2])),)
+        (z,) = embed(ctx, sources)
+        objective = batch_objective(cfg.loss, cfg.temperature, cfg.barlow_lambda)
+        loss, (cot,) = loss_cotangents(lambda zz: objective(zz[:b], zz[b:]), (z,))
+        units = dense_units("batch", (cot[None],))
+        clipped = clipped_sum(ctx.embedder, ctx.params, sources, units, cfg.clip, ctx.chunk)
+        return StepOutput(clipped, float(loss))
+
+    def notes(self, plan: SamplingPlan, mechanisms: list[Mechanism]) -> list[str]:
+        return [f"unit: the whole batch gradient of the summed {self.config.loss} loss, clipped to C = "
+                f"{self.config.clip}; sensitivity 2C = {mechanisms[0].sensitivity:.4g} (add/remove), independent of "
+                "the batch size"]
+
+    def privatized_quantities(self, data, model=None, *, noise_multiplier: float = 1.0):
+        plan = self.plan(len(data.train))
+        fn = self.quantity_function(data, model, noise_multiplier=noise_multiplier)("gradient")
+        return [quantity("dpgcl.batch-level", "DP-GCL Eq. 7", "add-remove", fn,
+                         lambda p: bounds.dpgcl_batch_level(p["C"]), self.base_params(plan),
+                         "clipped gradient of the whole batch's summed loss, before noise")]

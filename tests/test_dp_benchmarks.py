@@ -1,0 +1,130 @@
+"""Benchmarks: Logit-DP efficient vs direct (speed and memory), DP training throughput vs non-private.
+
+Ratios are measured within one run and reported in ``benchmark.extra_info`` (and printed); no timing
+is asserted. They use the process's CPU time (``time.process_time``), which a busy shared machine
+inflates far less than wall time; pytest-benchmark's own table is wall time.
+"""
+
+import logging
+import time
+
+import pytest
+import torch
+
+from defenses import Budget, make_defense
+from defenses.augment import augmentation_for
+from defenses.dp import Embedder
+from defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives
+from defenses.dp.randomness import StepRandomness
+from defenses.logit_dp import cosine_pair
+from defenses.losses import info_nce_from_logits, make_objective
+from defenses.nn.model import ModelSpec, build_model
+from defenses.training import make_optimizer
+from memtrack import peak_bytes
+
+logging.getLogger("absl").setLevel(logging.ERROR)
+
+# Logit-DP App. B.1's "generic embedding net" scale: small CNN, 8-dimensional embedding.
+LOGIT_SPEC = ModelSpec(encoder="cnn", in_shape=(1, 8, 8), width=8, rep_dim=32, proj_hidden=32, proj_dim=8)
+
+
+def logit_problem(n):
+    model = build_model(LOGIT_SPEC, seed=0)
+    g = torch.Generator().manual_seed(n)
+    x = torch.rand(n, 1, 8, 8, generator=g)
+    y = (x + 0.1 * torch.randn(x.shape, generator=g)).clamp(0, 1)
+    emb = Embedder(model)
+    params = emb.params()
+    with torch.no_grad():
+        zx, zy = model(x), model(y)
+    logits = (torch.nn.functional.normalize(zx, dim=1) @ torch.nn.functional.normalize(zy, dim=1).T).requires_grad_(True)
+    (tau,) = torch.autograd.grad(info_nce_from_logits(logits, "sum"), logits)
+    a, b = pair_derivatives(cosine_pair, zx, zy)
+    return emb, params, x, y, tau, a, b
+
+
+def cpu_seconds(fn, reps=5):
+    """Smallest CPU time of ``reps`` calls of ``fn``."""
+    best = float("inf")
+    for _ in range(reps):
+        start = time.process_time()
+        fn()
+        best = min(best, time.process_time() - start)
+    return best
+
+
+@pytest.mark.parametrize("n", [32, 128])
+def test_logit_dp_efficient_vs_direct(benchmark, n):
+    emb, params, x, y, tau, a, b = logit_problem(n)
+    clip = 0.05
+
+    def efficient():
+        return efficient_pair_sum(emb, params, x, y, cosine_pair, tau, a, b, clip)
+
+    def direct():
+        return direct_pair_sum(emb, params, x, y, tau, a, b, clip, chunk=1024)
+
+    # One run of the reference, timed and memory-tracked at once (the tracker adds a few percent).
+    start = time.process_time()
+    box = {}
+    direct_peak = peak_bytes(lambda: box.setdefault("ref", direct()))
+    t_direct = time.process_time() - start
+    reference = box["ref"]
+    fast = benchmark.pedantic(efficient, rounds=3, iterations=1, warmup_rounds=1)
+    t_fast = cpu_seconds(efficient)
+    assert float((fast.total - reference.total).norm() / reference.total.norm()) < 1e-5
+    info = {"n": n, "pairs": n * n, "params": emb.space.size, "direct_seconds": t_direct, "efficient_seconds": t_fast,
+            "speed_ratio": t_direct / t_fast, "direct_peak_mb": direct_peak / 1e6,
+            "efficient_peak_mb": peak_bytes(efficient) / 1e6}
+    benchmark.extra_info.update(info)
+    print(f"\nlogit-dp n={n} (CPU time): direct {t_direct:.3f}s {info['direct_peak_mb']:.1f} MB, efficient {t_fast:.3f}s "
+          f"{info['efficient_peak_mb']:.1f} MB, speed ratio {info['speed_ratio']:.1f}x")
+
+
+DP_METHODS = ("dpsgd", "dp-clip", "dpcl-simclr", "dpcl-barlow", "dp-gcl", "logit-dp")
+SHARED = {"width": 8, "rep_dim": 32, "proj_hidden": 32, "proj_dim": 8, "batch_size": 32, "epochs": 1}
+
+
+def test_dp_training_throughput_vs_nonprivate(benchmark, digits):
+    """Steps per second of each DP method over non-private SimCLR, same encoder, same 32-example batch.
+
+    The ratio is (fastest non-private step) / (fastest DP step) in CPU time, interleaved in one run.
+    """
+    idx = torch.arange(32)
+    x = digits.train.x
+
+    def timed(step):
+        step()  # warm-up
+        return cpu_seconds(step)
+
+    spec = make_defense("nonprivate", SHARED).config.model_spec(digits.info)
+    model = build_model(spec, seed=0)
+    optimizer = make_optimizer("adam", model.parameters(), 1e-3)
+    objective = make_objective("simclr", temperature=0.5)
+    augment = augmentation_for(digits.info)
+
+    def nonprivate_step():
+        rnd = StepRandomness(0)
+        optimizer.zero_grad()
+        objective(model(rnd.views(augment, x[idx], "view1")), model(rnd.views(augment, x[idx], "view2"))).backward()
+        optimizer.step()
+
+    ratios = {}
+    t_base = float("inf")
+    for name in DP_METHODS:  # interleaved with non-private steps, so both see the same machine load
+        run = make_defense(name, SHARED).prepare(digits, Budget(noise_multiplier=1.0), seed=0)
+
+        def dp_step(run=run):
+            run.optimizer.zero_grad()
+            run.step(idx)
+            run.optimizer.step()
+
+        t_base = min(t_base, timed(nonprivate_step))
+        ratios[name] = timed(dp_step)
+    ratios = {name: t_base / t for name, t in ratios.items()}
+    benchmark.pedantic(nonprivate_step, rounds=3, iterations=1)
+    benchmark.extra_info.update({"nonprivate_step_seconds": t_base,
+                                 **{f"throughput_ratio[{k}]": v for k, v in ratios.items()}})
+    print("\nDP throughput / non-private throughput (same encoder, batch 32): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in ratios.items()))
+    assert all(0 < r for r in ratios.values())
