@@ -266,3 +266,28 @@ def test_alm_sampled_bound_is_refuted_by_an_outside_record(tmp_path):
     ra = r["config"]["settings"][0]["phases"]["rubinstein-alda"]
     assert ra["m"] >= 1 and 0 < ra["gamma"] < 1
     assert replay(r["witness"])["reproduced"]
+
+
+# -- DP-GCL's groupings: App. A's coupling holds for per-example groups, not for chunks -------------
+def test_dpgcl_chunk_grouping_breaks_theorem_2_and_random_grouping_does_not(tmp_path):
+    chunk, random_ = check_claims(["dpgcl.group[chunk]", "dpgcl.group[random]"], seed=2, witness_dir=tmp_path,
+                                  evaluations=240)
+    assert chunk["verdict"] == "violated" and chunk["observed"] > 2.0 * chunk["config"]["params"]["C"]
+    assert chunk["observed"] <= chunk["config"]["corrected_bound"]  # (2K + 1) C still holds
+    assert replay(chunk["witness"])["reproduced"]
+    assert random_["verdict"] != "violated"
+
+
+@pytest.mark.slow
+def test_all_paper_claims_verdicts(tmp_path):
+    """The whole register at a fixed evaluation budget: the claims known to be wrong are caught."""
+    results = {r["claim"]: r for r in check_claims(None, seed=0, witness_dir=tmp_path, evaluations=400)}
+    violated = {c for c, r in results.items() if r["verdict"] == "violated"}
+    assert {"dpcl.simclr-gradient", "dpcl.barlow-gradient", "dpgcl.group[chunk]", "logitdp.infonce",
+            "fedemb.virtual-client", "alm.head-weights"} <= violated
+    for c in ("dpcl.similarity-matrix", "dpcl.mean", "dpcl.sse", "dpcl.simclr-gradient-plain", "dpgcl.sample-level",
+              "dpgcl.batch-level", "dpgcl.group-clip", "dpgcl.group[random]", "logitdp.spreadout"):
+        assert results[c]["verdict"] == "holds", (c, results[c]["observed"], results[c]["bound"])
+    for r in results.values():
+        if r["verdict"] == "violated":
+            assert replay(r["witness"])["reproduced"], r["claim"]

@@ -422,8 +422,10 @@ _ENTRIES: list[ClaimSpec] = [
     ClaimSpec("logitdp.infonce", "Logit-DP Lemma 4.5 (Thm. 4.2, Cor. 4.3)", "add-remove", "l2",
               "2 (1 + (n - 2) e^(2/tau) / (e^(2/tau) + n - 1)) C, n = B + 1", logitdp_infonce_bound,
               ("n", "C", "tau"), image_builder(_logit_params),
-              (T(1), T(3), T(1, temperature=0.1), S(3, {"temperature": 0.1})), defense="logit-dp",
-              budget_seconds=16),
+              (T(1, temperature=0.1), T(1), T(3)), defense="logit-dp", budget_seconds=30,
+              notes=("n = 2 (one pair added to one) is where the proof's shared p_n hurts most: the new row's "
+                     "diagonal probability and the new column's probability in the old row are different "
+                     "entries and can be small and large together",)),
     ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
               image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp"),
     # DP-FedEmb (user level, replace-one)
