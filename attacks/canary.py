@@ -17,8 +17,8 @@ cosine similarity of fixed augmented views (the contrastive alignment loss, nega
   (:func:`attacks.bounds.multi_run_bound`); the Gaussian-DP variant is reported next to it (extras).
   Runs go through the executor and the defense's vectorised ``fit_many`` when it has one.
 
-White-box gradient canaries need the DP-SGD engine's cooperation; their scoring side is
-:mod:`attacks.gradient_canary`.
+White-box gradient canaries, inserted through the DP-SGD engine's canary hook, are the attack
+``gradient-canary`` (:mod:`attacks.gradient_canary`).
 """
 
 from __future__ import annotations

@@ -13,17 +13,24 @@ Inserted canaries add about q T C to their score; the scores feed the one-run bo
 coordinates of the flattened parameter vector: orthogonal, and cheap to score for any model size) or
 **Gaussian** (random unit vectors, dense; for small models).
 
-What the DP-SGD engine must provide (to be wired when it lands; nothing here trains a model):
+The audit (:class:`GradientCanaryAudit`, attack ``gradient-canary``) runs the target's own DP defense
+through the engine's canary hook (:mod:`defenses.dp.step`):
 
-1. a hook accepting a :class:`GradientCanaries` object before training;
-2. at every step t, for each canary with ``inserted[i]`` that the engine's own sampler selects (the
-   same rate and sampler as any example: the canary is a unit like the others), one extra per-unit
-   gradient ``canaries.unit_gradient(i)`` (a flat vector over the trainable parameters, in the
-   engine's parameter order, of norm C), clipped and summed with the batch's units *before* noise;
-3. after noise is added and before any division by the batch size, learning-rate scaling, momentum or
-   Adam state, a call ``canaries.observe(t, noisy_sum)`` with the flat privatised sum g~_t;
-4. the parameter order used for flattening (``[p for p in model.parameters() if p.requires_grad]``,
-   ``torch.cat([g.flatten() ...])``) and the clip norm C, so ``unit_gradient`` matches it.
+1. m Dirac canaries on distinct coordinates of the flat trainable-parameter vector, each inserted
+   with probability 1/2 (the one-run audit's coins);
+2. at every step, each inserted canary joins the step independently with the defense's own Poisson
+   rate q -- it is sampled exactly like an example -- and contributes Delta e_i to the sum before the
+   noise, Delta being the sensitivity the gradient noise is calibrated to (the most one example can
+   move the clipped sum; a canary is a worst-case example under the claim);
+3. the engine hands the privatised sum g~_t (before any normaliser, learning rate or optimizer state)
+   to the auditor, which accumulates <g~_t, e_i>.
+
+Because each canary is an example the claim covers, sampled as the accountant assumes, the one-run
+bound on these scores is a sound lower bound on the claim's example-level add/remove epsilon; a bound
+above the claim means the implementation leaks more than it claims (the noise, clipping or sampling
+do not do what the claim says). Only Poisson-sampled (add/remove) defenses are audited this way: for a
+fixed-size without-replacement sampler (replace-one) inserting a canary would change the batch
+composition the accountant reasons about.
 
 :func:`gradient_canary_scores` is the same scoring for updates recorded any other way (a ``(T, d)``
 array of privatised sums, or parameter deltas of plain SGD, which are proportional to them).
@@ -36,7 +43,12 @@ from typing import Iterable
 import numpy as np
 import torch
 
+import dataclasses
+from dataclasses import dataclass
+
+from attacks.base import Attack, AttackConfig, Target
 from attacks.bounds import default_guesses, one_run_bound
+from attacks.executor import Executor
 from attacks.result import AttackResult
 from audit.errors import ConfigError, one_of
 from defenses.seeding import numpy_rng, torch_generator
@@ -132,3 +144,63 @@ class GradientCanaries:
                             membership=self.inserted.copy(), index=np.arange(self.m),
                             config={"kind": self.kind, "clip_norm": self.clip_norm, "seed": self.seed},
                             counts={"n_canaries": self.m, "n_steps": self.steps, "dim": self.dim}, bound=bound)
+
+
+@dataclass(frozen=True)
+class GradientCanaryConfig(AttackConfig):
+    """``canaries``: how many Dirac canaries (at most the number of trainable parameters)."""
+
+    canaries: int = 1000
+
+    def validate(self) -> None:
+        super().validate()
+        if self.canaries < 2:
+            raise ConfigError(f"canaries: must be >= 2, got {self.canaries!r}")
+
+
+class GradientCanaryAudit(Attack):
+    """White-box one-run audit of a DP-SGD-style defense with Dirac gradient canaries (module docstring)."""
+
+    name = "gradient-canary"
+    Config = GradientCanaryConfig
+    needs_model = False
+
+    def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
+        from defenses.dp import DPDefense, dirac_canaries
+
+        cfg = self.config
+        defense = target.defense_ref.make()
+        if not isinstance(defense, DPDefense):
+            raise ConfigError(f"attack 'gradient-canary': defense {target.defense!r} has no DP-SGD engine to insert "
+                              "gradient canaries into; use it with dpsgd, dp-clip, dp-gcl or logit-dp")
+        probe = defense.prepare(target.data, target.budget, target.seed, device=target.device)
+        if probe.plan.sampler != "poisson":
+            raise ConfigError(f"attack 'gradient-canary': defense {target.defense!r} samples batches "
+                              f"{probe.plan.sampler!r}; gradient canaries are sampled like examples only under "
+                              "Poisson sampling (add/remove)")
+        dp = probe.extras["dp"]
+        dim, bound, rate = int(dp["param_count"]), float(dp["canary_bound"]), probe.plan.sample_rate
+        if cfg.canaries > dim:
+            raise ConfigError(f"canaries: {cfg.canaries} Dirac canaries need at least as many trainable "
+                              f"parameters; the model has {dim}")
+        canaries = GradientCanaries(dim, cfg.canaries, clip_norm=bound, kind="dirac",
+                                    seed=target.derive_seed("gradient-canary"))
+        coords = torch.as_tensor(canaries.directions)
+        inserted = torch.as_tensor(canaries.inserted)
+        sampling = torch_generator(target.derive_seed("gradient-canary"), "poisson")
+
+        def source(t: int):
+            include = inserted & (torch.rand(cfg.canaries, generator=sampling) < rate)
+            return dirac_canaries(coords, bound, include, observer=lambda noisy: canaries.observe(t, noisy))
+
+        defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
+                    canaries=source)
+        result = canaries.result(beta=cfg.beta, delta=cfg.delta if cfg.delta is not None else probe.claim.delta,
+                                 k_pos=cfg.k_pos, k_neg=cfg.k_neg, k_fraction=cfg.k_fraction)
+        notes = (
+            f"white-box: {cfg.canaries} Dirac canaries of norm Delta={bound:.4g} (the gradient sensitivity), "
+            f"each sampled with the defense's rate q={rate:.4g} at each of {canaries.steps} steps",)
+        bound_with_notes = dataclasses.replace(result.bound, notes=result.bound.notes + notes)
+        counts = {**result.counts, "sample_rate": rate, "canary_norm": bound}
+        return dataclasses.replace(result, bound=bound_with_notes, counts=counts,
+                                   config={**result.config, **self.config_dict(), "defense": target.defense})

@@ -14,6 +14,7 @@ ATTACKS: dict[str, str] = {
     "encodermi": "attacks.encodermi:EncoderMI",
     "lira": "attacks.lira:LiRA",
     "canary": "attacks.canary:CanaryAudit",
+    "gradient-canary": "attacks.gradient_canary:GradientCanaryAudit",
 }
 
 

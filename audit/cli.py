@@ -26,6 +26,7 @@ COMMANDS = (
     "audit.commands.calibrate",
     "audit.commands.claims",
     "audit.commands.alm_curve",
+    "audit.commands.sensitivity",
 )
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3

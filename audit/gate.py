@@ -153,8 +153,10 @@ def sensitivity_gate(results: Sequence[dict[str, Any]], config: SensitivityConfi
         return [], []
     reasons, notes = [], []
     expect = config.expect
+    from audit.sensitivity import select
+
     seen = {r.get("claim") for r in results}
-    for claim in config.claims or ():
+    for claim in (s.id for s in select(None if config.claims is None else list(config.claims))):
         if claim not in seen:
             reasons.append(f"sensitivity claim {claim}: no result was returned")
     for r in results:

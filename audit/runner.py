@@ -29,7 +29,7 @@ from audit.cell import CellOutcome, ExecutorSpec, run_cell
 from audit.errors import ConfigError, one_of
 from audit.gate import gate_cells, suite_gate
 from audit.io import atomic_write_json, read_json, to_json
-from audit.suite import CellSpec, Suite, config_hash, sensitivity_checker
+from audit.suite import CellSpec, Suite, config_hash
 
 EXECUTOR_CHOICES = ("local", "ray")
 EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_ERROR = 0, 1, 3
@@ -161,11 +161,12 @@ def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
 
 
 def run_sensitivity(suite: Suite, out: Path, resume: bool, progress: bool) -> tuple[list[dict[str, Any]], str | None]:
-    """Run (or reuse) the suite's sensitivity checks; witnesses are copied under ``sensitivity/witnesses``."""
+    """Run (or reuse) the suite's sensitivity checks; witnesses are written under ``sensitivity/witnesses``."""
     config = suite.sensitivity
     if config is None:
         return [], None
-    key = config_hash({"claims": config.claims, "budget_seconds": config.budget_seconds, "seed": config.seed})
+    key = config_hash({"claims": config.claims, "budget_seconds": config.budget_seconds,
+                       "evaluations": config.evaluations, "seed": config.seed})
     path = out / "sensitivity.json"
     if resume and path.exists():
         try:
@@ -174,25 +175,20 @@ def run_sensitivity(suite: Suite, out: Path, resume: bool, progress: bool) -> tu
                 return saved["results"], None
         except (OSError, ValueError):
             pass
-    check_claims = sensitivity_checker()
-    if check_claims is None:
-        return [], "sensitivity checks are not available in this installation"
+    from audit.sensitivity import check_claims
+
+    witnesses = out / "sensitivity" / "witnesses"
     try:
         results = check_claims(None if config.claims is None else list(config.claims),
-                               budget_seconds=config.budget_seconds, seed=config.seed, progress=progress)
+                               budget_seconds=config.budget_seconds, evaluations=config.evaluations,
+                               seed=config.seed, progress=progress, witness_dir=witnesses)
     except Exception as exc:  # noqa: BLE001 - reported through the gate
         return [], f"sensitivity checks errored: {type(exc).__name__}: {exc}".splitlines()[0]
     results = strict([dict(r) for r in results])
     for r in results:
         witness = r.get("witness")
         if witness and Path(witness).is_file():
-            target = out / "sensitivity" / "witnesses" / Path(witness).name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if Path(witness).resolve() != target.resolve():
-                from audit.io import atomic_write_bytes
-
-                atomic_write_bytes(target, Path(witness).read_bytes())
-            r["witness"] = str(target.relative_to(out))
+            r["witness"] = Path(witness).resolve().relative_to(out.resolve()).as_posix()
     atomic_write_json(path, {"key": key, "results": results})
     return results, None
 

@@ -27,8 +27,8 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
 
     [sensitivity]
     claims = ["dpcl.mean"]    # or: all = true
-    budget_seconds = 30
-    expect = { "dpgcl.group" = "violated" }   # claims the suite documents as known-broken
+    evaluations = 200         # pairs per claim (reproducible); or budget_seconds = 20 per claim
+    expect = { "dpcl.mean" = "holds" }   # or "violated": claims the suite documents as known-broken
 
     [gate]
     epsilon_slack = 0.0       # fail when eps_lb > (1 + slack) * smallest applicable epsilon
@@ -61,7 +61,7 @@ TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "see
             "device", "threads", "knn_k", "defenses", "attacks", "sensitivity", "gate", "ray")
 DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks")
 ATTACK_KEYS = ("name", "label", "params")
-SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "seed", "expect")
+SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect")
 EXPECTATIONS = ("holds", "violated")
 RAY_KEYS = ("address", "cpus_per_cell", "gpus_per_cell", "cpus_per_task", "gpus_per_task")
 DEFAULT_OUT = "reports/{name}"
@@ -133,7 +133,8 @@ class AttackEntry:
 @dataclass(frozen=True)
 class SensitivityConfig:
     claims: tuple[str, ...] | None  # None: every registered claim
-    budget_seconds: float
+    budget_seconds: float | None  # per claim; None: each claim's default
+    evaluations: int | None  # pairs per claim (reproducible); replaces budget_seconds
     seed: int
     expect: dict[str, str]
 
@@ -236,7 +237,8 @@ class Suite:
                         for a in self.attacks],
             "sensitivity": None if self.sensitivity is None else {
                 "claims": None if self.sensitivity.claims is None else list(self.sensitivity.claims),
-                "budget_seconds": self.sensitivity.budget_seconds, "seed": self.sensitivity.seed,
+                "budget_seconds": self.sensitivity.budget_seconds, "evaluations": self.sensitivity.evaluations,
+                "seed": self.sensitivity.seed,
                 "expect": dict(self.sensitivity.expect)},
             "gate": asdict(self.gate),
         }
@@ -326,7 +328,6 @@ def _defense_class(where: _Where, key: str, name: str):
 def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None = None) -> Suite:
     """Read and validate a suite file; ``out`` and ``data_dir`` override the suite's."""
     path = Path(path)
-    where = _Where(str(path))
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -482,15 +483,6 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
                  defenses=tuple(defenses), attacks=tuple(attacks), sensitivity=sensitivity, gate=gate, ray=ray)
 
 
-def sensitivity_checker():
-    """``audit.sensitivity.check_claims`` (issue 7's contract), or None when this installation lacks it."""
-    try:
-        module = importlib.import_module("audit.sensitivity")
-    except ImportError:
-        return None
-    return getattr(module, "check_claims", None)
-
-
 def _sensitivity(where: _Where, raw: Any) -> SensitivityConfig | None:
     if raw is None:
         return None
@@ -502,40 +494,38 @@ def _sensitivity(where: _Where, raw: Any) -> SensitivityConfig | None:
     if not all_claims and "claims" not in raw:
         raise where.error("sensitivity.claims", "missing; give claims = [...] or all = true")
     claims = None if all_claims else tuple(_list(where, "sensitivity.claims", raw["claims"], str, "claim ids"))
-    budget = _typed(where, "sensitivity.budget_seconds", raw.get("budget_seconds", 30.0), (int, float), "a number")
-    if not budget > 0:
-        raise where.error("sensitivity.budget_seconds", f"must be > 0, got {budget!r}")
+    budget = raw.get("budget_seconds")
+    if budget is not None:
+        _typed(where, "sensitivity.budget_seconds", budget, (int, float), "a number of seconds per claim")
+        if not budget > 0:
+            raise where.error("sensitivity.budget_seconds", f"must be > 0, got {budget!r}")
+        budget = float(budget)
+    evaluations = raw.get("evaluations")
+    if evaluations is not None:
+        _typed(where, "sensitivity.evaluations", evaluations, int, "a positive integer")
+        if evaluations < 1:
+            raise where.error("sensitivity.evaluations", f"must be >= 1, got {evaluations!r}")
+        if budget is not None:
+            raise where.error("sensitivity.evaluations", "give either evaluations or budget_seconds, not both")
     seed = _typed(where, "sensitivity.seed", raw.get("seed", 0), int, "an integer")
     expect = dict(_typed(where, "sensitivity.expect", raw.get("expect", {}), dict, "a table"))
     for claim, value in expect.items():
         if value not in EXPECTATIONS:
             raise where.error(f"sensitivity.expect.{claim}", f"unknown value {value!r}; accepted: "
                                                              f"{', '.join(EXPECTATIONS)}")
-        if claims is not None and claim not in claims:
-            raise where.error(f"sensitivity.expect.{claim}", "not among sensitivity.claims")
-    if sensitivity_checker() is None:
-        raise where.error("sensitivity", "sensitivity checks are not available in this installation "
-                                         "(audit.sensitivity.check_claims is missing); remove the [sensitivity] table")
-    known = _registered_claims()
-    if known is not None:
-        for i, c in enumerate(claims or ()):
-            if c not in known:
-                raise where.error(f"sensitivity.claims[{i}]", f"unknown claim {c!r}; accepted: {', '.join(known)}")
-        for c in expect:
-            if c not in known:
-                raise where.error(f"sensitivity.expect.{c}", f"unknown claim; accepted: {', '.join(known)}")
-    return SensitivityConfig(claims, float(budget), seed, expect)
+    from audit.sensitivity import CLAIMS, select
 
-
-def _registered_claims() -> list[str] | None:
-    """The sensitivity register's claim ids when the installation exposes them (``CLAIMS``), else None."""
-    try:
-        module = importlib.import_module("audit.sensitivity")
-    except ImportError:
-        return None
-    claims = getattr(module, "CLAIMS", None)
-    if isinstance(claims, Mapping):
-        return list(claims)
-    if isinstance(claims, (list, tuple)):
-        return [getattr(c, "id", c) for c in claims]
-    return None
+    for i, c in enumerate(claims or ()):
+        try:
+            select([c], include_reference=True)
+        except ConfigError:
+            raise where.error(f"sensitivity.claims[{i}]", f"unknown claim {c!r}; accepted: "
+                                                          f"{', '.join(CLAIMS)} (or a bare key such as dpgcl.group)"
+                              ) from None
+    checked = {s.id for s in select(None if claims is None else list(claims), include_reference=True)}
+    for c in expect:
+        if c not in CLAIMS:
+            raise where.error(f"sensitivity.expect.{c}", f"unknown claim; accepted: {', '.join(CLAIMS)}")
+        if c not in checked:
+            raise where.error(f"sensitivity.expect.{c}", "not among the claims this suite checks")
+    return SensitivityConfig(claims, budget, evaluations, seed, expect)

@@ -107,13 +107,23 @@ def test_canary_hook_adds_included_vectors_before_shared_noise(digits):
     plain, _, run = first_step_grad(None)
     p = run.extras["dp"]["param_count"]
     coords = torch.tensor([0, 5, p - 1])
-    with_canaries, metrics, _ = first_step_grad(dirac_canaries(p, coords, norm=1.0, include=torch.tensor([1, 0, 1])))
+    seen = []
+    with_canaries, metrics, _ = first_step_grad(dirac_canaries(coords, norm=1.0, include=torch.tensor([1, 0, 1]),
+                                                               observer=seen.append))
     expected = torch.zeros(p)
     expected[[0, p - 1]] = 1.0 / run.extras["dp"]["normalizer"]
     assert torch.allclose(with_canaries - plain, expected, atol=1e-6)
     assert metrics["canaries"] == 2
+    # The observer sees the privatised sum before the normaliser.
+    assert len(seen) == 1 and torch.allclose(seen[0] / run.extras["dp"]["normalizer"], with_canaries, atol=1e-6)
+    # Canaries may be as large as the gradient mechanism's sensitivity (a worst-case example), no larger.
+    bound = run.extras["dp"]["canary_bound"]
+    assert bound >= run.extras["dp"]["unit_clip"]
+    dense = torch.zeros(1, p)
+    dense[0, 3] = bound
+    first_step_grad(CanaryGradients(dense, torch.tensor([True])))
     too_big = CanaryGradients(torch.full((1, p), 1.0), torch.tensor([True]))
-    with pytest.raises(ConfigError, match="exceeds the unit clip norm"):
+    with pytest.raises(ConfigError, match="exceeds the mechanism's sensitivity"):
         first_step_grad(too_big)
 
 

@@ -67,16 +67,18 @@ def test_errors_max_auc_and_sensitivity_expectations():
     assert gates[0]["reasons"] == ["cell z errored: train: RuntimeError: boom"]
     assert gates[1]["reasons"] == ["cell ok: loss reaches AUC 0.6 >= gate.max_auc 0.55"]
     assert gate_cells([broken], GateConfig(fail_on_error=False))[0]["status"] == "pass"
-    results = [{"claim": "a", "source": "s", "bound": 1.0, "observed": 2.0, "verdict": "violated", "witness": "w.json"},
-               {"claim": "b", "source": "s", "bound": 1.0, "observed": 0.5, "verdict": "holds", "witness": None},
-               {"claim": "c", "source": "s", "bound": 1.0, "observed": None, "verdict": "inconclusive"}]
-    config = SensitivityConfig(("a", "b", "c", "d"), 10.0, 0, {"b": "violated"})
+    results = [{"claim": "dpcl.mean", "source": "s", "bound": 1.0, "observed": 2.0, "verdict": "violated", "witness": "w.json"},
+               {"claim": "dpcl.sse", "source": "s", "bound": 1.0, "observed": 0.5, "verdict": "holds", "witness": None},
+               {"claim": "logitdp.infonce", "source": "s", "bound": 1.0, "observed": None, "verdict": "inconclusive"}]
+    config = SensitivityConfig(("dpcl.mean", "dpcl.sse", "logitdp.infonce", "dpgcl.sample-level"), 10.0, None, 0,
+                               {"dpcl.sse": "violated"})
     reasons, notes = sensitivity_gate(results, config, GateConfig())
-    assert reasons == ["sensitivity claim d: no result was returned",
-                       "sensitivity claim a (s) violated: observed 2 > bound 1 (witness: w.json)"]
-    assert any("b was expected violated but is holds" in n for n in notes)
-    assert any("c is inconclusive" in n for n in notes)
-    reasons, notes = sensitivity_gate(results[:1], SensitivityConfig(("a",), 1.0, 0, {"a": "violated"}), GateConfig())
+    assert reasons == ["sensitivity claim dpgcl.sample-level: no result was returned",
+                       "sensitivity claim dpcl.mean (s) violated: observed 2 > bound 1 (witness: w.json)"]
+    assert any("dpcl.sse was expected violated but is holds" in n for n in notes)
+    assert any("logitdp.infonce is inconclusive" in n for n in notes)
+    reasons, notes = sensitivity_gate(results[:1], SensitivityConfig(("dpcl.mean",), 1.0, None, 0,
+                                                                     {"dpcl.mean": "violated"}), GateConfig())
     assert reasons == [] and "known-broken" in notes[0]
     report_cells = [{**ok, "gate": gates[1]}]
-    assert suite_gate(report_cells, results[:1], SensitivityConfig(("a",), 1.0, 0, {}), GateConfig())["status"] == "fail"
+    assert suite_gate(report_cells, results[:1], SensitivityConfig(("dpcl.mean",), 1.0, None, 0, {}), GateConfig())["status"] == "fail"

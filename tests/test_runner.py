@@ -1,12 +1,10 @@
 """The runner end to end on tiny suites: report schema and recomputability, SIGKILL + --resume, the gate."""
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import numpy as np
@@ -174,39 +172,82 @@ def test_a_failing_cell_is_a_run_error_named_in_the_gate(tmp_path, capsys):
 
 
 def test_sensitivity_verdicts_gate_and_witnesses_are_kept(tmp_path, monkeypatch):
-    witness = tmp_path / "witness-dpgcl.group.json"
-    witness.write_text(json.dumps({"x": [1, 2]}))
     calls = []
 
-    def check_claims(claim_ids, *, budget_seconds, seed, progress):
-        calls.append((claim_ids, budget_seconds, seed))
+    def check_claims(claim_ids, *, budget_seconds, evaluations, seed, progress, witness_dir):
+        calls.append((claim_ids, budget_seconds, evaluations, seed))
+        witness = Path(witness_dir) / "dpgcl.group-chunk.seed0.safetensors"
+        witness.parent.mkdir(parents=True, exist_ok=True)
+        witness.write_bytes(b"planted witness")
         row = {"source": "paper", "relation": "replace-one", "bound": 1.0, "config": {}}
         return [{"claim": "dpcl.mean", **row, "observed": 0.9, "ratio": 0.9, "verdict": "holds", "witness": None},
-                {"claim": "dpgcl.group", **row, "observed": 2.0, "ratio": 2.0, "verdict": "violated",
+                {"claim": "dpgcl.group[random]", **row, "observed": 0.8, "ratio": 0.8, "verdict": "holds",
+                 "witness": None},
+                {"claim": "dpgcl.group[chunk]", **row, "observed": 2.0, "ratio": 2.0, "verdict": "violated",
                  "witness": str(witness)}]
 
-    fake = types.ModuleType("audit.sensitivity")
-    fake.check_claims = check_claims
-    monkeypatch.setitem(sys.modules, "audit.sensitivity", fake)
+    monkeypatch.setattr("audit.sensitivity.check_claims", check_claims)
+    witness = Path("sensitivity/witnesses/dpgcl.group-chunk.seed0.safetensors")
     base = LEAKY.format(out=tmp_path / "out").replace('label = "leaky"', 'label = "leaky"\nparams = { leak_factor = 1.0 }')
     suite = tmp_path / "s.toml"
     suite.write_text(base + "[sensitivity]\nclaims = ['dpcl.mean', 'dpgcl.group']\nbudget_seconds = 2\n")
     result = run_suite(load_suite(suite), progress=False, only=["*/honest/*", "sensitivity"])
-    assert calls == [(["dpcl.mean", "dpgcl.group"], 2.0, 0)]
+    assert calls == [(["dpcl.mean", "dpgcl.group"], 2.0, None, 0)]
     assert result.exit_code == 1
     assert result.report["gate"]["reasons"] == [
-        f"sensitivity claim dpgcl.group (paper) violated: observed 2 > bound 1 (witness: "
-        f"sensitivity/witnesses/{witness.name})"]
-    assert (tmp_path / "out" / "sensitivity" / "witnesses" / witness.name).read_text() == witness.read_text()
-    assert [r["claim"] for r in result.report["sensitivity"]] == ["dpcl.mean", "dpgcl.group"]
+        f"sensitivity claim dpgcl.group[chunk] (paper) violated: observed 2 > bound 1 (witness: {witness.as_posix()})"]
+    assert (tmp_path / "out" / witness).read_bytes() == b"planted witness"
+    assert [r["claim"] for r in result.report["sensitivity"]] == ["dpcl.mean", "dpgcl.group[random]",
+                                                                  "dpgcl.group[chunk]"]
     html = (tmp_path / "out" / "report.html").read_text()
-    assert 'id="sensitivity-table"' in html and f"sensitivity/witnesses/{witness.name}" in html
+    assert 'id="sensitivity-table"' in html and witness.as_posix() in html
 
     suite.write_text(base + "[sensitivity]\nclaims = ['dpcl.mean', 'dpgcl.group']\nbudget_seconds = 2\n"
-                            "expect = { 'dpgcl.group' = 'violated' }\n")
+                            "expect = { 'dpgcl.group[chunk]' = 'violated' }\n")
     again = run_suite(load_suite(suite), progress=False, only=["*/honest/*", "sensitivity"], resume=True)
     assert len(calls) == 1  # the verdicts were reused: same claims, budget and seed
     assert again.exit_code == 0 and again.report["gate"]["status"] == "pass"
     assert any("expected by the suite (known-broken claim)" in n for n in again.report["gate"]["notes"])
     assert again.reused == ["digits/honest/eps=1/seed=0"]
     np.testing.assert_equal(again.report["cells"], result.report["cells"])
+
+
+def test_real_sensitivity_checks_gate_the_suite_and_their_witnesses_replay(tmp_path):
+    """The register's checks themselves (no stand-in): DP-GCL's chunk grouping breaks Thm. 2."""
+    from audit.sensitivity import replay
+
+    out = tmp_path / "out"
+    body = (f'name = "sens"\nout = "{out.as_posix()}"\n[[defenses]]\nname = "nonprivate"\n'
+            "[sensitivity]\nclaims = ['dpcl.mean', 'dpgcl.group[chunk]']\nevaluations = 240\nseed = 2\n")
+    suite = tmp_path / "s.toml"
+    suite.write_text(body)
+    failed = run_suite(load_suite(suite), progress=False, only=["sensitivity"])
+    rows = {r["claim"]: r for r in failed.report["sensitivity"]}
+    assert rows["dpcl.mean"]["verdict"] == "holds" and rows["dpcl.mean"]["observed"] <= rows["dpcl.mean"]["bound"]
+    chunk = rows["dpgcl.group[chunk]"]
+    assert chunk["verdict"] == "violated" and chunk["observed"] > chunk["bound"]
+    assert failed.exit_code == 1
+    assert failed.report["gate"]["reasons"][0].startswith("sensitivity claim dpgcl.group[chunk] (DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)) violated: observed ")
+    assert replay(out / chunk["witness"])["reproduced"]
+
+    suite.write_text(body + "expect = { 'dpgcl.group[chunk]' = 'violated' }\n")
+    passed = run_suite(load_suite(suite), progress=False, only=["sensitivity"], resume=True)
+    assert passed.exit_code == 0 and passed.report["sensitivity"] == failed.report["sensitivity"]
+
+
+@pytest.mark.parametrize("table, message", [
+    ("claims = ['dpcl.nope']", "sensitivity.claims[0]: unknown claim 'dpcl.nope'; accepted: reference.clipped-sum.add-remove"),
+    ("claims = ['dpcl.mean']\nexpect = { 'dpgcl.group[chunk]' = 'violated' }",
+     "sensitivity.expect.dpgcl.group[chunk]: not among the claims this suite checks"),
+    ("all = true\nexpect = { 'dpcl.mean' = 'broken' }", "sensitivity.expect.dpcl.mean: unknown value 'broken'"),
+    ("all = true\nevaluations = 10\nbudget_seconds = 3", "give either evaluations or budget_seconds"),
+    ("all = true\nevaluations = 0", "sensitivity.evaluations: must be >= 1"),
+])
+def test_bad_sensitivity_tables_exit_2_naming_the_key(tmp_path, capsys, table, message):
+    suite = tmp_path / "s.toml"
+    suite.write_text(f'name = "bad"\nout = "{(tmp_path / "out").as_posix()}"\n[[defenses]]\nname = "nonprivate"\n'
+                     f"[sensitivity]\n{table}\n")
+    assert main(["run", str(suite)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "out").exists()

@@ -1,7 +1,5 @@
 """Suite files: the grid they expand to, and bad suites exit 2 with one line naming the problem, writing nothing."""
 
-import sys
-import types
 
 import pytest
 
@@ -124,18 +122,18 @@ def test_missing_suite_file_and_unmatched_only_exit_2(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-def test_sensitivity_section_needs_check_claims(tmp_path, monkeypatch):
-    """Without ``audit.sensitivity.check_claims`` a suite asking for sensitivity checks is bad input."""
-    monkeypatch.setitem(sys.modules, "audit.sensitivity", types.ModuleType("audit.sensitivity"))
+def test_sensitivity_section_against_the_register():
+    """Claims are validated against the register; a bare key (``dpgcl.group``) names all its variants."""
     raw = {"defenses": [{"name": "nonprivate"}], "sensitivity": {"all": True}}
-    with pytest.raises(ConfigError, match="sensitivity checks are not available in this installation"):
-        parse_suite(raw, "s.toml")
-    fake = types.ModuleType("audit.sensitivity")
-    fake.check_claims = lambda ids, **kw: []
-    fake.CLAIMS = {"dpcl.mean": object()}
-    monkeypatch.setitem(sys.modules, "audit.sensitivity", fake)
-    assert parse_suite(raw, "s.toml").sensitivity.claims is None
-    with pytest.raises(ConfigError, match=r"sensitivity.claims\[0\]: unknown claim 'dpcl.nope'; accepted: dpcl.mean"):
+    config = parse_suite(raw, "s.toml").sensitivity
+    assert config.claims is None and config.budget_seconds is None and config.evaluations is None
+    config = parse_suite({**raw, "sensitivity": {"claims": ["dpgcl.group"], "evaluations": 50,
+                                                 "expect": {"dpgcl.group[chunk]": "violated"}}}, "s.toml").sensitivity
+    assert config.claims == ("dpgcl.group",) and config.evaluations == 50
+    assert config.expect == {"dpgcl.group[chunk]": "violated"}
+    with pytest.raises(ConfigError, match=r"sensitivity.claims\[0\]: unknown claim 'dpcl.nope'; accepted: "):
         parse_suite({**raw, "sensitivity": {"claims": ["dpcl.nope"]}}, "s.toml")
+    with pytest.raises(ConfigError, match=r"sensitivity.expect.dpcl.nope: unknown claim"):
+        parse_suite({**raw, "sensitivity": {"all": True, "expect": {"dpcl.nope": "holds"}}}, "s.toml")
     with pytest.raises(ConfigError, match="give either claims or all = true"):
         parse_suite({**raw, "sensitivity": {"claims": ["dpcl.mean"], "all": True}}, "s.toml")

@@ -13,9 +13,9 @@ from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput
 from defenses.dp.embedder import Embedder, Source, TwoTower
 from defenses.dp.gradients import ClippedSum, all_unit_gradients, clipped_sum, unit_gradients
 from defenses.dp.randomness import StepRandomness
-from defenses.dp.step import CanaryGradients, dirac_canaries
+from defenses.dp.step import CanaryGradients, DiracCanaries, dirac_canaries
 from defenses.dp.units import Units, dense_units, pair_units, partition_units
 
-__all__ = ["CanaryGradients", "ClippedSum", "DPConfig", "DPDefense", "Embedder", "Source", "StepContext",
+__all__ = ["CanaryGradients", "DiracCanaries", "ClippedSum", "DPConfig", "DPDefense", "Embedder", "Source", "StepContext",
            "StepOutput", "StepRandomness", "TwoTower", "Units", "all_unit_gradients", "clipped_sum", "dense_units",
            "dirac_canaries", "pair_units", "partition_units", "unit_gradients"]

@@ -173,7 +173,7 @@ class DPDefense(Defense):
         return 1
 
     def unit_clip(self) -> float:
-        """Largest norm one clipped unit contributes (the canary norm bound)."""
+        """Largest norm one clipped unit contributes."""
         return self.config.clip
 
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
@@ -268,6 +268,7 @@ class DPDefense(Defense):
         noise_std = multipliers[gradient.name] * gradient.sensitivity
         normalizer = self.normalizer(plan)
         unit_clip = self.unit_clip()
+        canary_bound = gradient.sensitivity
         run_seed = derive_seed(seed, "dp-step")
         counter = {"t": 0, "overflowed": 0}
         embedder = Embedder(model)
@@ -287,14 +288,14 @@ class DPDefense(Defense):
                 out = self.compute(ctx, x[idx.to(x.device)], rnd)
             total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
             rel = release(total, noise_std, rnd.generator("noise", gradient.name), normalizer=normalizer,
-                          canaries=canaries_at(canaries, t), unit_clip=unit_clip)
+                          canaries=canaries_at(canaries, t), canary_bound=canary_bound)
             embedder.space.write_grad(model, rel.gradient)
             return {"loss": out.loss, "clipped_fraction": out.clipped.clipped_fraction, "grad_snr": rel.snr,
                     "signal_norm": rel.signal_norm, "noise_norm": rel.noise_norm, "batch_size": float(len(idx)),
                     "units": float(out.clipped.n_units), "canaries": float(rel.canaries)}
 
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
-                         "unit_clip": unit_clip, "unit": self.unit_kind, "param_names": embedder.space.names,
+                         "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
                          "param_count": embedder.space.size, "overflow_counter": counter}}
         return PreparedRun(model, step, batches, plan, optimizer, claim, extras)
 

@@ -6,33 +6,44 @@
 
 Canary hook (Nasr et al. 2023, "Dirac canaries"; contract for the canary audits)
 ------------------------------------------------------------------------------
-``canaries`` is a :class:`CanaryGradients` (or a callable ``step -> CanaryGradients | None``,
-called once per step) holding
+``canaries`` is a :class:`CanaryGradients` or :class:`DiracCanaries` (or a callable
+``step -> canaries | None``, called once per step) holding
 
-* ``vectors`` -- a float tensor (m, p) of gradients in the flat parameter layout of
-  :class:`~defenses.dp.params.ParamSpace` (the model's trainable ``named_parameters()`` in order;
-  ``Trained`` records the names under ``extras['dp']['param_names']``), each of L2 norm at most the
-  mechanism's unit clip norm C (``extras['dp']['unit_clip']``; 1e-6 relative slack, else
-  ``ConfigError``);
-* ``include`` -- a bool tensor (m,): which canaries take part in this step.
+* the canary gradients in the flat parameter layout of :class:`~defenses.dp.params.ParamSpace` (the
+  model's trainable ``named_parameters()`` in order; ``Trained`` records the names under
+  ``extras['dp']['param_names']``): dense ``vectors`` (m, p), or Dirac ``coordinates`` (m,) with a
+  common ``norm`` (Nasr et al. 2023), each of L2 norm at most the gradient mechanism's sensitivity
+  Delta (``extras['dp']['canary_bound']``; 1e-6 relative slack, else ``ConfigError``);
+* ``include`` -- a bool tensor (m,): which canaries take part in this step;
+* ``observer`` -- optional, called with the step's privatised sum (signal + canaries + noise, before
+  the normaliser): what a white-box auditor sees.
 
-The included vectors are added to the clipped sum *before* the noise, exactly like m extra clipped
-units, and are not divided by anything else. Including or excluding one canary therefore changes the
-pre-noise sum by at most C, so each canary is protected at least as well as one unit of the
-mechanism (C <= Delta for every method here). The noise draw does not depend on the canaries, so
-runs that differ only in ``include`` share their noise. The history records ``canaries`` (the number
-included) per step.
+The included canaries are added to the clipped sum *before* the noise and are not divided by anything
+else. Including or excluding one canary changes the pre-noise sum by at most Delta, the sensitivity
+the noise is calibrated to: a canary is a worst-case example under the claim (an example may move
+the clipped sum by Delta; a clipped unit only by C <= Delta), so a canary sampled like an example is
+protected exactly as the claim says, and auditing it is sound and as tight as the claim allows. The
+noise draw does not depend on the canaries, so runs that differ only in ``include`` share their
+noise. The history records ``canaries`` (the number included) per step.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Callable, Optional, Union
 
 import torch
 
 from audit.errors import ConfigError
 from defenses.dp.noise import gaussian
+
+
+Observer = Callable[[torch.Tensor], None]
+
+
+def _check_norms(norms: torch.Tensor, bound: float) -> None:
+    if norms.numel() and float(norms.max()) > bound * (1 + 1e-6):
+        raise ConfigError(f"canaries: norm {float(norms.max()):.6g} exceeds the mechanism's sensitivity {bound:.6g}")
 
 
 @dataclass(frozen=True)
@@ -41,6 +52,7 @@ class CanaryGradients:
 
     vectors: torch.Tensor
     include: torch.Tensor
+    observer: Optional[Observer] = None
 
     def __post_init__(self) -> None:
         if self.vectors.ndim != 2:
@@ -49,33 +61,54 @@ class CanaryGradients:
             raise ConfigError(f"canaries.include: expected a bool tensor of shape ({self.vectors.shape[0]},), "
                               f"got {self.include.dtype} {tuple(self.include.shape)}")
 
-    def total(self, size: int, clip: float, *, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
+    def total(self, size: int, bound: float, *, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
         """Sum of the included vectors after checking the layout and the norm bound."""
         if self.vectors.shape[1] != size:
             raise ConfigError(f"canaries.vectors: expected {size} columns (trainable parameters), "
                               f"got {self.vectors.shape[1]}")
-        norms = torch.linalg.vector_norm(self.vectors.double(), dim=1)
-        if norms.numel() and float(norms.max()) > clip * (1 + 1e-6):
-            raise ConfigError(f"canaries.vectors: norm {float(norms.max()):.6g} exceeds the unit clip norm {clip:.6g}")
+        _check_norms(torch.linalg.vector_norm(self.vectors.double(), dim=1), bound)
         chosen = self.vectors[self.include.to(self.vectors.device)]
         return chosen.sum(dim=0).to(device=device, dtype=dtype)
 
 
-CanarySource = Union[CanaryGradients, Callable[[int], Union[CanaryGradients, None]]]
+@dataclass(frozen=True)
+class DiracCanaries:
+    """m Dirac canaries: canary k is ``norm`` times the basis vector e_{coordinates[k]} (no dense (m, p) tensor)."""
+
+    coordinates: torch.Tensor
+    norm: float
+    include: torch.Tensor
+    observer: Optional[Observer] = None
+
+    def __post_init__(self) -> None:
+        if self.coordinates.ndim != 1 or self.include.shape != self.coordinates.shape or self.include.dtype != torch.bool:
+            raise ConfigError("canaries: coordinates and include must be 1-D of the same length, include bool")
+
+    def total(self, size: int, bound: float, *, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
+        coords = self.coordinates.long()
+        if coords.numel() and (int(coords.min()) < 0 or int(coords.max()) >= size):
+            raise ConfigError(f"canaries.coordinates: must lie in [0, {size}) (trainable parameters)")
+        _check_norms(torch.tensor([abs(float(self.norm))]), bound)
+        out = torch.zeros(size, device=device, dtype=dtype)
+        chosen = coords[self.include.to(coords.device)].to(out.device)
+        return out.index_add_(0, chosen, torch.full((chosen.numel(),), float(self.norm), device=out.device, dtype=dtype))
 
 
-def canaries_at(source: CanarySource | None, step: int) -> CanaryGradients | None:
-    if source is None or isinstance(source, CanaryGradients):
+Canaries = Union[CanaryGradients, DiracCanaries]
+CanarySource = Union[Canaries, Callable[[int], Union[Canaries, None]]]
+
+
+def canaries_at(source: CanarySource | None, step: int) -> Canaries | None:
+    if source is None or isinstance(source, (CanaryGradients, DiracCanaries)):
         return source
     return source(step)
 
 
-def dirac_canaries(size: int, coordinates: torch.Tensor, norm: float, include: torch.Tensor) -> CanaryGradients:
+def dirac_canaries(coordinates: torch.Tensor, norm: float, include: torch.Tensor,
+                   observer: Observer | None = None) -> DiracCanaries:
     """Dirac canaries (Nasr et al. 2023): canary k is ``norm`` times the basis vector e_{coordinates[k]}."""
-    coordinates = torch.as_tensor(coordinates, dtype=torch.long)
-    vectors = torch.zeros(coordinates.numel(), size)
-    vectors[torch.arange(coordinates.numel()), coordinates] = norm
-    return CanaryGradients(vectors, torch.as_tensor(include, dtype=torch.bool))
+    return DiracCanaries(torch.as_tensor(coordinates, dtype=torch.long), float(norm),
+                         torch.as_tensor(include, dtype=torch.bool), observer)
 
 
 @dataclass
@@ -94,17 +127,23 @@ class Release:
 
 
 def release(clipped_total: torch.Tensor, noise_std: float, generator: torch.Generator, *, normalizer: float = 1.0,
-            canaries: CanaryGradients | None = None, unit_clip: float | None = None) -> Release:
-    """Add the included canaries and N(0, noise_std^2 I) to the clipped sum, divide by ``normalizer``."""
+            canaries: Canaries | None = None, canary_bound: float | None = None) -> Release:
+    """Add the included canaries and N(0, noise_std^2 I) to the clipped sum, divide by ``normalizer``.
+
+    ``canary_bound`` is the largest canary norm allowed: the gradient mechanism's sensitivity Delta.
+    """
     if normalizer <= 0:
         raise ValueError(f"normalizer: must be > 0, got {normalizer}")
     signal = clipped_total
     n_canaries = 0
     if canaries is not None:
-        if unit_clip is None:
-            raise ValueError("unit_clip is required to add canaries")
-        signal = signal + canaries.total(signal.numel(), unit_clip, device=signal.device, dtype=signal.dtype)
+        if canary_bound is None:
+            raise ValueError("canary_bound is required to add canaries")
+        signal = signal + canaries.total(signal.numel(), canary_bound, device=signal.device, dtype=signal.dtype)
         n_canaries = int(canaries.include.sum())
     noise = gaussian(signal.shape, noise_std, generator, device=signal.device, dtype=signal.dtype)
-    return Release((signal + noise) / normalizer, float(torch.linalg.vector_norm(signal)),
+    noisy = signal + noise
+    if canaries is not None and canaries.observer is not None:
+        canaries.observer(noisy.detach())
+    return Release(noisy / normalizer, float(torch.linalg.vector_norm(signal)),
                    float(torch.linalg.vector_norm(noise)), n_canaries)

@@ -1,0 +1,101 @@
+"""``privaudit sensitivity``: try to break the papers' sensitivity claims; replay a witness.
+
+    privaudit sensitivity (--claim ID ... | --all | --list | --replay FILE)
+                          [--budget-seconds S] [--evaluations N] [--seed N] [--witness-dir DIR] [--json]
+
+Exit status: 0 when no checked claim is violated (or a replay reproduced its witness), 1 when some
+claim is violated (or a replay did not reproduce), 2 on bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from audit.commands.common import emit_json, format_table
+from audit.errors import ConfigError
+
+HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "verdict", "witness"]
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sensitivity", help="search each paper's sensitivity claim for a violating neighbouring pair")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--claim", action="append", metavar="ID",
+                      help="check this claim (repeatable; a bare key such as dpgcl.group selects all its variants)")
+    what.add_argument("--all", action="store_true", help="check every paper claim in the register")
+    what.add_argument("--list", action="store_true", help="list the registered claims and their stated bounds")
+    what.add_argument("--replay", metavar="FILE", help="recompute a witness file and its verdict")
+    p.add_argument("--budget-seconds", type=float, default=None,
+                   help="search time per claim (default: each claim's own, a few minutes for --all on 2 cores)")
+    p.add_argument("--evaluations", type=int, default=None,
+                   help="budget per claim in evaluated pairs instead of seconds (reproducible)")
+    p.add_argument("--seed", type=int, default=0, help="seed for the data split, the models and the search")
+    p.add_argument("--dataset", default="digits", help="dataset the defenses are built on (default: digits)")
+    p.add_argument("--data-dir", default=None, help="directory of torchvision-format datasets")
+    p.add_argument("--witness-dir", default="reports/sensitivity/witnesses",
+                   help="where witnesses of violated claims are written")
+    p.add_argument("--progress", action="store_true", help="show a progress bar")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of a table")
+    p.set_defaults(func=run)
+
+
+def _list(args: argparse.Namespace) -> int:
+    from audit.sensitivity import CLAIMS
+
+    rows = [[c.id, c.source, c.relation, c.norm, c.formula, "closed form" if c.closed_form else "sampled",
+             c.budget_seconds, "reference" if c.reference else "paper"] for c in CLAIMS.values()]
+    if args.json:
+        emit_json([dict(zip(["claim", "source", "relation", "norm", "bound", "kind", "budget_seconds", "type"], r))
+                   for r in rows])
+    else:
+        print(format_table(["claim", "source", "relation", "norm", "bound", "kind", "budget s", "type"], rows))
+    return 0
+
+
+def _row(r: dict) -> list:
+    return [r["claim"], r["source"], r["relation"], r["bound"], r["observed"], r["ratio"], r["verdict"],
+            r["witness"]]
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from audit.sensitivity import replay
+
+    r = replay(args.replay)
+    if args.json:
+        emit_json(r)
+    else:
+        print(format_table(HEADERS, [_row(r)]))
+        rec = r["config"]["recorded"]
+        print(f"recorded: bound {rec['bound']!r}, observed {rec['observed']!r}, verdict {rec['verdict']}")
+        print(f"replayed: bound {r['bound']!r}, observed {r['observed']!r}, verdict {r['verdict']}; outputs "
+              f"bit-identical: {'yes' if r['identical_outputs'] else 'NO'}; "
+              f"{'reproduced' if r['reproduced'] else 'NOT reproduced'}")
+    return 0 if r["reproduced"] else 1
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        return _list(args)
+    if args.replay:
+        return _replay(args)
+    if args.budget_seconds is not None and not args.budget_seconds > 0:
+        raise ConfigError(f"--budget-seconds: must be > 0, got {args.budget_seconds!r}")
+    if args.evaluations is not None and args.evaluations < 1:
+        raise ConfigError(f"--evaluations: must be >= 1, got {args.evaluations!r}")
+    from audit.sensitivity import check_claims, select
+
+    ids = None if args.all else list(args.claim)
+    select(ids, include_reference=False)  # unknown ids fail here, before any work
+    results = check_claims(ids, budget_seconds=args.budget_seconds, seed=args.seed, progress=args.progress,
+                           witness_dir=args.witness_dir, dataset=args.dataset, data_dir=args.data_dir,
+                           evaluations=args.evaluations)
+    if args.json:
+        emit_json(results)
+    else:
+        print(format_table(HEADERS, [_row(r) for r in results]))
+        for r in results:
+            reason = r["config"].get("reason")
+            if r["verdict"] == "inconclusive" and reason:
+                print(f"{r['claim']}: inconclusive: {reason}", file=sys.stderr)
+    return 1 if any(r["verdict"] == "violated" for r in results) else 0

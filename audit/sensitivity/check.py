@@ -1,0 +1,163 @@
+"""``check_claims``: search every registered claim for a violating neighbouring pair.
+
+For each claim, each of its settings (see :mod:`audit.sensitivity.register`) gets an equal share of
+what is left of the claim's budget; the search (:mod:`audit.sensitivity.search`) runs on the target
+the defense's privatized quantity gives at that setting. The claim's result is the setting with the
+largest observed / bound ratio; once a setting violates its bound the remaining settings are skipped.
+A violated claim's witness is written to ``witness_dir`` (:mod:`audit.sensitivity.witness`).
+
+Each result is a dict with exactly the keys ``claim, source, relation, bound, observed, ratio,
+verdict, witness, config`` (``config`` holds the setting, the bound's parameters, the defense's own
+bound, the tolerance, the search phases, every setting's result and the claim's notes).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+from audit.errors import ConfigError, check_positive
+from audit.sensitivity.register import ClaimSpec, Context, select
+from audit.sensitivity.search import MIN_PAIRS, SearchResult, Target, search
+from audit.sensitivity.verdict import is_violation, tolerance, verdict
+from audit.sensitivity.witness import num_threads, save_witness
+from defenses.seeding import torch_generator
+
+RESULT_KEYS = ("claim", "source", "relation", "bound", "observed", "ratio", "verdict", "witness", "config")
+DEFAULT_WITNESS_DIR = Path("reports") / "sensitivity" / "witnesses"
+
+
+def _ratio(observed: float | None, bound: float | None) -> float | None:
+    if observed is None or bound is None:
+        return None
+    if bound == 0:
+        return math.inf if observed > 0 else 0.0
+    return observed / bound
+
+
+def _setting_summary(target: Target, res: SearchResult) -> dict[str, Any]:
+    observed = res.observed
+    tol = tolerance(res.best.fa, res.best.fb, target.bound, target.norm) if res.best is not None else None
+    return {"setting": target.setting, "params": target.params, "bound": target.bound, "observed": observed,
+            "ratio": _ratio(observed, target.bound), "tolerance": tol,
+            "violated": bool(observed is not None and is_violation(observed, target.bound, tol or 0.0)),
+            "evaluations": res.evaluations, "seconds": round(res.seconds, 3), "covered": res.covered,
+            "phases": res.phases, **target.extra}
+
+
+def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None = None,
+                evaluations: int | None = None, witness_dir: str | Path | None = DEFAULT_WITNESS_DIR) -> dict[str, Any]:
+    """Search one claim (all its settings) and return its result dict (see module doc)."""
+    budget = float(spec.budget_seconds if budget_seconds is None else budget_seconds)
+    settings = list(spec.settings)
+    per_setting: list[dict[str, Any]] = []
+    best: tuple[Target, SearchResult] | None = None
+    best_ratio = -math.inf
+    errors: list[str] = []
+    setup_seconds = 0.0
+    spent = 0.0
+    skipped = 0
+    for index, setting in enumerate(settings):
+        if best is not None and per_setting and any(s.get("violated") for s in per_setting):
+            skipped = len(settings) - index
+            break
+        start = time.perf_counter()
+        try:
+            target = spec.target(setting, ctx)
+        except Exception as exc:  # noqa: BLE001 - a quantity that cannot be built makes the claim inconclusive
+            errors.append(f"setting {setting.to_dict()}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            setup_seconds += time.perf_counter() - start
+            continue
+        setup_seconds += time.perf_counter() - start
+        gen = torch_generator(ctx.seed, "sensitivity", spec.id, index)
+        pool = None
+        if spec.black_box:
+            pool = {k: v for k, v in (("x", target.domain.pool_x), ("y", getattr(target.domain, "pool_y", None)))
+                    if v is not None} if hasattr(target.domain, "pool_x") else None
+            if pool is not None and "y" in pool:
+                pool["y"] = pool["y"].long()
+        left = len(settings) - index
+        if evaluations is not None:
+            res = search(target, gen, evaluations=max(evaluations // len(settings), 4), rubinstein_pool=pool)
+        else:
+            share = max((budget - spent) / left, 0.05 * budget / len(settings))
+            res = search(target, gen, seconds=share, rubinstein_pool=pool)
+        spent += res.seconds
+        summary = _setting_summary(target, res)
+        per_setting.append(summary)
+        ratio = summary["ratio"] if summary["ratio"] is not None else -math.inf
+        if best is None or ratio > best_ratio:
+            best, best_ratio = (target, res), ratio
+
+    config: dict[str, Any] = {"defense": spec.defense, "variant": spec.variant or None, "formula": spec.formula,
+                              "norm": spec.norm, "closed_form": spec.closed_form, "context": ctx.describe(),
+                              "budget_seconds": None if evaluations is not None else budget,
+                              "budget_evaluations": evaluations, "setup_seconds": round(setup_seconds, 3),
+                              "search_seconds": round(spent, 3), "notes": list(spec.notes)}
+    if best is None:
+        config["reason"] = "; ".join(errors) or "no setting could be searched"
+        return dict(zip(RESULT_KEYS, (spec.id, spec.source, spec.relation, None, None, None, "inconclusive", None,
+                                      config)))
+    target, res = best
+    found = res.best
+    observed = found.distance if found is not None else None
+    tol = tolerance(found.fa, found.fb, target.bound, target.norm) if found is not None else 0.0
+    covered = all(s["covered"] for s in per_setting) and not errors and not skipped
+    v = verdict(observed, target.bound, tol, closed_form=spec.closed_form, covered=covered)
+    config.update({"setting": target.setting, "params": target.params, "tolerance": tol,
+                   "evaluations": sum(s["evaluations"] for s in per_setting), "settings": per_setting,
+                   **target.extra})
+    if found is not None:
+        config["randomness"] = int(found.pair.randomness)
+    if errors:
+        config["errors"] = errors
+    if skipped:
+        config["skipped_settings"] = skipped
+    if v == "inconclusive":
+        config["reason"] = ("the bound is sampled (no closed form): the search can refute it but not confirm it"
+                            if not spec.closed_form else
+                            "; ".join(errors) if errors else
+                            f"the budget did not cover every setting (each needs {MIN_PAIRS} pairs and both phases)")
+    result = dict(zip(RESULT_KEYS, (spec.id, spec.source, spec.relation, target.bound, observed,
+                                    _ratio(observed, target.bound), v, None, config)))
+    if v == "violated" and witness_dir is not None and found is not None:
+        result["witness"] = str(save_witness(witness_dir, spec, target, found, ctx.describe(), {
+            "bound": target.bound, "observed": observed, "tolerance": tol, "ratio": result["ratio"], "verdict": v}))
+    return result
+
+
+def check_claims(claim_ids: list[str] | None = None, *, budget_seconds: float | None = None, seed: int = 0,
+                 progress: bool = False, witness_dir: str | Path | None = DEFAULT_WITNESS_DIR,
+                 dataset: str = "digits", data_dir: str | None = None, evaluations: int | None = None,
+                 include_reference: bool = False, threads: int | None = 1) -> list[dict[str, Any]]:
+    """Check the claims ``claim_ids`` (None: every paper claim in the register).
+
+    ``budget_seconds`` is the search time **per claim** (None: each claim's default, chosen so all
+    claims take a few minutes on a 2-core CPU), shared among the claim's settings; ``evaluations``
+    replaces it by a number of evaluated pairs per claim (reproducible: same seed, same numbers).
+    ``seed`` fixes the dataset split, the defenses' models and the search. A bare claim key (e.g.
+    ``dpgcl.group``) selects all its variants; ``reference.*`` claims are included only when named
+    (or with ``include_reference``). ``threads``: torch intra-op threads during the checks (None:
+    leave as is). The default 1 is the fast choice for these tiny batches -- on a shared 2-core
+    machine two threads made a DP-FedEmb evaluation 40x slower -- and witnesses record the count
+    so the replay runs with the same one (reductions may round differently with another).
+    """
+    if budget_seconds is not None:
+        check_positive("budget_seconds", budget_seconds)
+    if evaluations is not None and (int(evaluations) != evaluations or evaluations < 1):
+        raise ConfigError(f"evaluations: must be a positive integer, got {evaluations!r}")
+    from tqdm.auto import tqdm
+
+    specs = select(claim_ids, include_reference=include_reference)
+    ctx = Context(seed, dataset, data_dir)
+    results = []
+    bar = tqdm(specs, desc="sensitivity", disable=None if progress else True, leave=False)
+    with num_threads(threads):
+        for spec in bar:
+            bar.set_postfix(claim=spec.id)
+            results.append(check_claim(spec, ctx, budget_seconds=budget_seconds, evaluations=evaluations,
+                                       witness_dir=witness_dir))
+    bar.close()
+    return results

@@ -1,0 +1,464 @@
+"""The register of sensitivity claims: one entry per theorem or stated bound.
+
+Each :class:`ClaimSpec` names its source (paper and theorem/equation), the neighbouring relation,
+the norm, and the claimed bound **as the paper states it**, as a function of the parameters (batch
+size B, group size S, clip norm C, temperature tau, ...). The function it bounds is never
+re-implemented here: :meth:`ClaimSpec.target` instantiates the defense that implements it and takes
+the matching :class:`~defenses.base.PrivatizedQuantity` from ``privatized_quantities`` -- the code
+path the defense trains with. The defense's own bound is reported beside the register's; the
+register's is the claim that is checked (tests pin every formula to the paper's statement).
+
+Each entry lists the *settings* the search tries: small, extreme configurations (tiny batches,
+temperatures, group sizes) as defense hyper-parameter overrides plus the batch size in units. The
+bound is evaluated at each setting's realised parameters.
+
+Reference entries (``reference.*``) are functions with known sensitivity used to calibrate the
+samplers; they are not paper claims and are left out of "all claims".
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Mapping
+
+import torch
+
+from audit.errors import ConfigError
+from audit.sensitivity.domains import ImageDomain, VectorDomain
+from audit.sensitivity.search import Target
+from defenses.base import PrivatizedQuantity
+
+Params = Mapping[str, Any]
+
+
+# -- the papers' bounds (each pinned by tests to the paper's statement) --------------------------------
+def dpcl_similarity_bound(p: Params) -> float:
+    """DPCL Thm. 1: Delta_S <= 4 sqrt(|Z| - 1), |Z| = 2|B| L2-normalised views."""
+    return 4.0 * math.sqrt(2 * int(p["B"]) - 1)
+
+
+def dpcl_mean_bound(p: Params) -> float:
+    """DPCL Thm. 2: Delta_mu <= 2 / N for N L2-normalised representations (N = |B|, one view)."""
+    return 2.0 / int(p["B"])
+
+
+def dpcl_sse_bound(p: Params) -> float:
+    """DPCL Thm. 3: Delta_SSE <= 6 (the L2 norm of the per-feature SSE vector)."""
+    return 6.0
+
+
+def dpcl_gradient_bound(p: Params) -> float:
+    """DPCL Sec. 3.2.2 (and 3.3.2): with the noised similarity (mean, variance), Delta'_g <= 4C."""
+    return 4.0 * float(p["C"])
+
+
+def dpcl_gradient_plain_bound(p: Params) -> float:
+    """DPCL Sec. 3.2.1 (and 3.3.1): Delta_g <= 2 n C = 4|B|C for n = 2|B| per-view gradients."""
+    return 4.0 * int(p["B"]) * float(p["C"])
+
+
+def dpgcl_sample_level_bound(p: Params) -> float:
+    """DP-GCL Sec. 2.3.1 (Eq. 6): (2B + 1) C for a batch of B pairs, one clipped term per pair.
+
+    ``t`` is the number of clipped loss terms per example in the implementation (Eq. 6 has t = 1);
+    the argument scales with it: (2B + 1) t C.
+    """
+    return (2 * int(p["B"]) + 1) * int(p.get("t", 1)) * float(p["C"])
+
+
+def dpgcl_batch_level_bound(p: Params) -> float:
+    """DP-GCL Eq. 7 (batch-level clipping, DP-CLIP): 2C."""
+    return 2.0 * float(p["C"])
+
+
+def dpgcl_group_clip_bound(p: Params) -> float:
+    """DP-GCL Thm. 1 (Eq. 8): (2K + 1) C with K = ceil(B / S) groups of the batch D (|D| = B)."""
+    return (2 * math.ceil(int(p["B"]) / int(p["S"])) + 1) * float(p["C"])
+
+
+def dpgcl_group_bound(p: Params) -> float:
+    """DP-GCL Thms. 2-3 (Eqs. 10, 13): 2C, independent of B and S."""
+    return 2.0 * float(p["C"])
+
+
+def logitdp_infonce_bound(p: Params) -> float:
+    """Logit-DP Lemma 4.5 with Thm. 4.2 / Cor. 4.3: 2 (1 + (n - 2) e^2 / (e^2 + n - 1)) B_pair.
+
+    n is the larger neighbour's batch size (the lemma compares n with n - 1 pairs). The lemma is
+    stated for cosine logits in [-1, 1] (tau = 1); for logits s / tau the register reads e^2 as
+    e^{2/tau} (the logit range [-1/tau, 1/tau]), which is what the implementation calibrates with.
+    """
+    a = math.exp(2.0 / float(p.get("tau", 1.0)))
+    n = int(p["n"])
+    return 2.0 * (1.0 + (n - 2) * a / (a + n - 1)) * float(p["C"])
+
+
+def logitdp_spreadout_bound(p: Params) -> float:
+    """Logit-DP Lemma 4.6: G1 + G2 + (n - 1) L <= 6, so 6 B_pair for every n."""
+    return 6.0 * float(p["C"])
+
+
+def fedemb_bound(p: Params) -> float:
+    """DP-FedEmb App. C: noise proportional to the clip norm gamma -- the accounting implies Delta = gamma."""
+    return float(p["clip_norm"])
+
+
+def alm_bound(p: Params) -> float:
+    """ALM Algorithm 2: the L1 sensitivity *sampled* on the fine-tuning set, used as if global."""
+    return float(p["sensitivity_l1"])
+
+
+# -- entries -----------------------------------------------------------------------------------------
+MODEL_STATES = ("init", "trained")
+TRAINED_EPOCHS = 3
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration to search: the size of D in units, defense hyper-parameter overrides, and the
+    model state the quantity is evaluated at.
+
+    ``model``: ``init`` -- the defense's seeded initial model (what ``privatized_quantities`` uses by
+    default); ``trained`` -- the same architecture after :data:`TRAINED_EPOCHS` epochs of non-private
+    contrastive training on the public split. The theorems bound the quantity at *every* parameter
+    value w, and a freshly initialised network maps all inputs to nearly the same direction (cosine
+    similarities >= 0.7 on digits), which hides the worst cases; a briefly trained one spreads them
+    over the sphere (cosines down to -0.9).
+    """
+
+    units: int
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    model: str = "init"
+
+    def __post_init__(self) -> None:
+        if self.model not in MODEL_STATES:
+            raise ConfigError(f"model: unknown model state {self.model!r}; accepted: {', '.join(MODEL_STATES)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"units": self.units, "overrides": dict(self.overrides), "model": self.model}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Setting":
+        return cls(int(d["units"]), dict(d.get("overrides", {})), str(d.get("model", "init")))
+
+
+class Context:
+    """Shared inputs of the checks: the seed, the dataset (loaded once) and built quantities."""
+
+    def __init__(self, seed: int = 0, dataset: str = "digits", data_dir: str | None = None):
+        self.seed = int(seed)
+        self.dataset = dataset
+        self.data_dir = data_dir
+        self._quantities: dict[tuple, tuple] = {}
+        self._trained: dict[tuple, dict[str, torch.Tensor]] = {}
+
+    @cached_property
+    def data(self):
+        from audit.datasets import load_dataset
+
+        return load_dataset(self.dataset, seed=self.seed, data_dir=self.data_dir)
+
+    def describe(self) -> dict[str, Any]:
+        return {"seed": self.seed, "dataset": self.dataset, "data_dir": self.data_dir}
+
+    def quantities(self, defense: str, overrides: Mapping[str, Any], model: str = "init",
+                   state: Mapping[str, torch.Tensor] | None = None
+                   ) -> tuple[list[PrivatizedQuantity], dict[str, torch.Tensor] | None]:
+        """``privatized_quantities`` of ``defense`` built with ``overrides`` at a model state (cached).
+
+        Returns the quantities and the state dict of the model they were built with (None when the
+        defense builds its own model internally). ``state`` loads given parameters (a witness's).
+        """
+        key = (defense, tuple(sorted((k, repr(v)) for k, v in overrides.items())), model,
+               None if state is None else id(state))
+        if key not in self._quantities:
+            from defenses.registry import make_defense
+
+            d = make_defense(defense, dict(overrides))
+            method = d.privatized_quantities
+            kwargs: dict[str, Any] = {}
+            sig = inspect.signature(method).parameters
+            if "seed" in sig:
+                kwargs["seed"] = self.seed
+            if "progress" in sig:
+                kwargs["progress"] = False
+            net = None
+            if "model" in sig and hasattr(d, "build") and hasattr(d, "model_spec"):
+                net = self._model(d, model, state)
+                kwargs["model"] = net
+            elif model != "init" or state is not None:
+                raise ConfigError(f"model: defense {defense!r} builds its own model; only 'init' applies")
+            qs = list(method(self.data, **kwargs))
+            saved = None if net is None else {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
+            self._quantities[key] = (qs, saved)
+        return self._quantities[key]
+
+    def _model(self, defense: Any, kind: str, state: Mapping[str, torch.Tensor] | None) -> torch.nn.Module:
+        """The defense's model at the seed: as initialised, briefly trained, or loaded from ``state``."""
+        import dataclasses
+
+        spec = defense.model_spec(self.data.info)
+        net = defense.build(spec, self.seed)
+        if state is not None:
+            net.load_state_dict(dict(state))
+        elif kind == "trained":
+            from defenses.nonprivate import train_contrastive
+
+            cfg = dataclasses.replace(defense.config, epochs=TRAINED_EPOCHS, batch_size=128, lr=1e-3,
+                                      optimizer="adam", weight_decay=0.0)
+            key = (type(defense).__name__, repr(spec), cfg.loss, cfg.temperature, cfg.barlow_lambda)
+            if key not in self._trained:
+                trained, _, _ = train_contrastive(self.data.public.x, self.data.info, cfg, self.seed, progress=False)
+                self._trained[key] = {k: v.detach().clone() for k, v in trained.state_dict().items()}
+            net.load_state_dict(self._trained[key])
+        return net.eval()
+
+
+Builder = Callable[["ClaimSpec", Setting, Context, Any], Target]
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """A claimed sensitivity bound (see module doc).
+
+    ``key``: the claim id (``claim_id`` of the quantity); ``variant`` tells apart implementations of
+    one claim (``id`` = ``key[variant]``). ``bound(params)`` is the paper's bound; ``formula`` states
+    it in words; ``parameters`` are the names it reads. ``closed_form`` False: the bound is sampled,
+    so the search can refute it but never confirm it. ``black_box``: a training algorithm, also
+    checked with Rubinstein–Aldà's sampler. ``budget_seconds``: default search time over all settings.
+    """
+
+    key: str
+    source: str
+    relation: str
+    norm: str
+    formula: str
+    bound: Callable[[Params], float]
+    parameters: tuple[str, ...]
+    builder: Builder
+    settings: tuple[Setting, ...]
+    defense: str | None = None
+    variant: str = ""
+    base_overrides: Mapping[str, Any] = field(default_factory=dict)
+    closed_form: bool = True
+    black_box: bool = False
+    budget_seconds: float = 10.0
+    notes: tuple[str, ...] = ()
+    reference: bool = False
+
+    @property
+    def id(self) -> str:
+        return f"{self.key}[{self.variant}]" if self.variant else self.key
+
+    def target(self, setting: Setting, ctx: Context, state: Mapping[str, torch.Tensor] | None = None) -> Target:
+        """The search target at ``setting`` (``state``: model parameters to load, from a witness)."""
+        return self.builder(self, setting, ctx, state)
+
+    def quantity(self, setting: Setting, ctx: Context, state: Mapping[str, torch.Tensor] | None = None
+                 ) -> tuple[PrivatizedQuantity, dict[str, torch.Tensor] | None]:
+        """The defense's privatized quantity for this claim at ``setting``, with its model's state."""
+        overrides = {**self.base_overrides, **setting.overrides}
+        qs, saved = ctx.quantities(self.defense, overrides, setting.model, state)
+        found = [q for q in qs if q.claim_id == self.key and getattr(q, "variant", "") == self.variant]
+        if len(found) != 1:
+            raise ConfigError(f"claim {self.id}: defense {self.defense!r} exposes {len(found)} quantities with this "
+                              "claim id and variant (expected 1)")
+        return found[0], saved
+
+
+# -- builders ----------------------------------------------------------------------------------------
+def _defense_bounds(q: PrivatizedQuantity, params: Params) -> dict[str, Any]:
+    """The defense's own bound (and corrected bound) evaluated at the setting's parameters."""
+    merged = {**dict(q.params), **dict(params)}
+    out: dict[str, Any] = {}
+    for name, fn in (("defense_bound", q.bound), ("corrected_bound", getattr(q, "corrected_bound", None))):
+        if fn is None:
+            continue
+        try:
+            out[name] = float(fn(merged))
+        except (KeyError, TypeError, ValueError) as exc:
+            out[name] = f"not evaluable: {exc}"
+    return out
+
+
+def reference_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
+    from audit.sensitivity.reference import reference_quantities
+
+    dim, clip = int(spec.base_overrides.get("dim", 16)), float(spec.base_overrides.get("clip", 1.0))
+    [q] = [q for q in reference_quantities(dim, clip) if q.claim_id == spec.key]
+    params = {"C": clip, "N": setting.units, "d": dim}
+    return Target(q.fn, VectorDomain(dim, clip), spec.relation, spec.norm, setting.units, spec.bound(params), params,
+                  setting.to_dict())
+
+
+def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, Any]]) -> Builder:
+    """Builder for quantities of a batch of images (the DP training defenses)."""
+
+    def build(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
+        q, saved = spec.quantity(setting, ctx, state)
+        params = param_fn(setting, q)
+        data = ctx.data
+        domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes)
+        return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
+                      setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved)
+
+    return build
+
+
+def alm_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
+    """ALM: replace one record of the fine-tuning set (the members) by any labelled image."""
+    q, _ = spec.quantity(setting, ctx, state)
+    data = ctx.data
+    params = {k: v for k, v in q.params.items()}
+    pool_x = torch.cat([data.train.x, data.public.x, data.test.x])
+    pool_y = torch.cat([data.train.y, data.public.y, data.test.y])
+    domain = ImageDomain(pool_x, pool_y, num_classes=data.info.num_classes, labels=True)
+    base = {"x": data.train.x.clone(), "y": data.train.y.clone().long()}
+    return Target(q.fn, domain, spec.relation, spec.norm, len(data.train.x), spec.bound(params), params,
+                  setting.to_dict(), fixed_base=base, extra=_defense_bounds(q, params))
+
+
+def fedemb_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
+    """DP-FedEmb: one user's examples (``examples_per_user`` rows) replaced inside one virtual client.
+
+    The replacement keeps the user's labels: the implementation sizes every client's fresh local
+    head by the largest class count among the clients and draws all heads in one call, so a label
+    change that altered that count would re-draw every other client's head from the shared seed --
+    a change of coupling, not of data, which no proof (nor DP) cares about.
+    """
+    q, _ = spec.quantity(setting, ctx, state)
+    data = ctx.data
+    per_user = int(setting.overrides.get("examples_per_user", 2))
+    per_client = int(setting.overrides.get("users_per_client", 1))
+    params = {**dict(q.params), "users_per_client": per_client, "examples_per_user": per_user}
+    domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes, labels=True,
+                         unit_size=per_user, users_per_client=per_client, fixed_labels=True)
+    return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
+                  setting.to_dict(), extra={**_defense_bounds(q, params),
+                                            "implemented_bound": q.params.get("implemented_bound")})
+
+
+def _with(*names: str) -> Callable[[Setting, PrivatizedQuantity], dict[str, Any]]:
+    """Parameters: the realised batch size B = setting.units plus ``names`` read from the quantity's params."""
+
+    def fn(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
+        out: dict[str, Any] = {"B": setting.units}
+        for n in names:
+            if n not in q.params:
+                raise ConfigError(f"quantity {q.claim_id}: parameter {n!r} missing from its params "
+                                  f"({', '.join(map(str, q.params))})")
+            out[n] = q.params[n]
+        return out
+
+    return fn
+
+
+def _logit_params(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
+    return {"B": setting.units, "n": setting.units + 1, "C": q.params["C"], "tau": q.params.get("tau", 1.0)}
+
+
+def _group_params(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
+    return {"B": setting.units, "S": q.params["S"], "C": q.params["C"]}
+
+
+# -- the register ------------------------------------------------------------------------------------
+S = Setting
+
+
+def T(units: int, **overrides: Any) -> Setting:
+    """A setting at the briefly trained model."""
+    return Setting(units, overrides, "trained")
+
+
+_GROUPS = (T(8, group_size=2, batch_size=8), T(4, group_size=2, batch_size=4), S(6, {"group_size": 3, "batch_size": 6}))
+
+_ENTRIES: list[ClaimSpec] = [
+    # reference functions (calibration of the samplers)
+    ClaimSpec("reference.clipped-sum.add-remove", "reference: sum of rows clipped to C", "add-remove", "l2",
+              "C", lambda p: float(p["C"]), ("C",), reference_builder, (S(3), S(8)), reference=True, budget_seconds=4),
+    ClaimSpec("reference.clipped-sum.replace-one", "reference: sum of rows clipped to C", "replace-one", "l2",
+              "2C", lambda p: 2.0 * float(p["C"]), ("C",), reference_builder, (S(3), S(8)), reference=True,
+              budget_seconds=4),
+    ClaimSpec("reference.unit-mean", "reference: mean of N unit vectors", "replace-one", "l2",
+              "2/N", lambda p: 2.0 / int(p["N"]), ("N",), reference_builder, (S(3), S(8)), reference=True,
+              budget_seconds=4),
+    ClaimSpec("reference.buggy-clip", "reference: clipped sum whose clip norm forgets one term", "add-remove", "l2",
+              "C (claimed; the true sensitivity is unbounded)", lambda p: float(p["C"]), ("C",), reference_builder,
+              (S(3), S(8)), reference=True, budget_seconds=4),
+    # DPCL (Li et al.), replace-one, fixed-size batches
+    ClaimSpec("dpcl.similarity-matrix", "DPCL Thm. 1 (Sec. 3.2.2)", "replace-one", "l2", "4 sqrt(2B - 1)",
+              dpcl_similarity_bound, ("B",), image_builder(_with()), (T(2), T(4), S(8)), defense="dpcl-simclr"),
+    ClaimSpec("dpcl.mean", "DPCL Thm. 2 (Sec. 3.3.2)", "replace-one", "l2", "2 / B", dpcl_mean_bound, ("B",),
+              image_builder(_with()), (T(2), T(4), S(8)), defense="dpcl-barlow"),
+    ClaimSpec("dpcl.sse", "DPCL Thm. 3 (Sec. 3.3.2)", "replace-one", "l2", "6", dpcl_sse_bound, (),
+              image_builder(_with()), (T(8), T(4), S(2)), defense="dpcl-barlow",
+              notes=("the L2 norm of the vector of per-feature SSEs; for unit rows its supremum is 4 (1 - 1/B) "
+                     "(one row e1 replaced by -e1 among copies of e1), so 6 holds, loosely, in this reading",)),
+    ClaimSpec("dpcl.simclr-gradient", "DPCL Sec. 3.2.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
+              image_builder(_with("C")), (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr",
+              base_overrides={"clip_unit": "view"}),
+    ClaimSpec("dpcl.simclr-gradient-plain", "DPCL Sec. 3.2.1", "replace-one", "l2", "4 B C",
+              dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C")),
+              (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"}),
+    ClaimSpec("dpcl.barlow-gradient", "DPCL Sec. 3.3.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
+              image_builder(_with("C")), (T(2), T(4), S(4)), defense="dpcl-barlow",
+              base_overrides={"clip_unit": "view"}),
+    # DP-GCL (add/remove)
+    ClaimSpec("dpgcl.sample-level", "DP-GCL Sec. 2.3.1 (Eq. 6)", "add-remove", "l2", "(2B + 1) t C (t = 1 in Eq. 6)",
+              dpgcl_sample_level_bound, ("B", "C", "t"), image_builder(_with("C", "t")), (T(1), T(2), S(4)),
+              defense="dpsgd"),
+    ClaimSpec("dpgcl.batch-level", "DP-GCL Eq. 7 (Sec. 2.3.2)", "add-remove", "l2", "2C", dpgcl_batch_level_bound,
+              ("C",), image_builder(_with("C")), (T(1), T(2), S(4)), defense="dp-clip"),
+    ClaimSpec("dpgcl.group-clip", "DP-GCL Thm. 1 (Eq. 8)", "add-remove", "l2", "(2 ceil(B/S) + 1) C",
+              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params), _GROUPS, defense="dp-gcl"),
+    ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
+              ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="random"),
+    ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
+              ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="chunk"),
+    # Logit-DP (add/remove)
+    ClaimSpec("logitdp.infonce", "Logit-DP Lemma 4.5 (Thm. 4.2, Cor. 4.3)", "add-remove", "l2",
+              "2 (1 + (n - 2) e^(2/tau) / (e^(2/tau) + n - 1)) C, n = B + 1", logitdp_infonce_bound,
+              ("n", "C", "tau"), image_builder(_logit_params),
+              (T(1, temperature=0.1), T(1), T(3)), defense="logit-dp", budget_seconds=30,
+              notes=("n = 2 (one pair added to one) is where the proof's shared p_n hurts most: the new row's "
+                     "diagonal probability and the new column's probability in the old row are different "
+                     "entries and can be small and large together",)),
+    ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
+              image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp"),
+    # DP-FedEmb (user level, replace-one)
+    ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
+              "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,
+              (S(2, {"users_per_client": 1, "examples_per_user": 4}),
+               S(4, {"users_per_client": 2, "examples_per_user": 2})), defense="dp-fedemb",
+              base_overrides={"pretrain": False}, budget_seconds=20,
+              notes=("replace-one of one user moves one virtual client's clipped delta anywhere in the "
+                     "clip_norm ball: up to 2 clip_norm, which the defense's claim accounts with "
+                     "(params.implemented_bound)",)),
+    # ALM (sampled, no closed form)
+    ClaimSpec("alm.head-weights", "ALM Algorithm 2 (sensitivity sampler), Prop. 4.1", "replace-one", "l1",
+              "the L1 sensitivity sampled by Algorithm 2 on the members (m remove-one pairs)", alm_bound,
+              ("sensitivity_l1",), alm_builder, (S(0),), defense="alm",
+              base_overrides={"epochs": 2, "sensitivity_m": 100}, closed_form=False, black_box=True,
+              budget_seconds=25,
+              notes=("Algorithm 2 samples pairs (d minus d_i, d minus d_j) inside the fine-tuning set: a local "
+                     "sensitivity at d; the check replaces one member by any labelled image",)),
+]
+
+CLAIMS: dict[str, ClaimSpec] = {c.id: c for c in _ENTRIES}
+PAPER_CLAIMS: tuple[str, ...] = tuple(c.id for c in _ENTRIES if not c.reference)
+
+
+def select(claim_ids: list[str] | None, *, include_reference: bool = False) -> list[ClaimSpec]:
+    """Register entries for ``claim_ids`` (None: every paper claim). A bare key selects all its variants."""
+    if claim_ids is None:
+        return [c for c in _ENTRIES if include_reference or not c.reference]
+    out: list[ClaimSpec] = []
+    for cid in claim_ids:
+        hits = [c for c in _ENTRIES if c.id == cid] or [c for c in _ENTRIES if c.key == cid]
+        if not hits:
+            raise ConfigError(f"claim: unknown claim {cid!r}; accepted: {', '.join(CLAIMS)}")
+        out.extend(h for h in hits if h not in out)
+    return out

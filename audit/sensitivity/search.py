@@ -1,0 +1,516 @@
+"""Samplers that search for the neighbouring pair maximising ||f(D) - f(D')||.
+
+One :class:`Target` is a quantity at one configuration: its function ``fn(batch, randomness)``
+(taken from the defense's ``privatized_quantities``, the code it trains with), the input
+:class:`~audit.sensitivity.domains.Domain`, the relation, the norm and the claimed bound there.
+:func:`search` spends a time budget on it in phases, each feeding the next its best pairs:
+
+1. **random** — pairs drawn from the data distribution and from extremes (noise, binary, constant,
+   repeated and inverted inputs; negated, tiny and huge vectors), each with a fresh shared seed;
+2. **ascent** — from the best pairs found so far (restarts), maximise the distance over the changed
+   unit *and* the rest of the batch (unless the claim is about one fixed dataset). Quantities that
+   are differentiable in their inputs first get gradient ascent (Adam in unconstrained coordinates:
+   images through a logit; all restarts step together on one backward pass of the summed
+   objective). Then every quantity -- and only this for the non-differentiable ones (clipped
+   per-example gradients are computed under ``detach``; fitted heads) -- gets a zeroth-order
+   elitist search: each restart proposes mutations (Gaussian steps in the same coordinates with a
+   1/5-success-rule step size, resampled or inverted units, new labels, new shared seed, another
+   position) and keeps the best;
+3. **rubinstein-alda** (black-box training algorithms only) — Rubinstein & Aldà's sampler from
+   :mod:`audit.sensitivity.sampled` (databases D ~ P^(n-1) plus x or x', P uniform over the data
+   pool): the order statistic G_(k) with its random-DP confidence gamma, reported beside the
+   maximum. Its pairs are real neighbours, so its maximum also competes for the witness.
+
+Every evaluated pair goes through one :class:`Evaluator`, which keeps the best pair with both
+outputs (the witness) and caches f(D) while only the changed unit moves.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from audit.sensitivity.domains import Domain, Pair, Rows, cat_rows, n_rows, slice_rows
+from audit.sensitivity.verdict import distance, vector_norm
+
+QuantityFn = Callable[[Any, int], torch.Tensor]
+SEED_RANGE = 2 ** 31
+MIN_PAIRS = 20  # a setting searched with fewer pairs is not covered: its claim cannot "hold"
+
+
+@dataclass
+class Target:
+    """A quantity at one configuration, with the bound the claim states there.
+
+    ``units``: size of D in privacy units (D' has one more under add-remove). ``fixed_base``: the
+    claim is about neighbours of this one dataset (ALM's fine-tuning set), so the search never
+    changes it. ``setting``: JSON-able description (defense overrides, units, model state) to rebuild
+    the target for a replay. ``extra``: anything worth reporting (the defense's own bound, corrected
+    bounds). ``model_state``: the parameters of the model ``fn`` evaluates (saved with a witness).
+    """
+
+    fn: QuantityFn
+    domain: Domain
+    relation: str
+    norm: str
+    units: int
+    bound: float
+    params: dict[str, Any]
+    setting: dict[str, Any]
+    fixed_base: Rows | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    model_state: dict[str, torch.Tensor] | None = None
+
+
+@dataclass
+class Found:
+    """A pair with both outputs and their distance."""
+
+    pair: Pair
+    distance: float
+    fa: torch.Tensor
+    fb: torch.Tensor
+
+
+def _detach_rows(rows: Rows) -> Rows:
+    return {k: v.detach().clone() for k, v in rows.items()}
+
+
+class Evaluator:
+    """Evaluates pairs on a target, counts them, keeps the best, caches f(D) by base identity."""
+
+    def __init__(self, target: Target, cache_size: int = 8):
+        self.target = target
+        self.evaluations = 0
+        self.gradient_pairs = 0  # pairs evaluated (with gradients) by the gradient ascent
+        self.calls = 0
+        self.best: Found | None = None
+        self._cache: OrderedDict[tuple[int, int], tuple[Rows, torch.Tensor]] = OrderedDict()
+        self._cache_size = cache_size
+        self.call_seconds = 0.0
+
+    def output(self, rows: Rows, randomness: int) -> torch.Tensor:
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = self.target.fn(self.target.domain.batch(rows), int(randomness))
+        self.calls += 1
+        self.call_seconds += time.perf_counter() - start
+        return out.detach().reshape(-1).cpu()
+
+    @property
+    def seconds_per_call(self) -> float:
+        return self.call_seconds / max(self.calls, 1)
+
+    def _base_output(self, pair: Pair) -> torch.Tensor:
+        key = (id(pair.base), int(pair.randomness))
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is pair.base:
+            self._cache.move_to_end(key)
+            return hit[1]
+        out = self.output(pair.base, pair.randomness)
+        self._cache[key] = (pair.base, out)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return out
+
+    def evaluate(self, pair: Pair) -> float:
+        t = self.target
+        _, b_rows = pair.neighbours(t.relation, t.domain.unit_size)
+        fa = self._base_output(pair)
+        fb = self.output(b_rows, pair.randomness)
+        d = distance(fa, fb, t.norm)
+        if not math.isfinite(d):
+            d = math.inf
+        self.evaluations += 1
+        if self.best is None or d > self.best.distance:
+            self.best = Found(pair, d, fa, fb)
+        return d
+
+
+class TopK:
+    """The k best (distance, pair) seen, best first."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.items: list[tuple[float, Pair]] = []
+
+    def add(self, d: float, pair: Pair) -> None:
+        self.items.append((d, pair))
+        self.items.sort(key=lambda t: -t[0])
+        del self.items[self.k:]
+
+    def pairs(self) -> list[Pair]:
+        return [p for _, p in self.items]
+
+
+# -- proposals --------------------------------------------------------------------------------------
+def _rand(gen: torch.Generator) -> float:
+    return float(torch.rand((), generator=gen))
+
+
+def _randint(n: int, gen: torch.Generator) -> int:
+    return int(torch.randint(n, (1,), generator=gen))
+
+
+def _unit(rows: Rows, i: int, unit_size: int) -> Rows:
+    return slice_rows(rows, i * unit_size, (i + 1) * unit_size)
+
+
+def _set_unit(rows: Rows, i: int, unit: Rows, unit_size: int) -> Rows:
+    total = n_rows(rows)
+    return cat_rows(slice_rows(rows, 0, i * unit_size), unit, slice_rows(rows, (i + 1) * unit_size, total))
+
+
+def draw_base(target: Target, gen: torch.Generator) -> Rows:
+    """A batch of ``units`` units: one source for all (w.p. 0.7) or a mixture unit by unit."""
+    if target.fixed_base is not None:
+        return target.fixed_base
+    dom, n = target.domain, target.units
+    if n > 1 and _rand(gen) < 0.3:
+        return cat_rows(*[dom.draw(1, gen) for _ in range(n)])
+    return dom.draw(n, gen)
+
+
+def propose(target: Target, gen: torch.Generator) -> Pair:
+    """A random neighbouring pair: a random base, a random position and a new unit that is fresh,
+    the inverse of the replaced (or a random) unit, or a copy of another unit."""
+    dom, n, u = target.domain, target.units, target.domain.unit_size
+    base = draw_base(target, gen)
+    position = _randint(n, gen) if target.relation == "replace-one" else n
+    old = _unit(base, position if target.relation == "replace-one" else _randint(n, gen), u) if n else None
+    r = _rand(gen)
+    if old is not None and r < 0.25:
+        new = dom.opposite(old, gen)
+    elif old is not None and n > 1 and r < 0.35:
+        new = {k: v.clone() for k, v in _unit(base, _randint(n, gen), u).items()}
+    else:
+        new = dom.draw(1, gen)
+    if target.relation == "replace-one":
+        new = dom.conform(new, old)
+    return Pair(base, new, position, _randint(SEED_RANGE, gen))
+
+
+class Clock:
+    """Progress through a budget in seconds (wall clock) or in evaluated pairs (deterministic)."""
+
+    def __init__(self, ev: Evaluator, seconds: float | None = None, evaluations: int | None = None):
+        if (seconds is None) == (evaluations is None):
+            raise ValueError("Clock: give seconds or evaluations")
+        self.ev = ev
+        self.by_count = evaluations is not None
+        self.total = float(evaluations if self.by_count else seconds)
+        self._start = time.perf_counter()
+
+    def now(self) -> float:
+        if self.by_count:
+            return float(self.ev.evaluations + self.ev.gradient_pairs)
+        return time.perf_counter() - self._start
+
+    def pairs_left(self, deadline: float) -> int:
+        """How many more pairs fit before ``deadline`` (from the measured cost of a call)."""
+        left = max(deadline - self.now(), 0.0)
+        if self.by_count:
+            return int(left)
+        return int(left / (2 * max(self.ev.seconds_per_call, 1e-4)))
+
+
+def random_search(target: Target, ev: Evaluator, gen: torch.Generator, clock: Clock, deadline: float, top: TopK,
+                  min_evaluations: int = 1) -> int:
+    """Random pairs until the deadline (at least ``min_evaluations``); returns how many were tried."""
+    count = 0
+    while count < min_evaluations or clock.now() < deadline:
+        pair = propose(target, gen)
+        top.add(ev.evaluate(pair), pair)
+        count += 1
+    return count
+
+
+# -- zeroth-order ascent -----------------------------------------------------------------------------
+MUTATIONS = ("new", "base", "resample", "opposite", "labels", "randomness", "position")
+_WEIGHTS = (0.45, 0.15, 0.1, 0.08, 0.08, 0.08, 0.06)
+
+
+def mutate(target: Target, pair: Pair, sigma: float, gen: torch.Generator) -> Pair:
+    """One random change of a pair (see module doc); the shared seed changes only by choice."""
+    dom, n, u = target.domain, target.units, target.domain.unit_size
+    replace_one = target.relation == "replace-one"
+    r, acc, op = _rand(gen), 0.0, MUTATIONS[0]
+    for name, w in zip(MUTATIONS, _WEIGHTS):
+        acc += w
+        if r < acc:
+            op = name
+            break
+    base, new, position, seed = pair.base, pair.new, pair.position, pair.randomness
+    old = _unit(base, position, u) if replace_one else None
+    if op == "base" and target.fixed_base is None and n > 0:
+        if _rand(gen) < 0.3:
+            base = dom.perturb(base, sigma, gen)
+        else:
+            i = _randint(n, gen)
+            base = _set_unit(base, i, dom.perturb(_unit(base, i, u), sigma, gen), u)
+    elif op == "resample":
+        new = dom.draw(1, gen)
+    elif op == "opposite" and n > 0:
+        new = dom.opposite(old if replace_one else _unit(base, _randint(n, gen), u), gen)
+    elif op == "labels":
+        new = dom.mutate_discrete(new, gen)
+    elif op == "randomness":
+        seed = _randint(SEED_RANGE, gen)
+    elif op == "position" and replace_one and n > 1:
+        position = _randint(n, gen)
+    else:
+        new = dom.perturb(new, sigma, gen)
+    if replace_one:
+        new = dom.conform(new, _unit(base, position, u))
+    return Pair(base, new, position, seed)
+
+
+def zeroth_order_ascent(target: Target, ev: Evaluator, starts: list[Pair], gen: torch.Generator, clock: Clock,
+                        deadline: float, population: int = 4) -> int:
+    """Elitist (1 + population) search from each start, round robin, until the deadline; returns iterations."""
+    if not starts:
+        return 0
+    states = [[p, ev.evaluate(p), 0.5] for p in starts]
+    iterations = 0
+    while iterations == 0 or clock.now() < deadline:
+        state = states[iterations % len(states)]
+        pair, best, sigma = state
+        improved = False
+        for _ in range(population):
+            cand = mutate(target, pair, sigma, gen)
+            d = ev.evaluate(cand)
+            if d > best:
+                pair, best, improved = cand, d, True
+            if iterations and clock.now() >= deadline:
+                break
+        sigma = min(sigma * 1.5, 4.0) if improved else max(sigma * 0.8, 1e-3)
+        state[:] = [pair, best, sigma]
+        iterations += 1
+    return iterations
+
+
+# -- gradient ascent ---------------------------------------------------------------------------------
+def _smooth_distance(diff: torch.Tensor, norm: str) -> torch.Tensor:
+    diff = diff.reshape(-1).double()
+    if norm == "l1":
+        return diff.abs().sum()
+    return torch.sqrt(diff.pow(2).sum() + 1e-300)
+
+
+def _decode(dom: Domain, rows: Rows, free: dict[str, torch.Tensor]) -> Rows:
+    out = dict(rows)
+    for f, v in free.items():
+        out[f] = dom.from_free(f, v)
+    return out
+
+
+def ignores_randomness(target: Target, pair: Pair, ev: Evaluator) -> bool:
+    """Whether ``fn`` gives bit-identical outputs on ``pair``'s D' under two different seeds."""
+    _, b = pair.neighbours(target.relation, target.domain.unit_size)
+    return bool(torch.equal(ev.output(b, pair.randomness), ev.output(b, pair.randomness + 1)))
+
+
+def differentiable(target: Target, pair: Pair) -> bool:
+    """Whether ``fn``'s output carries a gradient with respect to the changed unit's continuous fields."""
+    dom = target.domain
+    try:
+        free = {f: dom.to_free(f, pair.new[f]).clone().requires_grad_(True) for f in dom.continuous}
+        new = _decode(dom, pair.new, free)
+        _, b = Pair(pair.base, new, pair.position, pair.randomness).neighbours(target.relation, dom.unit_size)
+        with torch.enable_grad():
+            out = target.fn(dom.batch(b), int(pair.randomness))
+        return bool(out.requires_grad)
+    except Exception:  # noqa: BLE001 - any failure means: use the zeroth-order search
+        return False
+
+
+def _stack_batches(batches: list[Any]) -> Any:
+    if isinstance(batches[0], tuple):
+        return tuple(torch.stack(parts) for parts in zip(*batches))
+    return torch.stack(batches)
+
+
+def _distances(target: Target, pairs: list[tuple[Rows, Rows, int]], vectorised: list[bool]) -> list[torch.Tensor]:
+    """Differentiable distances of several (D, D', seed) at once.
+
+    Pairs sharing a seed go through one ``torch.func.vmap`` of ``fn`` over the stacked batches
+    (``vectorised[0]`` is cleared, for good, the first time ``fn`` cannot be vmapped); otherwise
+    one call per neighbour.
+    """
+    dom = target.domain
+    out: list[torch.Tensor | None] = [None] * len(pairs)
+    by_seed: dict[int, list[int]] = {}
+    for i, (_, _, seed) in enumerate(pairs):
+        by_seed.setdefault(int(seed), []).append(i)
+    for seed, idx in by_seed.items():
+        if vectorised[0] and len(idx) > 1:
+            try:
+                fn = torch.func.vmap(lambda batch: target.fn(batch, seed).reshape(-1))
+                fa = fn(_stack_batches([dom.batch(pairs[i][0]) for i in idx]))
+                fb = fn(_stack_batches([dom.batch(pairs[i][1]) for i in idx]))
+                for k, i in enumerate(idx):
+                    out[i] = _smooth_distance(fa[k] - fb[k], target.norm)
+                continue
+            except Exception:  # noqa: BLE001 - not vmappable (data-dependent shapes, generators, ...)
+                vectorised[0] = False
+        for i in idx:
+            a, b, _ = pairs[i]
+            out[i] = _smooth_distance(target.fn(dom.batch(a), seed) - target.fn(dom.batch(b), seed), target.norm)
+    return out  # type: ignore[return-value]
+
+
+def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Clock, deadline: float,
+                    lr: float = 0.05, info: dict[str, Any] | None = None) -> int:
+    """Adam on every start's free coordinates (changed unit and, unless fixed, the base) until the deadline.
+
+    All restarts step together: restarts that share a seed are evaluated in one vmapped call of
+    ``fn`` when it allows (one loop otherwise), and their summed distances are differentiated in one
+    backward pass. A step whose distance beats the best seen is re-evaluated exactly (no grad).
+    """
+    dom = target.domain
+    if not starts:
+        return 0
+    groups, states = [], []
+    for p in starts:
+        new_free = {f: dom.to_free(f, p.new[f]).detach().clone().requires_grad_(True) for f in dom.continuous}
+        base_free = None
+        if target.fixed_base is None and target.units > 0:
+            base_free = {f: dom.to_free(f, p.base[f]).detach().clone().requires_grad_(True) for f in dom.continuous}
+        tensors = list(new_free.values()) + (list(base_free.values()) if base_free else [])
+        scale = max(dom.free_scale(t.detach()) for t in tensors)
+        groups.append({"params": tensors, "lr": lr * scale})
+        states.append((p, new_free, base_free))
+    opt = torch.optim.Adam(groups)
+    vectorised = [True]
+    steps = 0
+    while steps == 0 or clock.now() < deadline:
+        opt.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            pairs, candidates = [], []
+            for p, new_free, base_free in states:
+                base = _decode(dom, p.base, base_free) if base_free else p.base
+                new = _decode(dom, p.new, new_free)
+                a, b = Pair(base, new, p.position, p.randomness).neighbours(target.relation, dom.unit_size)
+                pairs.append((a, b, p.randomness))
+                candidates.append(Pair(_detach_rows(base), _detach_rows(new), p.position, p.randomness))
+            dists = _distances(target, pairs, vectorised)
+            total = torch.stack(dists).sum()
+        if not total.requires_grad:
+            break
+        (-total).backward()
+        opt.step()
+        steps += 1
+        ev.gradient_pairs += len(states)
+        best = ev.best.distance if ev.best is not None else -math.inf
+        for d, pair in zip(dists, candidates):
+            if float(d.detach()) > best:
+                best = max(best, ev.evaluate(pair))
+    if info is not None:
+        info["vmapped"] = vectorised[0] and len({p.randomness for p in starts}) < len(starts)
+    return steps
+
+
+# -- Rubinstein–Aldà ---------------------------------------------------------------------------------
+def rubinstein_alda(target: Target, ev: Evaluator, pool: Rows, gen: torch.Generator, clock: Clock, deadline: float,
+                    max_m: int = 500) -> dict[str, Any] | None:
+    """R–A's sampler (Algorithm 1, P uniform over ``pool``) with as many pairs as the time left allows.
+
+    Uses :func:`audit.sensitivity.sampled.oracle_pairs` for the draw and
+    :func:`~audit.sensitivity.sampled.rubinstein_alda_parameters` / ``order_statistic`` for G_(k)
+    and gamma. Each pair is D u {x} vs D u {x'} with x, x' last (replace-one at the last position).
+    """
+    from audit.sensitivity.sampled import oracle_pairs, order_statistic, rubinstein_alda_parameters
+
+    u = target.domain.unit_size
+    pool_units = n_rows(pool) // u
+    n = target.units
+    m = min(max_m, clock.pairs_left(deadline))
+    if m < 1 or pool_units < 1 or n < 1:
+        return None
+    params = rubinstein_alda_parameters(m=m)
+    w1, w2 = oracle_pairs(pool_units, n, m, gen)
+    dists = []
+    for i in range(m):
+        diff = w1[i] - w2[i]
+        shared = w1[i] - diff.clamp_min(0)
+        idx = torch.repeat_interleave(torch.arange(pool_units), shared.round().long())
+        x = int(torch.nonzero(diff > 0).flatten()[0]) if (diff > 0).any() else int(idx[-1])
+        x2 = int(torch.nonzero(diff < 0).flatten()[0]) if (diff < 0).any() else x
+        rest = cat_rows(*[_unit(pool, int(j), u) for j in idx.tolist()]) if len(idx) else None
+        base = cat_rows(rest, _unit(pool, x, u)) if rest is not None else _unit(pool, x, u)
+        pair = Pair(base, _unit(pool, x2, u), n - 1, _randint(SEED_RANGE, gen))
+        dists.append(ev.evaluate(pair))
+    values = torch.tensor(dists, dtype=torch.float64)
+    return {"m": params.m, "k": params.k, "gamma": params.gamma, "rho": params.rho,
+            "gamma_exact": (params.m - params.k + 1) / (params.m + 1), "order_statistic": order_statistic(values, params.k),
+            "median": float(values.median()), "maximum": float(values.max()), "database_size": n,
+            "oracle": f"uniform over {pool_units} pool units"}
+
+
+# -- the phases together -----------------------------------------------------------------------------
+@dataclass
+class SearchResult:
+    """What a search found on one target and how it spent its time."""
+
+    best: Found | None
+    evaluations: int
+    seconds: float
+    phases: dict[str, Any]
+    covered: bool
+
+    @property
+    def observed(self) -> float | None:
+        return None if self.best is None else self.best.distance
+
+
+def search(target: Target, gen: torch.Generator, *, seconds: float | None = None, evaluations: int | None = None,
+           rubinstein_pool: Rows | None = None, random_share: float = 0.4, restarts: int = 4) -> SearchResult:
+    """Random search, then ascent from the best pairs, then (with ``rubinstein_pool``) R–A.
+
+    The budget is ``seconds`` of wall clock or, for reproducible runs, ``evaluations`` pairs. The
+    random phase takes ``random_share`` of it, R–A (when run) 30%, the ascent the rest. ``covered``
+    is True when the random phase and the ascent both ran and at least :data:`MIN_PAIRS` pairs
+    were evaluated.
+    """
+    start = time.perf_counter()
+    ev = Evaluator(target)
+    clock = Clock(ev, seconds=seconds, evaluations=evaluations)
+    total = clock.total
+    top = TopK(restarts)
+    ra_share = 0.3 if rubinstein_pool is not None else 0.0
+    random_end = total * random_share
+    ascent_end = total * (1.0 - ra_share)
+    phases: dict[str, Any] = {}
+    n_random = random_search(target, ev, gen, clock, random_end, top, min_evaluations=2)
+    phases["random"] = {"pairs": n_random, "best": top.items[0][0] if top.items else None}
+    starts = top.pairs()
+    grad = differentiable(target, starts[0]) if starts else False
+    before = ev.evaluations
+    phases["ascent"] = {"restarts": len(starts)}
+    if grad:
+        # half the ascent by gradient, then mutations from the best pairs (they also move the
+        # discrete parts -- labels, shared seed, position -- that gradients cannot)
+        middle = random_end + (ascent_end - random_end) / 2
+        if ignores_randomness(target, starts[0], ev):
+            # one shared seed lets the restarts go through one vmapped call
+            starts = [Pair(p.base, p.new, p.position, starts[0].randomness) for p in starts]
+        phases["ascent"]["gradient_steps"] = gradient_ascent(target, ev, starts, clock, middle,
+                                                             info=phases["ascent"])
+        starts = [ev.best.pair] + [p for p in starts if p is not ev.best.pair][:restarts - 1]
+    phases["ascent"]["mutation_iterations"] = zeroth_order_ascent(target, ev, starts, gen, clock, ascent_end)
+    steps = phases["ascent"]["mutation_iterations"]
+    phases["ascent"]["pairs"] = ev.evaluations - before
+    if rubinstein_pool is not None:
+        ra = rubinstein_alda(target, ev, rubinstein_pool, gen, clock, total)
+        phases["rubinstein-alda"] = ra if ra is not None else {"skipped": "no budget left for one pair"}
+    covered = n_random >= 1 and steps >= 1 and ev.evaluations + ev.gradient_pairs >= MIN_PAIRS
+    return SearchResult(ev.best, ev.evaluations, time.perf_counter() - start, phases, covered)
+
+
+def output_norms(found: Found, norm: str) -> tuple[float, float]:
+    return vector_norm(found.fa, norm), vector_norm(found.fb, norm)
