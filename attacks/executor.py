@@ -41,7 +41,7 @@ class LocalExecutor:
         return out
 
 
-EXECUTORS: dict[str, str] = {"local": "attacks.executor:LocalExecutor"}
+EXECUTORS: dict[str, str] = {"local": "attacks.executor:LocalExecutor", "ray": "audit.ray_executor:RayExecutor"}
 
 
 def make_executor(name: str = "local", **kwargs) -> Executor:

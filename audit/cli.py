@@ -20,6 +20,8 @@ COMMANDS = (
     "audit.commands.datasets",
     "audit.commands.train",
     "audit.commands.attack",
+    "audit.commands.run",
+    "audit.commands.report",
     "audit.commands.epsilon",
     "audit.commands.calibrate",
     "audit.commands.claims",

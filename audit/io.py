@@ -18,12 +18,23 @@ import numpy as np
 import torch
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` atomically (temp file in the same directory + ``os.replace``)."""
+    """Write ``data`` to ``path`` atomically (temp file in the same directory + ``os.replace``).
+
+    The file gets the permissions an ordinary ``open(path, "w")`` would give it (0666 less the umask),
+    not the owner-only mode of the temporary file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()

@@ -14,3 +14,44 @@ def digits():
     from audit.datasets import load_dataset
 
     return load_dataset("digits", seed=0)
+
+
+TINY_SUITE = """
+name = "tiny"
+description = "A tiny suite for the runner tests."
+epsilons = [1.0, 4.0]
+
+[[defenses]]
+name = "leaky_defense:NoisyKernelSum"
+label = "kernel-sum"
+params = { leak_factor = 1.0, dim = 2048 }
+
+[[defenses]]
+name = "nonprivate"
+params = { epochs = 4, width = 8, rep_dim = 16, batch_size = 64 }
+
+[[attacks]]
+name = "loss"
+
+[[attacks]]
+name = "lira"
+params = { shadow_models = 4, queries = 1, n_views = 4 }
+"""
+
+
+@pytest.fixture(scope="session")
+def tiny_suite(tmp_path_factory):
+    """A suite file: an honest Gaussian-mechanism plugin at two epsilons and a short non-private run."""
+    path = tmp_path_factory.mktemp("suite") / "tiny.toml"
+    path.write_text(TINY_SUITE)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tiny_suite, tmp_path_factory):
+    """The tiny suite run once, in process, with the local executor: (RunResult, output directory)."""
+    from audit.runner import run_suite
+    from audit.suite import load_suite
+
+    out = tmp_path_factory.mktemp("tiny-run")
+    return run_suite(load_suite(tiny_suite), out=out, progress=False), out

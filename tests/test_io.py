@@ -36,3 +36,17 @@ def test_tensors_and_npz(tmp_path):
     io.atomic_save_npz(tmp_path / "s.npz", scores=np.arange(4.0), labels=np.array([True, False, True, False]))
     loaded = io.load_npz(tmp_path / "s.npz")
     assert loaded["scores"].tolist() == [0, 1, 2, 3] and loaded["labels"].dtype == bool
+
+
+def test_atomic_files_get_ordinary_permissions(tmp_path):
+    import os
+    import stat
+
+    from audit.io import atomic_write_text
+
+    mask = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "report.md", "x")
+    finally:
+        os.umask(mask)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

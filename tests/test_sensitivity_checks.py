@@ -19,7 +19,7 @@ from audit.errors import ConfigError
 from audit.sensitivity import RESULT_KEYS, check_claims, load_witness, replay
 from audit.sensitivity.domains import ImageDomain, Pair, VectorDomain
 from audit.sensitivity.register import CLAIMS, Context, Setting
-from audit.sensitivity.search import (Clock, Evaluator, Target, gradient_ascent, search, zeroth_order_ascent)
+from audit.sensitivity.search import Clock, Evaluator, Target, gradient_ascent, zeroth_order_ascent
 from audit.sensitivity.verdict import is_violation, tolerance, verdict
 
 TRUE = {  # claim -> true sensitivity as a function of the batch size N (C = 1)
@@ -283,8 +283,13 @@ def test_all_paper_claims_verdicts(tmp_path):
     """The whole register at a fixed evaluation budget: the claims known to be wrong are caught."""
     results = {r["claim"]: r for r in check_claims(None, seed=0, witness_dir=tmp_path, evaluations=400)}
     violated = {c for c, r in results.items() if r["verdict"] == "violated"}
-    assert {"dpcl.simclr-gradient", "dpcl.barlow-gradient", "dpgcl.group[chunk]", "logitdp.infonce",
-            "fedemb.virtual-client", "alm.head-weights"} <= violated
+    assert {"dpcl.simclr-gradient", "dpcl.barlow-gradient", "dpgcl.group[chunk]", "fedemb.virtual-client",
+            "alm.head-weights"} <= violated
+    # Lemma 4.5's excess is small (observed/bound 1.04-1.08 at n = 2, tau = 0.1): 400 evaluations reach
+    # about 0.84 of the bound, 1600 find it (3 of 4 seeds; seed 0 in about 25 s)
+    infonce = check_claims(["logitdp.infonce"], seed=0, witness_dir=tmp_path, evaluations=1600)[0]
+    assert infonce["verdict"] == "violated" and 1.0 < infonce["ratio"] < 1.2
+    results["logitdp.infonce"] = infonce
     for c in ("dpcl.similarity-matrix", "dpcl.mean", "dpcl.sse", "dpcl.simclr-gradient-plain", "dpgcl.sample-level",
               "dpgcl.batch-level", "dpgcl.group-clip", "dpgcl.group[random]", "logitdp.spreadout"):
         assert results[c]["verdict"] == "holds", (c, results[c]["observed"], results[c]["bound"])

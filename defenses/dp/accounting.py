@@ -19,8 +19,6 @@ budget): z_k = z_eff / sqrt(w_k). Calibration searches the gradient's multiplier
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -29,6 +27,7 @@ from dp_accounting import (ComposedDpEvent, DpEvent, GaussianDpEvent, NonPrivate
                            SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
 
 from accountants import PrivacyClaim, calibrate, epsilon
+from accountants.rdp import quiet_absl
 from audit.errors import ConfigError, check_positive, one_of
 from defenses.sampling import steps_per_epoch
 
@@ -149,17 +148,6 @@ def separately_sampled_event(plan: SamplingPlan, multipliers: dict[str, float]) 
     return SelfComposedDpEvent(ComposedDpEvent(parts), plan.steps)
 
 
-@contextlib.contextmanager
-def _quiet_absl():
-    logger = logging.getLogger("absl")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
 def calibrate_multiplier(template: Callable[[float], PrivacyClaim], target_epsilon: float,
                          accountant: str = "rdp") -> float:
     """Smallest gradient noise multiplier whose claim meets ``target_epsilon`` under ``accountant``.
@@ -167,7 +155,7 @@ def calibrate_multiplier(template: Callable[[float], PrivacyClaim], target_epsil
     With the RDP accountant, a fast bisection on :data:`FAST_ORDERS` is refined on the accountant's
     default orders (a superset, so the refined multiplier still meets the target there).
     """
-    with _quiet_absl():
+    with quiet_absl():
         if accountant != "rdp":
             return calibrate(template, target_epsilon, accountant, low=1e-2, high=1e4, rel_tol=1e-5)
         fast = calibrate(template, target_epsilon, "rdp", low=1e-2, high=1e4, rel_tol=1e-5, orders=FAST_ORDERS)
@@ -178,7 +166,7 @@ def calibrate_multiplier(template: Callable[[float], PrivacyClaim], target_epsil
 
 
 def claim_epsilon(claim: PrivacyClaim, accountant: str = "rdp") -> float | None:
-    with _quiet_absl():
+    with quiet_absl():
         return epsilon(claim, accountant).epsilon
 
 

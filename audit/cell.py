@@ -1,0 +1,147 @@
+"""One cell of a suite: train a defense, evaluate utility, account epsilon, run the attacks.
+
+:func:`run_cell` is a plain function of a :class:`audit.suite.CellSpec` that returns a
+:class:`CellOutcome` (the cell's report record, its attack results with per-example scores, stage
+timings, or the error). It writes nothing: the runner persists outcomes, so a cell can run in this
+process or on a Ray worker on another machine. Everything goes through the registries (defenses,
+attacks, accountants), so a new defense or attack needs no change here.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from attacks.result import AttackResult
+from audit.suite import CellSpec
+
+# The attack summary keys every report carries first (issue 8's schema), in this order.
+ATTACK_KEYS = ("auc", "tpr_at_fpr", "eps_lower_bound", "eps_lb_method", "n_members", "n_nonmembers")
+CLAIM_KEYS = ("mechanism", "relation", "unit", "paper_accountant", "delta", "sampler", "source", "notes")
+
+
+@dataclass
+class CellOutcome:
+    """What running a cell produced: its record (no ``gate`` yet), attack results, timings, error."""
+
+    spec: CellSpec
+    record: dict[str, Any]
+    results: dict[str, AttackResult] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class ExecutorSpec:
+    """How a cell fans out its shadow/reference models: ``local`` or ``ray`` with per-task resources."""
+
+    name: str = "local"
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def make(self, progress: bool):
+        from attacks.executor import make_executor
+
+        return make_executor(self.name, progress=progress, **dict(self.options))
+
+
+def base_record(spec: CellSpec) -> dict[str, Any]:
+    """The cell's identity fields, in report order."""
+    return {"id": spec.id, "dataset": spec.dataset, "defense": spec.defense.label,
+            "target_epsilon": spec.target_epsilon, "delta": spec.delta, "seed": spec.seed,
+            "claim": None, "epsilon": {}, "utility": {}, "attacks": {},
+            "details": {"key": spec.key, "defense_name": spec.defense.name, "params": spec.defense.resolved,
+                        "noise_multiplier": spec.defense.noise_multiplier, "error": None}}
+
+
+def claim_record(claim) -> dict[str, Any]:
+    d = claim.to_dict()
+    return {k: d[k] for k in CLAIM_KEYS}
+
+
+def attack_record(result: AttackResult, scores_path: str | None = None) -> dict[str, Any]:
+    """The report object of one attack: the schema's keys first, then where the scores are, then details."""
+    summary = result.summary()
+    out = {k: summary[k] for k in ATTACK_KEYS}
+    out["variant"] = result.variant
+    out["scores"] = scores_path
+    out["details"] = {k: v for k, v in summary.items() if k not in ATTACK_KEYS and k != "variant"}
+    return out
+
+
+def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: bool = False,
+             on_stage: Callable[[str], None] | None = None) -> CellOutcome:
+    """Run one cell; exceptions become an outcome with ``error`` set (the runner's gate reports them).
+
+    ``on_stage(name)`` is called as each stage starts (train, utility, epsilon, then each attack's label).
+    """
+    import torch
+
+    record = base_record(spec)
+    outcome = CellOutcome(spec, record)
+    stage = "setup"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(spec.threads)  # the same arithmetic in every executor (see audit.suite: threads)
+    try:
+        from accountants import all_epsilons
+        from attacks import DataRef, Target
+        from attacks.registry import make_attack
+        from attacks.shadow_models import resolve_defense
+        from audit.datasets import SplitConfig, load_dataset
+        from audit.device import resolve_device
+        from defenses.base import Budget
+        from defenses.evaluation import encoder_utility
+
+        device = resolve_device(spec.device)
+        splits = SplitConfig(**spec.splits) if spec.splits else None
+        data = load_dataset(spec.dataset, seed=spec.seed, data_dir=spec.data_dir, splits=splits)
+        data_ref = DataRef(spec.dataset, spec.seed, spec.data_dir, splits)
+        defense = resolve_defense(spec.defense.name, spec.defense.params)
+        budget = Budget(target_epsilon=spec.target_epsilon, delta=spec.delta,
+                        noise_multiplier=spec.defense.noise_multiplier)
+
+        def timed(name: str, fn):
+            nonlocal stage
+            stage = name
+            if on_stage is not None:
+                on_stage(name)
+            start = time.perf_counter()
+            value = fn()
+            outcome.timings[name] = time.perf_counter() - start
+            return value
+
+        trained = timed("train", lambda: defense.fit(data, budget, spec.seed, device=device, progress=progress))
+        record["delta"] = float(trained.claim.delta)
+        record["claim"] = claim_record(trained.claim)
+
+        def utility() -> dict[str, Any]:
+            trained.model.eval()
+            u = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
+                                k=spec.knn_k, device=device)
+            u.update(trained.extras.get("utility", {}))
+            return u
+
+        record["utility"] = timed("utility", utility)
+        results = timed("epsilon", lambda: all_epsilons(trained.claim))
+        record["epsilon"] = {name: r.to_dict()["epsilon"] for name, r in results.items()}
+        record["details"]["epsilon"] = {name: r.to_dict() for name, r in results.items()}
+        record["details"]["n_train"] = len(data.train)
+        record["details"]["steps"] = len(trained.history.get("step", []))
+
+        target = Target(trained, data, spec.defense.name, dict(spec.defense.params), budget, spec.seed,
+                        str(device), data_ref)
+        attack_executor = executor.make(progress)
+        for entry in spec.attacks:
+            attack = make_attack(entry.name, entry.params)
+            result = timed(entry.label, lambda: attack.run(target, executor=attack_executor, progress=progress))
+            outcome.results[entry.label] = result
+            record["attacks"][entry.label] = attack_record(result)
+    except Exception as exc:  # noqa: BLE001 - a failing cell is reported, not fatal to the suite
+        message = f"{stage}: {type(exc).__name__}: {exc}".splitlines()[0]
+        outcome.error = message
+        record["details"]["error"] = message
+        record["details"]["traceback"] = traceback.format_exc()
+    finally:
+        torch.set_num_threads(threads)
+    return outcome

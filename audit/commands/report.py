@@ -1,0 +1,24 @@
+"""``privaudit report DIR``: regenerate report.md, report.html and the plots from DIR/report.json."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from audit.errors import ConfigError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="regenerate a run's Markdown, HTML and plots from its report.json")
+    p.add_argument("directory", help="the run's output directory (holding report.json)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from audit.report import render_from_json
+
+    if not (Path(args.directory) / "report.json").is_file():
+        raise ConfigError(f"{args.directory}: no report.json here (give the output directory of privaudit run)")
+    paths = render_from_json(args.directory)
+    print(f"wrote {', '.join(str(p) for p in paths.values())}")
+    return 0

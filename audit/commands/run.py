@@ -1,0 +1,38 @@
+"""``privaudit run SUITE``: run an audit suite end to end, write its report, exit with the gate's verdict."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from audit.runner import EXECUTOR_CHOICES, run_suite
+from audit.suite import load_suite
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="run an audit suite (TOML): train, attack, check claims, report, gate")
+    p.add_argument("suite", help="suite file, e.g. suites/quickstart.toml")
+    p.add_argument("--out", default=None, help="output directory (default: the suite's out, reports/<name>)")
+    p.add_argument("--executor", default="local", help=f"one of: {', '.join(EXECUTOR_CHOICES)}")
+    p.add_argument("--resume", action="store_true", help="reuse the finished cells of an earlier run in --out")
+    p.add_argument("--only", action="append", metavar="PATTERN",
+                   help="run only the cells whose id matches this glob, e.g. 'digits/dpcl-*' (repeatable; "
+                        "'sensitivity' selects the sensitivity checks)")
+    p.add_argument("--data-dir", default=None, help="directory holding torchvision-format datasets")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or stage lines")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    suite = load_suite(args.suite, out=args.out, data_dir=args.data_dir)
+    result = run_suite(suite, out=args.out, executor=args.executor, resume=args.resume, only=args.only,
+                       progress=not args.quiet)
+    gate = result.report["gate"]
+    total = result.timings.get("total", 0.0)
+    print(f"report: {result.out / 'report.html'} (also report.md, report.json); "
+          f"{len(result.ran)} cells run, {len(result.reused)} reused, {total:.0f}s")
+    print(f"gate: {gate['status'].upper()}")
+    for reason in gate["reasons"]:
+        print(f"  - {reason}")
+    sys.stdout.flush()
+    return result.exit_code

@@ -1,0 +1,106 @@
+"""Audit reports: ``report.json`` (primary), and ``report.md`` / ``report.html`` / ``plots/`` generated from it.
+
+``report.json`` (strict JSON: non-finite numbers are null)::
+
+    suite        the resolved suite (defenses with every hyper-parameter, attacks, seeds, gate, ...)
+    created      ISO 8601 time (UTC)
+    version      privaudit's version
+    git_commit   the checkout's commit ("+dirty" with local changes), or null
+    device       the device the cells ran on
+    cells        one object per cell:
+        id, dataset, defense, target_epsilon, delta, seed,
+        claim      {mechanism, relation, unit, paper_accountant, delta, sampler, source, notes}
+        epsilon    {accountant: epsilon or null (not applicable, or infinite: see details.epsilon)}
+        utility    {knn_accuracy, linear_probe_accuracy, <the defense's own metrics>}
+        attacks    {attack: {auc, tpr_at_fpr {"0.001", "0.01", "0.1"}, eps_lower_bound, eps_lb_method,
+                             n_members, n_nonmembers, variant, scores (path of the .npz), details}}
+        gate       {status, reasons, comparisons: [{attack, eps_lower_bound, method, epsilon,
+                                                    accountant, verdict, reason}]}
+        details    cache key, defense name and resolved parameters, every accountant's full result, error
+    sensitivity  the objects ``privaudit sensitivity --json`` prints (claim, source, relation, bound,
+                 observed, ratio, verdict, witness, config)
+    gate         {status: "pass" | "fail", reasons, notes}
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import subprocess
+from pathlib import Path
+from typing import Any, Sequence
+
+from audit.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+
+TOP_LEVEL = ("suite", "created", "version", "git_commit", "device", "cells", "sensitivity", "gate")
+
+
+def git_commit() -> str | None:
+    """The commit of the checkout privaudit runs from, or of the privaudit clone in the current directory
+    (``+dirty`` with uncommitted changes to tracked files), else None."""
+    candidates = [Path(__file__).resolve().parents[2], Path.cwd()]  # the checkout, or the clone run from
+    root = next((r for r in candidates if (r / ".git").exists() and (r / "audit" / "suite.py").is_file()), None)
+    if root is None:
+        return None
+    try:
+        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return commit + ("+dirty" if dirty else "") if commit else None
+
+
+def device_description(name: str) -> str:
+    """``cpu`` or ``cuda (<GPU name>)`` for the suite's device setting as resolved here."""
+    import torch
+
+    from audit.device import resolve_device
+
+    device = resolve_device(name)
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return device.type
+
+
+def build_report(suite, cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]],
+                 gate: dict[str, Any], *, only: Sequence[str] | None = None) -> dict[str, Any]:
+    """The report object (see the module docstring)."""
+    from audit import __version__
+    from audit.runner import strict
+
+    created = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return strict({
+        "suite": {**suite.to_dict(), "only": list(only) if only else None},
+        "created": created,
+        "version": __version__,
+        "git_commit": git_commit(),
+        "device": device_description(suite.device),
+        "cells": list(cells),
+        "sensitivity": list(sensitivity),
+        "gate": gate,
+    })
+
+
+def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
+    """Write plots, ``report.md``, ``report.html`` and, last, ``report.json`` (all atomically)."""
+    from audit.report import html, markdown
+    from audit.report.plots import all_plots
+
+    out = Path(out)
+    figures = all_plots(report, out)
+    paths = {}
+    for name, png in figures.items():
+        paths[name] = atomic_write_bytes(out / "plots" / f"{name}.png", png)
+    rel = {name: str(p.relative_to(out)) for name, p in paths.items()}
+    paths["report.md"] = atomic_write_text(out / "report.md", markdown.render(report, rel))
+    paths["report.html"] = atomic_write_text(out / "report.html", html.render(report, figures))
+    paths["report.json"] = atomic_write_json(out / "report.json", report)
+    return paths
+
+
+def render_from_json(out: str | Path) -> dict[str, Path]:
+    """Regenerate the Markdown, HTML and plots of ``out/report.json``."""
+    from audit.io import read_json
+
+    return write_report(out, read_json(Path(out) / "report.json"))

@@ -1,0 +1,85 @@
+"""``report.md``: the report as Markdown, generated from ``report.json`` (plots as files in ``plots/``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from audit.report import summary as s
+
+
+EXPLAIN = ("ε per accountant is the theoretical epsilon of the mechanism the defense actually implements (∞: no "
+           "privacy mechanism; n/a: the accountant does not apply, see Claims and caveats). ε_lb is the strongest "
+           "attack's sound empirical lower bound on example-level add/remove ε; AUC and TPR@1%FPR are that attack's. "
+           "Verdict: pass (every sound comparison is consistent), FAIL, or not comparable (the claim is replace-one "
+           "or user-level, which these bounds cannot contradict: the gate cannot check it by attack).")
+
+ATTACK_EXPLAIN = ("ε_lb: the attack's sound lower bound at its own confidence; ε_lb (gate): the same bound "
+                  "recomputed at the family-wise confidence the gate uses (Bonferroni over every comparison made); "
+                  "comparison: consistent, exceeds (the gate fails), or why the bound and the claim are not "
+                  "comparable.")
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    def esc(x: str) -> str:
+        return str(x).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(map(esc, headers)) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def header_lines(report: dict[str, Any]) -> list[str]:
+    suite = report["suite"]
+    commit = report.get("git_commit") or "unknown"
+    return [f"# privaudit report: {suite['name']}", "",
+            (suite.get("description") or "").strip(), "",
+            f"Suite `{suite['path']}` · privaudit {report['version']} · commit `{commit}` · device "
+            f"{report['device']} · created {report['created']}", ""]
+
+
+def gate_lines(report: dict[str, Any]) -> list[str]:
+    gate = report["gate"]
+    lines = [f"**Gate: {'PASS' if gate['status'] == 'pass' else 'FAIL'}**", ""]
+    lines += [f"- {r}" for r in gate["reasons"]]
+    lines += [f"- note: {n}" for n in gate.get("notes", [])]
+    return lines + [""]
+
+
+def render(report: dict[str, Any], plots: dict[str, str]) -> str:
+    """Markdown text; ``plots`` maps figure names to their paths relative to the report."""
+    lines = header_lines(report) + gate_lines(report)
+    grid = s.grid_line(report)
+    lines += ["## Summary", "", table(s.summary_headers(report), s.summary_rows(report)), "",
+              (f"{grid}. " if grid else "") + EXPLAIN, ""]
+    errors = s.errors(report)
+    if errors:
+        lines += ["## Errors", ""] + [f"- {e}" for e in errors] + [""]
+    lines += ["## Attacks and the theory-versus-measurement check", "",
+              table(s.ATTACK_HEADERS, s.attack_rows(report)), "", ATTACK_EXPLAIN, ""]
+    if "epsilon" in plots:
+        lines += [f"![theory versus measurement]({plots['epsilon']})", ""]
+    rocs = [k for k in plots if k.startswith("roc-")]
+    if rocs:
+        lines += ["## ROC curves", ""] + [f"![{k}]({plots[k]})" for k in rocs] + [""]
+    if "privacy-utility" in plots:
+        lines += ["## Privacy–utility", "", f"![privacy-utility]({plots['privacy-utility']})", ""]
+    lines += ["## Sensitivity claims", ""]
+    rows = s.sensitivity_rows(report)
+    if rows:
+        lines += [table(s.SENSITIVITY_HEADERS, rows), "",
+                  "Witness paths are relative to this report's directory; `privaudit sensitivity --replay FILE` "
+                  "reproduces a violation.", ""]
+    else:
+        lines += ["No sensitivity checks in this run.", ""]
+    lines += ["## Claims and caveats", ""]
+    for entry in s.claim_notes(report):
+        lines.append(f"- **{entry['defense']}**: {'; '.join(entry['mechanisms'])} ({entry['relation']}, per "
+                     f"{entry['unit']}, sampler {entry['sampler'] or '-'}, paper accountant "
+                     f"{entry['paper_accountant']}); source: {entry['source'] or '-'}")
+        lines += [f"  - {note}" for note in entry["notes"]]
+    lines += [f"- {n}" for n in s.not_applicable(report) + s.bound_notes(report)]
+    lines += ["", "## Reproduce", "",
+              f"`privaudit run {report['suite']['path']}` with privaudit {report['version']} (commit "
+              f"`{report.get('git_commit') or 'unknown'}`); every number above is recomputable from "
+              "`report.json` and the per-example scores (`cells/*/attacks/*/scores.npz`).", ""]
+    return "\n".join(lines)

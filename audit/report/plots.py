@@ -1,0 +1,199 @@
+"""The report's figures, drawn with matplotlib (Agg) from ``report.json`` and the saved scores.
+
+* ``roc-<attack>``: log-log ROC of one attack on every cell, with the chance line TPR = FPR and the
+  FPR resolution (1 / #non-members) as the axis floor;
+* ``epsilon``: theory versus measurement per cell: each accountant's epsilon (markers) beside the
+  strongest sound empirical lower bound (bar); an infinite epsilon is drawn as an arrow;
+* ``privacy-utility``: linear-probe accuracy and the strongest attack's AUC against epsilon, one line
+  per defense (mean over seeds), non-private defenses as horizontal references.
+
+Each function returns PNG bytes (or None when there is nothing to draw).
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from audit.report.summary import shown_accountants, strongest_attack
+
+MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+DPI = 130
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 8, "axes.spines.top": False, "axes.spines.right": False,
+                         "axes.grid": True, "grid.alpha": 0.3, "legend.frameon": False})
+    return plt
+
+
+def _png(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    _pyplot().close(fig)
+    return buffer.getvalue()
+
+
+def _label(cell: dict[str, Any], report: dict[str, Any]) -> str:
+    parts = [cell["defense"]]
+    if len({c["dataset"] for c in report["cells"]}) > 1:
+        parts.insert(0, cell["dataset"])
+    if cell.get("target_epsilon") is not None:
+        parts.append(f"ε={cell['target_epsilon']:g}")
+    if len({c["seed"] for c in report["cells"]}) > 1:
+        parts.append(f"s{cell['seed']}")
+    return " ".join(parts)
+
+
+def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
+    """Log-log ROC curves of ``attack`` on every cell that ran it."""
+    from attacks.metrics import loglog_roc, roc
+    from audit.io import load_npz
+
+    curves = []
+    for cell in report["cells"]:
+        a = (cell.get("attacks") or {}).get(attack)
+        if not a or not a.get("scores") or not (out / a["scores"]).exists():
+            continue
+        arrays = load_npz(out / a["scores"])
+        curves.append((_label(cell, report), roc(arrays["scores"], arrays["membership"]), a.get("auc")))
+    if not curves:
+        return None
+    plt = _pyplot()
+    outside = len(curves) > 4  # many cells: the legend goes beside the axes, not over the curves
+    fig, ax = plt.subplots(figsize=(7.4 if outside else 5.2, 4.0))
+    floor = min(0.5 / max(r.n_nonmembers, 1) for _, r, _ in curves)
+    cmap = plt.get_cmap("tab10")
+    for i, (name, r, auc) in enumerate(curves):
+        pts = loglog_roc(r, floor)
+        ax.step(pts["fpr"], pts["tpr"], where="post", color=cmap(i % 10), lw=1.4,
+                label=f"{name} (AUC {auc:.3f})" if auc is not None else name)
+    ax.plot([floor, 1], [floor, 1], ls="--", color="grey", lw=1, label="chance")
+    ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1.05), xlabel="false positive rate",
+           ylabel="true positive rate", title=f"{attack}: ROC (log-log)")
+    if outside:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    else:
+        ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def epsilon_plot(report: dict[str, Any]) -> bytes | None:
+    """Per cell: accountants' epsilons (markers) and the strongest sound lower bound (bar)."""
+    cells = [c for c in report["cells"] if not (c.get("details") or {}).get("error")]
+    if not cells:
+        return None
+    names = shown_accountants(report)
+    finite = [v for c in cells for v in c.get("epsilon", {}).values() if v is not None]
+    finite += [a.get("eps_lower_bound") or 0.0 for c in cells for a in (c.get("attacks") or {}).values()]
+    top = max(finite + [1.0]) * 1.25
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.6, 0.42 * len(cells) + 1.5))
+    y = np.arange(len(cells))[::-1]
+    lbs = []
+    for yi, cell in zip(y, cells):
+        _, attack = strongest_attack(cell)
+        lbs.append((attack or {}).get("eps_lower_bound") or 0.0)
+    ax.barh(y, lbs, height=0.5, color="#d9534f", alpha=0.75, label="strongest ε lower bound (measured)")
+    cmap = plt.get_cmap("tab10")
+    infinite = [yi for yi, cell in zip(y, cells)
+                if any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())]
+    for j, name in enumerate(names):
+        xs, ys = [], []
+        for yi, cell in zip(y, cells):
+            if cell.get("epsilon", {}).get(name) is not None:
+                xs.append(cell["epsilon"][name])
+                ys.append(yi)
+        offset = (j - (len(names) - 1) / 2) * 0.12
+        ax.scatter(xs, np.asarray(ys) + offset, marker=MARKERS[j % len(MARKERS)], color=cmap(j % 10), s=28,
+                   zorder=3, label=f"ε ({name})")
+    for yi in infinite:  # no mechanism: every accountant says infinity
+        ax.annotate("ε = ∞", xy=(top, yi), xytext=(top * 0.80, yi), va="center", ha="right", fontsize=7,
+                    color="grey", arrowprops={"arrowstyle": "->", "color": "grey"})
+    ax.set_yticks(y, [_label(c, report) for c in cells])
+    ax.set(xlim=(0, top * 1.02), xlabel="ε (theory: markers; measured lower bound: bars)",
+           title="theory versus measurement")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return _png(fig)
+
+
+def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
+    """Utility (linear probe) and leakage (strongest AUC) against epsilon, one line per defense."""
+    cells = [c for c in report["cells"] if not (c.get("details") or {}).get("error")]
+    if not cells:
+        return None
+    points: dict[str, dict[float, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    baselines: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for cell in cells:
+        utility = (cell.get("utility") or {}).get("linear_probe_accuracy")
+        _, attack = strongest_attack(cell)
+        auc = (attack or {}).get("auc")
+        finite = [v for v in cell.get("epsilon", {}).values() if v is not None]
+        eps = cell.get("target_epsilon") if cell.get("target_epsilon") is not None else (min(finite) if finite else None)
+        entry = (math.nan if utility is None else utility, math.nan if auc is None else auc)
+        if eps is None:
+            baselines[cell["defense"]].append(entry)
+        else:
+            points[cell["defense"]][eps].append(entry)
+    if not points and not baselines:
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(8.2, 3.4))
+    cmap = plt.get_cmap("tab10")
+    for i, (defense, by_eps) in enumerate(sorted(points.items())):
+        xs = sorted(by_eps)
+        for k, ax in enumerate(axes):
+            ys = [np.nanmean([p[k] for p in by_eps[x]]) for x in xs]
+            ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], color=cmap(i % 10), label=defense)
+    for j, (defense, entries) in enumerate(sorted(baselines.items())):
+        for k, ax in enumerate(axes):
+            value = np.nanmean([p[k] for p in entries])
+            if np.isfinite(value):
+                ax.axhline(value, ls="--", lw=1, color=cmap((len(points) + j) % 10), label=f"{defense} (ε = ∞)")
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
+
+    ticks = sorted({x for by_eps in points.values() for x in by_eps})
+    for ax, ylabel in zip(axes, ("linear-probe accuracy", "strongest attack AUC")):
+        ax.set(xlabel="target ε (log scale)", ylabel=ylabel)
+        if points:
+            ax.set_xscale("log")
+            ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            if len(ticks) == 1:
+                ax.set_xlim(ticks[0] / 2, ticks[0] * 2)
+    axes[1].axhline(0.5, ls=":", lw=1, color="grey", label="chance")
+    axes[0].set_title("privacy–utility")
+    axes[1].set_title("privacy–leakage")
+    handles, labels = axes[1].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.82, 0.5))
+    fig.tight_layout(rect=(0, 0, 0.81, 1))
+    return _png(fig)
+
+
+def all_plots(report: dict[str, Any], out: Path) -> dict[str, bytes]:
+    """Every figure of the report by name (``roc-<attack>``, ``epsilon``, ``privacy-utility``)."""
+    figures: dict[str, bytes | None] = {}
+    attacks: list[str] = []
+    for cell in report["cells"]:
+        for label in cell.get("attacks") or {}:
+            if label not in attacks:
+                attacks.append(label)
+    for label in attacks:
+        figures[f"roc-{label}"] = roc_plot(report, out, label)
+    figures["epsilon"] = epsilon_plot(report)
+    figures["privacy-utility"] = privacy_utility_plot(report)
+    return {k: v for k, v in figures.items() if v is not None}

@@ -1,0 +1,217 @@
+"""What every rendering of a report shows, computed once from ``report.json``: the summary table, the
+theory-versus-measurement rows, the sensitivity table and the caveats. Markdown, HTML and the terminal
+only format these rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+UTILITY_KEYS = ("knn_accuracy", "linear_probe_accuracy")
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """Numbers to 3 significant digits, None to a dash."""
+    if x is None:
+        return "-"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def accountants(report: dict[str, Any]) -> list[str]:
+    """Accountant names in first-seen order across cells."""
+    names: list[str] = []
+    for cell in report["cells"]:
+        for name in cell.get("epsilon", {}):
+            if name not in names:
+                names.append(name)
+    return names
+
+
+def shown_accountants(report: dict[str, Any]) -> list[str]:
+    """Accountants worth a column: those giving a finite epsilon for some cell (else the first, for ∞)."""
+    names = accountants(report)
+    finite = [n for n in names if any(c.get("epsilon", {}).get(n) is not None for c in report["cells"])]
+    return finite or names[:1]
+
+
+def varies(report: dict[str, Any], key: str) -> bool:
+    return len({str(c.get(key)) for c in report["cells"]}) > 1
+
+
+def epsilon_text(cell: dict[str, Any], name: str) -> str:
+    """A cell's epsilon under one accountant: a number, "inf" (no mechanism) or "n/a" (not applicable)."""
+    detail = ((cell.get("details") or {}).get("epsilon") or {}).get(name) or {}
+    if detail.get("infinite"):
+        return "∞"
+    value = cell.get("epsilon", {}).get(name)
+    return "n/a" if value is None else fmt(value)
+
+
+def strongest_attack(cell: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
+    """The attack with the largest lower bound (then the largest AUC)."""
+    attacks = cell.get("attacks") or {}
+    if not attacks:
+        return None, None
+    label = max(attacks, key=lambda k: (attacks[k].get("eps_lower_bound") or 0.0, attacks[k].get("auc") or 0.0))
+    return label, attacks[label]
+
+
+def own_utility(cell: dict[str, Any]) -> str:
+    """The defense's own utility metrics (everything beyond k-NN and linear probe), as ``key=value``."""
+    extra = {k: v for k, v in (cell.get("utility") or {}).items() if k not in UTILITY_KEYS}
+    return ", ".join(f"{k}={fmt(v)}" for k, v in extra.items() if not isinstance(v, (dict, list))) or "-"
+
+
+def verdict(cell: dict[str, Any]) -> str:
+    """One word or phrase per cell: FAIL, error, pass, not comparable (why: the gate could not check the
+    claim with these bounds), or no claim."""
+    gate = cell.get("gate") or {}
+    if (cell.get("details") or {}).get("error"):
+        return "error"
+    if gate.get("status") == "fail":
+        return "FAIL"
+    comparisons = gate.get("comparisons") or []
+    if any(c["verdict"] == "consistent" for c in comparisons):
+        return "pass"
+    reasons = [c["reason"] for c in comparisons if c.get("reason")]
+    if any("infinite" in r for r in reasons):
+        return "no claim (ε = ∞)"
+    if any("replace-one" in r for r in reasons):
+        return "not comparable: replace-one"
+    if any("user" in r for r in reasons):
+        return "not comparable: user-level"
+    if reasons:
+        return "not comparable"
+    return "pass (no attacks)"
+
+
+def summary_headers(report: dict[str, Any]) -> list[str]:
+    return (["defense"] + (["dataset"] if varies(report, "dataset") else []) + ["target ε"]
+            + (["seed"] if varies(report, "seed") else []) + [f"ε {a}" for a in shown_accountants(report)]
+            + ["strongest attack", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc", "linear probe", "own utility", "verdict"])
+
+
+def summary_rows(report: dict[str, Any]) -> list[list[str]]:
+    """The summary table: one row per cell (dataset and seed columns only when they vary)."""
+    rows = []
+    names = shown_accountants(report)
+    datasets, seeds = varies(report, "dataset"), varies(report, "seed")
+    for cell in report["cells"]:
+        label, attack = strongest_attack(cell)
+        utility = cell.get("utility") or {}
+        caveat = " †" if (cell.get("claim") or {}).get("notes") else ""
+        rows.append([
+            cell["defense"] + caveat, *([cell["dataset"]] if datasets else []), fmt(cell.get("target_epsilon")),
+            *([str(cell["seed"])] if seeds else []),
+            *[epsilon_text(cell, n) for n in names],
+            label or "-", fmt(attack and attack.get("eps_lower_bound")), fmt(attack and attack.get("auc")),
+            fmt(attack and (attack.get("tpr_at_fpr") or {}).get("0.01")),
+            fmt(utility.get("knn_accuracy")), fmt(utility.get("linear_probe_accuracy")), own_utility(cell),
+            verdict(cell),
+        ])
+    return rows
+
+
+ATTACK_HEADERS = ["cell", "attack", "variant", "AUC", "TPR@0.1%", "TPR@1%", "TPR@10%", "members / non-members",
+                  "ε_lb", "ε_lb (gate)", "smallest ε (accountant)", "comparison"]
+
+
+def attack_rows(report: dict[str, Any]) -> list[list[str]]:
+    """Every attack of every cell, with its bound-versus-claim comparison."""
+    rows = []
+    for cell in report["cells"]:
+        comparisons = {c["attack"]: c for c in (cell.get("gate") or {}).get("comparisons", [])}
+        for label, a in (cell.get("attacks") or {}).items():
+            c = comparisons.get(label, {})
+            tpr = a.get("tpr_at_fpr") or {}
+            eps = "-" if c.get("epsilon") is None else f"{fmt(c['epsilon'])} ({c['accountant']})"
+            comparison = c.get("verdict", "-")
+            if c.get("reason"):  # the short form; the caveats section gives the full reasons
+                comparison += f": {c['reason'].split(':')[0].split(';')[0]}"
+            rows.append([cell["id"], label, a.get("variant") or "-", fmt(a.get("auc")), fmt(tpr.get("0.001")),
+                         fmt(tpr.get("0.01")), fmt(tpr.get("0.1")), f"{a.get('n_members')} / {a.get('n_nonmembers')}",
+                         fmt(a.get("eps_lower_bound")), fmt(c.get("gate_eps_lower_bound")), eps, comparison])
+    return rows
+
+
+SENSITIVITY_HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "verdict", "expected", "witness"]
+
+
+def sensitivity_rows(report: dict[str, Any]) -> list[list[str]]:
+    expect = ((report["suite"].get("sensitivity") or {}).get("expect")) or {}
+    return [[r.get("claim", "-"), r.get("source", "-"), r.get("relation", "-"), fmt(r.get("bound")),
+             fmt(r.get("observed")), fmt(r.get("ratio")), r.get("verdict", "-"), expect.get(r.get("claim"), "holds"),
+             r.get("witness") or "-"] for r in report.get("sensitivity") or []]
+
+
+def claim_notes(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each defense's claim once: mechanism, relation, unit, paper accountant, source and its caveats.
+
+    A caveat every cell of the defense shares is listed once; one that differs between cells (it quotes
+    that cell's noise or epsilon) is prefixed with the cell's target epsilon (or id).
+    """
+    by_defense: dict[str, list[dict[str, Any]]] = {}
+    for cell in report["cells"]:
+        if cell.get("claim"):
+            by_defense.setdefault(cell["defense"], []).append(cell)
+    out = []
+    for defense, cells in by_defense.items():
+        claim = cells[0]["claim"]
+        shared = set.intersection(*(set(c["claim"].get("notes") or []) for c in cells))
+        notes: list[str] = [n for n in claim.get("notes") or [] if n in shared]
+        for c in cells:
+            tag = f"ε={c['target_epsilon']:g}" if c.get("target_epsilon") is not None else c["id"]
+            notes += [f"[{tag}] {n}" for n in c["claim"].get("notes") or [] if n not in shared]
+        mechanisms = list(dict.fromkeys(c["claim"].get("mechanism") for c in cells))
+        out.append({"defense": defense, "source": claim.get("source"), "relation": claim.get("relation"),
+                    "unit": claim.get("unit"), "paper_accountant": claim.get("paper_accountant"),
+                    "sampler": claim.get("sampler"), "mechanisms": mechanisms, "notes": notes})
+    return out
+
+
+def grid_line(report: dict[str, Any]) -> str:
+    """The constant parts of the grid, for the line under the summary table."""
+    parts = []
+    if not varies(report, "dataset") and report["cells"]:
+        parts.append(f"dataset {report['cells'][0]['dataset']}")
+    if not varies(report, "seed") and report["cells"]:
+        parts.append(f"seed {report['cells'][0]['seed']}")
+    if any((c.get("claim") or {}).get("notes") for c in report["cells"]):
+        parts.append("† the claim carries caveats (see Claims and caveats)")
+    hidden = [a for a in accountants(report) if a not in shown_accountants(report)]
+    if hidden:
+        parts.append(f"accountants without a finite ε for any cell (not shown): {', '.join(hidden)}")
+    return "; ".join(parts)
+
+
+def not_applicable(report: dict[str, Any]) -> list[str]:
+    """Why accountants were not applicable: one line per defense, each accountant with its reason once."""
+    per_defense: dict[str, dict[str, str]] = {}
+    for cell in report["cells"]:
+        for name, d in ((cell.get("details") or {}).get("epsilon") or {}).items():
+            if d.get("epsilon") is None and not d.get("infinite"):
+                reason = str(d.get("reason") or "")
+                reason = reason[len(name) + 2:] if reason.startswith(f"{name}: ") else reason
+                per_defense.setdefault(cell["defense"], {}).setdefault(name, reason)
+    return [f"{defense}: not applicable: " + "; ".join(f"{n} ({r})" for n, r in reasons.items())
+            for defense, reasons in per_defense.items()]
+
+
+def bound_notes(report: dict[str, Any]) -> list[str]:
+    """The attacks' caveats on their bounds, each once, with the defenses and attacks it applies to."""
+    where: dict[str, list[str]] = {}
+    for cell in report["cells"]:
+        for label, a in (cell.get("attacks") or {}).items():
+            for note in (((a.get("details") or {}).get("bound") or {}).get("notes") or []):
+                tag = f"{cell['defense']}/{label}"
+                if tag not in where.setdefault(note, []):
+                    where[note].append(tag)
+    return [f"{note} ({', '.join(tags)})" for note, tags in where.items()]
+
+
+def errors(report: dict[str, Any]) -> list[str]:
+    return [f"{c['id']}: {c['details']['error']}" for c in report["cells"] if (c.get("details") or {}).get("error")]

@@ -1,0 +1,275 @@
+"""The suite runner: expand a suite into cells, run them (cached, resumable), check sensitivity claims,
+write the report and return the gate's exit code.
+
+Layout of the output directory::
+
+    report.json  report.md  report.html  plots/*.png      the report (generated from report.json)
+    timings.json                                          wall time per cell and stage (not in the report)
+    cells/<id>-<key>/cell.json                            a finished cell's record (written last)
+    cells/<id>-<key>/attacks/<attack>/scores.npz          per-example scores, membership, variants
+    cells/<id>-<key>/attacks/<attack>/result.json         the attack's configuration, counts and bound
+    sensitivity.json  sensitivity/witnesses/*             the sensitivity verdicts and copied witnesses
+
+A cell's key hashes its resolved configuration (:meth:`audit.suite.CellSpec.resolved`). Every file is
+written atomically (:mod:`audit.io`) and ``cell.json`` only after the cell's scores, so a run killed at
+any point leaves finished cells complete and nothing torn; ``--resume`` reuses every finished cell whose
+key matches and redoes the rest. Cells are computed from seeds alone, so the report of a resumed run
+equals an uninterrupted run's (``created`` aside).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from audit.cell import CellOutcome, ExecutorSpec, run_cell
+from audit.errors import ConfigError, one_of
+from audit.gate import gate_cells, suite_gate
+from audit.io import atomic_write_json, read_json, to_json
+from audit.suite import CellSpec, Suite, config_hash
+
+EXECUTOR_CHOICES = ("local", "ray")
+EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_ERROR = 0, 1, 3
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_suite` did: the report, the exit code, which cells ran and which were reused."""
+
+    report: dict[str, Any]
+    exit_code: int
+    out: Path
+    ran: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    timings: dict[str, Any] = field(default_factory=dict)
+
+
+def strict(obj: Any) -> Any:
+    """A JSON-safe copy: non-finite floats become None, tuples lists, numpy scalars plain numbers."""
+    return _sanitize(json.loads(to_json(obj, indent=None)))
+
+
+def _sanitize(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: _sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_sanitize(v) for v in obj]
+    return obj
+
+
+def _log(message: str, progress: bool) -> None:
+    if progress:
+        from tqdm.auto import tqdm
+
+        tqdm.write(message)
+
+
+def clean_temporaries(out: Path) -> int:
+    """Remove temporary files a killed run left behind (``.name.XXXX.tmp`` from :mod:`audit.io`)."""
+    removed = 0
+    if out.is_dir():
+        for tmp in out.rglob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def cell_dir(out: Path, spec: CellSpec) -> Path:
+    return out / "cells" / spec.slug
+
+
+def load_cached(out: Path, spec: CellSpec) -> dict[str, Any] | None:
+    """A finished cell's record when its key matches and every score file it names exists."""
+    path = cell_dir(out, spec) / "cell.json"
+    if not path.exists():
+        return None
+    try:
+        saved = read_json(path)
+    except (OSError, ValueError):
+        return None
+    if saved.get("key") != spec.key or saved.get("resolved") != strict(spec.resolved()):
+        return None
+    record = saved["record"]
+    for attack in record.get("attacks", {}).values():
+        if not attack.get("scores") or not (out / attack["scores"]).exists():
+            return None
+    return record
+
+
+def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
+    """Write a finished cell's scores, then its record (the commit point); return the record as JSON data."""
+    spec = outcome.spec
+    directory = cell_dir(out, spec)
+    record = outcome.record
+    atomic_write_json(directory / "timings.json", outcome.timings)
+    if outcome.error is not None:
+        atomic_write_json(directory / "error.json", {"id": spec.id, "error": outcome.error,
+                                                      "traceback": record["details"].get("traceback")})
+        record["details"].pop("traceback", None)
+        return strict(record)
+    for label, result in outcome.results.items():
+        result.save(directory / "attacks" / label)
+        record["attacks"][label]["scores"] = str((directory / "attacks" / label / "scores.npz").relative_to(out))
+    record = strict(record)
+    atomic_write_json(directory / "cell.json", {"key": spec.key, "resolved": strict(spec.resolved()),
+                                                "record": record})
+    (directory / "error.json").unlink(missing_ok=True)
+    return record
+
+
+def _stage_line(spec: CellSpec, outcome: CellOutcome, index: int, total: int) -> str:
+    stages = "  ".join(f"{name} {seconds:.1f}s" for name, seconds in outcome.timings.items())
+    status = f"ERROR {outcome.error}" if outcome.error else "done"
+    return f"[{index}/{total}] {spec.id}: {stages}  {status}"
+
+
+def _run_local(cells: Sequence[CellSpec], progress: bool, bar) -> Iterator[CellOutcome]:
+    for spec in cells:
+        def stage(name: str, spec: CellSpec = spec) -> None:
+            bar.set_postfix_str(f"{spec.id}: {name}", refresh=True)
+
+        yield run_cell(spec, ExecutorSpec("local"), progress, on_stage=stage)
+
+
+def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
+    from audit.ray_executor import ensure_ray, submit
+
+    ray = ensure_ray(suite.ray.address)
+    executor = ExecutorSpec("ray", (("num_cpus", suite.ray.cpus_per_task), ("num_gpus", suite.ray.gpus_per_task),
+                                    ("threads", suite.threads)))
+    refs = {submit(run_cell, spec, executor, False, num_cpus=suite.ray.cpus_per_cell,
+                   num_gpus=suite.ray.gpus_per_cell, threads=suite.threads): spec for spec in cells}
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            try:
+                yield ray.get(ref)
+            except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
+                spec = refs[ref]
+                from audit.cell import base_record
+
+                record = base_record(spec)
+                message = f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                record["details"]["error"] = message
+                yield CellOutcome(spec, record, error=message)
+
+
+def run_sensitivity(suite: Suite, out: Path, resume: bool, progress: bool) -> tuple[list[dict[str, Any]], str | None]:
+    """Run (or reuse) the suite's sensitivity checks; witnesses are written under ``sensitivity/witnesses``."""
+    config = suite.sensitivity
+    if config is None:
+        return [], None
+    key = config_hash({"claims": config.claims, "budget_seconds": config.budget_seconds,
+                       "evaluations": config.evaluations, "seed": config.seed})
+    path = out / "sensitivity.json"
+    if resume and path.exists():
+        try:
+            saved = read_json(path)
+            if saved.get("key") == key:
+                return saved["results"], None
+        except (OSError, ValueError):
+            pass
+    from audit.sensitivity import check_claims
+
+    witnesses = out / "sensitivity" / "witnesses"
+    try:
+        results = check_claims(None if config.claims is None else list(config.claims),
+                               budget_seconds=config.budget_seconds, evaluations=config.evaluations,
+                               seed=config.seed, progress=progress, witness_dir=witnesses)
+    except Exception as exc:  # noqa: BLE001 - reported through the gate
+        return [], f"sensitivity checks errored: {type(exc).__name__}: {exc}".splitlines()[0]
+    results = strict([dict(r) for r in results])
+    for r in results:
+        witness = r.get("witness")
+        if witness and Path(witness).is_file():
+            r["witness"] = Path(witness).resolve().relative_to(out.resolve()).as_posix()
+    atomic_write_json(path, {"key": key, "results": results})
+    return results, None
+
+
+def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "local", resume: bool = False,
+              only: Sequence[str] | None = None, progress: bool = True) -> RunResult:
+    """Run ``suite`` end to end and write its report; see the module docstring."""
+    from tqdm.auto import tqdm
+
+    from audit.report import build_report, write_report
+
+    if executor not in EXECUTOR_CHOICES:
+        raise one_of("--executor", executor, EXECUTOR_CHOICES)
+    only = list(only or [])
+    cells = suite.cells(only or None)
+    run_sens = suite.sensitivity is not None and (not only or any(p in ("sensitivity", "*") for p in only))
+    if only and not cells and not run_sens:
+        ids = ", ".join(c.id for c in suite.cells()[:5])
+        raise ConfigError(f"--only: no cell matches {' '.join(only)!r}; cell ids look like: {ids}")
+    if executor == "ray":
+        from audit.ray_executor import ensure_ray
+
+        ensure_ray(suite.ray.address)
+    out = Path(out if out is not None else suite.out)
+    started = time.perf_counter()
+
+    out.mkdir(parents=True, exist_ok=True)
+    clean_temporaries(out)
+    records: dict[str, dict[str, Any]] = {}
+    result = RunResult({}, EXIT_OK, out)
+    pending = []
+    for spec in cells:
+        cached = load_cached(out, spec) if resume else None
+        if cached is not None:
+            records[spec.id] = cached
+            result.reused.append(spec.id)
+        else:
+            pending.append(spec)
+    if result.reused:
+        _log(f"resume: {len(result.reused)} finished cells reused, {len(pending)} to run", progress)
+    timings: dict[str, Any] = {"executor": executor, "cells": {}}
+    with tqdm(total=len(pending), desc=f"cells ({suite.name})", disable=None if progress else True,
+              dynamic_ncols=True) as bar:
+        outcomes = _run_ray(pending, suite) if executor == "ray" else _run_local(pending, progress, bar)
+        for i, outcome in enumerate(outcomes, 1):
+            records[outcome.spec.id] = persist(out, outcome)
+            result.ran.append(outcome.spec.id)
+            timings["cells"][outcome.spec.id] = outcome.timings
+            if progress:
+                bar.write(_stage_line(outcome.spec, outcome, i, len(pending)))
+            bar.update(1)
+
+    errors: list[str] = []
+    sensitivity: list[dict[str, Any]] = []
+    if run_sens:
+        start = time.perf_counter()
+        _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
+                                         else ", ".join(suite.sensitivity.claims)), progress)
+        sensitivity, error = run_sensitivity(suite, out, resume, progress)
+        timings["sensitivity"] = time.perf_counter() - start
+        if error:
+            errors.append(error)
+        _log(f"sensitivity: {len(sensitivity)} claims in {timings['sensitivity']:.1f}s", progress)
+
+    ordered = [dict(records[spec.id]) for spec in cells]
+    for record, gate in zip(ordered, gate_cells(ordered, suite.gate)):
+        record["gate"] = gate
+    gate = suite_gate(ordered, sensitivity, suite.sensitivity if run_sens else None, suite.gate, errors)
+    start = time.perf_counter()
+    report = build_report(suite, ordered, sensitivity, gate, only=only or None)
+    write_report(out, report)
+    timings["report"] = time.perf_counter() - start
+    timings["total"] = time.perf_counter() - started
+    atomic_write_json(out / "timings.json", timings)
+
+    failed_cells = any((c.get("details") or {}).get("error") for c in ordered)
+    result.report = report
+    result.timings = timings
+    if failed_cells or errors:
+        result.exit_code = EXIT_RUN_ERROR
+    elif gate["status"] == "fail":
+        result.exit_code = EXIT_GATE_FAILED
+    return result
+

@@ -1,0 +1,531 @@
+"""Audit suites: a TOML file describing a grid of audits, validated into a :class:`Suite`.
+
+A suite names datasets, defenses (with hyper-parameters), target epsilons and delta, seeds, attacks
+(with settings), sensitivity claims, gate thresholds and an output directory::
+
+    name = "quickstart"
+    out = "reports/quickstart"
+    datasets = ["digits"]
+    seeds = [0]
+    epsilons = [4.0]          # default target epsilons of private defenses
+    # delta = 1e-5            # default: 1 / (N ln N) of each training set
+    # threads = 1             # torch threads per cell and per task (part of the cache key)
+
+    [[defenses]]
+    name = "nonprivate"       # a registry name or "module:Class"
+    params = { epochs = 5 }
+
+    [[defenses]]
+    name = "dpcl-simclr"
+    epsilons = [2.0, 8.0]     # overrides the suite's
+    attacks = ["loss"]        # a subset of the suite's attacks (labels); default: all
+    params = { epochs = 2 }
+
+    [[attacks]]
+    name = "lira"
+    params = { shadow_models = 4 }
+
+    [sensitivity]
+    claims = ["dpcl.mean"]    # or: all = true
+    evaluations = 200         # pairs per claim (reproducible); or budget_seconds = 20 per claim
+    expect = { "dpcl.mean" = "holds" }   # or "violated": claims the suite documents as known-broken
+
+    [gate]
+    epsilon_slack = 0.0       # fail when eps_lb > (1 + slack) * smallest applicable epsilon
+
+The grid is dataset x defense x epsilon x seed; a non-private defense has one cell per dataset and
+seed. Every error names the file, the key and the accepted values, and is raised before anything
+is written (:class:`audit.errors.ConfigError`, exit status 2).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import importlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from audit.config import build_config
+from audit.errors import ConfigError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "seeds", "epsilons", "delta",
+            "device", "threads", "knn_k", "defenses", "attacks", "sensitivity", "gate", "ray")
+DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks")
+ATTACK_KEYS = ("name", "label", "params")
+SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect")
+EXPECTATIONS = ("holds", "violated")
+RAY_KEYS = ("address", "cpus_per_cell", "gpus_per_cell", "cpus_per_task", "gpus_per_task")
+DEFAULT_OUT = "reports/{name}"
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Gate thresholds.
+
+    ``epsilon_slack``: a sound lower bound fails the gate when it exceeds (1 + slack) times the
+    smallest applicable accountant's epsilon (0: any excess fails). ``max_auc``: optionally, fail when
+    any attack on a *private* cell reaches this AUC. ``fail_on_sensitivity``: an unexpected
+    ``violated`` sensitivity verdict fails the gate. ``fail_on_error``: a cell that errors fails it.
+    """
+
+    epsilon_slack: float = 0.0
+    max_auc: float | None = None
+    fail_on_sensitivity: bool = True
+    fail_on_error: bool = True
+
+    def validate(self) -> None:
+        if not (self.epsilon_slack >= 0 and math.isfinite(self.epsilon_slack)):
+            raise ConfigError(f"epsilon_slack: must be a finite number >= 0, got {self.epsilon_slack!r}")
+        if self.max_auc is not None and not 0.5 <= self.max_auc <= 1:
+            raise ConfigError(f"max_auc: must lie in [0.5, 1], got {self.max_auc!r}")
+
+
+@dataclass(frozen=True)
+class RayConfig:
+    """Ray resources: ``address`` (None: start a local instance), CPUs/GPUs per cell task and per
+    shadow-model batch task."""
+
+    address: str | None = None
+    cpus_per_cell: float = 1.0
+    gpus_per_cell: float = 0.0
+    cpus_per_task: float = 1.0
+    gpus_per_task: float = 0.0
+
+    def validate(self) -> None:
+        for name in RAY_KEYS[1:]:
+            value = getattr(self, name)
+            if value < 0 or (name.startswith("cpus") and value == 0):
+                raise ConfigError(f"{name}: must be {'> 0' if name.startswith('cpus') else '>= 0'}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DefenseEntry:
+    """One defense of the suite: registry name or plugin, a unique label, hyper-parameters, budget axis."""
+
+    name: str
+    label: str
+    params: dict[str, Any]
+    resolved: dict[str, Any]  # every hyper-parameter, defaults included
+    private: bool
+    epsilons: tuple[float | None, ...]  # (None,) for non-private defenses or a fixed noise multiplier
+    delta: float | None
+    noise_multiplier: float | None
+    attacks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AttackEntry:
+    name: str
+    label: str
+    params: dict[str, Any]
+    resolved: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class SensitivityConfig:
+    claims: tuple[str, ...] | None  # None: every registered claim
+    budget_seconds: float | None  # per claim; None: each claim's default
+    evaluations: int | None  # pairs per claim (reproducible); replaces budget_seconds
+    seed: int
+    expect: dict[str, str]
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    """One cell of the grid, with everything needed to run it anywhere (plain, picklable data)."""
+
+    id: str
+    dataset: str
+    data_dir: str | None
+    splits: dict[str, Any] | None
+    defense: DefenseEntry
+    target_epsilon: float | None
+    delta: float | None
+    seed: int
+    attacks: tuple[AttackEntry, ...]
+    device: str
+    knn_k: int
+    threads: int = 1
+
+    def resolved(self) -> dict[str, Any]:
+        """The configuration the cell's results depend on (what its cache key hashes)."""
+        from audit import __version__
+
+        return {
+            "version": __version__, "dataset": self.dataset, "splits": self.splits,
+            "defense": {"name": self.defense.name, "params": self.defense.resolved},
+            "target_epsilon": self.target_epsilon, "delta": self.delta,
+            "noise_multiplier": self.defense.noise_multiplier, "seed": self.seed,
+            "attacks": [{"label": a.label, "name": a.name, "params": a.resolved} for a in self.attacks],
+            "device": self.device, "threads": self.threads, "knn_k": self.knn_k,
+        }
+
+    @property
+    def key(self) -> str:
+        return config_hash(self.resolved())
+
+    @property
+    def slug(self) -> str:
+        """A directory name: the id with unsafe characters replaced, then the key."""
+        safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in self.id.replace("/", "__"))
+        return f"{safe}-{self.key}"
+
+
+@dataclass(frozen=True)
+class Suite:
+    path: str
+    name: str
+    description: str
+    out: str
+    datasets: tuple[str, ...]
+    data_dir: str | None
+    splits: dict[str, Any] | None
+    seeds: tuple[int, ...]
+    device: str
+    knn_k: int
+    threads: int
+    defenses: tuple[DefenseEntry, ...]
+    attacks: tuple[AttackEntry, ...]
+    sensitivity: SensitivityConfig | None
+    gate: GateConfig
+    ray: RayConfig
+
+    def cells(self, only: list[str] | None = None) -> list[CellSpec]:
+        """The grid dataset x defense x epsilon x seed (filtered by glob patterns on the cell id)."""
+        by_label = {a.label: a for a in self.attacks}
+        out = []
+        for dataset in self.datasets:
+            for d in self.defenses:
+                for eps in d.epsilons:
+                    for seed in self.seeds:
+                        parts = [dataset, d.label]
+                        if eps is not None:
+                            parts.append(f"eps={eps:g}")
+                        elif d.noise_multiplier is not None:
+                            parts.append(f"z={d.noise_multiplier:g}")
+                        parts.append(f"seed={seed}")
+                        out.append(CellSpec(
+                            id="/".join(parts), dataset=dataset, data_dir=self.data_dir, splits=self.splits,
+                            defense=d, target_epsilon=eps, delta=d.delta, seed=seed,
+                            attacks=tuple(by_label[a] for a in d.attacks), device=self.device,
+                            knn_k=self.knn_k, threads=self.threads))
+        if only:
+            out = [c for c in out if any(fnmatch.fnmatchcase(c.id, p) for p in only)]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved suite as plain data (what the report's ``suite`` field records)."""
+        return {
+            "name": self.name, "description": self.description, "path": self.path,
+            "datasets": list(self.datasets), "splits": self.splits, "seeds": list(self.seeds),
+            "device": self.device, "threads": self.threads, "knn_k": self.knn_k,
+            "defenses": [{"label": d.label, "name": d.name, "private": d.private, "params": d.params,
+                          "resolved": d.resolved,
+                          "epsilons": [e for e in d.epsilons if e is not None], "delta": d.delta,
+                          "noise_multiplier": d.noise_multiplier, "attacks": list(d.attacks)}
+                         for d in self.defenses],
+            "attacks": [{"label": a.label, "name": a.name, "params": a.params, "resolved": a.resolved}
+                        for a in self.attacks],
+            "sensitivity": None if self.sensitivity is None else {
+                "claims": None if self.sensitivity.claims is None else list(self.sensitivity.claims),
+                "budget_seconds": self.sensitivity.budget_seconds, "evaluations": self.sensitivity.evaluations,
+                "seed": self.sensitivity.seed,
+                "expect": dict(self.sensitivity.expect)},
+            "gate": asdict(self.gate),
+        }
+
+
+def config_hash(obj: Any) -> str:
+    """16 hex digits of the SHA-256 of ``obj``'s canonical JSON."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading and validation
+# --------------------------------------------------------------------------------------------------
+
+class _Where:
+    """Prefixes every ConfigError with the file name and the key path."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def error(self, key: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: {message}")
+
+    def wrap(self, key: str, exc: ConfigError) -> ConfigError:
+        return ConfigError(f"{self.path}: {key}: {exc}")
+
+
+def _unknown(where: _Where, key: str, table: Mapping[str, Any], accepted: tuple[str, ...]) -> None:
+    for k in table:
+        if k not in accepted:
+            name = f"{key}.{k}" if key else k
+            raise where.error(name, f"unknown key; accepted: {', '.join(accepted)}")
+
+
+def _typed(where: _Where, key: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
+    """``value`` if it is of type ``kind`` (booleans are not numbers here), else a ConfigError naming ``key``."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        raise where.error(key, f"expected {what}, got {value!r}")
+    return value
+
+
+def _list(where: _Where, key: str, value: Any, kind: type | tuple[type, ...], what: str) -> list[Any]:
+    if not isinstance(value, list) or not value:
+        raise where.error(key, f"expected a non-empty list of {what}, got {value!r}")
+    return [_typed(where, f"{key}[{i}]", v, kind, what) for i, v in enumerate(value)]
+
+
+def _epsilons(where: _Where, key: str, value: Any) -> tuple[float, ...]:
+    eps = _list(where, key, value, (int, float), "numbers")
+    for i, e in enumerate(eps):
+        if not (e > 0 and math.isfinite(e)):
+            raise where.error(f"{key}[{i}]", f"must be a finite number > 0, got {e!r}")
+    if len(set(eps)) != len(eps):
+        raise where.error(key, f"duplicate values in {eps!r}")
+    return tuple(float(e) for e in eps)
+
+
+def _delta(where: _Where, key: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    _typed(where, key, value, (int, float), "a number")
+    if not 0 < value < 1:
+        raise where.error(key, f"must lie in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _defense_class(where: _Where, key: str, name: str):
+    from defenses.base import Defense
+    from defenses.registry import DEFENSES, defense_class
+
+    if name in DEFENSES:
+        return defense_class(name)
+    if ":" not in name:
+        raise where.error(key, f"unknown defense {name!r}; accepted: {', '.join(DEFENSES)}, or module:Class")
+    module, cls_name = name.split(":", 1)
+    try:
+        cls = getattr(importlib.import_module(module), cls_name)
+    except (ImportError, AttributeError) as exc:
+        raise where.error(key, f"cannot load plugin defense {name!r}: {exc}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Defense)):
+        raise where.error(key, f"{name!r} is not a Defense subclass")
+    return cls
+
+
+def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None = None) -> Suite:
+    """Read and validate a suite file; ``out`` and ``data_dir`` override the suite's."""
+    path = Path(path)
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: suite file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read the suite: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    if data_dir is not None and isinstance(raw, dict):
+        raw = {**raw, "data_dir": data_dir}
+    return parse_suite(raw, str(path), out=out)
+
+
+def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None = None) -> Suite:
+    """Validate a parsed suite (a dict as TOML gives it)."""
+    from attacks.registry import ATTACKS, attack_class
+    from audit.datasets import DATASETS, SplitConfig, missing_files
+    from audit.device import DEVICES
+
+    where = _Where(path)
+    _unknown(where, "", raw, TOP_KEYS)
+    name = _typed(where, "name", raw.get("name", Path(path).stem), str, "a string")
+    description = _typed(where, "description", raw.get("description", ""), str, "a string")
+    out_dir = out if out is not None else _typed(where, "out", raw.get("out", DEFAULT_OUT.format(name=name)),
+                                                str, "a directory path")
+
+    datasets = tuple(_list(where, "datasets", raw.get("datasets", ["digits"]), str, "dataset names"))
+    data_dir = raw.get("data_dir")
+    if data_dir is not None:
+        _typed(where, "data_dir", data_dir, str, "a directory path")
+    for i, ds in enumerate(datasets):
+        if ds not in DATASETS:
+            raise where.error(f"datasets[{i}]", f"unknown value {ds!r}; accepted: {', '.join(DATASETS)}")
+        missing = missing_files(ds, data_dir)
+        if missing:
+            raise where.error(f"datasets[{i}]", f"dataset {ds!r} is missing {missing[0]}; set data_dir in the "
+                                                "suite, --data-dir, or PRIVAUDIT_DATA_DIR")
+    splits = raw.get("splits")
+    if splits is not None:
+        _typed(where, "splits", splits, dict, "a table")
+        try:
+            splits = asdict(build_config(SplitConfig, splits, owner="splits", prefix="splits"))
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+
+    seeds = _list(where, "seeds", raw.get("seeds", [0]), int, "integers")
+    if len(set(seeds)) != len(seeds):
+        raise where.error("seeds", f"duplicate values in {seeds!r}")
+    device = _typed(where, "device", raw.get("device", "auto"), str, "a string")
+    if device not in DEVICES and not device.startswith("cuda:"):
+        raise where.error("device", f"unknown value {device!r}; accepted: {', '.join(DEVICES)}")
+    knn_k = _typed(where, "knn_k", raw.get("knn_k", 5), int, "an integer")
+    if knn_k < 1:
+        raise where.error("knn_k", f"must be >= 1, got {knn_k}")
+    threads = _typed(where, "threads", raw.get("threads", 1), int, "an integer")
+    if threads < 1:
+        raise where.error("threads", f"must be >= 1, got {threads}")
+    suite_eps = _epsilons(where, "epsilons", raw["epsilons"]) if "epsilons" in raw else None
+    suite_delta = _delta(where, "delta", raw.get("delta"))
+
+    # Attacks first: defenses refer to them by label.
+    attacks: list[AttackEntry] = []
+    for i, entry in enumerate(_list(where, "attacks", raw.get("attacks", []), dict, "tables")
+                              if "attacks" in raw else []):
+        key = f"attacks[{i}]"
+        _unknown(where, key, entry, ATTACK_KEYS)
+        if "name" not in entry:
+            raise where.error(f"{key}.name", f"missing; accepted: {', '.join(ATTACKS)}")
+        aname = _typed(where, f"{key}.name", entry["name"], str, "a string")
+        if aname not in ATTACKS:
+            raise where.error(f"{key}.name", f"unknown attack {aname!r}; accepted: {', '.join(ATTACKS)}")
+        label = _typed(where, f"{key}.label", entry.get("label", aname), str, "a string")
+        params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
+        try:
+            attack = attack_class(aname)(params)
+        except ConfigError as exc:
+            raise where.wrap(f"{key}.params", exc) from None
+        if any(a.label == label for a in attacks):
+            raise where.error(f"{key}.label", f"duplicate label {label!r} (give each entry a distinct label)")
+        attacks.append(AttackEntry(aname, label, params, attack.config_dict()))
+    labels = tuple(a.label for a in attacks)
+
+    defenses: list[DefenseEntry] = []
+    entries = _list(where, "defenses", raw.get("defenses"), dict, "tables") if "defenses" in raw else None
+    if not entries:
+        raise where.error("defenses", "missing; give at least one [[defenses]] table with a name")
+    for i, entry in enumerate(entries):
+        key = f"defenses[{i}]"
+        _unknown(where, key, entry, DEFENSE_KEYS)
+        if "name" not in entry:
+            raise where.error(f"{key}.name", "missing")
+        dname = _typed(where, f"{key}.name", entry["name"], str, "a string")
+        cls = _defense_class(where, f"{key}.name", dname)
+        label = _typed(where, f"{key}.label", entry.get("label", dname.rsplit(":", 1)[-1]), str, "a string")
+        if "/" in label or not label:
+            raise where.error(f"{key}.label", f"must be non-empty and contain no '/', got {label!r}")
+        if any(d.label == label for d in defenses):
+            raise where.error(f"{key}.label", f"duplicate label {label!r} (give each entry a distinct label)")
+        params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
+        try:
+            defense = cls(params)
+        except ConfigError as exc:
+            raise where.wrap(f"{key}.params", exc) from None
+        private = bool(cls.private)
+        noise = entry.get("noise_multiplier")
+        if noise is not None:
+            _typed(where, f"{key}.noise_multiplier", noise, (int, float), "a number")
+            if noise < 0:
+                raise where.error(f"{key}.noise_multiplier", f"must be >= 0, got {noise!r}")
+        if not private:
+            for k in ("epsilons", "noise_multiplier", "delta"):
+                if k in entry:
+                    raise where.error(f"{key}.{k}", f"defense {dname!r} is not private; remove {k}")
+            eps: tuple[float | None, ...] = (None,)
+        elif noise is not None:
+            if "epsilons" in entry:
+                raise where.error(f"{key}.epsilons", "give either epsilons or noise_multiplier, not both")
+            eps = (None,)
+        elif "epsilons" in entry:
+            eps = _epsilons(where, f"{key}.epsilons", entry["epsilons"])
+        elif suite_eps is not None:
+            eps = suite_eps
+        else:
+            raise where.error(f"{key}.epsilons", f"defense {dname!r} is private: give epsilons (here or at the "
+                                                 "top level) or noise_multiplier")
+        delta = _delta(where, f"{key}.delta", entry["delta"]) if "delta" in entry else (
+            suite_delta if private else None)
+        chosen = labels
+        if "attacks" in entry:
+            chosen = tuple(_list(where, f"{key}.attacks", entry["attacks"], str, "attack labels")) \
+                if entry["attacks"] else ()
+            for j, a in enumerate(chosen):
+                if a not in labels:
+                    raise where.error(f"{key}.attacks[{j}]", f"unknown attack label {a!r}; accepted: "
+                                                             f"{', '.join(labels) or '(no [[attacks]] defined)'}")
+        defenses.append(DefenseEntry(dname, label, params, defense.config_dict(), private, eps, delta,
+                                     None if noise is None else float(noise), chosen))
+
+    sensitivity = _sensitivity(where, raw.get("sensitivity"))
+    gate_raw = _typed(where, "gate", raw.get("gate", {}), dict, "a table")
+    try:
+        gate = build_config(GateConfig, gate_raw, owner="gate", prefix="gate")
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    ray_raw = _typed(where, "ray", raw.get("ray", {}), dict, "a table")
+    try:
+        ray = build_config(RayConfig, ray_raw, owner="ray", prefix="ray")
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+    return Suite(path=path, name=name, description=description, out=out_dir, datasets=datasets,
+                 data_dir=data_dir, splits=splits, seeds=tuple(seeds), device=device, knn_k=knn_k, threads=threads,
+                 defenses=tuple(defenses), attacks=tuple(attacks), sensitivity=sensitivity, gate=gate, ray=ray)
+
+
+def _sensitivity(where: _Where, raw: Any) -> SensitivityConfig | None:
+    if raw is None:
+        return None
+    _typed(where, "sensitivity", raw, dict, "a table")
+    _unknown(where, "sensitivity", raw, SENSITIVITY_KEYS)
+    all_claims = _typed(where, "sensitivity.all", raw.get("all", False), bool, "true or false")
+    if all_claims and "claims" in raw:
+        raise where.error("sensitivity.claims", "give either claims or all = true, not both")
+    if not all_claims and "claims" not in raw:
+        raise where.error("sensitivity.claims", "missing; give claims = [...] or all = true")
+    claims = None if all_claims else tuple(_list(where, "sensitivity.claims", raw["claims"], str, "claim ids"))
+    budget = raw.get("budget_seconds")
+    if budget is not None:
+        _typed(where, "sensitivity.budget_seconds", budget, (int, float), "a number of seconds per claim")
+        if not budget > 0:
+            raise where.error("sensitivity.budget_seconds", f"must be > 0, got {budget!r}")
+        budget = float(budget)
+    evaluations = raw.get("evaluations")
+    if evaluations is not None:
+        _typed(where, "sensitivity.evaluations", evaluations, int, "a positive integer")
+        if evaluations < 1:
+            raise where.error("sensitivity.evaluations", f"must be >= 1, got {evaluations!r}")
+        if budget is not None:
+            raise where.error("sensitivity.evaluations", "give either evaluations or budget_seconds, not both")
+    seed = _typed(where, "sensitivity.seed", raw.get("seed", 0), int, "an integer")
+    expect = dict(_typed(where, "sensitivity.expect", raw.get("expect", {}), dict, "a table"))
+    for claim, value in expect.items():
+        if value not in EXPECTATIONS:
+            raise where.error(f"sensitivity.expect.{claim}", f"unknown value {value!r}; accepted: "
+                                                             f"{', '.join(EXPECTATIONS)}")
+    from audit.sensitivity import CLAIMS, select
+
+    for i, c in enumerate(claims or ()):
+        try:
+            select([c], include_reference=True)
+        except ConfigError:
+            raise where.error(f"sensitivity.claims[{i}]", f"unknown claim {c!r}; accepted: "
+                                                          f"{', '.join(CLAIMS)} (or a bare key such as dpgcl.group)"
+                              ) from None
+    checked = {s.id for s in select(None if claims is None else list(claims), include_reference=True)}
+    for c in expect:
+        if c not in CLAIMS:
+            raise where.error(f"sensitivity.expect.{c}", f"unknown claim; accepted: {', '.join(CLAIMS)}")
+        if c not in checked:
+            raise where.error(f"sensitivity.expect.{c}", "not among the claims this suite checks")
+    return SensitivityConfig(claims, budget, evaluations, seed, expect)

@@ -1,0 +1,53 @@
+"""The README's main job end to end (slow, ~10-12 minutes on 2 CPU cores): the quickstart suite runs in
+under 10 minutes and passes its gate; killed with SIGKILL mid-way and resumed, it gives the same report.
+
+Run with ``pytest -m slow tests/test_quickstart_slow.py -s``.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from audit.io import read_json
+from audit.report import TOP_LEVEL
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def privaudit(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "audit", "run", "suites/quickstart.toml", "--quiet", *args],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, **kwargs)
+
+
+def test_quickstart_runs_in_under_ten_minutes_and_resumes_after_sigkill(tmp_path):
+    start = time.perf_counter()
+    full = privaudit("--out", str(tmp_path / "full"))
+    assert full.wait(timeout=900) == 0
+    seconds = time.perf_counter() - start
+    print(f"\nquickstart: {seconds:.0f}s")
+    assert seconds < 600
+    report = read_json(tmp_path / "full" / "report.json")
+    assert list(report) == list(TOP_LEVEL) and report["gate"]["status"] == "pass"
+
+    out = tmp_path / "killed"
+    proc = privaudit("--out", str(out))
+    try:
+        while proc.poll() is None and len(list(out.glob("cells/*/cell.json"))) < 4:
+            time.sleep(0.2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finished = {p: p.stat().st_mtime_ns for p in out.glob("cells/*/cell.json")}
+    assert len(finished) >= 4 and not (out / "report.json").exists()
+    resumed = privaudit("--out", str(out), "--resume")
+    assert resumed.wait(timeout=900) == 0
+    assert all(p.stat().st_mtime_ns == t for p, t in finished.items())  # finished cells were not redone
+    a, b = read_json(out / "report.json"), read_json(tmp_path / "full" / "report.json")
+    a.pop("created"), b.pop("created")
+    assert a == b
