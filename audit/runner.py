@@ -4,11 +4,11 @@ write the report and return the gate's exit code.
 Layout of the output directory::
 
     report.json  report.md  report.html  plots/*.png      the report (generated from report.json)
-    timings.json                                          wall time per cell and stage (not in the report)
+    timings.json                                          wall time per cell, stage and claim (not in the report)
     cells/<id>-<key>/cell.json                            a finished cell's record (written last)
     cells/<id>-<key>/attacks/<attack>/scores.npz          per-example scores, membership, variants
     cells/<id>-<key>/attacks/<attack>/result.json         the attack's configuration, counts and bound
-    sensitivity.json  sensitivity/witnesses/*             the sensitivity verdicts and copied witnesses
+    sensitivity.json  sensitivity/witnesses/*             the sensitivity verdicts and their witnesses
 
 A cell's key hashes its resolved configuration (:meth:`audit.suite.CellSpec.resolved`). Every file is
 written atomically (:mod:`audit.io`) and ``cell.json`` only after the cell's scores, so a run killed at
@@ -160,11 +160,28 @@ def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
                 yield CellOutcome(spec, record, error=message)
 
 
-def run_sensitivity(suite: Suite, out: Path, resume: bool, progress: bool) -> tuple[list[dict[str, Any]], str | None]:
-    """Run (or reuse) the suite's sensitivity checks; witnesses are written under ``sensitivity/witnesses``."""
+WALL_CLOCK_KEYS = ("seconds", "setup_seconds", "search_seconds")
+
+
+def split_wall_clock(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A sensitivity result without its wall-clock fields (so that reruns with the same seed give the same
+    report), and those fields apart (they go to ``timings.json``)."""
+    config = dict(result.get("config") or {})
+    timing = {k: config.pop(k) for k in WALL_CLOCK_KEYS if k in config}
+    if isinstance(config.get("settings"), list):
+        settings = [dict(s) for s in config["settings"]]
+        timing["settings"] = [s.pop("seconds", None) for s in settings]
+        config["settings"] = settings
+    return {**result, "config": config}, timing
+
+
+def run_sensitivity(suite: Suite, out: Path, resume: bool,
+                    progress: bool) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+    """Run (or reuse) the suite's sensitivity checks: (results, wall-clock timings per claim, error).
+    Witnesses are written under ``sensitivity/witnesses``."""
     config = suite.sensitivity
     if config is None:
-        return [], None
+        return [], {}, None
     key = config_hash({"claims": config.claims, "budget_seconds": config.budget_seconds,
                        "evaluations": config.evaluations, "seed": config.seed})
     path = out / "sensitivity.json"
@@ -172,7 +189,7 @@ def run_sensitivity(suite: Suite, out: Path, resume: bool, progress: bool) -> tu
         try:
             saved = read_json(path)
             if saved.get("key") == key:
-                return saved["results"], None
+                return saved["results"], saved.get("timings", {}), None
         except (OSError, ValueError):
             pass
     from audit.sensitivity import check_claims
@@ -183,14 +200,16 @@ def run_sensitivity(suite: Suite, out: Path, resume: bool, progress: bool) -> tu
                                budget_seconds=config.budget_seconds, evaluations=config.evaluations,
                                seed=config.seed, progress=progress, witness_dir=witnesses)
     except Exception as exc:  # noqa: BLE001 - reported through the gate
-        return [], f"sensitivity checks errored: {type(exc).__name__}: {exc}".splitlines()[0]
-    results = strict([dict(r) for r in results])
-    for r in results:
+        return [], {}, f"sensitivity checks errored: {type(exc).__name__}: {exc}".splitlines()[0]
+    kept, timings = [], {}
+    for r in strict([dict(r) for r in results]):
+        r, timings[r["claim"]] = split_wall_clock(r)
         witness = r.get("witness")
         if witness and Path(witness).is_file():
             r["witness"] = Path(witness).resolve().relative_to(out.resolve()).as_posix()
-    atomic_write_json(path, {"key": key, "results": results})
-    return results, None
+        kept.append(r)
+    atomic_write_json(path, {"key": key, "results": kept, "timings": timings})
+    return kept, timings, None
 
 
 def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "local", resume: bool = False,
@@ -247,7 +266,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
         start = time.perf_counter()
         _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
                                          else ", ".join(suite.sensitivity.claims)), progress)
-        sensitivity, error = run_sensitivity(suite, out, resume, progress)
+        sensitivity, timings["sensitivity_claims"], error = run_sensitivity(suite, out, resume, progress)
         timings["sensitivity"] = time.perf_counter() - start
         if error:
             errors.append(error)

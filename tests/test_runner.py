@@ -229,6 +229,10 @@ def test_real_sensitivity_checks_gate_the_suite_and_their_witnesses_replay(tmp_p
     assert failed.exit_code == 1
     assert failed.report["gate"]["reasons"][0].startswith("sensitivity claim dpgcl.group[chunk] (DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)) violated: observed ")
     assert replay(out / chunk["witness"])["reproduced"]
+    # wall-clock fields stay out of the report (reruns with the same seed give the same report.json)
+    assert "search_seconds" not in chunk["config"] and all("seconds" not in s for s in chunk["config"]["settings"])
+    timing = read_json(out / "timings.json")["sensitivity_claims"]["dpgcl.group[chunk]"]
+    assert timing["search_seconds"] > 0 and len(timing["settings"]) == len(chunk["config"]["settings"])
 
     suite.write_text(body + "expect = { 'dpgcl.group[chunk]' = 'violated' }\n")
     passed = run_suite(load_suite(suite), progress=False, only=["sensitivity"], resume=True)
