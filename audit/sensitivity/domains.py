@@ -21,6 +21,7 @@ logit so they stay in [0, 1]; free vectors as they are).
 
 from __future__ import annotations
 
+import abc
 import math
 from dataclasses import dataclass, replace
 from typing import Any
@@ -68,7 +69,7 @@ class Pair:
         raise one_of("relation", relation, RELATIONS)
 
 
-class Domain:
+class Domain(abc.ABC):
     """Where a quantity's inputs live: how to draw rows, perturb them and hand them to ``fn``."""
 
     fields: tuple[str, ...] = ("x",)
@@ -76,12 +77,13 @@ class Domain:
     unit_size: int = 1
     sources: tuple[str, ...] = ()
 
+    @abc.abstractmethod
     def draw(self, n_units: int, gen: torch.Generator, source: str | None = None) -> Rows:
-        raise NotImplementedError
+        """``n_units`` units of rows from ``source`` (one of :attr:`sources`; None: the default)."""
 
+    @abc.abstractmethod
     def opposite(self, unit: Rows, gen: torch.Generator) -> Rows:
         """An extreme counterpart of ``unit`` (negated vector, inverted image)."""
-        raise NotImplementedError
 
     def to_free(self, field: str, value: torch.Tensor) -> torch.Tensor:
         return value
