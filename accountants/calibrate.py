@@ -26,7 +26,7 @@ from accountants.claim import PrivacyClaim
 from accountants.conversions import epsilon_at_order
 from accountants.events import ComposedDpEvent, DpEvent
 from accountants.registry import get_accountant
-from audit.errors import ConfigError, check_positive
+from core.errors import ConfigError, check_positive
 
 _BIG = 1e300
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accountants.events import DpEvent, NonPrivateDpEvent, describe, event_from_dict, event_to_dict
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError, one_of
 
 RELATIONS = ("add-remove", "replace-one")
 UNITS = ("example", "user")

@@ -30,7 +30,7 @@ from typing import Callable
 from accountants.claim import RELATIONS, PrivacyClaim
 from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
                                 SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
-from audit.errors import ConfigError, check_positive, check_probability, one_of
+from core.errors import ConfigError, check_positive, check_probability, one_of
 
 SAMPLINGS = ("poisson", "without-replacement")
 COMPOSITIONS = ("joint", "separate")

@@ -30,7 +30,7 @@ from accountants.claim import PrivacyClaim
 from accountants.events import (SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent, describe,
                                 effective_gaussian_noise)
 from accountants.tree import zcdp_rho
-from audit.errors import ConfigError, check_positive, check_probability, one_of
+from core.errors import ConfigError, check_positive, check_probability, one_of
 
 METHODS = ("analytic", "classical")
 

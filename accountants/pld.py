@@ -26,7 +26,7 @@ from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, Lapla
                                 NonPrivateDpEvent, NoOpDpEvent, PoissonSampledDpEvent,
                                 SampledWithoutReplacementDpEvent, SelfComposedDpEvent,
                                 describe, effective_gaussian_noise)
-from audit.errors import check_positive
+from core.errors import check_positive
 
 
 def _rewrite(event: DpEvent, relation: str) -> DpEvent:

@@ -22,7 +22,7 @@ from accountants.base import Accountant, NotApplicable
 from accountants.claim import PrivacyClaim
 from accountants.events import (ComposedDpEvent, DpEvent, NoOpDpEvent, PoissonSampledDpEvent,
                                 SelfComposedDpEvent, describe, effective_gaussian_noise)
-from audit.errors import check_positive
+from core.errors import check_positive
 
 
 def prv_history(event: DpEvent, relation: str, count: int = 1) -> list[tuple[float, float, int]]:

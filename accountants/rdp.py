@@ -38,7 +38,7 @@ from accountants.events import (ComposedDpEvent, DpEvent, LogisticDpEvent, NonPr
                                 effective_gaussian_noise)
 from accountants.tree import tree_rdp
 from accountants.wor_rdp import wor_gaussian_rdp_thm9
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError, one_of
 
 DEFAULT_ORDERS = tuple(dp_rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
 WOR_BOUNDS = ("thm27", "thm9")

@@ -15,30 +15,28 @@ Each declares what it supports and answers "not applicable: <reason>" for the re
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Mapping
 
 from accountants.base import Accountant, EpsilonResult
 from accountants.claim import PrivacyClaim
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError
+from core.registry import Registry
 
-ACCOUNTANTS: dict[str, str] = {
+ACCOUNTANTS: Registry[type[Accountant]] = Registry("accountant", {
     "rdp": "accountants.rdp:RdpAccountant",
     "pld": "accountants.pld:PldAccountant",
     "prv": "accountants.prv:PrvAccountant",
     "pure": "accountants.pure:PureAccountant",
     "gaussian": "accountants.gaussian:GaussianAccountant",
     "tree": "accountants.tree:TreeAccountant",
-}
+})
 
 
 def get_accountant(name: str, **options) -> Accountant:
     """Instantiate accountant ``name`` with its options (unknown options are a ConfigError)."""
-    if name not in ACCOUNTANTS:
-        raise one_of("accountant", name, ACCOUNTANTS)
-    module, cls = ACCOUNTANTS[name].split(":")
+    cls = ACCOUNTANTS.load(name)
     try:
-        return getattr(importlib.import_module(module), cls)(**options)
+        return cls(**options)
     except TypeError as exc:
         raise ConfigError(f"accountant {name!r}: bad options {sorted(options)}: {exc}") from None
 

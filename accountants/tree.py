@@ -34,7 +34,7 @@ from accountants.claim import PrivacyClaim
 from accountants.conversions import check_conversion, zcdp_to_dp
 from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, NoOpDpEvent, SelfComposedDpEvent,
                                 SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent, describe)
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 
 def restart_tree_depth(steps: int) -> int:

@@ -22,9 +22,9 @@ from attacks.bounds import EpsilonLowerBound, default_guesses, one_run_bound
 from attacks.executor import Executor
 from attacks.result import AttackResult
 from attacks.shadow_models import DataRef, DefenseRef, resolve_defense
-from audit.config import build_config
-from audit.datasets import MembershipData
-from audit.errors import ConfigError, check_probability
+from core.config import build_config
+from core.datasets import MembershipData
+from core.errors import ConfigError, check_probability
 from defenses.base import Budget, Trained
 from defenses.seeding import derive_seed
 

@@ -47,7 +47,7 @@ from typing import Sequence
 import numpy as np
 from scipy import optimize, special, stats
 
-from audit.errors import ConfigError, check_probability
+from core.errors import ConfigError, check_probability
 
 RELATION = "add-remove"
 

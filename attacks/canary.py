@@ -35,8 +35,8 @@ from attacks.executor import Executor
 from attacks.result import AttackResult
 from attacks.shadow_models import TrainJob, train_models, with_pool
 from attacks.statistics import LossStatistic, ViewSimilarities
-from audit.datasets import MembershipData, Split
-from audit.errors import ConfigError, one_of
+from core.datasets import MembershipData, Split
+from core.errors import ConfigError, one_of
 from defenses.seeding import numpy_rng, torch_generator
 
 MODES = ("one-run", "multi-run")

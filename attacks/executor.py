@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
+from core.registry import Registry
+
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -41,16 +43,9 @@ class LocalExecutor:
         return out
 
 
-EXECUTORS: dict[str, str] = {"local": "attacks.executor:LocalExecutor", "ray": "audit.ray_executor:RayExecutor"}
+EXECUTORS: Registry[type[Executor]] = Registry("executor", {"local": "attacks.executor:LocalExecutor", "ray": "attacks.ray_executor:RayExecutor"})
 
 
 def make_executor(name: str = "local", **kwargs) -> Executor:
     """Instantiate executor ``name`` (``module:Class`` from :data:`EXECUTORS`)."""
-    import importlib
-
-    from audit.errors import one_of
-
-    if name not in EXECUTORS:
-        raise one_of("executor", name, EXECUTORS)
-    module, cls = EXECUTORS[name].split(":")
-    return getattr(importlib.import_module(module), cls)(**kwargs)
+    return EXECUTORS.create(name, **kwargs)

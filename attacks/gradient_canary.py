@@ -50,7 +50,7 @@ from attacks.base import Attack, AttackConfig, Target
 from attacks.bounds import default_guesses, one_run_bound
 from attacks.executor import Executor
 from attacks.result import AttackResult
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError, one_of
 from defenses.seeding import numpy_rng, torch_generator
 
 DIRECTIONS = ("dirac", "gaussian")

@@ -39,7 +39,7 @@ from attacks.queries import QuerySet
 from attacks.result import AttackResult
 from attacks.shadow_models import TrainJob, balanced_masks, stack_results, train_models
 from attacks.statistics import SPACES, AlignmentStatistic, LogitStatistic, ViewSimilarities
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError, one_of
 from defenses.seeding import numpy_rng
 
 LOCATIONS = ("mean", "median")

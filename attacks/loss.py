@@ -16,7 +16,7 @@ from attacks.base import Attack, AttackConfig, Target, pool_membership
 from attacks.executor import Executor
 from attacks.result import AttackResult
 from attacks.statistics import SPACES, LossStatistic, ViewSimilarities
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError, one_of
 
 STATISTICS = ("auto", "cross-entropy", "alignment")
 

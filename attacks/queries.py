@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from audit.datasets import DatasetInfo
-from audit.errors import ConfigError, one_of
+from core.datasets import DatasetInfo
+from core.errors import ConfigError, one_of
 
 _SHIFTS = ((0, 0), (0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (-1, -1), (1, -1), (-1, 1))
 PADDINGS = ("constant", "reflect")

@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Mapping
-
 from attacks.base import Attack
-from audit.errors import one_of
+from core.registry import Registry
 
-ATTACKS: dict[str, str] = {
+ATTACKS: Registry[type[Attack]] = Registry("attack", {
     "loss": "attacks.loss:LossAttack",
     "shadow": "attacks.shadow:ShadowModelAttack",
     "encodermi": "attacks.encodermi:EncoderMI",
     "lira": "attacks.lira:LiRA",
     "canary": "attacks.canary:CanaryAudit",
     "gradient-canary": "attacks.gradient_canary:GradientCanaryAudit",
-}
+})
 
 
-def attack_class(name: str) -> type[Attack]:
-    if name not in ATTACKS:
-        raise one_of("attack", name, ATTACKS)
-    module, cls = ATTACKS[name].split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-def make_attack(name: str, params: Mapping[str, Any] | None = None, **overrides: Any) -> Attack:
-    """Instantiate attack ``name`` with validated settings."""
-    return attack_class(name)(params, **overrides)
+#: ``attack_class(name)``: the class registered as ``name``; ``make_attack(name, params=None, **overrides)``: an instance
+#: with validated settings. An unknown name is a ConfigError listing the accepted ones.
+attack_class = ATTACKS.load
+make_attack = ATTACKS.create

@@ -17,8 +17,8 @@ import numpy as np
 
 from attacks import metrics
 from attacks.bounds import EpsilonLowerBound
-from audit.errors import ConfigError
-from audit.io import atomic_save_npz, atomic_write_json, load_npz, read_json
+from core.errors import ConfigError
+from core.io import atomic_save_npz, atomic_write_json, load_npz, read_json
 
 
 @dataclass

@@ -31,7 +31,7 @@ from attacks.executor import Executor
 from attacks.result import AttackResult
 from attacks.shadow_models import TrainJob, train_models
 from attacks.statistics import Outputs
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError, one_of
 from defenses.seeding import numpy_rng
 
 VARIANTS = ("per-class", "output-label")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -24,8 +23,9 @@ import numpy as np
 import torch
 
 from attacks.executor import Executor, LocalExecutor
-from audit.datasets import MembershipData, SplitConfig, Split, load_dataset
-from audit.errors import ConfigError
+from core.datasets import MembershipData, SplitConfig, Split, load_dataset
+from core.errors import ConfigError
+from core.registry import load_reference
 from defenses.base import Budget, Defense
 from defenses.ensemble import fit_many
 from defenses.registry import DEFENSES, make_defense
@@ -52,8 +52,7 @@ def _load(ref: DataRef) -> MembershipData:
 def resolve_defense(name: str, params: Mapping[str, Any] | None = None) -> Defense:
     """A defense from the registry by name, or from ``module:Class`` (plugins, test doubles)."""
     if ":" in name and name not in DEFENSES:
-        module, cls = name.split(":", 1)
-        return getattr(importlib.import_module(module), cls)(dict(params or {}))
+        return load_reference(name, field="plugin defense")(dict(params or {}))
     return make_defense(name, dict(params or {}))
 
 

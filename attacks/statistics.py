@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from attacks.queries import QuerySet
-from audit.datasets import DatasetInfo, Split
-from audit.errors import ConfigError, one_of
+from core.datasets import DatasetInfo, Split
+from core.errors import ConfigError, one_of
 from defenses.augment import augmentation_for
 from defenses.base import Trained
 from defenses.seeding import torch_generator

@@ -1,7 +1,7 @@
-"""privaudit's harness: CLI, datasets, suites, runner, sensitivity checks, reports and the CI gate.
+"""privaudit's harness, the top of the house: CLI, suites, runner, sensitivity checks, reports and the CI gate.
 
-This package's ``__init__`` stays import-light: ``defenses``, ``attacks`` and ``accountants`` import
-``audit.errors``, ``audit.io`` and ``audit.datasets`` from it without pulling in the CLI.
+Nothing in ``core``, ``accountants``, ``defenses`` or ``attacks`` imports this package
+(``tests/test_import_layers.py`` enforces it).
 """
 
 __version__ = "0.1.0"

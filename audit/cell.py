@@ -88,7 +88,7 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
         from attacks import DataRef, Target
         from attacks.registry import make_attack
         from attacks.shadow_models import resolve_defense
-        from audit.datasets import SplitConfig, load_dataset
+        from core.datasets import SplitConfig, load_dataset
         from audit.device import resolve_device
         from defenses.base import Budget
         from defenses.evaluation import encoder_utility

@@ -13,7 +13,7 @@ import traceback
 from typing import Sequence
 
 from audit import __version__
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 # Each module defines ``register(subparsers)`` which adds its subcommand and sets ``func``.
 COMMANDS = (

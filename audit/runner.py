@@ -11,7 +11,7 @@ Layout of the output directory::
     sensitivity.json  sensitivity/witnesses/*             the sensitivity verdicts and their witnesses
 
 A cell's key hashes its resolved configuration (:meth:`audit.suite.CellSpec.resolved`). Every file is
-written atomically (:mod:`audit.io`) and ``cell.json`` only after the cell's scores, so a run killed at
+written atomically (:mod:`core.io`) and ``cell.json`` only after the cell's scores, so a run killed at
 any point leaves finished cells complete and nothing torn; ``--resume`` reuses every finished cell whose
 key matches and redoes the rest. Cells are computed from seeds alone, so the report of a resumed run
 equals an uninterrupted run's (``created`` aside).
@@ -19,16 +19,15 @@ equals an uninterrupted run's (``created`` aside).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from audit.cell import CellOutcome, ExecutorSpec, run_cell
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError, one_of
 from audit.gate import gate_cells, suite_gate
-from audit.io import atomic_write_json, read_json, to_json
+from core.io import atomic_write_json, read_json, strict
 from audit.suite import CellSpec, Suite, config_hash
 
 EXECUTOR_CHOICES = ("local", "ray")
@@ -47,21 +46,6 @@ class RunResult:
     timings: dict[str, Any] = field(default_factory=dict)
 
 
-def strict(obj: Any) -> Any:
-    """A JSON-safe copy: non-finite floats become None, tuples lists, numpy scalars plain numbers."""
-    return _sanitize(json.loads(to_json(obj, indent=None)))
-
-
-def _sanitize(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
-    if isinstance(obj, dict):
-        return {k: _sanitize(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_sanitize(v) for v in obj]
-    return obj
-
-
 def _log(message: str, progress: bool) -> None:
     if progress:
         from tqdm.auto import tqdm
@@ -70,7 +54,7 @@ def _log(message: str, progress: bool) -> None:
 
 
 def clean_temporaries(out: Path) -> int:
-    """Remove temporary files a killed run left behind (``.name.XXXX.tmp`` from :mod:`audit.io`)."""
+    """Remove temporary files a killed run left behind (``.name.XXXX.tmp`` from :mod:`core.io`)."""
     removed = 0
     if out.is_dir():
         for tmp in out.rglob(".*.tmp"):
@@ -137,7 +121,7 @@ def _run_local(cells: Sequence[CellSpec], progress: bool, bar) -> Iterator[CellO
 
 
 def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
-    from audit.ray_executor import ensure_ray, submit
+    from attacks.ray_executor import ensure_ray, submit
 
     ray = ensure_ray(suite.ray.address)
     executor = ExecutorSpec("ray", (("num_cpus", suite.ray.cpus_per_task), ("num_gpus", suite.ray.gpus_per_task),
@@ -228,7 +212,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
         ids = ", ".join(c.id for c in suite.cells()[:5])
         raise ConfigError(f"--only: no cell matches {' '.join(only)!r}; cell ids look like: {ids}")
     if executor == "ray":
-        from audit.ray_executor import ensure_ray
+        from attacks.ray_executor import ensure_ray
 
         ensure_ray(suite.ray.address)
     out = Path(out if out is not None else suite.out)

@@ -35,22 +35,22 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
 
 The grid is dataset x defense x epsilon x seed; a non-private defense has one cell per dataset and
 seed. Every error names the file, the key and the accepted values, and is raised before anything
-is written (:class:`audit.errors.ConfigError`, exit status 2).
+is written (:class:`core.errors.ConfigError`, exit status 2).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
-import importlib
 import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from audit.config import build_config
-from audit.errors import ConfigError
+from core.config import build_config
+from core.errors import ConfigError
+from core.registry import load_reference
 
 try:
     import tomllib
@@ -315,11 +315,10 @@ def _defense_class(where: _Where, key: str, name: str):
         return defense_class(name)
     if ":" not in name:
         raise where.error(key, f"unknown defense {name!r}; accepted: {', '.join(DEFENSES)}, or module:Class")
-    module, cls_name = name.split(":", 1)
     try:
-        cls = getattr(importlib.import_module(module), cls_name)
-    except (ImportError, AttributeError) as exc:
-        raise where.error(key, f"cannot load plugin defense {name!r}: {exc}") from None
+        cls = load_reference(name, field="plugin defense")
+    except ConfigError as exc:
+        raise where.error(key, str(exc)) from None
     if not (isinstance(cls, type) and issubclass(cls, Defense)):
         raise where.error(key, f"{name!r} is not a Defense subclass")
     return cls
@@ -344,7 +343,7 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
 def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None = None) -> Suite:
     """Validate a parsed suite (a dict as TOML gives it)."""
     from attacks.registry import ATTACKS, attack_class
-    from audit.datasets import DATASETS, SplitConfig, missing_files
+    from core.datasets import DATASETS, SplitConfig, missing_files
     from audit.device import DEVICES
 
     where = _Where(path)

@@ -21,8 +21,8 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from audit.datasets import DatasetInfo
-from audit.errors import one_of
+from core.datasets import DatasetInfo
+from core.errors import one_of
 
 
 class Augmentation(Protocol):

@@ -18,10 +18,10 @@ import torch
 import torch.nn as nn
 
 from accountants.claim import PrivacyClaim
-from audit.datasets import MembershipData
-from audit.config import build_config
-from audit.errors import ConfigError, check_positive, check_probability
-from audit.io import atomic_save_tensors, atomic_write_json, load_tensors, read_json
+from core.datasets import MembershipData
+from core.config import build_config
+from core.errors import ConfigError, check_positive, check_probability
+from core.io import atomic_save_tensors, atomic_write_json, load_tensors, read_json
 from defenses.evaluation import embed
 from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 

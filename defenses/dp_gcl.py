@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from audit.errors import check_positive, one_of
+from core.errors import check_positive, one_of
 from defenses.dp import bounds
 from defenses.dp.accounting import Mechanism, SamplingPlan
 from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity

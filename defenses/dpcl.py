@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError, one_of
 from defenses.dp import bounds
 from defenses.dp.accounting import Mechanism, SamplingPlan, claim_epsilon, separately_sampled_event
 from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity

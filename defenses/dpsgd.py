@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from audit.errors import one_of
+from core.errors import one_of
 from defenses.dp import bounds
 from defenses.dp.accounting import Mechanism, SamplingPlan
 from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity

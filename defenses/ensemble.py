@@ -29,7 +29,8 @@ import torch
 import torch.nn as nn
 from torch.func import stack_module_state
 
-from audit.errors import one_of
+from core.errors import one_of
+from defenses.folding import batched_forward
 
 OPTIMIZERS = ("sgd", "adam")
 
@@ -102,8 +103,6 @@ class StackedTrainer:
 
     def __init__(self, modules: Sequence[nn.Module], optimizer: str, lr: float, momentum: float = 0.9,
                  weight_decay: float = 0.0, fold: bool = True):
-        from defenses.folding import batched_forward
-
         self.modules = list(modules)
         params, buffers = stack_module_state(self.modules)
         self.params = {k: v.detach().requires_grad_(True) for k, v in params.items()}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from audit.errors import check_positive, check_probability
+from core.errors import check_positive, check_probability
 
 
 @torch.no_grad()

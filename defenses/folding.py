@@ -25,6 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
+from defenses.nn.classifier import ClassifierNet
 from defenses.nn.encoders import InputNorm, MLPEncoder, ProjectionHead, SmallCNN, WSConv2d
 from defenses.nn.model import ContrastiveModel
 
@@ -36,8 +37,6 @@ _ELEMENTWISE = (nn.ReLU, InputNorm, nn.Identity)
 
 def _wrappers() -> dict[type, tuple[str, ...]]:
     """Modules whose forward is their children applied in this order (attribute names)."""
-    from defenses.supervised import ClassifierNet
-
     return {MLPEncoder: ("net",), SmallCNN: ("net",), ProjectionHead: ("net",), ClassifierNet: ("encoder", "head")}
 
 

@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 
 from accountants.claim import PrivacyClaim
-from audit.datasets import DatasetInfo, MembershipData
+from core.datasets import DatasetInfo, MembershipData
 from defenses.augment import augmentation_for, two_views
 from defenses.base import Budget, Defense, Trained
 from defenses.ensemble import StackedTrainer

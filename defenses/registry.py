@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Mapping
-
-from audit.errors import one_of
+from core.registry import Registry
 from defenses.base import Defense
 
-DEFENSES: dict[str, str] = {
+DEFENSES: Registry[type[Defense]] = Registry("defense", {
     "nonprivate": "defenses.nonprivate:NonPrivate",
     "supervised": "defenses.supervised:Supervised",
     "alm": "defenses.alm:ALM",
@@ -20,16 +17,10 @@ DEFENSES: dict[str, str] = {
     "dpcl-barlow": "defenses.dpcl:DPCLBarlow",
     "dp-gcl": "defenses.dp_gcl:DPGCL",
     "logit-dp": "defenses.logit_dp:LogitDP",
-}
+})
 
 
-def defense_class(name: str) -> type[Defense]:
-    if name not in DEFENSES:
-        raise one_of("defense", name, DEFENSES)
-    module, cls = DEFENSES[name].split(":")
-    return getattr(importlib.import_module(module), cls)
-
-
-def make_defense(name: str, params: Mapping[str, Any] | None = None, **overrides: Any) -> Defense:
-    """Instantiate defense ``name`` with validated hyper-parameters."""
-    return defense_class(name)(params, **overrides)
+#: ``defense_class(name)``: the class registered as ``name``; ``make_defense(name, params=None, **overrides)``: an instance
+#: with validated settings. An unknown name is a ConfigError listing the accepted ones.
+defense_class = DEFENSES.load
+make_defense = DEFENSES.create

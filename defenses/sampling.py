@@ -15,7 +15,7 @@ from typing import Iterator
 
 import torch
 
-from audit.errors import check_positive, check_probability, one_of
+from core.errors import check_positive, check_probability, one_of
 
 SAMPLERS = ("poisson", "without-replacement", "shuffle")
 

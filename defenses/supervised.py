@@ -17,11 +17,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from accountants.claim import PrivacyClaim
-from audit.datasets import DatasetInfo, MembershipData
-from audit.errors import ConfigError, check_positive, one_of
+from core.datasets import DatasetInfo, MembershipData
+from core.errors import ConfigError, check_positive, one_of
 from defenses.augment import AUGMENTATIONS, augmentation_for
 from defenses.base import Budget, Defense, Trained
 from defenses.ensemble import OPTIMIZERS, StackedTrainer
+from defenses.nn.classifier import ClassifierNet
 from defenses.nn.model import ENCODERS, ModelSpec, build_model
 from defenses.sampling import make_batches
 from defenses.seeding import derive_seed, torch_generator
@@ -57,18 +58,6 @@ class SupervisedConfig:
 
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
         return ModelSpec(encoder=self.encoder, in_shape=info.shape, width=self.width, rep_dim=self.rep_dim)
-
-
-class ClassifierNet(nn.Module):
-    """head(encoder(x)): the part of a supervised model that training updates."""
-
-    def __init__(self, encoder: nn.Module, head: nn.Linear):
-        super().__init__()
-        self.encoder = encoder
-        self.head = head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.encoder(x))
 
 
 def build_head(in_features: int, num_classes: int, seed: int) -> nn.Linear:

@@ -13,8 +13,8 @@ from typing import Callable, Iterable
 
 import torch
 
-from audit.datasets import DatasetInfo
-from audit.errors import check_positive, one_of
+from core.datasets import DatasetInfo
+from core.errors import check_positive, one_of
 from defenses.augment import AUGMENTATIONS
 from defenses.losses import BARLOW_LAMBDA, OBJECTIVES
 from defenses.nn.model import ENCODERS, ModelSpec

@@ -11,7 +11,7 @@ torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 @pytest.fixture(scope="session")
 def digits():
     """The embedded digits dataset split for auditing (seed 0)."""
-    from audit.datasets import load_dataset
+    from core.datasets import load_dataset
 
     return load_dataset("digits", seed=0)
 

@@ -26,7 +26,7 @@ import torch.nn as nn
 from accountants.calibrate import calibrate
 from accountants.claim import PrivacyClaim
 from accountants.events import GaussianDpEvent
-from audit.datasets import MembershipData
+from core.datasets import MembershipData
 from defenses.base import Budget, Defense, Trained
 from defenses.nn.model import ModelSpec
 from defenses.seeding import torch_generator

@@ -5,7 +5,7 @@ from dp_accounting import GaussianDpEvent, SampledWithoutReplacementDpEvent, Sel
 
 from accountants import calibrate, calibrate_rdp_shares, epsilon
 from accountants.dpsgd import sampled_gaussian_template, steps_for_epochs
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 N, B, DELTA = 50_000, 128, 1e-5
 DPCL_RECIPE = dict(conversion="balle2020", wor_bound="thm9")  # WBK19 Thm. 9 + Balle et al. 2020 Thm. 21

@@ -7,7 +7,7 @@ from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDp
 
 from accountants import PrivacyClaim, calibrate, epsilon
 from accountants.events import LogisticDpEvent, event_from_dict, event_to_dict
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 
 def dpsgd_claim(z, q=0.01, steps=1000, delta=1e-5):

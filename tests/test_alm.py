@@ -8,7 +8,7 @@ import torch
 from scipy import stats
 
 from accountants.events import GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from defenses import Budget, Trained, make_defense
 from defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
 from defenses.alm.head import HeadProblem, fit_heads, gradient, head_as_linear, hessian, newton_solve, objective

@@ -9,7 +9,7 @@ from scipy import stats
 from attacks.bounds import (clopper_pearson_upper, gdp_delta, gdp_epsilon, gdp_mu_lower, hypothesis_test_epsilon,
                             multi_run_bound, one_run_bound, one_run_bound_search, one_run_epsilon,
                             one_run_guesses, one_run_p_value)
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 
 @pytest.mark.parametrize("m,r,v,expected", [(1000, 100, 100, 3.493), (1000, 100, 90, 1.631)])

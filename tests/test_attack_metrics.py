@@ -6,7 +6,7 @@ import pytest
 from attacks import metrics
 from attacks.bounds import one_run_bound
 from attacks.result import AttackResult
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 
 def test_metrics_on_a_hand_computed_example():

@@ -8,7 +8,7 @@ import pytest
 
 from attacks import DataRef, Target, make_attack
 from audit.cli import main
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from defenses.base import Defense
 from defenses.supervised import Supervised, SupervisedConfig
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from audit.datasets import DATASETS
+from core.datasets import DATASETS
 from defenses.augment import (ColorJitter, DigitsAugment, GreyAugment, SimCLRAugment, augmentation_for,
                               random_resized_crop_theta, two_views, _affine)
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from audit.datasets import load_dataset, load_raw, make_splits, missing_files, SplitConfig
-from audit.errors import ConfigError
+from core.datasets import load_dataset, load_raw, make_splits, missing_files, SplitConfig
+from core.errors import ConfigError
 
 
 def write_idx(path, array, gz=False):

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from accountants import epsilon
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from defenses import Budget, make_defense
 from defenses.dp import CanaryGradients, dirac_canaries
 from defenses.dp.randomness import StepRandomness

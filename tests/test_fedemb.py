@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from accountants import epsilon
 from accountants.events import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from defenses import Budget, make_defense
 from defenses.fedemb.aggregate import (adaptive_clip_update, clip_deltas, delta_noise_multiplier,
                                        event_noise_multiplier, noised_mean, split_noise)

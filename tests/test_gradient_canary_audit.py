@@ -4,7 +4,7 @@ import pytest
 
 from attacks.base import Target
 from attacks.registry import make_attack
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from defenses import Budget
 from defenses.dp_gcl import DPGCL
 

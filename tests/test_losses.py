@@ -115,7 +115,7 @@ def test_cosine_similarity_matrix():
 
 
 def test_make_objective_rejects_unknown_loss():
-    from audit.errors import ConfigError
+    from core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="loss: unknown value 'triplet'; accepted: simclr"):
         make_objective("triplet")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.io import read_json
+from core.io import read_json
 from audit.report import TOP_LEVEL
 
 pytestmark = pytest.mark.slow

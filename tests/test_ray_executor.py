@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.io import read_json
+from core.io import read_json
 
 ray = pytest.importorskip("ray")
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def local_ray():
-    from audit.ray_executor import ensure_ray
+    from attacks.ray_executor import ensure_ray
 
     if ray.is_initialized():
         ray.shutdown()

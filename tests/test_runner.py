@@ -13,7 +13,7 @@ import pytest
 from attacks.bounds import one_run_bound
 from attacks.metrics import summarize
 from audit.cli import main
-from audit.io import load_npz, read_json
+from core.io import load_npz, read_json
 from audit.report import TOP_LEVEL
 from audit.runner import run_suite
 from audit.suite import load_suite

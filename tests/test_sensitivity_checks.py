@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from audit.cli import main
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from audit.sensitivity import RESULT_KEYS, check_claims, load_witness, replay
 from audit.sensitivity.domains import ImageDomain, Pair, VectorDomain
 from audit.sensitivity.register import CLAIMS, Context, Setting

@@ -4,7 +4,7 @@
 import pytest
 
 from audit.cli import main
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from audit.suite import load_suite, parse_suite
 
 GOOD = """

@@ -6,7 +6,7 @@ import torch
 from defenses import Budget, Trained, make_defense
 from defenses.evaluation import encoder_utility
 from defenses.nn.model import build_model
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 
 def test_simclr_beats_random_init_on_digits(digits):

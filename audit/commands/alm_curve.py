@@ -12,9 +12,9 @@ import argparse
 import time
 
 from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, parse_params
-from audit.datasets import load_dataset
+from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from defenses import Budget, make_defense
 
 

@@ -10,9 +10,9 @@ from attacks.executor import EXECUTORS
 from attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
 from attacks.shadow_models import resolve_defense
 from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, parse_params
-from audit.datasets import load_dataset
+from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from defenses import DEFENSES, Budget
 
 # Attacks whose shadow/reference model count --shadow-models sets.

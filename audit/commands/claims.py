@@ -10,7 +10,7 @@ from tqdm import tqdm
 from accountants.paper_claims import PAPERS, ClaimCheck, check_claim, paper_claims
 from accountants.registry import ACCOUNTANTS
 from audit.commands.common import emit_json, format_table
-from audit.errors import ConfigError, one_of
+from core.errors import ConfigError, one_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:

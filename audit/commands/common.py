@@ -6,8 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from audit.errors import ConfigError
-from audit.io import to_json
+from core.errors import ConfigError
+from core.io import to_json
 
 try:
     import tomllib

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from audit.commands.common import emit_json, format_table
-from audit.datasets import DATASETS, missing_files, resolve_data_dir
+from core.datasets import DATASETS, missing_files, resolve_data_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:

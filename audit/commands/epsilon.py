@@ -9,7 +9,7 @@ from accountants.registry import epsilon
 from audit.commands.common import emit_json, format_table
 from audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
                                       json_number, template, validate)
-from audit.errors import check_positive
+from core.errors import check_positive
 
 
 def register(sub: argparse._SubParsersAction) -> None:

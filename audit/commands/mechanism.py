@@ -15,7 +15,7 @@ from accountants.claim import RELATIONS, PrivacyClaim
 from accountants.conversions import CONVERSIONS
 from accountants.dpsgd import COMPOSITIONS, SAMPLINGS, sampled_gaussian_template
 from accountants.registry import ACCOUNTANTS
-from audit.errors import ConfigError, check_positive, check_probability, one_of
+from core.errors import ConfigError, check_positive, check_probability, one_of
 
 
 def add_mechanism_args(parser: argparse.ArgumentParser, *, noise: bool) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -13,7 +13,7 @@ import argparse
 import sys
 
 from audit.commands.common import emit_json, format_table
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "verdict", "witness"]
 

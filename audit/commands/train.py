@@ -8,9 +8,9 @@ from pathlib import Path
 
 from accountants import all_epsilons
 from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, parse_params
-from audit.datasets import load_dataset
+from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from defenses import DEFENSES, Budget, make_defense
 from defenses.evaluation import encoder_utility
 from defenses.nn.model import build_model

@@ -29,7 +29,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from audit.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from core.io import atomic_write_bytes, atomic_write_json, atomic_write_text, strict
 
 TOP_LEVEL = ("suite", "created", "version", "git_commit", "device", "cells", "sensitivity", "gate")
 
@@ -67,7 +67,6 @@ def build_report(suite, cells: Sequence[dict[str, Any]], sensitivity: Sequence[d
                  gate: dict[str, Any], *, only: Sequence[str] | None = None) -> dict[str, Any]:
     """The report object (see the module docstring)."""
     from audit import __version__
-    from audit.runner import strict
 
     created = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     return strict({
@@ -101,6 +100,6 @@ def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
 
 def render_from_json(out: str | Path) -> dict[str, Path]:
     """Regenerate the Markdown, HTML and plots of ``out/report.json``."""
-    from audit.io import read_json
+    from core.io import read_json
 
     return write_report(out, read_json(Path(out) / "report.json"))

@@ -58,7 +58,7 @@ def _label(cell: dict[str, Any], report: dict[str, Any]) -> str:
 def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
     """Log-log ROC curves of ``attack`` on every cell that ran it."""
     from attacks.metrics import loglog_roc, roc
-    from audit.io import load_npz
+    from core.io import load_npz
 
     curves = []
     for cell in report["cells"]:

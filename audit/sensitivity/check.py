@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from audit.errors import ConfigError, check_positive
+from core.errors import ConfigError, check_positive
 from audit.sensitivity.register import ClaimSpec, Context, select
 from audit.sensitivity.search import MIN_PAIRS, SearchResult, Target, search
 from audit.sensitivity.verdict import is_violation, tolerance, verdict

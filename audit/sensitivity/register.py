@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from audit.sensitivity.domains import ImageDomain, VectorDomain
 from audit.sensitivity.search import Target
 from defenses.base import PrivatizedQuantity
@@ -157,7 +157,7 @@ class Context:
 
     @cached_property
     def data(self):
-        from audit.datasets import load_dataset
+        from core.datasets import load_dataset
 
         return load_dataset(self.dataset, seed=self.seed, data_dir=self.data_dir)
 

@@ -17,7 +17,7 @@ One :class:`Target` is a quantity at one configuration: its function ``fn(batch,
    1/5-success-rule step size, resampled or inverted units, new labels, new shared seed, another
    position) and keeps the best;
 3. **rubinstein-alda** (black-box training algorithms only) — Rubinstein & Aldà's sampler from
-   :mod:`audit.sensitivity.sampled` (databases D ~ P^(n-1) plus x or x', P uniform over the data
+   :mod:`defenses.sensitivity_sampling` (databases D ~ P^(n-1) plus x or x', P uniform over the data
    pool): the order statistic G_(k) with its random-DP confidence gamma, reported beside the
    maximum. Its pairs are real neighbours, so its maximum also competes for the witness.
 
@@ -420,11 +420,11 @@ def rubinstein_alda(target: Target, ev: Evaluator, pool: Rows, gen: torch.Genera
                     max_m: int = 500) -> dict[str, Any] | None:
     """R–A's sampler (Algorithm 1, P uniform over ``pool``) with as many pairs as the time left allows.
 
-    Uses :func:`audit.sensitivity.sampled.oracle_pairs` for the draw and
-    :func:`~audit.sensitivity.sampled.rubinstein_alda_parameters` / ``order_statistic`` for G_(k)
+    Uses :func:`defenses.sensitivity_sampling.oracle_pairs` for the draw and
+    :func:`~defenses.sensitivity_sampling.rubinstein_alda_parameters` / ``order_statistic`` for G_(k)
     and gamma. Each pair is D u {x} vs D u {x'} with x, x' last (replace-one at the last position).
     """
-    from audit.sensitivity.sampled import oracle_pairs, order_statistic, rubinstein_alda_parameters
+    from defenses.sensitivity_sampling import oracle_pairs, order_statistic, rubinstein_alda_parameters
 
     u = target.domain.unit_size
     pool_units = n_rows(pool) // u

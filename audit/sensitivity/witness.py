@@ -25,8 +25,8 @@ from typing import Any, Iterator
 
 import torch
 
-from audit.errors import ConfigError
-from audit.io import atomic_save_tensors, atomic_write_json
+from core.errors import ConfigError
+from core.io import atomic_save_tensors, atomic_write_json
 from audit.sensitivity.domains import Rows
 from audit.sensitivity.search import Found, Target
 from audit.sensitivity.verdict import distance, is_violation, tolerance

@@ -13,7 +13,7 @@ from typing import Iterable
 
 import torch
 
-from audit.errors import check_positive
+from core.errors import check_positive
 from defenses.alm.mechanisms import GAUSSIAN_CALIBRATIONS, MECHANISMS, calibrate_noise, standard_noise
 
 

@@ -30,9 +30,9 @@ import torch
 
 from accountants.claim import PrivacyClaim
 from accountants.events import GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent
-from audit.datasets import MembershipData
-from audit.errors import ConfigError, check_positive, check_probability, one_of
-from audit.sensitivity.sampled import (SampledSensitivity, exhaustive_remove_one, sample_sensitivity_alm,
+from core.datasets import MembershipData
+from core.errors import ConfigError, check_positive, check_probability, one_of
+from defenses.sensitivity_sampling import (SampledSensitivity, exhaustive_remove_one, sample_sensitivity_alm,
                                        sample_sensitivity_rubinstein_alda)
 from defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
 from defenses.alm.head import HeadProblem, fit_heads, head_as_linear, newton_solve

@@ -26,7 +26,7 @@ import torch
 
 from accountants.gaussian import (analytic_gaussian_epsilon, analytic_gaussian_noise_multiplier,
                                   classical_gaussian_epsilon, classical_gaussian_noise_multiplier)
-from audit.errors import check_positive, one_of
+from core.errors import check_positive, one_of
 
 MECHANISMS = ("logistic", "laplace", "gaussian")
 GAUSSIAN_CALIBRATIONS = ("analytic", "classical")

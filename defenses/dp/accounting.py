@@ -28,7 +28,7 @@ from dp_accounting import (ComposedDpEvent, DpEvent, GaussianDpEvent, NonPrivate
 
 from accountants import PrivacyClaim, calibrate, epsilon
 from accountants.rdp import quiet_absl
-from audit.errors import ConfigError, check_positive, one_of
+from core.errors import ConfigError, check_positive, one_of
 from defenses.sampling import steps_per_epoch
 
 SAMPLERS = ("poisson", "without-replacement")

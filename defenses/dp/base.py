@@ -32,8 +32,8 @@ import torch.nn as nn
 
 from accountants import PrivacyClaim
 from accountants.registry import ACCOUNTANTS
-from audit.datasets import DatasetInfo, MembershipData
-from audit.errors import ConfigError, check_positive, one_of
+from core.datasets import DatasetInfo, MembershipData
+from core.errors import ConfigError, check_positive, one_of
 from defenses.augment import Augmentation, augmentation_for
 from defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibrate_multiplier, noise_multipliers,

@@ -34,7 +34,7 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from audit.errors import ConfigError
+from core.errors import ConfigError
 from defenses.dp.noise import gaussian
 
 

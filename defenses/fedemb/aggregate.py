@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 Params = dict[str, torch.Tensor]
 

@@ -41,8 +41,8 @@ from accountants.calibrate import calibrate
 from accountants.claim import PrivacyClaim
 from accountants.events import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent
 from accountants.registry import epsilon as account
-from audit.datasets import MembershipData
-from audit.errors import ConfigError, check_positive, check_probability
+from core.datasets import MembershipData
+from core.errors import ConfigError, check_positive, check_probability
 from defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from defenses.evaluation import embed, knn_accuracy, recall_at_far
 from defenses.fedemb.aggregate import (adaptive_clip_update, count_stddev_for, delta_noise_multiplier,

@@ -7,7 +7,7 @@ from typing import Callable
 
 import torch
 
-from audit.errors import one_of
+from core.errors import one_of
 from defenses.losses.barlow import (BARLOW_LAMBDA, barlow_twins, cross_correlation, feature_mean, feature_sse,
                                     feature_stats)
 from defenses.losses.group_infonce import group_info_nce, group_info_nce_dual

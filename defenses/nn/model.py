@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from audit.errors import ConfigError, check_positive, one_of
+from core.errors import ConfigError, check_positive, one_of
 from defenses.nn.encoders import MLPEncoder, ProjectionHead, ResNet18GN, SmallCNN
 
 ENCODERS = ("mlp", "cnn", "resnet18")

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-from audit.errors import ConfigError
+from core.errors import ConfigError
 
 T = TypeVar("T")
 R = TypeVar("R")

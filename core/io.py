@@ -77,6 +77,21 @@ def to_json(obj: Any, *, indent: int | None = 2) -> str:
     return json.dumps(obj, indent=indent, default=_json_default, sort_keys=False)
 
 
+def strict(obj: Any) -> Any:
+    """A JSON-safe copy: non-finite floats become None, tuples lists, numpy scalars plain numbers."""
+    return _sanitize(json.loads(to_json(obj, indent=None)))
+
+
+def _sanitize(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: _sanitize(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_sanitize(v) for v in obj]
+    return obj
+
+
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write ``obj`` as JSON to ``path`` atomically."""
     return atomic_write_text(path, to_json(obj) + "\n")

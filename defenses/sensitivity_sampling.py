@@ -43,7 +43,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from audit.errors import ConfigError, check_positive, check_probability, one_of
+from core.errors import ConfigError, check_positive, check_probability, one_of
 
 WeightedFit = Callable[[torch.Tensor], torch.Tensor]
 

@@ -14,8 +14,8 @@ from typing import Callable
 
 import numpy as np
 
-from audit.errors import ConfigError, one_of
-from audit.datasets import formats
+from core.errors import ConfigError, one_of
+from core.datasets import formats
 
 DATA_DIR_ENV = "PRIVAUDIT_DATA_DIR"
 

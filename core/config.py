@@ -7,11 +7,17 @@ turns user input into one, rejecting unknown keys and wrongly typed values with 
 
 from __future__ import annotations
 
+import math
 import typing
 from dataclasses import fields
 from typing import Any, Mapping
 
-from audit.errors import ConfigError
+from core.errors import ConfigError
+
+
+def _expect(field_name: str, ok: bool, what: str, value: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{field_name}: expected {what}, got {value!r}")
 
 
 def coerce(field_name: str, value: Any, annotation: Any) -> Any:
@@ -24,23 +30,17 @@ def coerce(field_name: str, value: Any, annotation: Any) -> Any:
         raise ConfigError(f"{field_name}: must not be empty")
     target = args[0] if origin is typing.Union or (origin is not None and str(origin) == "types.UnionType") else annotation
     if target is tuple or typing.get_origin(target) is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{field_name}: expected a list, got {value!r}")
+        _expect(field_name, isinstance(value, (list, tuple)), "a list", value)
         return tuple(value)
     if target is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(f"{field_name}: expected true or false, got {value!r}")
+        _expect(field_name, isinstance(value, bool), "true or false", value)
         return value
     if target in (int, float):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{field_name}: expected a number, got {value!r}")
-        if target is int and float(value) != int(value):
-            raise ConfigError(f"{field_name}: expected an integer, got {value!r}")
+        _expect(field_name, isinstance(value, (int, float)) and not isinstance(value, bool), "a number", value)
+        _expect(field_name, target is float or (math.isfinite(value) and float(value) == int(value)), "an integer", value)
         return target(value)
     if target is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{field_name}: expected a string, got {value!r}")
-        return value
+        _expect(field_name, isinstance(value, str), "a string", value)
     return value
 
 

@@ -1,0 +1,162 @@
+"""The import graph, built from the sources (AST, imports inside functions included): no cycle, and
+no import from a lower layer into a higher one.
+
+Layers, lowest first; a module may import its own package and any package before it:
+
+    core -> accountants -> defenses -> attacks -> audit -> privaudit
+
+``accountants`` sits below ``defenses`` because every defense states and calibrates the privacy
+claim it implements (``PrivacyClaim``, ``calibrate``); accountants themselves need no defense.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = ("core", "accountants", "defenses", "attacks", "audit", "privaudit")
+
+
+def module_files(root: Path, packages: tuple[str, ...] = LAYERS) -> dict[str, Path]:
+    """Dotted module name -> source file, for every module of ``packages`` under ``root``."""
+    modules = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str | None:
+    """The longest prefix of ``name`` that is one of our modules (None for third-party names)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(root: Path, packages: tuple[str, ...] = LAYERS) -> dict[str, set[str]]:
+    """module -> the modules of ours it imports anywhere in its source (relative imports resolved;
+    ``from pkg import name`` points at ``pkg.name`` when that is a module, else at ``pkg``)."""
+    modules = module_files(root, packages)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets.update(t for a in node.names if (t := _owner(a.name, modules)))
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    prefix = package[: len(package) - node.level + 1]
+                    base = ".".join(prefix + ([base] if base else []))
+                for alias in node.names:
+                    full = f"{base}.{alias.name}"
+                    target = full if full in modules else _owner(base, modules)
+                    if target:
+                        targets.add(target)
+        targets.discard(module)
+        graph[module] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...] = LAYERS) -> list[str]:
+    """``a -> b`` for each import of a module in a higher layer than the importer's."""
+    rank = {name: i for i, name in enumerate(layers)}
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if rank[t.split(".")[0]] > rank[m.split(".")[0]])
+
+
+def test_no_import_cycles():
+    assert cycles(import_graph(ROOT)) == []
+
+
+def test_no_upward_imports():
+    assert upward_imports(import_graph(ROOT)) == []
+
+
+def test_every_layer_is_scanned():
+    graph = import_graph(ROOT)
+    present = {m.split(".")[0] for m in graph}
+    assert {"core", "accountants", "defenses", "attacks", "audit"} <= present
+    assert len(graph) > 100
+    # core imports nothing of ours but core.
+    assert all(t.startswith("core") for m, ts in graph.items() if m.startswith("core") for t in ts)
+
+
+def _copy_tree(tmp_path: Path) -> Path:
+    for path in module_files(ROOT).values():
+        target = tmp_path / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(path.read_text())
+    return tmp_path
+
+
+@pytest.mark.parametrize("where, line", [
+    ("defenses/sampling.py", "from audit.runner import run_suite\n"),                 # module level
+    ("core/errors.py", "def f():\n    import defenses.base\n"),                        # inside a function
+    ("accountants/rdp.py", "def f():\n    from ..attacks import bounds\n"),          # relative, deferred
+])
+def test_detects_a_planted_upward_import(tmp_path, where, line):
+    root = _copy_tree(tmp_path)
+    with open(root / where, "a") as handle:
+        handle.write("\n" + line)
+    found = upward_imports(import_graph(root))
+    assert len(found) == 1 and found[0].startswith(where[:-3].replace("/", "."))
+
+
+def test_detects_a_planted_cycle(tmp_path):
+    root = _copy_tree(tmp_path)
+    with open(root / "defenses/seeding.py", "a") as handle:
+        handle.write("\ndef f():\n    from defenses.training import run_training\n")
+    assert any({"defenses.seeding", "defenses.training"} <= set(c) for c in cycles(import_graph(root)))
