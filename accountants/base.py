@@ -9,6 +9,7 @@ from typing import Any
 
 from accountants.claim import PrivacyClaim
 from accountants.events import DpEvent, NonPrivateDpEvent
+from core.errors import ConfigError
 
 
 class NotApplicable(Exception):
@@ -19,8 +20,9 @@ class NotApplicable(Exception):
 class EpsilonResult:
     """An epsilon with everything needed to read it: accountant, delta, relation, unit.
 
-    ``epsilon`` is None when the accountant is not applicable (``reason`` says why), and
-    ``math.inf`` for a claim with no privacy mechanism.
+    ``epsilon`` is None when the accountant is not applicable or failed (``reason`` says why; ``failed``
+    tells the two apart: a numerical failure such as running out of memory is not a property of the claim),
+    and ``math.inf`` for a claim with no privacy mechanism.
     """
 
     accountant: str
@@ -30,6 +32,7 @@ class EpsilonResult:
     unit: str
     reason: str | None = None
     details: dict[str, Any] | None = None
+    failed: bool = False
 
     @property
     def applicable(self) -> bool:
@@ -39,7 +42,7 @@ class EpsilonResult:
         eps = self.epsilon
         return {"accountant": self.accountant, "epsilon": None if eps is None or math.isinf(eps) else eps,
                 "infinite": eps is not None and math.isinf(eps), "delta": self.delta, "relation": self.relation,
-                "unit": self.unit, "reason": self.reason, "details": self.details}
+                "unit": self.unit, "reason": self.reason, "failed": self.failed, "details": self.details}
 
 
 class Accountant(ABC):
@@ -56,7 +59,19 @@ class Accountant(ABC):
             eps, details = self._epsilon(claim)
         except NotApplicable as exc:
             return EpsilonResult(self.name, None, claim.delta, claim.relation, claim.unit, reason=str(exc))
+        except ConfigError:
+            raise
+        except (ArithmeticError, MemoryError, RuntimeError, ValueError) as exc:
+            # A numerical accountant that cannot finish (e.g. Opacus' PRV allocating its grid for a very long
+            # run) fails alone: the caller keeps every other accountant's result.
+            reason = "out of memory" if isinstance(exc, MemoryError) else f"{type(exc).__name__}: {exc}"
+            return EpsilonResult(self.name, None, claim.delta, claim.relation, claim.unit,
+                                 reason=f"failed: {reason}"[:300], failed=True)
         return EpsilonResult(self.name, float(eps), claim.delta, claim.relation, claim.unit, details=details)
+
+    def upper_only(self) -> "Accountant":
+        """This accountant without work that only refines a lower end (for searches that need the upper one)."""
+        return self
 
     @abstractmethod
     def _epsilon(self, claim: PrivacyClaim) -> tuple[float, dict[str, Any] | None]:

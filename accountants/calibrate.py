@@ -37,6 +37,8 @@ def _epsilon_fn(acc: Accountant, template: Callable[[float], PrivacyClaim], name
             result = acc.epsilon(template(z))
         except (MemoryError, OverflowError, FloatingPointError):
             return math.inf  # numerical accountants blow up far below the answer: "too little noise"
+        if result.failed:
+            return math.inf  # e.g. out of memory far below the answer: "too little noise"
         if result.epsilon is None:
             raise ConfigError(f"accountant {name!r} is not applicable: {result.reason}")
         return result.epsilon if not math.isnan(result.epsilon) else math.inf
@@ -94,7 +96,7 @@ def calibrate(template: Callable[[float], PrivacyClaim], target_epsilon: float, 
     go to the accountant (e.g. ``conversion="mironov"``). Relative precision ``rel_tol`` in z.
     """
     check_positive("target_epsilon", target_epsilon)
-    acc = get_accountant(accountant, **options)
+    acc = get_accountant(accountant, **options).upper_only()
     return _smallest_passing(_epsilon_fn(acc, template, accountant), target_epsilon, low, high, rel_tol)
 
 

@@ -127,6 +127,7 @@ class ClaimCheck:
     epsilons: dict[str, EpsilonResult]
     noise_needed: dict[str, float | None]
     alternatives: list[tuple[str, float | None, str | None]]
+    tight: "TightVerdict | None" = None
 
     def to_dict(self) -> dict[str, Any]:
         c = self.claim
@@ -142,6 +143,7 @@ class ClaimCheck:
             "noise_needed": self.noise_needed,
             "alternatives": [{"reading": label, "value": _finite(v), "reason": why}
                              for label, v, why in self.alternatives],
+            "verdict": None if self.tight is None else self.tight.to_dict(),
             "notes": list(c.notes),
         }
 
@@ -194,6 +196,143 @@ def _assess(reading: Reading, claim: PaperClaim) -> _Assessment:
     return _Assessment(value, result, "optimistic" if value > stated else "conservative", gap)
 
 
+# ---------------------------------------------------------------------------------------------------
+# The verdict taxonomy: is the number false, or can the paper's method merely not show it?
+
+VERDICTS = ("holds", "holds; paper's method does not show it", "false", "undecided", "conservative")
+CONSERVATIVE = 0.8  # tight upper end below this fraction of the claim: "conservative"
+EXACT = {"gaussian"}  # accountants whose value is the mechanism's exact epsilon (a bracket of width 0)
+PLD_INTERVALS = (1e-3, 1e-4)  # coarse first; refined when the claim lies inside the bracket
+
+
+@dataclass
+class TightVerdict:
+    """A claim judged on the tightest sound accountant's bracket [lower, upper] and the paper's own method.
+
+    - ``holds``: upper <= claimed (and the paper's method shows it too);
+    - ``holds; paper's method does not show it``: upper <= claimed < the paper's accountant on the same mechanism;
+    - ``false``: lower > claimed (``factor`` = lower / claimed, ``noise_needed`` the noise that would make it hold);
+    - ``undecided``: lower <= claimed < upper, or only an upper bound (RDP) applies and it exceeds the claim;
+    - ``conservative``: upper < 0.8 x claimed.
+    Claims compare at the paper's printed precision (``TOLERANCE``).
+    """
+
+    verdict: str
+    accountant: str
+    lower: float | None
+    upper: float
+    claimed: float
+    metric: str
+    paper_accountant: str
+    paper_value: float | None
+    factor: float
+    noise_needed: float | None
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "accountant": self.accountant, "bracket": [_finite(self.lower),
+                _finite(self.upper)], "claimed": self.claimed, "metric": self.metric,
+                "paper_method": {"accountant": self.paper_accountant, "value": _finite(self.paper_value)},
+                "factor": _finite(self.factor), "noise_needed": _finite(self.noise_needed), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    label: str
+    upper: float
+    lower: float | None
+    accountant: str
+    options: Mapping[str, Any]
+
+
+def _tight_candidates(claim: PrivacyClaim, epsilons: Mapping[str, EpsilonResult],
+                      claimed: float) -> list[_Candidate]:
+    """Every accountant with a finite value, with its lower end where it has one; PLD refined if undecided."""
+    out = []
+    for name, result in epsilons.items():
+        if result.epsilon is None or math.isinf(result.epsilon) or name == "pld":
+            continue
+        exact = name in EXACT and (result.details or {}).get("method") == "analytic"
+        out.append(_Candidate(name, result.epsilon, result.epsilon if exact else None, name, {}))
+    pld = epsilons.get("pld")
+    for interval in PLD_INTERVALS:
+        if interval != PLD_INTERVALS[0] or pld is None:
+            pld = get_accountant("pld", value_discretization_interval=interval).epsilon(claim)
+        if pld.epsilon is None or math.isinf(pld.epsilon):
+            return out
+        lower, upper = pld.details["epsilon_lower"], pld.epsilon
+        if not lower <= claimed * (1 + TOLERANCE) < upper:
+            break
+    out.append(_Candidate(f"pld (discretisation {interval:g})", upper, lower, "pld",
+                          {"value_discretization_interval": interval}))
+    return out
+
+
+def _noise_needed(claim: PaperClaim, reading: Reading, accountant: str, options: Mapping[str, Any],
+                  target: float) -> float:
+    """The first noise multiplier at which ``accountant`` shows ``target`` (all multipliers scaled together)."""
+    def f(scale: float) -> float:
+        built = reading.build([scale * z for z in claim.noise_values])
+        result = get_accountant(accountant, **dict(options)).upper_only().epsilon(built)
+        return math.inf if result.epsilon is None else result.epsilon
+
+    return _smallest_passing(f, target, 1.0, 1e3, 1e-4) * claim.noise_values[0]
+
+
+def paper_method(claim: PaperClaim) -> Reading:
+    """The paper's own accountant (and its options) applied to the mechanism as the algorithm runs it."""
+    if claim.sound is None:
+        return claim.recipe
+    return Reading(claim.sound.label, claim.sound.build, claim.recipe.accountant, claim.recipe.options,
+                   claim.sound.metric)
+
+
+def tight_verdict(claim: PaperClaim, epsilons: Mapping[str, EpsilonResult]) -> TightVerdict:
+    """The taxonomy verdict of ``claim`` (see :class:`TightVerdict`) from its checked reading's mechanism."""
+    reading = claim.checked
+    claimed = float(claim.target if claim.kind == "noise" else claim.stated)
+    paper_value, _ = paper_method(claim).value(claim.noise_values)
+    slack = claimed * (1 + TOLERANCE) + (_half_unit(claim.stated) if claim.kind != "noise" else 0.0)
+    if reading.metric == "rho":  # zCDP of a Gaussian mechanism is exact: rho = Delta^2 / (2 sigma^2)
+        rho, _ = reading.value(claim.noise_values)
+        best = _Candidate(f"{reading.accountant} (zCDP, exact for Gaussian noise)", rho, rho, reading.accountant,
+                          reading.options)
+        lower = rho
+    else:
+        candidates = _tight_candidates(reading.build(claim.noise_values), epsilons, claimed)
+        best = min(candidates, key=lambda c: c.upper)
+        lowers = [c.lower for c in candidates if c.lower is not None]
+        lower = max(lowers) if lowers else None
+    name, upper = best.label, best.upper
+    noise_needed = None
+    if lower is not None and lower > slack:
+        verdict, factor = "false", lower / claimed
+        if reading.metric == "rho":
+            noise_needed = _scale_needed(reading, claim, claimed) * claim.noise_values[0]
+        else:
+            noise_needed = _noise_needed(claim, reading, best.accountant, best.options, claimed)
+        reason = (f"even the tight lower end {lower:.4g} exceeds the claimed {claimed:g} (x{factor:.3g}); noise "
+                  f"multiplier {noise_needed:.4g} would make it hold")
+    elif upper <= slack:
+        factor = upper / claimed
+        if paper_value is not None and paper_value > slack:
+            verdict = "holds; paper's method does not show it"
+            reason = (f"{name} gives {upper:.4g} <= {claimed:g}, but the paper's accountant "
+                      f"({paper_method(claim).accountant}) on the same mechanism gives {paper_value:.4g}")
+        elif upper < CONSERVATIVE * claimed:
+            verdict, reason = "conservative", f"{name} gives {upper:.4g}, well below the claimed {claimed:g}"
+        else:
+            verdict, reason = "holds", f"{name} gives {upper:.4g} <= {claimed:g}"
+    else:
+        verdict, factor = "undecided", upper / claimed
+        reason = (f"the claimed {claimed:g} lies inside the bracket [{lower:.4g}, {upper:.4g}] of {name}"
+                  if lower is not None else
+                  f"only an upper bound applies ({name}: {upper:.4g} > {claimed:g}); no tight accountant covers "
+                  "this mechanism, so it is not shown false")
+    return TightVerdict(verdict, name, lower, upper, claimed, reading.metric, paper_method(claim).accountant,
+                        paper_value, factor, noise_needed, reason)
+
+
 def check_claim(claim: PaperClaim, *, accountants: Sequence[str] | None = None) -> ClaimCheck:
     """Evaluate one paper claim under its recipe, its sound reading and every accountant."""
     recipe = _assess(claim.recipe, claim)
@@ -206,6 +345,7 @@ def check_claim(claim: PaperClaim, *, accountants: Sequence[str] | None = None) 
     if "conversion" in reading.options:
         options.setdefault("rdp", {})["conversion"] = reading.options["conversion"]
         options.setdefault("tree", {})["conversion"] = reading.options["conversion"]
+    options.setdefault("pld", {})["value_discretization_interval"] = PLD_INTERVALS[0]
     names = list(accountants) if accountants is not None else None
     epsilons = {k: v for k, v in all_epsilons(reading.build(claim.noise_values), options=options).items()
                 if names is None or k in names}
@@ -218,10 +358,12 @@ def check_claim(claim: PaperClaim, *, accountants: Sequence[str] | None = None) 
     for alt in claim.alternatives:
         v, r = alt.value(claim.noise_values)
         alternatives.append((alt.label, v, r.reason))
+    all_results = epsilons if names is None else all_epsilons(reading.build(claim.noise_values), options=options)
+    tight = None if checked.value is None else tight_verdict(claim, all_results)
     return ClaimCheck(claim=claim, recipe_value=recipe.value, recipe_reason=recipe.result.reason,
                       recipe_verdict=recipe_verdict, recipe_gap=recipe.gap, value=checked.value,
                       verdict=checked.verdict, gap=checked.gap, epsilons=epsilons, noise_needed=noise_needed,
-                      alternatives=alternatives)
+                      alternatives=alternatives, tight=tight)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -1,73 +1,158 @@
-"""Privacy-loss-distribution accountant: dp-accounting's ``PLDAccountant`` (tight up to discretisation).
+"""Privacy-loss-distribution accountant on dp-accounting's PLD machinery, reported as a bracket.
 
-Supported (Koskela, Jälkö & Honkela 2020; Doroshenko et al. 2022 "Connect the dots", as implemented by
-dp-accounting, pessimistic estimates, so the epsilon is an upper bound):
-- add/remove: unsampled Gaussian and Laplace noise; Poisson-subsampled Gaussian or Laplace noise; several
-  Gaussians on one Poisson sample (rewritten to the one equivalent Gaussian, which the library does not do
-  itself); self- and mixed composition;
-- replace-one: unsampled Gaussian and Laplace noise only. With our noise-multiplier convention (std over
-  the replace-one sensitivity) their privacy curve equals the add/remove one, so they are computed as such.
+Each mechanism of the claim is turned into the privacy loss distribution of its *dominating pair* (Zhu,
+Dong & Wang 2022, "Optimal accounting of differential privacy via characteristic function", AISTATS, Def. 7:
+a pair (P, Q) with H_a(M(D) || M(D')) <= H_a(P || Q) for every neighbouring D, D' and every a >= 0, the
+hockey-stick divergence H_a(P || Q) = sup_S P(S) - a Q(S) being delta(log a)); compositions compose the
+PLDs (Zhu et al. Thm. 10), and epsilon(delta) is read off the composed PLD. dp-accounting builds every
+PLD twice: with ``pessimistic_estimate=True`` (connect-the-dots, Doroshenko et al. 2022: its epsilon is an
+upper bound, the sound value we report) and ``False`` (privacy buckets rounded down, Koskela et al. 2020: its
+epsilon is a lower bound on the pair's epsilon), so each
+epsilon comes with the bracket [lower, upper] that the discretisation leaves open.
 
-Not applicable: sampling without replacement (dp-accounting has no PLD for it — DP-FedEmb App. C says the
-same), Poisson sampling under replace-one (dp-accounting models it as a +-sensitivity shift, which is a
-different noise convention from ours), the logistic mechanism and tree aggregation.
+Noise multipliers are std / sensitivity under the claim's own relation (see :mod:`accountants.events`).
+Dominating pairs used, with G = N(1, z^2), G0 = N(0, z^2) (Laplace likewise, scale b):
+
+- unsampled Gaussian / Laplace, either relation: (G, G0), symmetric, the mechanism's own worst case.
+  Several Gaussians released on one input are one Gaussian with z = (sum z_k^-2)^-1/2 (McMahan et al. 2018).
+- Poisson sampling with rate q, add/remove: (q G + (1-q) G0, G0) for removal and (G0, q G + (1-q) G0) for
+  addition (Zhu et al. Thm. 11; dp-accounting's ``sampling_prob`` PLD, which keeps both directions).
+- sampling a fixed-size batch of m out of n without replacement, replace-one (DPCL, DP-FedEmb): with
+  q = m / n, the pair (q G + (1-q) G0, G0) dominates every ordered neighbouring pair (Zhu et al. Thm. 11,
+  substitution relation; Balle, Barthe & Gaboardi 2018, Thm. 10, via the coupling in which D and D'
+  share every sampled index but the replaced one). Why it dominates both directions: D ~ D' differ in one
+  slot i, x_i vs x'_i. Couple the two samplings on the index set; i is in the batch with probability q,
+  and conditionally on its absence the outputs coincide (R), so M(S(D)) = q A + (1-q) R and
+  M(S(D')) = q A' + (1-q) R where A, A' differ by replacing one record, dominated by (G, G0) because the
+  replace-one sensitivity is 1 in noise units. Advanced joint convexity then bounds H_{1+q(a-1)} of the
+  mixtures by q H_a(G || G0), which is exactly H_{1+q(a-1)}(q G + (1-q) G0 || G0); swapping D and D' gives
+  the same bound for the reverse order. The reverse pair (G0, q G + (1-q) G0) is *achieved* (x_i with
+  contribution 0, x'_i with the full sensitivity), so we evaluate both orders and take the larger epsilon:
+  the result is both sound and attained. Numerically it is dp-accounting's Poisson add/remove PLD at
+  q = m / n (``tests/test_accountants_pld_wor.py`` checks one step against direct integration).
+- DP-FTRL tree aggregation (restarted or not) and unsampled Gaussians composed with it: the whole release is
+  one Gaussian mechanism on the vector of tree nodes, with squared L2 sensitivity 2 rho z^2 where rho is
+  the zCDP of :func:`accountants.tree.zcdp_rho` (a Gaussian mechanism's rho is Delta^2 / (2 sigma^2));
+  adaptively chosen leaves do not change this (Denisov et al. 2022, "Improved differential privacy for SGD
+  via optimal private linear operators on adaptive streams", Thm. 2.1), so (N(sqrt(2 rho), 1), N(0, 1))
+  dominates. rho is the worst case over the participation patterns the schedule allows.
+
+Not applicable (with the reason): Poisson sampling under replace-one and sampling without replacement under
+add/remove (different noise conventions from our claims'), subsampled tree aggregation, and the logistic
+mechanism (use ``pure``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-import dp_accounting
-from dp_accounting import pld as dp_pld
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from accountants.base import Accountant, NotApplicable
 from accountants.claim import PrivacyClaim
 from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
-                                NonPrivateDpEvent, NoOpDpEvent, PoissonSampledDpEvent,
-                                SampledWithoutReplacementDpEvent, SelfComposedDpEvent,
+                                NoOpDpEvent, PoissonSampledDpEvent, SampledWithoutReplacementDpEvent,
+                                SelfComposedDpEvent, SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent,
                                 describe, effective_gaussian_noise)
+from accountants.tree import zcdp_rho
 from core.errors import check_positive
 
+PLD = pld_lib.PrivacyLossDistribution
 
-def _rewrite(event: DpEvent, relation: str) -> DpEvent:
-    """The equivalent event dp-accounting's PLD accountant understands (add/remove), or NotApplicable."""
-    if isinstance(event, (NoOpDpEvent, NonPrivateDpEvent, GaussianDpEvent, LaplaceDpEvent)):
-        return event
+
+class _NoNoise(Exception):
+    """A Gaussian with noise multiplier 0: epsilon is infinite."""
+
+
+def _base(event: DpEvent, q: float, pessimistic: bool, interval: float) -> PLD:
+    """PLD of Gaussian or Laplace noise (or a composition of Gaussians on one input) amplified at rate q."""
+    if isinstance(event, LaplaceDpEvent):
+        return pld_lib.from_laplace_mechanism(float(event.noise_multiplier), sensitivity=1.0,
+                                              pessimistic_estimate=pessimistic,
+                                              value_discretization_interval=interval, sampling_prob=q,
+                                              use_connect_dots=pessimistic)
+    z = effective_gaussian_noise(event)
+    if z is None:
+        raise NotApplicable(f"pld: sampling of {describe(event)} (only Gaussian or Laplace noise)")
+    if z == 0:
+        raise _NoNoise
+    return pld_lib.from_gaussian_mechanism(z, sensitivity=1.0, pessimistic_estimate=pessimistic,
+                                           value_discretization_interval=interval, sampling_prob=q,
+                                           use_connect_dots=pessimistic)
+
+
+def build_pld(event: DpEvent, relation: str, *, pessimistic: bool = True, interval: float = 1e-4) -> PLD | None:
+    """The composed PLD of ``event`` under ``relation`` (None for an event that releases nothing).
+
+    ``pessimistic`` selects dp-accounting's upper (True) or lower (False) discretisation; ``interval`` is the
+    privacy-loss discretisation step. Raises :class:`NotApplicable` with the reason for unsupported events.
+    """
+    if isinstance(event, NoOpDpEvent):
+        return None
     if isinstance(event, SelfComposedDpEvent):
-        return SelfComposedDpEvent(_rewrite(event.event, relation), event.count)
+        inner = build_pld(event.event, relation, pessimistic=pessimistic, interval=interval)
+        return None if inner is None or event.count == 0 else inner.self_compose(int(event.count))
     if isinstance(event, ComposedDpEvent):
-        return ComposedDpEvent([_rewrite(e, relation) for e in event.events])
+        z = effective_gaussian_noise(event)
+        if z is not None:  # Gaussians on one input: one Gaussian
+            return _base(GaussianDpEvent(z), 1.0, pessimistic, interval)
+        out = None
+        for child in event.events:
+            pld = build_pld(child, relation, pessimistic=pessimistic, interval=interval)
+            out = pld if out is None else (out if pld is None else out.compose(pld))
+        return out
+    if isinstance(event, (GaussianDpEvent, LaplaceDpEvent)):
+        return _base(event, 1.0, pessimistic, interval)
+    if isinstance(event, (TreeAggregationDpEvent, SingleEpochTreeAggregationDpEvent)):
+        rho = zcdp_rho(event)
+        if math.isinf(rho):
+            raise _NoNoise
+        return None if rho == 0 else _base(GaussianDpEvent(1.0 / math.sqrt(2.0 * rho)), 1.0, pessimistic, interval)
     if isinstance(event, PoissonSampledDpEvent):
         if relation != "add-remove":
-            raise NotApplicable("pld: Poisson sampling is supported under add/remove only")
-        if isinstance(event.event, LaplaceDpEvent):
-            return event
-        z = effective_gaussian_noise(event.event)
-        if z is None:
-            raise NotApplicable(f"pld: Poisson sampling of {describe(event.event)} (only Gaussian or Laplace noise)")
-        return PoissonSampledDpEvent(event.sampling_probability, GaussianDpEvent(z))
+            raise NotApplicable("pld: Poisson sampling is accounted under add/remove only (its replace-one "
+                                "dominating pair is not the one our noise convention describes)")
+        return _base(event.event, float(event.sampling_probability), pessimistic, interval)
+    if isinstance(event, SampledWithoutReplacementDpEvent):
+        if relation != "replace-one":
+            raise NotApplicable("pld: sampling without replacement is accounted under replace-one only (a "
+                                "fixed-size batch has no add/remove neighbour of the same size)")
+        q = event.sample_size / event.source_dataset_size
+        return _base(event.event, float(q), pessimistic, interval)
     if isinstance(event, LogisticDpEvent):
         raise NotApplicable("pld: dp-accounting has no privacy loss distribution for the logistic mechanism; "
                             "use 'pure'")
-    if isinstance(event, SampledWithoutReplacementDpEvent):
-        raise NotApplicable("pld: dp-accounting has no privacy loss distribution for sampling without "
-                            "replacement (replace-one); use 'rdp'")
-    raise NotApplicable(f"pld: dp-accounting's PLD accountant does not support {describe(event)}")
+    raise NotApplicable(f"pld: no dominating pair for {describe(event)}")
 
 
 class PldAccountant(Accountant):
+    """Epsilon from the composed dominating-pair PLD; ``details['epsilon_lower']`` is the optimistic bracket end."""
+
     name = "pld"
 
-    def __init__(self, value_discretization_interval: float = 1e-4):
+    def __init__(self, value_discretization_interval: float = 1e-4, bracket: bool = True):
         check_positive("value_discretization_interval", value_discretization_interval)
         self.value_discretization_interval = value_discretization_interval
+        self.bracket = bracket
+
+    def upper_only(self) -> "PldAccountant":
+        return PldAccountant(self.value_discretization_interval, bracket=False)
 
     def _epsilon(self, claim: PrivacyClaim) -> tuple[float, dict[str, Any] | None]:
-        event = _rewrite(claim.event, claim.relation)
-        acc = dp_pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
-                                   value_discretization_interval=self.value_discretization_interval)
-        if not acc.supports(event):
-            raise NotApplicable(f"pld: dp-accounting's PLD accountant does not support {describe(event)}")
-        acc.compose(event)
-        return float(acc.get_epsilon(claim.delta)), {
-            "value_discretization_interval": self.value_discretization_interval}
+        details: dict[str, Any] = {"value_discretization_interval": self.value_discretization_interval}
+        try:
+            upper = self._at(claim, pessimistic=True)
+        except _NoNoise:
+            return math.inf, None
+        if self.bracket:
+            details["epsilon_lower"] = min(self._at(claim, pessimistic=False), upper)
+            details["epsilon_upper"] = upper
+        return upper, details
+
+    def _at(self, claim: PrivacyClaim, *, pessimistic: bool) -> float:
+        pld = build_pld(claim.event, claim.relation, pessimistic=pessimistic,
+                        interval=self.value_discretization_interval)
+        if pld is None:
+            return 0.0
+        return max(0.0, float(pld.get_epsilon_for_delta(claim.delta)))

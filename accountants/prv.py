@@ -59,8 +59,6 @@ class PrvAccountant(Accountant):
         self.eps_error = eps_error
 
     def _epsilon(self, claim: PrivacyClaim) -> tuple[float, dict[str, Any] | None]:
-        from opacus.accountants import PRVAccountant as OpacusPRV
-
         history = prv_history(claim.event, claim.relation)
         if any(z <= 0 for z, _, _ in history):
             return float("inf"), None
@@ -69,6 +67,8 @@ class PrvAccountant(Accountant):
             return 0.0, {"eps_error": self.eps_error}
         if claim.delta <= 0:
             raise NotApplicable("prv: needs delta > 0")
+        from opacus.accountants import PRVAccountant as OpacusPRV  # torch: imported only when PRV applies
+
         acc = OpacusPRV()
         acc.history = [(float(z), float(q), int(n)) for z, q, n in history]
         with np.errstate(divide="ignore", invalid="ignore"):

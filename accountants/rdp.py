@@ -22,7 +22,12 @@ is also ``cks2020``: the two papers' formulas coincide; ``mironov`` is looser).
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import logging
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Iterator
 
 import dp_accounting
@@ -47,6 +52,23 @@ _RELATIONS = {
     "add-remove": dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
     "replace-one": dp_accounting.NeighboringRelation.REPLACE_ONE,
 }
+
+
+@functools.lru_cache(maxsize=1)
+def _opacus_rdp_analysis() -> ModuleType:
+    """Opacus' RDP analysis (``opacus/accountants/analysis/rdp.py``, NumPy and SciPy only), loaded from its file so
+    that the accountant commands do not import the ``opacus`` package, which imports torch (about 2.5 s here)."""
+    loaded = sys.modules.get("opacus.accountants.analysis.rdp")
+    if loaded is not None:
+        return loaded
+    package = importlib.util.find_spec("opacus")  # locates the package without executing it
+    if package is None or not package.submodule_search_locations:
+        raise ImportError("opacus is not installed")
+    path = Path(next(iter(package.submodule_search_locations))) / "accountants" / "analysis" / "rdp.py"
+    spec = importlib.util.spec_from_file_location("_privaudit_opacus_rdp_analysis", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @contextlib.contextmanager
@@ -138,8 +160,7 @@ class RdpAccountant(Accountant):
         1000 terms, drops the order (inf); Opacus' values match numerical integration of the Rényi divergence
         (``tests/test_accountants_rdp.py``). Integer orders agree to ~1e-12. Where Opacus' value is not finite,
         dp-accounting's (an upper bound) is kept."""
-        from opacus.accountants.analysis.rdp import compute_rdp
-
+        compute_rdp = _opacus_rdp_analysis().compute_rdp
         z = effective_gaussian_noise(event.event)
         if z is None or z <= 0:
             return curve

@@ -15,19 +15,23 @@ from typing import Sequence
 from audit import __version__
 from core.errors import ConfigError
 
-# Each module defines ``register(subparsers)`` which adds its subcommand and sets ``func``.
-COMMANDS = (
-    "audit.commands.datasets",
-    "audit.commands.train",
-    "audit.commands.attack",
-    "audit.commands.run",
-    "audit.commands.report",
-    "audit.commands.epsilon",
-    "audit.commands.calibrate",
-    "audit.commands.claims",
-    "audit.commands.alm_curve",
-    "audit.commands.sensitivity",
-)
+# Each module defines ``register(subparsers)`` which adds its subcommand and sets ``func``. Only the module of
+# the command being run is imported (``privaudit epsilon`` never imports torch unless an accountant needs it);
+# the others appear in ``--help`` with the one-line help below (``tests/test_cli_lazy.py`` keeps them equal).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "datasets": ("audit.commands.datasets", "list datasets and whether their files are present"),
+    "train": ("audit.commands.train", "train a defense and report its utility and privacy claim"),
+    "attack": ("audit.commands.attack", "attack a defense's model: AUC, TPR at low FPR and an epsilon lower bound"),
+    "run": ("audit.commands.run", "run an audit suite (TOML): train, attack, check claims, report, gate"),
+    "report": ("audit.commands.report", "regenerate a run's Markdown, HTML and plots from its report.json"),
+    "epsilon": ("audit.commands.epsilon", "epsilon of a sampled Gaussian mechanism under each accountant"),
+    "calibrate": ("audit.commands.calibrate", "smallest noise multiplier meeting a target epsilon, per accountant"),
+    "claims": ("audit.commands.claims", "check the papers' stated privacy claims against every accountant"),
+    "alm-curve": ("audit.commands.alm_curve",
+                  "privacy-utility table of the ALM's logistic, Laplace and Gaussian noise"),
+    "sensitivity": ("audit.commands.sensitivity",
+                    "search each paper's sensitivity claim for a violating neighbouring pair"),
+}
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3
 
@@ -39,20 +43,32 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _selected(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first argument that is not an option), if it is one of ours."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser: every subcommand in full, or (given ``argv``) only the one ``argv`` runs in full."""
     parser = _Parser(prog="privaudit", description="Privacy auditing for differentially private "
                      "representation learning: train defenses, attack them, check their claims.")
     parser.add_argument("--version", action="version", version=f"privaudit {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
-    for module in COMMANDS:
-        importlib.import_module(module).register(sub)
+    selected = None if argv is None else _selected(argv)
+    for name, (module, help_text) in COMMANDS.items():
+        if argv is None or name == selected:
+            importlib.import_module(module).register(sub)
+        else:
+            sub.add_parser(name, help=help_text)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        argv = sys.argv[1:] if argv is None else list(argv)
+        args = build_parser(argv).parse_args(argv)
         code = args.func(args)
         return EXIT_OK if code is None else int(code)
     except ConfigError as exc:

@@ -12,10 +12,12 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported by whoever hands us tensors; JSON-only callers (the accountant CLI) stay light
+    import torch
 
 
 def _umask() -> int:
@@ -59,7 +61,7 @@ def _json_default(obj: Any) -> Any:
         return obj.item()
     if isinstance(obj, np.ndarray):
         return obj.tolist()
-    if isinstance(obj, torch.Tensor):
+    if type(obj).__module__.startswith("torch") and hasattr(obj, "detach"):  # a torch.Tensor
         return obj.detach().cpu().tolist()
     if isinstance(obj, Path):
         return str(obj)

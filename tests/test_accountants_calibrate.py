@@ -1,6 +1,9 @@
 """Calibration: DPCL's published noise multipliers with DPCL's recipe, split budgets, every accountant."""
 
 import pytest
+
+from accountants.claim import PrivacyClaim
+from accountants.events import LogisticDpEvent
 from dp_accounting import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent
 
 from accountants import calibrate, calibrate_rdp_shares, epsilon
@@ -64,8 +67,9 @@ def test_calibrate_inverts_epsilon_for_each_accountant(accountant):
 def test_calibrate_errors():
     template = sampled_gaussian_template(steps=10, delta=1e-5, dataset_size=100, batch_size=10,
                                          sampling="without-replacement")
-    with pytest.raises(ConfigError, match="accountant 'pld' is not applicable: pld: dp-accounting has no privacy"):
-        calibrate(template, 1.0, "pld")
+    with pytest.raises(ConfigError, match="accountant 'pld' is not applicable: pld: dp-accounting has no privacy loss "
+                                          "distribution for the logistic mechanism"):
+        calibrate(lambda z: PrivacyClaim(LogisticDpEvent(z), "replace-one", "example", 0.0), 1.0, "pld")
     with pytest.raises(ConfigError, match="target_epsilon: must be > 0"):
         calibrate(template, 0.0)
     with pytest.raises(ConfigError, match="not reachable with noise multiplier <= 2.0"):

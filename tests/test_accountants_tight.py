@@ -82,8 +82,8 @@ def test_laplace_pld_and_poisson_laplace():
 
 
 @pytest.mark.parametrize("event,relation,accountant,reason", [
-    (SelfComposedDpEvent(SampledWithoutReplacementDpEvent(1000, 10, GaussianDpEvent(1.0)), 10), "replace-one", "pld",
-     "no privacy loss distribution for sampling without replacement"),
+    (SelfComposedDpEvent(SampledWithoutReplacementDpEvent(1000, 10, GaussianDpEvent(1.0)), 10), "add-remove", "pld",
+     "sampling without replacement is accounted under replace-one only"),
     (SelfComposedDpEvent(SampledWithoutReplacementDpEvent(1000, 10, GaussianDpEvent(1.0)), 10), "replace-one", "prv",
      "only supports Poisson-subsampled Gaussian"),
     (PoissonSampledDpEvent(0.1, GaussianDpEvent(1.0)), "replace-one", "pld", "add/remove only"),

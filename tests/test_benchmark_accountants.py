@@ -30,3 +30,32 @@ def test_benchmark_calibration(benchmark):
     benchmark.extra_info.update(noise_multiplier=z, epsilon_evaluations=evaluations, calibration_over_epsilon=ratio)
     print(f"calibration: z={z:.6f} after {evaluations} epsilon evaluations; "
           f"calibration / one epsilon = {ratio:.1f}x")
+
+
+def _process_seconds(*args: str) -> float:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    start = time.perf_counter()
+    subprocess.run([sys.executable, *args], cwd=root, check=True, capture_output=True,
+                   env={"PYTHONPATH": str(root), "PATH": ""})
+    return time.perf_counter() - start
+
+
+def test_benchmark_accountant_cli_startup(benchmark):
+    """Whole-process time of ``privaudit epsilon --accountant rdp`` over a bare ``import dp_accounting``, both
+    measured in this run (interleaved, best of 3): the CLI's own start-up cost on top of the library it needs."""
+    cli = ("-m", "audit", "epsilon", "--noise-multiplier", "1", "--steps", "1000", "--sample-rate", "0.01",
+           "--delta", "1e-5", "--accountant", "rdp")
+    bare, full = [], []
+    for _ in range(3):
+        bare.append(_process_seconds("-c", "import dp_accounting"))
+        full.append(_process_seconds(*cli))
+    benchmark.pedantic(lambda: _process_seconds(*cli), rounds=1, iterations=1)
+    ratio = min(full) / min(bare)
+    benchmark.extra_info.update(cli_seconds=min(full), import_dp_accounting_seconds=min(bare), ratio=ratio)
+    print(f"privaudit epsilon --accountant rdp: {min(full):.2f} s; python -c 'import dp_accounting': "
+          f"{min(bare):.2f} s; ratio {ratio:.2f}")
+    assert ratio < 2.0  # torch (about 2.5 s) would at least double it

@@ -19,7 +19,7 @@ def test_epsilon_json_matches_the_api(capsys):
     code, out, _ = run_cli(capsys, "epsilon", "--noise-multiplier", "1.1", "--steps", "300", "--delta", "1e-5",
                            "--sample-rate", "0.01", "--json")
     result = json.loads(out)
-    assert code == 0 and set(result) == {"rdp", "pld", "prv", "pure", "gaussian", "tree", "notes"}
+    assert code == 0 and set(result) == {"rdp", "pld", "prv", "pure", "gaussian", "tree", "brackets", "notes"}
     claim = sampled_gaussian_claim(1.1, 300, 1e-5, sample_rate=0.01)
     assert result["rdp"] == pytest.approx(epsilon(claim, "rdp").epsilon)
     assert result["pld"] == pytest.approx(epsilon(claim, "pld").epsilon)
@@ -33,7 +33,7 @@ def test_epsilon_without_replacement_and_conversion(capsys):
             "--composition", "separate", "--accountant", "rdp", "--json"]
     code, out, _ = run_cli(capsys, *args)
     result = json.loads(out)
-    assert code == 0 and set(result) == {"rdp", "notes"} and 1000 < result["rdp"] < 1002
+    assert code == 0 and set(result) == {"rdp", "brackets", "notes"} and 1000 < result["rdp"] < 1002
     assert "own independent sample" in result["notes"]["composition"]
     _, out, _ = run_cli(capsys, *args[:-1], "--conversion", "mironov", "--json")
     assert json.loads(out)["rdp"] > result["rdp"]
@@ -54,7 +54,7 @@ def test_calibrate_json_per_accountant(capsys):
                            "--dataset-size", "1000", "--batch-size", "20", "--sampling", "without-replacement",
                            "--json")
     result = json.loads(out)
-    assert result["rdp"] > 0 and result["pld"] is None and "not applicable" in result["notes"]["pld"]
+    assert 0 < result["pld"] <= result["rdp"] and result["prv"] is None and "not applicable" in result["notes"]["prv"]
 
 
 def test_claims_json_for_one_claim(capsys):
@@ -94,3 +94,22 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     code, out, err = run_cli(capsys, *argv)
     assert code == 2 and err.count("\n") == 1 and err.startswith("privaudit: error: ")
     assert message in err
+
+
+def test_a_failing_accountant_keeps_the_others(capsys, monkeypatch):
+    from accountants.prv import PrvAccountant
+
+    def out_of_memory(self, claim):
+        raise MemoryError("Unable to allocate 2.2 TiB")
+
+    monkeypatch.setattr(PrvAccountant, "_epsilon", out_of_memory)
+    code, out, _ = run_cli(capsys, "epsilon", "--noise-multiplier", "1.1", "--steps", "300", "--delta", "1e-5",
+                           "--sample-rate", "0.01", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["prv"] is None and result["notes"]["prv"] == "failed: out of memory"
+    assert result["rdp"] > 0 and result["pld"] > 0
+    code, out, _ = run_cli(capsys, "calibrate", "--target-epsilon", "2", "--steps", "100", "--delta", "1e-5",
+                           "--sample-rate", "0.01", "--json")
+    result = json.loads(out)
+    assert code == 0 and result["prv"] is None and result["notes"]["prv"] == "failed: out of memory"
+    assert result["rdp"] > 0

@@ -29,7 +29,9 @@ def test_fedemb_recipe_reproduces_but_substitute_one_sensitivity_is_twice_the_cl
     check = check_claim(CLAIMS["fedemb-tab1-fedemb"])
     assert check.recipe_verdict == "reproduced" and round(check.recipe_value, 2) == 3.90
     assert check.verdict == "optimistic" and check.value > 10
-    assert check.epsilons["pld"].epsilon is None and "without replacement" in check.epsilons["pld"].reason
+    # the tight accountant (PLD of the without-replacement dominating pair) applies and shows the number false
+    assert check.tight.verdict == "false" and check.tight.accountant.startswith("pld")
+    assert 9.0 < check.tight.lower <= check.tight.upper < check.value and check.tight.noise_needed > 1.28
 
 
 def test_fedemb_emnist_is_not_reproduced_by_its_stated_accountant_but_by_the_superseded_one():
@@ -65,9 +67,46 @@ def test_logit_dp_corollary_drops_a_factor_two():
     assert check.epsilons["gaussian"].epsilon == pytest.approx(check.epsilons["pld"].epsilon, rel=0.01)
 
 
+def test_tight_verdict_taxonomy_on_fast_rows():
+    from accountants.paper_claims import VERDICTS
+
+    imagenet = check_claim(CLAIMS["dpgcl-imagenet"]).tight
+    assert imagenet.verdict == "conservative" and imagenet.upper < 0.8 * 10
+    fmnist = check_claim(CLAIMS["dpgcl-f-mnist"]).tight  # RDP says 10.88 > 10, the PLD bracket ends below 10.05
+    assert fmnist.verdict == "holds; paper's method does not show it"
+    assert fmnist.paper_accountant == "rdp" and fmnist.paper_value > 10.05 >= fmnist.upper
+    logit = check_claim(CLAIMS["logit-cor44"]).tight  # exact Gaussian: a zero-width bracket
+    assert logit.verdict == "false" and logit.accountant == "gaussian" and logit.lower == logit.upper
+    assert logit.noise_needed > 5 and logit.factor == pytest.approx(0.7255 / 0.6852, rel=1e-3)
+    ftrl = check_claim(CLAIMS["fedemb-tab1-ftrl-rho"]).tight
+    assert ftrl.verdict == "holds" and ftrl.metric == "rho"
+    for t in (imagenet, fmnist, logit, ftrl):
+        assert t.verdict in VERDICTS and t.to_dict()["accountant"]
+
+
+def test_only_an_upper_bound_is_undecided_never_false():
+    from accountants.paper_claims import PaperClaim, Reading, _sgd, tight_verdict
+    from accountants import all_epsilons
+
+    build = _sgd(steps=50, delta=1e-5, sampling="poisson", relation="add-remove", dataset_size=1000, batch_size=100)
+    claim = PaperClaim("t", "DP-GCL", "test", "test", "epsilon", "0.5", ("1.0",), Reading("r", build, "rdp"))
+    results = {k: v for k, v in all_epsilons(build([1.0])).items() if k == "rdp"}
+    results["pld"] = all_epsilons(build([1.0]))["pld"]
+    with_pld = tight_verdict(claim, results)
+    assert with_pld.verdict == "false" and with_pld.accountant.startswith("pld")
+    only_rdp = tight_verdict(claim, {"rdp": results["rdp"], "pld": results["pld"].__class__(
+        "pld", None, 1e-5, "add-remove", "example", reason="not applicable")})
+    assert only_rdp.verdict != "false"  # RDP is an upper bound: it cannot show a claim false
+
+
 @pytest.mark.slow
 def test_every_claim_evaluates():
+    from accountants.paper_claims import VERDICTS
+
     for claim in paper_claims():
         check = check_claim(claim)
         assert check.verdict in ("reproduced", "optimistic", "conservative")
         assert check.to_dict()["id"] == claim.id
+        assert check.tight.verdict in VERDICTS
+        if check.tight.verdict == "false":  # never on the strength of RDP alone
+            assert check.tight.lower is not None and check.tight.accountant != "rdp"

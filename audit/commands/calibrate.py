@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         options = accountant_options(name, args)
         probe = epsilon(claim, name, **options)
         if probe.epsilon is None:
-            values[name], notes[name] = None, f"not applicable: {probe.reason}"
+            values[name], notes[name] = None, probe.reason if probe.failed else f"not applicable: {probe.reason}"
             continue
         try:
             z = calibrate(build, args.target_epsilon, name, **options)

@@ -8,7 +8,6 @@ import sys
 from tqdm import tqdm
 
 from accountants.paper_claims import PAPERS, ClaimCheck, check_claim, paper_claims
-from accountants.registry import ACCOUNTANTS
 from audit.commands.common import emit_json, format_table
 from core.errors import ConfigError, one_of
 
@@ -50,18 +49,34 @@ def _mark(verdict: str) -> str:
     return {"reproduced": "(ok)", "not reproduced": "(NO)"}.get(verdict, f"({verdict})")
 
 
-def _verdict(check: ClaimCheck) -> str:
-    c = check.claim
-    if check.verdict in ("reproduced", "not applicable") or check.gap is None:
-        return check.verdict
-    what = "rho" if c.checked.metric == "rho" else "eps"
-    stated = float(c.target if c.kind == "noise" else c.stated)
-    ratio = check.value / stated
+def _paper_method(check: ClaimCheck) -> str:
+    """The paper's accountant on the mechanism as the algorithm runs it, against the stated number."""
+    t = check.tight
+    if t is None or t.paper_value is None:
+        return "n/a"
+    ratio = t.paper_value / t.claimed
     amount = f"{(ratio - 1) * 100:+.1f}%" if ratio < 10 else f"x{ratio:.3g}"
-    text = f"{check.verdict} ({what} {_num(check.value)} vs {stated:g}, {amount})"
-    if c.kind == "noise" and check.noise_needed.get("checked") is not None:
-        text += f"; needs z={_num(check.noise_needed['checked'])}"
-    return text
+    return f"{t.paper_accountant} {_num(t.paper_value)} ({amount})"
+
+
+def _bracket(check: ClaimCheck) -> str:
+    t = check.tight
+    if t is None:
+        return "-"
+    if t.lower is None:
+        return f"<= {_num(t.upper)} ({t.accountant})"
+    if t.lower == t.upper:
+        return f"{_num(t.upper)} ({t.accountant})"
+    return f"[{_num(t.lower)}, {_num(t.upper)}] ({t.accountant})"
+
+
+def _verdict(check: ClaimCheck) -> str:
+    t = check.tight
+    if t is None:
+        return check.verdict
+    if t.verdict == "false":
+        return f"FALSE x{t.factor:.3g}; needs z={_num(t.noise_needed)}"
+    return t.verdict
 
 
 def _findings(check: ClaimCheck) -> list[str]:
@@ -72,6 +87,8 @@ def _findings(check: ClaimCheck) -> list[str]:
                      f"not {c.stated if c.kind != 'noise' else c.target} ({check.recipe_gap * 100:+.1f}%)")
     elif check.recipe_verdict == "not applicable":
         lines.append(f"the paper's recipe ({c.recipe.label}) is not applicable: {check.recipe_reason}")
+    if check.tight is not None:
+        lines.append(f"verdict {check.tight.verdict}: {check.tight.reason}")
     if c.sound is not None:
         lines.append(f"checked as: {c.sound.label}")
     for label, value, reason in check.alternatives:
@@ -97,15 +114,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json([check.to_dict() for check in checks])
         return 0
-    names = list(ACCOUNTANTS)
-    rows = [[check.claim.id, f"{check.claim.paper} {check.claim.source}", _stated(check), _recipe(check),
-             *[_num(check.epsilons[n].epsilon) if n in check.epsilons else "-" for n in names], _verdict(check)]
+    rows = [[check.claim.id, _stated(check), _recipe(check), _paper_method(check), _bracket(check), _verdict(check)]
             for check in checks]
-    print(format_table(["claim", "source", "stated", "paper's recipe", *[f"eps[{n}]" for n in names], "verdict"],
-                       rows))
-    print("\neps[...] = epsilon of the mechanism as the algorithm runs it, at the stated noise and delta "
-          "('-' = not applicable).")
-    print("verdict: reproduced, optimistic (the paper's number promises more privacy than holds) or conservative.")
+    print(format_table(["claim", "stated", "paper's recipe", "paper's method", "tight epsilon (accountant)",
+                        "verdict"], rows))
+    print("\npaper's method = the paper's accountant on the mechanism as the algorithm runs it; tight epsilon = "
+          "the tightest sound accountant's bracket [lower, upper] (pld: optimistic and pessimistic discretisation); "
+          "every accountant's value is in --json.")
+    print("verdict: holds | holds; paper's method does not show it | false (even the lower end exceeds the "
+          "claim) | undecided (the claim lies in the bracket, or only RDP applies) | conservative (well below).")
     for check in checks:
         lines = _findings(check)
         if lines:

@@ -28,13 +28,16 @@ def run(args: argparse.Namespace) -> int:
         notes["composition"] = note
     for name, r in results.items():
         if r.epsilon is None:
-            notes[name] = f"not applicable: {r.reason}"
+            notes[name] = r.reason if r.failed else f"not applicable: {r.reason}"
         elif math.isinf(r.epsilon):
             notes[name] = "infinite"
         else:
             notes[name] = describe_details(name, r.details)
     if args.json:
-        emit_json({**{name: json_number(r.epsilon) for name, r in results.items()}, "notes": notes})
+        brackets = {name: [json_number(r.details["epsilon_lower"]), json_number(r.details["epsilon_upper"])]
+                    for name, r in results.items() if r.details and "epsilon_lower" in r.details}
+        emit_json({**{name: json_number(r.epsilon) for name, r in results.items()}, "brackets": brackets,
+                   "notes": notes})
         return 0
     print(f"mechanism: {notes['claim']}")
     if "composition" in notes:

@@ -109,7 +109,10 @@ def describe_details(name: str, details: dict[str, Any] | None) -> str:
     if "classical" in details:
         valid = "valid" if details.get("classical_valid") else "outside its validity range eps < 1"
         parts.append(f"classical bound {details['classical']:.4g} ({valid})")
-    if "value_discretization_interval" in details:
+    if "epsilon_lower" in details:
+        parts.append(f"bracket [{details['epsilon_lower']:.4g}, {details['epsilon_upper']:.4g}] "
+                     f"(optimistic, pessimistic discretisation {details['value_discretization_interval']:g})")
+    elif "value_discretization_interval" in details:
         parts.append(f"discretisation {details['value_discretization_interval']:g} (pessimistic)")
     if "eps_error" in details:
         parts.append(f"upper bound, eps_error {details['eps_error']:g}")

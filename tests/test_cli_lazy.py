@@ -1,0 +1,61 @@
+"""The CLI imports only the module of the command it runs: the accountant commands stay free of torch/Opacus."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from audit.cli import COMMANDS, build_parser
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_static_help_matches_each_commands_own():
+    for name, (module, help_text) in COMMANDS.items():
+        parser = argparse.ArgumentParser()
+        sub = parser.add_subparsers()
+        importlib.import_module(module).register(sub)
+        assert sub.choices.keys() == {name}
+        (action,) = [a for a in sub._choices_actions if a.dest == name]
+        assert action.help == help_text, name
+
+
+def test_full_parser_has_every_command():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == set(COMMANDS)
+    assert all(callable(sub.choices[n].get_default("func")) for n in COMMANDS)
+
+
+def _imports_after(argv: list[str]) -> dict[str, bool]:
+    code = ("import sys, contextlib, io\nfrom audit.cli import main\n"
+            f"with contextlib.redirect_stdout(io.StringIO()): code = main({argv!r})\n"
+            "print(code, int('torch' in sys.modules), int('opacus' in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": ""}).stdout.split()
+    return {"code": int(out[0]), "torch": out[1] == "1", "opacus": out[2] == "1"}
+
+
+@pytest.mark.parametrize("argv", [
+    ["epsilon", "--noise-multiplier", "1", "--steps", "100", "--sample-rate", "0.01", "--delta", "1e-5",
+     "--accountant", "rdp"],
+    ["epsilon", "--noise-multiplier", "1", "--steps", "100", "--sample-rate", "0.01", "--delta", "1e-5",
+     "--accountant", "pld", "--json"],
+    ["calibrate", "--target-epsilon", "2", "--steps", "100", "--sample-rate", "0.01", "--delta", "1e-5",
+     "--accountant", "rdp"],
+    ["claims", "--id", "fedemb-tab1-ftrl-rho", "--json"],  # PRV does not apply to tree aggregation
+])
+def test_accountant_commands_do_not_import_torch(argv):
+    result = _imports_after(argv)
+    assert result == {"code": 0, "torch": False, "opacus": False}
+
+
+def test_prv_imports_opacus_only_when_asked():
+    result = _imports_after(["epsilon", "--noise-multiplier", "1", "--steps", "10", "--sample-rate", "0.01",
+                             "--delta", "1e-5", "--accountant", "prv"])
+    assert result["code"] == 0 and result["opacus"]
