@@ -27,7 +27,8 @@ from typing import Any, Iterator, Sequence
 from audit.cell import CellOutcome, ExecutorSpec, run_cell
 from core.errors import ConfigError, one_of
 from audit.gate import gate_cells, suite_gate
-from core.io import atomic_write_json, read_json, strict
+from audit.lock import output_lock
+from core.io import TEMP_GLOB, atomic_write_json, read_json, strict
 from audit.suite import CellSpec, Suite, config_hash
 
 EXECUTOR_CHOICES = ("local", "ray")
@@ -54,12 +55,14 @@ def _log(message: str, progress: bool) -> None:
 
 
 def clean_temporaries(out: Path) -> int:
-    """Remove temporary files a killed run left behind (``.name.XXXX.tmp`` from :mod:`core.io`)."""
+    """Remove temporary files a killed run left behind: only privaudit's own (:data:`core.io.TEMP_GLOB`), and only
+    under the output directory, whose lock this run holds (so no other run's in-flight file is touched)."""
     removed = 0
     if out.is_dir():
-        for tmp in out.rglob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
-            removed += 1
+        for tmp in out.rglob(TEMP_GLOB):
+            if tmp.is_file() and not tmp.is_symlink():
+                tmp.unlink(missing_ok=True)
+                removed += 1
     return removed
 
 
@@ -198,11 +201,10 @@ def run_sensitivity(suite: Suite, out: Path, resume: bool,
 
 def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "local", resume: bool = False,
               only: Sequence[str] | None = None, progress: bool = True) -> RunResult:
-    """Run ``suite`` end to end and write its report; see the module docstring."""
-    from tqdm.auto import tqdm
+    """Run ``suite`` end to end and write its report; see the module docstring.
 
-    from audit.report import build_report, write_report
-
+    The output directory is locked for the whole run (:func:`audit.lock.output_lock`): a second run on the same
+    directory is refused with one line instead of racing the first for its files."""
     if executor not in EXECUTOR_CHOICES:
         raise one_of("--executor", executor, EXECUTOR_CHOICES)
     only = list(only or [])
@@ -219,6 +221,16 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     started = time.perf_counter()
 
     out.mkdir(parents=True, exist_ok=True)
+    with output_lock(out):
+        return _run_locked(suite, out, cells, only, run_sens, resume, executor, progress, started)
+
+
+def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str], run_sens: bool, resume: bool,
+                executor: str, progress: bool, started: float) -> RunResult:
+    from tqdm.auto import tqdm
+
+    from audit.report import build_report, write_report
+
     clean_temporaries(out)
     records: dict[str, dict[str, Any]] = {}
     result = RunResult({}, EXIT_OK, out)

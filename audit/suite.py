@@ -44,6 +44,7 @@ import fnmatch
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -295,7 +296,24 @@ def _epsilons(where: _Where, key: str, value: Any) -> tuple[float, ...]:
             raise where.error(f"{key}[{i}]", f"must be a finite number > 0, got {e!r}")
     if len(set(eps)) != len(eps):
         raise where.error(key, f"duplicate values in {eps!r}")
+    shown = [f"{e:g}" for e in eps]  # how cell ids print them: equal there means one cell id for two cells
+    if len(set(shown)) != len(shown):
+        raise where.error(key, f"values {eps!r} are too close: cell ids show them as {shown!r}; make them differ "
+                               "in the first 6 significant digits")
     return tuple(float(e) for e in eps)
+
+
+LABEL_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+=-]{0,63}")
+
+
+def _label(where: _Where, key: str, value: Any) -> str:
+    """A label names a directory under --out: letters, digits and ``_ . + = -``, starting with a letter or digit,
+    at most 64 characters (so no '/', no '..', no absolute path can leave the output directory)."""
+    label = _typed(where, key, value, str, "a string")
+    if not LABEL_PATTERN.fullmatch(label):
+        raise where.error(key, f"must be 1-64 characters from letters, digits and _ . + = - (starting with a letter "
+                               f"or digit), got {label!r}")
+    return label
 
 
 def _delta(where: _Where, key: str, value: Any) -> float | None:
@@ -373,6 +391,9 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
             raise ConfigError(f"{path}: {exc}") from None
 
     seeds = _list(where, "seeds", raw.get("seeds", [0]), int, "integers")
+    for i, seed in enumerate(seeds):
+        if not 0 <= seed < 2 ** 32:
+            raise where.error(f"seeds[{i}]", f"must lie in [0, 2^32), got {seed!r}")
     if len(set(seeds)) != len(seeds):
         raise where.error("seeds", f"duplicate values in {seeds!r}")
     device = _typed(where, "device", raw.get("device", "auto"), str, "a string")
@@ -382,8 +403,8 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
     if knn_k < 1:
         raise where.error("knn_k", f"must be >= 1, got {knn_k}")
     threads = _typed(where, "threads", raw.get("threads", 1), int, "an integer")
-    if threads < 1:
-        raise where.error("threads", f"must be >= 1, got {threads}")
+    if not 1 <= threads <= 256:
+        raise where.error("threads", f"must lie in [1, 256], got {threads}")
     suite_eps = _epsilons(where, "epsilons", raw["epsilons"]) if "epsilons" in raw else None
     suite_delta = _delta(where, "delta", raw.get("delta"))
 
@@ -398,7 +419,7 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
         aname = _typed(where, f"{key}.name", entry["name"], str, "a string")
         if aname not in ATTACKS:
             raise where.error(f"{key}.name", f"unknown attack {aname!r}; accepted: {', '.join(ATTACKS)}")
-        label = _typed(where, f"{key}.label", entry.get("label", aname), str, "a string")
+        label = _label(where, f"{key}.label", entry.get("label", aname))
         params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
         try:
             attack = attack_class(aname)(params)
@@ -420,9 +441,7 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
             raise where.error(f"{key}.name", "missing")
         dname = _typed(where, f"{key}.name", entry["name"], str, "a string")
         cls = _defense_class(where, f"{key}.name", dname)
-        label = _typed(where, f"{key}.label", entry.get("label", dname.rsplit(":", 1)[-1]), str, "a string")
-        if "/" in label or not label:
-            raise where.error(f"{key}.label", f"must be non-empty and contain no '/', got {label!r}")
+        label = _label(where, f"{key}.label", entry.get("label", dname.rsplit(":", 1)[-1]))
         if any(d.label == label for d in defenses):
             raise where.error(f"{key}.label", f"duplicate label {label!r} (give each entry a distinct label)")
         params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
@@ -434,8 +453,8 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
         noise = entry.get("noise_multiplier")
         if noise is not None:
             _typed(where, f"{key}.noise_multiplier", noise, (int, float), "a number")
-            if noise < 0:
-                raise where.error(f"{key}.noise_multiplier", f"must be >= 0, got {noise!r}")
+            if not (noise >= 0 and math.isfinite(noise)):
+                raise where.error(f"{key}.noise_multiplier", f"must be a finite number >= 0, got {noise!r}")
         if not private:
             for k in ("epsilons", "noise_multiplier", "delta"):
                 if k in entry:

@@ -37,6 +37,7 @@ def coerce(field_name: str, value: Any, annotation: Any) -> Any:
         return value
     if target in (int, float):
         _expect(field_name, isinstance(value, (int, float)) and not isinstance(value, bool), "a number", value)
+        _expect(field_name, math.isfinite(value), "a finite number", value)
         _expect(field_name, target is float or (math.isfinite(value) and float(value) == int(value)), "an integer", value)
         return target(value)
     if target is str:

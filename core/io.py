@@ -20,6 +20,12 @@ if TYPE_CHECKING:  # torch is imported by whoever hands us tensors; JSON-only ca
     import torch
 
 
+#: Every temporary file privaudit writes is named ``.<target>.privaudit-tmp-<random>.tmp``; a killed run's leftovers
+#: are removed by matching :data:`TEMP_GLOB`, which no file the tool did not create is meant to match.
+TEMP_MARK = "privaudit-tmp-"
+TEMP_GLOB = f".*.{TEMP_MARK}*.tmp"
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -34,7 +40,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:

@@ -1,0 +1,110 @@
+"""Runs that keep to their output directory: safe labels, only our own temporary files removed, one run per
+directory, cell ids unique by construction, numbers that are finite before anything runs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from audit.cli import main
+from audit.lock import LOCK_NAME, output_lock
+from audit.runner import clean_temporaries
+from core.errors import ConfigError
+from core.io import atomic_write_json
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BASE = """
+name = "bad"
+epsilons = [1.0]
+[[defenses]]
+name = "leaky_defense:NoisyKernelSum"
+label = "kernel"
+params = { dim = 64 }
+[[attacks]]
+name = "loss"
+"""
+
+
+@pytest.mark.parametrize("text, message", [
+    (BASE + 'label = "../../../x"\n', "attacks[0].label: must be 1-64 characters"),
+    (BASE + 'label = "/tmp/privaudit-escape"\n', "attacks[0].label: must be 1-64 characters"),
+    (BASE + 'label = ".."\n', "attacks[0].label: must be 1-64 characters"),
+    (BASE.replace('label = "kernel"', 'label = "a/b"'), "defenses[0].label: must be 1-64 characters"),
+    (BASE.replace('label = "kernel"', 'label = ""'), "defenses[0].label: must be 1-64 characters"),
+    (BASE.replace("epsilons = [1.0]", "epsilons = [1.0, 1.0000001]"), "epsilons: values [1.0, 1.0000001] are too close"),
+    (BASE.replace("epsilons = [1.0]", "epsilons = [inf]"), "epsilons[0]: must be a finite number > 0"),
+    (BASE.replace("epsilons = [1.0]", "epsilons = [1.0]\nseeds = [-1]"), "seeds[0]: must lie in [0, 2^32)"),
+    (BASE.replace("epsilons = [1.0]", "epsilons = [1.0]\nthreads = 100000"), "threads: must lie in [1, 256]"),
+    (BASE.replace("params = { dim = 64 }", "params = { dim = 64, leak_factor = nan }"),
+     "leak_factor: expected a finite number, got nan"),
+    (BASE.replace("params = { dim = 64 }", "params = { dim = 64, leak_factor = inf }"),
+     "leak_factor: expected a finite number, got inf"),
+    (BASE.replace('label = "kernel"', 'label = "kernel"\nnoise_multiplier = nan'),
+     "defenses[0].noise_multiplier: must be a finite number >= 0, got nan"),
+])
+def test_bad_values_exit_2_naming_the_field_and_write_nothing(tmp_path, capsys, text, message):
+    out = tmp_path / "out"
+    path = tmp_path / "suite.toml"
+    path.write_text(text.replace('name = "bad"', f'name = "bad"\nout = "{out}"'))
+    start = time.perf_counter()
+    code = main(["run", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and message in err, err
+    assert not out.exists() and not Path("/tmp/privaudit-escape").exists()
+    assert time.perf_counter() - start < 5
+
+
+def test_only_privaudit_temporaries_are_removed(tmp_path):
+    out = tmp_path / "out"
+    (out / "cells" / "c").mkdir(parents=True)
+    user_files = [out / ".notes.tmp", out / "cells" / "c" / ".draft.1234.tmp", out / "keep.json"]
+    for f in user_files:
+        f.write_text("user data")
+    ours = out / "cells" / "c" / ".cell.json.privaudit-tmp-abc123.tmp"
+    ours.write_text("{")
+    assert clean_temporaries(out) == 1
+    assert not ours.exists() and all(f.read_text() == "user data" for f in user_files)
+
+
+def test_atomic_writes_leave_no_temporary_and_use_our_marker(tmp_path, monkeypatch):
+    seen = []
+    real_replace = __import__("os").replace
+
+    def spy(src, dst):
+        seen.append(Path(src).name)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr("core.io.os.replace", spy)
+    atomic_write_json(tmp_path / "report.json", {"a": 1})
+    assert seen and seen[0].startswith(".report.json.privaudit-tmp-") and seen[0].endswith(".tmp")
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+def test_a_second_run_on_the_same_directory_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom audit.lock import output_lock\n"
+         f"with output_lock(Path({str(out)!r})):\n    print('locked', flush=True)\n    time.sleep(30)\n"],
+        cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""}, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        path = tmp_path / "suite.toml"
+        path.write_text(BASE.replace('name = "bad"', f'name = "ok"\nout = "{out}"'))
+        code = main(["run", str(path)])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1
+        assert f"is in use by another privaudit run (pid {holder.pid})" in err
+        assert sorted(p.name for p in out.iterdir()) == [LOCK_NAME]  # nothing else written
+    finally:
+        holder.kill()
+        holder.wait()
+    with output_lock(out):  # the kernel released the killed holder's lock
+        with pytest.raises(ConfigError, match="in use by another privaudit run"):
+            with output_lock(out):
+                pass
