@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attack": ("audit.commands.attack", "attack a defense's model: AUC, TPR at low FPR and an epsilon lower bound"),
     "run": ("audit.commands.run", "run an audit suite (TOML): train, attack, check claims, report, gate"),
     "report": ("audit.commands.report", "regenerate a run's Markdown, HTML and plots from its report.json"),
+    "gate": ("audit.commands.gate", "print a run's gate per cell (bound, claim, margin) and exit 1 if it failed"),
     "epsilon": ("audit.commands.epsilon", "epsilon of a sampled Gaussian mechanism under each accountant"),
     "calibrate": ("audit.commands.calibrate", "smallest noise multiplier meeting a target epsilon, per accountant"),
     "claims": ("audit.commands.claims", "check the papers' stated privacy claims against every accountant"),

@@ -17,7 +17,17 @@ A bound exceeding (1 + ``epsilon_slack``) times that epsilon fails the gate with
 cell. Each attack states its bound at its own confidence (95% by default); with N comparisons, N such
 bounds could each exceed a true claim with probability 5%. The gate therefore recomputes every
 compared bound from its counts at level beta / N (Bonferroni; :func:`family_bound`), so that the
-chance that *any* true claim fails the gate is at most beta: a CI gate that does not cry wolf.
+chance that *any* true claim fails the gate is at most beta (the family-wise error rate, stated in the
+report): a CI gate that does not cry wolf.
+
+Power. Bonferroni over every bound of every cell divides beta by many tests that add nothing (a
+black-box bound of 0 next to a white-box one). A suite therefore declares, per defense and before any
+score exists, its *primary* statistic (``primary = "<attack label>"``): only primary bounds are gated and
+counted in N; the others are reported as secondary at their own confidence. Without a declaration every
+sound bound of the cell is primary. Positive controls (``control = true``: a claim known to be false, e.g.
+:class:`defenses.controls.UnderNoisedControl`) are judged the other way round: a control whose claim the
+gate catches passes ("caught, as expected"), one it does not catch fails the gate, because a gate that
+cannot catch a tenfold under-noising at this suite's size has no power and its PASS would mean nothing.
 """
 
 from __future__ import annotations
@@ -50,10 +60,12 @@ def family_bound(bound: dict[str, Any], family: int) -> float | None:
     return None
 
 
-def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: float) -> dict[str, Any]:
+def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: float,
+            primary: str | None = None) -> dict[str, Any]:
     """One bound-versus-claim comparison: the claim it is compared with, or why it is ``not comparable``.
 
-    The verdict of a comparable pair is ``pending`` until :func:`decide` knows the family size.
+    The verdict of a comparable primary pair is ``pending`` until :func:`decide` knows the family size; a
+    comparable bound that is not the cell's declared ``primary`` is ``secondary`` (reported, not gated).
     """
     eps_lb = attack.get("eps_lower_bound")
     bound = (attack.get("details") or {}).get("bound") or {}
@@ -91,6 +103,10 @@ def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: flo
     accountant = min(applicable, key=lambda k: applicable[k])
     out.update(epsilon=applicable[accountant], accountant=accountant, verdict="pending",
                confidence=bound.get("confidence"), bound=bound)
+    if primary is not None and label != primary:
+        out.update(verdict="secondary", reason=f"not gated: the suite's primary statistic for this defense is "
+                                               f"{primary!r}")
+        out.pop("bound"), out.pop("confidence")
     return out
 
 
@@ -111,12 +127,17 @@ def decide(comparison: dict[str, Any], family: int, slack: float) -> dict[str, A
     return comparison
 
 
-def gate_cells(cells: Sequence[dict[str, Any]], config: GateConfig) -> list[dict[str, Any]]:
-    """Every cell's gate: its comparisons (bounds at family-wise confidence over all cells) and reasons."""
+def gate_cells(cells: Sequence[dict[str, Any]], config: GateConfig,
+               roles: dict[str, tuple[str | None, bool]] | None = None) -> list[dict[str, Any]]:
+    """Every cell's gate: its comparisons (bounds at family-wise confidence over all cells) and reasons.
+
+    ``roles`` maps a defense label to (primary attack label or None, is a positive control)."""
+    roles = roles or {}
     pending = []
     for cell in cells:
         error = (cell.get("details") or {}).get("error")
-        pending.append(None if error else [compare(cell, label, a, config.epsilon_slack)
+        primary, _ = roles.get(cell.get("defense"), (None, False))
+        pending.append(None if error else [compare(cell, label, a, config.epsilon_slack, primary)
                                            for label, a in cell["attacks"].items()])
     family = max(1, sum(c["verdict"] == "pending" for cs in pending if cs for c in cs))
     gates = []
@@ -129,6 +150,18 @@ def gate_cells(cells: Sequence[dict[str, Any]], config: GateConfig) -> list[dict
         comparisons = [decide(c, family, config.epsilon_slack) for c in comparisons]
         claim = cell["claim"] or {}
         reasons = []
+        _, control = roles.get(cell.get("defense"), (None, False))
+        if control:
+            caught = [c for c in comparisons if c["verdict"] == "exceeds"]
+            for c in caught:
+                c["verdict"] = "caught"
+            if not caught:
+                reasons.append(f"cell {cid}: positive control not caught: no gated bound exceeds its false claim "
+                               f"(epsilon {_fmt(next((c['epsilon'] for c in comparisons if c['epsilon']), None))}); "
+                               "the gate has no power at this suite's size")
+            gates.append({"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons,
+                          "control": True, "caught": bool(caught)})
+            continue
         for c in comparisons:
             if c["verdict"] == "exceeds":
                 reasons.append(
@@ -188,16 +221,32 @@ def suite_gate(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, 
     s_reasons, notes = sensitivity_gate(sensitivity, sensitivity_config, config)
     reasons += s_reasons
     reasons += list(errors)
-    comparisons = [c for cell in cells for c in cell["gate"]["comparisons"] if c["verdict"] != "not comparable"]
+    gated = ("consistent", "exceeds", "caught")
+    comparisons = [c for cell in cells for c in cell["gate"]["comparisons"] if c["verdict"] in gated]
+    secondary = [c for cell in cells for c in cell["gate"]["comparisons"] if c["verdict"] == "secondary"]
     skipped = [c for cell in cells for c in cell["gate"]["comparisons"]
                if c["verdict"] == "not comparable" and c["eps_lower_bound"] is not None
                and c["reason"] != "no privacy claim (epsilon is infinite)"]
+    fwer = None
     if comparisons:
         level = min(c["gate_confidence"] for c in comparisons)
-        notes.append(f"{len(comparisons)} sound bound-versus-claim comparisons; each bound is recomputed at "
-                     f"{100 * level:.4g}% confidence (Bonferroni over the {len(comparisons)}), so a true claim fails "
-                     f"this gate by chance with probability at most {100 * len(comparisons) * (1 - level):.3g}%")
+        fwer = len(comparisons) * (1 - level)
+        notes.append(f"{len(comparisons)} gated bound-versus-claim comparisons (the suite's primary statistics); "
+                     f"each bound is recomputed at {100 * level:.4g}% confidence (Bonferroni over the "
+                     f"{len(comparisons)}): family-wise error rate {100 * fwer:.3g}%, the chance that a true claim "
+                     "fails this gate")
+    controls = [c for c in cells if c["gate"].get("control")]
+    for cell in controls:
+        if cell["gate"]["caught"]:
+            best = max((c for c in cell["gate"]["comparisons"] if c["verdict"] == "caught"),
+                       key=lambda c: c["gate_eps_lower_bound"])
+            notes.append(f"positive control {cell['id']} caught, as expected: eps_lb = "
+                         f"{_fmt(best['gate_eps_lower_bound'])} > claimed {_fmt(best['epsilon'])} ({best['attack']})")
+    if secondary:
+        notes.append(f"{len(secondary)} secondary bounds reported at their own confidence, not gated")
     if skipped:
         notes.append(f"{len(skipped)} bounds were not compared with their claim (see each cell's comparisons "
                      "for the reason)")
-    return {"status": "fail" if reasons else "pass", "reasons": reasons, "notes": notes}
+    return {"status": "fail" if reasons else "pass", "reasons": reasons, "notes": notes,
+            "family_wise_error": fwer, "controls": len(controls),
+            "controls_caught": sum(bool(c["gate"].get("caught")) for c in controls)}

@@ -19,7 +19,9 @@ equals an uninterrupted run's (``created`` aside).
 
 from __future__ import annotations
 
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -28,6 +30,7 @@ from audit.cell import CellOutcome, ExecutorSpec, run_cell
 from core.errors import ConfigError, one_of
 from audit.gate import gate_cells, suite_gate
 from audit.lock import output_lock
+from audit.progress import Heartbeat
 from core.io import TEMP_GLOB, atomic_write_json, read_json, strict
 from audit.suite import CellSpec, Suite, config_hash
 
@@ -115,12 +118,31 @@ def _stage_line(spec: CellSpec, outcome: CellOutcome, index: int, total: int) ->
     return f"[{index}/{total}] {spec.id}: {stages}  {status}"
 
 
-def _run_local(cells: Sequence[CellSpec], progress: bool, bar) -> Iterator[CellOutcome]:
+def _run_local(cells: Sequence[CellSpec], progress: bool, bar, heartbeat: Heartbeat) -> Iterator[CellOutcome]:
     for spec in cells:
         def stage(name: str, spec: CellSpec = spec) -> None:
             bar.set_postfix_str(f"{spec.id}: {name}", refresh=True)
+            heartbeat.status = f"running {spec.id}: {name}"
 
         yield run_cell(spec, ExecutorSpec("local"), progress, on_stage=stage)
+
+
+def _run_pool(cells: Sequence[CellSpec], pool: ProcessPoolExecutor, heartbeat: Heartbeat) -> Iterator[CellOutcome]:
+    """Cells in parallel worker processes (``--jobs``); each sets its own torch threads, so the numbers are the
+    ones ``--jobs 1`` gives. Outcomes come back as cells finish; the runner orders the report by the suite."""
+    futures = {pool.submit(run_cell, spec, ExecutorSpec("local"), False): spec for spec in cells}
+    heartbeat.status = f"running {len(futures)} cells in {heartbeat.jobs} processes"
+    for future in as_completed(futures):
+        spec = futures[future]
+        try:
+            yield future.result()
+        except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
+            from audit.cell import base_record
+
+            record = base_record(spec)
+            message = f"worker: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            record["details"]["error"] = message
+            yield CellOutcome(spec, record, error=message)
 
 
 def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
@@ -200,13 +222,15 @@ def run_sensitivity(suite: Suite, out: Path, resume: bool,
 
 
 def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "local", resume: bool = False,
-              only: Sequence[str] | None = None, progress: bool = True) -> RunResult:
+              only: Sequence[str] | None = None, progress: bool = True, jobs: int = 1) -> RunResult:
     """Run ``suite`` end to end and write its report; see the module docstring.
 
     The output directory is locked for the whole run (:func:`audit.lock.output_lock`): a second run on the same
     directory is refused with one line instead of racing the first for its files."""
     if executor not in EXECUTOR_CHOICES:
         raise one_of("--executor", executor, EXECUTOR_CHOICES)
+    if not (isinstance(jobs, int) and 1 <= jobs <= 256):
+        raise ConfigError(f"--jobs: must be an integer in [1, 256], got {jobs!r}")
     only = list(only or [])
     cells = suite.cells(only or None)
     run_sens = suite.sensitivity is not None and (not only or any(p in ("sensitivity", "*") for p in only))
@@ -222,11 +246,11 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
 
     out.mkdir(parents=True, exist_ok=True)
     with output_lock(out):
-        return _run_locked(suite, out, cells, only, run_sens, resume, executor, progress, started)
+        return _run_locked(suite, out, cells, only, run_sens, resume, executor, progress, started, jobs)
 
 
 def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str], run_sens: bool, resume: bool,
-                executor: str, progress: bool, started: float) -> RunResult:
+                executor: str, progress: bool, started: float, jobs: int) -> RunResult:
     from tqdm.auto import tqdm
 
     from audit.report import build_report, write_report
@@ -244,32 +268,57 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
             pending.append(spec)
     if result.reused:
         _log(f"resume: {len(result.reused)} finished cells reused, {len(pending)} to run", progress)
-    timings: dict[str, Any] = {"executor": executor, "cells": {}}
-    with tqdm(total=len(pending), desc=f"cells ({suite.name})", disable=None if progress else True,
-              dynamic_ncols=True) as bar:
-        outcomes = _run_ray(pending, suite) if executor == "ray" else _run_local(pending, progress, bar)
-        for i, outcome in enumerate(outcomes, 1):
-            records[outcome.spec.id] = persist(out, outcome)
-            result.ran.append(outcome.spec.id)
-            timings["cells"][outcome.spec.id] = outcome.timings
-            if progress:
-                bar.write(_stage_line(outcome.spec, outcome, i, len(pending)))
-            bar.update(1)
-
-    errors: list[str] = []
-    sensitivity: list[dict[str, Any]] = []
-    if run_sens:
-        start = time.perf_counter()
+    timings: dict[str, Any] = {"executor": executor, "jobs": jobs, "cells": {}}
+    parallel = executor == "local" and jobs > 1 and (len(pending) + run_sens) > 1
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) if parallel else None
+    sens_future = None
+    if pool is not None and run_sens:  # the sensitivity checks are one long task: start them first, beside the cells
         _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
-                                         else ", ".join(suite.sensitivity.claims)), progress)
-        sensitivity, timings["sensitivity_claims"], error = run_sensitivity(suite, out, resume, progress)
-        timings["sensitivity"] = time.perf_counter() - start
-        if error:
-            errors.append(error)
-        _log(f"sensitivity: {len(sensitivity)} claims in {timings['sensitivity']:.1f}s", progress)
+                                         else ", ".join(suite.sensitivity.claims)) + " (in a worker process)",
+             progress)
+        sens_future = pool.submit(run_sensitivity, suite, out, resume, False)
+    try:
+        with tqdm(total=len(pending), desc=f"cells ({suite.name})", disable=None if progress else True,
+                  dynamic_ncols=True) as bar, \
+                Heartbeat(total=len(pending), jobs=jobs if parallel else 1, enabled=progress) as heartbeat:
+            if executor == "ray":
+                outcomes = _run_ray(pending, suite)
+            elif pool is not None:
+                outcomes = _run_pool(pending, pool, heartbeat)
+            else:
+                outcomes = _run_local(pending, progress, bar, heartbeat)
+            for i, outcome in enumerate(outcomes, 1):
+                records[outcome.spec.id] = persist(out, outcome)
+                result.ran.append(outcome.spec.id)
+                timings["cells"][outcome.spec.id] = outcome.timings
+                heartbeat.done = i
+                if progress:
+                    bar.write(_stage_line(outcome.spec, outcome, i, len(pending)))
+                bar.update(1)
+
+            errors: list[str] = []
+            sensitivity: list[dict[str, Any]] = []
+            if run_sens:
+                start = time.perf_counter()
+                if sens_future is None:
+                    _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
+                                                     else ", ".join(suite.sensitivity.claims)), progress)
+                heartbeat.status = "sensitivity checks"
+                if sens_future is not None:
+                    sensitivity, timings["sensitivity_claims"], error = sens_future.result()
+                else:
+                    sensitivity, timings["sensitivity_claims"], error = run_sensitivity(suite, out, resume, progress)
+                timings["sensitivity"] = time.perf_counter() - start
+                if error:
+                    errors.append(error)
+                _log(f"sensitivity: {len(sensitivity)} claims in {timings['sensitivity']:.1f}s", progress)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     ordered = [dict(records[spec.id]) for spec in cells]
-    for record, gate in zip(ordered, gate_cells(ordered, suite.gate)):
+    roles = {d.label: (d.primary, d.control) for d in suite.defenses}
+    for record, gate in zip(ordered, gate_cells(ordered, suite.gate, roles)):
         record["gate"] = gate
     gate = suite_gate(ordered, sensitivity, suite.sensitivity if run_sens else None, suite.gate, errors)
     start = time.perf_counter()

@@ -20,6 +20,9 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
     epsilons = [2.0, 8.0]     # overrides the suite's
     attacks = ["loss"]        # a subset of the suite's attacks (labels); default: all
     params = { epochs = 2 }
+    # primary = "loss"        # the one attack the gate judges this claim on, fixed before any score is seen
+    #                         # (default: every sound bound of the cell; fewer gated bounds = more power)
+    # control = true          # a positive control: its claim is known false and the gate must catch it
 
     [[attacks]]
     name = "lira"
@@ -60,7 +63,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "seeds", "epsilons", "delta",
             "device", "threads", "knn_k", "defenses", "attacks", "sensitivity", "gate", "ray")
-DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks")
+DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks", "primary", "control")
 ATTACK_KEYS = ("name", "label", "params")
 SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect")
 EXPECTATIONS = ("holds", "violated")
@@ -121,6 +124,8 @@ class DefenseEntry:
     delta: float | None
     noise_multiplier: float | None
     attacks: tuple[str, ...]
+    primary: str | None = None  # the attack whose bound the gate judges the claim on (None: every sound bound)
+    control: bool = False  # a positive control: a claim known to be false, which the gate must catch
 
 
 @dataclass(frozen=True)
@@ -232,7 +237,8 @@ class Suite:
             "defenses": [{"label": d.label, "name": d.name, "private": d.private, "params": d.params,
                           "resolved": d.resolved,
                           "epsilons": [e for e in d.epsilons if e is not None], "delta": d.delta,
-                          "noise_multiplier": d.noise_multiplier, "attacks": list(d.attacks)}
+                          "noise_multiplier": d.noise_multiplier, "attacks": list(d.attacks),
+                          "primary": d.primary, "control": d.control}
                          for d in self.defenses],
             "attacks": [{"label": a.label, "name": a.name, "params": a.params, "resolved": a.resolved}
                         for a in self.attacks],
@@ -481,8 +487,17 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
                 if a not in labels:
                     raise where.error(f"{key}.attacks[{j}]", f"unknown attack label {a!r}; accepted: "
                                                              f"{', '.join(labels) or '(no [[attacks]] defined)'}")
+        primary = entry.get("primary")
+        if primary is not None:
+            primary = _typed(where, f"{key}.primary", primary, str, "an attack label")
+            if primary not in chosen:
+                raise where.error(f"{key}.primary", f"unknown value {primary!r}; accepted: the defense's attacks "
+                                                    f"({', '.join(chosen) or 'none'})")
+        control = _typed(where, f"{key}.control", entry.get("control", False), bool, "true or false")
+        if control and not private:
+            raise where.error(f"{key}.control", f"a positive control needs a privacy claim; {dname!r} makes none")
         defenses.append(DefenseEntry(dname, label, params, defense.config_dict(), private, eps, delta,
-                                     None if noise is None else float(noise), chosen))
+                                     None if noise is None else float(noise), chosen, primary, control))
 
     sensitivity = _sensitivity(where, raw.get("sensitivity"))
     gate_raw = _typed(where, "gate", raw.get("gate", {}), dict, "a table")

@@ -17,6 +17,7 @@ DEFENSES: Registry[type[Defense]] = Registry("defense", {
     "dpcl-barlow": "defenses.dpcl:DPCLBarlow",
     "dp-gcl": "defenses.dp_gcl:DPGCL",
     "logit-dp": "defenses.logit_dp:LogitDP",
+    "control-undernoised": "defenses.controls:UnderNoisedControl",  # a positive control, not a defense
 })
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from audit.runner import EXECUTOR_CHOICES, run_suite
@@ -19,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run only the cells whose id matches this glob, e.g. 'digits/dpcl-*' (repeatable; "
                         "'sensitivity' selects the sensitivity checks)")
     p.add_argument("--data-dir", default=None, help="directory holding torchvision-format datasets")
+    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+                   help="cells (and the sensitivity checks) run in N parallel processes; the report is the same as "
+                        "with --jobs 1 (default: the number of cores, %(default)s here)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage lines")
     p.set_defaults(func=run)
 
@@ -26,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, out=args.out, data_dir=args.data_dir)
     result = run_suite(suite, out=args.out, executor=args.executor, resume=args.resume, only=args.only,
-                       progress=not args.quiet)
+                       progress=not args.quiet, jobs=args.jobs)
     gate = result.report["gate"]
     total = result.timings.get("total", 0.0)
     print(f"report: {result.out / 'report.html'} (also report.md, report.json); "

@@ -60,7 +60,7 @@ def badge(text: str) -> str:
     low = text.lower()
     kind = ("fail" if low.startswith(("fail", "error", "violated", "exceeds")) else
             "warn" if ("not comparable" in low or low.startswith("inconclusive")) else
-            "muted" if low.startswith("no claim") or low == "-" else "pass")
+            "muted" if low.startswith(("no claim", "secondary")) or low == "-" else "pass")
     return f'<span class="badge {kind}">{e(text)}</span>'
 
 

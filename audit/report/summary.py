@@ -72,6 +72,8 @@ def verdict(cell: dict[str, Any]) -> str:
     gate = cell.get("gate") or {}
     if (cell.get("details") or {}).get("error"):
         return "error"
+    if gate.get("control"):
+        return "control caught (expected)" if gate.get("caught") else "FAIL: control not caught"
     if gate.get("status") == "fail":
         return "FAIL"
     comparisons = gate.get("comparisons") or []

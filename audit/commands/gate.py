@@ -1,0 +1,57 @@
+"""``privaudit gate DIR``: the gate of a finished run, per cell: bound, claim, margin, verdict; exit 0 or 1."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from audit.commands.common import format_table
+from core.errors import ConfigError
+from core.io import read_json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("gate", help="print a run's gate per cell (bound, claim, margin) and exit 1 if it failed")
+    p.add_argument("directory", help="the run's output directory (holding report.json)")
+    p.set_defaults(func=run)
+
+
+def _num(x: Any) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def rows(report: dict[str, Any]) -> list[list[str]]:
+    """One row per gated or secondary comparison: cell, attack, role, bound (gate level), claim, margin, verdict."""
+    out = []
+    for cell in report["cells"]:
+        gate = cell.get("gate") or {}
+        role = "control" if gate.get("control") else "claim"
+        for c in gate.get("comparisons", []):
+            if c["verdict"] == "not comparable":
+                continue
+            bound = c.get("gate_eps_lower_bound") if c["verdict"] != "secondary" else c.get("eps_lower_bound")
+            margin = None if bound is None or c.get("epsilon") is None else c["epsilon"] - bound
+            out.append([cell["id"], c["attack"], role if c["verdict"] != "secondary" else "secondary", _num(bound),
+                        f"{_num(c.get('epsilon'))} ({c.get('accountant')})", _num(margin), c["verdict"]])
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.directory) / "report.json"
+    if not path.is_file():
+        raise ConfigError(f"{args.directory}: no report.json here (give the output directory of privaudit run)")
+    try:
+        report = read_json(path)
+        gate = report["gate"]
+    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{path}: not a privaudit report ({type(exc).__name__})") from None
+    print(format_table(["cell", "attack", "role", "ε_lb (gate)", "claimed ε (accountant)", "margin", "verdict"],
+                       rows(report)))
+    print(f"\ngate: {gate['status'].upper()}")
+    for line in gate.get("notes", []):
+        print(f"  note: {line}")
+    for line in gate.get("reasons", []):
+        print(f"  - {line}")
+    return 0 if gate["status"] == "pass" else 1

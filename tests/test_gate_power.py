@@ -1,0 +1,124 @@
+"""A gate with power: primary statistics only, positive controls that must be caught, a stated and checked
+family-wise error rate, and ``privaudit gate`` printing bound, claim and margin per cell."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from attacks.bounds import one_run_bound
+from audit.cli import main
+from audit.gate import gate_cells, suite_gate
+from audit.suite import GateConfig
+
+
+def _cell(cid, defense, eps, attacks):
+    return {"id": cid, "defense": defense, "claim": {"relation": "add-remove", "unit": "example", "delta": 1e-5,
+                                                      "paper_accountant": "rdp"},
+            "epsilon": {"rdp": eps}, "details": {"epsilon": {"rdp": {"infinite": False}}},
+            "attacks": {label: {"auc": 0.6, "eps_lower_bound": b["epsilon"], "details": {"bound": b}}
+                        for label, b in attacks.items()}}
+
+
+def _rr_bound(eps_true: float, rng: np.random.Generator, m: int = 1000, k: int = 100) -> dict:
+    """One-run bound of m randomized-response canaries (each in with probability 1/2) at true epsilon eps_true:
+    the score says "in" correctly with probability e^eps / (1 + e^eps), the tightest eps_true-DP test."""
+    member = rng.random(m) < 0.5
+    p = np.exp(eps_true) / (1 + np.exp(eps_true))
+    says_in = np.where(rng.random(m) < p, member, ~member)
+    scores = says_in + 1e-3 * rng.random(m)  # ties broken at random
+    return one_run_bound(scores, member, k_pos=k, k_neg=k, delta=1e-5).to_dict()
+
+
+def test_only_primary_bounds_are_gated_and_counted():
+    rng = np.random.default_rng(0)
+    strong, weak = _rr_bound(4.0, rng), _rr_bound(0.1, rng)
+    cells = [_cell("a", "dp", 1.0, {"white": strong, "black": weak})]
+    everything = gate_cells(cells, GateConfig())[0]["comparisons"]
+    primary = gate_cells(cells, GateConfig(), {"dp": ("white", False)})[0]["comparisons"]
+    assert [c["verdict"] for c in primary] == ["exceeds", "secondary"]
+    assert "primary statistic for this defense is 'white'" in primary[1]["reason"]
+    # one gated test instead of two: the primary bound is recomputed at 97.5%, not 98.75%
+    assert primary[0]["gate_confidence"] == pytest.approx(0.95)
+    assert everything[0]["gate_confidence"] == pytest.approx(0.975)
+    assert primary[0]["gate_eps_lower_bound"] > everything[0]["gate_eps_lower_bound"]
+
+
+def test_positive_control_must_be_caught():
+    rng = np.random.default_rng(1)
+    leaky = _cell("ctl", "control", 1.0, {"canary": _rr_bound(5.0, rng)})
+    honest_control = _cell("ctl", "control", 1.0, {"canary": _rr_bound(1.0, rng)})
+    real = _cell("real", "dp", 8.0, {"canary": _rr_bound(1.0, rng)})
+    roles = {"control": ("canary", True), "dp": ("canary", False)}
+    for cells, status, caught in (([real, leaky], "pass", True), ([real, honest_control], "fail", False)):
+        gates = gate_cells(cells, GateConfig(), roles)
+        for c, g in zip(cells, gates):
+            c["gate"] = g
+        report_gate = suite_gate(cells, [], None, GateConfig())
+        assert report_gate["status"] == status and report_gate["controls_caught"] == int(caught)
+        assert gates[0]["status"] == "pass"  # the real claim is consistent either way
+        if caught:
+            assert gates[1]["comparisons"][0]["verdict"] == "caught"
+            assert any("positive control ctl caught, as expected" in n for n in report_gate["notes"])
+        else:
+            assert "positive control not caught" in report_gate["reasons"][0]
+        assert report_gate["family_wise_error"] == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("family", [1, 5])
+def test_family_wise_error_rate_on_known_mechanisms(family):
+    """Every claim true (randomized response at exactly its claimed epsilon): the gate fails in at most 5% of
+    suites (one-sided binomial test at 1%), with the Bonferroni correction over ``family`` gated cells."""
+    rng = np.random.default_rng(family)
+    suites, failures = 120, 0
+    for _ in range(suites):
+        cells = [_cell(f"c{i}", "dp", 2.0, {"canary": _rr_bound(2.0, rng)}) for i in range(family)]
+        gates = gate_cells(cells, GateConfig(), {"dp": ("canary", False)})
+        failures += any(g["status"] == "fail" for g in gates)
+    assert stats.binomtest(failures, suites, 0.05, alternative="greater").pvalue > 0.01, failures
+
+
+def test_gate_command_prints_margins_and_exits_with_the_gate(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    cells = [_cell("digits/dp/eps=8/seed=0", "dp", 8.0, {"canary": _rr_bound(1.0, rng)}),
+             _cell("digits/control/eps=1/seed=0", "control", 1.0, {"canary": _rr_bound(6.0, rng)})]
+    roles = {"control": ("canary", True), "dp": ("canary", False)}
+    for c, g in zip(cells, gate_cells(cells, GateConfig(), roles)):
+        c["gate"] = g
+    report = {"cells": cells, "gate": suite_gate(cells, [], None, GateConfig())}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    code = main(["gate", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and "gate: PASS" in out and "margin" in out and "caught" in out
+    row = next(line for line in out.splitlines() if line.startswith("digits/dp/eps=8"))
+    bound = cells[0]["gate"]["comparisons"][0]["gate_eps_lower_bound"]
+    assert f"{8.0 - bound:.4g}" in row
+    report["gate"]["status"] = "fail"
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert main(["gate", str(tmp_path)]) == 1
+    (tmp_path / "report.json").write_text("{garbled")
+    assert main(["gate", str(tmp_path)]) == 2
+    assert "not a privaudit report" in capsys.readouterr().err
+
+
+def test_heartbeat_prints_in_a_ci_log():
+    import io
+    import time as _time
+
+    from audit.progress import Heartbeat
+
+    stream = io.StringIO()  # not a terminal
+    with Heartbeat(total=4, jobs=2, interval=0.05, stream=stream) as beat:
+        beat.status = "running digits/dp-gcl/eps=8/seed=0: lira"
+        beat.done = 1
+        _time.sleep(0.3)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) >= 2
+    assert "1/4 cells done; running digits/dp-gcl/eps=8/seed=0: lira; about" in lines[-1]
+    quiet = io.StringIO()
+    with Heartbeat(total=1, interval=0.05, stream=quiet, enabled=False):
+        _time.sleep(0.15)
+    assert quiet.getvalue() == ""
