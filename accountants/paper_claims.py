@@ -13,6 +13,14 @@ parameters it comes from, and up to three readings of the mechanism:
 - ``alternatives``: other readings that explain a number (e.g. the superseded accounting that does
   reproduce it).
 
+Beside that reproduction check, every claim gets a verdict on the *tightest sound accountant*
+(:func:`tight_verdict`, :data:`VERDICTS`): the bracket [lower, upper] of the PLD of the sound reading's
+dominating pair (or an exact value: the analytic Gaussian, zCDP of a Gaussian mechanism) decides between
+``holds``, ``holds; paper's method does not show it`` (the paper's own accountant on the same mechanism
+exceeds the claim, the tight one does not), ``false`` (even the lower end exceeds it: by how much, and the
+noise that would make it hold), ``undecided`` and ``conservative``. RDP is an upper bound only, so it can
+never make a claim ``false``.
+
 Tolerance: a stated number is reproduced when our value lies within its printed precision (half a unit
 of the last printed digit, also allowing the noise multiplier's printed precision) or within 0.5%.
 

@@ -34,6 +34,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "search each paper's sensitivity claim for a violating neighbouring pair"),
 }
 
+# Two examples per command, shown under its --help.
+EXAMPLES: dict[str, tuple[str, str]] = {
+    "datasets": ("privaudit datasets", "privaudit datasets --data-dir ~/data --json"),
+    "train": ("privaudit train --defense dp-gcl --dataset digits --target-epsilon 8 --epochs 3",
+              "privaudit train --defense alm --target-epsilon 1 --param sensitivity_m=100 --json"),
+    "attack": ("privaudit attack --defense nonprivate --dataset digits --attack lira --plot roc.png",
+               "privaudit attack --defense dp-gcl --target-epsilon 8 --attack gradient-canary --json"),
+    "run": ("privaudit run suites/quickstart.toml", "privaudit run suites/quickstart.toml --resume --only 'digits/dp-gcl/*'"),
+    "report": ("privaudit report reports/quickstart", "privaudit report /tmp/my-run"),
+    "gate": ("privaudit gate reports/quickstart", "privaudit gate reports/quickstart || echo 'the gate failed'"),
+    "epsilon": ("privaudit epsilon --noise-multiplier 1.1 --steps 1000 --sample-rate 0.01 --delta 1e-5",
+                "privaudit epsilon --noise-multiplier 0.4 --steps 78125 --dataset-size 50000 --batch-size 128 "
+                "--sampling without-replacement --accountant pld --json"),
+    "calibrate": ("privaudit calibrate --target-epsilon 8 --steps 1000 --sample-rate 0.01 --delta 1e-5",
+                  "privaudit calibrate --target-epsilon 1 --steps 500 --dataset-size 10000 --batch-size 100 "
+                  "--sampling without-replacement --accountant pld"),
+    "claims": ("privaudit claims --paper DP-GCL", "privaudit claims --id dpcl-simclr-dpsim --json"),
+    "alm-curve": ("privaudit alm-curve --dataset digits", "privaudit alm-curve --epsilons 1,8 --draws 5 --json"),
+    "sensitivity": ("privaudit sensitivity --all", "privaudit sensitivity --claim dpcl.mean --evaluations 400 --json"),
+}
+
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3
 
 
@@ -61,6 +82,9 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     for name, (module, help_text) in COMMANDS.items():
         if argv is None or name == selected:
             importlib.import_module(module).register(sub)
+            command = sub.choices[name]
+            command.formatter_class = argparse.RawDescriptionHelpFormatter
+            command.epilog = "examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES.get(name, ()))
         else:
             sub.add_parser(name, help=help_text)
     return parser

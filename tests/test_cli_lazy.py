@@ -59,3 +59,14 @@ def test_prv_imports_opacus_only_when_asked():
     result = _imports_after(["epsilon", "--noise-multiplier", "1", "--steps", "10", "--sample-rate", "0.01",
                              "--delta", "1e-5", "--accountant", "prv"])
     assert result["code"] == 0 and result["opacus"]
+
+
+def test_every_command_shows_two_examples_in_its_help(capsys):
+    from audit.cli import EXAMPLES, main
+
+    assert set(EXAMPLES) == set(COMMANDS)
+    for name in COMMANDS:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        out = capsys.readouterr().out
+        assert "examples:" in out and all(e in out for e in EXAMPLES[name]) and len(EXAMPLES[name]) == 2, name

@@ -35,7 +35,8 @@ def test_report_json_schema_and_every_number_recomputes_from_the_scores(tiny_run
     assert list(report) == list(TOP_LEVEL)
     assert report["version"] and report["device"] == "cpu" and report["created"].endswith("Z")
     assert report["suite"]["name"] == "tiny" and report["sensitivity"] == []
-    assert report["gate"] == {"status": "pass", "reasons": [], "notes": report["gate"]["notes"]}
+    assert report["gate"] == {"status": "pass", "reasons": [], "notes": report["gate"]["notes"],
+                              "family_wise_error": pytest.approx(0.05), "controls": 0, "controls_caught": 0}
     assert result.exit_code == 0
     ids = [c["id"] for c in report["cells"]]
     assert ids == ["digits/kernel-sum/eps=1/seed=0", "digits/kernel-sum/eps=4/seed=0", "digits/nonprivate/seed=0"]

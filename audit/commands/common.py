@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from typing import Any
 
 from core.errors import ConfigError
@@ -13,6 +14,9 @@ try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
+
+
+TABLE_WIDTH = 120  # columns: what a CI log or a terminal shows without wrapping
 
 
 def add_data_args(parser: argparse.ArgumentParser) -> None:
@@ -45,8 +49,9 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(to_json(obj) + "\n")
 
 
-def format_table(headers: list[str], rows: list[list[Any]]) -> str:
-    """A plain aligned text table."""
+def format_table(headers: list[str], rows: list[list[Any]], width: int = TABLE_WIDTH) -> str:
+    """A plain aligned text table at most ``width`` columns wide: the widest columns are wrapped onto
+    continuation lines (at spaces where possible) until the table fits. Trailing spaces are stripped."""
     def cell(v: Any) -> str:
         if isinstance(v, float):
             return f"{v:.4g}"
@@ -54,7 +59,21 @@ def format_table(headers: list[str], rows: list[list[Any]]) -> str:
 
     cells = [[cell(v) for v in row] for row in rows]
     widths = [max(len(h), *(len(r[i]) for r in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in cells]
+    floor = [max(8, len(h)) for h in headers]
+    while sum(widths) + 2 * (len(widths) - 1) > width:
+        i = max(range(len(widths)), key=lambda k: widths[k] - floor[k])
+        if widths[i] <= floor[i]:
+            break  # cannot narrow further; let it overflow rather than lose text
+        widths[i] -= 1
+
+    def render(row: list[str]) -> list[str]:
+        wrapped = [textwrap.wrap(c, w, break_long_words=True, break_on_hyphens=False) or [""]
+                   for c, w in zip(row, widths)]
+        height = max(len(w) for w in wrapped)
+        return ["  ".join((w[k] if k < len(w) else "").ljust(widths[j]) for j, w in enumerate(wrapped)).rstrip()
+                for k in range(height)]
+
+    lines = render(headers) + ["  ".join("-" * w for w in widths)]
+    for row in cells:
+        lines += render(row)
     return "\n".join(lines)

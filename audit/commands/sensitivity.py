@@ -14,6 +14,7 @@ import sys
 
 from audit.commands.common import emit_json, format_table
 from core.errors import ConfigError
+from audit.sensitivity.verdict import display
 
 HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "verdict", "witness"]
 
@@ -54,7 +55,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _row(r: dict) -> list:
-    return [r["claim"], r["source"], r["relation"], r["bound"], r["observed"], r["ratio"], r["verdict"],
+    return [r["claim"], r["source"], r["relation"], r["bound"], r["observed"], r["ratio"], display(r["verdict"]),
             r["witness"]]
 
 

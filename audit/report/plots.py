@@ -23,6 +23,25 @@ import numpy as np
 from audit.report.summary import shown_accountants, strongest_attack
 
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
+# Okabe & Ito's colour-blind-safe palette; each series also gets its own marker (and baselines a dashed line),
+# so no two series are told apart by colour alone.
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+WHITE_BOX = ("gradient-canary",)  # attacks that read the training internals; the rest query the released model
+
+
+def _style(i: int) -> dict[str, Any]:
+    return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[(i // len(PALETTE) + i) % len(MARKERS)]}
+
+
+def _mean(values: list[float]) -> float:
+    finite = [v for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else math.nan
+
+
+def _strongest_auc(cell: dict[str, Any], names: dict[str, str], white: bool) -> float:
+    aucs = [a.get("auc") for label, a in (cell.get("attacks") or {}).items()
+            if (names.get(label, label) in WHITE_BOX) == white and a.get("auc") is not None]
+    return max(aucs) if aucs else math.nan
 DPI = 130
 
 
@@ -73,10 +92,9 @@ def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
     outside = len(curves) > 4  # many cells: the legend goes beside the axes, not over the curves
     fig, ax = plt.subplots(figsize=(7.4 if outside else 5.2, 4.0))
     floor = min(0.5 / max(r.n_nonmembers, 1) for _, r, _ in curves)
-    cmap = plt.get_cmap("tab10")
     for i, (name, r, auc) in enumerate(curves):
         pts = loglog_roc(r, floor)
-        ax.step(pts["fpr"], pts["tpr"], where="post", color=cmap(i % 10), lw=1.4,
+        ax.step(pts["fpr"], pts["tpr"], where="post", color=PALETTE[i % len(PALETTE)], lw=1.4,
                 label=f"{name} (AUC {auc:.3f})" if auc is not None else name)
     ax.plot([floor, 1], [floor, 1], ls="--", color="grey", lw=1, label="chance")
     ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1.05), xlabel="false positive rate",
@@ -106,7 +124,6 @@ def epsilon_plot(report: dict[str, Any]) -> bytes | None:
         _, attack = strongest_attack(cell)
         lbs.append((attack or {}).get("eps_lower_bound") or 0.0)
     ax.barh(y, lbs, height=0.5, color="#d9534f", alpha=0.75, label="strongest ε lower bound (measured)")
-    cmap = plt.get_cmap("tab10")
     infinite = [yi for yi, cell in zip(y, cells)
                 if any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())]
     for j, name in enumerate(names):
@@ -116,7 +133,7 @@ def epsilon_plot(report: dict[str, Any]) -> bytes | None:
                 xs.append(cell["epsilon"][name])
                 ys.append(yi)
         offset = (j - (len(names) - 1) / 2) * 0.12
-        ax.scatter(xs, np.asarray(ys) + offset, marker=MARKERS[j % len(MARKERS)], color=cmap(j % 10), s=28,
+        ax.scatter(xs, np.asarray(ys) + offset, marker=MARKERS[j % len(MARKERS)], color=PALETTE[j % len(PALETTE)], s=28,
                    zorder=3, label=f"ε ({name})")
     for yi in infinite:  # no mechanism: every accountant says infinity
         ax.annotate("ε = ∞", xy=(top, yi), xytext=(top * 0.80, yi), va="center", ha="right", fontsize=7,
@@ -130,19 +147,20 @@ def epsilon_plot(report: dict[str, Any]) -> bytes | None:
 
 
 def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
-    """Utility (linear probe) and leakage (strongest AUC) against epsilon, one line per defense."""
+    """Utility (linear probe) and leakage against epsilon, one line per defense; black-box leakage (attacks on
+    the released model) and white-box leakage (audits of the training internals) on separate axes."""
     cells = [c for c in report["cells"] if not (c.get("details") or {}).get("error")]
     if not cells:
         return None
-    points: dict[str, dict[float, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
-    baselines: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    names = {a["label"]: a["name"] for a in (report.get("suite") or {}).get("attacks", []) if "label" in a}
+    points: dict[str, dict[float, list[tuple[float, float, float]]]] = defaultdict(lambda: defaultdict(list))
+    baselines: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for cell in cells:
         utility = (cell.get("utility") or {}).get("linear_probe_accuracy")
-        _, attack = strongest_attack(cell)
-        auc = (attack or {}).get("auc")
         finite = [v for v in cell.get("epsilon", {}).values() if v is not None]
         eps = cell.get("target_epsilon") if cell.get("target_epsilon") is not None else (min(finite) if finite else None)
-        entry = (math.nan if utility is None else utility, math.nan if auc is None else auc)
+        entry = (math.nan if utility is None else utility, _strongest_auc(cell, names, False),
+                 _strongest_auc(cell, names, True))
         if eps is None:
             baselines[cell["defense"]].append(entry)
         else:
@@ -150,22 +168,23 @@ def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
     if not points and not baselines:
         return None
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(8.2, 3.4))
-    cmap = plt.get_cmap("tab10")
+    fig, axes = plt.subplots(1, 3, figsize=(11.5, 3.4))
     for i, (defense, by_eps) in enumerate(sorted(points.items())):
         xs = sorted(by_eps)
         for k, ax in enumerate(axes):
-            ys = [np.nanmean([p[k] for p in by_eps[x]]) for x in xs]
-            ax.plot(xs, ys, marker=MARKERS[i % len(MARKERS)], color=cmap(i % 10), label=defense)
+            ys = [_mean([p[k] for p in by_eps[x]]) for x in xs]
+            if np.isfinite(ys).any():
+                ax.plot(xs, ys, label=defense, **_style(i))
     for j, (defense, entries) in enumerate(sorted(baselines.items())):
+        style = _style(len(points) + j)
         for k, ax in enumerate(axes):
-            value = np.nanmean([p[k] for p in entries])
+            value = _mean([p[k] for p in entries])
             if np.isfinite(value):
-                ax.axhline(value, ls="--", lw=1, color=cmap((len(points) + j) % 10), label=f"{defense} (ε = ∞)")
+                ax.axhline(value, ls="--", lw=1, color=style["color"], label=f"{defense} (ε = ∞)")
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
 
     ticks = sorted({x for by_eps in points.values() for x in by_eps})
-    for ax, ylabel in zip(axes, ("linear-probe accuracy", "strongest attack AUC")):
+    for ax, ylabel in zip(axes, ("linear-probe accuracy", "strongest black-box AUC", "strongest white-box AUC")):
         ax.set(xlabel="target ε (log scale)", ylabel=ylabel)
         if points:
             ax.set_xscale("log")
@@ -175,12 +194,19 @@ def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
             ax.xaxis.set_minor_formatter(NullFormatter())
             if len(ticks) == 1:
                 ax.set_xlim(ticks[0] / 2, ticks[0] * 2)
-    axes[1].axhline(0.5, ls=":", lw=1, color="grey", label="chance")
+    for ax in axes[1:]:
+        ax.axhline(0.5, ls=":", lw=1, color="grey", label="chance")
     axes[0].set_title("privacy–utility")
-    axes[1].set_title("privacy–leakage")
-    handles, labels = axes[1].get_legend_handles_labels()
-    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.82, 0.5))
-    fig.tight_layout(rect=(0, 0, 0.81, 1))
+    axes[1].set_title("leakage, black-box (released model)")
+    axes[2].set_title("leakage, white-box (training internals)")
+    handles, labels = [], []
+    for ax in axes:
+        for h, l in zip(*ax.get_legend_handles_labels()):
+            if l not in labels:
+                handles.append(h)
+                labels.append(l)
+    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.86, 0.5))
+    fig.tight_layout(rect=(0, 0, 0.85, 1))
     return _png(fig)
 
 

@@ -6,6 +6,7 @@ only format these rows.
 from __future__ import annotations
 
 from typing import Any
+from audit.sensitivity.verdict import display
 
 UTILITY_KEYS = ("knn_accuracy", "linear_probe_accuracy")
 
@@ -146,7 +147,8 @@ SENSITIVITY_HEADERS = ["claim", "source", "relation", "bound", "observed", "rati
 def sensitivity_rows(report: dict[str, Any]) -> list[list[str]]:
     expect = ((report["suite"].get("sensitivity") or {}).get("expect")) or {}
     return [[r.get("claim", "-"), r.get("source", "-"), r.get("relation", "-"), fmt(r.get("bound")),
-             fmt(r.get("observed")), fmt(r.get("ratio")), r.get("verdict", "-"), expect.get(r.get("claim"), "holds"),
+             fmt(r.get("observed")), fmt(r.get("ratio")), display(r.get("verdict", "-")),
+             display(expect.get(r.get("claim"), "holds")),
              r.get("witness") or "-"] for r in report.get("sensitivity") or []]
 
 

@@ -78,6 +78,12 @@ def is_violation(observed: float, bound: float, tol: float) -> bool:
     return observed - bound > tol
 
 
+def display(verdict_key: str) -> str:
+    """How a verdict reads in tables: a search that found no violation has not *proved* the bound, so the key
+    ``holds`` (kept in JSON and suites) is shown as "not refuted"."""
+    return {"holds": "not refuted"}.get(verdict_key, verdict_key)
+
+
 def verdict(observed: float | None, bound: float | None, tol: float, *, closed_form: bool, covered: bool) -> str:
     """``violated`` / ``holds`` / ``inconclusive`` (see module doc)."""
     if observed is None or bound is None:
