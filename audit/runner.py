@@ -32,7 +32,7 @@ from audit.gate import gate_cells, suite_gate
 from audit.lock import output_lock
 from audit.progress import Heartbeat
 from core.io import TEMP_GLOB, atomic_write_json, read_json, strict
-from audit.suite import CellSpec, Suite, config_hash
+from audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
 
 EXECUTOR_CHOICES = ("local", "ray")
 EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_ERROR = 0, 1, 3
@@ -184,32 +184,38 @@ def split_wall_clock(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     return {**result, "config": config}, timing
 
 
-def run_sensitivity(suite: Suite, out: Path, resume: bool,
-                    progress: bool) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
-    """Run (or reuse) the suite's sensitivity checks: (results, wall-clock timings per claim, error).
-    Witnesses are written under ``sensitivity/witnesses``."""
-    config = suite.sensitivity
-    if config is None:
-        return [], {}, None
-    key = config_hash({"claims": config.claims, "budget_seconds": config.budget_seconds,
-                       "evaluations": config.evaluations, "seed": config.seed})
+def _sensitivity_key(config: SensitivityConfig) -> str:
+    return config_hash({"claims": config.claims, "budget_seconds": config.budget_seconds,
+                        "evaluations": config.evaluations, "seed": config.seed})
+
+
+def _cached_sensitivity(config: SensitivityConfig, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
     path = out / "sensitivity.json"
-    if resume and path.exists():
-        try:
-            saved = read_json(path)
-            if saved.get("key") == key:
-                return saved["results"], saved.get("timings", {}), None
-        except (OSError, ValueError):
-            pass
+    if not path.exists():
+        return None
+    try:
+        saved = read_json(path)
+    except (OSError, ValueError):
+        return None
+    if saved.get("key") != _sensitivity_key(config):
+        return None
+    return saved["results"], saved.get("timings", {})
+
+
+def check_sensitivity_claims(config: SensitivityConfig, out: Path, claim_ids: list[str] | None,
+                             progress: bool) -> list[dict[str, Any]]:
+    """The raw results of ``claim_ids`` (None: the config's claims). Each claim's search is seeded by the claim
+    alone, so checking claims one by one (in parallel workers) gives the numbers a single pass gives."""
     from audit.sensitivity import check_claims
 
-    witnesses = out / "sensitivity" / "witnesses"
-    try:
-        results = check_claims(None if config.claims is None else list(config.claims),
-                               budget_seconds=config.budget_seconds, evaluations=config.evaluations,
-                               seed=config.seed, progress=progress, witness_dir=witnesses)
-    except Exception as exc:  # noqa: BLE001 - reported through the gate
-        return [], {}, f"sensitivity checks errored: {type(exc).__name__}: {exc}".splitlines()[0]
+    ids = claim_ids if claim_ids is not None else (None if config.claims is None else list(config.claims))
+    return check_claims(ids, budget_seconds=config.budget_seconds, evaluations=config.evaluations,
+                        seed=config.seed, progress=progress, witness_dir=out / "sensitivity" / "witnesses")
+
+
+def finish_sensitivity(config: SensitivityConfig, out: Path,
+                       results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Results without wall-clock fields, witnesses relative to ``out``; saved for ``--resume``."""
     kept, timings = [], {}
     for r in strict([dict(r) for r in results]):
         r, timings[r["claim"]] = split_wall_clock(r)
@@ -217,8 +223,26 @@ def run_sensitivity(suite: Suite, out: Path, resume: bool,
         if witness and Path(witness).is_file():
             r["witness"] = Path(witness).resolve().relative_to(out.resolve()).as_posix()
         kept.append(r)
-    atomic_write_json(path, {"key": key, "results": kept, "timings": timings})
-    return kept, timings, None
+    atomic_write_json(out / "sensitivity.json", {"key": _sensitivity_key(config), "results": kept,
+                                                 "timings": timings})
+    return kept, timings
+
+
+def run_sensitivity(suite: Suite, out: Path, resume: bool,
+                    progress: bool) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
+    """Run (or reuse) the suite's sensitivity checks: (results, wall-clock timings per claim, error).
+    Witnesses are written under ``sensitivity/witnesses``."""
+    config = suite.sensitivity
+    if config is None:
+        return [], {}, None
+    cached = _cached_sensitivity(config, out) if resume else None
+    if cached is not None:
+        return (*cached, None)
+    try:
+        results = check_sensitivity_claims(config, out, None, progress)
+    except Exception as exc:  # noqa: BLE001 - reported through the gate
+        return [], {}, f"sensitivity checks errored: {type(exc).__name__}: {exc}".splitlines()[0]
+    return (*finish_sensitivity(config, out, results), None)
 
 
 def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "local", resume: bool = False,
@@ -271,12 +295,16 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
     timings: dict[str, Any] = {"executor": executor, "jobs": jobs, "cells": {}}
     parallel = executor == "local" and jobs > 1 and (len(pending) + run_sens) > 1
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) if parallel else None
-    sens_future = None
-    if pool is not None and run_sens:  # the sensitivity checks are one long task: start them first, beside the cells
-        _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
-                                         else ", ".join(suite.sensitivity.claims)) + " (in a worker process)",
-             progress)
-        sens_future = pool.submit(run_sensitivity, suite, out, resume, False)
+    sens_futures = None
+    cached_sens = _cached_sensitivity(suite.sensitivity, out) if run_sens and resume else None
+    if pool is not None and run_sens and cached_sens is None:
+        # one task per claim, submitted first: the long searches start early and spread over the workers
+        from audit.sensitivity import select
+
+        ids = [spec.id for spec in select(None if suite.sensitivity.claims is None
+                                          else list(suite.sensitivity.claims))]
+        _log(f"sensitivity: checking {len(ids)} claims beside the cells ({jobs} processes)", progress)
+        sens_futures = [pool.submit(check_sensitivity_claims, suite.sensitivity, out, [i], False) for i in ids]
     try:
         with tqdm(total=len(pending), desc=f"cells ({suite.name})", disable=None if progress else True,
                   dynamic_ncols=True) as bar, \
@@ -300,18 +328,26 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
             sensitivity: list[dict[str, Any]] = []
             if run_sens:
                 start = time.perf_counter()
-                if sens_future is None:
-                    _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
-                                                     else ", ".join(suite.sensitivity.claims)), progress)
                 heartbeat.status = "sensitivity checks"
-                if sens_future is not None:
-                    sensitivity, timings["sensitivity_claims"], error = sens_future.result()
+                if sens_futures is not None:
+                    try:
+                        raw = [r for f in sens_futures for r in f.result()]
+                        sensitivity, timings["sensitivity_claims"] = finish_sensitivity(suite.sensitivity, out, raw)
+                        error = None
+                    except Exception as exc:  # noqa: BLE001 - reported through the gate
+                        sensitivity, error = [], f"sensitivity checks errored: {type(exc).__name__}: {exc}"
+                        error = error.splitlines()[0]
                 else:
+                    if cached_sens is None:
+                        _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
+                                                         else ", ".join(suite.sensitivity.claims)), progress)
                     sensitivity, timings["sensitivity_claims"], error = run_sensitivity(suite, out, resume, progress)
                 timings["sensitivity"] = time.perf_counter() - start
                 if error:
                     errors.append(error)
-                _log(f"sensitivity: {len(sensitivity)} claims in {timings['sensitivity']:.1f}s", progress)
+                where = " (checked beside the cells)" if sens_futures is not None else ""
+                _log(f"sensitivity: {len(sensitivity)} claims, {timings['sensitivity']:.1f}s after the cells{where}",
+                     progress)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
