@@ -9,6 +9,8 @@ closures or live models.
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from core.registry import Registry
@@ -32,14 +34,20 @@ class LocalExecutor:
         self.desc = desc
 
     def map(self, fn: Callable[[T], R], tasks: Sequence[T]) -> list[R]:
+        """Results in task order. With ``progress``: a bar on a terminal, a line per finished task in a log."""
         from tqdm.auto import tqdm
 
         out: list[R] = []
+        lines = self.progress and not sys.stderr.isatty()  # tqdm hides its bar there; a CI log gets lines
+        start = time.perf_counter()
         with tqdm(total=len(tasks), desc=self.desc, disable=None if self.progress else True, leave=False,
                   dynamic_ncols=True) as bar:
-            for task in tasks:
+            for i, task in enumerate(tasks, 1):
                 out.append(fn(task))
                 bar.update(1)
+                if lines:
+                    print(f"  {self.desc}: {i}/{len(tasks)} done ({time.perf_counter() - start:.0f}s)",
+                          file=sys.stderr, flush=True)
         return out
 
 

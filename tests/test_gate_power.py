@@ -122,3 +122,12 @@ def test_heartbeat_prints_in_a_ci_log():
     with Heartbeat(total=1, interval=0.05, stream=quiet, enabled=False):
         _time.sleep(0.15)
     assert quiet.getvalue() == ""
+
+
+def test_local_executor_prints_a_line_per_model_in_a_log(capsys):
+    from attacks.executor import LocalExecutor
+
+    assert LocalExecutor(progress=True, desc="reference models").map(abs, [-1, -2, -3]) == [1, 2, 3]
+    err = capsys.readouterr().err  # captured: not a terminal
+    assert "reference models: 1/3 done" in err and "reference models: 3/3 done" in err
+    assert LocalExecutor(progress=False).map(abs, [-1]) == [1] and capsys.readouterr().err == ""
