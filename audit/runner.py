@@ -73,16 +73,21 @@ def cell_dir(out: Path, spec: CellSpec) -> Path:
     return out / "cells" / spec.slug
 
 
-def load_cached(out: Path, spec: CellSpec) -> dict[str, Any] | None:
-    """A finished cell's record when its key matches and every score file it names exists."""
-    path = cell_dir(out, spec) / "cell.json"
+def read_keyed(path: Path, key: str) -> dict[str, Any] | None:
+    """A cached JSON artifact when it exists, parses and was written for ``key`` (else None: recompute)."""
     if not path.exists():
         return None
     try:
         saved = read_json(path)
     except (OSError, ValueError):
         return None
-    if saved.get("key") != spec.key or saved.get("resolved") != strict(spec.resolved()):
+    return saved if isinstance(saved, dict) and saved.get("key") == key else None
+
+
+def load_cached(out: Path, spec: CellSpec) -> dict[str, Any] | None:
+    """A finished cell's record when its key matches and every score file it names exists."""
+    saved = read_keyed(cell_dir(out, spec) / "cell.json", spec.key)
+    if saved is None or saved.get("resolved") != strict(spec.resolved()):
         return None
     record = saved["record"]
     for attack in record.get("attacks", {}).values():
@@ -190,16 +195,8 @@ def _sensitivity_key(config: SensitivityConfig) -> str:
 
 
 def _cached_sensitivity(config: SensitivityConfig, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    path = out / "sensitivity.json"
-    if not path.exists():
-        return None
-    try:
-        saved = read_json(path)
-    except (OSError, ValueError):
-        return None
-    if saved.get("key") != _sensitivity_key(config):
-        return None
-    return saved["results"], saved.get("timings", {})
+    saved = read_keyed(out / "sensitivity.json", _sensitivity_key(config))
+    return None if saved is None else (saved["results"], saved.get("timings", {}))
 
 
 def check_sensitivity_claims(config: SensitivityConfig, out: Path, claim_ids: list[str] | None,
