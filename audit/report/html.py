@@ -48,8 +48,8 @@ code { background: var(--soft); padding: 1px 5px; border-radius: 4px; font-size:
 small { color: var(--muted); }
 """
 
-NUMERIC_HEADERS = {"target ε", "seed", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc", "linear probe", "TPR@0.1%", "TPR@1%",
-                   "TPR@10%", "bound", "observed", "ratio", "ε_lb (gate)"}
+NUMERIC_HEADERS = {"target ε", "seed", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc (encoder)", "linear probe (encoder)",
+                   "TPR@0.1%", "TPR@1%", "TPR@10%", "bound", "observed", "ratio", "ε_lb (gate)"}
 
 
 def e(x: Any) -> str:

@@ -95,7 +95,8 @@ def verdict(cell: dict[str, Any]) -> str:
 def summary_headers(report: dict[str, Any]) -> list[str]:
     return (["defense"] + (["dataset"] if varies(report, "dataset") else []) + ["target ε"]
             + (["seed"] if varies(report, "seed") else []) + [f"ε {a}" for a in shown_accountants(report)]
-            + ["strongest attack", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc", "linear probe", "own utility", "verdict"])
+            + ["strongest attack", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc (encoder)", "linear probe (encoder)",
+               "own utility (released model)", "verdict"])
 
 
 def summary_rows(report: dict[str, Any]) -> list[list[str]]:
