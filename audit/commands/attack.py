@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from attacks import ATTACKS, DataRef, Target, make_attack, make_executor
 from attacks.executor import EXECUTORS
@@ -12,7 +13,8 @@ from attacks.shadow_models import resolve_defense
 from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, parse_params
 from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
-from core.errors import ConfigError
+from core.errors import ConfigError, one_of
+from core.io import check_output_dir
 from defenses import DEFENSES, Budget
 
 # Attacks whose shadow/reference model count --shadow-models sets.
@@ -39,6 +41,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+
+
+def check_plot_path(plot: str) -> None:
+    """--plot names a writable file with a format matplotlib writes (checked before any training)."""
+    path = Path(plot)
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise one_of("--plot", path.suffix or plot, PLOT_FORMATS)
+    if path.is_dir():
+        raise ConfigError(f"--plot: {plot!r} is a directory; give a file name such as roc.png")
+    check_output_dir(path.parent, field="--plot")
+
+
 def run(args: argparse.Namespace) -> int:
     attack_params = parse_params(args.attack_param)
     if args.shadow_models is not None:
@@ -54,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--target-epsilon/--noise-multiplier: defense {args.defense!r} is not private")
     executor = make_executor(args.executor, progress=not args.json)
     device = resolve_device(args.device)
+    if args.out:
+        check_output_dir(args.out)  # before training: a bad --out loses no work
+    if args.plot:
+        check_plot_path(args.plot)
     data = load_dataset(args.dataset, seed=args.seed, data_dir=args.data_dir)
     data_ref = DataRef(args.dataset, args.seed, args.data_dir)
 

@@ -11,6 +11,7 @@ from audit.commands.common import add_data_args, add_output_args, emit_json, for
 from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
 from core.errors import ConfigError
+from core.io import check_output_dir
 from defenses import DEFENSES, Budget, make_defense
 from defenses.evaluation import encoder_utility
 from defenses.nn.model import build_model
@@ -64,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     if budget.private and not defense.private:
         raise ConfigError(f"--target-epsilon/--noise-multiplier: defense {args.defense!r} is not private")
     device = resolve_device(args.device)
+    out = None if args.no_save else Path(args.out or f"checkpoints/{args.defense}-{args.dataset}-s{args.seed}")
+    if out is not None:
+        check_output_dir(out)  # before training: a bad --out loses no work
     data = load_dataset(args.dataset, seed=args.seed, data_dir=args.data_dir)
 
     start = time.perf_counter()
@@ -79,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
     epsilons = {name: r.to_dict() for name, r in _quiet(all_epsilons, trained.claim).items()}
 
     checkpoint = None
-    if not args.no_save:
-        out = Path(args.out or f"checkpoints/{args.defense}-{args.dataset}-s{args.seed}")
+    if out is not None:
         checkpoint = str(trained.save(out))
 
     if args.json:
