@@ -316,7 +316,8 @@ def run_sensitivity(suite: Suite, out: Path, resume: bool,
 
 
 def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "local", resume: bool = False,
-              only: Sequence[str] | None = None, progress: bool = True, jobs: int = 1) -> RunResult:
+              only: Sequence[str] | None = None, progress: bool = True, jobs: int = 1,
+              yes_large: bool = False) -> RunResult:
     """Run ``suite`` end to end and write its report; see the module docstring.
 
     The output directory is locked for the whole run (:func:`audit.lock.output_lock`): a second run on the same
@@ -326,6 +327,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     if not (isinstance(jobs, int) and 1 <= jobs <= 256):
         raise ConfigError(f"--jobs: must be an integer in [1, 256], got {jobs!r}")
     only = list(only or [])
+    suite.check_size(yes_large)
     cells = suite.cells(only or None)
     run_sens = suite.sensitivity is not None and (not only or any(p in ("sensitivity", "*") for p in only))
     if only and not cells and not run_sens:

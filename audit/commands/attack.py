@@ -10,7 +10,7 @@ from attacks import ATTACKS, DataRef, Target, make_attack, make_executor
 from attacks.executor import EXECUTORS
 from attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
 from attacks.shadow_models import resolve_defense
-from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, parse_params
+from audit.commands.common import add_data_args, number, integer, add_output_args, emit_json, format_table, parse_params
 from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
 from core.errors import ConfigError, one_of
@@ -26,13 +26,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--defense", default="nonprivate", help=f"one of: {', '.join(DEFENSES)}")
     p.add_argument("--attack", default="lira", help=f"one of: {', '.join(ATTACKS)}")
     add_data_args(p)
-    p.add_argument("--target-epsilon", type=float, default=None, help="privacy budget epsilon (DP defenses)")
-    p.add_argument("--delta", type=float, default=None, help="delta (default 1/(N ln N))")
-    p.add_argument("--noise-multiplier", type=float, default=None, help="fix the noise instead of calibrating")
-    p.add_argument("--shadow-models", type=int, default=None,
+    p.add_argument("--target-epsilon", type=number(positive=True), default=None, help="privacy budget epsilon (DP defenses)")
+    p.add_argument("--delta", type=number(positive=True), default=None, help="delta (default 1/(N ln N))")
+    p.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
+    p.add_argument("--shadow-models", type=integer(1, 10 ** 5), default=None,
                    help="shadow/reference models (lira, shadow, encodermi)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a defense hyper-parameter (repeatable)")
     p.add_argument("--attack-param", action="append", metavar="KEY=VALUE", help="an attack setting (repeatable)")
+    p.add_argument("--allow-plugins", action="store_true",
+                   help="allow --defense module:Class (imports it: runs its code)")
     p.add_argument("--executor", default="local", help=f"one of: {', '.join(EXECUTORS)}")
     p.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICES)}")
     p.add_argument("--out", default=None, help="directory for scores.npz and result.json")
@@ -63,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
         attack_params[SHADOW_PARAM[args.attack]] = args.shadow_models
     attack = make_attack(args.attack, attack_params)
     params = parse_params(args.param)
+    if ":" in args.defense and args.defense not in DEFENSES and not args.allow_plugins:
+        raise ConfigError(f"--defense: {args.defense!r} is a plugin: importing it runs its code; pass --allow-plugins "
+                          "to allow it")
     defense = resolve_defense(args.defense, params)
     budget = Budget(target_epsilon=args.target_epsilon, delta=args.delta, noise_multiplier=args.noise_multiplier)
     if budget.private and not defense.private:
