@@ -15,6 +15,12 @@ written atomically (:mod:`core.io`) and ``cell.json`` only after the cell's scor
 any point leaves finished cells complete and nothing torn; ``--resume`` reuses every finished cell whose
 key matches and redoes the rest. Cells are computed from seeds alone, so the report of a resumed run
 equals an uninterrupted run's (``created`` aside).
+
+Cached artifacts (``cell.json``, ``sensitivity.json``) are trusted only when :func:`read_keyed` verifies them:
+schema version :data:`CACHE_SCHEMA`, the cell's key, a SHA-256 digest of their own content, and the SHA-256 of
+every file they reference (``scores.npz`` and ``result.json`` of each attack, the witnesses). A torn, corrupt or
+edited cache is recomputed, and one line on stderr says which and why. ``--only`` runs the selected cells and
+merges every other finished cell into the report, so a partial report never replaces a whole one.
 """
 
 from __future__ import annotations
@@ -372,10 +378,13 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
     kept = []
     for spec in suite.cells() if only else []:
         if spec.id not in selected:
-            cached, _ = load_cached(out, spec)
+            cached, problem = load_cached(out, spec)
             if cached is not None:
                 records[spec.id] = cached
                 kept.append(spec)
+            elif problem:
+                print(f"privaudit: --only: {spec.id}: {problem}; left out of the report until it runs again",
+                      file=sys.stderr, flush=True)
     if kept:
         _log(f"--only: {len(kept)} finished cells outside the selection kept in the report", progress)
     if result.reused:

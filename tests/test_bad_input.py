@@ -235,3 +235,27 @@ def test_a_large_suite_runs_with_yes_large_only(tmp_path):
     with pytest.raises(ConfigError, match="suite too large"):
         big.check_size(False)
     big.check_size(True)
+
+
+@pytest.mark.parametrize("argv", [["run", "{suite}", "--out", "{tmp}/ro"], ["train", "--epochs", "1", "--out", "{tmp}/ro"],
+                                  ["attack", "--attack", "loss", "--out", "{tmp}/ro/new"]],
+                         ids=["run", "train", "attack"])
+def test_a_read_only_output_directory_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv):
+    """A read-only --out (here a read-only mount, simulated: permissions do not stop root) is refused before any
+    training, by run, train and attack."""
+    import core.io
+
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    real = core.io.tempfile.mkstemp
+
+    def mkstemp(*args, **kwargs):
+        if Path(kwargs.get("dir", "")).resolve() == read_only.resolve():
+            raise OSError(30, "Read-only file system")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core.io.tempfile, "mkstemp", mkstemp)
+    shown = str(read_only) + ("/new" if argv[0] == "attack" else "")
+    what = "cannot be created: '" + str(read_only) + "' is not writable" if argv[0] == "attack" else "is not writable"
+    _check(tmp_path, capsys, argv, f"--out: '{shown}' {what} (Read-only file system)")
+    assert list(read_only.iterdir()) == []
