@@ -299,3 +299,41 @@ def test_sigkill_at_three_points_then_resume_equals_an_uninterrupted_run(tmp_pat
         assert len(resumed.reused) == killed_at and len(resumed.ran) == 3 - killed_at, name
         assert comparable(read_json(out / "report.json")) == expected, name
         assert not list(out.rglob("*privaudit-tmp*")), name
+
+
+def test_an_edited_sensitivity_cache_or_witness_is_rechecked(tmp_path, monkeypatch, capsys):
+    calls = []
+
+    def check_claims(claim_ids, *, budget_seconds, evaluations, seed, progress, witness_dir):
+        calls.append(claim_ids)
+        witness = Path(witness_dir) / "w.safetensors"
+        witness.parent.mkdir(parents=True, exist_ok=True)
+        witness.write_bytes(b"planted witness")
+        return [{"claim": "dpcl.mean", "source": "paper", "relation": "replace-one", "bound": 1.0, "config": {},
+                 "observed": 0.9, "ratio": 0.9, "verdict": "holds", "witness": str(witness)}]
+
+    monkeypatch.setattr("audit.sensitivity.check_claims", check_claims)
+    suite = tmp_path / "s.toml"
+    suite.write_text(THREE.format(pause=0, marker="") + "[sensitivity]\nclaims = ['dpcl.mean']\nevaluations = 10\n")
+    out = tmp_path / "out"
+
+    def run() -> str:
+        capsys.readouterr()
+        run_suite(load_suite(suite), out=out, only=["sensitivity"], resume=True, progress=False)
+        return capsys.readouterr().err
+
+    run()
+    assert run() == "" and len(calls) == 1  # an intact cache is reused silently
+    (out / "sensitivity" / "witnesses" / "w.safetensors").write_bytes(b"edited")
+    err = run()
+    assert len(calls) == 2 and err == ("privaudit: resume: sensitivity checks: sensitivity/witnesses/w.safetensors "
+                                       "was changed or is corrupt (sha256 mismatch); recomputing\n")
+    saved = read_json(out / "sensitivity.json")
+    saved["results"][0]["observed"] = 0.1
+    (out / "sensitivity.json").write_text(json.dumps(saved))
+    err = run()
+    assert len(calls) == 3 and "sensitivity.json was edited or is corrupt (digest mismatch)" in err
+    assert read_json(out / "report.json")["sensitivity"][0]["observed"] == 0.9
+    # --only on cells keeps the finished sensitivity verdicts in the report
+    run_suite(load_suite(suite), out=out, only=[IDS[0]], progress=False)
+    assert len(calls) == 3 and read_json(out / "report.json")["sensitivity"][0]["claim"] == "dpcl.mean"
