@@ -598,8 +598,10 @@ def _sensitivity(where: _Where, raw: Any) -> SensitivityConfig | None:
     evaluations = raw.get("evaluations")
     if evaluations is not None:
         _typed(where, "sensitivity.evaluations", evaluations, int, "a positive integer")
-        if not 1 <= evaluations <= MAX_INT:
-            raise where.error("sensitivity.evaluations", f"must lie in [1, {MAX_INT}], got {evaluations!r}")
+        if evaluations < 1:
+            raise where.error("sensitivity.evaluations", f"must be >= 1, got {evaluations!r}")
+        if evaluations > MAX_INT:
+            raise where.error("sensitivity.evaluations", f"must be <= {MAX_INT}, got {evaluations!r}")
         if budget is not None:
             raise where.error("sensitivity.evaluations", "give either evaluations or budget_seconds, not both")
     seed = _typed(where, "sensitivity.seed", raw.get("seed", 0), int, "an integer")
