@@ -237,7 +237,8 @@ def test_a_large_suite_runs_with_yes_large_only(tmp_path):
     big.check_size(True)
 
 
-@pytest.mark.parametrize("argv", [["run", "{suite}", "--out", "{tmp}/ro"], ["train", "--epochs", "1", "--out", "{tmp}/ro"],
+@pytest.mark.parametrize("argv", [["run", "{suite}", "--out", "{tmp}/ro"],
+                                  ["train", "--epochs", "1", "--out", "{tmp}/ro"],
                                   ["attack", "--attack", "loss", "--out", "{tmp}/ro/new"]],
                          ids=["run", "train", "attack"])
 def test_a_read_only_output_directory_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv):

@@ -19,7 +19,6 @@ import pytest
 from audit.cli import main
 from audit.runner import CACHE_SCHEMA, run_suite
 from audit.suite import load_suite
-from core.errors import ConfigError
 from core.io import read_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,7 +10,8 @@ from attacks import ATTACKS, DataRef, Target, make_attack, make_executor
 from attacks.executor import EXECUTORS
 from attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
 from attacks.shadow_models import resolve_defense
-from audit.commands.common import add_data_args, number, integer, add_output_args, emit_json, format_table, parse_params
+from audit.commands.common import (add_data_args, add_output_args, emit_json, format_table, integer, number,
+                                   parse_params)
 from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
 from core.errors import ConfigError, one_of
@@ -26,8 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--defense", default="nonprivate", help=f"one of: {', '.join(DEFENSES)}")
     p.add_argument("--attack", default="lira", help=f"one of: {', '.join(ATTACKS)}")
     add_data_args(p)
-    p.add_argument("--target-epsilon", type=number(positive=True), default=None, help="privacy budget epsilon (DP defenses)")
-    p.add_argument("--delta", type=number(positive=True), default=None, help="delta (default 1/(N ln N))")
+    p.add_argument("--target-epsilon", type=number(), default=None,
+                   help="privacy budget epsilon (DP defenses)")
+    p.add_argument("--delta", type=number(), default=None, help="delta (default 1/(N ln N))")
     p.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
     p.add_argument("--shadow-models", type=integer(1, 10 ** 5), default=None,
                    help="shadow/reference models (lira, shadow, encodermi)")

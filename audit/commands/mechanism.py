@@ -22,14 +22,17 @@ from core.errors import ConfigError, check_positive, check_probability, one_of
 
 def add_mechanism_args(parser: argparse.ArgumentParser, *, noise: bool) -> None:
     if noise:
-        parser.add_argument("--noise-multiplier", type=number(positive=True), required=True, metavar="Z",
+        parser.add_argument("--noise-multiplier", type=number(), required=True, metavar="Z",
                             help="noise std / L2 sensitivity of each mechanism (under --relation)")
     parser.add_argument("--steps", type=integer(1, MAX_ACCOUNTED_STEPS), required=True, metavar="T",
-                        help=f"number of sampled steps (at most {MAX_ACCOUNTED_STEPS:.0e}: the PLD and PRV accountants' memory grows with it)")
+                        help=f"number of sampled steps (at most {MAX_ACCOUNTED_STEPS:.0e}: the PLD and PRV "
+                             "accountants' memory grows with it)")
     parser.add_argument("--delta", type=number(), required=True, metavar="D", help="target delta")
     parser.add_argument("--sample-rate", type=number(), default=None, metavar="Q", help="Poisson sampling rate")
-    parser.add_argument("--dataset-size", type=integer(1, MAX_INT), default=None, metavar="N", help="number of privacy units")
-    parser.add_argument("--batch-size", type=integer(1, MAX_INT), default=None, metavar="B", help="(expected) batch size")
+    parser.add_argument("--dataset-size", type=integer(1, MAX_INT), default=None, metavar="N",
+                        help="number of privacy units")
+    parser.add_argument("--batch-size", type=integer(1, MAX_INT), default=None, metavar="B",
+                        help="(expected) batch size")
     parser.add_argument("--sampling", default="poisson", help=f"one of: {', '.join(SAMPLINGS)} (default poisson)")
     parser.add_argument("--relation", default=None,
                         help=f"one of: {', '.join(RELATIONS)} (default: add-remove for poisson, replace-one "

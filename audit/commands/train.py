@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from accountants import all_epsilons
-from audit.commands.common import add_data_args, number, integer, add_output_args, emit_json, format_table, parse_params
+from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, number, parse_params
 from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
 from core.errors import ConfigError
@@ -28,8 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="any other hyper-parameter of the defense (repeatable)")
-    p.add_argument("--target-epsilon", type=number(positive=True), default=None, help="privacy budget epsilon (DP defenses)")
-    p.add_argument("--delta", type=number(positive=True), default=None, help="delta (default 1/(N ln N))")
+    p.add_argument("--target-epsilon", type=number(), default=None,
+                   help="privacy budget epsilon (DP defenses)")
+    p.add_argument("--delta", type=number(), default=None, help="delta (default 1/(N ln N))")
     p.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
     p.add_argument("--knn-k", type=int, default=5, help="k of the k-NN evaluation (default 5)")
     p.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICES)}")

@@ -116,7 +116,8 @@ def read_report(out: str | Path) -> dict[str, Any]:
     try:
         report = read_json(path)
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a readable report ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else 'empty'}); "
+        reason = str(exc).splitlines()[0] if str(exc) else "empty"
+        raise ConfigError(f"{path}: not a readable report ({type(exc).__name__}: {reason}); "
                           "rerun privaudit run --resume to rebuild it") from None
     missing = [k for k in TOP_LEVEL if not isinstance(report, dict) or k not in report]
     if missing or not isinstance(report["cells"], list) or not all(isinstance(c, dict) for c in report["cells"]):
