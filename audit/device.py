@@ -17,4 +17,8 @@ def resolve_device(name: str = "auto") -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device: {name!r} requested but no CUDA device is available; use --device cpu")
+    if name.startswith("cuda:"):
+        index, count = name.removeprefix("cuda:"), torch.cuda.device_count()
+        if not (index.isdigit() and int(index) < count):
+            raise ConfigError(f"device: {name!r} does not exist; this machine has cuda:0 to cuda:{count - 1}")
     return torch.device(name)

@@ -15,11 +15,20 @@ written atomically (:mod:`core.io`) and ``cell.json`` only after the cell's scor
 any point leaves finished cells complete and nothing torn; ``--resume`` reuses every finished cell whose
 key matches and redoes the rest. Cells are computed from seeds alone, so the report of a resumed run
 equals an uninterrupted run's (``created`` aside).
+
+Cached artifacts (``cell.json``, ``sensitivity.json``) are trusted only when :func:`read_keyed` verifies them:
+schema version :data:`CACHE_SCHEMA`, the cell's key, a SHA-256 digest of their own content, and the SHA-256 of
+every file they reference (``scores.npz`` and ``result.json`` of each attack, the witnesses). A torn, corrupt or
+edited cache is recomputed, and one line on stderr says which and why. ``--only`` runs the selected cells and
+merges every other finished cell into the report, so a partial report never replaces a whole one.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import multiprocessing
+import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -31,7 +40,7 @@ from core.errors import ConfigError, one_of
 from audit.gate import gate_cells, suite_gate
 from audit.lock import output_lock
 from audit.progress import Heartbeat
-from core.io import TEMP_GLOB, atomic_write_json, read_json, strict
+from core.io import TEMP_GLOB, atomic_write_json, check_output_dir, read_json, strict, to_json
 from audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
 
 EXECUTOR_CHOICES = ("local", "ray")
@@ -73,27 +82,83 @@ def cell_dir(out: Path, spec: CellSpec) -> Path:
     return out / "cells" / spec.slug
 
 
-def read_keyed(path: Path, key: str) -> dict[str, Any] | None:
-    """A cached JSON artifact when it exists, parses and was written for ``key`` (else None: recompute)."""
+#: Version of the cached artifacts' layout (cell.json, sensitivity.json); a cache of another version is recomputed.
+CACHE_SCHEMA = 2
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 (hex) of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _digest(payload: dict[str, Any]) -> str:
+    """SHA-256 of the canonical JSON of a cached artifact's content (everything but the digest itself)."""
+    body = {k: v for k, v in payload.items() if k != "digest"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+                          .encode()).hexdigest()
+
+
+def write_keyed(path: Path, out: Path, key: str, content: dict[str, Any], files: Sequence[Path]) -> None:
+    """Write a cached artifact: its schema version, key, content, the SHA-256 of every file it references
+    (paths relative to ``out``) and a digest of all that, so an edit or a torn file is seen on ``--resume``."""
+    payload = {"schema": CACHE_SCHEMA, "key": key, **content,
+               "files": {f.relative_to(out).as_posix(): file_sha256(f) for f in files}}
+    payload = json.loads(to_json(payload, indent=None))  # the digest is of what is read back
+    atomic_write_json(path, {**payload, "digest": _digest(payload)})
+
+
+def read_keyed(path: Path, key: str, out: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """The one reader for key-checked cached artifacts: ``(content, None)`` when ``path`` parses, has this
+    schema version and ``key``, its digest matches its content and every file it references is unchanged;
+    ``(None, None)`` when there is no cache; ``(None, why)`` when there is one that must not be trusted."""
     if not path.exists():
-        return None
+        return None, None
     try:
         saved = read_json(path)
-    except (OSError, ValueError):
-        return None
-    return saved if isinstance(saved, dict) and saved.get("key") == key else None
+    except (OSError, ValueError) as exc:
+        return None, f"{path.name} does not parse ({type(exc).__name__})"
+    if not isinstance(saved, dict):
+        return None, f"{path.name} is not a JSON object"
+    if saved.get("schema") != CACHE_SCHEMA:
+        return None, f"{path.name} has schema {saved.get('schema')!r}, not {CACHE_SCHEMA}"
+    if saved.get("key") != key:
+        return None, f"{path.name} was written for another configuration"
+    if saved.get("digest") != _digest(saved):
+        return None, f"{path.name} was edited or is corrupt (digest mismatch)"
+    files = saved.get("files")
+    if not isinstance(files, dict):
+        return None, f"{path.name} lists no file hashes"
+    root = out.resolve()
+    for rel, sha in files.items():
+        target = (out / rel).resolve()
+        if not target.is_relative_to(root):
+            return None, f"{path.name} references {rel!r} outside the output directory"
+        if not target.is_file():
+            return None, f"{rel} is missing"
+        if file_sha256(target) != sha:
+            return None, f"{rel} was changed or is corrupt (sha256 mismatch)"
+    return saved, None
 
 
-def load_cached(out: Path, spec: CellSpec) -> dict[str, Any] | None:
-    """A finished cell's record when its key matches and every score file it names exists."""
-    saved = read_keyed(cell_dir(out, spec) / "cell.json", spec.key)
-    if saved is None or saved.get("resolved") != strict(spec.resolved()):
-        return None
-    record = saved["record"]
-    for attack in record.get("attacks", {}).values():
-        if not attack.get("scores") or not (out / attack["scores"]).exists():
-            return None
-    return record
+def load_cached(out: Path, spec: CellSpec) -> tuple[dict[str, Any] | None, str | None]:
+    """A finished cell's record (and None) when its cache is intact (:func:`read_keyed`) and names a score file
+    for every attack; else (None, why it is recomputed) or (None, None) when it never finished."""
+    saved, problem = read_keyed(cell_dir(out, spec) / "cell.json", spec.key, out)
+    if saved is None:
+        return None, problem
+    if saved.get("resolved") != strict(spec.resolved()):
+        return None, "cell.json was written for another configuration"
+    record = saved.get("record")
+    if not isinstance(record, dict):
+        return None, "cell.json holds no record"
+    for attack in (record.get("attacks") or {}).values():
+        if not attack.get("scores") or attack["scores"] not in saved["files"]:
+            return None, "cell.json names a score file it holds no hash of"
+    return record, None
 
 
 def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
@@ -107,12 +172,15 @@ def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
                                                       "traceback": record["details"].get("traceback")})
         record["details"].pop("traceback", None)
         return strict(record)
+    files = []
     for label, result in outcome.results.items():
         result.save(directory / "attacks" / label)
-        record["attacks"][label]["scores"] = str((directory / "attacks" / label / "scores.npz").relative_to(out))
+        scores = directory / "attacks" / label / "scores.npz"
+        record["attacks"][label]["scores"] = scores.relative_to(out).as_posix()
+        files += [scores, scores.with_name("result.json")]
     record = strict(record)
-    atomic_write_json(directory / "cell.json", {"key": spec.key, "resolved": strict(spec.resolved()),
-                                                "record": record})
+    write_keyed(directory / "cell.json", out, spec.key, {"resolved": strict(spec.resolved()), "record": record},
+                files)
     (directory / "error.json").unlink(missing_ok=True)
     return record
 
@@ -194,8 +262,18 @@ def _sensitivity_key(config: SensitivityConfig) -> str:
                         "evaluations": config.evaluations, "seed": config.seed})
 
 
-def _cached_sensitivity(config: SensitivityConfig, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    saved = read_keyed(out / "sensitivity.json", _sensitivity_key(config))
+def recompute_notice(what: str, why: str) -> None:
+    """The one line that says a cache was not trusted (on stderr, even with --quiet: it changes what runs)."""
+    print(f"privaudit: resume: {what}: {why}; recomputing", file=sys.stderr, flush=True)
+
+
+def _cached_sensitivity(config: SensitivityConfig, out: Path,
+                        notice: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+    saved, problem = read_keyed(out / "sensitivity.json", _sensitivity_key(config), out)
+    if saved is not None and not isinstance(saved.get("results"), list):
+        saved, problem = None, "sensitivity.json holds no results"
+    if problem and notice:
+        recompute_notice("sensitivity checks", problem)
     return None if saved is None else (saved["results"], saved.get("timings", {}))
 
 
@@ -220,8 +298,9 @@ def finish_sensitivity(config: SensitivityConfig, out: Path,
         if witness and Path(witness).is_file():
             r["witness"] = Path(witness).resolve().relative_to(out.resolve()).as_posix()
         kept.append(r)
-    atomic_write_json(out / "sensitivity.json", {"key": _sensitivity_key(config), "results": kept,
-                                                 "timings": timings})
+    witnesses = [out / r["witness"] for r in kept if r.get("witness") and (out / r["witness"]).is_file()]
+    write_keyed(out / "sensitivity.json", out, _sensitivity_key(config), {"results": kept, "timings": timings},
+                witnesses)
     return kept, timings
 
 
@@ -243,7 +322,8 @@ def run_sensitivity(suite: Suite, out: Path, resume: bool,
 
 
 def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "local", resume: bool = False,
-              only: Sequence[str] | None = None, progress: bool = True, jobs: int = 1) -> RunResult:
+              only: Sequence[str] | None = None, progress: bool = True, jobs: int = 1,
+              yes_large: bool = False) -> RunResult:
     """Run ``suite`` end to end and write its report; see the module docstring.
 
     The output directory is locked for the whole run (:func:`audit.lock.output_lock`): a second run on the same
@@ -253,6 +333,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     if not (isinstance(jobs, int) and 1 <= jobs <= 256):
         raise ConfigError(f"--jobs: must be an integer in [1, 256], got {jobs!r}")
     only = list(only or [])
+    suite.check_size(yes_large)
     cells = suite.cells(only or None)
     run_sens = suite.sensitivity is not None and (not only or any(p in ("sensitivity", "*") for p in only))
     if only and not cells and not run_sens:
@@ -262,10 +343,13 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
         from attacks.ray_executor import ensure_ray
 
         ensure_ray(suite.ray.address)
-    out = Path(out if out is not None else suite.out)
+    out = check_output_dir(out if out is not None else suite.out)
     started = time.perf_counter()
 
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out: cannot create {str(out)!r}: {exc.strerror or exc}") from None
     with output_lock(out):
         return _run_locked(suite, out, cells, only, run_sens, resume, executor, progress, started, jobs)
 
@@ -281,12 +365,28 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
     result = RunResult({}, EXIT_OK, out)
     pending = []
     for spec in cells:
-        cached = load_cached(out, spec) if resume else None
+        cached, problem = load_cached(out, spec) if resume else (None, None)
         if cached is not None:
             records[spec.id] = cached
             result.reused.append(spec.id)
         else:
+            if problem:
+                recompute_notice(spec.id, problem)
             pending.append(spec)
+    # --only: the cells left out keep their finished results, so the report stays whole (merged, never partial)
+    selected = {spec.id for spec in cells}
+    kept = []
+    for spec in suite.cells() if only else []:
+        if spec.id not in selected:
+            cached, problem = load_cached(out, spec)
+            if cached is not None:
+                records[spec.id] = cached
+                kept.append(spec)
+            elif problem:
+                print(f"privaudit: --only: {spec.id}: {problem}; left out of the report until it runs again",
+                      file=sys.stderr, flush=True)
+    if kept:
+        _log(f"--only: {len(kept)} finished cells outside the selection kept in the report", progress)
     if result.reused:
         _log(f"resume: {len(result.reused)} finished cells reused, {len(pending)} to run", progress)
     timings: dict[str, Any] = {"executor": executor, "jobs": jobs, "cells": {}}
@@ -334,11 +434,12 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
                     except Exception as exc:  # noqa: BLE001 - reported through the gate
                         sensitivity, error = [], f"sensitivity checks errored: {type(exc).__name__}: {exc}"
                         error = error.splitlines()[0]
+                elif cached_sens is not None:
+                    (sensitivity, timings["sensitivity_claims"]), error = cached_sens, None
                 else:
-                    if cached_sens is None:
-                        _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
-                                                         else ", ".join(suite.sensitivity.claims)), progress)
-                    sensitivity, timings["sensitivity_claims"], error = run_sensitivity(suite, out, resume, progress)
+                    _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
+                                                     else ", ".join(suite.sensitivity.claims)), progress)
+                    sensitivity, timings["sensitivity_claims"], error = run_sensitivity(suite, out, False, progress)
                 timings["sensitivity"] = time.perf_counter() - start
                 if error:
                     errors.append(error)
@@ -349,11 +450,15 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    ordered = [dict(records[spec.id]) for spec in cells]
+    if not run_sens and suite.sensitivity is not None and only:  # --only left them out: keep the finished ones
+        cached = _cached_sensitivity(suite.sensitivity, out, notice=False)
+        sensitivity = cached[0] if cached is not None else []
+    ordered = [dict(records[spec.id]) for spec in suite.cells() if spec.id in records]
     roles = {d.label: (d.primary, d.control) for d in suite.defenses}
     for record, gate in zip(ordered, gate_cells(ordered, suite.gate, roles)):
         record["gate"] = gate
-    gate = suite_gate(ordered, sensitivity, suite.sensitivity if run_sens else None, suite.gate, errors)
+    gate = suite_gate(ordered, sensitivity, suite.sensitivity if (run_sens or sensitivity) else None, suite.gate,
+                      errors)
     start = time.perf_counter()
     report = build_report(suite, ordered, sensitivity, gate, only=only or None)
     write_report(out, report)

@@ -10,6 +10,7 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
     epsilons = [4.0]          # default target epsilons of private defenses
     # delta = 1e-5            # default: 1 / (N ln N) of each training set
     # threads = 1             # torch threads per cell and per task (part of the cache key)
+    # allow_plugins = false   # true: defenses named "module:Class" are imported (a suite with plugins is code)
 
     [[defenses]]
     name = "nonprivate"       # a registry name or "module:Class"
@@ -38,7 +39,10 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
 
 The grid is dataset x defense x epsilon x seed; a non-private defense has one cell per dataset and
 seed. Every error names the file, the key and the accepted values, and is raised before anything
-is written (:class:`core.errors.ConfigError`, exit status 2).
+is written (:class:`core.errors.ConfigError`, exit status 2). Numbers are finite and within the ranges of
+:data:`core.config.RANGES`; a grid of more than :data:`MAX_CELLS` cells needs ``--yes-large``; the device
+must exist here; a ``module:Class`` plugin is imported only with ``allow_plugins = true`` (or
+``--allow-plugins``), since importing it runs its code.
 """
 
 from __future__ import annotations
@@ -52,7 +56,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from core.config import build_config
+from core.config import MAX_BUDGET_SECONDS, MAX_INT, MAX_SEED, build_config
 from core.errors import ConfigError
 from core.registry import load_reference
 
@@ -62,13 +66,15 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "seeds", "epsilons", "delta",
-            "device", "threads", "knn_k", "defenses", "attacks", "sensitivity", "gate", "ray")
+            "device", "threads", "knn_k", "allow_plugins", "defenses", "attacks", "sensitivity", "gate", "ray")
 DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks", "primary", "control")
 ATTACK_KEYS = ("name", "label", "params")
 SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect")
 EXPECTATIONS = ("holds", "violated")
 RAY_KEYS = ("address", "cpus_per_cell", "gpus_per_cell", "cpus_per_task", "gpus_per_task")
 DEFAULT_OUT = "reports/{name}"
+MAX_CELLS = 1000  # a larger grid needs an explicit confirmation (--yes-large): it would run for days on a laptop
+MAX_LIST = 10_000  # entries of any list in a suite (seeds, epsilons, datasets, ...)
 
 
 @dataclass(frozen=True)
@@ -205,6 +211,23 @@ class Suite:
     gate: GateConfig
     ray: RayConfig
 
+    @property
+    def n_cells(self) -> int:
+        """How many cells the grid has (computed without building them)."""
+        return len(self.datasets) * len(self.seeds) * sum(len(d.epsilons) for d in self.defenses)
+
+    def size_estimate(self) -> str:
+        """The grid's size in words: cells and attack runs (each a training run and its attacks)."""
+        runs = len(self.datasets) * len(self.seeds) * sum(len(d.epsilons) * len(d.attacks) for d in self.defenses)
+        return (f"{self.n_cells} cells ({len(self.datasets)} datasets x {len(self.seeds)} seeds x "
+                f"{sum(len(d.epsilons) for d in self.defenses)} defense/epsilon pairs), {runs} attack runs")
+
+    def check_size(self, confirmed: bool) -> None:
+        """A grid of more than :data:`MAX_CELLS` cells runs only when ``confirmed`` (``--yes-large``)."""
+        if self.n_cells > MAX_CELLS and not confirmed:
+            raise ConfigError(f"{self.path}: suite too large: {self.size_estimate()}, more than {MAX_CELLS} cells; "
+                              "pass --yes-large to run it anyway")
+
     def cells(self, only: list[str] | None = None) -> list[CellSpec]:
         """The grid dataset x defense x epsilon x seed (filtered by glob patterns on the cell id)."""
         by_label = {a.label: a for a in self.attacks}
@@ -281,17 +304,24 @@ def _unknown(where: _Where, key: str, table: Mapping[str, Any], accepted: tuple[
             raise where.error(name, f"unknown key; accepted: {', '.join(accepted)}")
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _typed(where: _Where, key: str, value: Any, kind: type | tuple[type, ...], what: str) -> Any:
     """``value`` if it is of type ``kind`` (booleans are not numbers here), else a ConfigError naming ``key``."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-        raise where.error(key, f"expected {what}, got {value!r}")
+        raise where.error(key, f"expected {what}, got {_short(value)}")
     return value
 
 
 def _list(where: _Where, key: str, value: Any, kind: type | tuple[type, ...], what: str) -> list[Any]:
     if not isinstance(value, list) or not value:
-        raise where.error(key, f"expected a non-empty list of {what}, got {value!r}")
+        raise where.error(key, f"expected a non-empty list of {what}, got {_short(value)}")
+    if len(value) > MAX_LIST:
+        raise where.error(key, f"at most {MAX_LIST} entries, got {len(value)}")
     return [_typed(where, f"{key}[{i}]", v, kind, what) for i, v in enumerate(value)]
 
 
@@ -331,7 +361,7 @@ def _delta(where: _Where, key: str, value: Any) -> float | None:
     return float(value)
 
 
-def _defense_class(where: _Where, key: str, name: str):
+def _defense_class(where: _Where, key: str, name: str, allow_plugins: bool):
     from defenses.base import Defense
     from defenses.registry import DEFENSES, defense_class
 
@@ -339,6 +369,9 @@ def _defense_class(where: _Where, key: str, name: str):
         return defense_class(name)
     if ":" not in name:
         raise where.error(key, f"unknown defense {name!r}; accepted: {', '.join(DEFENSES)}, or module:Class")
+    if not allow_plugins:
+        raise where.error(key, f"{name!r} is a plugin: importing it runs its code; set allow_plugins = true at the "
+                               "top of the suite (or pass --allow-plugins) to allow it")
     try:
         cls = load_reference(name, field="plugin defense")
     except ConfigError as exc:
@@ -348,8 +381,26 @@ def _defense_class(where: _Where, key: str, name: str):
     return cls
 
 
-def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None = None) -> Suite:
-    """Read and validate a suite file; ``out`` and ``data_dir`` override the suite's."""
+def _depth(value: Any, limit: int) -> int:
+    """Nesting depth of tables and arrays, counted without recursion, stopping past ``limit``."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+MAX_DEPTH = 16  # a suite is at most 5 levels deep (top, [[defenses]], params, a list value); more is not a suite
+
+
+def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None = None,
+               allow_plugins: bool = False) -> Suite:
+    """Read and validate a suite file; ``out`` and ``data_dir`` override the suite's; ``allow_plugins`` is the
+    CLI's ``--allow-plugins`` (else the suite's own ``allow_plugins``)."""
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -359,20 +410,27 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
         raise ConfigError(f"{path}: cannot read the suite: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid TOML: nested too deep (a suite is at most {MAX_DEPTH} levels)") from None
+    if _depth(raw, MAX_DEPTH) > MAX_DEPTH:
+        raise ConfigError(f"{path}: nested too deep (a suite is at most {MAX_DEPTH} levels of tables and arrays)")
     if data_dir is not None and isinstance(raw, dict):
         raw = {**raw, "data_dir": data_dir}
-    return parse_suite(raw, str(path), out=out)
+    return parse_suite(raw, str(path), out=out, allow_plugins=allow_plugins)
 
 
-def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None = None) -> Suite:
+def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None = None,
+                allow_plugins: bool = False) -> Suite:
     """Validate a parsed suite (a dict as TOML gives it)."""
     from attacks.registry import ATTACKS, attack_class
     from core.datasets import DATASETS, SplitConfig, missing_files
-    from audit.device import DEVICES
+    from audit.device import DEVICES, resolve_device
 
     where = _Where(path)
     _unknown(where, "", raw, TOP_KEYS)
     name = _typed(where, "name", raw.get("name", Path(path).stem), str, "a string")
+    allow_plugins = _typed(where, "allow_plugins", raw.get("allow_plugins", False), bool, "true or false") \
+        or allow_plugins
     description = _typed(where, "description", raw.get("description", ""), str, "a string")
     out_dir = out if out is not None else _typed(where, "out", raw.get("out", DEFAULT_OUT.format(name=name)),
                                                 str, "a directory path")
@@ -403,8 +461,12 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
     if len(set(seeds)) != len(seeds):
         raise where.error("seeds", f"duplicate values in {seeds!r}")
     device = _typed(where, "device", raw.get("device", "auto"), str, "a string")
-    if device not in DEVICES and not device.startswith("cuda:"):
-        raise where.error("device", f"unknown value {device!r}; accepted: {', '.join(DEVICES)}")
+    if device not in DEVICES and not re.fullmatch(r"cuda:\d{1,3}", device):
+        raise where.error("device", f"unknown value {device!r}; accepted: {', '.join(DEVICES)}, cuda:N")
+    try:  # the device must exist here: a run that would fail in every cell is refused before the first
+        resolve_device(device)
+    except ConfigError as exc:
+        raise where.error("device", str(exc).removeprefix("device: ")) from None
     knn_k = _typed(where, "knn_k", raw.get("knn_k", 5), int, "an integer")
     if knn_k < 1:
         raise where.error("knn_k", f"must be >= 1, got {knn_k}")
@@ -446,7 +508,7 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
         if "name" not in entry:
             raise where.error(f"{key}.name", "missing")
         dname = _typed(where, f"{key}.name", entry["name"], str, "a string")
-        cls = _defense_class(where, f"{key}.name", dname)
+        cls = _defense_class(where, f"{key}.name", dname, allow_plugins)
         label = _label(where, f"{key}.label", entry.get("label", dname.rsplit(":", 1)[-1]))
         if any(d.label == label for d in defenses):
             raise where.error(f"{key}.label", f"duplicate label {label!r} (give each entry a distinct label)")
@@ -530,17 +592,21 @@ def _sensitivity(where: _Where, raw: Any) -> SensitivityConfig | None:
     budget = raw.get("budget_seconds")
     if budget is not None:
         _typed(where, "sensitivity.budget_seconds", budget, (int, float), "a number of seconds per claim")
-        if not budget > 0:
-            raise where.error("sensitivity.budget_seconds", f"must be > 0, got {budget!r}")
+        if not 0 < budget <= MAX_BUDGET_SECONDS:
+            raise where.error("sensitivity.budget_seconds", f"must lie in (0, {MAX_BUDGET_SECONDS:g}], got {budget!r}")
         budget = float(budget)
     evaluations = raw.get("evaluations")
     if evaluations is not None:
         _typed(where, "sensitivity.evaluations", evaluations, int, "a positive integer")
         if evaluations < 1:
             raise where.error("sensitivity.evaluations", f"must be >= 1, got {evaluations!r}")
+        if evaluations > MAX_INT:
+            raise where.error("sensitivity.evaluations", f"must be <= {MAX_INT}, got {evaluations!r}")
         if budget is not None:
             raise where.error("sensitivity.evaluations", "give either evaluations or budget_seconds, not both")
     seed = _typed(where, "sensitivity.seed", raw.get("seed", 0), int, "an integer")
+    if not 0 <= seed <= MAX_SEED:
+        raise where.error("sensitivity.seed", f"must lie in [0, {MAX_SEED}], got {seed!r}")
     expect = dict(_typed(where, "sensitivity.expect", raw.get("expect", {}), dict, "a table"))
     for claim, value in expect.items():
         if value not in EXPECTATIONS:

@@ -15,6 +15,30 @@ from typing import Any, Mapping
 from core.errors import ConfigError
 
 
+#: Sane ranges of numbers whatever their owner (suite files, ``--param``, CLI flags), by field name: a value
+#: outside them would hang (epochs for ever), exhaust memory (accountant steps) or cannot be a seed. One table,
+#: so a new defense, attack or command that names a field so inherits the check.
+MAX_EPOCHS = 10 ** 6
+MAX_ACCOUNTED_STEPS = 10 ** 6  # the PLD/PRV accountants need memory linear in T: ~3.4 GB at 2e5 steps
+MAX_SEED = 2 ** 32 - 1
+MAX_BUDGET_SECONDS = 7 * 24 * 3600.0
+MAX_INT = 2 ** 31 - 1  # any other integer setting (a count, a width): more could not be allocated or looped over
+RANGES: dict[str, tuple[float, float]] = {
+    "epochs": (1, MAX_EPOCHS), "local_steps": (1, MAX_EPOCHS), "rounds": (1, MAX_EPOCHS),
+    "steps": (1, MAX_ACCOUNTED_STEPS), "seed": (0, MAX_SEED), "feature_seed": (0, MAX_SEED),
+    "budget_seconds": (0, MAX_BUDGET_SECONDS),
+}
+
+
+def check_range(field_name: str, value: float) -> None:
+    """ConfigError unless ``value`` lies in the range :data:`RANGES` gives the field's last name (integers
+    otherwise within +-:data:`MAX_INT`)."""
+    name = field_name.rsplit(".", 1)[-1].lstrip("-").replace("-", "_")
+    lo, hi = RANGES.get(name, (-MAX_INT, MAX_INT) if isinstance(value, int) else (-math.inf, math.inf))
+    if not lo <= value <= hi:
+        raise ConfigError(f"{field_name}: must lie in [{lo:g}, {hi:g}], got {value!r}")
+
+
 def _expect(field_name: str, ok: bool, what: str, value: Any) -> None:
     if not ok:
         raise ConfigError(f"{field_name}: expected {what}, got {value!r}")
@@ -56,4 +80,8 @@ def build_config(config_cls: type, params: Mapping[str, Any], *, owner: str, pre
     validate = getattr(config, "validate", None)
     if validate is not None:
         validate()
+    for k in params:  # after the owner's own checks (their messages are more specific), the shared sane ranges
+        value = getattr(config, k)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            check_range(f"{prefix}.{k}", value)
     return config

@@ -26,6 +26,36 @@ TEMP_MARK = "privaudit-tmp-"
 TEMP_GLOB = f".*.{TEMP_MARK}*.tmp"
 
 
+def check_output_dir(path: str | os.PathLike[str], field: str = "--out") -> Path:
+    """Fail early (a one-line ConfigError naming ``field``) when ``path`` cannot be an output directory: it is a
+    file, it is not writable, or it does not exist and cannot be created (a parent is a file or read-only).
+    Creates nothing; called before any training starts so that a bad ``--out`` loses no work."""
+    from core.errors import ConfigError
+
+    path = Path(path)
+    shown = str(path) or "."
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{field}: {shown!r} exists and is not a directory")
+    probe = path
+    while not probe.exists():
+        if probe.is_symlink():
+            raise ConfigError(f"{field}: {shown!r} is a dangling symbolic link")
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(f"{field}: {shown!r} cannot be created: {str(probe)!r} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not writable" if probe == path else f"cannot be created: {str(probe)!r} is not writable"
+        raise ConfigError(f"{field}: {shown!r} {what}")
+    try:  # permissions are not the whole story (a read-only mount, root): try it with one of our temporaries
+        fd, tmp = tempfile.mkstemp(prefix=f".probe.{TEMP_MARK}", suffix=".tmp", dir=probe)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        what = "is not writable" if probe == path else f"cannot be created: {str(probe)!r} is not writable"
+        raise ConfigError(f"{field}: {shown!r} {what} ({exc.strerror or exc})") from None
+    return path
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -55,6 +85,37 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             pass
         raise
     return path
+
+
+def atomic_write_group(files: Mapping[str | os.PathLike[str], bytes]) -> list[Path]:
+    """Write several files all-or-nothing: every one goes to its own temporary file (fsynced) first; only when
+    all are written are they moved into place. If any write fails (a full disk, a read-only directory), the
+    temporaries are removed, no destination is touched, and the ``OSError`` propagates.
+
+    The final renames are metadata operations in directories just written to; a crash between two of them
+    leaves some files new and the rest old, never a torn file."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for target, data in files.items():
+            path = Path(target)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}", suffix=".tmp", dir=path.parent)
+            staged.append((tmp, path))
+            os.fchmod(fd, 0o666 & ~_umask())
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+    except BaseException:
+        for tmp, _ in staged:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+        raise
+    for tmp, path in staged:
+        os.replace(tmp, path)
+    return [path for _, path in staged]
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:

@@ -20,6 +20,7 @@ TINY_SUITE = """
 name = "tiny"
 description = "A tiny suite for the runner tests."
 epsilons = [1.0, 4.0]
+allow_plugins = true  # the kernel-sum test double is a plugin
 
 [[defenses]]
 name = "leaky_defense:NoisyKernelSum"

@@ -93,3 +93,27 @@ class Broken(NoisyKernelSum):
 
     def fit(self, data, budget, seed, *, device="cpu", progress=False):
         raise RuntimeError("planted failure while training")
+
+
+@dataclass(frozen=True)
+class PausingConfig(NoisyKernelSumConfig):
+    pause_seconds: float = 0.0
+    marker: str = ""
+
+
+class Pausing(NoisyKernelSum):
+    """The honest kernel sum, but training appends a line to ``marker`` and then pauses: a test can see that
+    a cell is training and kill the run there (the SIGKILL-and-resume tests)."""
+
+    name = "leaky_defense:Pausing"
+    Config = PausingConfig
+
+    def fit(self, data, budget, seed, *, device="cpu", progress=False):
+        import time
+        from pathlib import Path
+
+        if self.config.marker:
+            with Path(self.config.marker).open("a") as handle:
+                handle.write(f"{budget.target_epsilon}\n")
+        time.sleep(self.config.pause_seconds)
+        return super().fit(data, budget, seed, device=device, progress=progress)

@@ -121,6 +121,7 @@ def test_resume_skips_everything_when_the_run_finished(tiny_suite, tiny_run, tmp
 LEAKY = """
 name = "leaky"
 out = "{out}"
+allow_plugins = true
 epsilons = [1.0]
 
 [[defenses]]

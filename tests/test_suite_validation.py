@@ -10,6 +10,7 @@ from audit.suite import load_suite, parse_suite
 GOOD = """
 name = "grid"
 out = "{out}"
+allow_plugins = true
 seeds = [0, 1]
 epsilons = [1.0, 4.0]
 
@@ -58,6 +59,7 @@ def test_grid_expansion_collapses_the_epsilon_axis_of_non_private_defenses(tmp_p
 
 BASE = """
 name = "bad"
+allow_plugins = true
 epsilons = [1.0]
 [[defenses]]
 name = "nonprivate"

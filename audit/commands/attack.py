@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from attacks import ATTACKS, DataRef, Target, make_attack, make_executor
 from attacks.executor import EXECUTORS
 from attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
 from attacks.shadow_models import resolve_defense
-from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, parse_params
+from audit.commands.common import (add_data_args, add_output_args, emit_json, format_table, integer, number,
+                                   parse_params)
 from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
-from core.errors import ConfigError
+from core.errors import ConfigError, one_of
+from core.io import check_output_dir
 from defenses import DEFENSES, Budget
 
 # Attacks whose shadow/reference model count --shadow-models sets.
@@ -24,19 +27,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--defense", default="nonprivate", help=f"one of: {', '.join(DEFENSES)}")
     p.add_argument("--attack", default="lira", help=f"one of: {', '.join(ATTACKS)}")
     add_data_args(p)
-    p.add_argument("--target-epsilon", type=float, default=None, help="privacy budget epsilon (DP defenses)")
-    p.add_argument("--delta", type=float, default=None, help="delta (default 1/(N ln N))")
-    p.add_argument("--noise-multiplier", type=float, default=None, help="fix the noise instead of calibrating")
-    p.add_argument("--shadow-models", type=int, default=None,
+    p.add_argument("--target-epsilon", type=number(), default=None,
+                   help="privacy budget epsilon (DP defenses)")
+    p.add_argument("--delta", type=number(), default=None, help="delta (default 1/(N ln N))")
+    p.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
+    p.add_argument("--shadow-models", type=integer(1, 10 ** 5), default=None,
                    help="shadow/reference models (lira, shadow, encodermi)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a defense hyper-parameter (repeatable)")
     p.add_argument("--attack-param", action="append", metavar="KEY=VALUE", help="an attack setting (repeatable)")
+    p.add_argument("--allow-plugins", action="store_true",
+                   help="allow --defense module:Class (imports it: runs its code)")
     p.add_argument("--executor", default="local", help=f"one of: {', '.join(EXECUTORS)}")
     p.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICES)}")
     p.add_argument("--out", default=None, help="directory for scores.npz and result.json")
     p.add_argument("--plot", default=None, help="write the log-log ROC of every variant to this file (png, pdf, svg)")
     add_output_args(p)
     p.set_defaults(func=run)
+
+
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+
+
+def check_plot_path(plot: str) -> None:
+    """--plot names a writable file with a format matplotlib writes (checked before any training)."""
+    path = Path(plot)
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise one_of("--plot", path.suffix or plot, PLOT_FORMATS)
+    if path.is_dir():
+        raise ConfigError(f"--plot: {plot!r} is a directory; give a file name such as roc.png")
+    check_output_dir(path.parent, field="--plot")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,12 +67,19 @@ def run(args: argparse.Namespace) -> int:
         attack_params[SHADOW_PARAM[args.attack]] = args.shadow_models
     attack = make_attack(args.attack, attack_params)
     params = parse_params(args.param)
+    if ":" in args.defense and args.defense not in DEFENSES and not args.allow_plugins:
+        raise ConfigError(f"--defense: {args.defense!r} is a plugin: importing it runs its code; pass --allow-plugins "
+                          "to allow it")
     defense = resolve_defense(args.defense, params)
     budget = Budget(target_epsilon=args.target_epsilon, delta=args.delta, noise_multiplier=args.noise_multiplier)
     if budget.private and not defense.private:
         raise ConfigError(f"--target-epsilon/--noise-multiplier: defense {args.defense!r} is not private")
     executor = make_executor(args.executor, progress=not args.json)
     device = resolve_device(args.device)
+    if args.out:
+        check_output_dir(args.out)  # before training: a bad --out loses no work
+    if args.plot:
+        check_plot_path(args.plot)
     data = load_dataset(args.dataset, seed=args.seed, data_dir=args.data_dir)
     data_ref = DataRef(args.dataset, args.seed, args.data_dir)
 

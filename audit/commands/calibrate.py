@@ -6,7 +6,7 @@ import argparse
 
 from accountants.calibrate import calibrate
 from accountants.registry import epsilon
-from audit.commands.common import emit_json, format_table
+from audit.commands.common import emit_json, format_table, number
 from audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
                                       template, validate)
 from core.errors import ConfigError, check_positive
@@ -14,7 +14,7 @@ from core.errors import ConfigError, check_positive
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="smallest noise multiplier meeting a target epsilon, per accountant")
-    p.add_argument("--target-epsilon", type=float, required=True, metavar="E", help="target epsilon")
+    p.add_argument("--target-epsilon", type=number(), required=True, metavar="E", help="target epsilon")
     add_mechanism_args(p, noise=False)
     p.set_defaults(func=run)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import textwrap
 from typing import Any
 
+from core.config import MAX_SEED
 from core.errors import ConfigError
 from core.io import to_json
 
@@ -19,11 +21,44 @@ except ModuleNotFoundError:  # Python 3.10
 TABLE_WIDTH = 120  # columns: what a CI log or a terminal shows without wrapping
 
 
+def integer(lo: int | None = None, hi: int | None = None):
+    """An argparse type: an integer in [lo, hi] (defaults: the field's range in :data:`core.config.RANGES`)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if (lo is not None and value < lo) or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"must be an integer in [{lo}, {hi}], got {text}")
+        return value
+    return parse
+
+
+def number(*, positive: bool = False, hi: float | None = None):
+    """An argparse type: a finite number (> 0 with ``positive``, at most ``hi``); inf and nan are refused."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
+        if positive and not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        if hi is not None and value > hi:
+            raise argparse.ArgumentTypeError(f"must be at most {hi:g}, got {text}")
+        return value
+    return parse
+
+
+SEED = integer(0, MAX_SEED)
+
+
 def add_data_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default="digits", help="dataset name (default: digits, embedded)")
     parser.add_argument("--data-dir", default=None,
                         help="directory holding torchvision-format datasets (or set PRIVAUDIT_DATA_DIR)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for splits, initialisation and noise")
+    parser.add_argument("--seed", type=SEED, default=0, help="seed for splits, initialisation and noise")
 
 
 def add_output_args(parser: argparse.ArgumentParser) -> None:

@@ -15,23 +15,29 @@ from accountants.claim import RELATIONS, PrivacyClaim
 from accountants.conversions import CONVERSIONS
 from accountants.dpsgd import COMPOSITIONS, SAMPLINGS, sampled_gaussian_template
 from accountants.registry import ACCOUNTANTS
+from audit.commands.common import integer, number
+from core.config import MAX_ACCOUNTED_STEPS, MAX_INT
 from core.errors import ConfigError, check_positive, check_probability, one_of
 
 
 def add_mechanism_args(parser: argparse.ArgumentParser, *, noise: bool) -> None:
     if noise:
-        parser.add_argument("--noise-multiplier", type=float, required=True, metavar="Z",
+        parser.add_argument("--noise-multiplier", type=number(), required=True, metavar="Z",
                             help="noise std / L2 sensitivity of each mechanism (under --relation)")
-    parser.add_argument("--steps", type=int, required=True, metavar="T", help="number of sampled steps")
-    parser.add_argument("--delta", type=float, required=True, metavar="D", help="target delta")
-    parser.add_argument("--sample-rate", type=float, default=None, metavar="Q", help="Poisson sampling rate")
-    parser.add_argument("--dataset-size", type=int, default=None, metavar="N", help="number of privacy units")
-    parser.add_argument("--batch-size", type=int, default=None, metavar="B", help="(expected) batch size")
+    parser.add_argument("--steps", type=integer(1, MAX_ACCOUNTED_STEPS), required=True, metavar="T",
+                        help=f"number of sampled steps (at most {MAX_ACCOUNTED_STEPS:.0e}: the PLD and PRV "
+                             "accountants' memory grows with it)")
+    parser.add_argument("--delta", type=number(), required=True, metavar="D", help="target delta")
+    parser.add_argument("--sample-rate", type=number(), default=None, metavar="Q", help="Poisson sampling rate")
+    parser.add_argument("--dataset-size", type=integer(1, MAX_INT), default=None, metavar="N",
+                        help="number of privacy units")
+    parser.add_argument("--batch-size", type=integer(1, MAX_INT), default=None, metavar="B",
+                        help="(expected) batch size")
     parser.add_argument("--sampling", default="poisson", help=f"one of: {', '.join(SAMPLINGS)} (default poisson)")
     parser.add_argument("--relation", default=None,
                         help=f"one of: {', '.join(RELATIONS)} (default: add-remove for poisson, replace-one "
                              "for without-replacement)")
-    parser.add_argument("--mechanisms", type=int, default=1, metavar="K",
+    parser.add_argument("--mechanisms", type=integer(1, 10 ** 4), default=1, metavar="K",
                         help="Gaussian mechanisms per step, each with the same noise multiplier (default 1)")
     parser.add_argument("--composition", default="joint",
                         help="joint: the K mechanisms share the step's batch (default, correct for one batch); "

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-
-from core.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -17,8 +14,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from audit.report import render_from_json
 
-    if not (Path(args.directory) / "report.json").is_file():
-        raise ConfigError(f"{args.directory}: no report.json here (give the output directory of privaudit run)")
     paths = render_from_json(args.directory)
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 0

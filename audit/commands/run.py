@@ -23,14 +23,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
                    help="cells (and the sensitivity checks) run in N parallel processes; the report is the same as "
                         "with --jobs 1 (default: the number of cores, %(default)s here)")
+    p.add_argument("--allow-plugins", action="store_true",
+                   help="import defenses the suite names as module:Class (runs their code; same as allow_plugins = "
+                        "true in the suite)")
+    p.add_argument("--yes-large", action="store_true",
+                   help="run a suite of more than 1000 cells (its size is printed when this is missing)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage lines")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    suite = load_suite(args.suite, out=args.out, data_dir=args.data_dir)
+    suite = load_suite(args.suite, out=args.out, data_dir=args.data_dir, allow_plugins=args.allow_plugins)
     result = run_suite(suite, out=args.out, executor=args.executor, resume=args.resume, only=args.only,
-                       progress=not args.quiet, jobs=args.jobs)
+                       progress=not args.quiet, jobs=args.jobs, yes_large=args.yes_large)
     gate = result.report["gate"]
     total = result.timings.get("total", 0.0)
     print(f"report: {result.out / 'report.html'} (also report.md, report.json); "

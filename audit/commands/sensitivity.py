@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from audit.commands.common import emit_json, format_table
+from audit.commands.common import SEED, emit_json, format_table, integer, number
+from core.config import MAX_BUDGET_SECONDS, MAX_INT
 from core.errors import ConfigError
 from audit.sensitivity.verdict import display
 
@@ -27,11 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     what.add_argument("--all", action="store_true", help="check every paper claim in the register")
     what.add_argument("--list", action="store_true", help="list the registered claims and their stated bounds")
     what.add_argument("--replay", metavar="FILE", help="recompute a witness file and its verdict")
-    p.add_argument("--budget-seconds", type=float, default=None,
+    p.add_argument("--budget-seconds", type=number(positive=True, hi=MAX_BUDGET_SECONDS), default=None,
                    help="search time per claim (default: each claim's own, a few minutes for --all on 2 cores)")
-    p.add_argument("--evaluations", type=int, default=None,
+    p.add_argument("--evaluations", type=integer(1, MAX_INT), default=None,
                    help="budget per claim in evaluated pairs instead of seconds (reproducible)")
-    p.add_argument("--seed", type=int, default=0, help="seed for the data split, the models and the search")
+    p.add_argument("--seed", type=SEED, default=0, help="seed for the data split, the models and the search")
     p.add_argument("--dataset", default="digits", help="dataset the defenses are built on (default: digits)")
     p.add_argument("--data-dir", default=None, help="directory of torchvision-format datasets")
     p.add_argument("--witness-dir", default="reports/sensitivity/witnesses",

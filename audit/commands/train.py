@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 from accountants import all_epsilons
-from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, parse_params
+from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, number, parse_params
 from core.datasets import load_dataset
 from audit.device import DEVICES, resolve_device
 from core.errors import ConfigError
+from core.io import check_output_dir
 from defenses import DEFENSES, Budget, make_defense
 from defenses.evaluation import encoder_utility
 from defenses.nn.model import build_model
@@ -27,9 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="any other hyper-parameter of the defense (repeatable)")
-    p.add_argument("--target-epsilon", type=float, default=None, help="privacy budget epsilon (DP defenses)")
-    p.add_argument("--delta", type=float, default=None, help="delta (default 1/(N ln N))")
-    p.add_argument("--noise-multiplier", type=float, default=None, help="fix the noise instead of calibrating")
+    p.add_argument("--target-epsilon", type=number(), default=None,
+                   help="privacy budget epsilon (DP defenses)")
+    p.add_argument("--delta", type=number(), default=None, help="delta (default 1/(N ln N))")
+    p.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
     p.add_argument("--knn-k", type=int, default=5, help="k of the k-NN evaluation (default 5)")
     p.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICES)}")
     p.add_argument("--out", default=None, help="checkpoint directory (default checkpoints/<defense>-<dataset>-s<seed>)")
@@ -64,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
     if budget.private and not defense.private:
         raise ConfigError(f"--target-epsilon/--noise-multiplier: defense {args.defense!r} is not private")
     device = resolve_device(args.device)
+    out = None if args.no_save else Path(args.out or f"checkpoints/{args.defense}-{args.dataset}-s{args.seed}")
+    if out is not None:
+        check_output_dir(out)  # before training: a bad --out loses no work
     data = load_dataset(args.dataset, seed=args.seed, data_dir=args.data_dir)
 
     start = time.perf_counter()
@@ -79,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
     epsilons = {name: r.to_dict() for name, r in _quiet(all_epsilons, trained.claim).items()}
 
     checkpoint = None
-    if not args.no_save:
-        out = Path(args.out or f"checkpoints/{args.defense}-{args.dataset}-s{args.seed}")
+    if out is not None:
         checkpoint = str(trained.save(out))
 
     if args.json:

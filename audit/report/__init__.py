@@ -29,7 +29,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.io import atomic_write_bytes, atomic_write_json, atomic_write_text, strict
+from core.errors import ConfigError
+from core.io import atomic_write_group, strict
 
 TOP_LEVEL = ("suite", "created", "version", "git_commit", "device", "cells", "sensitivity", "gate")
 
@@ -82,24 +83,49 @@ def build_report(suite, cells: Sequence[dict[str, Any]], sensitivity: Sequence[d
 
 
 def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
-    """Write plots, ``report.md``, ``report.html`` and, last, ``report.json`` (all atomically)."""
+    """Render plots, ``report.md``, ``report.html`` and ``report.json`` in memory, then write them all-or-nothing
+    (:func:`core.io.atomic_write_group`): a write that fails (full disk, read-only directory) replaces none of
+    them and is one line (ConfigError naming ``--out``)."""
     from audit.report import html, markdown
     from audit.report.plots import all_plots
+    from core.io import to_json
 
     out = Path(out)
     figures = all_plots(report, out)
-    paths = {}
-    for name, png in figures.items():
-        paths[name] = atomic_write_bytes(out / "plots" / f"{name}.png", png)
-    rel = {name: str(p.relative_to(out)) for name, p in paths.items()}
-    paths["report.md"] = atomic_write_text(out / "report.md", markdown.render(report, rel))
-    paths["report.html"] = atomic_write_text(out / "report.html", html.render(report, figures))
-    paths["report.json"] = atomic_write_json(out / "report.json", report)
-    return paths
+    files: dict[str, tuple[Path, bytes]] = {
+        name: (out / "plots" / f"{name}.png", png) for name, png in figures.items()}
+    rel = {name: str(p.relative_to(out)) for name, (p, _) in files.items()}
+    files["report.md"] = (out / "report.md", markdown.render(report, rel).encode("utf-8"))
+    files["report.html"] = (out / "report.html", html.render(report, figures).encode("utf-8"))
+    files["report.json"] = (out / "report.json", (to_json(report) + "\n").encode("utf-8"))
+    try:
+        atomic_write_group({path: data for path, data in files.values()})
+    except OSError as exc:
+        raise ConfigError(f"--out: cannot write the report to {str(out)!r}: {exc.strerror or exc}; "
+                          "no report file was replaced") from None
+    return {name: path for name, (path, _) in files.items()}
+
+
+def read_report(out: str | Path) -> dict[str, Any]:
+    """``out/report.json`` as written by :func:`write_report`, or a one-line ConfigError saying what is wrong."""
+    from core.io import read_json
+
+    path = Path(out) / "report.json"
+    if not path.is_file():
+        raise ConfigError(f"{out}: no report.json here (give the output directory of privaudit run)")
+    try:
+        report = read_json(path)
+    except (OSError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else "empty"
+        raise ConfigError(f"{path}: not a readable report ({type(exc).__name__}: {reason}); "
+                          "rerun privaudit run --resume to rebuild it") from None
+    missing = [k for k in TOP_LEVEL if not isinstance(report, dict) or k not in report]
+    if missing or not isinstance(report["cells"], list) or not all(isinstance(c, dict) for c in report["cells"]):
+        what = f"missing {', '.join(missing)}" if missing else "cells is not a list of objects"
+        raise ConfigError(f"{path}: not a privaudit report ({what}); rerun privaudit run --resume to rebuild it")
+    return report
 
 
 def render_from_json(out: str | Path) -> dict[str, Path]:
     """Regenerate the Markdown, HTML and plots of ``out/report.json``."""
-    from core.io import read_json
-
-    return write_report(out, read_json(Path(out) / "report.json"))
+    return write_report(out, read_report(out))

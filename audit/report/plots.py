@@ -84,8 +84,15 @@ def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
         a = (cell.get("attacks") or {}).get(attack)
         if not a or not a.get("scores") or not (out / a["scores"]).exists():
             continue
-        arrays = load_npz(out / a["scores"])
-        curves.append((_label(cell, report), roc(arrays["scores"], arrays["membership"]), a.get("auc")))
+        try:
+            arrays = load_npz(out / a["scores"])
+            scores, membership = arrays["scores"], arrays["membership"]
+        except Exception as exc:  # noqa: BLE001 - a torn or edited file: one line, not a traceback
+            from core.errors import ConfigError
+
+            raise ConfigError(f"{a['scores']}: unreadable score file ({type(exc).__name__}); run privaudit run "
+                              "--resume on this directory to recompute its cell") from None
+        curves.append((_label(cell, report), roc(scores, membership), a.get("auc")))
     if not curves:
         return None
     plt = _pyplot()

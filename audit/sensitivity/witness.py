@@ -77,9 +77,10 @@ def load_witness(path: str | Path) -> tuple[dict[str, torch.Tensor], dict[str, A
         with safe_open(str(path), framework="pt") as f:
             meta = json.loads((f.metadata() or {})[METADATA_KEY])
             tensors = {k: f.get_tensor(k) for k in f.keys()}
-    except (KeyError, ValueError, OSError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"--replay: {str(path)!r} is not a privaudit sensitivity witness ({exc})") from None
-    if meta.get("format") != FORMAT:
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own SafetensorError on a file of another format
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise ConfigError(f"--replay: {str(path)!r} is not a privaudit sensitivity witness ({reason})") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise ConfigError(f"--replay: {str(path)!r} is not a privaudit sensitivity witness")
     return tensors, meta
 

@@ -1,0 +1,262 @@
+"""Bad input of every kind, on every command: exit 2 with one line naming the field, nothing written in the
+output directory, an answer within 5 s (no work started, nothing hangs or explodes later).
+
+Each case is (command line, what the one line must contain). ``{suite}`` is a suite file written from the case's
+text, ``{out}`` an output directory that must not be created (or, where it exists, must stay as it was).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from audit.cli import main
+
+SUITE = """
+name = "bad"
+out = "{out}"
+allow_plugins = true
+epsilons = [1.0]
+
+[[defenses]]
+name = "leaky_defense:NoisyKernelSum"
+label = "kernel"
+params = { dim = 64 }
+
+[[defenses]]
+name = "nonprivate"
+params = { epochs = 1 }
+
+[[attacks]]
+name = "loss"
+"""
+
+
+def suite(*pairs: tuple[str, str]) -> str:
+    text = SUITE
+    for old, new in pairs:
+        assert old in text, old
+        text = text.replace(old, new, 1)
+    return text
+
+
+def top(line: str) -> str:
+    """The suite with ``line`` added at the top level."""
+    return suite(("epsilons = [1.0]\n", f"epsilons = [1.0]\n{line}\n"))
+
+
+NESTED = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+
+# (suite text or None, extra argv, expected fragment). Suite cases run `privaudit run {suite}`.
+SUITE_CASES = {
+    "attack label escapes": (SUITE + 'label = "../../../x"\n', "attacks[0].label: must be 1-64 characters"),
+    "absolute attack label": (SUITE + 'label = "/tmp/privaudit-escape"\n', "attacks[0].label: must be 1-64"),
+    "dot-dot label": (SUITE + 'label = ".."\n', "attacks[0].label: must be 1-64 characters"),
+    "defense label with slash": (suite(('label = "kernel"', 'label = "a/b"')), "defenses[0].label: must be 1-64"),
+    "empty label": (suite(('label = "kernel"', 'label = ""')), "defenses[0].label: must be 1-64 characters"),
+    "duplicate labels": (SUITE + '[[attacks]]\nname = "loss"\n', "attacks[1].label: duplicate label 'loss'"),
+    "near-equal epsilons": (suite(("epsilons = [1.0]", "epsilons = [1.0, 1.0000001]")),
+                            "epsilons: values [1.0, 1.0000001] are too close"),
+    "inf epsilon": (suite(("epsilons = [1.0]", "epsilons = [inf]")), "epsilons[0]: must be a finite number > 0"),
+    "nan epsilon": (suite(("epsilons = [1.0]", "epsilons = [nan]")), "epsilons[0]: must be a finite number > 0"),
+    "zero epsilon": (suite(("epsilons = [1.0]", "epsilons = [0.0]")), "epsilons[0]: must be a finite number > 0"),
+    "empty epsilons": (suite(("epsilons = [1.0]", "epsilons = []")), "epsilons: expected a non-empty list"),
+    "negative seed": (top("seeds = [-1]"), "seeds[0]: must lie in [0, 2^32)"),
+    "huge seed": (top("seeds = [4294967296]"), "seeds[0]: must lie in [0, 2^32)"),
+    "absurd threads": (top("threads = 100000"), "threads: must lie in [1, 256]"),
+    "knn_k zero": (top("knn_k = 0"), "knn_k: must be >= 1"),
+    "delta above 1": (top("delta = 1.5"), "delta: must lie in (0, 1)"),
+    "nan hyper-parameter": (suite(("dim = 64", "dim = 64, leak_factor = nan")), "leak_factor: expected a finite"),
+    "inf hyper-parameter": (suite(("dim = 64", "dim = 64, leak_factor = inf")), "leak_factor: expected a finite"),
+    "nan noise multiplier": (suite(('label = "kernel"', 'label = "kernel"\nnoise_multiplier = nan')),
+                             "defenses[0].noise_multiplier: must be a finite number >= 0"),
+    "inf noise multiplier": (suite(('label = "kernel"', 'label = "kernel"\nnoise_multiplier = inf')),
+                             "defenses[0].noise_multiplier: must be a finite number >= 0"),
+    "epochs 1e12": (suite(("epochs = 1 ", "epochs = 1e12 ")), "epochs: must lie in [1, 1e+06]"),
+    "epochs 2e6": (suite(("epochs = 1 ", "epochs = 2000000 ")), "epochs: must lie in [1, 1e+06]"),
+    "device cuda:99": (top('device = "cuda:99"'), "device: "),
+    "device unknown": (top('device = "tpu"'), "device: unknown value 'tpu'"),
+    "inf sensitivity budget": (SUITE + "[sensitivity]\nclaims = ['dpcl.mean']\nbudget_seconds = inf\n",
+                               "sensitivity.budget_seconds: must lie in (0, "),
+    "nan sensitivity budget": (SUITE + "[sensitivity]\nclaims = ['dpcl.mean']\nbudget_seconds = nan\n",
+                               "sensitivity.budget_seconds: must lie in (0, "),
+    "negative sensitivity seed": (SUITE + "[sensitivity]\nclaims = ['dpcl.mean']\nseed = -1\n",
+                                  "sensitivity.seed: must lie in [0, "),
+    "nan ray setting": (SUITE + "[ray]\ncpus_per_cell = nan\n", "ray.cpus_per_cell: expected a finite number"),
+    "inf ray setting": (SUITE + "[ray]\ngpus_per_task = inf\n", "ray.gpus_per_task: expected a finite number"),
+    "negative ray setting": (SUITE + "[ray]\ncpus_per_task = -1\n", "cpus_per_task: must be > 0"),
+    "inf gate slack": (SUITE + "[gate]\nepsilon_slack = inf\n", "gate.epsilon_slack: expected a finite number"),
+    "TOML nested 5000 deep": (NESTED + SUITE, "nested too deep"),
+    "plugin without opt-in": (suite(("allow_plugins = true\n", "")), "defenses[0].name: 'leaky_defense:NoisyKernelSum' "
+                              "is a plugin: importing it runs its code; set allow_plugins = true"),
+    "this:X without opt-in": (suite(("allow_plugins = true\n", ""), ('"leaky_defense:NoisyKernelSum"', '"this:X"')),
+                              "defenses[0].name: 'this:X' is a plugin"),
+    "allow_plugins not a boolean": (suite(("allow_plugins = true", 'allow_plugins = "yes"')),
+                                    "allow_plugins: expected true or false"),
+    "unknown top-level key": (top("colour = 1"), "colour: unknown key"),
+    "unknown dataset": (top("datasets = ['imagenet']"), "datasets[0]: unknown value 'imagenet'"),
+    "1001-cell grid": (top("seeds = [" + ", ".join(map(str, range(501))) + "]"),
+                       "suite too large: 1002 cells (1 datasets x 501 seeds x 2 defense/epsilon pairs), 1002 attack "
+                       "runs, more than 1000 cells; pass --yes-large"),
+    "invalid TOML": ("name = 'bad'\n[[defenses]\n", "invalid TOML"),
+}
+
+FILE = "{tmp}/a-file"
+WITNESS = "{tmp}/not-a-witness.safetensors"
+# (argv, expected fragment); {tmp} is the test's directory (holding FILE, WITNESS), {out} the output directory.
+CLI_CASES = {
+    "epsilon --steps 1e12": (["epsilon", "--noise-multiplier", "1", "--steps", "1000000000000", "--sample-rate",
+                              "0.01", "--delta", "1e-5"], "argument --steps: must be an integer in [1, 1000000]"),
+    "epsilon inf noise": (["epsilon", "--noise-multiplier", "inf", "--steps", "10", "--sample-rate", "0.01",
+                           "--delta", "1e-5"], "argument --noise-multiplier: expected a finite number"),
+    "calibrate --steps 1e12": (["calibrate", "--target-epsilon", "1", "--steps", "1000000000000", "--sample-rate",
+                                "0.01", "--delta", "1e-5"], "argument --steps: must be an integer in [1, 1000000]"),
+    "calibrate inf target": (["calibrate", "--target-epsilon", "inf", "--steps", "10", "--sample-rate", "0.01",
+                              "--delta", "1e-5"], "argument --target-epsilon: expected a finite number"),
+    "train --seed -1": (["train", "--seed", "-1", "--out", "{out}"], "argument --seed: must be an integer in [0, "),
+    "attack --seed -1": (["attack", "--seed", "-1", "--out", "{out}"], "argument --seed: must be an integer in [0, "),
+    "alm-curve --seed -1": (["alm-curve", "--seed", "-1"], "argument --seed: must be an integer in [0, "),
+    "sensitivity --seed -1": (["sensitivity", "--all", "--seed", "-1"], "argument --seed: must be an integer"),
+    "sensitivity inf budget": (["sensitivity", "--all", "--budget-seconds", "inf"],
+                               "argument --budget-seconds: expected a finite number"),
+    "sensitivity --replay non-safetensors": (["sensitivity", "--replay", WITNESS],
+                                             "--replay: '{tmp}/not-a-witness.safetensors' is not a privaudit"),
+    "train inf target epsilon": (["train", "--defense", "dp-gcl", "--target-epsilon", "inf", "--out", "{out}"],
+                                 "argument --target-epsilon: expected a finite number"),
+    "train nan noise multiplier": (["train", "--defense", "dp-gcl", "--noise-multiplier", "nan", "--out", "{out}"],
+                                   "argument --noise-multiplier: expected a finite number"),
+    "train absurd epochs": (["train", "--epochs", "10000000", "--out", "{out}"],
+                            "epochs: must lie in [1, 1e+06], got 10000000"),
+    "train absurd epochs param": (["train", "--param", "epochs=1e12", "--out", "{out}"],
+                                  "epochs: must lie in [1, 1e+06]"),
+    "attack inf target epsilon": (["attack", "--defense", "dp-gcl", "--target-epsilon", "inf", "--out", "{out}"],
+                                  "argument --target-epsilon: expected a finite number"),
+    "train --out is a file": (["train", "--epochs", "1", "--out", FILE], f"--out: '{FILE}' exists and is not a"),
+    "attack --out is a file": (["attack", "--attack", "loss", "--out", FILE], f"--out: '{FILE}' exists and is not"),
+    "attack --out under a file": (["attack", "--attack", "loss", "--out", FILE + "/sub"],
+                                  f"--out: '{FILE}/sub' cannot be created: '{FILE}' is not a directory"),
+    "run --out is a file": (["run", "{suite}", "--out", FILE], f"--out: '{FILE}' exists and is not a directory"),
+    "attack --plot bad format": (["attack", "--attack", "loss", "--plot", "{tmp}/roc.txt"], "--plot: unknown value"),
+    "attack plugin without opt-in": (["attack", "--defense", "leaky_defense:NoisyKernelSum", "--out", "{out}"],
+                                     "--defense: 'leaky_defense:NoisyKernelSum' is a plugin"),
+    "train cuda:99": (["train", "--device", "cuda:99", "--out", "{out}"], "device: 'cuda:99'"),
+    "run --jobs 0": (["run", "{suite}", "--jobs", "0"], "--jobs: must be an integer in [1, 256]"),
+    "run --executor slurm": (["run", "{suite}", "--executor", "slurm"], "--executor: unknown value 'slurm'"),
+    "run --only matches nothing": (["run", "{suite}", "--only", "cifar10/*"], "--only: no cell matches"),
+    "report on garbled report.json": (["report", "{tmp}/garbled"], "not a readable report"),
+    "report on empty report.json": (["report", "{tmp}/empty"], "not a readable report"),
+    "report on a JSON list": (["report", "{tmp}/listed"], "not a privaudit report (missing suite"),
+    "report without report.json": (["report", "{tmp}"], "no report.json here"),
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def warm_imports(tmp_path_factory):
+    """Import what validation imports once (torch, the registries, each command), so that the 5 s limit times
+    the tool's checks, not the first import of its libraries on a shared machine."""
+    from audit.cli import build_parser
+    from audit.suite import load_suite
+
+    path = tmp_path_factory.mktemp("warm") / "ok.toml"
+    path.write_text(SUITE.replace("{out}", str(path.parent / "out")))
+    load_suite(path)
+    build_parser()
+
+
+def _prepare(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("user data\n")
+    (tmp_path / "not-a-witness.safetensors").write_bytes(b"PK\x03\x04 this is a zip, not safetensors")
+    for name, text in (("garbled", '{"suite": {"na'), ("empty", ""), ("listed", "[1, 2]")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(text)
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def _check(tmp_path: Path, capsys, argv: list[str], fragment: str, text: str | None = None) -> None:
+    _prepare(tmp_path)
+    out = tmp_path / "out"
+    path = tmp_path / "suite.toml"
+    path.write_text((text if text is not None else SUITE).replace("{out}", str(out)))
+    argv = [a.replace("{suite}", str(path)).replace("{out}", str(out)).replace("{tmp}", str(tmp_path)) for a in argv]
+    fragment = fragment.replace("{tmp}", str(tmp_path))
+    before = _snapshot(tmp_path)
+    start = time.perf_counter()
+    code = main(argv)
+    seconds = time.perf_counter() - start
+    captured = capsys.readouterr()
+    assert code == 2, captured.err
+    assert captured.err.count("\n") == 1 and captured.err.startswith("privaudit: error: "), captured.err
+    assert fragment in captured.err, captured.err
+    assert "Zen of Python" not in captured.out and captured.out == ""  # no plugin was imported (this:X)
+    assert not out.exists(), "the output directory was created"
+    assert _snapshot(tmp_path) == before, "a file was written or changed"
+    assert not Path("/tmp/privaudit-escape").exists()
+    assert seconds < 5, f"{seconds:.1f}s"
+
+
+@pytest.mark.parametrize("text, fragment", list(SUITE_CASES.values()), ids=list(SUITE_CASES))
+def test_bad_suite_exits_2_naming_the_field_writing_nothing(tmp_path, capsys, text, fragment):
+    _check(tmp_path, capsys, ["run", "{suite}"], fragment, text)
+
+
+@pytest.mark.parametrize("argv, fragment", list(CLI_CASES.values()), ids=list(CLI_CASES))
+def test_bad_flags_exit_2_naming_the_field_writing_nothing(tmp_path, capsys, argv, fragment):
+    if "cuda:99" in " ".join(argv) and torch.cuda.device_count() > 99:
+        pytest.skip("this machine has a cuda:99")
+    _check(tmp_path, capsys, argv, fragment)
+
+
+def test_cuda_without_cuda_is_refused_at_validation(tmp_path, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    _check(tmp_path, capsys, ["run", "{suite}"], "device: 'cuda' requested but no CUDA device is available",
+           top('device = "cuda"'))
+
+
+def test_at_least_forty_kinds():
+    assert len(SUITE_CASES) + len(CLI_CASES) >= 40
+
+
+def test_a_large_suite_runs_with_yes_large_only(tmp_path):
+    """The size check is the only thing --yes-large lifts (validated here without running the 1002 cells)."""
+    from audit.suite import load_suite
+    from core.errors import ConfigError
+
+    path = tmp_path / "s.toml"
+    path.write_text(SUITE_CASES["1001-cell grid"][0].replace("{out}", str(tmp_path / "out")))
+    big = load_suite(path)
+    assert big.n_cells == 1002 and len(big.cells()) == 1002
+    with pytest.raises(ConfigError, match="suite too large"):
+        big.check_size(False)
+    big.check_size(True)
+
+
+@pytest.mark.parametrize("argv", [["run", "{suite}", "--out", "{tmp}/ro"],
+                                  ["train", "--epochs", "1", "--out", "{tmp}/ro"],
+                                  ["attack", "--attack", "loss", "--out", "{tmp}/ro/new"]],
+                         ids=["run", "train", "attack"])
+def test_a_read_only_output_directory_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv):
+    """A read-only --out (here a read-only mount, simulated: permissions do not stop root) is refused before any
+    training, by run, train and attack."""
+    import core.io
+
+    read_only = tmp_path / "ro"
+    read_only.mkdir()
+    real = core.io.tempfile.mkstemp
+
+    def mkstemp(*args, **kwargs):
+        if Path(kwargs.get("dir", "")).resolve() == read_only.resolve():
+            raise OSError(30, "Read-only file system")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(core.io.tempfile, "mkstemp", mkstemp)
+    shown = str(read_only) + ("/new" if argv[0] == "attack" else "")
+    what = "cannot be created: '" + str(read_only) + "' is not writable" if argv[0] == "attack" else "is not writable"
+    _check(tmp_path, capsys, argv, f"--out: '{shown}' {what} (Read-only file system)")
+    assert list(read_only.iterdir()) == []
