@@ -32,6 +32,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "privacy-utility table of the ALM's logistic, Laplace and Gaussian noise"),
     "sensitivity": ("audit.commands.sensitivity",
                     "search each paper's sensitivity claim for a violating neighbouring pair"),
+    "audit-scores": ("audit.commands.audit_scores",
+                     "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
 }
 
 # Two examples per command, shown under its --help.
@@ -53,6 +55,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "claims": ("privaudit claims --paper DP-GCL", "privaudit claims --id dpcl-simclr-dpsim --json"),
     "alm-curve": ("privaudit alm-curve --dataset digits", "privaudit alm-curve --epsilons 1,8 --draws 5 --json"),
     "sensitivity": ("privaudit sensitivity --all", "privaudit sensitivity --claim dpcl.mean --evaluations 400 --json"),
+    "audit-scores": ("privaudit audit-scores --members train_loss.npy --nonmembers test_loss.npy --kind loss --out r/",
+                     "privaudit audit-scores --tf-privacy attack_input.npz --delta 1e-5 --json"),
 }
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3
