@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "privacy-utility table of the ALM's logistic, Laplace and Gaussian noise"),
     "sensitivity": ("audit.commands.sensitivity",
                     "search each paper's sensitivity claim for a violating neighbouring pair"),
+    "suites": ("audit.commands.suites", "list the shipped audit suites (run one by name: privaudit run quickstart)"),
     "audit-scores": ("audit.commands.audit_scores",
                      "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
 }
@@ -43,7 +44,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
               "privaudit train --defense alm --target-epsilon 1 --param sensitivity_m=100 --json"),
     "attack": ("privaudit attack --defense nonprivate --dataset digits --attack lira --plot roc.png",
                "privaudit attack --defense dp-gcl --target-epsilon 8 --attack gradient-canary --json"),
-    "run": ("privaudit run suites/quickstart.toml", "privaudit run suites/quickstart.toml --resume --only 'digits/dp-gcl/*'"),
+    "run": ("privaudit run quickstart", "privaudit run suites/quickstart.toml --resume --only 'digits/dp-gcl/*'"),
     "report": ("privaudit report reports/quickstart", "privaudit report /tmp/my-run"),
     "gate": ("privaudit gate reports/quickstart", "privaudit gate reports/quickstart || echo 'the gate failed'"),
     "epsilon": ("privaudit epsilon --noise-multiplier 1.1 --steps 1000 --sample-rate 0.01 --delta 1e-5",
@@ -55,6 +56,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "claims": ("privaudit claims --paper DP-GCL", "privaudit claims --id dpcl-simclr-dpsim --json"),
     "alm-curve": ("privaudit alm-curve --dataset digits", "privaudit alm-curve --epsilons 1,8 --draws 5 --json"),
     "sensitivity": ("privaudit sensitivity --all", "privaudit sensitivity --claim dpcl.mean --evaluations 400 --json"),
+    "suites": ("privaudit suites", "privaudit suites --json"),
     "audit-scores": ("privaudit audit-scores --members train_loss.npy --nonmembers test_loss.npy --kind loss --out r/",
                      "privaudit audit-scores --tf-privacy attack_input.npz --delta 1e-5 --json"),
 }

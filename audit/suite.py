@@ -349,8 +349,11 @@ def _defense_class(where: _Where, key: str, name: str):
 
 
 def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None = None) -> Suite:
-    """Read and validate a suite file; ``out`` and ``data_dir`` override the suite's."""
-    path = Path(path)
+    """Read and validate a suite file, or a shipped suite by name (``quickstart``); ``out`` and ``data_dir``
+    override the suite's."""
+    from audit.shipped import resolve_suite
+
+    path = resolve_suite(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
