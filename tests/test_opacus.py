@@ -37,6 +37,7 @@ def test_opacus_defense_emits_the_claim_it_implements():
         make_defense("opacus-dpsgd").fit(data, Budget(), 0)
 
 
+@pytest.mark.slow  # about 24 s of CPU (imports, 5 Opacus trainings); run with -m slow
 def test_opacus_example_reports_the_claim_beside_privaudits_epsilons():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPACUS_AUDIT_TINY": "1", "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "opacus_audit.py"), "--json"], capture_output=True,
