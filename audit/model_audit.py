@@ -41,7 +41,8 @@ def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
         elif suffix in (".pt", ".pth", ".bin"):
             state = torch.load(path, map_location="cpu", weights_only=True)
         else:
-            raise ConfigError(f"--weights: {path}: unknown type {suffix or '(none)'!r}; accepted: .safetensors, .pt, .pth")
+            raise ConfigError(f"--weights: {path}: unknown type {suffix or '(none)'!r}; "
+                              "accepted: .safetensors, .pt, .pth")
     except ConfigError:
         raise
     except Exception as exc:  # noqa: BLE001 - any unreadable file is bad input, named
@@ -84,7 +85,8 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
         net.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         first = str(exc).strip().splitlines()
-        raise ConfigError(f"--weights: do not fit the factory's model: {' '.join(l.strip() for l in first[:3])}") from None
+        detail = " ".join(line.strip() for line in first[:3])
+        raise ConfigError(f"--weights: do not fit the factory's model: {detail}") from None
     with torch.no_grad():
         probe = net.eval()(data.pool.x[:2])
     if probe.ndim != 2 or probe.shape[1] != data.info.num_classes:

@@ -104,6 +104,12 @@ class ScoreAudit:
             "roc": {"fpr": self.roc.fpr.tolist(), "tpr": self.roc.tpr.tolist()},
         }
 
+    def _bound_rows(self) -> list[list[str]]:
+        s = self.summary
+        return [["ε lower bound", f"{self.bound.epsilon:.4g}"], ["confidence", f"{self.bound.confidence:.3g}"],
+                ["delta", f"{self.bound.delta:g}"],
+                ["members / non-members", f"{s['n_members']} / {s['n_nonmembers']}"]]
+
     def markdown(self) -> str:
         from audit.report.markdown import table
 
@@ -111,8 +117,7 @@ class ScoreAudit:
         rows = [["AUC", f"{s['auc']:.4f}"]]
         rows += [[f"TPR at FPR {100 * float(k):g}%", f"{v:.4f}" + ("" if s["fpr_resolved"][k] else " (unresolved)")]
                  for k, v in s["tpr_at_fpr"].items()]
-        rows += [["ε lower bound", f"{self.bound.epsilon:.4g}"], ["confidence", f"{self.bound.confidence:.3g}"],
-                 ["delta", f"{self.bound.delta:g}"], ["members / non-members", f"{s['n_members']} / {s['n_nonmembers']}"]]
+        rows += self._bound_rows()
         return "\n".join([
             "# privaudit score audit", "",
             "Inputs: " + ", ".join(f"{k}: `{v}`" for k, v in self.inputs.items()), "",
@@ -127,8 +132,7 @@ class ScoreAudit:
         s = self.summary
         rows = [["AUC", f"{s['auc']:.4f}"]]
         rows += [[f"TPR at FPR {100 * float(k):g}%", f"{v:.4f}"] for k, v in s["tpr_at_fpr"].items()]
-        rows += [["ε lower bound", f"{self.bound.epsilon:.4g}"], ["confidence", f"{self.bound.confidence:.3g}"],
-                 ["delta", f"{self.bound.delta:g}"], ["members / non-members", f"{s['n_members']} / {s['n_nonmembers']}"]]
+        rows += self._bound_rows()
         body = "".join([
             "<h1>privaudit score audit</h1>",
             "<p class=\"meta\">" + " · ".join(f"{e(k)} <code>{e(v)}</code>" for k, v in self.inputs.items()) + "</p>",

@@ -83,7 +83,8 @@ def statistic(kind: str, values: np.ndarray, labels: np.ndarray | None, name: st
         raise ConfigError(f"{name}: {kind} must be a 2-D array (examples x classes, >= 2 classes), "
                           f"got shape {values.shape}")
     if labels is None:
-        raise ConfigError(f"{name}: {kind} need labels (an .npz key 'labels', a CSV 'label' column, or member_labels / nonmember_labels)")
+        raise ConfigError(f"{name}: {kind} need labels (an .npz key 'labels', a CSV 'label' column, "
+                          "or member_labels / nonmember_labels)")
     y = _labels(name, labels, values.shape[0], values.shape[1])
     if kind == "probs":
         p = np.clip(values, 1e-300, None)

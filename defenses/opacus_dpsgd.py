@@ -111,9 +111,11 @@ class OpacusDPSGD(Defense):
         z = float(dp_opt.noise_multiplier)
         q = float(dp_loader.sample_rate)
         claim = sampled_gaussian_claim(
-            z, steps, delta, sample_rate=q, sampling="poisson", relation="add-remove", paper_accountant=cfg.accountant,
+            z, steps, delta, sample_rate=q, sampling="poisson", relation="add-remove",
+            paper_accountant=cfg.accountant,
             source="Opacus PrivacyEngine DP-SGD (Poisson sampling, flat clipping)",
-            notes=(f"Opacus' own {cfg.accountant} accountant states epsilon = {opacus_eps:.4g} at delta = {delta:.3g}",))
+            notes=(f"Opacus' own {cfg.accountant} accountant states epsilon = {opacus_eps:.4g} "
+                   f"at delta = {delta:.3g}",))
         model.eval()
         net.eval()
         with torch.no_grad():

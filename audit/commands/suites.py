@@ -35,5 +35,6 @@ def run(args: argparse.Namespace) -> int:
     rows = [[name, _description(p)] for name, p in suites.items()]
     print(format_table(["suite", "description"], rows))
     if suites:
-        print(f"from {next(iter(suites.values())).parent}; run one with: privaudit run NAME (or a path to your own TOML)")
+        print(f"from {next(iter(suites.values())).parent}; "
+              "run one with: privaudit run NAME (or a path to your own TOML)")
     return 0
