@@ -236,7 +236,11 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     membership = np.concatenate([np.ones(mem.size, bool), np.zeros(non.size, bool)])
     summary = metrics.summarize(scores, membership)
     if design == "one-run":
-        bound = one_run_bound_search(scores, membership, one_run_grid(scores.size), beta=beta, delta=delta)
+        # The guesses break ties by position; the members come first here, so put the examples in a random
+        # order (independent of membership) first, or tied scores would be guessed "member" and inflate the bound.
+        order = np.random.default_rng(0).permutation(scores.size)
+        bound = one_run_bound_search(scores[order], membership[order], one_run_grid(scores.size), beta=beta,
+                                     delta=delta)
     else:
         if min(mem.size, non.size) < 4:
             raise ConfigError("multi-run design: needs at least 4 runs on each side")

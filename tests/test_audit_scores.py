@@ -49,6 +49,12 @@ def test_bound_is_sound_and_positive_for_a_large_shift():
     assert "fair coin" in a.assumption and a.bound.method == "one-run-search"
 
 
+def test_tied_scores_give_no_bound():
+    # members listed first: ties must not be resolved in their favour (a constant attack knows nothing)
+    a = audit_scores(np.zeros(1000), np.zeros(1000), delta=0.0)
+    assert a.auc == 0.5 and a.eps_lower_bound == 0.0
+
+
 def test_multi_run_design_is_sound():
     rng = np.random.default_rng(3)
     mu = 3.0
