@@ -119,6 +119,7 @@ def plot_roc(curves: dict[str, Roc], path: str, title: str = "") -> str:
     import io
 
     import matplotlib
+    from sklearn.metrics import auc as area  # trapezoidal area; np.trapezoid needs numpy >= 2
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -129,7 +130,7 @@ def plot_roc(curves: dict[str, Roc], path: str, title: str = "") -> str:
     floor = min(0.5 / max(r.n_nonmembers, 1) for r in curves.values())
     for name, r in curves.items():
         pts = loglog_roc(r, floor)
-        ax.plot(pts["fpr"], pts["tpr"], label=f"{name} (AUC {np.trapezoid(r.tpr, r.fpr):.3f})")
+        ax.plot(pts["fpr"], pts["tpr"], label=f"{name} (AUC {area(r.fpr, r.tpr):.3f})")
     ax.plot([floor, 1], [floor, 1], ls="--", color="grey", lw=1, label="chance")
     ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1), xlabel="FPR", ylabel="TPR", title=title)
     ax.legend(fontsize=7, loc="lower right")

@@ -32,6 +32,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "privacy-utility table of the ALM's logistic, Laplace and Gaussian noise"),
     "sensitivity": ("audit.commands.sensitivity",
                     "search each paper's sensitivity claim for a violating neighbouring pair"),
+    "suites": ("audit.commands.suites", "list the shipped audit suites (run one by name: privaudit run quickstart)"),
+    "audit-model": ("audit.commands.audit_model",
+                    "audit your own PyTorch classifier (factory + weights) by LOSS and LiRA on a membership split"),
+    "audit-scores": ("audit.commands.audit_scores",
+                     "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
 }
 
 # Two examples per command, shown under its --help.
@@ -41,7 +46,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
               "privaudit train --defense alm --target-epsilon 1 --param sensitivity_m=100 --json"),
     "attack": ("privaudit attack --defense nonprivate --dataset digits --attack lira --plot roc.png",
                "privaudit attack --defense dp-gcl --target-epsilon 8 --attack gradient-canary --json"),
-    "run": ("privaudit run suites/quickstart.toml", "privaudit run suites/quickstart.toml --resume --only 'digits/dp-gcl/*'"),
+    "run": ("privaudit run quickstart", "privaudit run suites/quickstart.toml --resume --only 'digits/dp-gcl/*'"),
     "report": ("privaudit report reports/quickstart", "privaudit report /tmp/my-run"),
     "gate": ("privaudit gate reports/quickstart", "privaudit gate reports/quickstart || echo 'the gate failed'"),
     "epsilon": ("privaudit epsilon --noise-multiplier 1.1 --steps 1000 --sample-rate 0.01 --delta 1e-5",
@@ -53,6 +58,12 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "claims": ("privaudit claims --paper DP-GCL", "privaudit claims --id dpcl-simclr-dpsim --json"),
     "alm-curve": ("privaudit alm-curve --dataset digits", "privaudit alm-curve --epsilons 1,8 --draws 5 --json"),
     "sensitivity": ("privaudit sensitivity --all", "privaudit sensitivity --claim dpcl.mean --evaluations 400 --json"),
+    "suites": ("privaudit suites", "privaudit suites --json"),
+    "audit-model": ("privaudit audit-model --factory mypkg.models:make_net --weights net.safetensors --dataset digits",
+                    "privaudit audit-model --factory mypkg.models:make_net --weights net.pt --train-fn mypkg.train:fit "
+                    "--out audit/ --json"),
+    "audit-scores": ("privaudit audit-scores --members train_loss.npy --nonmembers test_loss.npy --kind loss --out r/",
+                     "privaudit audit-scores --tf-privacy attack_input.npz --delta 1e-5 --json"),
 }
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3

@@ -399,9 +399,12 @@ MAX_DEPTH = 16  # a suite is at most 5 levels deep (top, [[defenses]], params, a
 
 def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None = None,
                allow_plugins: bool = False) -> Suite:
-    """Read and validate a suite file; ``out`` and ``data_dir`` override the suite's; ``allow_plugins`` is the
-    CLI's ``--allow-plugins`` (else the suite's own ``allow_plugins``)."""
-    path = Path(path)
+    """Read and validate a suite file, or a shipped suite by name (``quickstart``); ``out`` and ``data_dir``
+    override the suite's; ``allow_plugins`` is the CLI's ``--allow-plugins`` (else the suite's own
+    ``allow_plugins``)."""
+    from audit.shipped import resolve_suite
+
+    path = resolve_suite(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

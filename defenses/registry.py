@@ -18,6 +18,8 @@ DEFENSES: Registry[type[Defense]] = Registry("defense", {
     "dp-gcl": "defenses.dp_gcl:DPGCL",
     "logit-dp": "defenses.logit_dp:LogitDP",
     "control-undernoised": "defenses.controls:UnderNoisedControl",  # a positive control, not a defense
+    "opacus-dpsgd": "defenses.opacus_dpsgd:OpacusDPSGD",  # plain DP-SGD classifier on Opacus' PrivacyEngine
+    "user-model": "defenses.user_model:UserModel",  # a user's own classifier (factory + training function)
 })
 
 

@@ -12,7 +12,8 @@ from audit.suite import load_suite
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run an audit suite (TOML): train, attack, check claims, report, gate")
-    p.add_argument("suite", help="suite file, e.g. suites/quickstart.toml")
+    p.add_argument("suite", help="suite file (e.g. suites/quickstart.toml) or a shipped suite's name "
+                                 "(privaudit suites lists them)")
     p.add_argument("--out", default=None, help="output directory (default: the suite's out, reports/<name>)")
     p.add_argument("--executor", default="local", help=f"one of: {', '.join(EXECUTOR_CHOICES)}")
     p.add_argument("--resume", action="store_true", help="reuse the finished cells of an earlier run in --out")

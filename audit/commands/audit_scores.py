@@ -1,0 +1,56 @@
+"""``privaudit audit-scores``: audit member / non-member scores a user already has (see :mod:`audit.score_audit`)."""
+
+from __future__ import annotations
+
+import argparse
+
+from audit.commands.common import add_output_args, emit_json, format_table
+from audit.score_inputs import KINDS
+from audit.score_audit import DESIGNS
+
+HELP = "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("audit-scores", help=HELP)
+    p.add_argument("--members", default=None, help="members' scores, losses or logits (.npy, .npz, .csv)")
+    p.add_argument("--nonmembers", default=None, help="non-members' scores, losses or logits (.npy, .npz, .csv)")
+    p.add_argument("--tf-privacy", default=None, metavar="FILE.npz",
+                   help="one .npz in TF-Privacy's AttackInputData layout (logits_train/_test + labels_train/_test, "
+                        "or loss_train/_test) instead of --members/--nonmembers")
+    p.add_argument("--kind", default="auto", help=f"what the files hold: {', '.join(KINDS)} (default: auto, "
+                   "from the keys / header; loss: score = -loss; logits need labels)")
+    p.add_argument("--design", default="one-run",
+                   help=f"how the members were chosen, which decides the sound bound: {', '.join(DESIGNS)} "
+                        "(one-run: each example included by an independent fair coin in one training run)")
+    p.add_argument("--delta", type=float, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
+    p.add_argument("--beta", type=float, default=0.05, help="1 - confidence of the bound (default 0.05)")
+    p.add_argument("--out", default=None, help="write report.json, report.md, report.html, roc.png, scores.npz here")
+    add_output_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from core.errors import ConfigError
+
+    if args.tf_privacy is None and (args.members is None or args.nonmembers is None):
+        raise ConfigError("--members and --nonmembers: both required (or --tf-privacy FILE.npz)")
+    from audit.score_audit import audit_scores
+
+    a = audit_scores(args.members, args.nonmembers, kind=args.kind, tf_privacy=args.tf_privacy, delta=args.delta,
+                     beta=args.beta, design=args.design, out=args.out)
+    if args.json:
+        d = a.to_dict()
+        d.pop("roc")
+        emit_json(d)
+        return 0
+    s = a.summary
+    print(f"{s['n_members']} members, {s['n_nonmembers']} non-members ({a.inputs['kind']})")
+    rows = [["AUC", s["auc"]], *[[f"TPR@{100 * float(k):g}%FPR", v] for k, v in s["tpr_at_fpr"].items()],
+            ["epsilon lower bound", a.bound.epsilon]]
+    print(format_table(["measure", "value"], rows))
+    print(f"bound: {a.bound.label}")
+    print(f"assumption: {a.assumption}")
+    if args.out:
+        print(f"report: {args.out}/report.html (also report.md, report.json, roc.png)")
+    return 0

@@ -1,0 +1,113 @@
+"""Audit a user's own PyTorch classifier: LOSS and LiRA on the dataset's membership split.
+
+The user gives a factory ``package.module:function`` (it builds the model), the trained weights (a
+state_dict in ``.safetensors``, or ``.pt``/``.pth`` loaded with ``torch.load(weights_only=True)``: no code runs
+on load), and the dataset. The model must have been trained on the **members of privaudit's membership
+split** of that dataset and seed: ``privaudit.load_dataset(name, seed=seed).train`` (the audit pool's
+candidates, each included by a fair coin, and nothing else of the pool). That design is what makes the
+one-run lower bound (Steinke, Nasr & Jagielski 2023) sound; a model trained on any other split gets
+meaningless numbers.
+
+Attacks: ``loss`` (Yeom et al. 2018) and ``lira`` (Carlini et al. 2022) with reference models built by the
+same factory and trained by the user's ``train_fn`` (``module:function``, called ``train_fn(model, x, y,
+seed=...)``) or a default SGD loop (:mod:`defenses.user_model`). Factories and training functions are code
+that privaudit imports and runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+import torch.nn as nn
+
+from core.errors import ConfigError
+
+ATTACKS_RUN = ("loss", "lira")
+
+
+def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
+    """A state_dict from ``.safetensors`` or ``.pt``/``.pth`` (``torch.load(weights_only=True)``)."""
+    path = Path(weights)
+    if not path.is_file():
+        raise ConfigError(f"--weights: {path}: no such file")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".safetensors":
+            from core.io import load_tensors
+
+            state = load_tensors(path)
+        elif suffix in (".pt", ".pth", ".bin"):
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            raise ConfigError(f"--weights: {path}: unknown type {suffix or '(none)'!r}; "
+                              "accepted: .safetensors, .pt, .pth")
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is bad input, named
+        raise ConfigError(f"--weights: {path}: cannot read a state_dict ({type(exc).__name__}: {exc})") from None
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ConfigError(f"--weights: {path}: not a state_dict (a mapping of names to tensors)")
+    return state
+
+
+def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], *, dataset: str = "digits",
+                train_fn: str | None = None, seed: int = 0, data_dir: str | None = None,
+                attacks: Sequence[str] = ATTACKS_RUN, reference_models: int = 8, epochs: int = 20,
+                batch_size: int = 64, lr: float = 0.05, delta: float | None = None,
+                out: str | Path | None = None, progress: bool = False) -> dict[str, Any]:
+    """Audit the classifier ``factory()`` with ``weights`` by LOSS and LiRA; one summary per attack.
+
+    Each summary is the attack's report object (``auc``, ``tpr_at_fpr``, ``eps_lower_bound``,
+    ``eps_lb_method``, ``n_members``, ``n_nonmembers``, ...). ``factory`` and ``train_fn`` are
+    ``module:function`` strings (importable in worker processes). ``reference_models``: LiRA's (even, >= 4).
+    ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with ``train_fn``). ``delta``: of the
+    lower bound (default: 1 / (n ln n) for the n members). ``out``: write each attack's ``scores.npz`` and
+    ``result.json`` in ``out/<attack>/`` and ``out/audit.json``.
+    """
+    from attacks import DataRef, Target, make_attack
+    from core.datasets import load_dataset
+    from defenses.base import Budget, default_delta
+    from defenses.user_model import UserModel, build, wrap
+
+    unknown = [a for a in attacks if a not in ATTACKS_RUN]
+    if unknown or not attacks:
+        raise ConfigError(f"attacks: unknown {unknown or 'empty list'}; accepted: {', '.join(ATTACKS_RUN)}")
+    params = {"factory": factory, "train_fn": train_fn or "", "epochs": epochs, "batch_size": batch_size, "lr": lr}
+    UserModel(params)  # validates the settings up front
+    state = load_state_dict(weights) if isinstance(weights, (str, Path)) else dict(weights)
+    data = load_dataset(dataset, seed=seed, data_dir=data_dir)
+    net = build(factory)
+    try:
+        net.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = " ".join(line.strip() for line in first[:3])
+        raise ConfigError(f"--weights: do not fit the factory's model: {detail}") from None
+    with torch.no_grad():
+        probe = net.eval()(data.pool.x[:2])
+    if probe.ndim != 2 or probe.shape[1] != data.info.num_classes:
+        raise ConfigError(f"factory {factory!r}: the model maps {tuple(data.pool.x[:2].shape)} to "
+                          f"{tuple(probe.shape)}, expected (2, {data.info.num_classes}) class logits")
+    trained = wrap(net, data, params, seed)
+    if delta is None:
+        delta = default_delta(len(data.train))
+    target = Target(trained, data, "user-model", params, Budget(), seed, "cpu", DataRef(dataset, seed, data_dir))
+    results: dict[str, Any] = {}
+    for name in attacks:
+        attack_params: dict[str, Any] = {"delta": delta}
+        if name == "lira":
+            attack_params.update(shadow_models=reference_models, queries=1)
+        result = make_attack(name, attack_params).run(target, progress=progress)
+        if out is not None:
+            result.save(Path(out) / name)
+        results[name] = result.summary()
+    if out is not None:
+        from core.io import atomic_write_json
+
+        atomic_write_json(Path(out) / "audit.json", {"factory": factory, "train_fn": train_fn, "dataset": dataset,
+                                                     "seed": seed, "attacks": results})
+    return results

@@ -1,0 +1,220 @@
+"""Read a user's member / non-member scores from files: ``.npy``, ``.npz``, CSV, or TF-Privacy's layout.
+
+A score is "higher = member". Three kinds of input are turned into scores:
+
+* ``score``: used as given;
+* ``loss``: per-example loss, score = -loss (Yeom et al. 2018's loss attack);
+* ``logits`` (with ``labels``): LiRA's logit statistic phi = z_y - logsumexp_{j != y} z_j
+  (Carlini et al. 2022, Sec. IV-C; :func:`attacks.statistics.logit_phi`);
+* ``probs`` (with ``labels``): the same statistic from probabilities, log(p_y / (1 - p_y)).
+
+File layouts (``kind="auto"`` infers the kind from the keys / header):
+
+* ``.npy``: a 1-D array of scores (or losses with ``kind="loss"``); a 2-D array is logits and needs
+  ``labels``.
+* ``.npz``: keys ``scores``, ``loss`` / ``losses``, ``logits`` + ``labels`` or ``probs`` + ``labels``; a single
+  unnamed array (``arr_0``) is read as a ``.npy``.
+* CSV: one numeric column (an optional header naming it ``score`` or ``loss``), or a header with a ``label``
+  column and one column per class (logits).
+* TF-Privacy's ``AttackInputData`` saved as one ``.npz`` (:func:`read_tf_privacy`): ``logits_train`` /
+  ``logits_test`` + ``labels_train`` / ``labels_test``, or ``probs_*`` + ``labels_*``, or ``loss_train`` /
+  ``loss_test``; train = members, test = non-members. Logits are preferred (the strongest statistic), then
+  probabilities, then losses.
+
+Every problem raises :class:`core.errors.ConfigError` naming the file and key; nothing is written here.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from core.errors import ConfigError, one_of
+
+KINDS = ("auto", "score", "loss", "logits", "probs")
+SCORE_KEYS = ("scores", "score")
+LOSS_KEYS = ("loss", "losses")
+
+
+@dataclass(frozen=True)
+class Scores:
+    """One side's scores (higher = member) and how they were obtained."""
+
+    values: np.ndarray
+    kind: str
+    source: str
+
+
+def _finite(name: str, a: np.ndarray) -> np.ndarray:
+    if a.size == 0:
+        raise ConfigError(f"{name}: empty array (needs at least one example)")
+    if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
+        raise ConfigError(f"{name}: expected real numbers, got dtype {a.dtype}")
+    a = a.astype(np.float64)
+    if not np.all(np.isfinite(a)):
+        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+        raise ConfigError(f"{name}: {bad} value(s) are NaN or infinite")
+    return a
+
+
+def _labels(name: str, labels: np.ndarray, n: int, classes: int) -> np.ndarray:
+    labels = np.asarray(labels).ravel()
+    if labels.size != n:
+        raise ConfigError(f"{name}: {labels.size} labels for {n} rows of logits")
+    if labels.size and not np.all(np.equal(np.mod(labels, 1), 0)):
+        raise ConfigError(f"{name}: labels must be integers")
+    labels = labels.astype(np.int64)
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise ConfigError(f"{name}: labels must lie in [0, {classes - 1}] for {classes} classes")
+    return labels
+
+
+def statistic(kind: str, values: np.ndarray, labels: np.ndarray | None, name: str) -> np.ndarray:
+    """Scores (higher = member) from ``values`` of ``kind`` (see the module docstring)."""
+    values = _finite(name, np.asarray(values))
+    if kind == "score":
+        return _one_d(name, values)
+    if kind == "loss":
+        return -_one_d(name, values)
+    if values.ndim != 2 or values.shape[1] < 2:
+        raise ConfigError(f"{name}: {kind} must be a 2-D array (examples x classes, >= 2 classes), "
+                          f"got shape {values.shape}")
+    if labels is None:
+        raise ConfigError(f"{name}: {kind} need labels (an .npz key 'labels', a CSV 'label' column, "
+                          "or member_labels / nonmember_labels)")
+    y = _labels(name, labels, values.shape[0], values.shape[1])
+    if kind == "probs":
+        p = np.clip(values, 1e-300, None)
+        values = np.log(p)  # log-probabilities are logits up to a per-row constant, which phi ignores
+    import torch
+
+    from attacks.statistics import logit_phi
+
+    return logit_phi(torch.as_tensor(values), torch.as_tensor(y)).numpy()
+
+
+def _one_d(name: str, a: np.ndarray) -> np.ndarray:
+    if a.ndim == 2 and 1 in a.shape:
+        a = a.ravel()
+    if a.ndim != 1:
+        raise ConfigError(f"{name}: expected a 1-D array of scores or losses, got shape {a.shape} "
+                          "(2-D arrays are logits: give labels)")
+    return a
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a readable .npz file ({exc})") from None
+
+
+def _read_csv(path: Path) -> tuple[list[str] | None, np.ndarray]:
+    try:
+        with open(path, newline="") as handle:
+            rows = [r for r in csv.reader(handle) if r and any(c.strip() for c in r)]
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not a readable CSV file ({exc})") from None
+    if not rows:
+        raise ConfigError(f"{path}: empty file (needs at least one example)")
+    header = None
+    try:
+        float(rows[0][0])
+    except ValueError:
+        header, rows = [c.strip().lower() for c in rows[0]], rows[1:]
+    if not rows:
+        raise ConfigError(f"{path}: no data rows under the header (needs at least one example)")
+    width = len(rows[0])
+    if any(len(r) != width for r in rows):
+        raise ConfigError(f"{path}: rows have different numbers of columns")
+    try:
+        data = np.array([[float(c) for c in r] for r in rows], dtype=np.float64)
+    except ValueError as exc:
+        raise ConfigError(f"{path}: non-numeric value ({exc})") from None
+    return header, data
+
+
+def read_scores(path: str | Path, kind: str = "auto", labels: np.ndarray | None = None) -> Scores:
+    """Read one side's scores from ``path`` (``.npy``, ``.npz`` or ``.csv``); see the module docstring."""
+    if kind not in KINDS:
+        raise one_of("kind", kind, KINDS)
+    path = Path(path)
+    name = str(path)
+    if not path.is_file():
+        raise ConfigError(f"{name}: no such file")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        try:
+            values = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{name}: not a readable .npy file ({exc})") from None
+        kind = kind if kind != "auto" else ("logits" if values.ndim == 2 and min(values.shape) > 1 else "score")
+        return Scores(statistic(kind, values, labels, name), kind, name)
+    if suffix == ".npz":
+        arrays = _load_npz(path)
+        if set(arrays) == {"arr_0"}:
+            values = arrays["arr_0"]
+            kind = kind if kind != "auto" else ("logits" if values.ndim == 2 and min(values.shape) > 1 else "score")
+            return Scores(statistic(kind, values, labels, name), kind, name)
+        found = {"score": next((k for k in SCORE_KEYS if k in arrays), None),
+                 "loss": next((k for k in LOSS_KEYS if k in arrays), None),
+                 "logits": "logits" if "logits" in arrays else None,
+                 "probs": "probs" if "probs" in arrays else None}
+        if kind == "auto":
+            kind = next((k for k in ("logits", "probs", "score", "loss") if found[k]), "")
+            if not kind:
+                raise ConfigError(f"{name}: no key of {', '.join(('scores', 'loss', 'logits', 'probs'))} "
+                                  f"(found: {', '.join(sorted(arrays)) or 'none'})")
+        key = found[kind]
+        if key is None:
+            raise ConfigError(f"{name}: kind {kind!r} needs key {kind if kind != 'score' else 'scores'!r} "
+                              f"(found: {', '.join(sorted(arrays)) or 'none'})")
+        labs = arrays.get("labels", labels)
+        return Scores(statistic(kind, arrays[key], labs, f"{name}[{key}]"), kind, name)
+    if suffix in (".csv", ".txt"):
+        header, data = _read_csv(path)
+        if header is not None and "label" in header:
+            j = header.index("label")
+            logits = np.delete(data, j, axis=1)
+            kind = "logits" if kind == "auto" else kind
+            return Scores(statistic(kind, logits, data[:, j], name), kind, name)
+        if kind == "auto":
+            kind = "loss" if header is not None and header[0] in LOSS_KEYS else "score"
+            if data.shape[1] > 1:
+                raise ConfigError(f"{name}: {data.shape[1]} columns; give one column of scores or losses, "
+                                  "or a 'label' column beside one column per class (logits)")
+        values = data if kind in ("logits", "probs") else data[:, 0] if data.shape[1] == 1 else data
+        return Scores(statistic(kind, values, labels, name), kind, name)
+    raise ConfigError(f"{name}: unknown file type {suffix or '(none)'!r}; accepted: .npy, .npz, .csv")
+
+
+TF_PRIVACY_KINDS = (("logits", "logits"), ("probs", "probs"), ("loss", "loss"))
+
+
+def read_tf_privacy(path: str | Path) -> tuple[Scores, Scores]:
+    """Members (train) and non-members (test) from one ``.npz`` in TF-Privacy's ``AttackInputData`` layout."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file")
+    if path.suffix.lower() != ".npz":
+        raise ConfigError(f"{path}: TF-Privacy input must be an .npz with *_train / *_test keys")
+    arrays = _load_npz(path)
+    for kind, stem in TF_PRIVACY_KINDS:
+        train, test = f"{stem}_train", f"{stem}_test"
+        if train in arrays or test in arrays:
+            if train not in arrays or test not in arrays:
+                raise ConfigError(f"{path}: key {train if train not in arrays else test!r} missing "
+                                  f"(TF-Privacy layout needs both {train} and {test})")
+            sides = []
+            for key, side in ((train, "train"), (test, "test")):
+                labels = arrays.get(f"labels_{side}")
+                if kind != "loss" and labels is None:
+                    raise ConfigError(f"{path}: key 'labels_{side}' missing ({key} need labels)")
+                sides.append(Scores(statistic(kind, arrays[key], labels, f"{path}[{key}]"), kind, f"{path}[{key}]"))
+            return sides[0], sides[1]
+    raise ConfigError(f"{path}: no TF-Privacy keys (accepted: logits_train/logits_test + labels_train/labels_test, "
+                      f"probs_*, loss_train/loss_test; found: {', '.join(sorted(arrays)) or 'none'})")

@@ -1,0 +1,65 @@
+"""Packaging: shipped suites found by name from any directory, LICENSE, dependency floors the code supports."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from audit.cli import main
+from audit.shipped import resolve_suite, shipped_suites
+from audit.suite import load_suite
+from core.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def test_every_suite_file_is_shipped_and_listed(capsys):
+    assert set(shipped_suites()) == {p.stem for p in (ROOT / "suites").glob("*.toml")} >= {"quickstart"}
+    assert main(["suites", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert set(listed) == set(shipped_suites()) and listed["quickstart"]["description"]
+
+
+def test_a_bare_name_resolves_from_any_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_suite("quickstart") == shipped_suites()["quickstart"]
+    assert load_suite("quickstart").name == "quickstart"
+    with pytest.raises(ConfigError, match="neither a file nor a shipped suite; shipped: .*quickstart"):
+        resolve_suite("quickstrat")
+    assert resolve_suite("suites/quickstart.toml") == Path("suites/quickstart.toml")  # a path stays a path
+
+
+def test_license_and_dependency_floors():
+    assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["license"] == {"text": "Apache-2.0"}
+    deps = {re.split(r"[<>=;\[ ]", d, maxsplit=1)[0]: d for d in project["dependencies"]}
+    assert "torchvision" not in deps  # not imported anywhere: dataset formats are read by core/datasets/formats.py
+    assert deps["numpy"].startswith("numpy>=1.26")
+    # numpy 2-only functions would break the declared floor
+    packages = ("core", "accountants", "defenses", "attacks", "audit", "privaudit")
+    numpy2_only = re.compile(r"np\.(trapezoid|unstack|cumulative_sum)\(")
+    offenders = [str(p.relative_to(ROOT)) for pkg in packages for p in (ROOT / pkg).rglob("*.py")
+                 if numpy2_only.search(p.read_text())]
+    assert offenders == []
+
+
+@pytest.mark.slow  # builds the wheel (about 15 s)
+def test_the_wheel_carries_the_suites_license_and_front_door(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT),
+                    "-w", str(tmp_path)], check=True, cwd=tmp_path, capture_output=True)
+    (wheel,) = tmp_path.glob("privaudit-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"audit/suites/{p.name}" for p in (ROOT / "suites").glob("*.toml")} <= names
+    assert "privaudit/__init__.py" in names and any(n.endswith("licenses/LICENSE") for n in names)
