@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                   "privacy-utility table of the ALM's logistic, Laplace and Gaussian noise"),
     "sensitivity": ("audit.commands.sensitivity",
                     "search each paper's sensitivity claim for a violating neighbouring pair"),
+    "audit-step": ("audit.commands.audit_step", "audit one privatised step of a defense on neighbouring batches"),
 }
 
 # Two examples per command, shown under its --help.
@@ -53,6 +54,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "claims": ("privaudit claims --paper DP-GCL", "privaudit claims --id dpcl-simclr-dpsim --json"),
     "alm-curve": ("privaudit alm-curve --dataset digits", "privaudit alm-curve --epsilons 1,8 --draws 5 --json"),
     "sensitivity": ("privaudit sensitivity --all", "privaudit sensitivity --claim dpcl.mean --evaluations 400 --json"),
+    "audit-step": ("privaudit audit-step --defense dpcl-simclr",
+                   "privaudit audit-step --defense dp-gcl --pair canonical --draws 1000000 --json"),
 }
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3

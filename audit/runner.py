@@ -349,13 +349,31 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
+    step_results: list[dict[str, Any]] = []
+    run_step = suite.step_audit is not None and (not only or any(p in ("step_audit", "*") for p in only))
+    if run_step:
+        from audit.step_audit import run_suite_step_audits
+
+        start = time.perf_counter()
+        step_results, step_errors = run_suite_step_audits(suite, out, progress)
+        errors += step_errors
+        timings["step_audit"] = time.perf_counter() - start
     ordered = [dict(records[spec.id]) for spec in cells]
     roles = {d.label: (d.primary, d.control) for d in suite.defenses}
     for record, gate in zip(ordered, gate_cells(ordered, suite.gate, roles)):
         record["gate"] = gate
     gate = suite_gate(ordered, sensitivity, suite.sensitivity if run_sens else None, suite.gate, errors)
+    if run_step:
+        from audit.step_audit import step_gate
+
+        step_reasons, step_notes = step_gate(step_results, suite.step_audit)
+        gate["reasons"] += step_reasons
+        gate["notes"] += step_notes
+        gate["status"] = "fail" if gate["reasons"] else "pass"
     start = time.perf_counter()
     report = build_report(suite, ordered, sensitivity, gate, only=only or None)
+    if run_step:
+        report["step_audit"] = step_results
     write_report(out, report)
     timings["report"] = time.perf_counter() - start
     timings["total"] = time.perf_counter() - started
