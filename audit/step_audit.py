@@ -333,7 +333,8 @@ def run_suite_step_audits(suite: Any, out: Path, progress: bool = True) -> tuple
         start = time.perf_counter()
         try:
             r = audit_defense(name, params=params.get(name), target_epsilon=cfg.target_epsilon, delta=delta,
-                              draws=cfg.draws, pair=cfg.pair, seed=cfg.seed, dataset=suite.datasets[0],
+                              draws=cfg.draws, seed=cfg.seed,
+                              pair=cfg.pair if isinstance(cfg.pair, str) else cfg.pair.get(name, "canonical"), dataset=suite.datasets[0],
                               data_dir=suite.data_dir, witness_evaluations=cfg.witness_evaluations, out_dir=wdir)
         except Exception as exc:  # noqa: BLE001 - reported through the gate
             errors.append(f"step audit of {name} errored: {type(exc).__name__}: {exc}".splitlines()[0])

@@ -156,7 +156,7 @@ class StepAuditConfig:
 
     defenses: tuple[str, ...]
     draws: int
-    pair: str
+    pair: str | dict[str, str]  # one kind for all, or per defense (unlisted: "canonical")
     target_epsilon: float
     witness_evaluations: int
     seed: int
@@ -554,9 +554,14 @@ def _step_audit(where: _Where, raw: Any) -> StepAuditConfig | None:
     draws = _typed(where, "step_audit.draws", raw.get("draws", DEFAULT_DRAWS), int, "an integer >= 8")
     if draws < 8:
         raise where.error("step_audit.draws", f"must be >= 8, got {draws!r}")
-    pair = _typed(where, "step_audit.pair", raw.get("pair", "all"), str, "a pair kind")
-    if pair not in PAIR_CHOICES:
-        raise where.error("step_audit.pair", f"unknown value {pair!r}; accepted: {', '.join(PAIR_CHOICES)}")
+    pair = _typed(where, "step_audit.pair", raw.get("pair", "all"), (str, dict),
+                  "a pair kind or a table defense = pair kind")
+    for key, value in (pair.items() if isinstance(pair, dict) else [("", pair)]):
+        field = "step_audit.pair" + (f".{key}" if key else "")
+        if key and key not in defenses:
+            raise where.error(field, f"not among the audited defenses ({', '.join(defenses)})")
+        if value not in PAIR_CHOICES:
+            raise where.error(field, f"unknown value {value!r}; accepted: {', '.join(PAIR_CHOICES)}")
     eps = _typed(where, "step_audit.target_epsilon", raw.get("target_epsilon", 8.0), (int, float), "a number > 0")
     if eps <= 0:
         raise where.error("step_audit.target_epsilon", f"must be > 0, got {eps!r}")

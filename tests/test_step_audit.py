@@ -180,6 +180,11 @@ def test_suite_step_audit_validation(tmp_path):
     s = load_suite(str(p))
     assert s.step_audit.defenses == ("dp-clip",) and s.step_audit.draws == 1000
     assert s.to_dict()["step_audit"]["draws"] == 1000
+    p.write_text(base + '[step_audit]\ndefenses = ["dp-clip", "dpsgd"]\npair = { "dp-clip" = "witness" }\n')
+    assert load_suite(str(p)).step_audit.pair == {"dp-clip": "witness"}
+    p.write_text(base + '[step_audit]\ndefenses = ["dp-clip"]\npair = { "dpsgd" = "witness" }\n')
+    with pytest.raises(ConfigError, match="step_audit.pair.dpsgd"):
+        load_suite(str(p))
     p.write_text(base + '[step_audit]\ndefenses = ["dp-sgd"]\n')
     with pytest.raises(ConfigError, match="step_audit.defenses"):
         load_suite(str(p))
