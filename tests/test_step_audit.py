@@ -57,7 +57,7 @@ def test_soundness_small():
 @pytest.mark.slow
 def test_soundness_500_seeds():
     seeds = 500
-    rows = soundness(seeds, 20000)
+    rows = soundness(seeds, 10000)
     for r in rows:
         print(r)
     _check_soundness(rows, seeds)
@@ -202,3 +202,19 @@ def test_cli_audit_step(capsys):
     r = json.loads(capsys.readouterr().out)
     assert r["defense"] == "dp-clip" and r["pairs"][0]["verdict"] == "not refuted"
     assert main(["audit-step", "--defense", "dp-clip", "--draws", "0"]) == 2
+
+
+def test_report_rows_and_markdown_section():
+    from audit.report import markdown
+    from audit.step_audit import STEP_HEADERS, step_rows
+
+    result = {"defense": "dpcl-simclr", "relation": "replace-one", "claim": {"mu": 0.348, "epsilon": 1.33},
+              "pairs": [{"pair": "witness", "mu_lower": 0.467, "epsilon_lower": 1.15, "power_mu": 1.34,
+                         "verdict": "refuted", "witness": "step_audit/witnesses/w.safetensors"}]}
+    report = {"suite": {"step_audit": {"expect": {"dpcl-simclr": "refuted"}}}, "step_audit": [result]}
+    rows = step_rows(report)
+    assert rows == [["dpcl-simclr", "replace-one", "witness", "0.348", "1.33", "0.467", "1.15", "1.34", "refuted",
+                     "refuted", "step_audit/witnesses/w.safetensors"]]
+    assert len(rows[0]) == len(STEP_HEADERS)
+    text = markdown.table(STEP_HEADERS, rows)
+    assert "| dpcl-simclr | replace-one | witness |" in text
