@@ -255,7 +255,8 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     only = list(only or [])
     cells = suite.cells(only or None)
     run_sens = suite.sensitivity is not None and (not only or any(p in ("sensitivity", "*") for p in only))
-    if only and not cells and not run_sens:
+    wants_step = suite.step_audit is not None and (not only or any(p in ("step_audit", "*") for p in only))
+    if only and not cells and not run_sens and not wants_step:
         ids = ", ".join(c.id for c in suite.cells()[:5])
         raise ConfigError(f"--only: no cell matches {' '.join(only)!r}; cell ids look like: {ids}")
     if executor == "ray":
