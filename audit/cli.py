@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "audit your own PyTorch classifier (factory + weights) by LOSS and LiRA on a membership split"),
     "audit-scores": ("audit.commands.audit_scores",
                      "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
+    "audit-step": ("audit.commands.audit_step", "audit one privatised step of a defense on neighbouring batches"),
 }
 
 # Two examples per command, shown under its --help.
@@ -64,6 +65,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                     "--out audit/ --json"),
     "audit-scores": ("privaudit audit-scores --members train_loss.npy --nonmembers test_loss.npy --kind loss --out r/",
                      "privaudit audit-scores --tf-privacy attack_input.npz --delta 1e-5 --json"),
+    "audit-step": ("privaudit audit-step --defense dpcl-simclr",
+                   "privaudit audit-step --defense dp-gcl --pair canonical --draws 1000000 --json"),
 }
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3

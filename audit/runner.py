@@ -336,7 +336,8 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     suite.check_size(yes_large)
     cells = suite.cells(only or None)
     run_sens = suite.sensitivity is not None and (not only or any(p in ("sensitivity", "*") for p in only))
-    if only and not cells and not run_sens:
+    wants_step = suite.step_audit is not None and (not only or any(p in ("step_audit", "*") for p in only))
+    if only and not cells and not run_sens and not wants_step:
         ids = ", ".join(c.id for c in suite.cells()[:5])
         raise ConfigError(f"--only: no cell matches {' '.join(only)!r}; cell ids look like: {ids}")
     if executor == "ray":
@@ -453,14 +454,32 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
     if not run_sens and suite.sensitivity is not None and only:  # --only left them out: keep the finished ones
         cached = _cached_sensitivity(suite.sensitivity, out, notice=False)
         sensitivity = cached[0] if cached is not None else []
+    step_results: list[dict[str, Any]] = []
+    run_step = suite.step_audit is not None and (not only or any(p in ("step_audit", "*") for p in only))
+    if run_step:
+        from audit.step_audit import run_suite_step_audits
+
+        start = time.perf_counter()
+        step_results, step_errors = run_suite_step_audits(suite, out, progress)
+        errors += step_errors
+        timings["step_audit"] = time.perf_counter() - start
     ordered = [dict(records[spec.id]) for spec in suite.cells() if spec.id in records]
     roles = {d.label: (d.primary, d.control) for d in suite.defenses}
     for record, gate in zip(ordered, gate_cells(ordered, suite.gate, roles)):
         record["gate"] = gate
     gate = suite_gate(ordered, sensitivity, suite.sensitivity if (run_sens or sensitivity) else None, suite.gate,
                       errors)
+    if run_step:
+        from audit.step_audit import step_gate
+
+        step_reasons, step_notes = step_gate(step_results, suite.step_audit)
+        gate["reasons"] += step_reasons
+        gate["notes"] += step_notes
+        gate["status"] = "fail" if gate["reasons"] else "pass"
     start = time.perf_counter()
     report = build_report(suite, ordered, sensitivity, gate, only=only or None)
+    if run_step:
+        report["step_audit"] = step_results
     write_report(out, report)
     timings["report"] = time.perf_counter() - start
     timings["total"] = time.perf_counter() - started

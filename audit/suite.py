@@ -66,7 +66,8 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "seeds", "epsilons", "delta",
-            "device", "threads", "knn_k", "allow_plugins", "defenses", "attacks", "sensitivity", "gate", "ray")
+            "device", "threads", "knn_k", "allow_plugins", "defenses", "attacks", "sensitivity", "gate", "ray",
+            "step_audit")
 DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks", "primary", "control")
 ATTACK_KEYS = ("name", "label", "params")
 SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect")
@@ -152,6 +153,26 @@ class SensitivityConfig:
 
 
 @dataclass(frozen=True)
+class StepAuditConfig:
+    """``[step_audit]``: audit each listed defense's privatised step (:mod:`audit.step_audit`).
+
+    ``expect`` documents refutations the suite knows of (``{"dpcl-simclr" = "refuted"}``), like the
+    sensitivity ``expect`` map: an undocumented refutation fails the gate.
+    """
+
+    defenses: tuple[str, ...]
+    draws: int
+    pair: str | dict[str, str]  # one kind for all, or per defense (unlisted: "canonical")
+    target_epsilon: float
+    witness_evaluations: int
+    seed: int
+    expect: dict[str, str]
+
+
+STEP_AUDIT_KEYS = ("defenses", "draws", "pair", "target_epsilon", "witness_evaluations", "seed", "expect")
+
+
+@dataclass(frozen=True)
 class CellSpec:
     """One cell of the grid, with everything needed to run it anywhere (plain, picklable data)."""
 
@@ -210,6 +231,7 @@ class Suite:
     sensitivity: SensitivityConfig | None
     gate: GateConfig
     ray: RayConfig
+    step_audit: StepAuditConfig | None = None
 
     @property
     def n_cells(self) -> int:
@@ -271,6 +293,7 @@ class Suite:
                 "seed": self.sensitivity.seed,
                 "expect": dict(self.sensitivity.expect)},
             "gate": asdict(self.gate),
+            **({"step_audit": asdict(self.step_audit)} if self.step_audit is not None else {}),
         }
 
 
@@ -578,7 +601,47 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
 
     return Suite(path=path, name=name, description=description, out=out_dir, datasets=datasets,
                  data_dir=data_dir, splits=splits, seeds=tuple(seeds), device=device, knn_k=knn_k, threads=threads,
-                 defenses=tuple(defenses), attacks=tuple(attacks), sensitivity=sensitivity, gate=gate, ray=ray)
+                 defenses=tuple(defenses), attacks=tuple(attacks), sensitivity=sensitivity, gate=gate, ray=ray,
+                 step_audit=_step_audit(where, raw.get("step_audit")))
+
+
+def _step_audit(where: _Where, raw: Any) -> StepAuditConfig | None:
+    if raw is None:
+        return None
+    from audit.step_audit import DEFAULT_DRAWS, DEFAULT_WITNESS_EVALUATIONS, PAIR_CHOICES, validate_defenses
+
+    _typed(where, "step_audit", raw, dict, "a table")
+    _unknown(where, "step_audit", raw, STEP_AUDIT_KEYS)
+    try:
+        defenses = validate_defenses(raw.get("defenses"), "step_audit.defenses")
+    except ConfigError as exc:
+        raise ConfigError(f"{where.path}: {exc}") from None
+    draws = _typed(where, "step_audit.draws", raw.get("draws", DEFAULT_DRAWS), int, "an integer >= 8")
+    if draws < 8:
+        raise where.error("step_audit.draws", f"must be >= 8, got {draws!r}")
+    pair = _typed(where, "step_audit.pair", raw.get("pair", "all"), (str, dict),
+                  "a pair kind or a table defense = pair kind")
+    for key, value in (pair.items() if isinstance(pair, dict) else [("", pair)]):
+        field = "step_audit.pair" + (f".{key}" if key else "")
+        if key and key not in defenses:
+            raise where.error(field, f"not among the audited defenses ({', '.join(defenses)})")
+        if value not in PAIR_CHOICES:
+            raise where.error(field, f"unknown value {value!r}; accepted: {', '.join(PAIR_CHOICES)}")
+    eps = _typed(where, "step_audit.target_epsilon", raw.get("target_epsilon", 8.0), (int, float), "a number > 0")
+    if eps <= 0:
+        raise where.error("step_audit.target_epsilon", f"must be > 0, got {eps!r}")
+    wev = _typed(where, "step_audit.witness_evaluations", raw.get("witness_evaluations", DEFAULT_WITNESS_EVALUATIONS),
+                 int, "a positive integer")
+    if wev < 1:
+        raise where.error("step_audit.witness_evaluations", f"must be >= 1, got {wev!r}")
+    seed = _typed(where, "step_audit.seed", raw.get("seed", 0), int, "an integer")
+    expect = dict(_typed(where, "step_audit.expect", raw.get("expect", {}), dict, "a table"))
+    for name, value in expect.items():
+        if name not in defenses:
+            raise where.error(f"step_audit.expect.{name}", f"not among the audited defenses ({', '.join(defenses)})")
+        if value not in ("refuted", "not refuted"):
+            raise where.error(f"step_audit.expect.{name}", f"unknown value {value!r}; accepted: refuted, not refuted")
+    return StepAuditConfig(defenses, int(draws), pair, float(eps), int(wev), int(seed), expect)
 
 
 def _sensitivity(where: _Where, raw: Any) -> SensitivityConfig | None:

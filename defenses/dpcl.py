@@ -284,7 +284,9 @@ class DPCLBarlow(_DPCL):
         clipped = self.per_unit_sum(ctx, sources, cot, b)
         za = z[:b]
         true_loss = barlow_twins(za, z[b:], cfg.barlow_lambda, reduction="sum")
-        return StepOutput(clipped, float(true_loss), {"mean": feature_mean(za), "sse": feature_sse(za)})
+        zb = z[b:]
+        return StepOutput(clipped, float(true_loss), {"mean": feature_mean(za), "sse": feature_sse(za),
+                                                      "mean[view2]": feature_mean(zb), "sse[view2]": feature_sse(zb)})
 
     def notes(self, plan: SamplingPlan, mechanisms: list[Mechanism]) -> list[str]:
         notes = self.gradient_notes(plan, mechanisms[0], "mean and variance")

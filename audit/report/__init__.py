@@ -20,6 +20,8 @@
     sensitivity  the objects ``privaudit sensitivity --json`` prints (claim, source, relation, bound,
                  observed, ratio, verdict, witness, config)
     gate         {status: "pass" | "fail", reasons, notes}
+    step_audit   (suites with ``[step_audit]``) one object per audited defense, as
+                 ``privaudit audit-step --json`` prints it
 """
 
 from __future__ import annotations

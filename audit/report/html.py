@@ -144,6 +144,12 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
     else:
         parts.append("<p>No sensitivity checks in this run.</p>")
 
+    if report.get("step_audit"):
+        from audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
+
+        parts.append('<h2 id="step-audit">Step-level audit</h2>')
+        parts.append(table(STEP_HEADERS, step_rows(report), table_id="step-audit-table", badge_cols=("verdict",)))
+        parts.append(f"<p><small>{e(STEP_EXPLAIN)}</small></p>")
     parts.append('<h2 id="caveats">Claims and caveats</h2><ul class="notes">')
     for entry in s.claim_notes(report):
         notes = "".join(f"<li>{e(n)}</li>" for n in entry["notes"])

@@ -71,6 +71,10 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
                   "reproduces a violation.", ""]
     else:
         lines += ["No sensitivity checks in this run.", ""]
+    if report.get("step_audit"):
+        from audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
+
+        lines += ["## Step-level audit", "", table(STEP_HEADERS, step_rows(report)), "", STEP_EXPLAIN, ""]
     lines += ["## Claims and caveats", ""]
     for entry in s.claim_notes(report):
         lines.append(f"- **{entry['defense']}**: {'; '.join(entry['mechanisms'])} ({entry['relation']}, per "

@@ -1,0 +1,410 @@
+"""Step-level audit of a defense's own privatised step (the maths: :mod:`attacks.step_audit`).
+
+For a defense, :func:`audit_defense` calibrates its noise as training does (``Defense.calibrate`` at
+the target epsilon and the claim's delta), reads the per-step privacy its accountant assumes
+(mu_claim = 1 / z_claimed: the claimed sensitivity over the claimed noise std; a positive control
+claims more noise than it adds), builds neighbouring pairs of batches at the claim's relation and
+evaluates the defense's pre-noise step (:meth:`DPDefense.quantity_function`: the code it trains
+with) once per side with all non-noise randomness shared. Pairs (``--pair``):
+
+* ``canary`` -- a real batch with and without (add/remove) or with one unit swapped for
+  (replace-one) a worst-case unit whose clipped contribution is Delta e_k: a Dirac gradient canary
+  of exactly the claimed sensitivity, orthogonal to every other coordinate (Nasr et al. 2023's
+  Dirac canary, the white-box hook of :mod:`defenses.dp.step`). It attains the claim, so it measures
+  whether the noise really added matches what the accountant assumes.
+* ``extreme`` -- the canonical input pair: the batch with and without a Dirac-like image (one
+  pixel at the maximum, the rest 0), or with its first example swapped for one.
+* ``witness`` -- the sensitivity search's best pair for the defense's gradient claim (the register
+  entry's setting with the largest batch; a violated claim's witness), evaluated at the witness's model state.
+
+Mechanisms released before the gradient (DPCL's noised similarity matrix, noised means and SSEs)
+are handled by conditioning on their released value: the accountant composes them adaptively, so
+for *every* released value s the gradient mechanism must be Gaussian with the claimed sensitivity.
+Side D' draws the pre-gradient noise e' = e + (q(D) - q(D')) / sigma_q so that both sides release
+the same s = q(D) + sigma_q e (:class:`PinnedRandomness`); only the gradient then differs, and a
+distinguishability above 1 / z_g at that s refutes the gradient mechanism's claim.
+
+Each pair's verdict: ``refuted`` when mu_lb > mu_claim or eps_lb > eps_claim (each bound at
+alpha / (2 pairs), so the defense's family-wise error is alpha), else ``not refuted``; the power
+mu_lb / mu_claim is reported. A refuting pair's witness (both batches, both noiseless outputs,
+the pins, the model) is saved as safetensors beside a JSON header.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+
+from attacks.bounds import gdp_epsilon
+from attacks.step_audit import NOISE_MODES, gaussian_step_scores, step_bounds, step_mu
+from core.errors import ConfigError, check_positive, check_probability, one_of
+from defenses.dp import bounds as dp_bounds
+from defenses.dp.randomness import StepRandomness
+
+PAIRS = ("canary", "extreme", "witness")
+PAIR_CHOICES = ("all", "canonical") + PAIRS
+DEFAULT_DRAWS = 100_000
+DEFAULT_WITNESS_EVALUATIONS = 100
+
+# the defense's gradient claim in the sensitivity register (the witness pair's source)
+GRADIENT_CLAIMS = {"dpsgd": "dpgcl.sample-level", "dp-clip": "dpgcl.batch-level", "dp-gcl": "dpgcl.group[random]",
+                   "control-undernoised": "dpgcl.group[random]", "logit-dp": "logitdp.infonce",
+                   "dpcl-simclr": "dpcl.simclr-gradient", "dpcl-barlow": "dpcl.barlow-gradient"}
+DEFENSES = tuple(GRADIENT_CLAIMS)
+
+# mechanisms released before the gradient: name -> (quantity key, sensitivity as compute() uses it at batch b)
+PINNED: dict[str, dict[str, tuple[str, Callable[[int], float]]]] = {
+    "dpcl-simclr": {"similarity": ("similarity", lambda b: dp_bounds.dpcl_similarity(2 * b))},
+    "dpcl-barlow": {"mean[view1]": ("mean", dp_bounds.dpcl_mean), "mean[view2]": ("mean[view2]", dp_bounds.dpcl_mean),
+                    "sse[view1]": ("sse", lambda b: dp_bounds.dpcl_sse()),
+                    "sse[view2]": ("sse[view2]", lambda b: dp_bounds.dpcl_sse())},
+}
+
+
+class PinnedRandomness(StepRandomness):
+    """A step's randomness with some mechanisms' standard-normal noise replaced by given values."""
+
+    def __init__(self, seed: int, pins: Mapping[str, torch.Tensor], step: int = 0):
+        super().__init__(seed, step)
+        self.pins = dict(pins)
+
+    def normal(self, shape, purpose, *, device="cpu", dtype=torch.float32):  # type: ignore[override]
+        if purpose in self.pins:
+            return self.pins[purpose].reshape(tuple(shape)).to(device=device, dtype=dtype)
+        return super().normal(shape, purpose, device=device, dtype=dtype)
+
+
+def pair_choices(pair: str) -> tuple[str, ...]:
+    if pair not in PAIR_CHOICES:
+        raise one_of("pair", pair, PAIR_CHOICES)
+    return {"all": PAIRS, "canonical": ("canary", "extreme")}.get(pair, (pair,))
+
+
+def _dirac_image(like: torch.Tensor) -> torch.Tensor:
+    img = torch.zeros_like(like)
+    flat = img.reshape(-1)
+    flat[flat.numel() // 2] = 1.0
+    return img
+
+
+class _Step:
+    """One defense instance with its model and noise: evaluates the pre-noise step on a batch."""
+
+    def __init__(self, defense: Any, data: Any, model: torch.nn.Module, z_actual: float, seed: int):
+        from defenses.dp.accounting import noise_multipliers
+
+        self.defense, self.data, self.model = defense, data, model
+        self.plan = defense.plan(len(data.train))
+        self.mechanisms = defense.mechanisms(self.plan)
+        self.multipliers = noise_multipliers(self.mechanisms, z_actual)
+        self.sensitivity = float(self.mechanisms[0].sensitivity)
+        self.sigma = float(z_actual) * self.sensitivity
+        self.factory = defense.quantity_function(data, model, noise_multiplier=z_actual, seed=seed)
+        self.pinned = PINNED.get(defense.name, {}) if self._noised() else {}
+
+    def _noised(self) -> bool:
+        flag = getattr(self.defense, "noised", "")
+        return bool(flag) and bool(getattr(self.defense.config, flag, False))
+
+    def outputs(self, xa: torch.Tensor, xb: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+        """Noiseless gradients on D and D' with shared randomness, D' pinned to D's earlier releases."""
+        rnd = StepRandomness(seed)
+        pins: dict[str, torch.Tensor] = {}
+        with torch.no_grad():
+            for name, (key, sens) in self.pinned.items():
+                qa, qb = self.factory(key)(xa, rnd).double(), self.factory(key)(xb, rnd).double()
+                std = self.multipliers[name] * sens(xa.shape[0])
+                e = rnd.normal(qa.shape, name).double()
+                pins[name] = (e + (qa - qb) / std).float()
+            ga = self.factory("gradient")(xa, rnd)
+            gb = self.factory("gradient")(xb, PinnedRandomness(seed, pins) if pins else rnd)
+        return ga.detach().cpu(), gb.detach().cpu(), pins
+
+
+def calibrated(defense: Any, data: Any, target_epsilon: float | None, delta: float,
+               noise_multiplier: float | None = None) -> dict[str, float]:
+    """The multiplier training adds (z_actual) and the one the claim states (z_claimed), with z_eff."""
+    from defenses.base import Budget
+
+    plan = defense.plan(len(data.train))
+    mechs = defense.mechanisms(plan)
+    budget = Budget(target_epsilon=target_epsilon, delta=delta, noise_multiplier=noise_multiplier)
+    z = float(defense.calibrate(plan, mechs, budget, delta))
+    claim = defense.claim_for(plan, mechs, z, delta)
+    zs = claim.params["noise_multipliers"]
+    return {"z_actual": z, "z_claimed": float(zs[mechs[0].name]),
+            "z_effective": float(claim.params["effective_noise_multiplier"]), "epsilon_run": target_epsilon}
+
+
+def _batch(data: Any, size: int, seed: int) -> torch.Tensor:
+    from defenses.seeding import torch_generator
+
+    n = len(data.train)
+    idx = torch.randperm(n, generator=torch_generator(seed, "step-audit-batch"))[:min(size, n)]
+    return data.train.x[idx]
+
+
+def _witness_pair(defense_name: str, ctx: Any, evaluations: int, seed: int):
+    """(defense, model state, D, D', randomness, search summary) from the register's search."""
+    from audit.sensitivity.register import CLAIMS
+    from audit.sensitivity.search import search
+    from defenses.registry import make_defense
+    from defenses.seeding import torch_generator
+
+    spec = CLAIMS[GRADIENT_CLAIMS[defense_name]]
+    setting = max(spec.settings, key=lambda st: st.units)  # the largest batch: the first among ties
+    target = spec.target(setting, ctx)
+    res = search(target, torch_generator(seed, "step-audit-witness", spec.id), evaluations=int(evaluations))
+    if res.best is None:
+        raise ConfigError(f"witness: the search on {spec.id} evaluated no pair")
+    a, b = res.best.pair.neighbours(target.relation, target.domain.unit_size)
+    overrides = {**spec.base_overrides, **setting.overrides}
+    if defense_name != spec.defense:
+        overrides = dict(setting.overrides)
+    d = make_defense(defense_name, overrides)
+    info = {"claim": spec.id, "setting": setting.to_dict(), "evaluations": res.evaluations,
+            "sensitivity_observed": res.observed, "sensitivity_bound": target.bound,
+            "sensitivity_ratio": (res.observed / target.bound) if target.bound and res.observed is not None else None}
+    return d, target.model_state, a["x"], b["x"], int(res.best.pair.randomness), info
+
+
+def _save_witness(out_dir: Path, defense: str, pair: str, step: _Step, xa, xb, ga, gb, pins, seed: int,
+                  meta: dict[str, Any]) -> str:
+    import json
+
+    from core.io import atomic_save_tensors, atomic_write_json
+
+    tensors = {"a.x": xa.detach().cpu().clone(), "b.x": xb.detach().cpu().clone(),
+               "out.a": ga.clone(), "out.b": gb.clone()}
+    tensors.update({f"pin.{k}": v.clone() for k, v in pins.items()})
+    # clones: tensors may share storage (the canary pair's batches; tied weights), which safetensors refuses
+    tensors.update({f"model.{k}": v.detach().cpu().clone().contiguous() for k, v in step.model.state_dict().items()})
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{defense}.{pair}.seed{seed}")
+    path = out_dir / f"{safe}.safetensors"
+    header = {"format": "privaudit-step-witness", "version": 1, "defense": defense, "pair": pair,
+              "randomness": seed, "config": step.defense.config_dict(), **meta}
+    atomic_save_tensors(path, tensors, metadata={"privaudit": json.dumps(header, default=float)})
+    atomic_write_json(path.with_suffix(".json"), header)
+    return str(path)
+
+
+def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_epsilon: float | None = 8.0,
+                  noise_multiplier: float | None = None, delta: float = 1e-5, draws: int = DEFAULT_DRAWS,
+                  pair: str = "all", alpha: float = 0.05, seed: int = 0, dataset: str = "digits",
+                  data_dir: str | None = None, noise: str = "projected",
+                  witness_evaluations: int = DEFAULT_WITNESS_EVALUATIONS, out_dir: str | Path | None = None,
+                  context: Any = None) -> dict[str, Any]:
+    """Audit one defense's privatised step (see module doc); returns a JSON-able result."""
+    from audit.sensitivity.register import Context
+    from defenses.registry import make_defense
+
+    if name not in DEFENSES:
+        raise one_of("defense", name, DEFENSES)
+    kinds = pair_choices(pair)
+    check_positive("draws", draws)
+    if draws < 8:
+        raise ConfigError(f"draws: need at least 8 per side, got {draws}")
+    check_probability("alpha", alpha)
+    check_probability("delta", delta)
+    if noise not in NOISE_MODES:
+        raise one_of("noise", noise, NOISE_MODES)
+    ctx = context or Context(seed, dataset, data_dir)
+    data = ctx.data
+    defense = make_defense(name, dict(params or {}))
+    if not getattr(defense, "private", False) or not hasattr(defense, "quantity_function"):
+        raise ConfigError(f"defense: {name!r} has no DP-SGD-style privatised step to audit")
+    z = calibrated(defense, data, target_epsilon, delta, noise_multiplier)
+    mu_claim = 1.0 / z["z_claimed"]
+    eps_claim = gdp_epsilon(mu_claim, delta)
+    alpha_each = alpha / (2 * len(kinds))
+    result: dict[str, Any] = {
+        "defense": name, "relation": defense.plan(len(data.train)).relation, "unit": "example",
+        "claim": {"noise_multiplier": z["z_claimed"], "noise_multiplier_added": z["z_actual"],
+                  "effective_noise_multiplier": z["z_effective"], "mu": mu_claim, "epsilon": eps_claim,
+                  "delta": delta, "target_epsilon": target_epsilon,
+                  "what": "the gradient mechanism of one step (batch level, before subsampling): Gaussian with the "
+                          "claimed sensitivity, mu = 1 / z"},
+        "settings": {"draws_per_side": int(draws), "alpha": alpha, "alpha_per_bound": alpha_each, "noise": noise,
+                     "seed": seed, "dataset": dataset, "pairs": list(kinds)},
+        "pairs": []}
+    base_step: _Step | None = None
+    out_path = Path(out_dir) if out_dir is not None else None
+    for i, kind in enumerate(kinds):
+        start = time.perf_counter()
+        info: dict[str, Any] = {}
+        try:
+            if kind == "witness":
+                d, state, xa, xb, rseed, info = _witness_pair(name, ctx, witness_evaluations, seed)
+                model = d.build(d.model_spec(data.info), seed)
+                if state is not None:
+                    model.load_state_dict(dict(state))
+                step = _Step(d, data, model.eval(), z["z_actual"], seed)
+            else:
+                if base_step is None:
+                    base_step = _Step(defense, data, defense.build(defense.model_spec(data.info), seed).eval(),
+                                      z["z_actual"], seed)
+                step, rseed = base_step, seed
+                xa = _batch(data, step.plan.batch_size, seed)
+                if kind == "extreme":
+                    dirac = _dirac_image(xa[:1])
+                    xb = torch.cat([xa, dirac]) if result["relation"] == "add-remove" else torch.cat([dirac, xa[1:]])
+                else:
+                    xb = xa
+            ga, gb, pins = step.outputs(xa, xb, rseed)
+            if kind == "canary":  # the worst-case unit the claim allows: + Delta e_0 on D'
+                gb = gb.clone()
+                gb[0] += step.sensitivity
+            diff = gb.double() - ga.double()
+            if not bool(torch.isfinite(diff).all()):
+                raise ConfigError(f"pair {kind}: the step's output is not finite")
+            gen = torch.Generator().manual_seed(int(seed) * 1000 + i)
+            s0, s1 = gaussian_step_scores([diff], [step.sigma], int(draws), gen, noise=noise)
+            b = step_bounds(s0, s1, alpha=alpha_each, delta=delta, seed=seed + i)
+            mu_pair = step_mu([diff], [step.sigma])
+            refuted = b.mu_lower > mu_claim or b.epsilon_lower > eps_claim
+            row = {"pair": kind, "difference_norm": float(torch.linalg.vector_norm(diff)),
+                   "sensitivity_claimed": step.sensitivity, "noise_std": step.sigma,
+                   "difference_over_sensitivity": float(torch.linalg.vector_norm(diff)) / step.sensitivity,
+                   "mu_pair": mu_pair, "mu_lower": b.mu_lower, "epsilon_lower": b.epsilon_lower,
+                   "epsilon_from_mu": b.epsilon_from_mu, "power_mu": b.mu_lower / mu_claim,
+                   "power_epsilon": b.epsilon_lower / eps_claim if eps_claim > 0 else None,
+                   "verdict": "refuted" if refuted else "not refuted", "bounds": b.to_dict(),
+                   "conditioned_on": sorted(pins), "batch": [int(xa.shape[0]), int(xb.shape[0])], **info}
+            if refuted and out_path is not None:
+                row["witness"] = _save_witness(out_path, name, kind, step, xa, xb, ga, gb, pins, rseed, {
+                    k: row[k] for k in ("mu_lower", "epsilon_lower", "mu_pair", "difference_norm",
+                                        "sensitivity_claimed", "noise_std")} | {"claim": result["claim"]})
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one pair failing leaves the others
+            row = {"pair": kind, "verdict": "error", "error": f"{type(exc).__name__}: {exc}"}
+        row["seconds"] = round(time.perf_counter() - start, 3)
+        result["pairs"].append(row)
+    done = [r for r in result["pairs"] if r["verdict"] != "error"]
+    result["verdict"] = ("refuted" if any(r["verdict"] == "refuted" for r in done)
+                         else "not refuted" if done else "error")
+    if done:
+        best = max(done, key=lambda r: r["mu_lower"])
+        result.update({"best_pair": best["pair"], "mu_lower": best["mu_lower"], "epsilon_lower": max(
+            r["epsilon_lower"] for r in done), "power": best["mu_lower"] / mu_claim})
+    return result
+
+
+def summary_line(r: Mapping[str, Any]) -> str:
+    c = r["claim"]
+    if r.get("verdict") == "error":
+        return f"{r['defense']}: error ({'; '.join(p.get('error', '') for p in r['pairs'])})"
+    return (f"{r['defense']} ({r['relation']}): per-step claim mu = {c['mu']:.3f} (eps {c['epsilon']:.3g} at delta "
+            f"{c['delta']:g}); measured mu_lb = {r['mu_lower']:.3f} ({r['best_pair']} pair), eps_lb = "
+            f"{r['epsilon_lower']:.3g}; power {r['power']:.2f}: {r['verdict']}")
+
+
+def validate_defenses(names: Any, where: str = "defenses") -> tuple[str, ...]:
+    if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{where}: expected a non-empty list of defense names; accepted: {', '.join(DEFENSES)}")
+    for n in names:
+        if n not in DEFENSES:
+            raise one_of(where, n, DEFENSES)
+    return tuple(names)
+
+
+__all__ = ["audit_defense", "summary_line", "DEFENSES", "PAIRS", "PAIR_CHOICES", "DEFAULT_DRAWS"]
+
+
+# -- suite glue ---------------------------------------------------------------------------------------
+def run_suite_step_audits(suite: Any, out: Path, progress: bool = True) -> tuple[list[dict[str, Any]], list[str]]:
+    """The suite's ``[step_audit]``: one result per listed defense (hyper-parameters from the suite's
+    entry of that defense, if any), witnesses under ``out/step_audit/witnesses``; plus error lines."""
+    import sys
+
+    import torch
+
+    cfg = suite.step_audit
+    params = {d.name: dict(d.params) for d in suite.defenses if d.name in cfg.defenses}
+    delta = next((d.delta for d in suite.defenses if d.delta is not None), None) or 1e-5
+    results, errors = [], []
+    torch.set_num_threads(1)
+    wdir = Path(out) / "step_audit" / "witnesses"
+    for name in cfg.defenses:
+        start = time.perf_counter()
+        try:
+            r = audit_defense(name, params=params.get(name), target_epsilon=cfg.target_epsilon, delta=delta,
+                              draws=cfg.draws, seed=cfg.seed,
+                              pair=cfg.pair if isinstance(cfg.pair, str) else cfg.pair.get(name, "canonical"), dataset=suite.datasets[0],
+                              data_dir=suite.data_dir, witness_evaluations=cfg.witness_evaluations, out_dir=wdir)
+        except Exception as exc:  # noqa: BLE001 - reported through the gate
+            errors.append(f"step audit of {name} errored: {type(exc).__name__}: {exc}".splitlines()[0])
+            continue
+        r["seconds"] = round(time.perf_counter() - start, 3)
+        for p in r["pairs"]:
+            if p.get("witness"):
+                p["witness"] = str(Path(p["witness"]).relative_to(Path(out)))
+        results.append(r)
+        if progress:
+            print(f"step audit: {summary_line(r)} ({r['seconds']:.1f}s)", file=sys.stderr, flush=True)
+    return results, errors
+
+
+def step_gate(results: list[dict[str, Any]], config: Any) -> tuple[list[str], list[str]]:
+    """Reasons to fail and notes: an undocumented refutation fails, a documented one (``expect``) is a note."""
+    if config is None:
+        return [], []
+    reasons, notes = [], []
+    seen = {r["defense"] for r in results}
+    for name in config.defenses:
+        if name not in seen:
+            reasons.append(f"step audit of {name}: no result was returned")
+    for r in results:
+        name, verdict = r["defense"], r.get("verdict")
+        expected = config.expect.get(name, "not refuted")
+        if verdict == "error":
+            reasons.append(f"step audit of {name}: every pair errored")
+            continue
+        refuting = [p for p in r["pairs"] if p.get("verdict") == "refuted"]
+        where = "; ".join(f"{p['pair']} pair mu_lb {p['mu_lower']:.3g}" + (f", witness {p['witness']}"
+                                                                            if p.get("witness") else "")
+                          for p in refuting)
+        text = (f"step audit of {name}: per-step claim mu = {r['claim']['mu']:.3g} refuted by measurement ({where})"
+                if refuting else "")
+        if verdict == "refuted" and expected == "refuted":
+            notes.append(text + "; expected by the suite (documented broken claim)")
+        elif verdict == "refuted":
+            reasons.append(text)
+        elif expected == "refuted":
+            notes.append(f"step audit of {name} was expected refuted but is {verdict} (power {r.get('power', 0):.2f}); "
+                         "update the suite's step_audit.expect if the claim was fixed")
+    return reasons, notes
+
+
+STEP_HEADERS = ["defense", "relation", "pair", "claim μ", "claim ε", "μ_lb", "ε_lb", "power", "verdict", "expected",
+                "witness"]
+
+
+def step_rows(report: Mapping[str, Any]) -> list[list[str]]:
+    """One row per audited pair for the Markdown / HTML reports."""
+    expect = ((report.get("suite") or {}).get("step_audit") or {}).get("expect") or {}
+
+    def f(x: Any) -> str:
+        return "-" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
+
+    rows = []
+    for r in report.get("step_audit") or []:
+        for p in r["pairs"]:
+            rows.append([r["defense"], r["relation"], p["pair"], f(r["claim"]["mu"]), f(r["claim"]["epsilon"]),
+                         f(p.get("mu_lower")), f(p.get("epsilon_lower")), f(p.get("power_mu")),
+                         p["verdict"] if p["verdict"] != "error" else f"error: {p.get('error')}",
+                         expect.get(r["defense"], "not refuted"), p.get("witness") or "-"])
+    return rows
+
+
+STEP_EXPLAIN = ("Each defense's own privatised step on a neighbouring pair of batches with shared non-noise "
+                "randomness, run on each side with many noise draws and scored by the optimal (likelihood-ratio) "
+                "test. claim μ = 1 / z: the per-step Gaussian privacy the accountant assumes (claimed sensitivity "
+                "over noise std); μ_lb (GDP) and ε_lb (Clopper–Pearson at the claim's δ) are sound lower bounds; "
+                "power = μ_lb / claim μ. A bound above the claim refutes it (witness attached). Pairs: canary = the "
+                "worst case the claimed sensitivity allows, extreme = a Dirac-like image, witness = the "
+                "sensitivity search's best pair.")

@@ -1,0 +1,220 @@
+"""Step-level audit: the optimal test's scores, its sound bounds, their soundness on mechanisms with known
+privacy, and the defense audits (tight on correct defenses, DPCL refuted, the under-noised control caught)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from attacks.step_audit import KnownMechanism, gaussian_step_scores, step_bounds, step_mu
+from core.errors import ConfigError
+
+ALPHA = 0.05
+MECHANISMS = [(KnownMechanism("gaussian", 1.0), 1e-5), (KnownMechanism("laplace", 1.0), 0.0),
+              (KnownMechanism("rr", 1.0), 0.0), (KnownMechanism("subsampled-gaussian", 0.8, q=0.3), 1e-5)]
+
+
+def soundness(seeds: int, draws: int) -> list[dict]:
+    """Per mechanism: how often each bound exceeds the truth over ``seeds`` seeds, and the mean power."""
+    rows = []
+    for mech, delta in MECHANISMS:
+        eps_true, mu_true = mech.true_epsilon(delta), mech.true_mu()
+        eps_lb, mu_lb = [], []
+        for seed in range(seeds):
+            out, inn = mech.sample(draws, np.random.default_rng([seed, 15]))
+            b = step_bounds(out, inn, alpha=ALPHA, delta=delta, seed=seed)
+            eps_lb.append(b.epsilon_lower)
+            mu_lb.append(b.mu_lower)
+        eps_lb, mu_lb = np.array(eps_lb), np.array(mu_lb)
+        rows.append({"mechanism": f"{mech.kind}({mech.param:g}" + (f", q={mech.q:g})" if mech.q < 1 else ")"),
+                     "eps_true": eps_true, "mu_true": mu_true,
+                     "eps_over": int(np.sum(eps_lb > eps_true * (1 + 1e-9))),
+                     "mu_over": int(np.sum(mu_lb > mu_true * (1 + 1e-9))),
+                     "eps_power": float(np.mean(eps_lb) / eps_true), "mu_power": float(np.mean(mu_lb) / mu_true)})
+    return rows
+
+
+def _check_soundness(rows: list[dict], seeds: int) -> None:
+    for r in rows:
+        for key in ("eps_over", "mu_over"):
+            # one-sided binomial test: more over-claims than a failure rate of ALPHA allows (at 1%)?
+            p = stats.binom.sf(r[key] - 1, seeds, ALPHA)
+            assert p > 0.01, (r, key)
+        if not r["mechanism"].startswith("subsampled"):  # its tightest mu sits in the far tails
+            assert r["mu_power"] > 0.5, r
+
+
+def test_soundness_small():
+    seeds = 20
+    rows = soundness(seeds, 2000)
+    _check_soundness(rows, seeds)
+
+
+@pytest.mark.slow
+def test_soundness_500_seeds():
+    seeds = 500
+    rows = soundness(seeds, 10000)
+    for r in rows:
+        print(r)
+    _check_soundness(rows, seeds)
+
+
+def test_projected_scores_match_full_noise():
+    gen = torch.Generator().manual_seed(0)
+    d, s = [torch.randn(40) * 0.2, torch.randn(7)], [0.7, 3.0]
+    mu = step_mu(d, s)
+    for mode in ("projected", "full"):
+        out, inn = gaussian_step_scores(d, s, 20000, gen, noise=mode)
+        assert abs(out.mean()) < 0.05 and abs(out.std() / mu - 1) < 0.03
+        assert abs(inn.mean() - mu * mu) < 0.05
+
+
+def test_gaussian_step_bound_is_tight():
+    gen = torch.Generator().manual_seed(1)
+    out, inn = gaussian_step_scores([torch.tensor([1.0])], [1.0], 100_000, gen)
+    b = step_bounds(out, inn, alpha=ALPHA, delta=1e-5, seed=0)
+    assert 0.88 <= b.mu_lower <= 1.0
+    assert 0 < b.epsilon_lower < 4.38  # true epsilon of 1-GDP at 1e-5
+    assert len(b.gdp["tradeoff"]) == 4
+    for p in b.gdp["tradeoff"]:
+        assert p["fpr_ci"][0] <= p["fpr"] <= p["fpr_ci"][1]
+
+
+def test_known_mechanism_truths():
+    assert math.isclose(KnownMechanism("laplace", 1.0).true_epsilon(0.0), 1.0)
+    assert math.isclose(KnownMechanism("laplace", 1.0).true_epsilon(1e-3), 1.0 + 2 * math.log(1 - 1e-3), rel_tol=1e-3)
+    sub = KnownMechanism("subsampled-gaussian", 1.0, q=1.0)
+    assert math.isclose(sub.true_mu(), 1.0, rel_tol=1e-3)
+    with pytest.raises(ConfigError, match="kind"):
+        KnownMechanism("cauchy", 1.0)
+
+
+# -- defenses ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def ctx():
+    from audit.sensitivity.register import Context
+
+    torch.set_num_threads(1)
+    return Context(0)
+
+
+def test_dp_clip_step_is_tight_and_not_refuted(ctx, tmp_path):
+    from audit.step_audit import audit_defense
+
+    r = audit_defense("dp-clip", pair="canonical", draws=50000, context=ctx, out_dir=tmp_path)
+    assert r["verdict"] == "not refuted"
+    canary = next(p for p in r["pairs"] if p["pair"] == "canary")
+    assert canary["difference_over_sensitivity"] == pytest.approx(1.0)
+    assert 0.8 <= canary["power_mu"] <= 1.0
+    assert not list(tmp_path.iterdir())  # no witness without a refutation
+
+
+def test_undernoised_control_is_refuted_with_witness(ctx, tmp_path):
+    from safetensors import safe_open
+
+    from audit.step_audit import audit_defense
+
+    r = audit_defense("control-undernoised", pair="canary", draws=20000, context=ctx, out_dir=tmp_path)
+    assert r["verdict"] == "refuted"
+    assert r["mu_lower"] > 5 * r["claim"]["mu"]
+    path = r["pairs"][0]["witness"]
+    with safe_open(path, framework="pt") as f:
+        assert {"a.x", "b.x", "out.a", "out.b"} <= set(f.keys())
+
+
+def test_pinned_conditioning_gives_identical_outputs_on_identical_batches(ctx):
+    from audit.step_audit import _Step, calibrated
+    from defenses.registry import make_defense
+
+    d = make_defense("dpcl-simclr", {"batch_size": 4})
+    z = calibrated(d, ctx.data, 8.0, 1e-5)
+    step = _Step(d, ctx.data, d.build(d.model_spec(ctx.data.info), 0).eval(), z["z_actual"], 0)
+    x = ctx.data.train.x[:4]
+    ga, gb, pins = step.outputs(x, x.clone(), 3)
+    assert set(pins) == {"similarity"}
+    assert torch.allclose(ga, gb, atol=1e-6)
+    y = x.clone()
+    y[0] = 1 - y[0]
+    ga, gb, _ = step.outputs(x, y, 3)
+    assert float((ga - gb).norm()) > 0
+
+
+def test_bad_input_names_the_field(ctx):
+    from audit.step_audit import audit_defense
+
+    with pytest.raises(ConfigError, match="defense"):
+        audit_defense("nonprivate", context=ctx)
+    with pytest.raises(ConfigError, match="pair"):
+        audit_defense("dp-clip", pair="nearest", context=ctx)
+    with pytest.raises(ConfigError, match="draws"):
+        audit_defense("dp-clip", draws=2, context=ctx)
+
+
+def test_step_gate_documented_and_undocumented_refutations():
+    from audit.suite import StepAuditConfig
+    from audit.step_audit import step_gate
+
+    def result(name, verdict):
+        return {"defense": name, "verdict": verdict, "claim": {"mu": 0.3}, "power": 2.0,
+                "pairs": [{"pair": "witness", "verdict": verdict, "mu_lower": 0.6, "witness": "w.safetensors"}]}
+
+    cfg = StepAuditConfig(("dpcl-simclr", "dp-gcl"), 1000, "all", 8.0, 10, 0, {"dpcl-simclr": "refuted"})
+    reasons, notes = step_gate([result("dpcl-simclr", "refuted"), result("dp-gcl", "not refuted")], cfg)
+    assert reasons == [] and "documented broken claim" in notes[0]
+    reasons, _ = step_gate([result("dpcl-simclr", "refuted"), result("dp-gcl", "refuted")], cfg)
+    assert len(reasons) == 1 and "dp-gcl" in reasons[0] and "w.safetensors" in reasons[0]
+    reasons, _ = step_gate([result("dpcl-simclr", "refuted")], cfg)
+    assert reasons == ["step audit of dp-gcl: no result was returned"]
+
+
+def test_suite_step_audit_validation(tmp_path):
+    from audit.suite import load_suite
+
+    base = 'name = "s"\ndatasets = ["digits"]\nepsilons = [8.0]\n[[defenses]]\nname = "dp-clip"\n'
+    p = tmp_path / "s.toml"
+    p.write_text(base + '[step_audit]\ndefenses = ["dp-clip"]\ndraws = 1000\nexpect = { "dp-clip" = "not refuted" }\n')
+    s = load_suite(str(p))
+    assert s.step_audit.defenses == ("dp-clip",) and s.step_audit.draws == 1000
+    assert s.to_dict()["step_audit"]["draws"] == 1000
+    p.write_text(base + '[step_audit]\ndefenses = ["dp-clip", "dpsgd"]\npair = { "dp-clip" = "witness" }\n')
+    assert load_suite(str(p)).step_audit.pair == {"dp-clip": "witness"}
+    p.write_text(base + '[step_audit]\ndefenses = ["dp-clip"]\npair = { "dpsgd" = "witness" }\n')
+    with pytest.raises(ConfigError, match="step_audit.pair.dpsgd"):
+        load_suite(str(p))
+    p.write_text(base + '[step_audit]\ndefenses = ["dp-sgd"]\n')
+    with pytest.raises(ConfigError, match="step_audit.defenses"):
+        load_suite(str(p))
+    p.write_text(base + '[step_audit]\ndefenses = ["dp-clip"]\npair = "best"\n')
+    with pytest.raises(ConfigError, match="step_audit.pair"):
+        load_suite(str(p))
+
+
+def test_cli_audit_step(capsys):
+    import json
+
+    from audit.cli import main
+
+    assert main(["audit-step", "--defense", "dp-clip", "--pair", "canary", "--draws", "20000", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["defense"] == "dp-clip" and r["pairs"][0]["verdict"] == "not refuted"
+    assert main(["audit-step", "--defense", "dp-clip", "--draws", "0"]) == 2
+
+
+def test_report_rows_and_markdown_section():
+    from audit.report import markdown
+    from audit.step_audit import STEP_HEADERS, step_rows
+
+    result = {"defense": "dpcl-simclr", "relation": "replace-one", "claim": {"mu": 0.348, "epsilon": 1.33},
+              "pairs": [{"pair": "witness", "mu_lower": 0.467, "epsilon_lower": 1.15, "power_mu": 1.34,
+                         "verdict": "refuted", "witness": "step_audit/witnesses/w.safetensors"}]}
+    report = {"suite": {"step_audit": {"expect": {"dpcl-simclr": "refuted"}}}, "step_audit": [result]}
+    rows = step_rows(report)
+    assert rows == [["dpcl-simclr", "replace-one", "witness", "0.348", "1.33", "0.467", "1.15", "1.34", "refuted",
+                     "refuted", "step_audit/witnesses/w.safetensors"]]
+    assert len(rows[0]) == len(STEP_HEADERS)
+    text = markdown.table(STEP_HEADERS, rows)
+    assert "| dpcl-simclr | replace-one | witness |" in text
