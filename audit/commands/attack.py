@@ -16,7 +16,8 @@ from core.errors import ConfigError
 from defenses import DEFENSES, Budget
 
 # Attacks whose shadow/reference model count --shadow-models sets.
-SHADOW_PARAM = {"lira": "shadow_models", "shadow": "shadow_models", "encodermi": "shadow_models"}
+SHADOW_PARAM = {"lira": "shadow_models", "rmia": "reference_models", "shadow": "shadow_models",
+                "encodermi": "shadow_models"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=float, default=None, help="delta (default 1/(N ln N))")
     p.add_argument("--noise-multiplier", type=float, default=None, help="fix the noise instead of calibrating")
     p.add_argument("--shadow-models", type=int, default=None,
-                   help="shadow/reference models (lira, shadow, encodermi)")
+                   help="shadow/reference models (lira, rmia, shadow, encodermi)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a defense hyper-parameter (repeatable)")
     p.add_argument("--attack-param", action="append", metavar="KEY=VALUE", help="an attack setting (repeatable)")
     p.add_argument("--executor", default="local", help=f"one of: {', '.join(EXECUTORS)}")
