@@ -65,8 +65,8 @@ def prob_x(ref: np.ndarray, keep: np.ndarray | None, *, online: bool, a: float) 
 
 
 def rmia_scores(p_x: np.ndarray, ref_x: np.ndarray, keep: np.ndarray, p_z: np.ndarray, ref_z: np.ndarray, *,
-                gamma: float = 1.0, a: float = 0.3, online: bool = True) -> np.ndarray:
-    """Score(x) = fraction of z with LR(x, z) >= gamma (Eqs. 3-4).
+                gamma: float = 1.0, a: float = 0.3, online: bool = True, tie_break: bool = False) -> np.ndarray:
+    """Score(x) = fraction of z with LR(x, z) >= gamma (Eqs. 3-4); ``tie_break``: :func:`break_ties`.
 
     ``p_x`` (n,) and ``ref_x`` (K, n): the target's and the references' probabilities of the candidates,
     ``keep`` (K, n) which references trained on which candidate; ``p_z`` (m,) and ``ref_z`` (K, m) the same for
@@ -81,8 +81,22 @@ def rmia_scores(p_x: np.ndarray, ref_x: np.ndarray, keep: np.ndarray, p_z: np.nd
     ratio_x = np.asarray(p_x, dtype=np.float64) / prob_x(ref_x, keep, online=online, a=a)
     ratio_z = p_z / prob_x(ref_z, None, online=False, a=a)
     rows = max(1, _CHUNK // ratio_z.size)
-    return np.concatenate([((ratio_x[i:i + rows, None] / ratio_z[None, :]) >= gamma).mean(axis=1)
-                           for i in range(0, ratio_x.size, rows)]) if ratio_x.size else np.zeros(0)
+    fraction = np.concatenate([((ratio_x[i:i + rows, None] / ratio_z[None, :]) >= gamma).mean(axis=1)
+                               for i in range(0, ratio_x.size, rows)]) if ratio_x.size else np.zeros(0)
+    return break_ties(fraction, ratio_x, p_z.size) if tie_break else fraction
+
+
+def break_ties(fraction: np.ndarray, ratio: np.ndarray, n_population: int) -> np.ndarray:
+    """Score(x) with its ties broken by LR(x) = Pr(x|theta) / Pr(x) itself.
+
+    With |Z| population samples the fraction takes |Z| + 1 values, and every candidate whose ratio exceeds
+    all z's scores exactly 1: the low-FPR end of the ROC collapses into one tie. For one target model the
+    fraction is a non-decreasing function of LR(x), so adding (1 / (2 |Z|)) u(LR(x)), with u strictly
+    increasing into (0, 1), keeps every strict order of the paper's score and orders its ties by the
+    statistic they come from.
+    """
+    u = 0.5 + np.arctan(np.log(np.maximum(ratio, 1e-300))) / np.pi
+    return np.asarray(fraction, dtype=np.float64) + u / (2 * n_population)
 
 
 def fit_a(ref_x: np.ndarray, keep: np.ndarray, grid: tuple[float, ...] = A_GRID) -> tuple[float, dict[float, float]]:
@@ -155,8 +169,12 @@ class RMIA(Attack):
         else:
             a = cfg.a
             details.update(a=a, a_fitted=False)
-        variants = {mode: rmia_scores(p_x, ref_x, obs.keep, p_z, ref_z, gamma=cfg.gamma, a=a,
-                                      online=mode == "online") for mode in ("online", "offline")}
+        variants = {}
+        for mode in ("online", "offline"):
+            for tied in (False, True):
+                variants[mode + ("-fraction" if tied else "")] = rmia_scores(
+                    p_x, ref_x, obs.keep, p_z, ref_z, gamma=cfg.gamma, a=a, online=mode == "online",
+                    tie_break=not tied)
         primary = "online" if cfg.mode == "auto" else cfg.mode
         scores = variants.pop(primary)
         membership, index = pool_membership(target)

@@ -97,7 +97,7 @@ def test_rmia_shares_lira_references_and_keeps_both_modes(encoder, digits):
     rmia = make_attack("rmia", reference_models=4, queries=1, n_views=4).run(encoder, executor=executor)
     assert executor.groups == [1]  # the four references were trained once, for LiRA
     summary = check_pool_result(rmia, digits)
-    assert rmia.variant == "online" and set(rmia.variants) == {"offline"}
+    assert rmia.variant == "online" and set(rmia.variants) == {"offline", "online-fraction", "offline-fraction"}
     assert summary["config"]["statistic"] == lira.config["statistic"]
     assert 0 < rmia.extras["a"] <= 1 and rmia.extras["a_fitted"]
     assert np.all((rmia.scores >= 0) & (rmia.scores <= 1)) and rmia.counts["n_population"] == 256

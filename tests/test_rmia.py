@@ -43,6 +43,20 @@ def test_scores_equal_the_definition(online, gamma, a):
     want = naive(p_x, ref_x, keep, p_z, ref_z, gamma, a, online)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
     assert got.shape == (n,) and set(np.round(got * m, 9)) <= set(range(m + 1))
+    tied = rmia_scores(p_x, ref_x, keep, p_z, ref_z, gamma=gamma, a=a, online=online, tie_break=True)
+    assert np.all(np.floor(tied * m * (1 + 1e-12) + 1e-9) == np.round(got * m))  # the fraction's steps kept
+    order = np.argsort(got, kind="stable")
+    assert np.all(np.diff(got[order]) >= 0) and np.all(np.diff(tied[np.argsort(tied)]) > 0)
+
+
+def test_tie_break_orders_ties_by_the_likelihood_ratio():
+    ref = np.full((2, 3), 0.5)
+    keep = np.array([[True, False, True], [False, True, False]])
+    p_x = np.array([0.9, 0.95, 0.99])  # all above every z: the untied fraction is 1 for each
+    p_z, ref_z = np.array([0.1, 0.2]), np.full((2, 2), 0.5)
+    untied = rmia_scores(p_x, ref, keep, p_z, ref_z, online=True)
+    tied = rmia_scores(p_x, ref, keep, p_z, ref_z, online=True, tie_break=True)
+    assert np.all(untied == 1.0) and np.all(np.diff(tied) > 0) and np.all(tied < 1 + 1 / (2 * 2))
 
 
 def test_offline_probability_uses_out_models_only():
