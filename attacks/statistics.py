@@ -168,7 +168,7 @@ class Outputs:
 # the case p = (1 + s̄) / 2 (its 2 atanh(s̄) is exactly logit(p)), and the classifier's phi is the logit of the
 # true-class probability, so one convention serves classifiers and encoders alike.
 
-ENCODER_STATISTICS = ("alignment", "contrastive", "rank", "partcrop")
+ENCODER_STATISTICS = ("alignment", "contrastive", "rank", "partcrop", "combined")
 _P_CLIP = 1e-12
 
 
@@ -227,7 +227,10 @@ class EncoderStatistics:
       between each crop's representation and the whole query image's, p = (1 + c̄) / 2. Contrastive
       training with crop augmentations teaches the encoder to map the parts of the images it trained
       on near the whole; ours uses the global representation of each part (PartCrop reads the response
-      of part features against the image's feature map, which needs a spatial encoder output).
+      of part features against the image's feature map, which needs a spatial encoder output);
+    * ``combined``: the mean of the alignment, contrastive and rank logits, i.e. p with odds the geometric
+      mean of the three statistics' odds: three views of the same memorisation whose noise is partly
+      independent (the views, the anchors, the ranks), so their average is steadier than each.
 
     The views, crops and anchors are fixed by ``seed`` (identical for the target and every reference
     model), so a statistic's variation across models reflects training alone. ``anchors`` are images of
@@ -278,8 +281,9 @@ class EncoderStatistics:
         parts = self._encode(trained, crops).view(q * n, self.n_crops, -1)
         partcrop = (parts * whole.unsqueeze(1)).sum(dim=2).mean(dim=1)
 
-        probs = torch.stack([(1 + align) / 2, contrastive, rank, (1 + partcrop) / 2])  # (S, Q*N)
-        return logit(probs.view(len(ENCODER_STATISTICS), q, n).transpose(1, 2).numpy())
+        probs = torch.stack([(1 + align) / 2, contrastive, rank, (1 + partcrop) / 2])  # (S - 1, Q*N)
+        phi = logit(probs.view(len(ENCODER_STATISTICS) - 1, q, n).transpose(1, 2).numpy())
+        return np.concatenate([phi, phi[:3].mean(axis=0, keepdims=True)])
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,11 @@ attacks' default targets are therefore trained for the number of epochs chosen h
 audit never scores: the public split is halved by a seeded permutation; the defense (with its own
 hyper-parameters and budget) is fitted on the first half for each epoch count of ``grid``, and the
 frozen encoder is evaluated by k-NN accuracy on the second half (features of the first half as the
-neighbours). The usable point is the smallest epoch count whose accuracy is within ``tolerance`` of the
-best on the grid: training beyond it buys no utility. The curve and the rule are returned for the report.
+neighbours). The usable point is the end of the plateau: the largest epoch count whose accuracy is within
+``tolerance`` of the best on the grid. That is where users of long self-supervised schedules stop (SimCLR
+runs for hundreds of epochs; training on costs no utility until held-out accuracy falls), and it is the
+model an auditor must measure: stopping at the start of the plateau would audit a model that has seen each
+example fewer times than users' models do. The curve and the rule are returned for the report.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from defenses.evaluation import encoder_utility
 from defenses.registry import make_defense
 from defenses.seeding import torch_generator
 
-DEFAULT_GRID = (25, 50, 100, 200, 400)
+DEFAULT_GRID = (50, 100, 200, 400)
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,9 @@ def public_halves(data: MembershipData, seed: int) -> MembershipData:
 
 
 def usable_epochs(defense: str, params: Mapping[str, Any] | None, data: MembershipData, budget: Budget, seed: int, *,
-                  grid: Sequence[int] = DEFAULT_GRID, tolerance: float = 0.01,
+                  grid: Sequence[int] = DEFAULT_GRID, tolerance: float = 0.02,
                   device: str | torch.device = "cpu") -> TrainingLength:
-    """The smallest epochs in ``grid`` whose held-out public k-NN accuracy is within ``tolerance`` of the best."""
+    """The largest epochs in ``grid`` whose held-out public k-NN accuracy is within ``tolerance`` of the best."""
     grid = sorted({int(e) for e in grid})
     if not grid or grid[0] < 1:
         raise ConfigError(f"grid: epoch counts must be >= 1, got {list(grid)!r}")
@@ -72,7 +75,7 @@ def usable_epochs(defense: str, params: Mapping[str, Any] | None, data: Membersh
         u = encoder_utility(trained.model.represent, train.x, train.y, held_out.x, held_out.y, device=device)
         curve[epochs] = float(u["knn_accuracy"])
     best = max(curve.values())
-    chosen = min(e for e, acc in curve.items() if acc >= best - tolerance)
-    rule = (f"smallest epochs in {grid} whose k-NN accuracy on a held-out half of the public split is within "
+    chosen = max(e for e, acc in curve.items() if acc >= best - tolerance)
+    rule = (f"largest epochs in {grid} whose k-NN accuracy on a held-out half of the public split is within "
             f"{tolerance:g} of the best ({best:.3f})")
     return TrainingLength(chosen, curve, rule)

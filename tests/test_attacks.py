@@ -84,7 +84,7 @@ def test_lira_on_an_encoder_chooses_its_statistic_on_the_references(encoder, dig
     result = make_attack("lira", shadow_models=4, queries=1, n_views=4).run(encoder)
     summary = check_pool_result(result, digits)
     power = result.extras["statistic_power"]
-    assert set(power) == {"alignment", "contrastive", "rank", "partcrop"}
+    assert set(power) == {"alignment", "contrastive", "rank", "partcrop", "combined"}
     assert summary["config"]["statistic"] == max(power, key=power.get) and result.counts["n_queries"] == 1
     fixed = make_attack("lira", shadow_models=4, queries=1, n_views=4, statistic="alignment").run(encoder)
     assert fixed.config["statistic"] == "alignment" and "statistic_power" not in fixed.extras

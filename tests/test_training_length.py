@@ -27,12 +27,12 @@ def test_public_halves_split_the_public_data_only(digits):
     assert not set(halves.pool.index.tolist()) & set(digits.pool.index.tolist())
 
 
-def test_usable_point_is_the_smallest_epochs_near_the_best(digits):
+def test_usable_point_is_the_end_of_the_plateau(digits):
     length = usable_epochs("nonprivate", TINY, digits, Budget(), 0, grid=(1, 4, 16), tolerance=0.02)
     assert sorted(length.curve) == [1, 4, 16] and all(0 <= a <= 1 for a in length.curve.values())
     best = max(length.curve.values())
     assert length.curve[length.epochs] >= best - 0.02
-    assert all(length.curve[e] < best - 0.02 for e in length.curve if e < length.epochs)
+    assert all(length.curve[e] < best - 0.02 for e in length.curve if e > length.epochs)
     assert length.to_dict()["curve"].keys() == {"1", "4", "16"} and "within 0.02" in length.rule
 
 
