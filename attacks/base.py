@@ -45,6 +45,8 @@ class Target:
     seed: int = 0
     device: str = "cpu"
     data_ref: DataRef | None = None
+    #: Work attacks share on this target (reference models and their statistics), keyed by what produced it.
+    cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def train(cls, defense: str, data: MembershipData, *, params: Mapping[str, Any] | None = None,

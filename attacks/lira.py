@@ -22,8 +22,11 @@ variance) and, in the online attack, uses the IN scores for the OUT standard dev
 reproduced. Location: mean (the paper) or median (the reference code), a parameter. Inference is in
 eval mode (the reference code's training-mode inference is a confirmed bug).
 
-Statistic: phi = z_y - logsumexp_{j != y} z_j for classifiers; for encoders without a classifier,
-phi_enc = 2 atanh(mean pairwise cosine of augmented views) (:mod:`attacks.statistics`).
+Statistic: phi = z_y - logsumexp_{j != y} z_j for classifiers; for encoders without a classifier, the
+logit of a probability-like statistic (view alignment, the contrastive loss against population negatives,
+the nearest-neighbour rank, the part-aware crop response: :mod:`attacks.statistics`), chosen by its power
+on the reference models before the target is scored. The reference models and statistics are shared with
+RMIA (:mod:`attacks.references`).
 """
 
 from __future__ import annotations
@@ -33,17 +36,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from attacks.base import Attack, AttackConfig, Target, pool_membership
+from attacks.base import Attack, Target, pool_membership
 from attacks.executor import Executor
-from attacks.queries import QuerySet
+from attacks.references import LikelihoodConfig, choose, observe
 from attacks.result import AttackResult
-from attacks.shadow_models import TrainJob, balanced_masks, stack_results, train_models
-from attacks.statistics import SPACES, AlignmentStatistic, LogitStatistic, ViewSimilarities
 from core.errors import ConfigError, one_of
-from defenses.seeding import numpy_rng
 
 LOCATIONS = ("mean", "median")
-STATISTICS = ("auto", "logit", "alignment")
 VARIANTS = ("online", "online-fixed", "offline", "offline-fixed", "offline-reference", "offline-reference-fixed")
 _MIN_SD = 1e-8
 
@@ -59,19 +58,30 @@ class GaussianFit:
 
 
 def _side(shadow: np.ndarray, mask: np.ndarray, location: str, fixed: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Location and scale over the models selected by ``mask`` (K, n), for shadow stats (K, n, Q)."""
+    """Location and scale over the models selected by ``mask`` (K, n), for shadow stats (K, n, Q).
+
+    With a single model on a side (K = 2), a within-candidate variance cannot be estimated: the fixed
+    variance then falls back to the variance of all of that side's statistics around their mean, which is
+    what Carlini et al.'s code uses for its global variance (it also holds the spread of the candidates'
+    means, so it is conservative), and per-candidate variances use the pooled one.
+    """
     x = np.where(mask[..., None], shadow, np.nan)
     count = mask.sum(axis=0)  # (n,)
-    if np.any(count < 2):
-        raise ConfigError("lira: every candidate needs at least 2 IN and 2 OUT reference models")
+    if np.any(count < 1):
+        raise ConfigError("lira: every candidate needs at least 1 IN and 1 OUT reference model")
     mu = np.nanmedian(x, axis=0) if location == "median" else np.nanmean(x, axis=0)
     centred = np.nanmean(x, axis=0)
     sq = np.nansum((x - centred) ** 2, axis=0)  # (n, Q)
+    dof = (count - 1).sum()
+    if dof > 0:
+        pooled = sq.sum(axis=0) / dof  # (Q,)
+    else:
+        pooled = np.nanvar(x.reshape(-1, x.shape[-1]), axis=0, ddof=1)
     if fixed:
-        pooled = sq.sum(axis=0) / (count - 1).sum()  # (Q,)
         sd = np.broadcast_to(np.sqrt(pooled), mu.shape).copy()
     else:
-        sd = np.sqrt(sq / (count - 1)[:, None])
+        with np.errstate(invalid="ignore", divide="ignore"):
+            sd = np.where((count >= 2)[:, None], np.sqrt(sq / np.maximum(count - 1, 1)[:, None]), np.sqrt(pooled))
     return mu, np.maximum(sd, _MIN_SD)
 
 
@@ -128,39 +138,25 @@ def lira_scores(target_stats: np.ndarray, shadow_stats: np.ndarray, keep: np.nda
 
 
 @dataclass(frozen=True)
-class LiRAConfig(AttackConfig):
-    """LiRA settings. ``variant``: the primary score (``auto``: online-fixed below 64 reference
-    models, else online; every variant is kept). ``queries``: query augmentations per example (identity first, then shifts;
-    ``mirror`` None = only for colour data); ``statistic``: auto (logit for classifiers, else
-    alignment); ``n_views``: augmented views per query of the encoder statistic; ``space``: where the
-    encoder statistic is read, ``embeddings`` (z, default: the DP guarantee covers the whole trained
-    model, projection head included, and z leaks most on digits) or ``features`` (h, what a released
-    encoder exposes)."""
+class LiRAConfig(LikelihoodConfig):
+    """LiRA settings. ``shadow_models``: reference models (even, >= 2; with 2, one IN and one OUT per
+    candidate and the variance is pooled, see :func:`_side`); ``variant``: the primary score (``auto``:
+    online-fixed below 64 reference models, else online; every variant is kept); ``location``: mean (the
+    paper) or median (the reference code). What each model is asked (statistic, queries, views, population):
+    :class:`attacks.references.LikelihoodConfig`, shared with RMIA."""
 
     shadow_models: int = 16
     variant: str = "auto"
-    statistic: str = "auto"
-    queries: int = 5
-    mirror: bool | None = None
-    n_views: int = 8
-    space: str = "embeddings"
     location: str = "mean"
-    max_stack: int = 16
 
     def validate(self) -> None:
         super().validate()
-        if self.shadow_models < 4 or self.shadow_models % 2:
-            raise ConfigError(f"shadow_models: must be an even number >= 4, got {self.shadow_models!r}")
+        if self.shadow_models < 2 or self.shadow_models % 2:
+            raise ConfigError(f"shadow_models: must be an even number >= 2, got {self.shadow_models!r}")
         if self.variant != "auto" and self.variant not in VARIANTS:
             raise one_of("variant", self.variant, ("auto", *VARIANTS))
-        if self.statistic not in STATISTICS:
-            raise one_of("statistic", self.statistic, STATISTICS)
         if self.location not in LOCATIONS:
             raise one_of("location", self.location, LOCATIONS)
-        if self.space not in SPACES:
-            raise one_of("space", self.space, SPACES)
-        if self.queries < 1 or self.max_stack < 1 or self.n_views < 2:
-            raise ConfigError("queries and max_stack must be >= 1, n_views >= 2")
 
 
 class LiRA(Attack):
@@ -175,37 +171,21 @@ class LiRA(Attack):
             return self.config.variant
         return "online-fixed" if self.config.shadow_models < 64 else "online"
 
-    def probe(self, target: Target):
-        cfg = self.config
-        info = target.data.info
-        queries = QuerySet.for_dataset(info, cfg.queries, cfg.mirror)
-        statistic = cfg.statistic
-        if statistic == "auto":
-            statistic = "logit" if target.trained is not None and target.trained.classifier is not None else "alignment"
-        if statistic == "logit":
-            return statistic, LogitStatistic(queries)
-        views = ViewSimilarities(cfg.n_views, target.derive_seed("lira", "views"), queries, cfg.space)
-        return statistic, AlignmentStatistic(views)
-
     def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
         self.check_target(target)
         cfg = self.config
-        statistic, probe = self.probe(target)
-        n = len(target.data.pool)
-        keep = balanced_masks(cfg.shadow_models, n, numpy_rng(target.seed, "attack", "lira", "masks"))
-        jobs = [TrainJob(target.defense_ref, target.budget, target.data_source, target.derive_seed("lira", "ref", k),
-                         keep[k], probe=probe, device=target.device) for k in range(cfg.shadow_models)]
-        shadow = stack_results(train_models(jobs, executor, max_stack=cfg.max_stack))  # (K, n, Q)
-        target_stats = probe(target.trained, target.data.pool, target.data.info)  # (n, Q)
-        variants = lira_scores(target_stats, shadow, keep, location=cfg.location)
+        obs, details = choose(observe(target, cfg, cfg.shadow_models, executor), cfg.statistic)
+        variants = lira_scores(obs.target[0], obs.ref[:, 0], obs.keep, location=cfg.location)
         membership, index = pool_membership(target)
         variant = self.primary_variant()
         scores = variants.pop(variant)
         return AttackResult(
             attack=self.name, variant=variant, scores=scores, membership=membership, index=index,
-            config={**self.config_dict(), "statistic": statistic},
-            counts={"n_reference_models": cfg.shadow_models, "n_queries": int(np.asarray(target_stats).shape[1]),
-                    "n_in_per_candidate": cfg.shadow_models // 2},
+            config={**self.config_dict(), "statistic": details["statistic"]},
+            counts={"n_reference_models": cfg.shadow_models, "n_queries": int(obs.target.shape[-1]),
+                    "n_in_per_candidate": cfg.shadow_models // 2, "n_target_queries": obs.n_target_queries,
+                    "n_reference_queries": obs.n_reference_queries},
             variants=variants, bound=self.one_run(scores, membership, target),
-            extras={"offline_variants": "offline = the paper's one-sided test; offline-reference = the reference "
+            extras={**details,
+                    "offline_variants": "offline = the paper's one-sided test; offline-reference = the reference "
                                         "code's OUT log-density (two-sided)"})

@@ -10,6 +10,7 @@ ATTACKS: Registry[type[Attack]] = Registry("attack", {
     "shadow": "attacks.shadow:ShadowModelAttack",
     "encodermi": "attacks.encodermi:EncoderMI",
     "lira": "attacks.lira:LiRA",
+    "rmia": "attacks.rmia:RMIA",
     "canary": "attacks.canary:CanaryAudit",
     "gradient-canary": "attacks.gradient_canary:GradientCanaryAudit",
 })

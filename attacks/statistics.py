@@ -159,3 +159,147 @@ class Outputs:
         if trained.classifier is not None:
             return torch.softmax(_logits(trained, split.x).double(), dim=1).numpy()
         return F.normalize(trained.embeddings(split.x).double(), dim=1).numpy()
+
+
+# -- statistics from the encoder's own training objective (issue 19) -------------------------------------
+#
+# Every encoder statistic below is a probability-like p(x | theta) in (0, 1) reported on LiRA's logit scale,
+# phi = log(p / (1 - p)): LiRA fits Gaussians to phi, RMIA reads p = sigmoid(phi). The view alignment above is
+# the case p = (1 + s̄) / 2 (its 2 atanh(s̄) is exactly logit(p)), and the classifier's phi is the logit of the
+# true-class probability, so one convention serves classifiers and encoders alike.
+
+ENCODER_STATISTICS = ("alignment", "contrastive", "rank", "partcrop", "combined")
+_P_CLIP = 1e-12
+
+
+def logit(p: np.ndarray | torch.Tensor, clip: float = _P_CLIP) -> np.ndarray:
+    """log(p / (1 - p)) with p clipped into [clip, 1 - clip]."""
+    p = np.clip(np.asarray(p, dtype=np.float64), clip, 1 - clip)
+    return np.log(p) - np.log1p(-p)
+
+
+def contrastive_probability(views: torch.Tensor, anchors: torch.Tensor, temperature: float) -> torch.Tensor:
+    """mean_{i != j} p_ij, p_ij = exp(e_i.e_j / tau) / (exp(e_i.e_j / tau) + sum_m exp(e_i.a_m / tau)).
+
+    ``views`` (N, V, D) and ``anchors`` (M, D), both L2-normalised. p_ij is the probability that the
+    InfoNCE / NT-Xent objective (Oord et al. 2018; Chen et al. 2020, Eq. 1) assigns to the candidate's
+    own view j as the positive of view i when the negatives are a fixed population batch; its mean over
+    the V(V-1) ordered pairs is exp(-loss) in the probability domain. A model trained on x pulls its views
+    together and away from the population, so p is larger for members.
+    """
+    pos = views @ views.transpose(1, 2) / temperature  # (N, V, V)
+    neg = torch.logsumexp(views @ anchors.T / temperature, dim=2)  # (N, V)
+    log_p = pos - torch.logaddexp(pos, neg.unsqueeze(2))
+    v = views.shape[1]
+    off = ~torch.eye(v, dtype=torch.bool)
+    return log_p.exp()[:, off].mean(dim=1)
+
+
+def rank_probability(views: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """mean_{i != j} (1 - r_ij / (M + 1)), r_ij = #{m : e_i.a_m >= e_i.e_j}.
+
+    The nearest-neighbour rank of the candidate's own view j among the population anchors, seen from
+    view i: 0 when every anchor is farther than the candidate's other view (the retrieval the encoder
+    was trained to do), M when every anchor is closer. A rank statistic is invariant to any monotone
+    rescaling of similarities, so it resists the calibration differences between models.
+    """
+    pos = views @ views.transpose(1, 2)  # (N, V, V)
+    neg = views @ anchors.T  # (N, V, M)
+    ranks = (neg.unsqueeze(2) >= pos.unsqueeze(3)).sum(dim=3).double()  # (N, V, V)
+    v = views.shape[1]
+    off = ~torch.eye(v, dtype=torch.bool)
+    return (1.0 - ranks / (anchors.shape[0] + 1))[:, off].mean(dim=1)
+
+
+@dataclass(frozen=True)
+class EncoderStatistics:
+    """Every encoder statistic of :data:`ENCODER_STATISTICS` under each query: (S, N, Q) on the logit scale.
+
+    * ``alignment``: the mean pairwise cosine s̄ of ``n_views`` augmented views, p = (1 + s̄) / 2
+      (EncoderMI's signal, Liu et al. 2021; :class:`AlignmentStatistic`);
+    * ``contrastive``: :func:`contrastive_probability` of the views against ``anchors`` (the candidate's
+      InfoNCE of its views against a fixed population batch, at ``temperature``);
+    * ``rank``: :func:`rank_probability`, the nearest-neighbour rank of the candidate's own views among
+      the population anchors;
+    * ``partcrop``: the part-aware crop response of PartCrop (Zhu et al. 2024, "A Unified Membership
+      Inference Method for Visual Self-supervised Encoder via Part-aware Capability"): ``n_crops`` small
+      random crops (area fraction in ``crop_scale``) resized to the image size, and the mean cosine c̄
+      between each crop's representation and the whole query image's, p = (1 + c̄) / 2. Contrastive
+      training with crop augmentations teaches the encoder to map the parts of the images it trained
+      on near the whole; ours uses the global representation of each part (PartCrop reads the response
+      of part features against the image's feature map, which needs a spatial encoder output);
+    * ``combined``: the mean of the alignment, contrastive and rank logits, i.e. p with odds the geometric
+      mean of the three statistics' odds: three views of the same memorisation whose noise is partly
+      independent (the views, the anchors, the ranks), so their average is steadier than each.
+
+    The views, crops and anchors are fixed by ``seed`` (identical for the target and every reference
+    model), so a statistic's variation across models reflects training alone. ``anchors`` are images of
+    the attacker's population data (never the candidates).
+    """
+
+    anchors: torch.Tensor
+    n_views: int = 8
+    seed: int = 0
+    queries: QuerySet = field(default_factory=QuerySet)
+    space: str = "embeddings"
+    temperature: float = 0.5
+    n_crops: int = 4
+    crop_scale: tuple[float, float] = (0.15, 0.35)
+
+    def __post_init__(self) -> None:
+        if self.n_views < 2:
+            raise ConfigError(f"n_views: must be >= 2, got {self.n_views!r}")
+        if self.space not in SPACES:
+            raise one_of("space", self.space, SPACES)
+        if self.temperature <= 0:
+            raise ConfigError(f"temperature: must be > 0, got {self.temperature!r}")
+        if self.n_crops < 1:
+            raise ConfigError(f"n_crops: must be >= 1, got {self.n_crops!r}")
+        if len(self.anchors) < 1:
+            raise ConfigError("anchors: the contrastive and rank statistics need at least one population image")
+
+    def _encode(self, trained: Trained, x: torch.Tensor) -> torch.Tensor:
+        out = trained.features(x) if self.space == "features" else trained.embeddings(x)
+        return F.normalize(out.double(), dim=-1)
+
+    def __call__(self, trained: Trained, split: Split, info: DatasetInfo) -> np.ndarray:
+        from defenses.augment import _affine, random_resized_crop_theta
+
+        views = ViewSimilarities(self.n_views, self.seed, self.queries, self.space).views(split, info)
+        q, n = views.shape[:2]
+        e = self._encode(trained, views.reshape(-1, *views.shape[3:])).view(q * n, self.n_views, -1)
+        anchors = self._encode(trained, self.anchors)
+        align = pairwise_cosines(e).mean(dim=1)
+        contrastive = contrastive_probability(e, anchors, self.temperature)
+        rank = rank_probability(e, anchors)
+
+        queried = self.queries.apply(split.x).reshape(q * n, *split.x.shape[1:])
+        gen = torch_generator(self.seed, "partcrop")
+        theta = random_resized_crop_theta(q * n * self.n_crops, self.crop_scale, (3 / 4, 4 / 3), 0.0, gen)
+        crops = _affine(queried.repeat_interleave(self.n_crops, dim=0), theta, "zeros")
+        whole = self._encode(trained, queried)
+        parts = self._encode(trained, crops).view(q * n, self.n_crops, -1)
+        partcrop = (parts * whole.unsqueeze(1)).sum(dim=2).mean(dim=1)
+
+        probs = torch.stack([(1 + align) / 2, contrastive, rank, (1 + partcrop) / 2])  # (S - 1, Q*N)
+        phi = logit(probs.view(len(ENCODER_STATISTICS) - 1, q, n).transpose(1, 2).numpy())
+        return np.concatenate([phi, phi[:3].mean(axis=0, keepdims=True)])
+
+
+@dataclass(frozen=True)
+class WithPopulation:
+    """``probe`` applied to the candidates and then to fixed population examples ``population``, rows
+    concatenated along the example axis (axis 1 of (S, N, Q) outputs, else axis 0).
+
+    RMIA compares each candidate with population samples z scored by the same models; one probe call per
+    model returns both, so remote workers send back numbers, not models.
+    """
+
+    probe: object
+    population: Split
+
+    def __call__(self, trained: Trained, split: Split, info: DatasetInfo) -> np.ndarray:
+        a = np.asarray(self.probe(trained, split, info))
+        b = np.asarray(self.probe(trained, self.population, info))
+        axis = 1 if a.ndim == 3 else 0  # (S, N, Q) outputs stack statistics first
+        return np.concatenate([a, b], axis=axis)

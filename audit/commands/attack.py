@@ -19,7 +19,8 @@ from core.io import check_output_dir
 from defenses import DEFENSES, Budget
 
 # Attacks whose shadow/reference model count --shadow-models sets.
-SHADOW_PARAM = {"lira": "shadow_models", "shadow": "shadow_models", "encodermi": "shadow_models"}
+SHADOW_PARAM = {"lira": "shadow_models", "rmia": "reference_models", "shadow": "shadow_models",
+                "encodermi": "shadow_models"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delta", type=number(), default=None, help="delta (default 1/(N ln N))")
     p.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
     p.add_argument("--shadow-models", type=integer(1, 10 ** 5), default=None,
-                   help="shadow/reference models (lira, shadow, encodermi)")
+                   help="shadow/reference models (lira, rmia, shadow, encodermi)")
+    p.add_argument("--epochs", default="auto",
+                   help="training epochs of the target and its references: a number, or 'auto' (default): for a "
+                        "non-private defense, the usable point of a validation curve on the public split; a DP "
+                        "defense keeps its configured epochs (--param epochs=N also fixes it)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a defense hyper-parameter (repeatable)")
     p.add_argument("--attack-param", action="append", metavar="KEY=VALUE", help="an attack setting (repeatable)")
     p.add_argument("--allow-plugins", action="store_true",
@@ -58,6 +63,24 @@ def check_plot_path(plot: str) -> None:
     check_output_dir(path.parent, field="--plot")
 
 
+def target_utility(trained, data, device) -> dict[str, float]:
+    """The target's k-NN and linear-probe accuracy (frozen encoder), and its classifier's train/test
+    accuracy when it releases one: the figures that show the audited model is a real model."""
+    import torch
+
+    from defenses.evaluation import encoder_utility
+
+    trained.model.eval()
+    out = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
+                          device=device)
+    if trained.classifier is not None:
+        with torch.no_grad():
+            for name, split in (("train", data.train), ("test", data.test)):
+                out[f"classifier_{name}_accuracy"] = float(
+                    (trained.logits(split.x).argmax(1) == split.y).double().mean())
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     attack_params = parse_params(args.attack_param)
     if args.shadow_models is not None:
@@ -70,6 +93,11 @@ def run(args: argparse.Namespace) -> int:
     if ":" in args.defense and args.defense not in DEFENSES and not args.allow_plugins:
         raise ConfigError(f"--defense: {args.defense!r} is a plugin: importing it runs its code; pass --allow-plugins "
                           "to allow it")
+    if args.epochs != "auto":
+        try:
+            params["epochs"] = int(args.epochs)
+        except ValueError:
+            raise ConfigError(f"--epochs: a positive integer or 'auto', got {args.epochs!r}") from None
     defense = resolve_defense(args.defense, params)
     budget = Budget(target_epsilon=args.target_epsilon, delta=args.delta, noise_multiplier=args.noise_multiplier)
     if budget.private and not defense.private:
@@ -84,6 +112,13 @@ def run(args: argparse.Namespace) -> int:
     data_ref = DataRef(args.dataset, args.seed, args.data_dir)
 
     start = time.perf_counter()
+    length = None
+    if "epochs" not in params and "epochs" in defense.config_dict() and not defense.private:
+        from defenses.training_length import usable_epochs
+
+        length = usable_epochs(args.defense, params, data, budget, args.seed, device=device)
+        params["epochs"] = length.epochs
+        defense = resolve_defense(args.defense, params)
     trained = defense.fit(data, budget, args.seed, device=device, progress=not args.json)
     target = Target(trained, data, args.defense, params, budget, args.seed, str(device), data_ref)
     result = attack.run(target, executor=executor, progress=not args.json)
@@ -98,15 +133,20 @@ def run(args: argparse.Namespace) -> int:
 
     summary = result.summary()
     claim = trained.claim
+    utility = target_utility(trained, data, device)
     if args.json:
         emit_json({**summary, "defense": args.defense, "dataset": args.dataset, "seed": args.seed,
                    "target_epsilon": args.target_epsilon, "seconds": seconds,
+                   "training_length": None if length is None else length.to_dict(), "utility": utility,
                    "claim": {"mechanism": claim.mechanism, "relation": claim.relation, "unit": claim.unit,
                              "delta": claim.delta}})
         return 0
 
     print(f"{args.attack} on {args.defense} ({args.dataset}): {summary['n_members']} members, "
           f"{summary['n_nonmembers']} non-members, {seconds:.1f}s on {device}")
+    if length is not None:
+        print(f"target trained {length.epochs} epochs: the {length.rule}")
+    print("target utility: " + ", ".join(f"{k} {v:.3f}" for k, v in utility.items()))
     headers = ["variant", "AUC", *[f"TPR@{100 * t:g}%FPR" for t in FPR_TARGETS], "bal. acc"]
     rows = [[result.variant, summary["auc"], *[summary["tpr_at_fpr"][fpr_key(t)] for t in FPR_TARGETS],
              summary["balanced_accuracy"]]]

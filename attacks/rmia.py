@@ -1,0 +1,188 @@
+"""RMIA, the pairwise likelihood-ratio attack (Zarifzadeh, Liu, Shokri & Reza, ICML 2024, "Low-Cost
+High-Power Membership Inference Attacks", Sec. 3, Eqs. 3-4; ML Privacy Meter's implementation).
+
+For a candidate x and population samples z (never trained on), with Pr(.|theta) the target's
+probability-like statistic and Pr(.) its mean over reference models:
+
+    LR(x, z) = [Pr(x|theta) / Pr(x)] / [Pr(z|theta) / Pr(z)],
+    Score(x) = |{z : LR(x, z) >= gamma}| / |Z|.                                         (Eqs. 3-4)
+
+* **online** (IN models exist): Pr(x) = the mean of Pr(x|theta_k) over all K reference models; with
+  LiRA's balanced masks each candidate is IN for exactly K/2 of them, the paper's online design.
+* **offline** (OUT models only): Pr(x) = ((1 + a) Pr_OUT(x) + (1 - a)) / 2 (Sec. 3, "offline"; App. B.2),
+  the linear approximation of the missing IN models; ``a`` is given, or fitted on the reference models
+  alone (leave-one-out: each reference in turn plays the target, the a in the grid with the largest mean
+  AUC wins, as the paper tunes it), before the target is scored.
+
+The population samples z are OUT for every reference, so Pr(z) always uses the offline approximation (in
+the online mode too); this affects only the calibration of Score (its value at a fixed gamma), not the
+ranking of the candidates, which for a single target model is that of Pr(x|theta) / Pr(x).
+
+Pr(x|theta): the softmax probability of the true label for classifiers, and for encoders the probability-like
+statistics of :mod:`attacks.statistics` (``contrastive``: the probability that the candidate's own view is
+picked as the positive among population negatives, i.e. exp(-InfoNCE); ``rank``; ``alignment``;
+``partcrop``), the one with the most power on the references chosen before the target is scored
+(:mod:`attacks.references`). Probabilities are averaged over the query augmentations (ML Privacy Meter does
+the same), from the statistics' logit scale: p = sigmoid(phi).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import expit
+
+from attacks.base import Attack, Target, pool_membership
+from attacks.executor import Executor
+from attacks.references import LikelihoodConfig, choose, observe
+from attacks.result import AttackResult
+from core.errors import ConfigError, one_of
+
+MODES = ("auto", "online", "offline")
+A_GRID = tuple(np.round(np.arange(0.05, 1.0001, 0.05), 2))
+_CHUNK = 1 << 24
+
+
+def _check_a(a: float) -> None:
+    if not 0 < a <= 1:
+        raise ConfigError(f"a: the offline approximation's slope must lie in (0, 1], got {a!r}")
+
+
+def prob_x(ref: np.ndarray, keep: np.ndarray | None, *, online: bool, a: float) -> np.ndarray:
+    """Pr(x) from reference probabilities (K, n): the mean over all models (online) or the offline
+    approximation ((1 + a) mean_OUT + (1 - a)) / 2 (``keep`` None: every model is OUT)."""
+    ref = np.asarray(ref, dtype=np.float64)
+    if online:
+        return ref.mean(axis=0)
+    _check_a(a)
+    out = np.ones(ref.shape, dtype=bool) if keep is None else ~np.asarray(keep, dtype=bool)
+    count = out.sum(axis=0)
+    if np.any(count < 1):
+        raise ConfigError("rmia: the offline test needs at least one OUT reference model per candidate")
+    mean_out = np.where(out, ref, 0.0).sum(axis=0) / count
+    return ((1 + a) * mean_out + (1 - a)) / 2
+
+
+def rmia_scores(p_x: np.ndarray, ref_x: np.ndarray, keep: np.ndarray, p_z: np.ndarray, ref_z: np.ndarray, *,
+                gamma: float = 1.0, a: float = 0.3, online: bool = True, tie_break: bool = False) -> np.ndarray:
+    """Score(x) = fraction of z with LR(x, z) >= gamma (Eqs. 3-4); ``tie_break``: :func:`break_ties`.
+
+    ``p_x`` (n,) and ``ref_x`` (K, n): the target's and the references' probabilities of the candidates,
+    ``keep`` (K, n) which references trained on which candidate; ``p_z`` (m,) and ``ref_z`` (K, m) the same for
+    the population samples (OUT for every reference).
+    """
+    if not gamma > 0:
+        raise ConfigError(f"gamma: must be > 0, got {gamma!r}")
+    _check_a(a)
+    p_z = np.asarray(p_z, dtype=np.float64)
+    if p_z.size < 1:
+        raise ConfigError("rmia: needs at least one population sample z")
+    ratio_x = np.asarray(p_x, dtype=np.float64) / prob_x(ref_x, keep, online=online, a=a)
+    ratio_z = p_z / prob_x(ref_z, None, online=False, a=a)
+    rows = max(1, _CHUNK // ratio_z.size)
+    fraction = np.concatenate([((ratio_x[i:i + rows, None] / ratio_z[None, :]) >= gamma).mean(axis=1)
+                               for i in range(0, ratio_x.size, rows)]) if ratio_x.size else np.zeros(0)
+    return break_ties(fraction, ratio_x, p_z.size) if tie_break else fraction
+
+
+def break_ties(fraction: np.ndarray, ratio: np.ndarray, n_population: int) -> np.ndarray:
+    """Score(x) with its ties broken by LR(x) = Pr(x|theta) / Pr(x) itself.
+
+    With |Z| population samples the fraction takes |Z| + 1 values, and every candidate whose ratio exceeds
+    all z's scores exactly 1: the low-FPR end of the ROC collapses into one tie. For one target model the
+    fraction is a non-decreasing function of LR(x), so adding (1 / (2 |Z|)) u(LR(x)), with u strictly
+    increasing into (0, 1), keeps every strict order of the paper's score and orders its ties by the
+    statistic they come from.
+    """
+    u = 0.5 + np.arctan(np.log(np.maximum(ratio, 1e-300))) / np.pi
+    return np.asarray(fraction, dtype=np.float64) + u / (2 * n_population)
+
+
+def fit_a(ref_x: np.ndarray, keep: np.ndarray, grid: tuple[float, ...] = A_GRID) -> tuple[float, dict[float, float]]:
+    """The offline slope a with the largest mean leave-one-out AUC on the references (the target unseen).
+
+    Reference k plays the target; Pr(x) comes from the OUT models among the others; only candidates with at
+    least one such model are scored. The candidates' ranking depends on Pr(x|theta_k) / Pr(x) alone.
+    """
+    from attacks.metrics import auc
+
+    k_models = ref_x.shape[0]
+    if k_models < 2:
+        raise ConfigError("rmia: fitting a needs at least 2 reference models")
+    means: dict[float, float] = {}
+    for a in grid:
+        aucs = []
+        for k in range(k_models):
+            others = np.delete(np.arange(k_models), k)
+            out = ~keep[others]
+            ok = out.any(axis=0)
+            labels = keep[k, ok]
+            if labels.all() or not labels.any():
+                continue
+            mean_out = np.where(out, ref_x[others], 0.0).sum(axis=0)[ok] / out.sum(axis=0)[ok]
+            aucs.append(auc(ref_x[k, ok] / (((1 + a) * mean_out + (1 - a)) / 2), labels))
+        means[float(a)] = float(np.mean(aucs)) if aucs else float("nan")
+    best = max(means, key=lambda a: (np.nan_to_num(means[a], nan=-1.0), -a))
+    return best, means
+
+
+@dataclass(frozen=True)
+class RMIAConfig(LikelihoodConfig):
+    """RMIA settings: ``reference_models`` (even, >= 2; each candidate IN for half), ``gamma`` (> 0),
+    ``a`` (offline slope in (0, 1]; None: fitted on the references), ``mode`` (``auto``: online, since
+    the balanced design always has IN models; both tests are kept in the result)."""
+
+    reference_models: int = 2
+    gamma: float = 1.0
+    a: float | None = None
+    mode: str = "auto"
+
+    def validate(self) -> None:
+        super().validate()
+        if self.reference_models < 2 or self.reference_models % 2:
+            raise ConfigError(f"reference_models: must be an even number >= 2, got {self.reference_models!r}")
+        if not self.gamma > 0:
+            raise ConfigError(f"gamma: must be > 0, got {self.gamma!r}")
+        if self.a is not None:
+            _check_a(self.a)
+        if self.mode not in MODES:
+            raise one_of("mode", self.mode, MODES)
+
+
+class RMIA(Attack):
+    """Online and offline RMIA with reference models trained with the target's defense (shared with LiRA)."""
+
+    name = "rmia"
+    Config = RMIAConfig
+
+    def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
+        self.check_target(target)
+        cfg = self.config
+        obs, details = choose(observe(target, cfg, cfg.reference_models, executor), cfg.statistic)
+        # Probabilities averaged over queries: (K, n), (n,), (K, m), (m,).
+        ref_x, ref_z = expit(obs.ref[:, 0]).mean(axis=-1), expit(obs.ref_z[:, 0]).mean(axis=-1)
+        p_x, p_z = expit(obs.target[0]).mean(axis=-1), expit(obs.target_z[0]).mean(axis=-1)
+        if cfg.a is None:
+            a, a_power = fit_a(ref_x, obs.keep)
+            details.update(a=a, a_fitted=True, a_power=a_power)
+        else:
+            a = cfg.a
+            details.update(a=a, a_fitted=False)
+        variants = {}
+        for mode in ("online", "offline"):
+            for tied in (False, True):
+                variants[mode + ("-fraction" if tied else "")] = rmia_scores(
+                    p_x, ref_x, obs.keep, p_z, ref_z, gamma=cfg.gamma, a=a, online=mode == "online",
+                    tie_break=not tied)
+        primary = "online" if cfg.mode == "auto" else cfg.mode
+        scores = variants.pop(primary)
+        membership, index = pool_membership(target)
+        return AttackResult(
+            attack=self.name, variant=primary, scores=scores, membership=membership, index=index,
+            config={**self.config_dict(), "statistic": details["statistic"]},
+            counts={"n_reference_models": cfg.reference_models, "n_queries": int(obs.target.shape[-1]),
+                    "n_population": int(p_z.size), "n_in_per_candidate": cfg.reference_models // 2,
+                    "n_target_queries": obs.n_target_queries, "n_reference_queries": obs.n_reference_queries},
+            variants=variants, bound=self.one_run(scores, membership, target),
+            extras=details)
