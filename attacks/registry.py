@@ -12,6 +12,7 @@ ATTACKS: Registry[type[Attack]] = Registry("attack", {
     "lira": "attacks.lira:LiRA",
     "canary": "attacks.canary:CanaryAudit",
     "gradient-canary": "attacks.gradient_canary:GradientCanaryAudit",
+    "user-canary": "attacks.user_canary:UserCanaryAudit",
 })
 
 

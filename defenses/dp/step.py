@@ -79,10 +79,13 @@ class DiracCanaries:
     norm: float
     include: torch.Tensor
     observer: Optional[Observer] = None
+    signs: Optional[torch.Tensor] = None  # +-1 per canary (paired replace-one canaries: +norm e_j or -norm e_j)
 
     def __post_init__(self) -> None:
         if self.coordinates.ndim != 1 or self.include.shape != self.coordinates.shape or self.include.dtype != torch.bool:
             raise ConfigError("canaries: coordinates and include must be 1-D of the same length, include bool")
+        if self.signs is not None and self.signs.shape != self.coordinates.shape:
+            raise ConfigError("canaries: signs must have the coordinates' shape")
 
     def total(self, size: int, bound: float, *, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
         coords = self.coordinates.long()
@@ -90,8 +93,12 @@ class DiracCanaries:
             raise ConfigError(f"canaries.coordinates: must lie in [0, {size}) (trainable parameters)")
         _check_norms(torch.tensor([abs(float(self.norm))]), bound)
         out = torch.zeros(size, device=device, dtype=dtype)
-        chosen = coords[self.include.to(coords.device)].to(out.device)
-        return out.index_add_(0, chosen, torch.full((chosen.numel(),), float(self.norm), device=out.device, dtype=dtype))
+        keep = self.include.to(coords.device)
+        chosen = coords[keep].to(out.device)
+        values = torch.full((chosen.numel(),), float(self.norm), device=out.device, dtype=dtype)
+        if self.signs is not None:
+            values = values * self.signs.to(coords.device)[keep].to(device=out.device, dtype=dtype).sign()
+        return out.index_add_(0, chosen, values)
 
 
 Canaries = Union[CanaryGradients, DiracCanaries]
@@ -105,10 +112,11 @@ def canaries_at(source: CanarySource | None, step: int) -> Canaries | None:
 
 
 def dirac_canaries(coordinates: torch.Tensor, norm: float, include: torch.Tensor,
-                   observer: Observer | None = None) -> DiracCanaries:
-    """Dirac canaries (Nasr et al. 2023): canary k is ``norm`` times the basis vector e_{coordinates[k]}."""
+                   observer: Observer | None = None, signs: torch.Tensor | None = None) -> DiracCanaries:
+    """Dirac canaries (Nasr et al. 2023): canary k is ``norm`` (times ``signs[k]``) times e_{coordinates[k]}."""
     return DiracCanaries(torch.as_tensor(coordinates, dtype=torch.long), float(norm),
-                         torch.as_tensor(include, dtype=torch.bool), observer)
+                         torch.as_tensor(include, dtype=torch.bool), observer,
+                         None if signs is None else torch.as_tensor(signs))
 
 
 @dataclass
