@@ -175,19 +175,57 @@ class GradientCanaries:
                             counts={"n_canaries": self.m, "n_steps": self.steps, "dim": self.dim}, bound=bound)
 
 
+GUESS_FRACTIONS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+
+
+def planned_guesses(m: int, *, rate: float, steps: int, norm: float, noise_std: float, paired: bool,
+                    beta: float, delta: float, seed: int = 0, replicates: int = 2) -> tuple[int, int]:
+    """(k for Steinke's k+ = k-, k for the f-DP bound's k+) chosen **from the claim alone**, before any score.
+
+    The rule: simulate the idealised canary audit of the mechanism the claim describes -- m Dirac
+    canaries, each sampled with ``rate`` at each of ``steps`` steps, adding ``norm`` (paired: +-norm)
+    to its coordinate of a sum with N(0, noise_std^2) noise, with no model gradient -- and take, for
+    each bound, the guess fraction in :data:`GUESS_FRACTIONS` with the largest mean bound over
+    ``replicates`` simulations (each bound at beta / 2, as reported). The real scores are never read,
+    so k is fixed in advance and the bounds need no correction for the choice.
+    """
+    from attacks.bounds import fdp_one_run_parameter, one_run_epsilon
+
+    rng = numpy_rng(seed, "planned-guesses")
+    ks = sorted({max(1, min(m // 2, int(round(f * m)))) for f in GUESS_FRACTIONS})
+    st, fd = np.zeros(len(ks)), np.zeros(len(ks))
+    for _ in range(replicates):
+        coin = rng.random(m) < 0.5
+        hits = rng.binomial(steps, rate, size=m).astype(np.float64)
+        sign = np.where(coin, 1.0, -1.0) if paired else coin.astype(np.float64)
+        scores = norm * sign * hits + noise_std * np.sqrt(max(steps, 1)) * rng.standard_normal(m)
+        order = np.argsort(-scores, kind="stable")
+        correct_top = np.cumsum(coin[order])
+        correct_bottom = np.cumsum(~coin[order[::-1]])
+        for j, k in enumerate(ks):
+            st[j] += one_run_epsilon(m, 2 * k, int(correct_top[k - 1] + correct_bottom[k - 1]), beta=beta / 2,
+                                     delta=delta)
+            fd[j] += fdp_one_run_parameter(m, k, int(correct_top[k - 1]), beta=beta / 2, delta=delta)
+    return ks[int(np.argmax(st))], ks[int(np.argmax(fd))]
+
+
 @dataclass(frozen=True)
 class GradientCanaryConfig(AttackConfig):
     """``canaries``: how many Dirac canaries (None: ``canaries_per_param`` of the trainable parameters,
     clamped to [1000, ``max_canaries``] and to the parameter count). ``k_fdp_fraction``: the f-DP bound's
     one-sided guesses as a fraction of m (None: Steinke's bound only). ``relation``: the relation the
     bound is stated at (None: the claim's; a relation this audit cannot state for the defense is an error).
+    ``plan_guesses``: choose k (Steinke's k+ = k-, and the f-DP k+) by :func:`planned_guesses` from the
+    claim before the scores exist (explicit ``k_pos`` / ``k_neg`` still win; ``k_fdp_fraction`` None
+    still turns the f-DP bound off).
     """
 
     canaries: int | None = None
-    canaries_per_param: float = 0.25
+    canaries_per_param: float = 1.0
     max_canaries: int = 20000
     k_fdp_fraction: float | None = 0.02
     relation: str | None = None
+    plan_guesses: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -262,9 +300,17 @@ class GradientCanaryAudit(Attack):
 
         defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
                     canaries=source)
-        result = canaries.result(beta=cfg.beta, delta=cfg.delta if cfg.delta is not None else claim.delta,
-                                 k_pos=cfg.k_pos, k_neg=cfg.k_neg, k_fraction=cfg.k_fraction,
-                                 k_fdp_fraction=cfg.k_fdp_fraction)
+        delta = cfg.delta if cfg.delta is not None else claim.delta
+        k_pos, k_neg, k_fdp = cfg.k_pos, cfg.k_neg, cfg.k_fdp_fraction
+        if cfg.plan_guesses:
+            k_st, k_f = planned_guesses(m, rate=rate, steps=probe.plan.steps, norm=norm,
+                                        noise_std=float(dp["gradient_noise_std"]), paired=paired, beta=cfg.beta,
+                                        delta=delta, seed=target.derive_seed("planned-guesses"))
+            k_pos = k_st if k_pos is None else k_pos
+            k_neg = k_st if k_neg is None else k_neg
+            k_fdp = k_f / m if k_fdp is not None else None
+        result = canaries.result(beta=cfg.beta, delta=delta, k_pos=k_pos, k_neg=k_neg, k_fraction=cfg.k_fraction,
+                                 k_fdp_fraction=k_fdp)
         if paired:
             what = (f"white-box: {m} paired replace-one Dirac slots (+-Delta/2 e_j, Delta={bound:.4g} the replace-one "
                     f"gradient sensitivity; a fair coin picks the sign), each taking part with the sampler's marginal "
