@@ -217,7 +217,10 @@ class GradientCanaryConfig(AttackConfig):
     bound is stated at (None: the claim's; a relation this audit cannot state for the defense is an error).
     ``plan_guesses``: choose k (Steinke's k+ = k-, and the f-DP k+) by :func:`planned_guesses` from the
     claim before the scores exist (explicit ``k_pos`` / ``k_neg`` still win; ``k_fdp_fraction`` None
-    still turns the f-DP bound off).
+    still turns the f-DP bound off). ``centred``: score the privatised sums minus the data's clipped
+    sums (the auditor knows the rest of the data; :mod:`defenses.dp.step`), removing the data gradient's
+    interference on the canary coordinates (Keinan, Shenfeld & Ligett 2025's barrier); False scores the
+    released sums alone.
     """
 
     canaries: int | None = None
@@ -226,6 +229,7 @@ class GradientCanaryConfig(AttackConfig):
     k_fdp_fraction: float | None = 0.02
     relation: str | None = None
     plan_guesses: bool = True
+    centred: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -295,8 +299,8 @@ class GradientCanaryAudit(Attack):
             sampled = torch.rand(m, generator=sampling) < rate
             observer = lambda noisy: canaries.observe(t, noisy)  # noqa: E731
             if paired:  # every slot holds one candidate; it joins the step with the marginal rate q
-                return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs)
-            return dirac_canaries(coords, norm, inserted & sampled, observer=observer)
+                return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs, centred=cfg.centred)
+            return dirac_canaries(coords, norm, inserted & sampled, observer=observer, centred=cfg.centred)
 
         defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
                     canaries=source)
