@@ -36,7 +36,7 @@ import torch
 from attacks.base import Attack, AttackConfig, Target
 from attacks.bounds import check_relation_unit
 from attacks.executor import Executor
-from attacks.gradient_canary import GradientCanaries
+from attacks.gradient_canary import GradientCanaries, planned_guesses
 from attacks.result import AttackResult
 from core.errors import ConfigError, check_probability
 from defenses.seeding import torch_generator
@@ -47,13 +47,17 @@ SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 @dataclass(frozen=True)
 class UserCanaryConfig(AttackConfig):
     """``canaries``: canary-user slots (None: ``canaries_per_param`` of the aggregated parameters, in
-    [1000, ``max_canaries``]). ``relation``: None = the claim's."""
+    [1000, ``max_canaries``]). ``relation``: None = the claim's. ``plan_guesses``, ``centred``: as for
+    :class:`attacks.gradient_canary.GradientCanaryConfig` (the real clients' clipped sum is removed from
+    the observed sum; k chosen by simulating the claim's idealised mechanism)."""
 
     canaries: int | None = None
-    canaries_per_param: float = 0.25
+    canaries_per_param: float = 1.0
     max_canaries: int = 20000
     k_fdp_fraction: float | None = 0.02
     relation: str | None = None
+    plan_guesses: bool = True
+    centred: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -130,8 +134,9 @@ class UserCanaryAudit(Attack):
                     offset += size
                 names = state["names"]
 
-                def observer(noisy: dict[str, torch.Tensor]) -> None:
-                    can.observe(t, torch.cat([noisy[n].flatten().double().cpu() for n in names]))  # type: ignore
+                def observer(noisy: dict[str, torch.Tensor], data: dict[str, torch.Tensor]) -> None:
+                    seen = {n: noisy[n] - data[n] if cfg.centred else noisy[n] for n in names}  # type: ignore
+                    can.observe(t, torch.cat([seen[n].flatten().double().cpu() for n in names]))  # type: ignore
 
                 return parts, observer
             return at
@@ -142,8 +147,17 @@ class UserCanaryAudit(Attack):
             raise ConfigError("attack 'user-canary': the defense ran no aggregation round")
         can: GradientCanaries = state["canaries"]  # type: ignore[assignment]
         delta = cfg.delta if cfg.delta is not None else float(trained.claim.delta)
-        result = can.result(beta=cfg.beta, delta=delta, k_pos=cfg.k_pos, k_neg=cfg.k_neg, k_fraction=cfg.k_fraction,
-                            k_fdp_fraction=cfg.k_fdp_fraction, unit="user")
+        k_pos, k_neg, k_fdp = cfg.k_pos, cfg.k_neg, cfg.k_fdp_fraction
+        if cfg.plan_guesses:
+            noise = defense.noise_plan(target.budget, num_users)
+            k_st, k_f = planned_guesses(can.m, rate=rate, steps=defense.config.rounds, norm=defense.config.clip_norm,
+                                        noise_std=noise.sigma * defense.config.clip_norm, paired=paired,
+                                        beta=cfg.beta, delta=delta, seed=target.derive_seed("planned-guesses"))
+            k_pos = k_st if k_pos is None else k_pos
+            k_neg = k_st if k_neg is None else k_neg
+            k_fdp = k_f / can.m if k_fdp is not None else None
+        result = can.result(beta=cfg.beta, delta=delta, k_pos=k_pos, k_neg=k_neg, k_fraction=cfg.k_fraction,
+                            k_fdp_fraction=k_fdp, unit="user")
         bound = dataclasses.replace(result.bound, notes=result.bound.notes + (
             (f"white-box: {can.m} paired canary-user slots (+-gamma e_j, a fair coin picks the sign) "
              if paired else f"white-box: {can.m} canary users (gamma e_j, each in the population with probability "
