@@ -125,3 +125,16 @@ def test_unsupported_relation_or_unit_is_an_error_naming_both():
         check_relation_unit("add-remove", "user", [("replace-one", "user")], what="x")
     with pytest.raises(ConfigError, match="unit='household'"):
         one_run_bound(np.zeros(4), np.ones(4, bool), k_pos=1, unit="household")
+
+
+def test_fdp_bound_matches_the_closed_form_when_every_guess_is_right():
+    """r of r correct, delta = 0: both one-run bounds reject exactly eps < logit(beta^(1/r)) (closed form)."""
+    from attacks.bounds import fdp_one_run_parameter, one_run_epsilon
+
+    q = 0.05 ** (1 / 100)
+    closed = math.log(q / (1 - q))
+    assert fdp_one_run_parameter(1000, 100, 100, beta=0.05) == pytest.approx(closed, abs=1e-3)
+    assert one_run_epsilon(1000, 100, 100, beta=0.05) == pytest.approx(closed, abs=1e-6)
+    # The Gaussian null's mu_lb is smaller than the (eps, delta) bound's epsilon but its GDP epsilon larger.
+    mu = fdp_one_run_parameter(1000, 100, 100, beta=0.05, delta=1e-5, null="gdp")
+    assert 0 < mu < closed and gdp_epsilon(mu, 1e-5) > closed
