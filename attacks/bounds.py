@@ -33,6 +33,17 @@ confidence (never point estimates):
   mechanism's trade-off curve is Gaussian (true for the Gaussian mechanism and, asymptotically,
   DP-SGD); it is labelled as such and never the default.
 
+* **Paired one run (replace-one)**: slots of two candidates, a fair coin picks which one is trained
+  on; the same p-value with replace-one neighbours (:func:`paired_one_run_bound`, proof sketch there).
+  Every bound carries the ``relation`` and ``unit`` it is on; :func:`check_relation_unit` rejects one
+  a bound cannot be stated at, naming both.
+
+* **f-DP one run** (Mahloujifar, Melis & Chaudhuri 2025, "Auditing f-Differential Privacy in One
+  Run"): the same guesses tested against a trade-off curve (:func:`fdp_one_run_bound`): the (eps,
+  delta) curve (sound for any mechanism) or the Gaussian one (mu_lb; its epsilon assumes a Gaussian
+  curve). :func:`best_one_run_bound` reports the larger of Steinke's and the f-DP bound, each at
+  beta / 2 (a rule fixed before the scores are seen).
+
 Per-example membership-inference rates measured on one model are not independent trials of a fixed
 neighbouring pair, so they are never turned into a Clopper-Pearson bound here; the audit pool's
 random 1/2 inclusion makes any attack's scores a valid *one-run* audit instead.
