@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 import torch
 
-from attacks.bounds import EpsilonLowerBound, default_guesses, one_run_bound
+from attacks.bounds import EpsilonLowerBound, default_guesses, one_run_bound, paired_one_run_bound, pool_pairs
 from attacks.executor import Executor
 from attacks.result import AttackResult
 from attacks.shadow_models import DataRef, DefenseRef, resolve_defense
@@ -129,11 +129,28 @@ class Attack(ABC):
     def one_run(self, scores: np.ndarray, membership: np.ndarray, target: Target) -> EpsilonLowerBound:
         """The one-run bound of these scores with k+ / k- fixed by the configuration (not by the scores).
 
-        Inclusion of one candidate is an add/remove neighbour at the example level; when the target's
-        claim is stated for another relation or unit, the bound says so (it is then not directly
-        comparable with the claim's epsilon).
+        Inclusion of one candidate is an add/remove neighbour at the example level. When the target's
+        claim is **replace-one** at the example level, the candidates are paired in advance and the
+        mixed pairs are replace-one slots (:func:`attacks.bounds.pool_pairs`), scored by the difference
+        of the two candidates' scores and bounded by :func:`attacks.bounds.paired_one_run_bound`
+        (k+ = k- = ``k_fraction`` of the slots). Any other claim relation or unit gets the add/remove
+        example bound with a note saying it is not comparable with the claim.
         """
         cfg = self.config
+        claim = None if target.trained is None else target.trained.claim
+        if claim is not None and claim.relation == "replace-one" and claim.unit == "example":
+            pairs, first_in = pool_pairs(membership, seed=target.derive_seed("replace-one-pairs"))
+            s = np.asarray(scores, dtype=np.float64).ravel()
+            diff = s[pairs[:, 0]] - s[pairs[:, 1]]
+            k_pos, k_neg = default_guesses(max(diff.size, 1), cfg.k_fraction)
+            k_pos = min(k_pos if cfg.k_pos is None else cfg.k_pos, diff.size // 2)
+            k_neg = min(k_neg if cfg.k_neg is None else cfg.k_neg, diff.size - k_pos)
+            bound = paired_one_run_bound(diff, first_in, k_pos=k_pos, k_neg=k_neg, beta=cfg.beta,
+                                         delta=self.delta_for(target))
+            note = (f"replace-one slots: the {np.asarray(scores).size} audit candidates paired by a seeded "
+                    f"permutation fixed before membership is read; the {diff.size} pairs with exactly one member "
+                    "are the slots (which one is a fair coin)")
+            return dataclasses.replace(bound, notes=bound.notes + (note,))
         m = int(np.asarray(scores).size)
         k_pos, k_neg = default_guesses(m, cfg.k_fraction)
         k_pos = k_pos if cfg.k_pos is None else cfg.k_pos

@@ -33,6 +33,17 @@ confidence (never point estimates):
   mechanism's trade-off curve is Gaussian (true for the Gaussian mechanism and, asymptotically,
   DP-SGD); it is labelled as such and never the default.
 
+* **Paired one run (replace-one)**: slots of two candidates, a fair coin picks which one is trained
+  on; the same p-value with replace-one neighbours (:func:`paired_one_run_bound`, proof sketch there).
+  Every bound carries the ``relation`` and ``unit`` it is on; :func:`check_relation_unit` rejects one
+  a bound cannot be stated at, naming both.
+
+* **f-DP one run** (Mahloujifar, Melis & Chaudhuri 2025, "Auditing f-Differential Privacy in One
+  Run"): the same guesses tested against a trade-off curve (:func:`fdp_one_run_bound`): the (eps,
+  delta) curve (sound for any mechanism) or the Gaussian one (mu_lb; its epsilon assumes a Gaussian
+  curve). :func:`best_one_run_bound` reports the larger of Steinke's and the f-DP bound, each at
+  beta / 2 (a rule fixed before the scores are seen).
+
 Per-example membership-inference rates measured on one model are not independent trials of a fixed
 neighbouring pair, so they are never turned into a Clopper-Pearson bound here; the audit pool's
 random 1/2 inclusion makes any attack's scores a valid *one-run* audit instead.
@@ -41,15 +52,21 @@ random 1/2 inclusion makes any attack's scores a valid *one-run* audit instead.
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
+import dataclasses
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 import numpy as np
 from scipy import optimize, special, stats
 
-from core.errors import ConfigError, check_probability
+from core.errors import ConfigError, check_probability, one_of
 
 RELATION = "add-remove"
+UNIT = "example"
+#: The neighbouring relations and privacy units a bound can be stated at (accountants.claim.RELATIONS).
+RELATIONS = ("add-remove", "replace-one")
+UNITS = ("example", "user")
 
 
 @dataclass(frozen=True)
@@ -68,11 +85,31 @@ class EpsilonLowerBound:
     counts: dict[str, float] = field(default_factory=dict)
     relation: str = RELATION
     notes: tuple[str, ...] = ()
+    unit: str = UNIT
+
+    def __post_init__(self) -> None:
+        check_relation_unit(self.relation, self.unit)
 
     def to_dict(self) -> dict[str, object]:
         d = asdict(self)
         d["notes"] = list(self.notes)
         return d
+
+
+def check_relation_unit(relation: str, unit: str, supported: Sequence[tuple[str, str]] | None = None,
+                        what: str = "this bound") -> None:
+    """Reject a (relation, unit) that is unknown, or that ``what`` does not support, naming both.
+
+    Never falls back to another relation: a bound stated at the wrong relation is not comparable with
+    the claim, and a silent substitution would gate a claim against a bound on a different quantity.
+    """
+    if relation not in RELATIONS or unit not in UNITS:
+        raise ConfigError(f"relation/unit: {what} cannot be stated at relation={relation!r}, unit={unit!r}; "
+                          f"accepted relations: {', '.join(RELATIONS)}; units: {', '.join(UNITS)}")
+    if supported is not None and (relation, unit) not in supported:
+        ok = "; ".join(f"relation={r}, unit={u}" for r, u in supported)
+        raise ConfigError(f"relation/unit: {what} does not support relation={relation!r}, unit={unit!r}; "
+                          f"it supports {ok}")
 
 
 def _check_delta(delta: float) -> None:
@@ -144,12 +181,15 @@ def default_guesses(m: int, fraction: float = 0.1) -> tuple[int, int]:
 
 def one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos: int, k_neg: int = 0,
                   beta: float = 0.05, delta: float = 0.0, m: int | None = None,
-                  bonferroni: int = 1) -> EpsilonLowerBound:
+                  bonferroni: int = 1, relation: str = RELATION, unit: str = UNIT) -> EpsilonLowerBound:
     """One-run bound from attack scores (higher = member) with k+ / k- fixed in advance.
 
     ``m`` defaults to the number of scored canaries (only the delta term uses it). ``bonferroni``
-    > 1 tests at beta / bonferroni (used by :func:`one_run_bound_search`).
+    > 1 tests at beta / bonferroni (used by :func:`one_run_bound_search`). ``relation`` / ``unit``:
+    what one coin flips (an example or a user added/removed; a replace-one pair is
+    :func:`paired_one_run_bound`).
     """
+    check_relation_unit(relation, unit)
     membership = np.asarray(membership, dtype=bool).ravel()
     guesses = one_run_guesses(scores, k_pos, k_neg)
     if membership.size != guesses.size:
@@ -162,7 +202,7 @@ def one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos: int, k_n
     label = (f"one-run (Steinke et al. 2023): k+={k_pos}, k-={k_neg} fixed in advance, "
              f"{v}/{r} correct of m={m}, {100 * (1 - beta):.0f}% confidence, delta={delta:g}")
     return EpsilonLowerBound(eps, "one-run", label, 1 - beta, delta,
-                             {"m": m, "r": r, "v": v, "k_pos": k_pos, "k_neg": k_neg})
+                             {"m": m, "r": r, "v": v, "k_pos": k_pos, "k_neg": k_neg}, relation=relation, unit=unit)
 
 
 def one_run_bound_search(scores: np.ndarray, membership: np.ndarray, grid: Sequence[tuple[int, int]], *,
@@ -179,6 +219,230 @@ def one_run_bound_search(scores: np.ndarray, membership: np.ndarray, grid: Seque
              f"{100 * (1 - beta):.0f}% confidence, delta={delta:g}")
     return EpsilonLowerBound(best.epsilon, "one-run-search", label, 1 - beta, delta,
                              {**best.counts, "grid_size": len(grid)})
+
+
+# --------------------------------------------------------------------------------------------------
+# Replace-one paired canaries (the one-run game for replace-one claims)
+# --------------------------------------------------------------------------------------------------
+
+def paired_one_run_bound(score_diff: np.ndarray, first_in: np.ndarray, *, k_pos: int, k_neg: int = 0,
+                         beta: float = 0.05, delta: float = 0.0, m: int | None = None,
+                         unit: str = UNIT) -> EpsilonLowerBound:
+    """One-run bound for **replace-one** claims from m paired canary slots.
+
+    The game. Slot i holds two candidates x_i and x'_i; an independent fair coin S_i in {+1, -1}
+    puts x_i (S_i = +1) or x'_i (S_i = -1) into the training set, never both and never neither, so
+    the dataset size does not depend on the coins. The attacker scores each slot by
+    ``score_diff[i]`` = s(x_i) - s(x'_i) (higher: x_i was the one trained on), guesses +1 on the k+
+    highest differences, -1 on the k- lowest and abstains on the rest (k+, k- fixed before the scores
+    are seen); r guesses, v correct.
+
+    Claim. If the training algorithm M is (eps, delta)-DP under the replace-one relation (at the
+    slot's unit: an example, or a whole user for canary users), then
+
+        P[v correct] <= P[Binomial(r, e^eps / (1 + e^eps)) >= v] + 2 m delta alpha*,
+
+    the one-run bound of Steinke, Nasr & Jagielski 2023 (Thm. 3.1 / its delta > 0 extension, Prop.
+    5.7) with the same alpha*, so :func:`one_run_epsilon` turns (m, r, v) into the bound.
+
+    Proof sketch. Steinke et al.'s argument uses two facts about slot i only: (a) S_i is a fair coin
+    independent of the other coins, and (b) fixing every other coin, the datasets with S_i = +1 and
+    S_i = -1 are neighbours under the relation M is private for. Under add/remove the neighbours are
+    "x_i in" and "x_i out"; here D_+ = D_rest + {x_i} and D_- = D_rest + {x'_i} differ by replacing
+    one element, so they are replace-one neighbours and (b) holds under replace-one DP. Then, given
+    the output and every guess and coin revealed before slot i, the guess T_i is a post-processing of
+    an (eps, delta)-DP function of the fair coin S_i: randomized response up to delta, i.e.
+    P[T_i = S_i | past] <= e^eps/(1+e^eps) P[T_i != 0 | past] + delta-terms. The stochastic-domination
+    step (their Lemma 4.5 / Prop. 5.5) is unchanged, which gives the binomial tail; the delta terms add
+    at most 2 m delta alpha* as in their Sec. 5. Nothing uses that a neighbour has one element fewer,
+    so the bound holds verbatim. It does **not** bound add/remove epsilon (the size is fixed), and
+    an add/remove (eps, delta) claim only implies replace-one (2 eps, ...), so the bound carries
+    ``relation="replace-one"`` and is compared only with replace-one claims at the same unit.
+
+    ``first_in[i]`` is True when x_i (not x'_i) was trained on. One implementation: the counting and
+    the p-value are :func:`one_run_bound`'s.
+    """
+    b = one_run_bound(score_diff, first_in, k_pos=k_pos, k_neg=k_neg, beta=beta, delta=delta, m=m,
+                      relation="replace-one", unit=unit)
+    c = b.counts
+    label = (f"one-run paired (replace-one, per {unit}; Steinke et al. 2023 argument with replace-one "
+             f"neighbours): k+={k_pos}, k-={k_neg} fixed in advance, {c['v']}/{c['r']} correct of m={c['m']} "
+             f"slots, {100 * (1 - beta):.0f}% confidence, delta={delta:g}")
+    return dataclasses.replace(b, method="one-run-paired", label=label)
+
+
+def fixed_pairs(n: int, seed: int = 0) -> np.ndarray:
+    """A pairing (n // 2, 2) of n candidates fixed before any membership is read (seeded permutation)."""
+    from defenses.seeding import numpy_rng
+
+    return numpy_rng(seed, "replace-one-pairs").permutation(n)[: 2 * (n // 2)].reshape(-1, 2)
+
+
+def pool_pairs(membership: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Replace-one slots from an audit pool whose candidates were each included by a fair coin.
+
+    Candidates are paired by :func:`fixed_pairs` (independent of membership); a pair with exactly one
+    member is a replace-one slot. Conditioned on *which* pairs have exactly one member (an event that
+    does not depend on which of the two it is), the identity of the member is a fair coin, independent
+    across pairs and of the rest of the training set (P[a in, b out] = P[a out, b in] = 1/4 for
+    independent fair coins). So these slots are an instance of :func:`paired_one_run_bound`'s game with
+    m = number of mixed pairs, and the pairs where both or neither are members are part of the fixed
+    rest of the dataset. Returns (pairs (m, 2), first_in (m,)).
+    """
+    membership = np.asarray(membership, dtype=bool).ravel()
+    pairs = fixed_pairs(membership.size, seed)
+    mixed = membership[pairs[:, 0]] != membership[pairs[:, 1]]
+    return pairs[mixed], membership[pairs[mixed, 0]]
+
+
+# --------------------------------------------------------------------------------------------------
+# f-DP one run (Mahloujifar, Melis & Chaudhuri 2025)
+# --------------------------------------------------------------------------------------------------
+
+FDP_NULLS = ("approx-dp", "gdp")
+
+
+def _blow_up_inverse(null: str, epsilon: float, delta: float):
+    """x -> f(1 - x) for the null's trade-off curve f (the 'blow-up inverse' of the f-DP audit).
+
+    ``approx-dp``: f_{eps,delta}(a) = max(0, 1 - delta - e^eps a, e^-eps (1 - delta - a)) (Kairouz et
+    al. 2015; Dong, Roth & Su 2022, Prop. 2.5): the null is exactly "M is (eps, delta)-DP", so the
+    bound is sound for any mechanism. ``gdp``: f(a) = Phi(Phi^-1(1 - a) - mu) with mu the GDP
+    parameter ``epsilon`` (the null "M is mu-GDP").
+    """
+    if null == "gdp":
+        mu, normal = epsilon, NormalDist()  # pure-Python Phi and Phi^-1: ~50x faster than scipy per scalar
+        return lambda x: normal.cdf(normal.inv_cdf(x) - mu) if 0 < x < 1 else float(x >= 1)
+    e = math.exp(epsilon)
+    return lambda x: max(0.0, 1.0 - delta - e * (1.0 - x), (x - delta) / e)
+
+
+def fdp_one_run_rejects(m: int, r: int, v: int, epsilon: float, *, beta: float, delta: float = 0.0,
+                        null: str = "approx-dp") -> bool:
+    """True when r guesses with v correct among m canaries reject the f-DP null at level ``beta``.
+
+    The recursion of Mahloujifar, Melis & Chaudhuri 2025 (Alg. "audit with reconstruction and cap",
+    as implemented in google-deepmind/jax_privacy ``auditing._epsilon_one_run_fdp``, read as a
+    reference; this is our own code): start from r_0 = beta v / m (mass of correct guesses) and
+    h_0 = beta (r - v) / m (wrong guesses); for i = v - 1, ..., 0 set h <- max(h, f(1 - r)),
+    r <- min(r + i / (r_guesses - i) (h_new - h_old), 1); stop when h no longer moves. The null is
+    rejected when r + h > r_guesses / m, i.e. when no mechanism whose trade-off curve is above f can
+    make v of r guesses correct with probability beta. Guesses are one-sided (k- = 0) as in the
+    reference implementation.
+    """
+    if not 0 <= v <= r <= m or m < 1:
+        raise ConfigError(f"one-run counts: need 0 <= v <= r <= m and m >= 1, got m={m}, r={r}, v={v}")
+    if null not in FDP_NULLS:
+        raise one_of("null", null, FDP_NULLS)
+    if r == 0 or v == 0:
+        return False
+    inv = _blow_up_inverse(null, epsilon, delta)
+    rr, h = beta * v / m, beta * (r - v) / m
+    for i in range(v - 1, -1, -1):
+        h_new = max(h, inv(rr))
+        if h_new == h:
+            break
+        rr = min(rr + (i / (r - i)) * (h_new - h), 1.0)
+        h = h_new
+    return rr + h > r / m
+
+
+def fdp_one_run_parameter(m: int, r: int, v: int, *, beta: float = 0.05, delta: float = 0.0,
+                          null: str = "approx-dp") -> float:
+    """The largest null parameter (eps for ``approx-dp``, mu for ``gdp``) the counts reject (0: none)."""
+    check_probability("beta", beta)
+    _check_delta(delta)
+    if not fdp_one_run_rejects(m, r, v, 0.0, beta=beta, delta=delta, null=null):
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while fdp_one_run_rejects(m, r, v, hi, beta=beta, delta=delta, null=null):
+        lo, hi = hi, hi * 2.0
+        if hi > 1e3:
+            return hi
+    for _ in range(60):  # bisection: the rejection region is an interval [0, x*)
+        mid = (lo + hi) / 2
+        if fdp_one_run_rejects(m, r, v, mid, beta=beta, delta=delta, null=null):
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-5:
+            break
+    return lo
+
+
+def fdp_one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos: int, beta: float = 0.05,
+                      delta: float = 0.0, m: int | None = None, null: str = "approx-dp",
+                      relation: str = RELATION, unit: str = UNIT) -> EpsilonLowerBound:
+    """f-DP one-run bound (Mahloujifar, Melis & Chaudhuri 2025) with k+ guesses fixed in advance.
+
+    ``approx-dp``: a sound lower bound on (eps, delta)-DP epsilon (method ``one-run-fdp``).
+    ``gdp``: a lower bound mu_lb on the GDP parameter; the epsilon reported is that of mu_lb-GDP at
+    delta, a lower bound on epsilon only if the mechanism's trade-off curve is Gaussian (method
+    ``one-run-fdp-gdp``, never gated; mu_lb itself is sound for a mu-GDP claim).
+    ``scores``/``membership`` as :func:`one_run_bound`; paired slots: the score difference and
+    ``first_in`` with ``relation="replace-one"``.
+    """
+    check_relation_unit(relation, unit)
+    guesses = one_run_guesses(scores, k_pos, 0)
+    membership = np.asarray(membership, dtype=bool).ravel()
+    if membership.size != guesses.size:
+        raise ConfigError(f"membership: {membership.size} entries for {guesses.size} scores")
+    m = guesses.size if m is None else m
+    r = int(np.count_nonzero(guesses))
+    v = int(np.sum((guesses == 1) & membership))
+    value = fdp_one_run_parameter(m, r, v, beta=beta, delta=delta, null=null)
+    counts = {"m": m, "r": r, "v": v, "k_pos": k_pos, "k_neg": 0}
+    conf = f"{100 * (1 - beta):.0f}% confidence"
+    if null == "gdp":
+        eps = gdp_epsilon(value, delta) if delta > 0 else (math.inf if value > 0 else 0.0)
+        label = (f"one-run f-DP (Mahloujifar et al. 2025), Gaussian null: mu_lb={value:.3f}, k+={k_pos} fixed in "
+                 f"advance, {v}/{r} correct of m={m}, {conf}; epsilon of mu_lb-GDP at delta={delta:g} "
+                 "(assumes a Gaussian trade-off curve)")
+        return EpsilonLowerBound(eps, "one-run-fdp-gdp", label, 1 - beta, delta, {**counts, "mu_lower": value},
+                                 relation=relation, unit=unit,
+                                 notes=("epsilon valid only if the trade-off curve is Gaussian; mu_lb is sound "
+                                        "against a mu-GDP claim",))
+    label = (f"one-run f-DP (Mahloujifar et al. 2025), (eps, delta) null: k+={k_pos} fixed in advance, "
+             f"{v}/{r} correct of m={m}, {conf}, delta={delta:g}")
+    return EpsilonLowerBound(value, "one-run-fdp", label, 1 - beta, delta, counts, relation=relation, unit=unit)
+
+
+def best_one_run_epsilon(counts: dict[str, float], *, beta: float, delta: float) -> float:
+    """The reported one-run bound: the larger of Steinke (m, r, v) and f-DP (m, r_fdp, v_fdp), each at beta / 2.
+
+    The rule (both bounds, each at half the failure probability, report the maximum) is fixed before
+    any score is seen, so the maximum holds at confidence 1 - beta (union bound).
+    """
+    m = int(counts["m"])
+    steinke = one_run_epsilon(m, int(counts["r"]), int(counts["v"]), beta=beta / 2, delta=delta)
+    fdp = fdp_one_run_parameter(m, int(counts["r_fdp"]), int(counts["v_fdp"]), beta=beta / 2, delta=delta)
+    return max(steinke, fdp)
+
+
+def best_one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos: int, k_neg: int, k_fdp: int,
+                       beta: float = 0.05, delta: float = 0.0, m: int | None = None, relation: str = RELATION,
+                       unit: str = UNIT) -> EpsilonLowerBound:
+    """Steinke (k+, k-) and f-DP (k_fdp one-sided) one-run bounds, each at beta / 2; the larger is reported.
+
+    Method ``one-run-best`` (sound at 1 - beta by the union bound; :func:`best_one_run_epsilon`).
+    The f-DP GDP view (mu_lb) is recorded in ``counts['mu_lower']`` for reading, never gated.
+    """
+    st = one_run_bound(scores, membership, k_pos=k_pos, k_neg=k_neg, beta=beta / 2, delta=delta, m=m,
+                       relation=relation, unit=unit)
+    fd = fdp_one_run_bound(scores, membership, k_pos=k_fdp, beta=beta / 2, delta=delta, m=m, relation=relation,
+                           unit=unit)
+    mu = fdp_one_run_parameter(fd.counts["m"], fd.counts["r"], fd.counts["v"], beta=beta / 2, delta=delta,
+                               null="gdp")
+    counts = {**st.counts, "r_fdp": fd.counts["r"], "v_fdp": fd.counts["v"], "k_fdp": k_fdp,
+              "eps_steinke": st.epsilon, "eps_fdp": fd.epsilon, "mu_lower": mu,
+              "eps_gdp_view": gdp_epsilon(mu, delta) if delta > 0 else None}
+    eps = max(st.epsilon, fd.epsilon)
+    which = "f-DP" if fd.epsilon > st.epsilon else "Steinke"
+    rel = "" if relation == RELATION and unit == UNIT else f" ({relation}, per {unit})"
+    label = (f"one-run{rel}, max of Steinke et al. 2023 (k+={k_pos}, k-={k_neg}: {st.epsilon:.3g}) and f-DP "
+             f"Mahloujifar et al. 2025 (k+={k_fdp}: {fd.epsilon:.3g}), each at {100 * (1 - beta / 2):.1f}% "
+             f"(rule fixed in advance; {which} reported), m={counts['m']}, delta={delta:g}; GDP view mu_lb={mu:.3g}")
+    return EpsilonLowerBound(eps, "one-run-best", label, 1 - beta, delta, counts, relation=relation, unit=unit)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,9 +28,26 @@ through the engine's canary hook (:mod:`defenses.dp.step`):
 Because each canary is an example the claim covers, sampled as the accountant assumes, the one-run
 bound on these scores is a sound lower bound on the claim's example-level add/remove epsilon; a bound
 above the claim means the implementation leaks more than it claims (the noise, clipping or sampling
-do not do what the claim says). Only Poisson-sampled (add/remove) defenses are audited this way: for a
-fixed-size without-replacement sampler (replace-one) inserting a canary would change the batch
-composition the accountant reasons about.
+do not do what the claim says).
+
+Replace-one claims (DPCL: fixed-size batches without replacement) are audited with **paired** Dirac
+canaries (:func:`attacks.bounds.paired_one_run_bound`): slot i holds the two candidate gradients
++(Delta/2) e_i and -(Delta/2) e_i (each of norm Delta/2 <= C-type bound, their difference Delta, the
+replace-one sensitivity the noise is calibrated to); a fair coin picks which one is in the training
+set, so the dataset size never changes; the slot takes part in each step with the accountant's
+marginal rate q = |B|/n; its score is <sum_t g~_t, e_i>, positive for the + candidate. Given every other
+slot, the two outputs are (1 - q) P_0 + q N(s + a) and (1 - q) P_0 + q N(s - a) with ||2a|| = Delta:
+exactly the pair the replace-one without-replacement accountant bounds (the element is in the batch
+with probability q, and when it is, it is replaced), so the bound is sound against the replace-one
+claim (relation="replace-one", unit="example").
+
+Bounds. The reported bound is the larger of Steinke et al. (k+ = k- = ``k_fraction`` m) and the f-DP
+one-run bound (Mahloujifar, Melis & Chaudhuri 2025; k+ = ``k_fdp_fraction`` m, one-sided), each at
+beta / 2 (:func:`attacks.bounds.best_one_run_bound`; the rule is fixed before scores exist). The
+canary count scales with the model: by default ``canaries_per_param`` of the trainable parameters,
+between 1000 and ``max_canaries`` (Dirac canaries on distinct coordinates do not interfere with each
+other's scores: each coordinate carries one canary, so the only interference is the model's own
+gradient on that coordinate, the barrier Keinan, Shenfeld & Ligett 2025 identify).
 
 :func:`gradient_canary_scores` is the same scoring for updates recorded any other way (a ``(T, d)``
 array of privatised sums, or parameter deltas of plain SGD, which are proportional to them).
@@ -47,10 +64,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from attacks.base import Attack, AttackConfig, Target
-from attacks.bounds import default_guesses, one_run_bound
+from attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses, one_run_bound
 from attacks.executor import Executor
 from attacks.result import AttackResult
-from core.errors import ConfigError, one_of
+from core.errors import ConfigError, check_probability, one_of
 from defenses.seeding import numpy_rng, torch_generator
 
 DIRECTIONS = ("dirac", "gaussian")
@@ -103,7 +120,7 @@ class GradientCanaries:
     """
 
     def __init__(self, dim: int, m: int, *, clip_norm: float, kind: str = "dirac", seed: int = 0,
-                 inserted: np.ndarray | None = None):
+                 inserted: np.ndarray | None = None, paired: bool = False):
         if clip_norm <= 0:
             raise ConfigError(f"clip_norm: must be > 0, got {clip_norm!r}")
         self.dim, self.m, self.clip_norm, self.kind, self.seed = dim, m, float(clip_norm), kind, seed
@@ -112,6 +129,7 @@ class GradientCanaries:
             else np.asarray(inserted, dtype=bool)
         if self.inserted.shape != (m,):
             raise ConfigError(f"inserted: expected shape ({m},), got {self.inserted.shape}")
+        self.paired = paired  # replace-one slots: inserted = the + candidate (else the - one) is trained on
         self.scores = np.zeros(m)
         self.steps = 0
 
@@ -134,28 +152,107 @@ class GradientCanaries:
         self.steps += 1
 
     def result(self, *, beta: float = 0.05, delta: float = 0.0, k_pos: int | None = None,
-               k_neg: int | None = None, k_fraction: float = 0.1) -> AttackResult:
+               k_neg: int | None = None, k_fraction: float = 0.1, k_fdp_fraction: float | None = None,
+               unit: str = "example") -> AttackResult:
+        """Scores and bound. ``k_fdp_fraction`` None: Steinke only (method ``one-run``); else the best of
+        Steinke and f-DP at beta / 2 each (``one-run-best``). Paired canaries give a replace-one bound."""
         if self.steps == 0:
             raise ConfigError("gradient canaries: no step was observed")
         kp, kn = default_guesses(self.m, k_fraction)
         kp, kn = (kp if k_pos is None else k_pos), (kn if k_neg is None else k_neg)
-        bound = one_run_bound(self.scores, self.inserted, k_pos=kp, k_neg=kn, beta=beta, delta=delta)
-        return AttackResult(attack="gradient-canary", variant=self.kind, scores=self.scores.copy(),
-                            membership=self.inserted.copy(), index=np.arange(self.m),
-                            config={"kind": self.kind, "clip_norm": self.clip_norm, "seed": self.seed},
+        relation = "replace-one" if self.paired else "add-remove"
+        if k_fdp_fraction is None:
+            bound = one_run_bound(self.scores, self.inserted, k_pos=kp, k_neg=kn, beta=beta, delta=delta,
+                                  relation=relation, unit=unit)
+        else:
+            k_fdp = max(1, int(round(k_fdp_fraction * self.m)))
+            bound = best_one_run_bound(self.scores, self.inserted, k_pos=kp, k_neg=kn, k_fdp=k_fdp, beta=beta,
+                                       delta=delta, relation=relation, unit=unit)
+        return AttackResult(attack="gradient-canary", variant=self.kind + ("-paired" if self.paired else ""),
+                            scores=self.scores.copy(), membership=self.inserted.copy(), index=np.arange(self.m),
+                            config={"kind": self.kind, "clip_norm": self.clip_norm, "seed": self.seed,
+                                    "paired": self.paired},
                             counts={"n_canaries": self.m, "n_steps": self.steps, "dim": self.dim}, bound=bound)
+
+
+GUESS_FRACTIONS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+
+
+def planned_guesses(m: int, *, rate: float, steps: int, norm: float, noise_std: float, paired: bool,
+                    beta: float, delta: float, seed: int = 0, replicates: int = 2) -> tuple[int, int]:
+    """(k for Steinke's k+ = k-, k for the f-DP bound's k+) chosen **from the claim alone**, before any score.
+
+    The rule: simulate the idealised canary audit of the mechanism the claim describes -- m Dirac
+    canaries, each sampled with ``rate`` at each of ``steps`` steps, adding ``norm`` (paired: +-norm)
+    to its coordinate of a sum with N(0, noise_std^2) noise, with no model gradient -- and take, for
+    each bound, the guess fraction in :data:`GUESS_FRACTIONS` with the largest mean bound over
+    ``replicates`` simulations (each bound at beta / 2, as reported). The real scores are never read,
+    so k is fixed in advance and the bounds need no correction for the choice.
+    """
+    from attacks.bounds import fdp_one_run_parameter, one_run_epsilon
+
+    rng = numpy_rng(seed, "planned-guesses")
+    ks = sorted({max(1, min(m // 2, int(round(f * m)))) for f in GUESS_FRACTIONS})
+    st, fd = np.zeros(len(ks)), np.zeros(len(ks))
+    for _ in range(replicates):
+        coin = rng.random(m) < 0.5
+        hits = rng.binomial(steps, rate, size=m).astype(np.float64)
+        sign = np.where(coin, 1.0, -1.0) if paired else coin.astype(np.float64)
+        scores = norm * sign * hits + noise_std * np.sqrt(max(steps, 1)) * rng.standard_normal(m)
+        order = np.argsort(-scores, kind="stable")
+        correct_top = np.cumsum(coin[order])
+        correct_bottom = np.cumsum(~coin[order[::-1]])
+        for j, k in enumerate(ks):
+            st[j] += one_run_epsilon(m, 2 * k, int(correct_top[k - 1] + correct_bottom[k - 1]), beta=beta / 2,
+                                     delta=delta)
+            fd[j] += fdp_one_run_parameter(m, k, int(correct_top[k - 1]), beta=beta / 2, delta=delta)
+    return ks[int(np.argmax(st))], ks[int(np.argmax(fd))]
 
 
 @dataclass(frozen=True)
 class GradientCanaryConfig(AttackConfig):
-    """``canaries``: how many Dirac canaries (at most the number of trainable parameters)."""
+    """``canaries``: how many Dirac canaries (None: ``canaries_per_param`` of the trainable parameters,
+    clamped to [1000, ``max_canaries``] and to the parameter count). ``k_fdp_fraction``: the f-DP bound's
+    one-sided guesses as a fraction of m (None: Steinke's bound only). ``relation``: the relation the
+    bound is stated at (None: the claim's; a relation this audit cannot state for the defense is an error).
+    ``plan_guesses``: choose k (Steinke's k+ = k-, and the f-DP k+) by :func:`planned_guesses` from the
+    claim before the scores exist (explicit ``k_pos`` / ``k_neg`` still win; ``k_fdp_fraction`` None
+    still turns the f-DP bound off). ``centred``: score the privatised sums minus the data's clipped
+    sums (the auditor knows the rest of the data; :mod:`defenses.dp.step`), removing the data gradient's
+    interference on the canary coordinates (Keinan, Shenfeld & Ligett 2025's barrier); False scores the
+    released sums alone.
+    """
 
-    canaries: int = 1000
+    canaries: int | None = None
+    canaries_per_param: float = 1.0
+    max_canaries: int = 20000
+    k_fdp_fraction: float | None = 0.02
+    relation: str | None = None
+    plan_guesses: bool = True
+    centred: bool = True
 
     def validate(self) -> None:
         super().validate()
-        if self.canaries < 2:
+        if self.canaries is not None and self.canaries < 2:
             raise ConfigError(f"canaries: must be >= 2, got {self.canaries!r}")
+        if not 0 < self.canaries_per_param <= 1:
+            raise ConfigError(f"canaries_per_param: must lie in (0, 1], got {self.canaries_per_param!r}")
+        if self.max_canaries < 2:
+            raise ConfigError(f"max_canaries: must be >= 2, got {self.max_canaries!r}")
+        if self.k_fdp_fraction is not None:
+            check_probability("k_fdp_fraction", self.k_fdp_fraction)
+        if self.relation is not None:
+            check_relation_unit(self.relation, "example", what="attack 'gradient-canary'")
+
+    def count(self, dim: int) -> int:
+        if self.canaries is not None:
+            return self.canaries
+        return int(min(dim, max(min(1000, dim), min(self.max_canaries, round(self.canaries_per_param * dim)))))
+
+
+#: (sampler, relation) pairs the engine's canaries can be sampled for, and how: Poisson add/remove (a canary
+#: joins a step with rate q, an example added or removed) and without-replacement replace-one (paired slots).
+SUPPORTED = {("poisson", "add-remove"): False, ("without-replacement", "replace-one"): True}
 
 
 class GradientCanaryAudit(Attack):
@@ -172,35 +269,60 @@ class GradientCanaryAudit(Attack):
         defense = target.defense_ref.make()
         if not isinstance(defense, DPDefense):
             raise ConfigError(f"attack 'gradient-canary': defense {target.defense!r} has no DP-SGD engine to insert "
-                              "gradient canaries into; use it with dpsgd, dp-clip, dp-gcl or logit-dp")
+                              "gradient canaries into; use it with dpsgd, dp-clip, dp-gcl, logit-dp or dpcl-*")
         probe = defense.prepare(target.data, target.budget, target.seed, device=target.device)
-        if probe.plan.sampler != "poisson":
-            raise ConfigError(f"attack 'gradient-canary': defense {target.defense!r} samples batches "
-                              f"{probe.plan.sampler!r}; gradient canaries are sampled like examples only under "
-                              "Poisson sampling (add/remove)")
+        claim = probe.claim
+        relation = cfg.relation or claim.relation
+        sampler = probe.plan.sampler
+        supported = [(r, "example") for (smp, r) in SUPPORTED if smp == sampler]
+        check_relation_unit(relation, claim.unit, supported,
+                            what=f"attack 'gradient-canary' on {target.defense!r} ({sampler} batches)")
+        if relation != claim.relation:
+            raise ConfigError(f"relation/unit: attack 'gradient-canary' bound at relation={relation!r} cannot be "
+                              f"compared with the claim's relation={claim.relation!r}, unit={claim.unit!r}")
+        paired = SUPPORTED[(sampler, relation)]
         dp = probe.extras["dp"]
         dim, bound, rate = int(dp["param_count"]), float(dp["canary_bound"]), probe.plan.sample_rate
-        if cfg.canaries > dim:
-            raise ConfigError(f"canaries: {cfg.canaries} Dirac canaries need at least as many trainable "
+        m = cfg.count(dim)
+        if m > dim:
+            raise ConfigError(f"canaries: {m} Dirac canaries need at least as many trainable "
                               f"parameters; the model has {dim}")
-        canaries = GradientCanaries(dim, cfg.canaries, clip_norm=bound, kind="dirac",
-                                    seed=target.derive_seed("gradient-canary"))
+        norm = bound / 2 if paired else bound
+        canaries = GradientCanaries(dim, m, clip_norm=norm, kind="dirac",
+                                    seed=target.derive_seed("gradient-canary"), paired=paired)
         coords = torch.as_tensor(canaries.directions)
         inserted = torch.as_tensor(canaries.inserted)
+        signs = inserted.double() * 2 - 1
         sampling = torch_generator(target.derive_seed("gradient-canary"), "poisson")
 
         def source(t: int):
-            include = inserted & (torch.rand(cfg.canaries, generator=sampling) < rate)
-            return dirac_canaries(coords, bound, include, observer=lambda noisy: canaries.observe(t, noisy))
+            sampled = torch.rand(m, generator=sampling) < rate
+            observer = lambda noisy: canaries.observe(t, noisy)  # noqa: E731
+            if paired:  # every slot holds one candidate; it joins the step with the marginal rate q
+                return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs, centred=cfg.centred)
+            return dirac_canaries(coords, norm, inserted & sampled, observer=observer, centred=cfg.centred)
 
         defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
                     canaries=source)
-        result = canaries.result(beta=cfg.beta, delta=cfg.delta if cfg.delta is not None else probe.claim.delta,
-                                 k_pos=cfg.k_pos, k_neg=cfg.k_neg, k_fraction=cfg.k_fraction)
-        notes = (
-            f"white-box: {cfg.canaries} Dirac canaries of norm Delta={bound:.4g} (the gradient sensitivity), "
-            f"each sampled with the defense's rate q={rate:.4g} at each of {canaries.steps} steps",)
-        bound_with_notes = dataclasses.replace(result.bound, notes=result.bound.notes + notes)
-        counts = {**result.counts, "sample_rate": rate, "canary_norm": bound}
+        delta = cfg.delta if cfg.delta is not None else claim.delta
+        k_pos, k_neg, k_fdp = cfg.k_pos, cfg.k_neg, cfg.k_fdp_fraction
+        if cfg.plan_guesses:
+            k_st, k_f = planned_guesses(m, rate=rate, steps=probe.plan.steps, norm=norm,
+                                        noise_std=float(dp["gradient_noise_std"]), paired=paired, beta=cfg.beta,
+                                        delta=delta, seed=target.derive_seed("planned-guesses"))
+            k_pos = k_st if k_pos is None else k_pos
+            k_neg = k_st if k_neg is None else k_neg
+            k_fdp = k_f / m if k_fdp is not None else None
+        result = canaries.result(beta=cfg.beta, delta=delta, k_pos=k_pos, k_neg=k_neg, k_fraction=cfg.k_fraction,
+                                 k_fdp_fraction=k_fdp)
+        if paired:
+            what = (f"white-box: {m} paired replace-one Dirac slots (+-Delta/2 e_j, Delta={bound:.4g} the replace-one "
+                    f"gradient sensitivity; a fair coin picks the sign), each taking part with the sampler's marginal "
+                    f"rate q={rate:.4g} at each of {canaries.steps} steps")
+        else:
+            what = (f"white-box: {m} Dirac canaries of norm Delta={bound:.4g} (the gradient sensitivity), "
+                    f"each sampled with the defense's rate q={rate:.4g} at each of {canaries.steps} steps")
+        bound_with_notes = dataclasses.replace(result.bound, notes=result.bound.notes + (what,))
+        counts = {**result.counts, "sample_rate": rate, "canary_norm": norm}
         return dataclasses.replace(result, bound=bound_with_notes, counts=counts,
                                    config={**result.config, **self.config_dict(), "defense": target.defense})

@@ -13,6 +13,7 @@ ATTACKS: Registry[type[Attack]] = Registry("attack", {
     "rmia": "attacks.rmia:RMIA",
     "canary": "attacks.canary:CanaryAudit",
     "gradient-canary": "attacks.gradient_canary:GradientCanaryAudit",
+    "user-canary": "attacks.user_canary:UserCanaryAudit",
 })
 
 

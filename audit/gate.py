@@ -4,11 +4,14 @@ A comparison between an empirical lower bound and a claimed epsilon is made only
 
 * the bound must be a sound lower bound (one-run, Steinke et al. 2023; Clopper-Pearson multi-run);
   the Gaussian-DP variant assumes a Gaussian trade-off curve and is never gated on;
-* every bound here is on *example-level add/remove* epsilon (one inclusion bit is one example added
-  or removed). A replace-one claim does not bound add/remove epsilon (a replace-one-DP mechanism may
-  publish the dataset size exactly), and a user-level claim covers neighbours that differ in a whole
-  user, not in one example of a user; both are marked "not comparable" with that reason rather than
-  compared silently;
+* every bound names the relation and unit it is on (``relation``, ``unit``): one-run bounds from
+  independent inclusion coins are on add/remove epsilon, paired canaries (a coin picks which of two
+  candidates is trained on) on replace-one epsilon, canary users on user-level epsilon. A bound is
+  compared only with a claim at its own relation and unit: a replace-one claim does not bound
+  add/remove epsilon (a replace-one-DP mechanism may publish the dataset size exactly), and an
+  example-level bound does not test a user-level claim here (the defense partitions users from the
+  data, so replacing an example may move several users); any mismatch is "not comparable" with that
+  reason rather than compared silently;
 * the bound's delta must be at least the claim's: an (eps, delta_c)-DP mechanism is
   (eps, delta_b)-DP for every delta_b >= delta_c, so a bound at delta_b exceeding eps contradicts it;
 * the claimed epsilon is the smallest one any applicable accountant gives for the claim at its delta.
@@ -36,7 +39,7 @@ from typing import Any, Sequence
 
 from audit.suite import GateConfig, SensitivityConfig
 
-SOUND_METHODS = ("one-run", "one-run-search", "clopper-pearson")
+SOUND_METHODS = ("one-run", "one-run-search", "one-run-paired", "one-run-fdp", "one-run-best", "clopper-pearson")
 
 
 def _fmt(x: float | None) -> str:
@@ -45,13 +48,17 @@ def _fmt(x: float | None) -> str:
 
 def family_bound(bound: dict[str, Any], family: int) -> float | None:
     """The lower bound recomputed from its counts at 1 - (1 - confidence) / ``family`` (None: cannot)."""
-    from attacks.bounds import hypothesis_test_epsilon, one_run_epsilon
+    from attacks.bounds import best_one_run_epsilon, fdp_one_run_parameter, hypothesis_test_epsilon, one_run_epsilon
 
     c = bound.get("counts") or {}
     beta = (1.0 - float(bound["confidence"])) / family
     delta = float(bound.get("delta", 0.0))
     method = bound.get("method")
-    if method in ("one-run", "one-run-search"):
+    if method == "one-run-best":
+        return best_one_run_epsilon(c, beta=beta, delta=delta)
+    if method == "one-run-fdp":
+        return fdp_one_run_parameter(int(c["m"]), int(c["r"]), int(c["v"]), beta=beta, delta=delta)
+    if method in ("one-run", "one-run-search", "one-run-paired"):
         beta /= int(c.get("grid_size", 1))
         return one_run_epsilon(int(c["m"]), int(c["r"]), int(c["v"]), beta=beta, delta=delta)
     if method == "clopper-pearson":
@@ -85,14 +92,16 @@ def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: flo
         return not_comparable("no privacy claim (epsilon is infinite)")
     if bound.get("method") not in SOUND_METHODS:
         return not_comparable(f"bound method {bound.get('method')!r} is not a sound lower bound in general")
-    if bound.get("relation", "add-remove") != "add-remove":
-        return not_comparable(f"the bound is on {bound.get('relation')} epsilon")
-    if claim.get("relation") != "add-remove":
-        return not_comparable(f"the claim is {claim.get('relation')}: replace-one epsilon does not bound the "
-                              "example-level add/remove epsilon the bound is on")
-    if claim.get("unit") != "example":
-        return not_comparable(f"the claim protects a {claim.get('unit')}; the bound's inclusion bit is one "
-                              "example, not a whole user")
+    b_rel, b_unit = bound.get("relation", "add-remove"), bound.get("unit", "example")
+    c_rel, c_unit = claim.get("relation"), claim.get("unit")
+    out.update(relation=b_rel, unit=b_unit)
+    if b_rel != c_rel:
+        return not_comparable(f"the claim is {c_rel}: the bound is on {b_rel} epsilon, which the claim does not "
+                              "bound")
+    if b_unit != c_unit:
+        return not_comparable(f"the claim protects a {c_unit}; the bound's coin is one {b_unit}, not a whole "
+                              f"{c_unit}" if c_unit == "user" else f"the claim protects a {c_unit}; the bound is per "
+                              f"{b_unit}")
     applicable = {k: v for k, v in cell["epsilon"].items() if v is not None}
     if not applicable:
         return not_comparable("no accountant gives an epsilon for this claim")

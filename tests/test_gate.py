@@ -43,8 +43,8 @@ def test_only_sound_example_level_add_remove_comparisons_are_made():
     assert a["verdict"] == "exceeds" and a["accountant"] == "pld" and a["epsilon"] == pytest.approx(0.9)
     assert a["gate_confidence"] == pytest.approx(0.95)  # the only comparable pair: family of one
     assert gates[0]["reasons"][0].startswith("cell a: loss's sound lower bound eps_lb = ")
-    assert "replace-one epsilon does not bound the example-level add/remove" in verdicts["b"]["reason"]
-    assert "the claim protects a user" in verdicts["c"]["reason"]
+    assert "the claim is replace-one: the bound is on add-remove epsilon" in verdicts["b"]["reason"]
+    assert "the claim protects a user; the bound's coin is one example" in verdicts["c"]["reason"]
     assert verdicts["d"]["reason"] == "no accountant gives an epsilon for this claim"
     assert "'gdp' is not a sound lower bound in general" in verdicts["e"]["reason"]
     assert "the bound is at delta=1e-07 < the claim's delta=1e-05" in verdicts["f"]["reason"]
@@ -82,3 +82,23 @@ def test_errors_max_auc_and_sensitivity_expectations():
     assert reasons == [] and "known-broken" in notes[0]
     report_cells = [{**ok, "gate": gates[1]}]
     assert suite_gate(report_cells, results[:1], SensitivityConfig(("dpcl.mean",), 1.0, None, 0, {}), GateConfig())["status"] == "fail"
+
+
+def test_bounds_are_compared_at_their_own_relation_and_unit():
+    counts = {"m": 700, "r": 140, "v": 120, "k_pos": 70, "k_neg": 70}
+    paired = {"method": "one-run-paired", "relation": "replace-one", "unit": "example", "delta": 1e-5,
+              "confidence": 0.95, "counts": counts}
+    users = {"method": "one-run-best", "relation": "replace-one", "unit": "user", "delta": 1e-5, "confidence": 0.95,
+             "counts": {**counts, "r_fdp": 70, "v_fdp": 68}}
+    cells = [cell("r1", relation="replace-one", bound=paired), cell("u1", relation="replace-one", unit="user",
+                                                                    bound=users),
+             cell("r2", bound=paired), cell("u2", relation="replace-one", bound=users)]
+    gates = gate_cells(cells, GateConfig())
+    v = {c["id"]: g["comparisons"][0] for c, g in zip(cells, gates)}
+    assert v["r1"]["verdict"] == "exceeds" and (v["r1"]["relation"], v["r1"]["unit"]) == ("replace-one", "example")
+    assert v["u1"]["verdict"] == "exceeds" and v["u1"]["unit"] == "user"
+    assert v["r2"]["verdict"] == "not comparable" and "the claim is add-remove" in v["r2"]["reason"]
+    assert v["u2"]["verdict"] == "not comparable" and "per user" in v["u2"]["reason"]
+    # one-run-best is recomputed from both counts at the family level: max of Steinke and f-DP at beta / 2.
+    from attacks.bounds import best_one_run_epsilon
+    assert family_bound(users, 2) == pytest.approx(best_one_run_epsilon(users["counts"], beta=0.025, delta=1e-5))

@@ -29,7 +29,9 @@ def audit(digits, defense, budget, **params):
 def test_audit_is_sound_on_a_correct_defense(digits):
     result = audit(digits, "dp-gcl", Budget(target_epsilon=1.0))
     assert result.bound.epsilon <= 1.0
-    assert result.counts["n_canaries"] == 1000 and result.counts["n_steps"] > 0
+    assert result.counts["n_canaries"] == min(20000, result.counts["dim"]) > 1000  # one per parameter, capped
+    assert result.counts["n_steps"] > 0
+    assert (result.bound.relation, result.bound.unit, result.bound.method) == ("add-remove", "example", "one-run-best")
     assert result.counts["canary_norm"] > 0
     assert "white-box" in " ".join(result.bound.notes)
 
@@ -51,5 +53,19 @@ def test_audit_power_grows_with_epsilon(digits):
 def test_audit_refuses_defenses_it_cannot_audit(digits):
     with pytest.raises(ConfigError, match="has no DP-SGD engine"):
         audit(digits, "nonprivate", Budget())
-    with pytest.raises(ConfigError, match="samples batches 'without-replacement'"):
-        audit(digits, "dpcl-simclr", Budget(target_epsilon=1.0))
+    with pytest.raises(ConfigError, match="does not support relation='add-remove', unit='example'.*"
+                                          "supports relation=replace-one, unit=example"):
+        make_attack("gradient-canary", relation="add-remove").run(
+            Target(None, digits, "dpcl-simclr", {"epochs": 1}, Budget(target_epsilon=1.0), seed=0))
+    with pytest.raises(ConfigError, match="relation='zap', unit='example'"):
+        make_attack("gradient-canary", relation="zap")
+
+
+def test_paired_slots_audit_a_replace_one_claim(digits):
+    """DPCL (fixed-size batches, replace-one): paired +-Delta/2 slots, a bound at the claim's relation, below it."""
+    target = Target(None, digits, "dpcl-simclr", {"epochs": 2}, Budget(target_epsilon=4.0, delta=1e-5), seed=0)
+    result = make_attack("gradient-canary").run(target)
+    b = result.bound
+    assert (b.relation, b.unit) == ("replace-one", "example") and result.config["paired"]
+    assert 0 < b.epsilon <= 4.0
+    assert result.counts["canary_norm"] > 0 and "paired replace-one Dirac slots" in " ".join(b.notes)

@@ -34,6 +34,11 @@ def test_quickstart_runs_in_under_ten_minutes_and_resumes_after_sigkill(tmp_path
     assert seconds < 600
     report = read_json(tmp_path / "full" / "report.json")
     assert list(report) == list(TOP_LEVEL) and report["gate"]["status"] == "pass"
+    from audit.report.summary import verdict
+
+    verdicts = {c["id"]: verdict(c) for c in report["cells"]}
+    assert not [cid for cid, v in verdicts.items() if v.startswith("not comparable")]  # every DP cell is checked
+    assert all("(" in v for v in verdicts.values() if v.startswith("pass"))  # ... at a named relation and unit
 
     out = tmp_path / "killed"
     proc = privaudit("--out", str(out))

@@ -9,9 +9,11 @@ from audit.report import summary as s
 
 EXPLAIN = ("ε per accountant is the theoretical epsilon of the mechanism the defense actually implements (∞: no "
            "privacy mechanism; n/a: the accountant does not apply, see Claims and caveats). ε_lb is the strongest "
-           "attack's sound empirical lower bound on example-level add/remove ε; AUC and TPR@1%FPR are that attack's. "
-           "Verdict: pass (every sound comparison is consistent), FAIL, or not comparable (the claim is replace-one "
-           "or user-level, which these bounds cannot contradict: the gate cannot check it by attack).")
+           "attack's sound empirical lower bound on ε at its own neighbouring relation and unit (add/remove inclusion "
+           "coins, replace-one paired canaries, or canary users); AUC and TPR@1%FPR are that attack's. "
+           "Verdict: pass (relation, unit) (every sound comparison is consistent; the bound and the claim are at that "
+           "relation and unit), FAIL, or not comparable (no bound at the claim's relation and unit: the gate cannot "
+           "check it by attack).")
 
 ATTACK_EXPLAIN = ("ε_lb: the attack's sound lower bound at its own confidence; ε_lb (gate): the same bound "
                   "recomputed at the family-wise confidence the gate uses (Bonferroni over every comparison made); "

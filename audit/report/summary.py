@@ -78,8 +78,10 @@ def verdict(cell: dict[str, Any]) -> str:
     if gate.get("status") == "fail":
         return "FAIL"
     comparisons = gate.get("comparisons") or []
-    if any(c["verdict"] == "consistent" for c in comparisons):
-        return "pass"
+    consistent = [c for c in comparisons if c["verdict"] == "consistent"]
+    if consistent:
+        at = sorted({f"{c.get('relation', 'add-remove')}, per {c.get('unit', 'example')}" for c in consistent})
+        return f"pass ({'; '.join(at)})"
     reasons = [c["reason"] for c in comparisons if c.get("reason")]
     if any("infinite" in r for r in reasons):
         return "no claim (ε = ∞)"

@@ -16,7 +16,14 @@ Canary hook (Nasr et al. 2023, "Dirac canaries"; contract for the canary audits)
   Delta (``extras['dp']['canary_bound']``; 1e-6 relative slack, else ``ConfigError``);
 * ``include`` -- a bool tensor (m,): which canaries take part in this step;
 * ``observer`` -- optional, called with the step's privatised sum (signal + canaries + noise, before
-  the normaliser): what a white-box auditor sees.
+  the normaliser): what a white-box auditor sees. With ``centred=True`` (Dirac canaries) it gets that
+  sum minus the data's clipped sum (canaries + noise): the auditor also knows the rest of the
+  training data and its batches, which removes the data gradient's interference on the canary
+  coordinates. This stays a sound audit of the claim: under Poisson (or the canaries' own independent)
+  sampling a canary's privacy loss does not rest on hiding the other examples' batch membership --
+  given the others' contribution s_t, each step's pair is N(s_t, .) vs (1 - q) N(s_t, .) + q N(s_t + v, .),
+  the dominating pair the accountant composes (adaptively), so the claim's epsilon holds against an
+  adversary who knows s_t.
 
 The included canaries are added to the clipped sum *before* the noise and are not divided by anything
 else. Including or excluding one canary changes the pre-noise sum by at most Delta, the sensitivity
@@ -79,10 +86,14 @@ class DiracCanaries:
     norm: float
     include: torch.Tensor
     observer: Optional[Observer] = None
+    signs: Optional[torch.Tensor] = None  # +-1 per canary (paired replace-one canaries: +norm e_j or -norm e_j)
+    centred: bool = False  # the observer gets the privatised sum minus the data's clipped sum (see release)
 
     def __post_init__(self) -> None:
         if self.coordinates.ndim != 1 or self.include.shape != self.coordinates.shape or self.include.dtype != torch.bool:
             raise ConfigError("canaries: coordinates and include must be 1-D of the same length, include bool")
+        if self.signs is not None and self.signs.shape != self.coordinates.shape:
+            raise ConfigError("canaries: signs must have the coordinates' shape")
 
     def total(self, size: int, bound: float, *, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
         coords = self.coordinates.long()
@@ -90,8 +101,12 @@ class DiracCanaries:
             raise ConfigError(f"canaries.coordinates: must lie in [0, {size}) (trainable parameters)")
         _check_norms(torch.tensor([abs(float(self.norm))]), bound)
         out = torch.zeros(size, device=device, dtype=dtype)
-        chosen = coords[self.include.to(coords.device)].to(out.device)
-        return out.index_add_(0, chosen, torch.full((chosen.numel(),), float(self.norm), device=out.device, dtype=dtype))
+        keep = self.include.to(coords.device)
+        chosen = coords[keep].to(out.device)
+        values = torch.full((chosen.numel(),), float(self.norm), device=out.device, dtype=dtype)
+        if self.signs is not None:
+            values = values * self.signs.to(coords.device)[keep].to(device=out.device, dtype=dtype).sign()
+        return out.index_add_(0, chosen, values)
 
 
 Canaries = Union[CanaryGradients, DiracCanaries]
@@ -105,10 +120,12 @@ def canaries_at(source: CanarySource | None, step: int) -> Canaries | None:
 
 
 def dirac_canaries(coordinates: torch.Tensor, norm: float, include: torch.Tensor,
-                   observer: Observer | None = None) -> DiracCanaries:
-    """Dirac canaries (Nasr et al. 2023): canary k is ``norm`` times the basis vector e_{coordinates[k]}."""
+                   observer: Observer | None = None, signs: torch.Tensor | None = None,
+                   centred: bool = False) -> DiracCanaries:
+    """Dirac canaries (Nasr et al. 2023): canary k is ``norm`` (times ``signs[k]``) times e_{coordinates[k]}."""
     return DiracCanaries(torch.as_tensor(coordinates, dtype=torch.long), float(norm),
-                         torch.as_tensor(include, dtype=torch.bool), observer)
+                         torch.as_tensor(include, dtype=torch.bool), observer,
+                         None if signs is None else torch.as_tensor(signs), centred)
 
 
 @dataclass
@@ -144,6 +161,7 @@ def release(clipped_total: torch.Tensor, noise_std: float, generator: torch.Gene
     noise = gaussian(signal.shape, noise_std, generator, device=signal.device, dtype=signal.dtype)
     noisy = signal + noise
     if canaries is not None and canaries.observer is not None:
-        canaries.observer(noisy.detach())
+        centred = getattr(canaries, "centred", False)
+        canaries.observer((noisy - clipped_total).detach() if centred else noisy.detach())
     return Release(noisy / normalizer, float(torch.linalg.vector_norm(signal)),
                    float(torch.linalg.vector_norm(noise)), n_canaries)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -64,18 +65,34 @@ class Aggregate:
     nonfinite_fraction: float = 0.0
 
 
-def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: torch.Generator) -> Aggregate:
-    """Clip each client's delta, sum, add N(0, (noise_multiplier * clip_norm)^2) per coordinate, divide by |S|."""
+def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: torch.Generator,
+                canary: Params | None = None, observer: Callable[[Params, Params], None] | None = None) -> Aggregate:
+    """Clip each client's delta, sum, add N(0, (noise_multiplier * clip_norm)^2) per coordinate, divide by |S|.
+
+    White-box canary hook (canary users, :mod:`attacks.user_canary`): ``canary`` (same keys and shapes
+    as the sum) is added to the sum of clipped deltas before the noise, as the clipped updates of the
+    canary users taking part this round would be; ``observer(noisy_sum, data_sum)`` sees the privatised
+    sum (before the division by the data-independent |S|) and the clipped sum of the real clients
+    (what an auditor who knows the rest of the data can compute; see :mod:`defenses.dp.step`). The noise
+    draw does not depend on the canaries.
+    """
     clipped, norms = clip_deltas(deltas, clip_norm)
     n_clients = norms.numel()
     std = noise_multiplier * clip_norm
     update, numel = {}, 0
+    noisy_sums, data_sums = {}, {}
     for name, d in clipped.items():
         total = d.sum(dim=0)
+        data_sums[name] = total.detach()
+        if canary is not None:
+            total = total + canary[name].to(total)
         if std > 0:
             total = total + std * torch.randn(total.shape, generator=gen).to(total)
+        noisy_sums[name] = total
         update[name] = total / n_clients
         numel += total.numel()
+    if observer is not None:
+        observer({k: v.detach() for k, v in noisy_sums.items()}, data_sums)
     finite = torch.isfinite(norms)
     return Aggregate(update, numel, norms, float(((norms > clip_norm) | ~finite).float().mean()), std,
                      float((~finite).float().mean()))

@@ -241,7 +241,7 @@ class _Federated(Defense):
 
     def run_round(self, encoder: nn.Module, head: nn.Parameter | None, plan: RoundPlan, users: Users,
                   x: torch.Tensor, y: torch.Tensor, num_classes: int, clip_norm: float, sigma: float,
-                  gens: dict[str, torch.Generator]):
+                  gens: dict[str, torch.Generator], canary=None):
         """Local training of every virtual client, then the clipped, noised mean delta (Algorithm 1 l. 4–15)."""
         cfg = self.config
         device = x.device
@@ -261,13 +261,16 @@ class _Federated(Defense):
         deltas = {name: result.params[name] - start[name].unsqueeze(0) for name in start}
         if self.aggregate_head:
             deltas["head"] = result.heads - head.detach().unsqueeze(0)
-        aggregate = noised_mean(deltas, clip_norm, sigma, gens["noise"])
+        hook = {} if canary is None else dict(zip(("canary", "observer"), canary(deltas, clip_norm)))
+        aggregate = noised_mean(deltas, clip_norm, sigma, gens["noise"], **hook)
         finite = result.losses[torch.isfinite(result.losses)]
         return aggregate, float(finite.mean()) if finite.numel() else float("nan")
 
     # -- fit ---------------------------------------------------------------------------------------
     def fit(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
-            progress: bool = True) -> Trained:
+            progress: bool = True, canaries=None) -> Trained:
+        """Train; ``canaries`` is the white-box canary-user hook: ``canaries(round) -> None | f`` with
+        ``f(deltas, clip_norm) -> (canary sum, observer)`` (see :func:`.aggregate.noised_mean`)."""
         from tqdm.auto import tqdm
 
         cfg = self.config
@@ -305,7 +308,8 @@ class _Federated(Defense):
         bar = tqdm(total=cfg.rounds, desc=self.name, disable=None if progress else True, leave=False)
         try:
             for t, plan in enumerate(self.round_plans(num_users, seed)):
-                aggregate, loss = self.run_round(encoder, head, plan, users, x, y, num_classes, clip, noise.sigma, gens)
+                aggregate, loss = self.run_round(encoder, head, plan, users, x, y, num_classes, clip, noise.sigma, gens,
+                                                 canary=None if canaries is None else canaries(t))
                 server.zero_grad(set_to_none=True)
                 for name, p in encoder.named_parameters():
                     p.grad = -aggregate.update[name]

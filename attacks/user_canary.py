@@ -1,0 +1,167 @@
+"""White-box canary users for the user-level federated defenses (DP-FedEmb, DP-FedAvg).
+
+A canary user (Steinke, Nasr & Jagielski 2023, Sec. 6 white-box, lifted to users; Nasr et al. 2023
+Dirac canaries) is a privacy unit whose clipped model update is a Dirac of norm gamma (the round's
+clip norm) on its own coordinate e_j of the aggregated parameters, in every round it is sampled.
+The audit inserts the canary users through the defense's aggregation hook
+(:func:`defenses.fedemb.aggregate.noised_mean`): their update is added to the sum of clipped deltas
+before the noise, and the auditor scores slot j by sum_t <noisy sum_t, e_j>.
+
+Two games, chosen by the relation the bound is stated at (``relation``; default the claim's):
+
+* ``replace-one`` (DP-FedEmb's and DP-FedAvg's claims, App. C): **paired** canary users. Slot j holds
+  two candidate users whose clipped updates are +gamma e_j and -gamma e_j (their difference 2 gamma is
+  the replace-one sensitivity of the sum the noise is calibrated to, sigma / 2 the event multiplier);
+  a fair coin picks which of the two is in the population, so the number of users never changes. The
+  slot takes part in a round with the sampler's marginal rate q = users per round / users. Given
+  every other slot, the two outputs of a round are (1 - q) P_0 + q N(s + gamma e_j) and
+  (1 - q) P_0 + q N(s - gamma e_j): the pair the without-replacement replace-one accountant bounds.
+  :func:`attacks.bounds.paired_one_run_bound` with ``unit="user"``.
+* ``add-remove``: whole canary users, each in the population with probability 1/2, update gamma e_j
+  when sampled (rate q); :func:`attacks.bounds.one_run_bound` with ``unit="user"``. (Not comparable
+  with a replace-one claim; offered for user-level add/remove claims.)
+
+The reported bound is the larger of Steinke's and the f-DP one-run bound at beta / 2 each
+(:func:`attacks.bounds.best_one_run_bound`), as for the gradient canaries.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from attacks.base import Attack, AttackConfig, Target
+from attacks.bounds import check_relation_unit
+from attacks.executor import Executor
+from attacks.gradient_canary import GradientCanaries, planned_guesses
+from attacks.result import AttackResult
+from core.errors import ConfigError, check_probability
+from defenses.seeding import torch_generator
+
+SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
+
+
+@dataclass(frozen=True)
+class UserCanaryConfig(AttackConfig):
+    """``canaries``: canary-user slots (None: ``canaries_per_param`` of the aggregated parameters, in
+    [1000, ``max_canaries``]). ``relation``: None = the claim's. ``plan_guesses``, ``centred``: as for
+    :class:`attacks.gradient_canary.GradientCanaryConfig` (the real clients' clipped sum is removed from
+    the observed sum; k chosen by simulating the claim's idealised mechanism)."""
+
+    canaries: int | None = None
+    canaries_per_param: float = 1.0
+    max_canaries: int = 20000
+    k_fdp_fraction: float | None = 0.02
+    relation: str | None = None
+    plan_guesses: bool = True
+    centred: bool = True
+
+    def validate(self) -> None:
+        super().validate()
+        if self.canaries is not None and self.canaries < 2:
+            raise ConfigError(f"canaries: must be >= 2, got {self.canaries!r}")
+        if not 0 < self.canaries_per_param <= 1:
+            raise ConfigError(f"canaries_per_param: must lie in (0, 1], got {self.canaries_per_param!r}")
+        if self.k_fdp_fraction is not None:
+            check_probability("k_fdp_fraction", self.k_fdp_fraction)
+        if self.relation is not None:
+            check_relation_unit(self.relation, "user", SUPPORTED, what="attack 'user-canary'")
+
+    def count(self, dim: int) -> int:
+        if self.canaries is not None:
+            return self.canaries
+        return int(min(dim, max(min(1000, dim), min(self.max_canaries, round(self.canaries_per_param * dim)))))
+
+
+class UserCanaryAudit(Attack):
+    """White-box one-run audit of DP-FedEmb / DP-FedAvg with canary users (module docstring)."""
+
+    name = "user-canary"
+    Config = UserCanaryConfig
+    needs_model = False
+
+    def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
+        from defenses.fedemb.defense import _Federated
+
+        cfg = self.config
+        defense = target.defense_ref.make()
+        if not isinstance(defense, _Federated):
+            raise ConfigError(f"attack 'user-canary': defense {target.defense!r} has no federated aggregation to "
+                              "insert canary users into; use it with dp-fedemb or dp-fedavg")
+        claim_relation, claim_unit = "replace-one", "user"  # the federated defenses' claim (round_claim)
+        relation = cfg.relation or claim_relation
+        check_relation_unit(relation, "user", SUPPORTED, what=f"attack 'user-canary' on {target.defense!r}")
+        if (relation, "user") != (claim_relation, claim_unit):
+            raise ConfigError(f"relation/unit: attack 'user-canary' bound at relation={relation!r}, unit='user' "
+                              f"cannot be compared with {target.defense!r}'s claim at relation={claim_relation!r}, "
+                              f"unit={claim_unit!r}")
+        paired = relation == "replace-one"
+        num_users = len(defense.users(target.data, target.seed))
+        rate = min(1.0, defense.config.users_per_round / num_users)
+        seed = target.derive_seed("user-canary")
+        sampling = torch_generator(seed, "rounds")
+        state: dict[str, object] = {}
+
+        def setup(deltas: dict[str, torch.Tensor]) -> GradientCanaries:
+            if "canaries" not in state:
+                names = list(deltas)
+                shapes = [tuple(deltas[n].shape[1:]) for n in names]
+                dim = int(sum(int(np.prod(s)) for s in shapes))
+                state.update(names=names, shapes=shapes,
+                             canaries=GradientCanaries(dim, cfg.count(dim), clip_norm=1.0, seed=seed, paired=paired))
+            return state["canaries"]  # type: ignore[return-value]
+
+        def hook(t: int):
+            def at(deltas: dict[str, torch.Tensor], clip_norm: float):
+                can = setup(deltas)
+                coords = torch.as_tensor(can.directions)
+                sampled = torch.rand(can.m, generator=sampling) < rate
+                inserted = torch.as_tensor(can.inserted)
+                flat = torch.zeros(can.dim, dtype=torch.float64)
+                if paired:
+                    flat.index_add_(0, coords[sampled], clip_norm * (inserted[sampled].double() * 2 - 1))
+                else:
+                    keep = sampled & inserted
+                    flat.index_add_(0, coords[keep], torch.full((int(keep.sum()),), float(clip_norm),
+                                                                dtype=torch.float64))
+                parts, offset = {}, 0
+                for name, shape in zip(state["names"], state["shapes"]):  # type: ignore[arg-type]
+                    size = int(np.prod(shape))
+                    parts[name] = flat[offset:offset + size].view(shape)
+                    offset += size
+                names = state["names"]
+
+                def observer(noisy: dict[str, torch.Tensor], data: dict[str, torch.Tensor]) -> None:
+                    seen = {n: noisy[n] - data[n] if cfg.centred else noisy[n] for n in names}  # type: ignore
+                    can.observe(t, torch.cat([seen[n].flatten().double().cpu() for n in names]))  # type: ignore
+
+                return parts, observer
+            return at
+
+        trained = defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
+                              canaries=hook)
+        if "canaries" not in state:
+            raise ConfigError("attack 'user-canary': the defense ran no aggregation round")
+        can: GradientCanaries = state["canaries"]  # type: ignore[assignment]
+        delta = cfg.delta if cfg.delta is not None else float(trained.claim.delta)
+        k_pos, k_neg, k_fdp = cfg.k_pos, cfg.k_neg, cfg.k_fdp_fraction
+        if cfg.plan_guesses:
+            noise = defense.noise_plan(target.budget, num_users)
+            k_st, k_f = planned_guesses(can.m, rate=rate, steps=defense.config.rounds, norm=defense.config.clip_norm,
+                                        noise_std=noise.sigma * defense.config.clip_norm, paired=paired,
+                                        beta=cfg.beta, delta=delta, seed=target.derive_seed("planned-guesses"))
+            k_pos = k_st if k_pos is None else k_pos
+            k_neg = k_st if k_neg is None else k_neg
+            k_fdp = k_f / can.m if k_fdp is not None else None
+        result = can.result(beta=cfg.beta, delta=delta, k_pos=k_pos, k_neg=k_neg, k_fraction=cfg.k_fraction,
+                            k_fdp_fraction=k_fdp, unit="user")
+        bound = dataclasses.replace(result.bound, notes=result.bound.notes + (
+            (f"white-box: {can.m} paired canary-user slots (+-gamma e_j, a fair coin picks the sign) "
+             if paired else f"white-box: {can.m} canary users (gamma e_j, each in the population with probability "
+                            "1/2) ") + f"taking part with rate q={rate:.4g} in each of {can.steps} rounds",))
+        return dataclasses.replace(result, attack="user-canary", bound=bound,
+                                   counts={**result.counts, "sample_rate": rate, "num_users": num_users},
+                                   config={**result.config, **self.config_dict(), "defense": target.defense})
