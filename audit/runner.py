@@ -31,7 +31,7 @@ import multiprocessing
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -262,6 +262,35 @@ def _sensitivity_key(config: SensitivityConfig) -> str:
                         "evaluations": config.evaluations, "seed": config.seed})
 
 
+def _step_audit_key(suite: Suite) -> str:
+    cfg = suite.step_audit
+    return config_hash({"step_audit": asdict(cfg), "dataset": suite.datasets[0], "data_dir": suite.data_dir,
+                        "params": {d.name: d.params for d in suite.defenses if d.name in cfg.defenses},
+                        "delta": [d.delta for d in suite.defenses]})
+
+
+def _cached_step_audit(suite: Suite, out: Path, notice: bool = True) -> list[dict[str, Any]] | None:
+    saved, problem = read_keyed(out / "step_audit" / "results.json", _step_audit_key(suite), out)
+    if saved is not None and not isinstance(saved.get("results"), list):
+        saved, problem = None, "results.json holds no results"
+    if problem and notice:
+        recompute_notice("step audit", problem)
+    return None if saved is None else saved["results"]
+
+
+def finish_step_audit(suite: Suite, out: Path, results: list[dict[str, Any]],
+                      errors: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Results in the suite's order without wall-clock fields (those go to timings.json); saved for
+    ``--resume`` when every defense was audited."""
+    order = {name: i for i, name in enumerate(suite.step_audit.defenses)}
+    kept = sorted((dict(r) for r in results), key=lambda r: order.get(r.get("defense"), len(order)))
+    timings = {r.get("defense"): r.pop("seconds", None) for r in kept}
+    if not errors:
+        files = [out / p["witness"] for r in kept for p in r.get("pairs", []) if p.get("witness")]
+        write_keyed(out / "step_audit" / "results.json", out, _step_audit_key(suite), {"results": kept}, files)
+    return kept, timings
+
+
 def recompute_notice(what: str, why: str) -> None:
     """The one line that says a cache was not trusted (on stderr, even with --quiet: it changes what runs)."""
     print(f"privaudit: resume: {what}: {why}; recomputing", file=sys.stderr, flush=True)
@@ -403,6 +432,14 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
                                           else list(suite.sensitivity.claims))]
         _log(f"sensitivity: checking {len(ids)} claims beside the cells ({jobs} processes)", progress)
         sens_futures = [pool.submit(check_sensitivity_claims, suite.sensitivity, out, [i], False) for i in ids]
+    run_step = suite.step_audit is not None and (not only or any(p in ("step_audit", "*") for p in only))
+    cached_step = _cached_step_audit(suite, out) if run_step and resume else None
+    step_futures = None
+    if pool is not None and run_step and cached_step is None:
+        from audit.step_audit import run_suite_step_audits
+
+        step_futures = [pool.submit(run_suite_step_audits, suite, out, False, [name])
+                        for name in suite.step_audit.defenses]
     try:
         with tqdm(total=len(pending), desc=f"cells ({suite.name})", disable=None if progress else True,
                   dynamic_ncols=True) as bar, \
@@ -447,6 +484,17 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
                 where = " (checked beside the cells)" if sens_futures is not None else ""
                 _log(f"sensitivity: {len(sensitivity)} claims, {timings['sensitivity']:.1f}s after the cells{where}",
                      progress)
+            step_raw: tuple[list[dict[str, Any]], list[str]] | None = None
+            if step_futures is not None:  # gathered before the pool shuts down (it cancels what has not started)
+                heartbeat.status = "step audit"
+                step_raw = ([], [])
+                for future in step_futures:
+                    try:
+                        part, part_errors = future.result()
+                    except Exception as exc:  # noqa: BLE001 - reported through the gate
+                        part, part_errors = [], [f"step audit errored: {type(exc).__name__}: {exc}".splitlines()[0]]
+                    step_raw[0].extend(part)
+                    step_raw[1].extend(part_errors)
     finally:
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
@@ -455,21 +503,29 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
         cached = _cached_sensitivity(suite.sensitivity, out, notice=False)
         sensitivity = cached[0] if cached is not None else []
     step_results: list[dict[str, Any]] = []
-    run_step = suite.step_audit is not None and (not only or any(p in ("step_audit", "*") for p in only))
     if run_step:
-        from audit.step_audit import run_suite_step_audits
-
         start = time.perf_counter()
-        step_results, step_errors = run_suite_step_audits(suite, out, progress)
-        errors += step_errors
+        if cached_step is not None:
+            step_results = cached_step
+        else:
+            if step_raw is not None:
+                raw, step_errors = step_raw
+            else:
+                from audit.step_audit import run_suite_step_audits
+
+                raw, step_errors = run_suite_step_audits(suite, out, progress)
+            step_results, timings["step_audit_defenses"] = finish_step_audit(suite, out, raw, step_errors)
+            errors += step_errors
         timings["step_audit"] = time.perf_counter() - start
+    elif suite.step_audit is not None and only:  # --only left it out: keep the finished results
+        step_results = _cached_step_audit(suite, out, notice=False) or []
     ordered = [dict(records[spec.id]) for spec in suite.cells() if spec.id in records]
     roles = {d.label: (d.primary, d.control) for d in suite.defenses}
     for record, gate in zip(ordered, gate_cells(ordered, suite.gate, roles)):
         record["gate"] = gate
     gate = suite_gate(ordered, sensitivity, suite.sensitivity if (run_sens or sensitivity) else None, suite.gate,
                       errors)
-    if run_step:
+    if step_results or run_step:
         from audit.step_audit import step_gate
 
         step_reasons, step_notes = step_gate(step_results, suite.step_audit)
@@ -478,7 +534,7 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
         gate["status"] = "fail" if gate["reasons"] else "pass"
     start = time.perf_counter()
     report = build_report(suite, ordered, sensitivity, gate, only=only or None)
-    if run_step:
+    if step_results or run_step:
         report["step_audit"] = step_results
     write_report(out, report)
     timings["report"] = time.perf_counter() - start

@@ -316,9 +316,12 @@ __all__ = ["audit_defense", "summary_line", "DEFENSES", "PAIRS", "PAIR_CHOICES",
 
 
 # -- suite glue ---------------------------------------------------------------------------------------
-def run_suite_step_audits(suite: Any, out: Path, progress: bool = True) -> tuple[list[dict[str, Any]], list[str]]:
-    """The suite's ``[step_audit]``: one result per listed defense (hyper-parameters from the suite's
-    entry of that defense, if any), witnesses under ``out/step_audit/witnesses``; plus error lines."""
+def run_suite_step_audits(suite: Any, out: Path, progress: bool = True,
+                          names: list[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
+    """The suite's ``[step_audit]``: one result per listed defense (or per name of ``names``; hyper-parameters
+    from the suite's entry of that defense, if any), witnesses under ``out/step_audit/witnesses``; plus error
+    lines. Each defense's audit is seeded by the suite's step-audit seed alone, so running the defenses one
+    by one (in parallel workers) gives the numbers one pass gives."""
     import sys
 
     import torch
@@ -329,7 +332,7 @@ def run_suite_step_audits(suite: Any, out: Path, progress: bool = True) -> tuple
     results, errors = [], []
     torch.set_num_threads(1)
     wdir = Path(out) / "step_audit" / "witnesses"
-    for name in cfg.defenses:
+    for name in (cfg.defenses if names is None else names):
         start = time.perf_counter()
         try:
             r = audit_defense(name, params=params.get(name), target_epsilon=cfg.target_epsilon, delta=delta,
