@@ -113,6 +113,12 @@ def alm_bound(p: Params) -> float:
 
 # -- entries -----------------------------------------------------------------------------------------
 MODEL_STATES = ("init", "trained", "antipodal")
+# A setting override that is not a defense hyper-parameter: the noise multiplier of the mechanisms
+# released *before* the gradient (DPCL's similarity matrix and batch statistics), which the gradient
+# quantity is computed from. The claims hold (or not) at every multiplier; a small one (a large
+# epsilon) lets every view's gradient see every other example, the regime where the paper's 4C is
+# furthest from the truth.
+NOISE_MULTIPLIER = "noise_multiplier"
 TRAINED_EPOCHS = 3
 
 
@@ -170,7 +176,7 @@ class Context:
         return {"seed": self.seed, "dataset": self.dataset, "data_dir": self.data_dir}
 
     def quantities(self, defense: str, overrides: Mapping[str, Any], model: str = "init",
-                   state: Mapping[str, torch.Tensor] | None = None
+                   state: Mapping[str, torch.Tensor] | None = None, noise_multiplier: float | None = None
                    ) -> tuple[list[PrivatizedQuantity], dict[str, torch.Tensor] | None]:
         """``privatized_quantities`` of ``defense`` built with ``overrides`` at a model state (cached).
 
@@ -178,7 +184,7 @@ class Context:
         defense builds its own model internally). ``state`` loads given parameters (a witness's).
         """
         key = (defense, tuple(sorted((k, repr(v)) for k, v in overrides.items())), model,
-               None if state is None else id(state))
+               None if state is None else id(state), noise_multiplier)
         if key not in self._quantities:
             from defenses.registry import make_defense
 
@@ -190,6 +196,10 @@ class Context:
                 kwargs["seed"] = self.seed
             if "progress" in sig:
                 kwargs["progress"] = False
+            if noise_multiplier is not None:
+                if "noise_multiplier" not in sig:
+                    raise ConfigError(f"noise_multiplier: defense {defense!r} has no pre-gradient noise to scale")
+                kwargs["noise_multiplier"] = float(noise_multiplier)
             net = None
             if "model" in sig and hasattr(d, "build") and hasattr(d, "model_spec"):
                 net = self._model(d, model, state)
@@ -281,7 +291,8 @@ class ClaimSpec:
                  ) -> tuple[PrivatizedQuantity, dict[str, torch.Tensor] | None]:
         """The defense's privatized quantity for this claim at ``setting``, with its model's state."""
         overrides = {**self.base_overrides, **setting.overrides}
-        qs, saved = ctx.quantities(self.defense, overrides, setting.model, state)
+        z = overrides.pop(NOISE_MULTIPLIER, None)
+        qs, saved = ctx.quantities(self.defense, overrides, setting.model, state, z)
         found = [q for q in qs if q.claim_id == self.key and getattr(q, "variant", "") == self.variant]
         if len(found) != 1:
             raise ConfigError(f"claim {self.id}: defense {self.defense!r} exposes {len(found)} quantities with this "
@@ -403,8 +414,15 @@ def A(units: int, **overrides: Any) -> Setting:
 _GROUPS = (T(8, group_size=2, batch_size=8), T(4, group_size=2, batch_size=4), S(6, {"group_size": 3, "batch_size": 6}))
 GROWTH_BATCHES = (2, 4, 8, 16, 32)  # |B| of the growth tables (issue 16)
 GROWTH_TEMPERATURES = (0.1, 0.5, 1.0)
+# SATURATED_CLIP: a clip norm far below the gradients' scale, so every unit is clipped ("all
+# clipped"): each clipped unit is C times a unit vector and observed / C is scale-free. There the
+# changed example turning every unit's direction shows as a ratio growing with |B| (Barlow Twins:
+# the batch statistics couple all units; chunked grouping: every later group shifts). SimCLR's
+# ratios are larger at the default clip (half clipped), so its table uses that one.
+SATURATED_CLIP = 1e-5
 _GROWTH = tuple(T(b) for b in GROWTH_BATCHES)
-_CHUNK_GROWTH = tuple(T(b, group_size=2, batch_size=b) for b in GROWTH_BATCHES)
+_SATURATED_GROWTH = tuple(T(b, clip=SATURATED_CLIP) for b in GROWTH_BATCHES)
+_CHUNK_GROWTH = tuple(T(b, group_size=2, batch_size=b, clip=SATURATED_CLIP) for b in GROWTH_BATCHES)
 _LOGIT_GROWTH = tuple(T(1, temperature=t) for t in GROWTH_TEMPERATURES)
 
 _ENTRIES: list[ClaimSpec] = [
@@ -436,7 +454,7 @@ _ENTRIES: list[ClaimSpec] = [
               dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C")),
               (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"}),
     ClaimSpec("dpcl.barlow-gradient", "DPCL Sec. 3.3.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
-              image_builder(_with("C")), _GROWTH, defense="dpcl-barlow",
+              image_builder(_with("C")), _SATURATED_GROWTH, defense="dpcl-barlow",
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     # DP-GCL (add/remove)
     ClaimSpec("dpgcl.sample-level", "DP-GCL Sec. 2.3.1 (Eq. 6)", "add-remove", "l2", "(2B + 1) t C (t = 1 in Eq. 6)",
