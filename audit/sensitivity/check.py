@@ -47,12 +47,12 @@ def _setting_summary(target: Target, res: SearchResult) -> dict[str, Any]:
             "phases": res.phases, **target.extra}
 
 
-def budget_account(per_setting: list[dict[str, Any]]) -> dict[str, Any]:
+def budget_account(per_setting: list[dict[str, Any]], best_index: int = 0) -> dict[str, Any]:
     """Budget honesty: pairs, restarts and the best ratio per phase over all settings; still improving?
 
     A phase's ``best_ratio`` is the largest over settings of the best ratio at the phase's end;
-    ``still_improving`` is True when, in some setting, the last phase raised the best in its final
-    quarter of pairs.
+    ``still_improving`` is True when, in the reported setting (``best_index``), the last phase raised
+    the best in its final quarter of pairs; ``improving_settings`` counts the settings where it did.
     """
     phases: dict[str, dict[str, Any]] = {}
     for s in per_setting:
@@ -66,7 +66,8 @@ def budget_account(per_setting: list[dict[str, Any]]) -> dict[str, Any]:
             acc["improved_in"] += bool(ph.get("improved"))
     return {"pairs": sum(int(s["phases"].get("pairs_total", s["evaluations"])) for s in per_setting),
             "restarts": sum(int(s["phases"].get("restarts", 0)) for s in per_setting),
-            "phases": phases, "still_improving": any(bool(s["phases"].get("still_improving")) for s in per_setting)}
+            "phases": phases, "still_improving": bool(per_setting[best_index]["phases"].get("still_improving")),
+            "improving_settings": sum(bool(s["phases"].get("still_improving")) for s in per_setting)}
 
 
 def growth_table(spec: ClaimSpec, per_setting: list[dict[str, Any]]) -> dict[str, Any]:
@@ -167,7 +168,8 @@ def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None =
                             if not spec.closed_form else
                             "; ".join(errors) if errors else
                             f"the budget did not cover every setting (each needs {MIN_PAIRS} pairs and both phases)")
-    config["budget"] = budget_account(per_setting)
+    config["budget"] = budget_account(per_setting, best_index=per_setting.index(next(
+        s for s in per_setting if s["setting"] == target.setting)))
     sup = spec.supremum
     if sup is not None:
         value = float(sup[0](target.params))
