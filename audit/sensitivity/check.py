@@ -8,7 +8,10 @@ A violated claim's witness is written to ``witness_dir`` (:mod:`audit.sensitivit
 
 Each result is a dict with exactly the keys ``claim, source, relation, bound, observed, ratio,
 verdict, witness, config`` (``config`` holds the setting, the bound's parameters, the defense's own
-bound, the tolerance, the search phases, every setting's result and the claim's notes).
+bound, the tolerance, the search phases, every setting's result and the claim's notes; ``budget``:
+pairs, restarts, the best ratio per phase and whether the search was still improving;
+``closed_form_supremum``: the quantity's derived supremum where known, with the search's share of
+it; ``growth``: for claims with a growth table, the ratio per |B| or temperature).
 """
 
 from __future__ import annotations
