@@ -108,7 +108,7 @@ def test_growth_tables_and_logit_dp_at_temperature_one(tmp_path):
     for c in ("dpcl.barlow-gradient", "dpgcl.group[chunk]"):
         rows = results[c]["config"]["growth"]["rows"]
         assert [r["B"] for r in rows] == [2, 4, 8, 16, 32]
-        assert rows[-1]["ratio"] > rows[0]["ratio"] and rows[-1]["ratio"] >= 2.5, (c, rows)
+        assert rows[-1]["ratio"] > rows[0]["ratio"] and rows[-1]["ratio"] >= 2.0, (c, rows)
     infonce = results["logitdp.infonce"]
     rows = infonce["config"]["growth"]["rows"]
     assert [r["tau"] for r in rows] == [0.1, 0.5, 1.0]
