@@ -210,7 +210,7 @@ class DPCLSimCLR(_DPCL):
         clipped = self.per_unit_sum(ctx, sources, cot, b)
         similarity = z @ z.T
         true_loss = nt_xent_from_similarity(similarity, cfg.temperature, reduction="mean")
-        return StepOutput(clipped, float(true_loss), {"similarity": similarity})
+        return StepOutput(clipped, float(true_loss.detach()), {"similarity": similarity})
 
     def notes(self, plan: SamplingPlan, mechanisms: list[Mechanism]) -> list[str]:
         notes = self.gradient_notes(plan, mechanisms[0], "similarity matrix")
@@ -285,7 +285,7 @@ class DPCLBarlow(_DPCL):
         za = z[:b]
         true_loss = barlow_twins(za, z[b:], cfg.barlow_lambda, reduction="sum")
         zb = z[b:]
-        return StepOutput(clipped, float(true_loss), {"mean": feature_mean(za), "sse": feature_sse(za),
+        return StepOutput(clipped, float(true_loss.detach()), {"mean": feature_mean(za), "sse": feature_sse(za),
                                                       "mean[view2]": feature_mean(zb), "sse[view2]": feature_sse(zb)})
 
     def notes(self, plan: SamplingPlan, mechanisms: list[Mechanism]) -> list[str]:

@@ -269,6 +269,7 @@ def test_alm_sampled_bound_is_refuted_by_an_outside_record(tmp_path):
 
 
 # -- DP-GCL's groupings: App. A's coupling holds for per-example groups, not for chunks -------------
+@pytest.mark.slow  # chunked grouping is searched at |B| = 2..32 (its growth table): minutes on a shared CPU
 def test_dpgcl_chunk_grouping_breaks_theorem_2_and_random_grouping_does_not(tmp_path):
     chunk, random_ = check_claims(["dpgcl.group[chunk]", "dpgcl.group[random]"], seed=2, witness_dir=tmp_path,
                                   evaluations=240)

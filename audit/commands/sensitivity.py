@@ -17,7 +17,7 @@ from core.config import MAX_BUDGET_SECONDS, MAX_INT
 from core.errors import ConfigError
 from audit.sensitivity.verdict import display
 
-HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "verdict", "witness"]
+HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "closed form", "verdict", "witness"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,8 +56,26 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _row(r: dict) -> list:
-    return [r["claim"], r["source"], r["relation"], r["bound"], r["observed"], r["ratio"], display(r["verdict"]),
-            r["witness"]]
+    """One table row; ``closed form`` is the quantity's derived supremum (where known), and a search
+    still improving at its budget says so beside its verdict."""
+    cfg = r.get("config", {})
+    sup = cfg.get("closed_form_supremum")
+    verdict = display(r["verdict"]) + (" (still improving)" if cfg.get("still_improving") else "")
+    return [r["claim"], r["source"], r["relation"], r["bound"], r["observed"], r["ratio"],
+            None if sup is None else sup["value"], verdict, r["witness"]]
+
+
+def _growth(results: list[dict]) -> None:
+    """The growth tables of the claims that have one (ratio per |B| or per temperature)."""
+    for r in results:
+        g = r.get("config", {}).get("growth")
+        if not g:
+            continue
+        print(f"\n{r['claim']}: ratio by {g['by']}" + (f"; {g['suggested']['text']}" if g.get("suggested") else ""))
+        print(format_table([g["by"], "bound", "observed", "ratio", "observed / " + (g["suggested"] or {}).get("of", "C"),
+                            "verdict", "s"],
+                           [[row[g["by"]], row["bound"], row["observed"], row["ratio"], row["per_unit"],
+                             "violated" if row["violated"] else "not refuted", row["seconds"]] for row in g["rows"]]))
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -96,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(results)
     else:
         print(format_table(HEADERS, [_row(r) for r in results]))
+        _growth(results)
         for r in results:
             reason = r["config"].get("reason")
             if r["verdict"] == "inconclusive" and reason:

@@ -8,7 +8,10 @@ A violated claim's witness is written to ``witness_dir`` (:mod:`audit.sensitivit
 
 Each result is a dict with exactly the keys ``claim, source, relation, bound, observed, ratio,
 verdict, witness, config`` (``config`` holds the setting, the bound's parameters, the defense's own
-bound, the tolerance, the search phases, every setting's result and the claim's notes).
+bound, the tolerance, the search phases, every setting's result and the claim's notes; ``budget``:
+pairs, restarts, the best ratio per phase and whether the search was still improving;
+``closed_form_supremum``: the quantity's derived supremum where known, with the search's share of
+it; ``growth``: for claims with a growth table, the ratio per |B| or temperature).
 """
 
 from __future__ import annotations
@@ -47,6 +50,54 @@ def _setting_summary(target: Target, res: SearchResult) -> dict[str, Any]:
             "phases": res.phases, **target.extra}
 
 
+def budget_account(per_setting: list[dict[str, Any]], best_index: int = 0) -> dict[str, Any]:
+    """Budget honesty: pairs, restarts and the best ratio per phase over all settings; still improving?
+
+    A phase's ``best_ratio`` is the largest over settings of the best ratio at the phase's end;
+    ``still_improving`` is True when, in the reported setting (``best_index``), the last phase raised
+    the best in its final quarter of pairs; ``improving_settings`` counts the settings where it did.
+    """
+    phases: dict[str, dict[str, Any]] = {}
+    for s in per_setting:
+        for name, ph in s["phases"].items():
+            if not isinstance(ph, dict) or "best_ratio" not in ph:
+                continue
+            acc = phases.setdefault(name, {"pairs": 0, "best_ratio": None, "improved_in": 0})
+            acc["pairs"] += int(ph.get("pairs", 0))
+            if ph.get("best_ratio") is not None:
+                acc["best_ratio"] = max(acc["best_ratio"] or -math.inf, float(ph["best_ratio"]))
+            acc["improved_in"] += bool(ph.get("improved"))
+    return {"pairs": sum(int(s["phases"].get("pairs_total", s["evaluations"])) for s in per_setting),
+            "restarts": sum(int(s["phases"].get("restarts", 0)) for s in per_setting),
+            "phases": phases, "still_improving": bool(per_setting[best_index]["phases"].get("still_improving")),
+            "improving_settings": sum(bool(s["phases"].get("still_improving")) for s in per_setting)}
+
+
+def growth_table(spec: ClaimSpec, per_setting: list[dict[str, Any]]) -> dict[str, Any]:
+    """The measured ratio against each value of ``spec.growth`` (|B| or tau), and the bound they suggest.
+
+    Each row: the parameter's value, the claimed bound, the observed maximum, observed / bound and
+    observed / (|B| C) (or / C for a temperature table). ``suggested`` is the smallest multiple k of
+    |B| C (resp. C) that covers every measurement: the measurements say the sensitivity is at least
+    that large (a lower bound), e.g. DPCL's sound 4|B|C.
+    """
+    rows = []
+    for s in per_setting:
+        p = s["params"]
+        c = float(p.get("C", 1.0))
+        scale = int(p["B"]) * c if "B" in spec.growth else c
+        key = spec.growth[0]
+        value = p.get(key) if key in p else s["setting"].get("overrides", {}).get("temperature")
+        rows.append({key: value, "B": p.get("B"), "bound": s["bound"], "observed": s["observed"], "ratio": s["ratio"],
+                     "per_unit": None if s["observed"] is None else s["observed"] / scale,
+                     "violated": s["violated"], "seconds": s["seconds"]})
+    ks = [r["per_unit"] for r in rows if r["per_unit"] is not None]
+    unit = "|B| C" if "B" in spec.growth else "C"
+    return {"by": spec.growth[0], "rows": rows,
+            "suggested": None if not ks else {"multiple": max(ks), "of": unit,
+                                              "text": f"observed <= {max(ks):.3g} {unit} at every setting tried"}}
+
+
 def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None = None,
                 evaluations: int | None = None, witness_dir: str | Path | None = DEFAULT_WITNESS_DIR) -> dict[str, Any]:
     """Search one claim (all its settings) and return its result dict (see module doc)."""
@@ -60,7 +111,7 @@ def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None =
     spent = 0.0
     skipped = 0
     for index, setting in enumerate(settings):
-        if best is not None and per_setting and any(s.get("violated") for s in per_setting):
+        if not spec.growth and best is not None and per_setting and any(s.get("violated") for s in per_setting):
             skipped = len(settings) - index
             break
         start = time.perf_counter()
@@ -120,6 +171,19 @@ def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None =
                             if not spec.closed_form else
                             "; ".join(errors) if errors else
                             f"the budget did not cover every setting (each needs {MIN_PAIRS} pairs and both phases)")
+    config["budget"] = budget_account(per_setting, best_index=per_setting.index(next(
+        s for s in per_setting if s["setting"] == target.setting)))
+    sup = spec.supremum
+    if sup is not None:
+        value = float(sup[0](target.params))
+        config["closed_form_supremum"] = {"value": value, "formula": sup[1], "bound_ratio": value / target.bound,
+                                          "search_ratio": None if observed is None else observed / value}
+    if spec.growth:
+        config["growth"] = growth_table(spec, per_setting)
+    if config["budget"]["still_improving"]:
+        config["still_improving"] = ("the search was still improving at its budget (its last phase raised the best "
+                                     "in its final quarter): the observed value is a lower bound that more budget "
+                                     "would likely raise")
     result = dict(zip(RESULT_KEYS, (spec.id, spec.source, spec.relation, target.bound, observed,
                                     _ratio(observed, target.bound), v, None, config)))
     if v == "violated" and witness_dir is not None and found is not None:

@@ -112,7 +112,13 @@ def alm_bound(p: Params) -> float:
 
 
 # -- entries -----------------------------------------------------------------------------------------
-MODEL_STATES = ("init", "trained")
+MODEL_STATES = ("init", "trained", "antipodal")
+# A setting override that is not a defense hyper-parameter: the noise multiplier of the mechanisms
+# released *before* the gradient (DPCL's similarity matrix and batch statistics), which the gradient
+# quantity is computed from. The claims hold (or not) at every multiplier; a small one (a large
+# epsilon) lets every view's gradient see every other example, the regime where the paper's 4C is
+# furthest from the truth.
+NOISE_MULTIPLIER = "noise_multiplier"
 TRAINED_EPOCHS = 3
 
 
@@ -126,7 +132,12 @@ class Setting:
     contrastive training on the public split. The theorems bound the quantity at *every* parameter
     value w, and a freshly initialised network maps all inputs to nearly the same direction (cosine
     similarities >= 0.7 on digits), which hides the worst cases; a briefly trained one spreads them
-    over the sphere (cosines down to -0.9).
+    over the sphere (cosines down to -0.9). ``antipodal`` -- the trained model with its last linear
+    layer replaced by the constructed rank-one head of :func:`audit.sensitivity.extremal.antipodal_head`,
+    which maps the training image 0 (and its copies) to one unit vector u and its inversion to -u:
+    the parameter value at which the normalised-representation theorems (DPCL Thms. 1-3) are
+    extreme. Inputs in [0, 1] cannot reach antipodal embeddings under the trained or initial
+    parameters (the search stops near cos = 0.4), so the extreme needs a searched parameter value.
     """
 
     units: int
@@ -165,7 +176,7 @@ class Context:
         return {"seed": self.seed, "dataset": self.dataset, "data_dir": self.data_dir}
 
     def quantities(self, defense: str, overrides: Mapping[str, Any], model: str = "init",
-                   state: Mapping[str, torch.Tensor] | None = None
+                   state: Mapping[str, torch.Tensor] | None = None, noise_multiplier: float | None = None
                    ) -> tuple[list[PrivatizedQuantity], dict[str, torch.Tensor] | None]:
         """``privatized_quantities`` of ``defense`` built with ``overrides`` at a model state (cached).
 
@@ -173,7 +184,7 @@ class Context:
         defense builds its own model internally). ``state`` loads given parameters (a witness's).
         """
         key = (defense, tuple(sorted((k, repr(v)) for k, v in overrides.items())), model,
-               None if state is None else id(state))
+               None if state is None else id(state), noise_multiplier)
         if key not in self._quantities:
             from defenses.registry import make_defense
 
@@ -185,6 +196,10 @@ class Context:
                 kwargs["seed"] = self.seed
             if "progress" in sig:
                 kwargs["progress"] = False
+            if noise_multiplier is not None:
+                if "noise_multiplier" not in sig:
+                    raise ConfigError(f"noise_multiplier: defense {defense!r} has no pre-gradient noise to scale")
+                kwargs["noise_multiplier"] = float(noise_multiplier)
             net = None
             if "model" in sig and hasattr(d, "build") and hasattr(d, "model_spec"):
                 net = self._model(d, model, state)
@@ -204,7 +219,7 @@ class Context:
         net = defense.build(spec, self.seed)
         if state is not None:
             net.load_state_dict(dict(state))
-        elif kind == "trained":
+        elif kind in ("trained", "antipodal"):
             from defenses.nonprivate import train_contrastive
 
             cfg = dataclasses.replace(defense.config, epochs=TRAINED_EPOCHS, batch_size=128, lr=1e-3,
@@ -214,6 +229,11 @@ class Context:
                 trained, _, _ = train_contrastive(self.data.public.x, self.data.info, cfg, self.seed, progress=False)
                 self._trained[key] = {k: v.detach().clone() for k, v in trained.state_dict().items()}
             net.load_state_dict(self._trained[key])
+            if kind == "antipodal":
+                from audit.sensitivity.extremal import antipodal_head
+
+                x = self.data.train.x[:1].float()
+                antipodal_head(net, x, 1.0 - x)
         return net.eval()
 
 
@@ -229,6 +249,8 @@ class ClaimSpec:
     it in words; ``parameters`` are the names it reads. ``closed_form`` False: the bound is sampled,
     so the search can refute it but never confirm it. ``black_box``: a training algorithm, also
     checked with Rubinstein–Aldà's sampler. ``budget_seconds``: default search time over all settings.
+    ``growth``: the parameters (``B``, ``tau``) a growth table reports the measured ratio against;
+    such a claim searches every setting even after one is violated.
     """
 
     key: str
@@ -248,6 +270,14 @@ class ClaimSpec:
     budget_seconds: float = 10.0
     notes: tuple[str, ...] = ()
     reference: bool = False
+    growth: tuple[str, ...] = ()
+
+    @property
+    def supremum(self) -> tuple[Callable[[Params], float], str] | None:
+        """The quantity's closed-form supremum and its formula (:data:`extremal.SUPREMA`), if derived."""
+        from audit.sensitivity.extremal import SUPREMA
+
+        return SUPREMA.get(self.id)
 
     @property
     def id(self) -> str:
@@ -261,7 +291,8 @@ class ClaimSpec:
                  ) -> tuple[PrivatizedQuantity, dict[str, torch.Tensor] | None]:
         """The defense's privatized quantity for this claim at ``setting``, with its model's state."""
         overrides = {**self.base_overrides, **setting.overrides}
-        qs, saved = ctx.quantities(self.defense, overrides, setting.model, state)
+        z = overrides.pop(NOISE_MULTIPLIER, None)
+        qs, saved = ctx.quantities(self.defense, overrides, setting.model, state, z)
         found = [q for q in qs if q.claim_id == self.key and getattr(q, "variant", "") == self.variant]
         if len(found) != 1:
             raise ConfigError(f"claim {self.id}: defense {self.defense!r} exposes {len(found)} quantities with this "
@@ -302,8 +333,10 @@ def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, An
         params = param_fn(setting, q)
         data = ctx.data
         domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes)
+        from audit.sensitivity.extremal import image_seeds
+
         return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
-                      setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved)
+                      setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved, seeds=image_seeds)
 
     return build
 
@@ -373,7 +406,24 @@ def T(units: int, **overrides: Any) -> Setting:
     return Setting(units, overrides, "trained")
 
 
+def A(units: int, **overrides: Any) -> Setting:
+    """A setting at the constructed antipodal parameter value (see :class:`Setting`)."""
+    return Setting(units, overrides, "antipodal")
+
+
 _GROUPS = (T(8, group_size=2, batch_size=8), T(4, group_size=2, batch_size=4), S(6, {"group_size": 3, "batch_size": 6}))
+GROWTH_BATCHES = (2, 4, 8, 16, 32)  # |B| of the growth tables (issue 16)
+GROWTH_TEMPERATURES = (0.1, 0.5, 1.0)
+# SATURATED_CLIP: a clip norm far below the gradients' scale, so every unit is clipped ("all
+# clipped"): each clipped unit is C times a unit vector and observed / C is scale-free. There the
+# changed example turning every unit's direction shows as a ratio growing with |B| (Barlow Twins:
+# the batch statistics couple all units; chunked grouping: every later group shifts). SimCLR's
+# ratios are larger at the default clip (half clipped), so its table uses that one.
+SATURATED_CLIP = 1e-5
+_GROWTH = tuple(T(b) for b in GROWTH_BATCHES)
+_SATURATED_GROWTH = tuple(T(b, clip=SATURATED_CLIP) for b in GROWTH_BATCHES)
+_CHUNK_GROWTH = tuple(T(b, group_size=2, batch_size=b, clip=SATURATED_CLIP) for b in GROWTH_BATCHES)
+_LOGIT_GROWTH = tuple(T(1, temperature=t) for t in GROWTH_TEMPERATURES)
 
 _ENTRIES: list[ClaimSpec] = [
     # reference functions (calibration of the samplers)
@@ -390,22 +440,22 @@ _ENTRIES: list[ClaimSpec] = [
               (S(3), S(8)), reference=True, budget_seconds=4),
     # DPCL (Li et al.), replace-one, fixed-size batches
     ClaimSpec("dpcl.similarity-matrix", "DPCL Thm. 1 (Sec. 3.2.2)", "replace-one", "l2", "4 sqrt(2B - 1)",
-              dpcl_similarity_bound, ("B",), image_builder(_with()), (T(2), T(4), S(8)), defense="dpcl-simclr"),
+              dpcl_similarity_bound, ("B",), image_builder(_with()), (A(2), T(4), A(8)), defense="dpcl-simclr"),
     ClaimSpec("dpcl.mean", "DPCL Thm. 2 (Sec. 3.3.2)", "replace-one", "l2", "2 / B", dpcl_mean_bound, ("B",),
-              image_builder(_with()), (T(2), T(4), S(8)), defense="dpcl-barlow"),
+              image_builder(_with()), (A(2), T(4), A(8)), defense="dpcl-barlow"),
     ClaimSpec("dpcl.sse", "DPCL Thm. 3 (Sec. 3.3.2)", "replace-one", "l2", "6", dpcl_sse_bound, (),
-              image_builder(_with()), (T(8), T(4), S(2)), defense="dpcl-barlow",
+              image_builder(_with()), (A(8), T(4), A(2)), defense="dpcl-barlow",
               notes=("the L2 norm of the vector of per-feature SSEs; for unit rows its supremum is 4 (1 - 1/B) "
                      "(one row e1 replaced by -e1 among copies of e1), so 6 holds, loosely, in this reading",)),
     ClaimSpec("dpcl.simclr-gradient", "DPCL Sec. 3.2.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
-              image_builder(_with("C")), (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr",
-              base_overrides={"clip_unit": "view"}),
+              image_builder(_with("C")), _GROWTH, defense="dpcl-simclr",
+              base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     ClaimSpec("dpcl.simclr-gradient-plain", "DPCL Sec. 3.2.1", "replace-one", "l2", "4 B C",
               dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C")),
               (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"}),
     ClaimSpec("dpcl.barlow-gradient", "DPCL Sec. 3.3.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
-              image_builder(_with("C")), (T(2), T(4), S(4)), defense="dpcl-barlow",
-              base_overrides={"clip_unit": "view"}),
+              image_builder(_with("C")), _SATURATED_GROWTH, defense="dpcl-barlow",
+              base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     # DP-GCL (add/remove)
     ClaimSpec("dpgcl.sample-level", "DP-GCL Sec. 2.3.1 (Eq. 6)", "add-remove", "l2", "(2B + 1) t C (t = 1 in Eq. 6)",
               dpgcl_sample_level_bound, ("B", "C", "t"), image_builder(_with("C", "t")), (T(1), T(2), S(4)),
@@ -417,12 +467,13 @@ _ENTRIES: list[ClaimSpec] = [
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
               ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="random"),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
-              ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="chunk"),
+              ("C",), image_builder(_group_params), _CHUNK_GROWTH, defense="dp-gcl", variant="chunk", growth=("B",),
+              budget_seconds=16),
     # Logit-DP (add/remove)
     ClaimSpec("logitdp.infonce", "Logit-DP Lemma 4.5 (Thm. 4.2, Cor. 4.3)", "add-remove", "l2",
               "2 (1 + (n - 2) e^(2/tau) / (e^(2/tau) + n - 1)) C, n = B + 1", logitdp_infonce_bound,
               ("n", "C", "tau"), image_builder(_logit_params),
-              (T(1, temperature=0.1), T(1), T(3)), defense="logit-dp", budget_seconds=30,
+              _LOGIT_GROWTH, defense="logit-dp", budget_seconds=30, growth=("tau",),
               notes=("n = 2 (one pair added to one) is where the proof's shared p_n hurts most: the new row's "
                      "diagonal probability and the new column's probability in the old row are different "
                      "entries and can be small and large together",)),

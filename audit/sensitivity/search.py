@@ -5,24 +5,33 @@ One :class:`Target` is a quantity at one configuration: its function ``fn(batch,
 :class:`~audit.sensitivity.domains.Domain`, the relation, the norm and the claimed bound there.
 :func:`search` spends a time budget on it in phases, each feeding the next its best pairs:
 
+0. **constructed** — the claim's extremal pairs (``seeds``: derived from the quantity's formula in
+   :mod:`audit.sensitivity.extremal`), evaluated first and always among the restarts;
 1. **random** — pairs drawn from the data distribution and from extremes (noise, binary, constant,
    repeated and inverted inputs; negated, tiny and huge vectors), each with a fresh shared seed;
 2. **ascent** — from the best pairs found so far (restarts), maximise the distance over the changed
    unit *and* the rest of the batch (unless the claim is about one fixed dataset). Quantities that
    are differentiable in their inputs first get gradient ascent (Adam in unconstrained coordinates:
    images through a logit; all restarts step together on one backward pass of the summed
-   objective). Then every quantity -- and only this for the non-differentiable ones (clipped
-   per-example gradients are computed under ``detach``; fitted heads) -- gets a zeroth-order
-   elitist search: each restart proposes mutations (Gaussian steps in the same coordinates with a
-   1/5-success-rule step size, resampled or inverted units, new labels, new shared seed, another
-   position) and keeps the best;
+   objective). The DP defenses' quantities are differentiable inside
+   :func:`defenses.dp.contrastive.differentiable_quantities`: the embeddings keep their graph, the
+   loss cotangents are built with ``create_graph`` and the per-unit ``vmap(grad(.))`` engine, the
+   unit norms and the clipping factors min(1, C/||g||) (piecewise smooth; at a clipped unit the
+   gradient is the one of C g/||g||, at an unclipped one of g) are differentiated by a double
+   backward. Then every quantity -- and only this for the non-differentiable ones (Logit-DP's pair
+   sums, fitted heads) -- gets a zeroth-order elitist search: each restart proposes mutations
+   (Gaussian steps in the same coordinates with a 1/5-success-rule step size, resampled or
+   inverted units, new labels, new shared seed, another position) and keeps the best;
 3. **rubinstein-alda** (black-box training algorithms only) — Rubinstein & Aldà's sampler from
    :mod:`defenses.sensitivity_sampling` (databases D ~ P^(n-1) plus x or x', P uniform over the data
    pool): the order statistic G_(k) with its random-DP confidence gamma, reported beside the
    maximum. Its pairs are real neighbours, so its maximum also competes for the witness.
 
 Every evaluated pair goes through one :class:`Evaluator`, which keeps the best pair with both
-outputs (the witness) and caches f(D) while only the changed unit moves.
+outputs (the witness) and caches f(D) while only the changed unit moves. Budget honesty: each
+phase reports its pairs and the best ratio (distance / bound) reached by its end, and the search
+says whether its last phase still improved in the final quarter of its pairs (``still_improving``):
+a search still climbing at its budget has not measured the supremum.
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import torch
 
 from audit.sensitivity.domains import Domain, Pair, Rows, cat_rows, n_rows, slice_rows
 from audit.sensitivity.verdict import distance, vector_norm
+from defenses.dp.contrastive import differentiable_quantities
 
 QuantityFn = Callable[[Any, int], torch.Tensor]
 SEED_RANGE = 2 ** 31
@@ -65,6 +75,7 @@ class Target:
     fixed_base: Rows | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     model_state: dict[str, torch.Tensor] | None = None
+    seeds: Callable[["Target", torch.Generator], list[Pair]] | None = None
 
 
 @dataclass
@@ -93,6 +104,11 @@ class Evaluator:
         self._cache: OrderedDict[tuple[int, int], tuple[Rows, torch.Tensor]] = OrderedDict()
         self._cache_size = cache_size
         self.call_seconds = 0.0
+        self.last_improvement = 0  # pairs spent (evaluated + gradient) when the best last improved
+
+    @property
+    def spent(self) -> int:
+        return self.evaluations + self.gradient_pairs
 
     def output(self, rows: Rows, randomness: int) -> torch.Tensor:
         start = time.perf_counter()
@@ -128,6 +144,8 @@ class Evaluator:
             d = math.inf
         self.evaluations += 1
         if self.best is None or d > self.best.distance:
+            if self.best is not None and d > self.best.distance * (1 + 1e-3):
+                self.last_improvement = self.spent
             self.best = Found(pair, d, fa, fb)
         return d
 
@@ -322,9 +340,12 @@ def differentiable(target: Target, pair: Pair) -> bool:
         free = {f: dom.to_free(f, pair.new[f]).clone().requires_grad_(True) for f in dom.continuous}
         new = _decode(dom, pair.new, free)
         _, b = Pair(pair.base, new, pair.position, pair.randomness).neighbours(target.relation, dom.unit_size)
-        with torch.enable_grad():
+        with differentiable_quantities():
             out = target.fn(dom.batch(b), int(pair.randomness))
-        return bool(out.requires_grad)
+            if not out.requires_grad:
+                return False
+            (g,) = torch.autograd.grad(out.double().pow(2).sum(), list(free.values())[:1], allow_unused=True)
+        return g is not None and bool(torch.isfinite(g).all()) and bool(g.abs().sum() > 0)
     except Exception:  # noqa: BLE001 - any failure means: use the zeroth-order search
         return False
 
@@ -390,7 +411,7 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
     steps = 0
     while steps == 0 or clock.now() < deadline:
         opt.zero_grad(set_to_none=True)
-        with torch.enable_grad():
+        with differentiable_quantities():
             pairs, candidates = [], []
             for p, new_free, base_free in states:
                 base = _decode(dom, p.base, base_free) if base_free else p.base
@@ -400,7 +421,7 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
                 candidates.append(Pair(_detach_rows(base), _detach_rows(new), p.position, p.randomness))
             dists = _distances(target, pairs, vectorised)
             total = torch.stack(dists).sum()
-        if not total.requires_grad:
+        if not total.requires_grad or not torch.isfinite(total):
             break
         (-total).backward()
         opt.step()
@@ -468,14 +489,27 @@ class SearchResult:
         return None if self.best is None else self.best.distance
 
 
+def _phase(ev: Evaluator, bound: float, start_spent: int, start_best: float | None, **extra: Any) -> dict[str, Any]:
+    """A phase's account: pairs it spent, the best ratio at its end, and whether it improved the best."""
+    best = ev.best.distance if ev.best is not None else None
+    out: dict[str, Any] = {**extra, "pairs": ev.spent - start_spent,
+                           "best_ratio": None if best is None or not bound else best / bound,
+                           "improved": best is not None and (start_best is None or best > start_best * (1 + 1e-3))}
+    return out
+
+
 def search(target: Target, gen: torch.Generator, *, seconds: float | None = None, evaluations: int | None = None,
            rubinstein_pool: Rows | None = None, random_share: float = 0.4, restarts: int = 4) -> SearchResult:
-    """Random search, then ascent from the best pairs, then (with ``rubinstein_pool``) R–A.
+    """Constructed pairs, random search, then ascent from the best pairs, then (with ``rubinstein_pool``) R–A.
 
-    The budget is ``seconds`` of wall clock or, for reproducible runs, ``evaluations`` pairs. The
-    random phase takes ``random_share`` of it, R–A (when run) 30%, the ascent the rest. ``covered``
-    is True when the random phase and the ascent both ran and at least :data:`MIN_PAIRS` pairs
-    were evaluated.
+    The budget is ``seconds`` of wall clock or, for reproducible runs, ``evaluations`` pairs (a
+    gradient step counts one pair per restart). The constructed pairs are evaluated first (they
+    count against the random phase's share), the random phase takes ``random_share`` of the budget,
+    R–A (when run) 30%, the ascent the rest. The constructed pairs always keep places among the
+    restarts. ``covered`` is True when the random phase and the ascent both ran and at least
+    :data:`MIN_PAIRS` pairs were evaluated. ``phases`` gives, per phase, its pairs, the best ratio at
+    its end and whether it improved; ``still_improving`` is True when the best improved within the
+    last quarter of the final phase's pairs.
     """
     start = time.perf_counter()
     ev = Evaluator(target)
@@ -486,12 +520,23 @@ def search(target: Target, gen: torch.Generator, *, seconds: float | None = None
     random_end = total * random_share
     ascent_end = total * (1.0 - ra_share)
     phases: dict[str, Any] = {}
+    bound = target.bound
+    constructed: list[tuple[float, Pair]] = []
+    if target.seeds is not None:
+        s0, b0 = ev.spent, None
+        for pair in target.seeds(target, gen):
+            constructed.append((ev.evaluate(pair), pair))
+        constructed.sort(key=lambda t: -t[0])
+        phases["constructed"] = _phase(ev, bound, s0, b0, evaluated=len(constructed))
+    s0, b0 = ev.spent, (ev.best.distance if ev.best else None)
     n_random = random_search(target, ev, gen, clock, random_end, top, min_evaluations=2)
-    phases["random"] = {"pairs": n_random, "best": top.items[0][0] if top.items else None}
-    starts = top.pairs()
+    phases["random"] = _phase(ev, bound, s0, b0, best=top.items[0][0] if top.items else None)
+    # restarts: up to half from the constructed pairs (best first), the rest from the random phase
+    keep = [p for _, p in constructed[:max(1, restarts // 2)]]
+    starts = keep + [p for p in top.pairs() if all(p is not k for k in keep)][:restarts - len(keep)]
     grad = differentiable(target, starts[0]) if starts else False
-    before = ev.evaluations
-    phases["ascent"] = {"restarts": len(starts)}
+    last_phase, last_start = "random", s0
+    s0, b0 = ev.spent, (ev.best.distance if ev.best else None)
     if grad:
         # half the ascent by gradient, then mutations from the best pairs (they also move the
         # discrete parts -- labels, shared seed, position -- that gradients cannot)
@@ -499,16 +544,32 @@ def search(target: Target, gen: torch.Generator, *, seconds: float | None = None
         if ignores_randomness(target, starts[0], ev):
             # one shared seed lets the restarts go through one vmapped call
             starts = [Pair(p.base, p.new, p.position, starts[0].randomness) for p in starts]
-        phases["ascent"]["gradient_steps"] = gradient_ascent(target, ev, starts, clock, middle,
-                                                             info=phases["ascent"])
+        info: dict[str, Any] = {}
+        steps_g = gradient_ascent(target, ev, starts, clock, middle, info=info)
+        phases["gradient"] = _phase(ev, bound, s0, b0, restarts=len(starts), gradient_steps=steps_g, **info)
+        last_phase, last_start = "gradient", s0
         starts = [ev.best.pair] + [p for p in starts if p is not ev.best.pair][:restarts - 1]
-    phases["ascent"]["mutation_iterations"] = zeroth_order_ascent(target, ev, starts, gen, clock, ascent_end)
-    steps = phases["ascent"]["mutation_iterations"]
-    phases["ascent"]["pairs"] = ev.evaluations - before
+    s1, b1 = ev.spent, (ev.best.distance if ev.best else None)
+    steps = zeroth_order_ascent(target, ev, starts, gen, clock, ascent_end)
+    phases["mutation"] = _phase(ev, bound, s1, b1, restarts=len(starts), iterations=steps)
+    last_phase, last_start = "mutation", s1
+    # the summary the earlier reports read ("ascent": both ascent phases together)
+    phases["ascent"] = {"restarts": len(starts), "mutation_iterations": steps, "pairs": ev.spent - s0}
+    if grad:
+        phases["ascent"].update({k: phases["gradient"][k] for k in ("gradient_steps", "vmapped")
+                                 if k in phases["gradient"]})
     if rubinstein_pool is not None:
+        s2, b2 = ev.spent, (ev.best.distance if ev.best else None)
         ra = rubinstein_alda(target, ev, rubinstein_pool, gen, clock, total)
-        phases["rubinstein-alda"] = ra if ra is not None else {"skipped": "no budget left for one pair"}
-    covered = n_random >= 1 and steps >= 1 and ev.evaluations + ev.gradient_pairs >= MIN_PAIRS
+        phases["rubinstein-alda"] = {**(ra if ra is not None else {"skipped": "no budget left for one pair"}),
+                                     **_phase(ev, bound, s2, b2)}
+        last_phase, last_start = "rubinstein-alda", s2
+    used = ev.spent - last_start
+    phases["still_improving"] = bool(used > 0 and ev.last_improvement > last_start + 0.75 * used)
+    phases["last_phase"] = last_phase
+    phases["restarts"] = len(starts)
+    phases["pairs_total"] = ev.spent
+    covered = n_random >= 1 and steps >= 1 and ev.spent >= MIN_PAIRS
     return SearchResult(ev.best, ev.evaluations, time.perf_counter() - start, phases, covered)
 
 

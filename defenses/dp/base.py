@@ -38,6 +38,7 @@ from defenses.augment import Augmentation, augmentation_for
 from defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibrate_multiplier, noise_multipliers,
                                     plan_sampling)
+from defenses.dp.contrastive import tracking
 from defenses.dp.embedder import Embedder
 from defenses.dp.gradients import ClippedSum, zero_sum
 from defenses.dp.randomness import StepRandomness
@@ -349,7 +350,7 @@ class DPDefense(Defense):
                     value = out.clipped.norms
                 else:
                     value = out.quantities[key]
-                return value.detach().reshape(-1)
+                return value.reshape(-1) if tracking() else value.detach().reshape(-1)
             return fn
 
         return factory

@@ -7,8 +7,9 @@ encoder is differentiated only by the per-unit engine.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from torch.func import jacrev
@@ -39,15 +40,54 @@ def two_views(ctx, x: torch.Tensor, rnd: StepRandomness) -> tuple[torch.Tensor, 
     return rnd.views(ctx.augment, x, "view1"), rnd.views(ctx.augment, x, "view2")
 
 
-@torch.no_grad()
+_TRACKING = [0]
+
+
+@contextmanager
+def differentiable_quantities() -> Iterator[None]:
+    """Keep the autograd graph from the step's inputs (and parameters) to its privatized quantities.
+
+    Training needs no such graph: embeddings are computed without one and the loss is differentiated
+    on detached embeddings. The sensitivity checks differentiate ||f(D) - f(D')|| with respect to the
+    inputs, so inside this context :func:`embed` records the graph, :func:`loss_cotangents` builds
+    dL/dz with ``create_graph=True`` (a double backward), and the per-unit engine's
+    ``vmap(grad(.))`` runs on tensors that carry the outer graph -- the per-unit gradients, their
+    norms and the clipping factors min(1, C / ||g||) (piecewise smooth) are then differentiable.
+    The values are identical to the untracked computation.
+    """
+    _TRACKING[0] += 1
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        _TRACKING[0] -= 1
+
+
+def tracking() -> bool:
+    """Whether :func:`differentiable_quantities` is active."""
+    return _TRACKING[0] > 0
+
+
 def embed(ctx, sources: Sequence[Source]) -> tuple[torch.Tensor, ...]:
-    """Embeddings of every source at the step's parameters (no graph)."""
-    return ctx.embedder.embed_sources(ctx.params, sources)
+    """Embeddings of every source at the step's parameters (no graph unless :func:`tracking`)."""
+    if tracking():
+        return ctx.embedder.embed_sources(ctx.params, sources)
+    with torch.no_grad():
+        return ctx.embedder.embed_sources(ctx.params, sources)
 
 
 def loss_cotangents(loss_fn: Callable[..., torch.Tensor], zs: Sequence[torch.Tensor]
                     ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    """(L, dL/dz for every embedding tensor) with L = loss_fn(*zs) on detached embeddings."""
+    """(L, dL/dz for every embedding tensor) with L = loss_fn(*zs) on detached embeddings.
+
+    Under :func:`tracking` the embeddings keep their graph and dL/dz is itself differentiable.
+    """
+    if tracking():
+        leaves = [z if z.requires_grad else z.detach().requires_grad_(True) for z in zs]
+        loss = loss_fn(*leaves)
+        grads = torch.autograd.grad(loss, leaves, allow_unused=True, create_graph=True)
+        cots = tuple(torch.zeros_like(z) if g is None else g for z, g in zip(leaves, grads))
+        return loss.detach(), cots
     leaves = [z.detach().requires_grad_(True) for z in zs]
     with torch.enable_grad():
         loss = loss_fn(*leaves)
