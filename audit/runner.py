@@ -266,7 +266,10 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     started = time.perf_counter()
 
     out.mkdir(parents=True, exist_ok=True)
-    with output_lock(out):
+    from defenses.pretrain import cache_in
+
+    # public-pretrained encoders are cached in OUT/cache/pretrained (shared by cells, workers and --resume)
+    with output_lock(out), cache_in(out / "cache"):
         return _run_locked(suite, out, cells, only, run_sens, resume, executor, progress, started, jobs)
 
 
