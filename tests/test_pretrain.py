@@ -107,3 +107,19 @@ def test_utility_panel_reports_init_random_and_a_same_steps_reference(digits):
     lp = {k: panel[k]["linear_probe_accuracy"] for k in ("trained", "random", "nonprivate")}
     expect = gap_closed(lp["trained"], lp["random"], lp["nonprivate"])
     assert panel["gap_closed"]["linear_probe_accuracy"] == (pytest.approx(expect) if expect is not None else None)
+
+
+def test_report_shows_utility_beside_leakage():
+    from audit.report import markdown
+    from audit.report import summary as s
+
+    panel = {k: {"linear_probe_accuracy": v, "knn_accuracy": v} for k, v in
+             (("trained", 0.9), ("init", 0.88), ("random", 0.7), ("nonprivate", 0.95))}
+    panel["gap_closed"] = {"linear_probe_accuracy": 0.8, "knn_accuracy": 0.8}
+    report = {"cells": [{"defense": "dp-gcl", "target_epsilon": 8.0, "utility": {"panel": panel},
+                         "details": {"init": {"init": "public"}}},
+                        {"defense": "alm", "target_epsilon": 8.0, "utility": {}, "details": {}}]}
+    rows = s.panel_rows(report)
+    assert len(rows) == 1 and len(rows[0]) == len(s.PANEL_HEADERS)
+    assert rows[0][:5] == ["dp-gcl", "8", "public", "0.9", "0.88"] and rows[0][7] == "0.8"
+    assert "gap closed" in markdown.table(s.PANEL_HEADERS, rows)
