@@ -89,6 +89,18 @@ def test_pld_calibration_spends_the_whole_target():
             assert eps < 7.8 and z > z_pld  # RDP over-noises: its claim is tighter than needed
 
 
+def test_pld_calibration_reaches_the_target_without_replacement_too():
+    """RDP over-states DPCL's (without-replacement, replace-one) epsilon more than 2x at epsilon 1: the PLD search
+    must look far below the RDP answer, not just in [z_rdp / 2, z_rdp]."""
+    from defenses.dp.accounting import claim_epsilon
+
+    d = make_defense("dpcl-simclr", {**SMALL, "epochs": 2})
+    plan = d.plan(372)
+    mech = d.mechanisms(plan)
+    z = d.calibrate(plan, mech, Budget(target_epsilon=1.0), 1e-5)
+    assert 0.99 <= claim_epsilon(d.claim_for(plan, mech, z, 1e-5), "pld") <= 1.0 + 1e-6
+
+
 def test_gap_closed_closed_form():
     assert gap_closed(0.8, 0.7, 0.9) == pytest.approx(0.5)
     assert gap_closed(0.6, 0.7, 0.9) == pytest.approx(-0.5)

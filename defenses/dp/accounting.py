@@ -164,9 +164,9 @@ def calibrate_multiplier(template: Callable[[float], PrivacyClaim], target_epsil
         fast = calibrate(template, target_epsilon, "rdp", low=1e-2, high=1e4, rel_tol=1e-5, orders=FAST_ORDERS)
         if accountant != "rdp":
             # RDP upper-bounds the true epsilon, so its z meets the target; the tighter accountant's answer lies
-            # below it: search [z_rdp / 2, z_rdp] to 1e-3 (a handful of PLD evaluations, not dozens)
+            # below it (far below for sampling without replacement): search up to z_rdp, to relative 1e-3
             try:
-                return calibrate(template, target_epsilon, accountant, low=0.5 * fast, high=fast, rel_tol=1e-3,
+                return calibrate(template, target_epsilon, accountant, low=1e-2, high=fast, rel_tol=1e-3,
                                  **CALIBRATION_OPTIONS.get(accountant, {}))
             except ConfigError:
                 return calibrate(template, target_epsilon, accountant, low=1e-2, high=1e4, rel_tol=1e-5)
