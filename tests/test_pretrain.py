@@ -77,7 +77,7 @@ def test_pld_calibration_spends_the_whole_target():
 
     data = load_dataset("digits", seed=0)
     for accountant in ("pld", "rdp"):
-        d = make_defense("dp-gcl", {**SMALL, "epochs": 3, "accountant": accountant, "init": "random"})
+        d = make_defense("dp-gcl", {**SMALL, "epochs": 2, "accountant": accountant, "init": "random"})
         plan = d.plan(len(data.train))
         mech = d.mechanisms(plan)
         z = d.calibrate(plan, mech, Budget(target_epsilon=8.0), 1e-5)
