@@ -36,7 +36,6 @@ import torch.nn as nn
 from core.datasets import MembershipData
 from core.errors import ConfigError
 from core.io import atomic_save_tensors, load_tensors
-from defenses.nn.model import ModelSpec
 from defenses.training import ContrastiveConfig
 
 INITS = ("public", "random")
@@ -165,9 +164,3 @@ def initial_state(init: str, data: MembershipData, cfg: ContrastiveConfig, epoch
         return public_state(data, cfg, epochs, device=device, progress=progress)
     return file_state(init), {"init": str(init)}
 
-
-def spec_key(spec: ModelSpec) -> str:
-    """A key of an architecture (what a state dict must fit), ignoring the output normalisation flag."""
-    d = spec.to_dict()
-    d.pop("normalize", None)
-    return json.dumps(d, sort_keys=True, default=str)
