@@ -92,6 +92,7 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
         from audit.device import resolve_device
         from defenses.base import Budget
         from defenses.evaluation import encoder_utility
+        from defenses.utility import utility_panel
 
         device = resolve_device(spec.device)
         splits = SplitConfig(**spec.splits) if spec.splits else None
@@ -117,6 +118,15 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
 
         def utility() -> dict[str, Any]:
             trained.model.eval()
+            if trained.classifier is None and "init" in trained.extras:
+                # beside the trained encoder: its init, a random encoder, non-private training with the same
+                # steps, and the fraction of the random -> non-private gap closed (defenses.utility)
+                panel = utility_panel(trained, data, k=spec.knn_k, device=device)
+                u = dict(panel["trained"])
+                u.update(trained.extras.get("utility", {}))
+                u["panel"] = panel
+                record["details"]["init"] = trained.extras["init"]
+                return u
             u = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
                                 k=spec.knn_k, device=device)
             u.update(trained.extras.get("utility", {}))

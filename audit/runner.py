@@ -380,7 +380,10 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out: cannot create {str(out)!r}: {exc.strerror or exc}") from None
-    with output_lock(out):
+    from defenses.pretrain import cache_in
+
+    # public-pretrained encoders are cached in OUT/cache/pretrained (shared by cells, workers and --resume)
+    with output_lock(out), cache_in(out / "cache"):
         return _run_locked(suite, out, cells, only, run_sens, resume, executor, progress, started, jobs)
 
 

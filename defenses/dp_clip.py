@@ -31,7 +31,7 @@ class DPClipConfig(DPConfig):
     temperature: float = 0.5
     batch_size: int = 128
     epochs: int = 20
-    lr: float = 1e-3
+    lr: float = 3e-4  # fine-tuning the public init (defenses.dp.base.DEFAULTS_NOTE)
     clip: float = 1.0
 
     def validate(self) -> None:

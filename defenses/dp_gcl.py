@@ -65,7 +65,7 @@ class DPGCLConfig(DPConfig):
     modality: str = "uni"
     batch_size: int = 512
     epochs: int = 25
-    lr: float = 8e-3
+    lr: float = 3e-4  # fine-tuning the public init (defenses.dp.base.DEFAULTS_NOTE); 8e-3 suited random init
     clip: float = 1.0
 
     def validate(self) -> None:

@@ -127,3 +127,15 @@ def encoder_utility(represent, train_x: torch.Tensor, train_y: torch.Tensor, tes
         "knn_accuracy": knn_accuracy(train_f, train_y, test_f, test_y, k=k),
         "linear_probe_accuracy": linear_probe_accuracy(train_f, train_y, test_f, test_y),
     }
+
+
+def gap_closed(trained: float, random: float, reference: float) -> float | None:
+    """Fraction of the random -> reference accuracy gap closed: (trained - random) / (reference - random).
+
+    1 means as good as the (non-private) reference, 0 no better than a random encoder, < 0 worse.
+    None when the reference does not beat the random encoder (the gap is empty: nothing to close).
+    """
+    gap = reference - random
+    if not gap > 1e-9:
+        return None
+    return (trained - random) / gap

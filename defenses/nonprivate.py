@@ -6,6 +6,7 @@ on the members, and defenses that pretrain on public data (ALM, DP-FedEmb) call 
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -30,20 +31,26 @@ class NonPrivateConfig(ContrastiveConfig):
 
 def train_contrastive(x: torch.Tensor, info: DatasetInfo, cfg: ContrastiveConfig, seed: int, *,
                       device: str | torch.device = "cpu", progress: bool = True,
-                      desc: str = "contrastive") -> tuple[ContrastiveModel, ModelSpec, dict[str, list[float]]]:
+                      desc: str = "contrastive", init_state: dict[str, torch.Tensor] | None = None,
+                      max_steps: int | None = None) -> tuple[ContrastiveModel, ModelSpec, dict[str, list[float]]]:
     """Train a freshly initialised encoder + projection head on the images ``x`` without privacy.
 
     Epochs of shuffled batches of two augmented views, objective ``cfg.loss``; every random stream
-    (initialisation, batches, augmentations) derives from ``seed``. Returns the model (in eval
-    mode), its spec and the training history.
+    (initialisation, batches, augmentations) derives from ``seed``. ``init_state`` starts from
+    those weights instead of the seeded initialisation; ``max_steps`` stops after that many steps.
+    Returns the model (in eval mode), its spec and the training history.
     """
     spec = cfg.model_spec(info)
     model = build_model(spec, seed=seed).to(device)
+    if init_state is not None:
+        model.load_state_dict({k: v.to(device) for k, v in init_state.items()})
     x = x.to(device)
     augment = augmentation_for(info, cfg.augmentation)
     objective = make_objective(cfg.loss, temperature=cfg.temperature, barlow_lambda=cfg.barlow_lambda)
     aug_gen = torch_generator(seed, "augment")
     batches, steps = make_batches("shuffle", len(x), cfg.batch_size, cfg.epochs, torch_generator(seed, "batches"))
+    if max_steps is not None and max_steps < steps:
+        batches, steps = itertools.islice(batches, max_steps), max_steps
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay)
 
     def step(idx: torch.Tensor) -> dict[str, float]:

@@ -139,7 +139,7 @@ def test_stl10_is_column_major(tmp_path):
 
 def test_missing_and_malformed_directories(tmp_path, monkeypatch):
     monkeypatch.delenv("PRIVAUDIT_DATA_DIR", raising=False)
-    with pytest.raises(ConfigError, match="needs a data directory: pass --data-dir or set PRIVAUDIT_DATA_DIR"):
+    with pytest.raises(ConfigError, match="needs a data directory: pass --data-dir DIR or set PRIVAUDIT_DATA_DIR"):
         load_raw("cifar10")
     assert missing_files("digits", None) == []
     (tmp_path / "cifar-10-batches-py").mkdir()
@@ -184,3 +184,68 @@ def test_split_config_is_validated():
         SplitConfig(public=1.5).validate()
     with pytest.raises(ConfigError, match="leave at least 5%"):
         SplitConfig(public=0.5, shadow=0.4, test=0.1).validate()
+
+
+# -- Fashion-MNIST: flat IDX layout, Debian's package, the install line ------------------------------------
+
+
+def write_flat_fashion(directory, n_train=30, n_test=10):
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(3)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        write_idx(directory / f"{prefix}-images-idx3-ubyte", rng.integers(0, 256, (n, 28, 28), dtype=np.uint8), True)
+        write_idx(directory / f"{prefix}-labels-idx1-ubyte", rng.integers(0, 10, n, dtype=np.uint8), True)
+
+
+@pytest.fixture
+def no_system_fashion(monkeypatch, tmp_path):
+    """Fashion-MNIST's auto-detected (Debian) folder pointed at an empty temporary folder."""
+    import dataclasses
+
+    from core.datasets import DATASETS
+
+    system = tmp_path / "system-fashion-mnist"
+    monkeypatch.setitem(DATASETS, "fashion-mnist", dataclasses.replace(DATASETS["fashion-mnist"], system=(str(system),)))
+    monkeypatch.delenv("PRIVAUDIT_DATA_DIR", raising=False)
+    return system
+
+
+def test_fashion_mnist_flat_gzipped_idx_in_the_data_dir(tmp_path, no_system_fashion):
+    write_flat_fashion(tmp_path / "data")
+    raw = load_raw("fashion-mnist", tmp_path / "data")
+    assert raw.images.shape == (40, 1, 28, 28) and raw.is_test.sum() == 10 and raw.images.dtype == np.uint8
+
+
+def test_fashion_mnist_missing_names_the_package_and_the_flag(tmp_path, no_system_fashion):
+    with pytest.raises(ConfigError, match=r"apt-get install dataset-fashion-mnist.*--data-dir"):
+        load_raw("fashion-mnist")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match=r"is missing train-images-idx3-ubyte.*apt-get install dataset-fashion-mnist"):
+        load_raw("fashion-mnist", tmp_path / "empty")
+    assert missing_files("fashion-mnist", tmp_path / "empty")
+
+
+def test_fashion_mnist_auto_detected_where_debian_installs_it(no_system_fashion):
+    write_flat_fashion(no_system_fashion)
+    assert missing_files("fashion-mnist", None) == []
+    raw = load_raw("fashion-mnist")
+    assert raw.images.shape == (40, 1, 28, 28)
+    data = make_splits(raw, seed=0)
+    parts = [data.public, data.shadow, data.pool, data.test]
+    rows = torch.cat([p.index for p in parts]).tolist()
+    assert len(rows) == len(set(rows)) == 40  # public, shadow, pool and test are disjoint
+
+
+def test_datasets_command_lists_fashion_mnist_before_and_after(no_system_fashion, capsys):
+    from audit.cli import main
+
+    assert main(["datasets", "--json"]) == 0
+    row = next(r for r in __import__("json").loads(capsys.readouterr().out) if r["name"] == "fashion-mnist")
+    assert row["available"] is False and "apt-get install dataset-fashion-mnist" in row["install"]
+    write_flat_fashion(no_system_fashion)
+    assert main(["datasets"]) == 0
+    line = next(l for l in capsys.readouterr().out.splitlines() if l.startswith("fashion-mnist"))
+    assert line.split()[1] == "yes"
+    assert main(["datasets", "--json"]) == 0
+    row = next(r for r in __import__("json").loads(capsys.readouterr().out) if r["name"] == "fashion-mnist")
+    assert row["available"] is True and row["location"] == str(no_system_fashion) and row["install"] is None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from audit.commands.common import emit_json, format_table
-from core.datasets import DATASETS, missing_files, resolve_data_dir
+from core.datasets import DATASETS, install_hint, locate, missing_files
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,18 +16,19 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    root = resolve_data_dir(args.data_dir)
     rows = []
     for name, spec in DATASETS.items():
         missing = missing_files(name, args.data_dir)
+        found = locate(name, args.data_dir)
         rows.append({"name": name, "available": not missing, "embedded": spec.subdir is None,
                      "description": spec.info.description,
-                     "location": "embedded" if spec.subdir is None else str((root or "<data-dir>")) + "/" + spec.subdir,
-                     "missing": missing})
+                     "location": "embedded" if spec.subdir is None else (str(found) if found else None),
+                     "missing": missing, "install": None if not missing else install_hint(name)})
     if args.json:
         emit_json(rows)
     else:
-        print(format_table(["dataset", "available", "location", "description"],
-                           [[r["name"], "yes" if r["available"] else "no", r["location"], r["description"]]
+        print(format_table(["dataset", "available", "location / how to get it", "description"],
+                           [[r["name"], "yes" if r["available"] else "no",
+                             r["location"] if r["available"] else r["install"], r["description"]]
                             for r in rows]))
     return 0

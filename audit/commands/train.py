@@ -13,8 +13,7 @@ from audit.device import DEVICES, resolve_device
 from core.errors import ConfigError
 from core.io import check_output_dir
 from defenses import DEFENSES, Budget, make_defense
-from defenses.evaluation import encoder_utility
-from defenses.nn.model import build_model
+from defenses.utility import utility_panel
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -75,12 +74,10 @@ def run(args: argparse.Namespace) -> int:
     trained = defense.fit(data, budget, args.seed, device=device, progress=not args.json)
     seconds = time.perf_counter() - start
 
-    utility = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
-                              k=args.knn_k, device=device)
+    panel = utility_panel(trained, data, k=args.knn_k, device=device)
+    utility = dict(panel["trained"])
     utility.update(trained.extras.get("utility", {}))
-    baseline = build_model(trained.spec, seed=args.seed).to(device).eval()
-    random_init = encoder_utility(baseline.represent, data.train.x, data.train.y, data.test.x, data.test.y,
-                                  k=args.knn_k, device=device)
+    random_init = panel["random"]
     epsilons = {name: r.to_dict() for name, r in _quiet(all_epsilons, trained.claim).items()}
 
     checkpoint = None
@@ -91,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json({"defense": args.defense, "dataset": args.dataset, "seed": args.seed, "device": str(device),
                    "n_members": len(data.train), "steps": len(trained.history.get("step", [])),
                    "train_seconds": seconds, "utility": utility, "random_init": random_init,
+                   "init": trained.extras.get("init"), "utility_panel": panel,
                    "claim": trained.claim.to_dict(), "epsilon": epsilons, "checkpoint": checkpoint,
                    "dp": {k: v for k, v in trained.extras.get("dp", {}).items() if k != "param_names"} or None})
         return 0
@@ -100,8 +98,12 @@ def run(args: argparse.Namespace) -> int:
           f"on {device}")
     metrics = [k for k in utility if k in random_init] + [k for k in utility if k not in random_init]
     print(format_table(["encoder", *metrics],
-                       [["random init", *[random_init.get(k) for k in metrics]],
-                        ["trained", *[utility[k] for k in metrics]]]))
+                       [[name, *[panel[key].get(k) for k in metrics]] for name, key in
+                        (("random init", "random"), (f"init ({(trained.extras.get('init') or {}).get('init', 'random')})", "init"),
+                         ("non-private, same steps", "nonprivate"), ("trained", "trained")) if key in panel]))
+    if panel.get("gap_closed"):
+        print("random -> non-private gap closed: " + ", ".join(
+            f"{k} {v:.2f}" if v is not None else f"{k} n/a" for k, v in panel["gap_closed"].items()))
     print(f"claim: {trained.claim.mechanism} ({trained.claim.relation}, per {trained.claim.unit}, "
           f"delta={trained.claim.delta:.3g})")
     for name, r in epsilons.items():

@@ -115,6 +115,11 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
                        badge_cols=("verdict",)))
     grid = s.grid_line(report)
     parts.append(f"<p><small>{e((grid + '. ') if grid else '')}{e(EXPLAIN)}</small></p>")
+    panel = s.panel_rows(report)
+    if panel:
+        parts.append('<h2 id="utility">Utility beside leakage</h2>')
+        parts.append(table(s.PANEL_HEADERS, panel, table_id="utility-table"))
+        parts.append(f"<p><small>{e(s.PANEL_EXPLAIN)}</small></p>")
     errors = s.errors(report)
     if errors:
         parts.append('<h2 id="errors">Errors</h2><ul class="notes">' + "".join(f"<li>{e(x)}</li>" for x in errors)

@@ -53,6 +53,9 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
     grid = s.grid_line(report)
     lines += ["## Summary", "", table(s.summary_headers(report), s.summary_rows(report)), "",
               (f"{grid}. " if grid else "") + EXPLAIN, ""]
+    panel = s.panel_rows(report)
+    if panel:
+        lines += ["## Utility beside leakage", "", table(s.PANEL_HEADERS, panel), "", s.PANEL_EXPLAIN, ""]
     errors = s.errors(report)
     if errors:
         lines += ["## Errors", ""] + [f"- {e}" for e in errors] + [""]

@@ -222,3 +222,30 @@ def bound_notes(report: dict[str, Any]) -> list[str]:
 
 def errors(report: dict[str, Any]) -> list[str]:
     return [f"{c['id']}: {c['details']['error']}" for c in report["cells"] if (c.get("details") or {}).get("error")]
+
+
+PANEL_HEADERS = ["defense", "target ε", "init", "linear probe: trained", "init", "random", "non-private (same steps)",
+                 "gap closed", "k-NN: trained", "init", "random", "non-private", "gap closed"]
+
+
+def panel_rows(report: dict[str, Any]) -> list[list[str]]:
+    """Utility beside leakage: each cell's encoder against its init, a random one and non-private training."""
+    rows = []
+    for cell in report["cells"]:
+        panel = (cell.get("utility") or {}).get("panel")
+        if not panel:
+            continue
+        gap = panel.get("gap_closed") or {}
+        row = [cell["defense"], fmt(cell.get("target_epsilon")), str(((cell.get("details") or {}).get("init") or {})
+                                                                     .get("init", "-"))]
+        for metric in ("linear_probe_accuracy", "knn_accuracy"):
+            row += [fmt((panel.get(k) or {}).get(metric)) for k in ("trained", "init", "random", "nonprivate")]
+            row.append(fmt(gap.get(metric)))
+        rows.append(row)
+    return rows
+
+
+PANEL_EXPLAIN = ("Each encoder's accuracy on the test split (probe trained on the members' features): the released "
+                 "model, where its training started (init: public = SimCLR on the public split), the seeded random "
+                 "encoder, and non-private training from the same init with the same number of steps and batch size; "
+                 "gap closed = (trained - random) / (non-private - random).")

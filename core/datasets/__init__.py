@@ -10,6 +10,8 @@ from core.datasets.registry import (
     DatasetInfo,
     RawDataset,
     get_spec,
+    install_hint,
+    locate,
     load_raw,
     missing_files,
     resolve_data_dir,
@@ -25,5 +27,5 @@ def load_dataset(name: str, *, seed: int = 0, data_dir: str | os.PathLike[str] |
 
 __all__ = [
     "DATA_DIR_ENV", "DATASETS", "DatasetInfo", "MembershipData", "RawDataset", "Split", "SplitConfig",
-    "get_spec", "load_dataset", "load_raw", "make_splits", "missing_files", "resolve_data_dir",
+    "get_spec", "install_hint", "load_dataset", "locate", "load_raw", "make_splits", "missing_files", "resolve_data_dir",
 ]

@@ -3,6 +3,15 @@
 ``digits`` (scikit-learn's bundled 8x8 digits) is the embedded default and needs no files. The
 torchvision datasets load from a local directory in torchvision's standard layout, given by
 ``--data-dir`` or the ``PRIVAUDIT_DATA_DIR`` environment variable; nothing is ever downloaded.
+
+Where the files are looked for, first match wins (:func:`locate`):
+
+1. the data root (``--data-dir`` / ``PRIVAUDIT_DATA_DIR``): torchvision's folder (``FashionMNIST/raw``),
+   then the dataset's flat folders (``fashion-mnist/``) and the root itself (the IDX files as
+   distributed, e.g. ``DIR/train-images-idx3-ubyte.gz``);
+2. the system folders a distribution package installs (Debian's ``dataset-fashion-mnist`` puts the four
+   gzipped IDX files in ``/usr/share/datasets/fashion-mnist``), so ``apt-get install
+   dataset-fashion-mnist`` is all Fashion-MNIST needs.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ from core.errors import ConfigError, one_of
 from core.datasets import formats
 
 DATA_DIR_ENV = "PRIVAUDIT_DATA_DIR"
+# Where Debian's ``dataset-fashion-mnist`` package installs the four gzipped IDX files (``dpkg -L``).
+DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,9 @@ class DatasetSpec:
     subdir: str | None  # directory under the data root; None for embedded datasets
     expected: tuple[str, ...]  # files expected in that directory (".gz" accepted for IDX)
     loader: Callable[[Path | None], RawDataset]
+    flat: tuple[str, ...] = ()  # other folders under the data root holding the files ("" = the root itself)
+    system: tuple[str, ...] = ()  # absolute folders a distribution package installs them into
+    package: str | None = None  # that package (named in the error when the dataset is missing)
 
 
 def _load_digits(_: Path | None) -> RawDataset:
@@ -127,12 +141,13 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetInfo("mnist", 1, 28, 10, "grey", "MNIST handwritten digits, 28x28 grey"),
         "MNIST/raw",
         ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-        _mnist_like("mnist")),
+        _mnist_like("mnist"), flat=("mnist",)),
     "fashion-mnist": DatasetSpec(
         DatasetInfo("fashion-mnist", 1, 28, 10, "grey", "Fashion-MNIST clothing images, 28x28 grey"),
         "FashionMNIST/raw",
         ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"),
-        _mnist_like("fashion-mnist")),
+        _mnist_like("fashion-mnist"), flat=("fashion-mnist", ""), system=(DEBIAN_FASHION_MNIST,),
+        package="dataset-fashion-mnist"),
     "cifar10": DatasetSpec(
         DatasetInfo("cifar10", 3, 32, 10, "rgb", "CIFAR-10, 32x32 colour, 10 classes"),
         "cifar-10-batches-py", (*_CIFAR10_TRAIN, "test_batch"),
@@ -156,10 +171,45 @@ def resolve_data_dir(data_dir: str | os.PathLike[str] | None) -> Path | None:
     return Path(env).expanduser() if env else None
 
 
-def missing_files(name: str, data_dir: str | os.PathLike[str] | None) -> list[str]:
-    """Expected files of dataset ``name`` that are absent (empty when it is available)."""
+def candidate_dirs(name: str, data_dir: str | os.PathLike[str] | None) -> list[Path]:
+    """Folders searched for dataset ``name``, in order (see the module docstring)."""
     spec = get_spec(name)
     if spec.subdir is None:
+        return []
+    root = resolve_data_dir(data_dir)
+    out = []
+    if root is not None:
+        out += [root / spec.subdir, *(root / f if f else root for f in spec.flat)]
+    return out + [Path(d) for d in spec.system]
+
+
+def locate(name: str, data_dir: str | os.PathLike[str] | None) -> Path | None:
+    """The first folder holding every expected file of ``name`` (None: embedded or not found)."""
+    spec = get_spec(name)
+    for directory in candidate_dirs(name, data_dir):
+        if all(formats.find_file(directory, f) is not None for f in spec.expected):
+            return directory
+    return None
+
+
+def install_hint(name: str) -> str:
+    """How to make dataset ``name`` available: the package to install and/or the flag."""
+    spec = get_spec(name)
+    flag = (f"pass --data-dir DIR or set {DATA_DIR_ENV}=DIR (DIR/{spec.subdir}/ with "
+            f"{', '.join(f + '[.gz]' if 'idx' in f else f for f in spec.expected)}; privaudit never downloads)")
+    if spec.package:
+        return f"install it with `apt-get install {spec.package}` (found in {', '.join(spec.system)}), or {flag}"
+    return flag
+
+
+def missing_files(name: str, data_dir: str | os.PathLike[str] | None) -> list[str]:
+    """Expected files of dataset ``name`` that are absent (empty when it is available).
+
+    When no searched folder holds them all, the files missing from the first searched folder that
+    exists (or ``<data-dir>/...`` when none does).
+    """
+    spec = get_spec(name)
+    if spec.subdir is None or locate(name, data_dir) is not None:
         return []
     root = resolve_data_dir(data_dir)
     if root is None:
@@ -179,15 +229,12 @@ def load_raw(name: str, data_dir: str | os.PathLike[str] | None = None) -> RawDa
     spec = get_spec(name)
     if spec.subdir is None:
         return spec.loader(None)
+    directory = locate(name, data_dir)
+    if directory is not None:
+        return spec.loader(directory)
     root = resolve_data_dir(data_dir)
     if root is None:
-        raise ConfigError(
-            f"dataset {name!r} needs a data directory: pass --data-dir or set {DATA_DIR_ENV} "
-            f"(expected {spec.subdir}/ with {', '.join(spec.expected)})")
+        raise ConfigError(f"dataset {name!r} needs a data directory: {install_hint(name)}")
     directory = root / spec.subdir
     absent = [f for f in spec.expected if formats.find_file(directory, f) is None]
-    if absent:
-        raise ConfigError(
-            f"dataset {name!r}: {directory} is missing {', '.join(absent)} "
-            f"(torchvision's on-disk format; privaudit never downloads)")
-    return spec.loader(directory)
+    raise ConfigError(f"dataset {name!r}: {directory} is missing {', '.join(absent)}; {install_hint(name)}")

@@ -1,0 +1,110 @@
+"""Utility beside leakage: what a trained encoder gained over a random one, against a non-private reference.
+
+For one trained model, :func:`utility_panel` measures k-NN and linear-probe accuracy
+(:func:`defenses.evaluation.encoder_utility`: features of the members train the probe, the test split
+scores it) of four encoders on the same data:
+
+* ``trained`` -- the released encoder;
+* ``init`` -- where its training started (:mod:`defenses.pretrain`: public pretraining, random, a file);
+* ``random`` -- the seeded random initialisation of the same architecture;
+* ``nonprivate`` -- non-private training from the same init with the same budget of steps and the
+  same (expected) batch size on the same members (SimCLR-style objective of the defense when it is
+  one of :data:`defenses.losses.OBJECTIVES`, else SimCLR; Adam, lr 1e-3: the non-private recipe);
+
+and the fraction of the random -> non-private gap the trained model closes,
+``gap_closed = (acc_trained - acc_random) / (acc_nonprivate - acc_random)`` (:func:`gap_closed`).
+The reference encoders and their scores depend only on the dataset, split seed, architecture, init and
+step budget, so they are cached in this process and shared by the cells of a suite.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import fields
+from typing import Any
+
+import torch
+
+from core.datasets import MembershipData
+from defenses.evaluation import encoder_utility, gap_closed
+from defenses.losses import OBJECTIVES
+from defenses.nn.model import build_model
+from defenses.pretrain import PRETRAIN_LR, initial_state
+from defenses.training import ContrastiveConfig
+
+METRICS = ("linear_probe_accuracy", "knn_accuracy")
+_SCORES: dict[str, dict[str, float]] = {}
+
+
+def _contrastive_fields(config: dict[str, Any]) -> ContrastiveConfig:
+    names = {f.name for f in fields(ContrastiveConfig)}
+    return ContrastiveConfig(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in config.items() if k in names})
+
+
+def _data_key(data: MembershipData) -> str:
+    digest = hashlib.sha256(data.train.index.numpy().tobytes() + data.test.index.numpy().tobytes()).hexdigest()
+    return f"{data.info.name}:{data.seed}:{digest[:16]}"
+
+
+def _cached(key: str, fn) -> dict[str, float]:
+    if key not in _SCORES:
+        _SCORES[key] = fn()
+    return dict(_SCORES[key])
+
+
+def utility_panel(trained, data: MembershipData, *, k: int = 5, device: str | torch.device = "cpu",
+                  nonprivate: bool = True) -> dict[str, Any]:
+    """k-NN / linear-probe accuracy of the trained model, its init, a random encoder and a non-private
+    reference with the same step budget, and the fraction of the random -> non-private gap closed."""
+    device = torch.device(device)
+    x_tr, y_tr, x_te, y_te = data.train.x, data.train.y, data.test.x, data.test.y
+
+    def score(model) -> dict[str, float]:
+        model.eval()
+        return encoder_utility(model.represent, x_tr, y_tr, x_te, y_te, k=k, device=device)
+
+    spec = trained.spec
+    arch = json.dumps({**spec.to_dict(), "normalize": None}, sort_keys=True, default=str)
+    base = f"{_data_key(data)}|{arch}|seed={trained.seed}|k={k}"
+    out: dict[str, Any] = {"trained": score(trained.model)}
+    out["random"] = _cached(f"{base}|random", lambda: score(build_model(spec, seed=trained.seed).to(device)))
+
+    config = dict(trained.config)
+    init = str(config.get("init", "random"))
+    cfg = _contrastive_fields(config)
+    state = None
+    if init == "random":
+        out["init"] = dict(out["random"])
+    else:
+        state, _ = initial_state(init, data, cfg, int(config.get("pretrain_epochs", 30)), device=device)
+
+        def init_score() -> dict[str, float]:
+            model = build_model(spec, seed=trained.seed).to(device)
+            model.load_state_dict({kk: v.to(device) for kk, v in state.items()})
+            return score(model)
+
+        out["init"] = _cached(f"{base}|init={init}", init_score)
+
+    steps = len(trained.history.get("step", []))
+    if nonprivate and steps > 0:
+        from defenses.nonprivate import train_contrastive
+
+        batch = max(2, min(int(config.get("batch_size", 128)), len(x_tr)))
+        loss = config.get("loss") if config.get("loss") in OBJECTIVES else "simclr"
+        epochs = math.ceil(steps / math.ceil(len(x_tr) / batch))
+        ref = ContrastiveConfig(**{**{f.name: getattr(cfg, f.name) for f in fields(ContrastiveConfig)},
+                                   "loss": loss, "batch_size": batch, "epochs": epochs, "lr": PRETRAIN_LR,
+                                   "optimizer": "adam", "weight_decay": 0.0})
+
+        def reference() -> dict[str, float]:
+            model, _, _ = train_contrastive(x_tr, data.info, ref, trained.seed, device=device, progress=False,
+                                            desc="non-private reference", init_state=state, max_steps=steps)
+            return score(model)
+
+        out["nonprivate"] = _cached(f"{base}|init={init}|np:{loss}:{batch}:{steps}", reference)
+        out["reference"] = {"steps": steps, "batch_size": batch, "loss": loss, "optimizer": "adam", "lr": PRETRAIN_LR,
+                            "init": init}
+        out["gap_closed"] = {m: gap_closed(out["trained"][m], out["random"][m], out["nonprivate"][m]) for m in METRICS}
+    return out
