@@ -23,7 +23,15 @@ statistics of :mod:`attacks.statistics` (``contrastive``: the probability that t
 picked as the positive among population negatives, i.e. exp(-InfoNCE); ``rank``; ``alignment``;
 ``partcrop``), the one with the most power on the references chosen before the target is scored
 (:mod:`attacks.references`). Probabilities are averaged over the query augmentations (ML Privacy Meter does
-the same), from the statistics' logit scale: p = sigmoid(phi).
+the same), from the statistics' logit scale, p = sigmoid(phi): over all of them, or over the single query
+with the most leave-one-out power on the references when that is stronger (:func:`select_queries`: a
+classifier trained without augmentation gives shifted queries no signal, and their average drowns the
+identity's). The classifier's statistic is read at a signal temperature, p = sigmoid(phi / T) with T = 8 by
+default (``signal_temperature``; encoders' statistics at T = 1): an overfit classifier's true-class
+probability saturates near 1, where a ratio of probabilities no longer tells 1 - 1e-3 from 1 - 1e-9 but the
+odds do; as T grows the test tends to the offset of the logit from its reference mean. Measured on the
+quickstart's overfit classifier (digits, 2 / 8 references): T = 1 gives AUC 0.729 / 0.716, T = 8 0.781 /
+0.827, T = 32 0.784 / 0.829 (LiRA: 0.751 / 0.813). Fixed before any target is scored; not tuned per target.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from attacks.result import AttackResult
 from core.errors import ConfigError, one_of
 
 MODES = ("auto", "online", "offline")
+#: The classifier's signal: sigmoid(phi / 8), the true-class odds softened (see the module docstring).
+CLASSIFIER_TEMPERATURE = 8.0
 A_GRID = tuple(np.round(np.arange(0.05, 1.0001, 0.05), 2))
 _CHUNK = 1 << 24
 
@@ -127,13 +137,40 @@ def fit_a(ref_x: np.ndarray, keep: np.ndarray, grid: tuple[float, ...] = A_GRID)
     return best, means
 
 
+def select_queries(ref_q: np.ndarray, keep: np.ndarray) -> tuple[list[int], dict[str, float]]:
+    """The queries whose averaged probability has the most leave-one-out power on the references.
+
+    Candidates: every query averaged (the default when queries resemble training inputs) and each query
+    alone. A query unlike anything the model trained on (a shifted image for a classifier trained without
+    augmentation) carries no membership signal, and averaging its probability with the informative ones
+    drowns them (LiRA copes through its per-query variances; a probability average does not). Reference k in
+    turn plays the target against the mean of the others (online ratio); the target is never read.
+    """
+    from attacks.metrics import auc
+
+    k_models, _, n_q = ref_q.shape
+    candidates = {"all": list(range(n_q))}
+    if n_q > 1:
+        candidates.update({f"query {q}": [q] for q in range(n_q)})
+    power: dict[str, float] = {}
+    for name, queries in candidates.items():
+        p = ref_q[:, :, queries].mean(axis=-1)  # (K, n)
+        total = p.sum(axis=0)
+        power[name] = float(np.mean([auc(p[k] / ((total - p[k]) / (k_models - 1)), keep[k])
+                                     for k in range(k_models)]))
+    best = max(power, key=lambda c: (power[c], c == "all"))
+    return candidates[best], power
+
+
 @dataclass(frozen=True)
 class RMIAConfig(LikelihoodConfig):
-    """RMIA settings: ``reference_models`` (even, >= 2; each candidate IN for half), ``gamma`` (> 0),
+    """RMIA settings: ``reference_models`` (even, >= 2; each candidate IN for half), ``signal_temperature``
+    (None: 8 for a classifier's logit, 1 for encoder statistics), ``gamma`` (> 0),
     ``a`` (offline slope in (0, 1]; None: fitted on the references), ``mode`` (``auto``: online, since
     the balanced design always has IN models; both tests are kept in the result)."""
 
     reference_models: int = 2
+    signal_temperature: float | None = None
     gamma: float = 1.0
     a: float | None = None
     mode: str = "auto"
@@ -144,6 +181,8 @@ class RMIAConfig(LikelihoodConfig):
             raise ConfigError(f"reference_models: must be an even number >= 2, got {self.reference_models!r}")
         if not self.gamma > 0:
             raise ConfigError(f"gamma: must be > 0, got {self.gamma!r}")
+        if self.signal_temperature is not None and not self.signal_temperature > 0:
+            raise ConfigError(f"signal_temperature: must be > 0, got {self.signal_temperature!r}")
         if self.a is not None:
             _check_a(self.a)
         if self.mode not in MODES:
@@ -160,9 +199,14 @@ class RMIA(Attack):
         self.check_target(target)
         cfg = self.config
         obs, details = choose(observe(target, cfg, cfg.reference_models, executor), cfg.statistic)
-        # Probabilities averaged over queries: (K, n), (n,), (K, m), (m,).
-        ref_x, ref_z = expit(obs.ref[:, 0]).mean(axis=-1), expit(obs.ref_z[:, 0]).mean(axis=-1)
-        p_x, p_z = expit(obs.target[0]).mean(axis=-1), expit(obs.target_z[0]).mean(axis=-1)
+        # Probabilities (at the signal temperature) averaged over the queries chosen on the references:
+        # (K, n), (n,), (K, m), (m,).
+        temp = cfg.signal_temperature or (CLASSIFIER_TEMPERATURE if obs.names == ("logit",) else 1.0)
+        prob = lambda phi: expit(phi / temp)  # noqa: E731
+        queries, query_power = select_queries(prob(obs.ref[:, 0]), obs.keep)
+        details.update(queries=queries, query_power=query_power, signal_temperature=temp)
+        ref_x, ref_z = prob(obs.ref[:, 0][..., queries]).mean(axis=-1), prob(obs.ref_z[:, 0][..., queries]).mean(axis=-1)
+        p_x, p_z = prob(obs.target[0][:, queries]).mean(axis=-1), prob(obs.target_z[0][:, queries]).mean(axis=-1)
         if cfg.a is None:
             a, a_power = fit_a(ref_x, obs.keep)
             details.update(a=a, a_fitted=True, a_power=a_power)

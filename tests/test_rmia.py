@@ -83,6 +83,7 @@ def test_fit_a_prefers_the_slope_that_separates_members():
     ({"gamma": 0.0}, "gamma"), ({"gamma": -1.0}, "gamma"), ({"a": 0.0}, "a"), ({"a": 1.5}, "a"),
     ({"a": -0.2}, "a"), ({"reference_models": 3}, "reference_models"), ({"mode": "both"}, "mode"),
     ({"statistic": "entropy"}, "statistic"), ({"n_population": 0}, "n_population"),
+    ({"signal_temperature": 0.0}, "signal_temperature"),
 ])
 def test_bad_settings_are_one_clear_error(params, field):
     with pytest.raises(ConfigError, match=field):
@@ -111,3 +112,17 @@ def test_score_functions_reject_bad_inputs():
         rmia_scores(np.full(3, 0.5), ref, keep, np.full(2, 0.5), np.full((2, 2), 0.5), a=2)
     with pytest.raises(ConfigError, match="population sample"):
         rmia_scores(np.full(3, 0.5), ref, keep, np.zeros(0), np.zeros((2, 0)))
+
+
+def test_select_queries_drops_a_query_without_signal():
+    from attacks.rmia import select_queries
+
+    rng = np.random.default_rng(1)
+    k, n = 6, 300
+    keep = np.zeros((k, n), dtype=bool)
+    for i in range(n):
+        keep[rng.permutation(k)[: k // 2], i] = True
+    informative = np.clip(0.4 + 0.4 * keep + rng.normal(0, 0.05, (k, n)), 0.01, 0.99)
+    noise = rng.uniform(0.01, 0.99, (k, n, 3))  # shifted queries of a model that never saw shifts
+    queries, power = select_queries(np.concatenate([informative[..., None], noise], axis=2), keep)
+    assert queries == [0] and power["query 0"] > 0.9 > power["all"] and set(power) == {"all", *(f"query {q}" for q in range(4))}
