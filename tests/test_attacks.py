@@ -86,6 +86,7 @@ def test_lira_on_an_encoder_chooses_its_statistic_on_the_references(encoder, dig
     power = result.extras["statistic_power"]
     assert set(power) == {"alignment", "contrastive", "rank", "partcrop", "combined"}
     assert summary["config"]["statistic"] == max(power, key=power.get) and result.counts["n_queries"] == 1
+    assert result.variant == "offline-fixed" and "online-fixed" in result.variants  # encoders: the offline test
     fixed = make_attack("lira", shadow_models=4, queries=1, n_views=4, statistic="alignment").run(encoder)
     assert fixed.config["statistic"] == "alignment" and "statistic_power" not in fixed.extras
 

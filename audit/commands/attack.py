@@ -26,7 +26,8 @@ SHADOW_PARAM = {"lira": "shadow_models", "rmia": "reference_models", "shadow": "
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("attack", help="attack a defense's model: AUC, TPR at low FPR and an epsilon lower bound")
     p.add_argument("--defense", default="nonprivate", help=f"one of: {', '.join(DEFENSES)}")
-    p.add_argument("--attack", default="lira", help=f"one of: {', '.join(ATTACKS)}")
+    p.add_argument("--attack", default="rmia",
+                   help=f"one of: {', '.join(ATTACKS)} (default rmia: the strongest at a small reference budget)")
     add_data_args(p)
     p.add_argument("--target-epsilon", type=number(), default=None,
                    help="privacy budget epsilon (DP defenses)")
