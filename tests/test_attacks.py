@@ -105,6 +105,8 @@ def test_rmia_shares_lira_references_and_keeps_both_modes(encoder, digits):
     assert np.array_equal(np.floor(rmia.scores * 256 + 1e-9), np.round(rmia.variants["online-fraction"] * 256))
 
 
+# slow: three attack classifiers on a shadow encoder (about 25 s); EncoderMI also runs in the slow acceptance table
+@pytest.mark.slow
 def test_encodermi_trains_three_classifiers_on_a_shadow_encoder(encoder, digits):
     executor = PicklingExecutor()
     result = make_attack("encodermi", n_views=4).run(encoder, executor=executor)

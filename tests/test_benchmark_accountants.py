@@ -1,5 +1,6 @@
 """Benchmarks: epsilon of 100,000 DP-SGD steps over the default orders, and one calibration (cold caches)."""
 
+import pytest
 import time
 
 from accountants import calibrate, epsilon
@@ -44,6 +45,8 @@ def _process_seconds(*args: str) -> float:
     return time.perf_counter() - start
 
 
+# slow: times repeated CLI start-ups (about 10 s); run with -m slow --benchmark-only
+@pytest.mark.slow
 def test_benchmark_accountant_cli_startup(benchmark):
     """Whole-process time of ``privaudit epsilon --accountant rdp`` over a bare ``import dp_accounting``, both
     measured in this run (interleaved, best of 3): the CLI's own start-up cost on top of the library it needs."""

@@ -96,6 +96,8 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
     assert message in err
 
 
+# slow: 10^12 steps make two accountants fail by design (about 15 s)
+@pytest.mark.slow
 def test_a_failing_accountant_keeps_the_others(capsys, monkeypatch):
     from accountants.prv import PrvAccountant
 
