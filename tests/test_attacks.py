@@ -176,7 +176,9 @@ def test_attack_cli_json(capsys, tmp_path):
     (["attack", "--attack", "nope"], "attack: unknown value 'nope'"),
     (["attack", "--attack", "loss", "--shadow-models", "4"], "attack 'loss' trains no shadow models"),
     (["attack", "--defense", "supervised", "--target-epsilon", "1"], "defense 'supervised' is not private"),
-    (["attack", "--attack-param", "shadow_models=5"], "shadow_models: must be an even number"),
+    (["attack", "--attack", "lira", "--attack-param", "shadow_models=5"], "shadow_models: must be an even number"),
+    (["attack", "--shadow-models", "5"], "reference_models: must be an even number"),  # the default attack: RMIA
+    (["attack", "--attack-param", "gamma=0"], "gamma: must be > 0"),
 ])
 def test_attack_cli_bad_input(capsys, argv, message):
     code = main(argv)
