@@ -41,8 +41,25 @@ def classical_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
 
 
 def analytic_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
-    """Exact epsilon of the Gaussian mechanism (Balle & Wang 2018, Thm. 8)."""
-    return float(dp_accounting.get_epsilon_gaussian(noise_multiplier, delta))
+    """Exact epsilon of the Gaussian mechanism (Balle & Wang 2018, Thm. 8).
+
+    dp-accounting's ``get_epsilon_gaussian`` (0.6 and later); with an older dp-accounting, the same theorem
+    solved here: the root in eps of :func:`analytic_gaussian_delta` (decreasing in eps) by Brent's method.
+    """
+    library = getattr(dp_accounting, "get_epsilon_gaussian", None)
+    if library is not None:
+        return float(library(noise_multiplier, delta))
+    from scipy.optimize import brentq
+
+    if noise_multiplier == 0 or delta == 0:
+        return math.inf
+    if delta >= 1 or math.isinf(noise_multiplier) or analytic_gaussian_delta(noise_multiplier, 0.0) <= delta:
+        return 0.0
+    hi = 1.0
+    while analytic_gaussian_delta(noise_multiplier, hi) > delta:
+        hi *= 2.0
+    return float(brentq(lambda eps: analytic_gaussian_delta(noise_multiplier, eps) - delta, 0.0, hi,
+                        xtol=1e-12, rtol=1e-12))
 
 
 def analytic_gaussian_delta(noise_multiplier: float, epsilon: float) -> float:

@@ -34,7 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "search each paper's sensitivity claim for a violating neighbouring pair"),
     "suites": ("audit.commands.suites", "list the shipped audit suites (run one by name: privaudit run quickstart)"),
     "audit-model": ("audit.commands.audit_model",
-                    "audit your own PyTorch classifier (factory + weights) by LOSS and LiRA on a membership split"),
+                    "audit your own PyTorch classifier (factory + weights) by LOSS, LiRA and RMIA on a membership "
+                    "split, and its training function by a canary audit"),
     "audit-scores": ("audit.commands.audit_scores",
                      "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
     "audit-step": ("audit.commands.audit_step", "audit one privatised step of a defense on neighbouring batches"),
@@ -60,7 +61,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "alm-curve": ("privaudit alm-curve --dataset digits", "privaudit alm-curve --epsilons 1,8 --draws 5 --json"),
     "sensitivity": ("privaudit sensitivity --all", "privaudit sensitivity --claim dpcl.mean --evaluations 400 --json"),
     "suites": ("privaudit suites", "privaudit suites --json"),
-    "audit-model": ("privaudit audit-model --factory mypkg.models:make_net --weights net.safetensors --dataset digits",
+    "audit-model": ("privaudit audit-model --factory mypkg.models:make_net --weights net.safetensors --dataset imagefolder "
+                    "--data-dir my-images/",
                     "privaudit audit-model --factory mypkg.models:make_net --weights net.pt --train-fn mypkg.train:fit "
                     "--out audit/ --json"),
     "audit-scores": ("privaudit audit-scores --members train_loss.npy --nonmembers test_loss.npy --kind loss --out r/",

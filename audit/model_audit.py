@@ -1,17 +1,25 @@
-"""Audit a user's own PyTorch classifier: LOSS and LiRA on the dataset's membership split.
+"""Audit a user's own PyTorch classifier: LOSS, LiRA and RMIA on the membership split, and a canary audit.
 
 The user gives a factory ``package.module:function`` (it builds the model), the trained weights (a
 state_dict in ``.safetensors``, or ``.pt``/``.pth`` loaded with ``torch.load(weights_only=True)``: no code runs
-on load), and the dataset. The model must have been trained on the **members of privaudit's membership
-split** of that dataset and seed: ``privaudit.load_dataset(name, seed=seed).train`` (the audit pool's
-candidates, each included by a fair coin, and nothing else of the pool). That design is what makes the
-one-run lower bound (Steinke, Nasr & Jagielski 2023) sound; a model trained on any other split gets
-meaningless numbers.
+on load), and the dataset: a built-in name, or ``imagefolder`` with ``data_dir`` a folder in torchvision's
+ImageFolder layout (``DIR/<class>/<image>.png|jpg``). The model must have been trained on the **members of
+privaudit's membership split** of that dataset and seed: ``privaudit.load_dataset(name, seed=seed,
+data_dir=...).train`` (the audit pool's candidates, each included by a fair coin, and nothing else of the
+pool). That design is what makes the one-run lower bound (Steinke, Nasr & Jagielski 2023) sound; a model
+trained on any other split gets meaningless numbers.
 
-Attacks: ``loss`` (Yeom et al. 2018) and ``lira`` (Carlini et al. 2022) with reference models built by the
-same factory and trained by the user's ``train_fn`` (``module:function``, called ``train_fn(model, x, y,
-seed=...)``) or a default SGD loop (:mod:`defenses.user_model`). Factories and training functions are code
-that privaudit imports and runs.
+Attacks on the given weights: ``loss`` (Yeom et al. 2018), ``lira`` (Carlini et al. 2022) and ``rmia``
+(Zarifzadeh et al. 2024, :mod:`attacks.rmia`), the last two with the same reference models (built by the
+same factory, trained by the user's ``train_fn`` (``module:function``, called ``train_fn(model, x, y,
+seed=...)``) or a default SGD loop (:mod:`defenses.user_model`); trained once, shared through the target's
+cache).
+
+``canary`` (needs ``train_fn``: it audits the user's *training function*, not the given weights): the
+black-box one-run audit of :mod:`attacks.canary` (Steinke, Nasr & Jagielski 2023, Alg. 1 with mislabelled
+canaries): m canaries from the shadow split, each inserted into the members by a fair coin, one run of
+``train_fn`` on the result, guesses on the canaries' losses, and the one-run lower bound. Factories and
+training functions are code that privaudit imports and runs.
 """
 
 from __future__ import annotations
@@ -24,7 +32,9 @@ import torch.nn as nn
 
 from core.errors import ConfigError
 
-ATTACKS_RUN = ("loss", "lira")
+ATTACKS_RUN = ("loss", "lira", "rmia", "canary")
+#: Run when the caller names none: every attack on the given weights, and the canary audit with a ``train_fn``.
+DEFAULT_ATTACKS = ("loss", "lira", "rmia")
 
 
 def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
@@ -56,14 +66,17 @@ def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
 
 def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], *, dataset: str = "digits",
                 train_fn: str | None = None, seed: int = 0, data_dir: str | None = None,
-                attacks: Sequence[str] = ATTACKS_RUN, reference_models: int = 8, epochs: int = 20,
+                attacks: Sequence[str] | None = None, reference_models: int = 8, canaries: int | None = None,
+                epochs: int = 20,
                 batch_size: int = 64, lr: float = 0.05, delta: float | None = None,
                 out: str | Path | None = None, progress: bool = False) -> dict[str, Any]:
-    """Audit the classifier ``factory()`` with ``weights`` by LOSS and LiRA; one summary per attack.
+    """Audit the classifier ``factory()`` with ``weights`` (LOSS, LiRA, RMIA) and ``train_fn`` (canary).
 
     Each summary is the attack's report object (``auc``, ``tpr_at_fpr``, ``eps_lower_bound``,
     ``eps_lb_method``, ``n_members``, ``n_nonmembers``, ...). ``factory`` and ``train_fn`` are
-    ``module:function`` strings (importable in worker processes). ``reference_models``: LiRA's (even, >= 4).
+    ``module:function`` strings (importable in worker processes). ``attacks``: from :data:`ATTACKS_RUN`
+    (None: loss, lira, rmia, and canary when ``train_fn`` is given). ``reference_models``: LiRA's and
+    RMIA's (even, >= 4; shared). ``canaries``: the canary audit's m (None: min(200, the shadow split's size)).
     ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with ``train_fn``). ``delta``: of the
     lower bound (default: 1 / (n ln n) for the n members). ``out``: write each attack's ``scores.npz`` and
     ``result.json`` in ``out/<attack>/`` and ``out/audit.json``.
@@ -73,9 +86,16 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     from defenses.base import Budget, default_delta
     from defenses.user_model import UserModel, build, wrap
 
+    if attacks is None:
+        attacks = DEFAULT_ATTACKS + (("canary",) if train_fn else ())
     unknown = [a for a in attacks if a not in ATTACKS_RUN]
     if unknown or not attacks:
         raise ConfigError(f"attacks: unknown {unknown or 'empty list'}; accepted: {', '.join(ATTACKS_RUN)}")
+    if "canary" in attacks and not train_fn:
+        raise ConfigError("attacks: canary audits the user's training function; pass --train-fn MODULE:FUNCTION "
+                          "(train_fn=...)")
+    if canaries is not None and canaries < 1:
+        raise ConfigError(f"canaries: must be >= 1, got {canaries!r}")
     params = {"factory": factory, "train_fn": train_fn or "", "epochs": epochs, "batch_size": batch_size, "lr": lr}
     UserModel(params)  # validates the settings up front
     state = load_state_dict(weights) if isinstance(weights, (str, Path)) else dict(weights)
@@ -99,12 +119,23 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     results: dict[str, Any] = {}
     for name in attacks:
         attack_params: dict[str, Any] = {"delta": delta}
+        # LiRA and RMIA share their references (one cache key): one query, and RMIA's population samples z
+        # capped by the shadow split (a user's small image folder may hold fewer than the default 256).
+        shared = {"queries": 1, "n_population": min(256, len(data.shadow))}
         if name == "lira":
-            attack_params.update(shadow_models=reference_models, queries=1)
+            attack_params.update(shadow_models=reference_models, **shared)
+        elif name == "rmia":
+            attack_params.update(reference_models=reference_models, **shared)
+        elif name == "canary":
+            attack_params.update(mode="one-run", kind="mislabel",
+                                 canaries=canaries if canaries is not None else min(200, len(data.shadow)))
         result = make_attack(name, attack_params).run(target, progress=progress)
         if out is not None:
             result.save(Path(out) / name)
         results[name] = result.summary()
+        if name == "canary":
+            results[name]["audited"] = ("train_fn, run once on the members plus the canaries each inserted by a "
+                                        "fair coin (not the given weights)")
     if out is not None:
         from core.io import atomic_write_json
 

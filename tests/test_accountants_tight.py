@@ -27,7 +27,9 @@ def test_pld_and_prv_are_their_libraries():
     event = dpsgd(1.1, 0.01, 500)
     lib = PLDAccountant(value_discretization_interval=1e-4)
     lib.compose(event)
-    assert epsilon(claim(event), "pld").epsilon == pytest.approx(lib.get_epsilon(1e-5), rel=1e-12)
+    # Same PLD up to rounding: equal to 1e-12 with dp-accounting 0.6, 2e-12 apart with 0.4.4 (the floor), whose
+    # accountant composes the same PLD along another path.
+    assert epsilon(claim(event), "pld").epsilon == pytest.approx(lib.get_epsilon(1e-5), rel=1e-10)
     opacus = PRVAccountant()
     opacus.history = [(1.1, 0.01, 500)]
     assert epsilon(claim(event), "prv").epsilon == pytest.approx(opacus.get_epsilon(1e-5), rel=1e-12)

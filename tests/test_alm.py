@@ -50,6 +50,20 @@ def test_analytic_gaussian_matches_dp_accounting_pld():
     assert analytic_gaussian_epsilon(z, 1e-5) == pytest.approx(2.0, rel=1e-6)
 
 
+def test_analytic_gaussian_without_the_library_function_solves_the_same_theorem(monkeypatch):
+    """dp-accounting < 0.6 has no get_epsilon_gaussian: the root of Balle & Wang's delta(eps) replaces it."""
+    import dp_accounting
+
+    library = getattr(dp_accounting, "get_epsilon_gaussian", None)
+    monkeypatch.delattr(dp_accounting, "get_epsilon_gaussian", raising=False)
+    for z, delta in [(0.3, 1e-3), (1.0, 1e-5), (5.0, 1e-9), (50.0, 1e-5)]:
+        eps = analytic_gaussian_epsilon(z, delta)
+        assert analytic_gaussian_delta(z, eps) == pytest.approx(delta, rel=1e-6)
+        if library is not None:
+            assert eps == pytest.approx(library(z, delta), rel=1e-8, abs=1e-10)
+    assert analytic_gaussian_epsilon(1e9, 1e-5) == 0.0 and analytic_gaussian_epsilon(0.0, 1e-5) == math.inf
+
+
 def test_classical_gaussian_is_flagged_outside_its_proof():
     assert classical_gaussian_noise_multiplier(0.5, 1e-5) == pytest.approx(math.sqrt(2 * math.log(1.25e5)) / 0.5)
     assert calibrate_noise("gaussian", 0.5, l1=1, l2=1, delta=1e-5, gaussian="classical").valid

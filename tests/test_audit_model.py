@@ -10,6 +10,7 @@ import torch
 from audit.cli import main
 from audit.model_audit import audit_model
 from core.datasets import load_dataset
+from core.errors import ConfigError
 from core.io import atomic_save_tensors
 
 import user_classifier
@@ -33,14 +34,29 @@ def test_audits_a_user_model_end_to_end(weights, tmp_path):
     out = tmp_path / "audit"
     results = audit_model("user_classifier:make_net", weights / "net.safetensors", dataset="digits",
                           train_fn="user_classifier:train", reference_models=4, out=out)
-    assert set(results) == {"loss", "lira"}
+    assert set(results) == {"loss", "lira", "rmia", "canary"}  # the default with a training function
     for name, s in results.items():
         assert 0.5 < s["auc"] <= 1.0, (name, s["auc"])   # an overfit MLP leaks membership
         assert s["eps_lower_bound"] is not None and s["eps_lower_bound"] >= 0
         assert "one-run" in s["eps_lb_method"]
     assert results["lira"]["counts"]["n_reference_models"] == 4
+    assert results["rmia"]["counts"]["n_reference_models"] == 4
     assert results["lira"]["eps_lower_bound"] > 0  # measured 0.66 (LiRA AUC 0.62, LOSS AUC 0.55) on digits, seed 0
-    assert (out / "lira" / "scores.npz").is_file() and json.loads((out / "audit.json").read_text())["attacks"]
+    # RMIA ranks the same target by the same 4 references (shared); its AUC lies near LiRA's.
+    assert abs(results["rmia"]["auc"] - results["lira"]["auc"]) < 0.1
+    # Canary audit of the training function: 200 mislabelled canaries, each inserted by a fair coin, one run.
+    canary = results["canary"]
+    assert canary["counts"]["n_canaries"] == 200 and canary["counts"]["n_training_runs"] == 1
+    assert canary["n_members"] + canary["n_nonmembers"] == 200 and 70 < canary["n_members"] < 130
+    assert canary["auc"] > 0.9 and canary["eps_lower_bound"] > 1.0  # memorised mislabelled canaries
+    assert "not the given weights" in canary["audited"]
+    assert (out / "lira" / "scores.npz").is_file() and (out / "canary" / "scores.npz").is_file()
+    assert set(json.loads((out / "audit.json").read_text())["attacks"]) == set(results)
+
+
+def test_the_canary_audit_needs_a_training_function(weights):
+    with pytest.raises(ConfigError, match="canary audits the user's training function; pass --train-fn"):
+        audit_model("user_classifier:make_net", weights / "net.pt", attacks=["canary"])
 
 
 def test_cli_with_pt_weights_and_the_default_sgd_loop(weights, capsys):

@@ -63,3 +63,19 @@ def test_the_wheel_carries_the_suites_license_and_front_door(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {f"audit/suites/{p.name}" for p in (ROOT / "suites").glob("*.toml")} <= names
     assert "privaudit/__init__.py" in names and any(n.endswith("licenses/LICENSE") for n in names)
+
+
+def test_the_floor_script_installs_every_declared_floor():
+    """scripts/floor_test.sh pins each runtime dependency at its declared floor (the combination tested)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floors = {m.group(1).lower(): m.group(2) for d in project["dependencies"] if ";" not in d
+              for m in [re.fullmatch(r"([A-Za-z0-9_-]+)>=([0-9.]+)", d)] if m}
+    script = (ROOT / "scripts" / "floor_test.sh").read_text()
+    pinned = dict(re.findall(r"([A-Za-z0-9_-]+)==([0-9.]+)", script.split("FLOORS=(", 1)[1].split(")", 1)[0]))
+
+    def padded(version: str) -> tuple[int, ...]:
+        parts = tuple(int(p) for p in version.split("."))
+        return parts + (0,) * (3 - len(parts))
+
+    assert set(pinned) == set(floors) and len(floors) == 10
+    assert {name: padded(v) for name, v in pinned.items()} == {name: padded(v) for name, v in floors.items()}

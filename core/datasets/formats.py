@@ -7,6 +7,9 @@
   unpickler that only reconstructs dicts, lists, bytes, strings, numbers and numpy arrays, so a
   malicious file cannot execute code.
 * STL-10: the binary version under ``<root>/stl10_binary`` (column-major uint8 images, 1-based labels).
+* ImageFolder: torchvision's generic layout ``<root>/<class name>/**/<image>.png|jpg|...``, one folder per
+  class, classes numbered in sorted order of their folder names (``torchvision.datasets.ImageFolder``),
+  decoded with Pillow.
 
 torchvision's own dataset classes also verify MD5 sums of the full files, which rejects the small
 files tests write in these formats; these readers check structure (magic numbers, shapes, keys)
@@ -109,3 +112,63 @@ def read_stl10(image_path: Path, label_path: Path | None) -> tuple[np.ndarray, n
         if labels.shape[0] != images.shape[0]:
             raise ConfigError(f"{label_path}: {labels.shape[0]} labels for {images.shape[0]} images")
     return np.ascontiguousarray(images), labels
+
+
+#: The file endings torchvision's ImageFolder accepts (``torchvision.datasets.folder.IMG_EXTENSIONS``).
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+_GREY_MODES = ("1", "L", "I", "I;16", "F")
+
+
+def image_folder_classes(root: Path) -> list[str]:
+    """The class folders of an ImageFolder root, sorted (torchvision's ``find_classes``; hidden folders,
+    such as ``.ipynb_checkpoints``, are skipped)."""
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def image_folder_files(root: Path) -> tuple[list[Path], np.ndarray, list[str]]:
+    """Every image file under ``root/<class>/`` (recursively, sorted) with its class index, and the classes."""
+    classes = image_folder_classes(root)
+    if len(classes) < 2:
+        raise ConfigError(f"{root}: an ImageFolder needs at least 2 class folders (root/<class>/<image>), "
+                          f"found {len(classes)}")
+    files: list[Path] = []
+    labels: list[int] = []
+    for label, name in enumerate(classes):
+        found = sorted(p for p in (root / name).rglob("*") if p.is_file() and p.name.lower().endswith(IMG_EXTENSIONS))
+        if not found:
+            raise ConfigError(f"{root / name}: class folder without images ({', '.join(IMG_EXTENSIONS)})")
+        files += found
+        labels += [label] * len(found)
+    return files, np.asarray(labels, dtype=np.int64), classes
+
+
+def read_image_folder(root: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """Decode an ImageFolder (see :func:`image_folder_files`) into uint8 images (N, C, S, S), labels, classes.
+
+    Every image must be square and of one size (privaudit does not resize: a transform the user did not ask
+    for would change what the model saw). Grey if every image is single-channel, else RGB (C = 3).
+    """
+    try:
+        from PIL import Image, UnidentifiedImageError
+    except ImportError:  # pragma: no cover - Pillow comes with matplotlib
+        raise ConfigError("reading an ImageFolder needs Pillow: pip install pillow") from None
+    files, labels, classes = image_folder_files(root)
+    decoded = []
+    for path in files:
+        try:
+            with Image.open(path) as img:
+                img.load()
+                decoded.append(img.copy())
+        except (OSError, UnidentifiedImageError) as exc:
+            raise ConfigError(f"{path}: not a readable image ({exc})") from None
+    size = decoded[0].size
+    for path, img in zip(files, decoded):
+        if img.size != size or size[0] != size[1]:
+            raise ConfigError(f"{path}: {img.size[0]}x{img.size[1]} pixels; every image must be square and of "
+                              f"the size of {files[0].name} ({size[0]}x{size[1]})")
+    grey = all(img.mode in _GREY_MODES for img in decoded)
+    images = np.stack([np.asarray(img.convert("L" if grey else "RGB"), dtype=np.uint8) for img in decoded])
+    images = images[:, None] if grey else images.transpose(0, 3, 1, 2)
+    return np.ascontiguousarray(images), labels, classes

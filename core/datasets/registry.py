@@ -12,6 +12,10 @@ Where the files are looked for, first match wins (:func:`locate`):
 2. the system folders a distribution package installs (Debian's ``dataset-fashion-mnist`` puts the four
    gzipped IDX files in ``/usr/share/datasets/fashion-mnist``), so ``apt-get install
    dataset-fashion-mnist`` is all Fashion-MNIST needs.
+
+``imagefolder`` is the user's own images in torchvision's ImageFolder layout, the data root itself being
+the ImageFolder root (``DIR/<class name>/<image>.png|jpg``; :func:`core.datasets.formats.read_image_folder`):
+its shape and classes come from the files, and it has no official test split.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class DatasetSpec:
     flat: tuple[str, ...] = ()  # other folders under the data root holding the files ("" = the root itself)
     system: tuple[str, ...] = ()  # absolute folders a distribution package installs them into
     package: str | None = None  # that package (named in the error when the dataset is missing)
+    present: Callable[[Path], bool] | None = None  # whether a folder holds the dataset (instead of ``expected``)
+    layout: str | None = None  # the layout expected under the data root, for the error (instead of ``expected``)
 
 
 def _load_digits(_: Path | None) -> RawDataset:
@@ -131,6 +137,15 @@ def _load_stl10(directory: Path | None) -> RawDataset:
     return RawDataset(DATASETS["stl10"].info, images, labels, is_test)
 
 
+def _load_image_folder(directory: Path | None) -> RawDataset:
+    assert directory is not None
+    images, labels, classes = formats.read_image_folder(directory)
+    channels, size = images.shape[1], images.shape[2]
+    info = DatasetInfo("imagefolder", channels, size, len(classes), "grey" if channels == 1 else "rgb",
+                       f"ImageFolder {directory}: {len(labels)} images {size}x{size}, classes {', '.join(classes)}")
+    return RawDataset(info, images, labels, np.zeros(len(labels), dtype=bool))
+
+
 _CIFAR10_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
 
 DATASETS: dict[str, DatasetSpec] = {
@@ -160,6 +175,11 @@ DATASETS: dict[str, DatasetSpec] = {
         DatasetInfo("stl10", 3, 96, 10, "rgb", "STL-10 labelled train/test, 96x96 colour"),
         "stl10_binary", ("train_X.bin", "train_y.bin", "test_X.bin", "test_y.bin"),
         _load_stl10),
+    "imagefolder": DatasetSpec(
+        DatasetInfo("imagefolder", 3, 0, 0, "rgb", "your own images in torchvision's ImageFolder layout "
+                    "(--data-dir DIR: DIR/<class>/<image>.png|jpg; shape and classes read from the files)"),
+        "", (), _load_image_folder, present=lambda d: len(formats.image_folder_classes(d)) >= 2,
+        layout="<class name>/<image>.png|jpg (torchvision's ImageFolder, at least 2 class folders)"),
 }
 
 
@@ -187,7 +207,10 @@ def locate(name: str, data_dir: str | os.PathLike[str] | None) -> Path | None:
     """The first folder holding every expected file of ``name`` (None: embedded or not found)."""
     spec = get_spec(name)
     for directory in candidate_dirs(name, data_dir):
-        if all(formats.find_file(directory, f) is not None for f in spec.expected):
+        if spec.present is not None:
+            if spec.present(directory):
+                return directory
+        elif all(formats.find_file(directory, f) is not None for f in spec.expected):
             return directory
     return None
 
@@ -195,6 +218,8 @@ def locate(name: str, data_dir: str | os.PathLike[str] | None) -> Path | None:
 def install_hint(name: str) -> str:
     """How to make dataset ``name`` available: the package to install and/or the flag."""
     spec = get_spec(name)
+    if spec.layout is not None:
+        return f"pass --data-dir DIR or set {DATA_DIR_ENV}=DIR with DIR/{spec.layout}"
     flag = (f"pass --data-dir DIR or set {DATA_DIR_ENV}=DIR (DIR/{spec.subdir}/ with "
             f"{', '.join(f + '[.gz]' if 'idx' in f else f for f in spec.expected)}; privaudit never downloads)")
     if spec.package:
@@ -212,6 +237,8 @@ def missing_files(name: str, data_dir: str | os.PathLike[str] | None) -> list[st
     if spec.subdir is None or locate(name, data_dir) is not None:
         return []
     root = resolve_data_dir(data_dir)
+    if spec.layout is not None:
+        return [f"{root if root is not None else '<data-dir>'}/{spec.layout}"]
     if root is None:
         return [f"<data-dir>/{spec.subdir}/{f}" for f in spec.expected]
     directory = root / spec.subdir
@@ -235,6 +262,8 @@ def load_raw(name: str, data_dir: str | os.PathLike[str] | None = None) -> RawDa
     root = resolve_data_dir(data_dir)
     if root is None:
         raise ConfigError(f"dataset {name!r} needs a data directory: {install_hint(name)}")
+    if spec.layout is not None:
+        raise ConfigError(f"dataset {name!r}: {root} is not an ImageFolder; {install_hint(name)}")
     directory = root / spec.subdir
     absent = [f for f in spec.expected if formats.find_file(directory, f) is None]
     raise ConfigError(f"dataset {name!r}: {directory} is missing {', '.join(absent)}; {install_hint(name)}")
