@@ -143,3 +143,165 @@ def image_seeds(target: Target, gen: torch.Generator, images: int = 3) -> list[P
     white = {**black, "x": torch.ones_like(black["x"])}
     out.append(Pair(cat_rows(*[black] * n), white, 0, _seed(gen)))
     return out
+
+
+# -- constructed parameters for clipped gradient sums ------------------------------------------------
+def _last_linear(module: torch.nn.Module) -> tuple[str, torch.nn.Linear]:
+    name, last = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)][-1]
+    return name, last
+
+
+@torch.no_grad()
+def last_layer_inputs(target: Target, rows: Any, randomness: int, params: Any = None) -> torch.Tensor:
+    """The inputs q (R, H) of the model's last linear layer for every row the step embeds.
+
+    Recorded by a forward hook while ``target`` evaluates ``rows``; only the step's plain embedding
+    calls count (calls inside the per-unit engine's ``vmap`` carry functorch-wrapped tensors and are
+    skipped), so the rows are those of the step's sources, in their order.
+    """
+    _, last = _last_linear(target.module)
+    seen: list[torch.Tensor] = []
+
+    def hook(mod: Any, inp: Any, out: Any) -> None:
+        q = inp[0]
+        if not torch._C._functorch.is_functorch_wrapped_tensor(q):
+            seen.append(q.detach().double().clone())
+
+    handle = last.register_forward_hook(hook)
+    try:
+        target.call(target.domain.batch(rows), randomness, params)
+    finally:
+        handle.remove()
+    return torch.cat(seen) if seen else torch.zeros(0, last.in_features, dtype=torch.float64)
+
+
+def label_head(target: Target, q: torch.Tensor, labels: torch.Tensor, scale: float, tangent: float,
+               params: Any = None) -> dict[str, torch.Tensor]:
+    """Parameters equal to the model's (or ``params``) except a last layer mapping row r to a u + l_r t v.
+
+    With u, v the first two output axes, the layer's v-row is the least-squares (minimum-norm)
+    solution of <w, q_r> + beta = l_r over the given rows (exact when the rows' q are independent,
+    i.e. fewer rows than the layer's width), its u-row is the constant ``scale``. After the
+    L2 normalisation a row labelled 0 sits exactly at u, a row labelled l at angle atan(l t / a)
+    towards v. Norms of the unit gradients scale as 1 / ``scale`` (the Jacobian of the normalisation),
+    so a small ``scale`` saturates the clipping. Any parameter value is admissible for the claims.
+    """
+    name, last = _last_linear(target.module)
+    base = params if params is not None else target.parameters()
+    a = torch.cat([q, torch.ones(len(q), 1, dtype=q.dtype)], dim=1)
+    sol = torch.linalg.lstsq(a, labels.double()[:, None], driver="gelsd").solution[:, 0]
+    weight = torch.zeros_like(last.weight, dtype=torch.float64)
+    bias = torch.zeros_like(last.bias, dtype=torch.float64)
+    weight[1] = sol[:-1] * scale * tangent
+    bias[1] = sol[-1] * scale * tangent
+    bias[0] = scale
+    out = {k: v.detach().clone() for k, v in base.items()}
+    out[f"{name}.weight"] = weight.to(last.weight.dtype)
+    out[f"{name}.bias"] = bias.to(last.bias.dtype)
+    return out
+
+
+def _row_labels(q_rows: int, n_units: int, per_unit: torch.Tensor) -> torch.Tensor:
+    """Labels of the step's rows from one label per example (rows are blocks of the batch, in order)."""
+    if n_units == 0 or q_rows % n_units:
+        raise ValueError(f"{q_rows} embedded rows are not blocks of {n_units} examples")
+    return per_unit.double().repeat(q_rows // n_units)
+
+
+# (scale a, tan of the marked rows' angle): saturated clipping at a small scale, several angles
+HEAD_SHAPES = ((1e-3, 1.0), (1e-4, 3.0), (1e-2, 0.3))
+
+
+def flip_seeds(target: Target, gen: torch.Generator, images: int = 2) -> list[Pair]:
+    """Replace-one pairs with constructed parameters that turn every clipped unit gradient around.
+
+    Derivation (SimCLR / NT-Xent on the 2|B| views, DPCL Sec. 3.2.2, clipped per view). Put every
+    view of the |B| - 1 unchanged examples at one point u of the sphere and the replaced example's
+    two views at angle +theta towards v in D, at -theta in D' (:func:`label_head` on the rows'
+    last-layer inputs). View r's cotangent is c_r = dL/dz_r = (1/2|B|tau) [sum_b p_rb z_b +
+    sum_a p_ar z_a - (positive terms)]; every other view and the positives sit at u, so after the
+    normalisation's Jacobian (I - u u^T)/a only the replaced views' v-components survive:
+    c_r^tan = +-(sin theta / (2|B| tau)) (p_rk + p_rk' + p_kr + p_k'r) v / a -- the same in D and D'
+    up to the sign (the logits cos theta / tau are equal on both sides, so are the p's). Every unit
+    gradient g_r = J_r^T c_r is therefore exactly negated, and, clipped (||g_r|| ~ 1/a > C),
+    changes by 2C along J_r^T v; the J_r^T v of the unchanged views are close to parallel (their
+    last-layer inputs are ReLU features of copies of one image), so ||Delta|| approaches
+    2 (2|B| - 2) C, against the paper's 4C and the sound 4|B|C. The noise of the similarity matrix
+    (shared by D and D') keeps the symmetry as long as the p's do not underflow, hence the growth
+    table's small noise multiplier.
+    """
+    dom = target.domain
+    if target.module is None or not isinstance(dom, ImageDomain) or target.relation != "replace-one" \
+            or target.fixed_base is not None or target.units < 2:
+        return []
+    n, out = target.units, []
+    for i in range(images):
+        x = {"x": dom.pool_x[i:i + 1].clone()} if i == 0 else dom.draw(1, gen, "data")
+        base = cat_rows({"x": 1.0 - x["x"]}, *[x] * (n - 1))
+        new = dom.draw(1, gen, "data")
+        seed = _seed(gen)
+        pair = Pair(base, new, 0, seed)
+        a_rows, b_rows = pair.neighbours(target.relation, dom.unit_size)
+        qa, qb = last_layer_inputs(target, a_rows, seed), last_layer_inputs(target, b_rows, seed)
+        marked = torch.zeros(n)
+        marked[0] = 1.0
+        la, lb = _row_labels(len(qa), n, marked), -_row_labels(len(qb), n, marked)
+        keep = lb != 0
+        q, labels = torch.cat([qa, qb[keep]]), torch.cat([la, lb[keep]])
+        for scale, tangent in HEAD_SHAPES:
+            out.append(Pair(base, new, 0, seed, label_head(target, q, labels, scale, tangent)))
+    return out
+
+
+def chunk_seeds(target: Target, gen: torch.Generator, tries: int = 64) -> list[Pair]:
+    """Add-remove pairs with constructed parameters for DP-GCL's chunked grouping (Algorithm 1 line 5).
+
+    Derivation. Groups are consecutive chunks of S in the order of one uniform key per batch
+    position (position-stable, :class:`defenses.dp.randomness.StepRandomness`). Among the shared
+    seeds tried, take the one whose added example gets the smallest key, so it enters D' first and
+    shifts every example one place. Give the examples two types by their rank in D, alternating
+    per chunk: ranks 0..S-1 type P, S..2S-1 type Q, ... -- every group of D is homogeneous, every
+    group of D' after the first holds one example of the previous type and S - 1 of the next:
+    mixed. With the constructed parameters (:func:`label_head`) P rows sit exactly at u and Q rows
+    at angle theta: a homogeneous group's embeddings are all equal, so its loss gradient has no
+    tangent component and its unit gradient is 0; every mixed group has the same embeddings, so its
+    clipped gradient is C along nearly the same direction. ||Delta|| approaches (K - 1) C for
+    K = ceil(|B| / S) groups, against the paper's 2C: a ratio of (K - 1) / 2, growing with |B|.
+    """
+    from defenses.dp.randomness import StepRandomness
+
+    dom, n = target.domain, target.units
+    s = int(target.params.get("S", 0) or 0)
+    if target.module is None or not isinstance(dom, ImageDomain) or target.relation != "add-remove" \
+            or n < 2 or s < 1:
+        return []
+    best = None
+    for _ in range(tries):
+        seed = _seed(gen)
+        keys = StepRandomness(seed).uniform(n + 1, "groups")
+        rank_new = int((keys[:n] < keys[n]).sum())
+        if best is None or rank_new < best[0]:
+            best = (rank_new, seed, keys[:n])
+        if rank_new == 0:
+            break
+    _, seed, keys = best
+    rank = torch.empty(n, dtype=torch.long)
+    rank[torch.argsort(keys)] = torch.arange(n)
+    types = ((rank // s) % 2).double()  # 0: P, 1: Q
+    x = {"x": dom.pool_x[:1].clone()}
+    y = {"x": 1.0 - x["x"]}
+    base = cat_rows(*[y if t else x for t in types.tolist()])
+    out = []
+    for new in (x, y):
+        pair = Pair(base, new, 0, seed)
+        _, b_rows = pair.neighbours(target.relation, dom.unit_size)
+        q = last_layer_inputs(target, b_rows, seed)
+        labels = _row_labels(len(q), n + 1, torch.cat([types, types[:1] * 0 + (new is y)]))
+        for scale, tangent in HEAD_SHAPES:
+            out.append(Pair(base, new, 0, seed, label_head(target, q, labels, scale, tangent)))
+    return out
+
+
+def gradient_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
+    """:func:`image_seeds` plus the constructed-parameter pairs that apply to the target's relation."""
+    return image_seeds(target, gen) + flip_seeds(target, gen) + chunk_seeds(target, gen)

@@ -177,11 +177,12 @@ class Context:
 
     def quantities(self, defense: str, overrides: Mapping[str, Any], model: str = "init",
                    state: Mapping[str, torch.Tensor] | None = None, noise_multiplier: float | None = None
-                   ) -> tuple[list[PrivatizedQuantity], dict[str, torch.Tensor] | None]:
+                   ) -> tuple[list[PrivatizedQuantity], dict[str, torch.Tensor] | None, torch.nn.Module | None]:
         """``privatized_quantities`` of ``defense`` built with ``overrides`` at a model state (cached).
 
-        Returns the quantities and the state dict of the model they were built with (None when the
-        defense builds its own model internally). ``state`` loads given parameters (a witness's).
+        Returns the quantities, the state dict of the model they were built with and that model
+        (None, None when the defense builds its own model internally). ``state`` loads given
+        parameters (a witness's).
         """
         key = (defense, tuple(sorted((k, repr(v)) for k, v in overrides.items())), model,
                None if state is None else id(state), noise_multiplier)
@@ -208,7 +209,7 @@ class Context:
                 raise ConfigError(f"model: defense {defense!r} builds its own model; only 'init' applies")
             qs = list(method(self.data, **kwargs))
             saved = None if net is None else {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
-            self._quantities[key] = (qs, saved)
+            self._quantities[key] = (qs, saved, net)
         return self._quantities[key]
 
     def _model(self, defense: Any, kind: str, state: Mapping[str, torch.Tensor] | None) -> torch.nn.Module:
@@ -271,6 +272,7 @@ class ClaimSpec:
     notes: tuple[str, ...] = ()
     reference: bool = False
     growth: tuple[str, ...] = ()
+    seeds: Callable[[Target, torch.Generator], list] | None = None
 
     @property
     def supremum(self) -> tuple[Callable[[Params], float], str] | None:
@@ -288,16 +290,16 @@ class ClaimSpec:
         return self.builder(self, setting, ctx, state)
 
     def quantity(self, setting: Setting, ctx: Context, state: Mapping[str, torch.Tensor] | None = None
-                 ) -> tuple[PrivatizedQuantity, dict[str, torch.Tensor] | None]:
-        """The defense's privatized quantity for this claim at ``setting``, with its model's state."""
+                 ) -> tuple[PrivatizedQuantity, dict[str, torch.Tensor] | None, torch.nn.Module | None]:
+        """The defense's privatized quantity for this claim at ``setting``, with its model's state and model."""
         overrides = {**self.base_overrides, **setting.overrides}
         z = overrides.pop(NOISE_MULTIPLIER, None)
-        qs, saved = ctx.quantities(self.defense, overrides, setting.model, state, z)
+        qs, saved, net = ctx.quantities(self.defense, overrides, setting.model, state, z)
         found = [q for q in qs if q.claim_id == self.key and getattr(q, "variant", "") == self.variant]
         if len(found) != 1:
             raise ConfigError(f"claim {self.id}: defense {self.defense!r} exposes {len(found)} quantities with this "
                               "claim id and variant (expected 1)")
-        return found[0], saved
+        return found[0], saved, net
 
 
 # -- builders ----------------------------------------------------------------------------------------
@@ -329,21 +331,22 @@ def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, An
     """Builder for quantities of a batch of images (the DP training defenses)."""
 
     def build(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
-        q, saved = spec.quantity(setting, ctx, state)
+        q, saved, net = spec.quantity(setting, ctx, state)
         params = param_fn(setting, q)
         data = ctx.data
         domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes)
-        from audit.sensitivity.extremal import image_seeds
+        from audit.sensitivity.extremal import gradient_seeds
 
         return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
-                      setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved, seeds=image_seeds)
+                      setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved,
+                      seeds=spec.seeds or gradient_seeds, module=net)
 
     return build
 
 
 def alm_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
     """ALM: replace one record of the fine-tuning set (the members) by any labelled image."""
-    q, _ = spec.quantity(setting, ctx, state)
+    q, _, _ = spec.quantity(setting, ctx, state)
     data = ctx.data
     params = {k: v for k, v in q.params.items()}
     pool_x = torch.cat([data.train.x, data.public.x, data.test.x])
@@ -362,7 +365,7 @@ def fedemb_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any =
     change that altered that count would re-draw every other client's head from the shared seed --
     a change of coupling, not of data, which no proof (nor DP) cares about.
     """
-    q, _ = spec.quantity(setting, ctx, state)
+    q, _, _ = spec.quantity(setting, ctx, state)
     data = ctx.data
     per_user = int(setting.overrides.get("examples_per_user", 2))
     per_client = int(setting.overrides.get("users_per_client", 1))
@@ -417,10 +420,16 @@ GROWTH_TEMPERATURES = (0.1, 0.5, 1.0)
 # SATURATED_CLIP: a clip norm far below the gradients' scale, so every unit is clipped ("all
 # clipped"): each clipped unit is C times a unit vector and observed / C is scale-free. There the
 # changed example turning every unit's direction shows as a ratio growing with |B| (Barlow Twins:
-# the batch statistics couple all units; chunked grouping: every later group shifts). SimCLR's
-# ratios are larger at the default clip (half clipped), so its table uses that one.
+# the batch statistics couple all units; chunked grouping: every later group shifts). SimCLR keeps
+# the default clip: the constructed parameters (extremal.flip_seeds) saturate it themselves.
+# SIMCLR_NOISE: the noise multiplier of the similarity matrix released before the gradient (the
+# claim holds, or not, at every multiplier; a small one is a large epsilon). At the default 1 the
+# noise (std 4 sqrt(2|B| - 1) x 1.4, ~45 at |B| = 32) swamps the logits, every softmax row is
+# one-hot on its largest noise entry, and one example reaches only the rows it wins; at 0.01 every
+# view sees every other, the regime of the sound 4|B|C.
 SATURATED_CLIP = 1e-5
-_GROWTH = tuple(T(b) for b in GROWTH_BATCHES)
+SIMCLR_NOISE = 0.01
+_GROWTH = tuple(T(b, noise_multiplier=SIMCLR_NOISE) for b in GROWTH_BATCHES)
 _SATURATED_GROWTH = tuple(T(b, clip=SATURATED_CLIP) for b in GROWTH_BATCHES)
 _CHUNK_GROWTH = tuple(T(b, group_size=2, batch_size=b, clip=SATURATED_CLIP) for b in GROWTH_BATCHES)
 _LOGIT_GROWTH = tuple(T(1, temperature=t) for t in GROWTH_TEMPERATURES)
