@@ -302,6 +302,87 @@ def chunk_seeds(target: Target, gen: torch.Generator, tries: int = 64) -> list[P
     return out
 
 
+@torch.no_grad()
+def _layer_inputs(target: Target, layer: torch.nn.Module, rows: Any, randomness: int) -> torch.Tensor:
+    """Inputs of ``layer`` for the step's plain embedding calls (see :func:`last_layer_inputs`)."""
+    seen: list[torch.Tensor] = []
+
+    def hook(mod: Any, inp: Any, out: Any) -> None:
+        if not torch._C._functorch.is_functorch_wrapped_tensor(inp[0]):
+            seen.append(inp[0].detach().double().clone())
+
+    handle = layer.register_forward_hook(hook)
+    try:
+        target.call(target.domain.batch(rows), randomness)
+    finally:
+        handle.remove()
+    return torch.cat(seen)
+
+
+# (delta, epsilon, epsilon''): the small angles of :func:`logit_seeds`
+LOGIT_ANGLES = ((0.1, 0.1, 0.1), (0.3, 0.3, 0.3), (0.03, 0.03, 0.03))
+
+
+def logit_seeds(target: Target, gen: torch.Generator, scale: float = 1e-3, height: float = 10.0) -> list[Pair]:
+    """Add-remove pairs n = 1 -> 2 with constructed parameters for Logit-DP's pair sums (Lemma 4.5).
+
+    Derivation. With one pair (x1, y1), the InfoNCE loss is 0 and every tau_ij = dL/dZ_ij vanishes,
+    so Delta = ||sum_ij tau_ij Clip_B(grad Z_ij)|| over the 2 x 2 logits of D'. Row i has
+    tau_ii = p_ii - 1 and tau_ij = p_ij = 1 - p_ii. The projection head Linear-ReLU-Linear is set so
+    that the four rows' hidden features are orthogonal (unit k active, at ``height``, only on row k:
+    a least-squares hyperplane through the rows' representations) and the last layer puts row k at
+    angle phi_k of the (u, v) plane at radius ``scale``: x1 at 0, y2 at delta, y1 at pi + epsilon,
+    x2 at pi + delta - epsilon''. Then grad_W Z_ij = s_ij (t_xi (x) e_xi - t_yj (x) e_yj) / scale
+    with s_ij = sin(phi_yj - phi_xi) (the other layers get nothing: the head's columns are
+    parallel to the rows' embeddings, orthogonal to the tangents t). The signs make every c_ij =
+    tau_ij sgn(s_ij) equal to 1 - p (p = p_ii, the same for both rows), so the clipped sum has norm
+    C sqrt((1/2) [sum_i (sum_j c_ij)^2 + sum_j (sum_i c_ij)^2]) = 2 sqrt(2) (1 - p) C with
+    p = 1 / (1 + e^{2 cos(delta) / tau}): 2.49 C at tau = 1 (ratio 1.25 against Lemma 4.5's 2C at
+    n = 2), 2.78 C at tau = 0.5, 2.83 C at tau = 0.1.
+    """
+    import math as _m
+
+    dom = target.domain
+    module = target.module
+    projector = getattr(getattr(module, "projector", None), "net", None)
+    if module is None or not isinstance(dom, ImageDomain) or target.relation != "add-remove" or target.units != 1 \
+            or "n" not in target.params or projector is None or len(projector) != 3:
+        return []
+    first, last = projector[0], projector[2]
+    prefix = [n for n, m in module.named_modules() if m is projector][0]
+    if first.out_features < 4 or last.out_features < 2:
+        return []
+    out = []
+    x = {"x": dom.pool_x[:1].clone()}
+    new = {"x": 1.0 - x["x"]}
+    seed = _seed(gen)
+    pair = Pair(x, new, 0, seed)
+    _, b_rows = pair.neighbours(target.relation, dom.unit_size)
+    reps = _layer_inputs(target, first, b_rows, seed)  # rows [x1, x2, y1, y2]
+    if len(reps) != 4:
+        return []
+    a = torch.cat([reps, torch.ones(4, 1, dtype=reps.dtype)], dim=1)
+    targets = height * (2 * torch.eye(4, dtype=reps.dtype) - 1)  # +height on row k, -height elsewhere
+    sol = torch.linalg.lstsq(a, targets, driver="gelsd").solution  # (rep + 1, 4)
+    base = target.parameters()
+    for delta, eps, eps2 in LOGIT_ANGLES:
+        phis = torch.tensor([0.0, _m.pi + delta - eps2, _m.pi + eps, delta], dtype=torch.float64)
+        w1 = torch.zeros_like(first.weight, dtype=torch.float64)
+        b1 = -torch.ones_like(first.bias, dtype=torch.float64)
+        w1[:4] = sol[:-1].T
+        b1[:4] = sol[-1]
+        w2 = torch.zeros_like(last.weight, dtype=torch.float64)
+        w2[0, :4] = scale * torch.cos(phis) / height
+        w2[1, :4] = scale * torch.sin(phis) / height
+        params = {k: v.detach().clone() for k, v in base.items()}
+        for name, value, like in ((f"{prefix}.0.weight", w1, first.weight), (f"{prefix}.0.bias", b1, first.bias),
+                                  (f"{prefix}.2.weight", w2, last.weight),
+                                  (f"{prefix}.2.bias", torch.zeros_like(last.bias, dtype=torch.float64), last.bias)):
+            params[name] = value.to(like.dtype)
+        out.append(Pair(x, new, 0, seed, params))
+    return out
+
+
 def gradient_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
-    """:func:`image_seeds` plus the constructed-parameter pairs that apply to the target's relation."""
-    return image_seeds(target, gen) + flip_seeds(target, gen) + chunk_seeds(target, gen)
+    """:func:`image_seeds` plus the constructed-parameter pairs that apply to the target."""
+    return image_seeds(target, gen) + flip_seeds(target, gen) + chunk_seeds(target, gen) + logit_seeds(target, gen)
