@@ -176,7 +176,7 @@ def last_layer_inputs(target: Target, rows: Any, randomness: int, params: Any = 
 
 
 def label_head(target: Target, q: torch.Tensor, labels: torch.Tensor, scale: float, tangent: float,
-               params: Any = None) -> dict[str, torch.Tensor]:
+               params: Any = None, aligned: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Parameters equal to the model's (or ``params``) except a last layer mapping row r to a u + l_r t v.
 
     With u, v the first two output axes, the layer's v-row is the least-squares (minimum-norm)
@@ -188,6 +188,8 @@ def label_head(target: Target, q: torch.Tensor, labels: torch.Tensor, scale: flo
     """
     name, last = _last_linear(target.module)
     base = params if params is not None else target.parameters()
+    if aligned is not None:
+        return _aligned_head(target, aligned, labels, scale, tangent, base)
     a = torch.cat([q, torch.ones(len(q), 1, dtype=q.dtype)], dim=1)
     sol = torch.linalg.lstsq(a, labels.double()[:, None], driver="gelsd").solution[:, 0]
     weight = torch.zeros_like(last.weight, dtype=torch.float64)
@@ -199,6 +201,59 @@ def label_head(target: Target, q: torch.Tensor, labels: torch.Tensor, scale: flo
     out[f"{name}.weight"] = weight.to(last.weight.dtype)
     out[f"{name}.bias"] = bias.to(last.bias.dtype)
     return out
+
+
+def _projector(target: Target) -> tuple[str, torch.nn.Sequential] | None:
+    """The Linear-ReLU-Linear projection head of a :class:`ContrastiveModel` (name, module), if any."""
+    for name, m in target.module.named_modules():
+        if isinstance(m, torch.nn.Sequential) and len(m) == 3 and isinstance(m[0], torch.nn.Linear) \
+                and isinstance(m[1], torch.nn.ReLU) and isinstance(m[2], torch.nn.Linear) and name.startswith("projector"):
+            return name, m
+    return None
+
+
+def _aligned_head(target: Target, reps: torch.Tensor, labels: torch.Tensor, scale: float, tangent: float,
+                  base: dict[str, torch.Tensor], height: float = 10.0) -> dict[str, torch.Tensor]:
+    """:func:`label_head` through the whole projection head, with every unlabelled row's gradient parallel.
+
+    The hidden layer gets a constant unit (``height`` on every row) and two ReLU units carrying the
+    positive and the negative labels (least-squares hyperplanes through the rows' representations
+    ``reps``: exact up to rep_dim + 1 rows), every other unit off. A row labelled 0 then has the
+    same hidden features as every other such row and its ReLU units are inactive, so its unit
+    gradient is (c_r / a) v (x) (height e_0) -- the same direction for every unchanged row, which
+    the clipped sum adds at full length.
+    """
+    found = _projector(target)
+    if found is None:
+        return dict(base)
+    prefix, head = found
+    first, last = head[0], head[2]
+    a = torch.cat([reps, torch.ones(len(reps), 1, dtype=reps.dtype)], dim=1)
+    pos = torch.where(labels > 0, labels * height, -torch.ones_like(labels))
+    neg = torch.where(labels < 0, -labels * height, -torch.ones_like(labels))
+    sol = torch.linalg.lstsq(a, torch.stack([pos, neg], 1).double(), driver="gelsd").solution  # (rep + 1, 2)
+    w1 = torch.zeros_like(first.weight, dtype=torch.float64)
+    b1 = -torch.ones_like(first.bias, dtype=torch.float64)
+    b1[0] = height
+    w1[1:3] = sol[:-1].T
+    b1[1:3] = sol[-1]
+    w2 = torch.zeros_like(last.weight, dtype=torch.float64)
+    b2 = torch.zeros_like(last.bias, dtype=torch.float64)
+    b2[0] = scale
+    w2[1, 1] = scale * tangent / height
+    w2[1, 2] = -scale * tangent / height
+    out = {k: v.detach().clone() for k, v in base.items()}
+    for name, value, like in ((f"{prefix}.0.weight", w1, first.weight), (f"{prefix}.0.bias", b1, first.bias),
+                              (f"{prefix}.2.weight", w2, last.weight), (f"{prefix}.2.bias", b2, last.bias)):
+        out[name] = value.to(like.dtype)
+    return out
+
+
+def _projector_inputs(target: Target, rows: Any, randomness: int) -> torch.Tensor | None:
+    found = _projector(target)
+    if found is None:
+        return None
+    return _layer_inputs(target, found[1][0], rows, randomness)
 
 
 def _row_labels(q_rows: int, n_units: int, per_unit: torch.Tensor) -> torch.Tensor:
@@ -250,6 +305,47 @@ def flip_seeds(target: Target, gen: torch.Generator, images: int = 2) -> list[Pa
         q, labels = torch.cat([qa, qb[keep]]), torch.cat([la, lb[keep]])
         for scale, tangent in HEAD_SHAPES:
             out.append(Pair(base, new, 0, seed, label_head(target, q, labels, scale, tangent)))
+        ra, rb = _projector_inputs(target, a_rows, seed), _projector_inputs(target, b_rows, seed)
+        if ra is not None and len(labels) <= ra.shape[1] + 1:
+            reps = torch.cat([ra, rb[keep]])
+            for scale, tangent in HEAD_SHAPES[:2]:
+                out.append(Pair(base, new, 0, seed, label_head(target, q, labels, scale, tangent, aligned=reps)))
+    return out
+
+
+def add_flip_seeds(target: Target, gen: torch.Generator, pulls: tuple[float, ...] = (3.0, 10.0)) -> list[Pair]:
+    """Add-remove pairs with constructed parameters in which the added example reverses every unit.
+
+    Derivation (the add-remove analogue of :func:`flip_seeds`; DP-GCL's per-term clipping, Eq. 6,
+    and group clipping with full-batch negatives, Eq. 8). D holds a marked example m (its rows at
+    angle +theta from u) and |B| - 1 copies of one image (rows exactly at u); D' adds an example
+    at angle -phi with tan phi = ``pull`` tan theta. A term or group of the unchanged examples sees
+    m and the added example only as negatives, so its tangent cotangent is proportional to
+    p_m sin theta - p_new sin phi: positive in D, negative in D' once the pull wins, and every
+    unchanged unit's clipped gradient turns around (2C each), the added one's units add C each.
+    That is how (2|B| + 1) t C (Eq. 6) and (2K + 1) C (Thm. 1) could be approached; what remains
+    are the marked example's own units, which change without turning fully.
+    """
+    dom, n = target.domain, target.units
+    if target.module is None or not isinstance(dom, ImageDomain) or target.relation != "add-remove" \
+            or target.fixed_base is not None or n < 1 or "n" in target.params:
+        return []
+    x = {"x": dom.pool_x[:1].clone()}
+    base = cat_rows({"x": 1.0 - x["x"]}, *[x] * (n - 1))
+    new = dom.draw(1, gen, "data")
+    seed = _seed(gen)
+    _, b_rows = Pair(base, new, 0, seed).neighbours(target.relation, dom.unit_size)
+    q = last_layer_inputs(target, b_rows, seed)
+    out = []
+    for pull in pulls:
+        marks = torch.zeros(n + 1)
+        marks[0], marks[n] = 1.0, -pull
+        labels = _row_labels(len(q), n + 1, marks)
+        for scale, tangent in HEAD_SHAPES[:2]:
+            out.append(Pair(base, new, 0, seed, label_head(target, q, labels, scale, tangent / pull)))
+        reps = _projector_inputs(target, b_rows, seed)
+        if reps is not None and len(labels) <= reps.shape[1] + 1:
+            out.append(Pair(base, new, 0, seed, label_head(target, q, labels, 1e-3, 1.0 / pull, aligned=reps)))
     return out
 
 
@@ -385,4 +481,5 @@ def logit_seeds(target: Target, gen: torch.Generator, scale: float = 1e-3, heigh
 
 def gradient_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
     """:func:`image_seeds` plus the constructed-parameter pairs that apply to the target."""
-    return image_seeds(target, gen) + flip_seeds(target, gen) + chunk_seeds(target, gen) + logit_seeds(target, gen)
+    return (image_seeds(target, gen) + flip_seeds(target, gen) + add_flip_seeds(target, gen)
+            + chunk_seeds(target, gen) + logit_seeds(target, gen))
