@@ -23,14 +23,16 @@ L2-normalised representation of a view, C the clip norm):
   change for unit rows: the largest change of the total sum of squares sum_j SSE_j = N - N||mu||^2
   is 4(N - 1)/N as well, and it is reached in one feature). Against the bound 6 the ratio is at
   most 2 (N - 1) / (3 N) < 2/3: Thm. 3 holds, loosely. Constructed pair: copies, one antipode.
-* **Clipped gradient sums (DPCL Secs. 3.2.2 / 3.3.2; DP-GCL chunked grouping).** With every
-  example a copy of x, every unit's gradient is (nearly) the same vector, so the clipped sum is
-  about (number of units) x C in one direction when clipping saturates; replacing (adding) one
-  example by the antipode of x adds the same strong negative (or a different batch statistic) to
-  every unit's loss and turns every unit's gradient the same way, so all 2|B| clipped terms move
-  together: ||Delta|| grows like |B| C, the order of the sound bound 4|B|C, against the paper's 4C.
-  For chunked grouping the same copies make every group's gradient equal; the inserted example
-  shifts the groups, and the ascent aligns the changes.
+* **Clipped gradient sums (DPCL Secs. 3.2.2 / 3.3.2; DP-GCL Eqs. 6, 8 and chunked grouping;
+  Logit-DP Lemma 4.5).** Copies of one image and its antipode (:func:`image_seeds`) only shift
+  the units a little. The worst cases need a parameter value (every claim is a bound at every
+  value), built from the rows' last-layer inputs: :func:`flip_seeds` (replace-one: every unchanged
+  unit's clipped gradient is exactly negated, ||Delta|| -> 2 (2|B| - 2) C), :func:`add_flip_seeds`
+  (add-remove: the added example out-pulls a marked one, every unit turns around),
+  :func:`chunk_seeds` (chunked grouping: homogeneous groups in D, mixed in D', ||Delta|| ->
+  (K - 1) C) and :func:`logit_seeds` (Logit-DP at n = 1 -> 2: 2 sqrt(2) (1 - p) C > 2C). Each
+  function's docstring derives its value. The pairs carry their parameters (``Pair.params``); the
+  gradient ascent then moves inputs and parameters together, and a witness saves them.
 
 Every pair is built from the target's domain (rows of the data pool, inverted, repeated), so it is
 a valid input of the code the defense trains with.

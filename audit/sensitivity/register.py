@@ -272,7 +272,6 @@ class ClaimSpec:
     notes: tuple[str, ...] = ()
     reference: bool = False
     growth: tuple[str, ...] = ()
-    seeds: Callable[[Target, torch.Generator], list] | None = None
 
     @property
     def supremum(self) -> tuple[Callable[[Params], float], str] | None:
@@ -339,7 +338,7 @@ def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, An
 
         return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
                       setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved,
-                      seeds=spec.seeds or gradient_seeds, module=net)
+                      seeds=gradient_seeds, module=net)
 
     return build
 
@@ -461,18 +460,29 @@ _ENTRIES: list[ClaimSpec] = [
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     ClaimSpec("dpcl.simclr-gradient-plain", "DPCL Sec. 3.2.1", "replace-one", "l2", "4 B C",
               dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C")),
-              (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"}),
+              (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"},
+              notes=("no closed-form supremum; the flip construction (extremal.flip_seeds) turns the 2|B| - 2 "
+                     "unchanged views around, 2 (2|B| - 2) C = (|B| - 1) / |B| of the bound (0.5 at |B| = 2, 0.75 at "
+                     "|B| = 4), the replaced example's two views only partly",)),
     ClaimSpec("dpcl.barlow-gradient", "DPCL Sec. 3.3.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
               image_builder(_with("C")), _SATURATED_GROWTH, defense="dpcl-barlow",
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     # DP-GCL (add/remove)
     ClaimSpec("dpgcl.sample-level", "DP-GCL Sec. 2.3.1 (Eq. 6)", "add-remove", "l2", "(2B + 1) t C (t = 1 in Eq. 6)",
               dpgcl_sample_level_bound, ("B", "C", "t"), image_builder(_with("C", "t")), (T(1), T(2), S(4)),
-              defense="dpsgd"),
+              defense="dpsgd",
+              notes=("at |B| = 1 the bound is loose: D's t terms are softmaxes over one candidate, constant, so their "
+                     "gradients are 0 and Delta <= 2 t C, 2/3 of (2|B| + 1) t C (the supremum at |B| = 1: the t new "
+                     "terms and the t old ones, each clipped to C); at |B| = 2, 4 the add-flip construction "
+                     "(extremal.add_flip_seeds) reaches about 0.69",)),
     ClaimSpec("dpgcl.batch-level", "DP-GCL Eq. 7 (Sec. 2.3.2)", "add-remove", "l2", "2C", dpgcl_batch_level_bound,
               ("C",), image_builder(_with("C")), (T(1), T(2), S(4)), defense="dp-clip"),
     ClaimSpec("dpgcl.group-clip", "DP-GCL Thm. 1 (Eq. 8)", "add-remove", "l2", "(2 ceil(B/S) + 1) C",
-              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params), _GROUPS, defense="dp-gcl"),
+              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params), _GROUPS, defense="dp-gcl",
+              notes=("the implementation's K groups are fixed (random grouping), so the added example joins one of "
+                     "them and no group appears: Delta <= 2KC, or (2K - 1) C when it fills a group empty in D; the "
+                     "supremum is at most 2K / (2K + 1) of (2K + 1) C: 0.89 at K = 4, 0.80 at K = 2 (an upper bound "
+                     "on the supremum; the add-flip construction reaches about 0.6)",)),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
               ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="random"),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
@@ -487,7 +497,10 @@ _ENTRIES: list[ClaimSpec] = [
                      "diagonal probability and the new column's probability in the old row are different "
                      "entries and can be small and large together",)),
     ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
-              image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp"),
+              image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp",
+              notes=("at n = 2 the bound is loose: D (one example) is below the spreadout loss's minimum batch and "
+                     "releases 0, and the two new terms carry |dL/dZ_ij| = 2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, "
+                     "2/3 of 6C; at n >= 3 the old terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L)",)),
     # DP-FedEmb (user level, replace-one)
     ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
               "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,
