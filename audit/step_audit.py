@@ -150,7 +150,7 @@ def _batch(data: Any, size: int, seed: int) -> torch.Tensor:
 
 def _witness_pair(defense_name: str, ctx: Any, evaluations: int, seed: int):
     """(defense, model state, D, D', randomness, search summary) from the register's search."""
-    from audit.sensitivity.register import CLAIMS
+    from audit.sensitivity.register import CLAIMS, NOISE_MULTIPLIER
     from audit.sensitivity.search import search
     from defenses.registry import make_defense
     from defenses.seeding import torch_generator
@@ -165,11 +165,15 @@ def _witness_pair(defense_name: str, ctx: Any, evaluations: int, seed: int):
     overrides = {**spec.base_overrides, **setting.overrides}
     if defense_name != spec.defense:
         overrides = dict(setting.overrides)
+    overrides.pop(NOISE_MULTIPLIER, None)  # a search setting, not a hyper-parameter: the audit calibrates its own
+    state = target.model_state
+    if state is not None and res.best.pair.params is not None:
+        state = {**state, **res.best.pair.params}  # the parameter value the search found the pair at
     d = make_defense(defense_name, overrides)
     info = {"claim": spec.id, "setting": setting.to_dict(), "evaluations": res.evaluations,
             "sensitivity_observed": res.observed, "sensitivity_bound": target.bound,
             "sensitivity_ratio": (res.observed / target.bound) if target.bound and res.observed is not None else None}
-    return d, target.model_state, a["x"], b["x"], int(res.best.pair.randomness), info
+    return d, state, a["x"], b["x"], int(res.best.pair.randomness), info
 
 
 def _save_witness(out_dir: Path, defense: str, pair: str, step: _Step, xa, xb, ga, gb, pins, seed: int,

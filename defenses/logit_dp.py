@@ -40,7 +40,7 @@ from core.errors import one_of
 from defenses.dp import bounds
 from defenses.dp.accounting import Mechanism, SamplingPlan
 from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from defenses.dp.contrastive import embed, two_views
+from defenses.dp.contrastive import embed, tracking, two_views
 from defenses.dp.embedder import Source
 from defenses.dp.pairs import PAIR_NORMS, direct_pair_sum, efficient_pair_sum, pair_derivatives
 from defenses.dp.randomness import StepRandomness
@@ -121,10 +121,15 @@ class LogitDP(DPDefense):
         v1, v2 = two_views(ctx, x, rnd)
         zx, zy = embed(ctx, (Source(v1), Source(v2)))
         logits = (F.normalize(zx, dim=-1, eps=1e-8) @ F.normalize(zy, dim=-1, eps=1e-8).T * self.logit_scale)
-        logits = logits.detach().requires_grad_(True)
-        with torch.enable_grad():
+        if tracking() and logits.requires_grad:
+            # the sensitivity checks' first-order search: tau_ij = dL/dZ_ij keeps its graph (double backward)
             loss = self.loss_from_logits(logits)
-            (tau,) = torch.autograd.grad(loss, logits)
+            (tau,) = torch.autograd.grad(loss, logits, create_graph=True)
+        else:
+            logits = logits.detach().requires_grad_(True)
+            with torch.enable_grad():
+                loss = self.loss_from_logits(logits)
+                (tau,) = torch.autograd.grad(loss, logits)
         a, b = pair_derivatives(self.similarity, zx, zy)
         if cfg.pair_grads == "efficient":
             clipped = efficient_pair_sum(ctx.embedder, ctx.params, v1, v2, self.similarity, tau, a, b, cfg.clip,

@@ -48,12 +48,17 @@ def slice_rows(rows: Rows, start: int, stop: int) -> Rows:
 
 @dataclass(frozen=True)
 class Pair:
-    """A neighbouring pair under ``relation`` (see module doc) with its shared randomness."""
+    """A neighbouring pair under ``relation`` (see module doc) with its shared randomness.
+
+    ``params``: the model parameters both neighbours are evaluated at (None: the target's model as
+    built). Every claim bounds the quantity at every parameter value, so the search may move them.
+    """
 
     base: Rows
     new: Rows
     position: int
     randomness: int
+    params: Any = None
 
     def neighbours(self, relation: str, unit_size: int) -> tuple[Rows, Rows]:
         """(D, D') as row sets."""

@@ -23,14 +23,16 @@ L2-normalised representation of a view, C the clip norm):
   change for unit rows: the largest change of the total sum of squares sum_j SSE_j = N - N||mu||^2
   is 4(N - 1)/N as well, and it is reached in one feature). Against the bound 6 the ratio is at
   most 2 (N - 1) / (3 N) < 2/3: Thm. 3 holds, loosely. Constructed pair: copies, one antipode.
-* **Clipped gradient sums (DPCL Secs. 3.2.2 / 3.3.2; DP-GCL chunked grouping).** With every
-  example a copy of x, every unit's gradient is (nearly) the same vector, so the clipped sum is
-  about (number of units) x C in one direction when clipping saturates; replacing (adding) one
-  example by the antipode of x adds the same strong negative (or a different batch statistic) to
-  every unit's loss and turns every unit's gradient the same way, so all 2|B| clipped terms move
-  together: ||Delta|| grows like |B| C, the order of the sound bound 4|B|C, against the paper's 4C.
-  For chunked grouping the same copies make every group's gradient equal; the inserted example
-  shifts the groups, and the ascent aligns the changes.
+* **Clipped gradient sums (DPCL Secs. 3.2.2 / 3.3.2; DP-GCL Eqs. 6, 8 and chunked grouping;
+  Logit-DP Lemma 4.5).** Copies of one image and its antipode (:func:`image_seeds`) only shift
+  the units a little. The worst cases need a parameter value (every claim is a bound at every
+  value), built from the rows' last-layer inputs: :func:`flip_seeds` (replace-one: every unchanged
+  unit's clipped gradient is exactly negated, ||Delta|| -> 2 (2|B| - 2) C), :func:`add_flip_seeds`
+  (add-remove: the added example out-pulls a marked one, every unit turns around),
+  :func:`chunk_seeds` (chunked grouping: homogeneous groups in D, mixed in D', ||Delta|| ->
+  (K - 1) C) and :func:`logit_seeds` (Logit-DP at n = 1 -> 2: 2 sqrt(2) (1 - p) C > 2C). Each
+  function's docstring derives its value. The pairs carry their parameters (``Pair.params``); the
+  gradient ascent then moves inputs and parameters together, and a witness saves them.
 
 Every pair is built from the target's domain (rows of the data pool, inverted, repeated), so it is
 a valid input of the code the defense trains with.
@@ -143,3 +145,343 @@ def image_seeds(target: Target, gen: torch.Generator, images: int = 3) -> list[P
     white = {**black, "x": torch.ones_like(black["x"])}
     out.append(Pair(cat_rows(*[black] * n), white, 0, _seed(gen)))
     return out
+
+
+# -- constructed parameters for clipped gradient sums ------------------------------------------------
+def _last_linear(module: torch.nn.Module) -> tuple[str, torch.nn.Linear]:
+    name, last = [(n, m) for n, m in module.named_modules() if isinstance(m, torch.nn.Linear)][-1]
+    return name, last
+
+
+@torch.no_grad()
+def last_layer_inputs(target: Target, rows: Any, randomness: int, params: Any = None) -> torch.Tensor:
+    """The inputs q (R, H) of the model's last linear layer for every row the step embeds.
+
+    Recorded by a forward hook while ``target`` evaluates ``rows``; only the step's plain embedding
+    calls count (calls inside the per-unit engine's ``vmap`` carry functorch-wrapped tensors and are
+    skipped), so the rows are those of the step's sources, in their order.
+    """
+    _, last = _last_linear(target.module)
+    seen: list[torch.Tensor] = []
+
+    def hook(mod: Any, inp: Any, out: Any) -> None:
+        q = inp[0]
+        if not torch._C._functorch.is_functorch_wrapped_tensor(q):
+            seen.append(q.detach().double().clone())
+
+    handle = last.register_forward_hook(hook)
+    try:
+        target.call(target.domain.batch(rows), randomness, params)
+    finally:
+        handle.remove()
+    return torch.cat(seen) if seen else torch.zeros(0, last.in_features, dtype=torch.float64)
+
+
+def label_head(target: Target, q: torch.Tensor, labels: torch.Tensor, scale: float, tangent: float,
+               params: Any = None, aligned: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """Parameters equal to the model's (or ``params``) except a last layer mapping row r to a u + l_r t v.
+
+    With u, v the first two output axes, the layer's v-row is the least-squares (minimum-norm)
+    solution of <w, q_r> + beta = l_r over the given rows (exact when the rows' q are independent,
+    i.e. fewer rows than the layer's width), its u-row is the constant ``scale``. After the
+    L2 normalisation a row labelled 0 sits exactly at u, a row labelled l at angle atan(l t / a)
+    towards v. Norms of the unit gradients scale as 1 / ``scale`` (the Jacobian of the normalisation),
+    so a small ``scale`` saturates the clipping. Any parameter value is admissible for the claims.
+    """
+    name, last = _last_linear(target.module)
+    base = params if params is not None else target.parameters()
+    if aligned is not None:
+        return _aligned_head(target, aligned, labels, scale, tangent, base)
+    a = torch.cat([q, torch.ones(len(q), 1, dtype=q.dtype)], dim=1)
+    sol = torch.linalg.lstsq(a, labels.double()[:, None], driver="gelsd").solution[:, 0]
+    weight = torch.zeros_like(last.weight, dtype=torch.float64)
+    bias = torch.zeros_like(last.bias, dtype=torch.float64)
+    weight[1] = sol[:-1] * scale * tangent
+    bias[1] = sol[-1] * scale * tangent
+    bias[0] = scale
+    out = {k: v.detach().clone() for k, v in base.items()}
+    out[f"{name}.weight"] = weight.to(last.weight.dtype)
+    out[f"{name}.bias"] = bias.to(last.bias.dtype)
+    return out
+
+
+def _projector(target: Target) -> tuple[str, torch.nn.Sequential] | None:
+    """The Linear-ReLU-Linear projection head of a :class:`ContrastiveModel` (name, module), if any."""
+    for name, m in target.module.named_modules():
+        if isinstance(m, torch.nn.Sequential) and len(m) == 3 and isinstance(m[0], torch.nn.Linear) \
+                and isinstance(m[1], torch.nn.ReLU) and isinstance(m[2], torch.nn.Linear) and name.startswith("projector"):
+            return name, m
+    return None
+
+
+def _aligned_head(target: Target, reps: torch.Tensor, labels: torch.Tensor, scale: float, tangent: float,
+                  base: dict[str, torch.Tensor], height: float = 10.0) -> dict[str, torch.Tensor]:
+    """:func:`label_head` through the whole projection head, with every unlabelled row's gradient parallel.
+
+    The hidden layer gets a constant unit (``height`` on every row) and two ReLU units carrying the
+    positive and the negative labels (least-squares hyperplanes through the rows' representations
+    ``reps``: exact up to rep_dim + 1 rows), every other unit off. A row labelled 0 then has the
+    same hidden features as every other such row and its ReLU units are inactive, so its unit
+    gradient is (c_r / a) v (x) (height e_0) -- the same direction for every unchanged row, which
+    the clipped sum adds at full length.
+    """
+    found = _projector(target)
+    if found is None:
+        return dict(base)
+    prefix, head = found
+    first, last = head[0], head[2]
+    a = torch.cat([reps, torch.ones(len(reps), 1, dtype=reps.dtype)], dim=1)
+    pos = torch.where(labels > 0, labels * height, -torch.ones_like(labels))
+    neg = torch.where(labels < 0, -labels * height, -torch.ones_like(labels))
+    sol = torch.linalg.lstsq(a, torch.stack([pos, neg], 1).double(), driver="gelsd").solution  # (rep + 1, 2)
+    w1 = torch.zeros_like(first.weight, dtype=torch.float64)
+    b1 = -torch.ones_like(first.bias, dtype=torch.float64)
+    b1[0] = height
+    w1[1:3] = sol[:-1].T
+    b1[1:3] = sol[-1]
+    w2 = torch.zeros_like(last.weight, dtype=torch.float64)
+    b2 = torch.zeros_like(last.bias, dtype=torch.float64)
+    b2[0] = scale
+    w2[1, 1] = scale * tangent / height
+    w2[1, 2] = -scale * tangent / height
+    out = {k: v.detach().clone() for k, v in base.items()}
+    for name, value, like in ((f"{prefix}.0.weight", w1, first.weight), (f"{prefix}.0.bias", b1, first.bias),
+                              (f"{prefix}.2.weight", w2, last.weight), (f"{prefix}.2.bias", b2, last.bias)):
+        out[name] = value.to(like.dtype)
+    return out
+
+
+def _projector_inputs(target: Target, rows: Any, randomness: int) -> torch.Tensor | None:
+    found = _projector(target)
+    if found is None:
+        return None
+    return _layer_inputs(target, found[1][0], rows, randomness)
+
+
+def _row_labels(q_rows: int, n_units: int, per_unit: torch.Tensor) -> torch.Tensor:
+    """Labels of the step's rows from one label per example (rows are blocks of the batch, in order)."""
+    if n_units == 0 or q_rows % n_units:
+        raise ValueError(f"{q_rows} embedded rows are not blocks of {n_units} examples")
+    return per_unit.double().repeat(q_rows // n_units)
+
+
+# (scale a, tan of the marked rows' angle): saturated clipping at a small scale, several angles
+HEAD_SHAPES = ((1e-3, 1.0), (1e-4, 3.0), (1e-2, 0.3))
+
+
+def flip_seeds(target: Target, gen: torch.Generator, images: int = 2) -> list[Pair]:
+    """Replace-one pairs with constructed parameters that turn every clipped unit gradient around.
+
+    Derivation (SimCLR / NT-Xent on the 2|B| views, DPCL Sec. 3.2.2, clipped per view). Put every
+    view of the |B| - 1 unchanged examples at one point u of the sphere and the replaced example's
+    two views at angle +theta towards v in D, at -theta in D' (:func:`label_head` on the rows'
+    last-layer inputs). View r's cotangent is c_r = dL/dz_r = (1/2|B|tau) [sum_b p_rb z_b +
+    sum_a p_ar z_a - (positive terms)]; every other view and the positives sit at u, so after the
+    normalisation's Jacobian (I - u u^T)/a only the replaced views' v-components survive:
+    c_r^tan = +-(sin theta / (2|B| tau)) (p_rk + p_rk' + p_kr + p_k'r) v / a -- the same in D and D'
+    up to the sign (the logits cos theta / tau are equal on both sides, so are the p's). Every unit
+    gradient g_r = J_r^T c_r is therefore exactly negated, and, clipped (||g_r|| ~ 1/a > C),
+    changes by 2C along J_r^T v; the J_r^T v of the unchanged views are close to parallel (their
+    last-layer inputs are ReLU features of copies of one image), so ||Delta|| approaches
+    2 (2|B| - 2) C, against the paper's 4C and the sound 4|B|C. The noise of the similarity matrix
+    (shared by D and D') keeps the symmetry as long as the p's do not underflow, hence the growth
+    table's small noise multiplier.
+    """
+    dom = target.domain
+    if target.module is None or not isinstance(dom, ImageDomain) or target.relation != "replace-one" \
+            or target.fixed_base is not None or target.units < 2:
+        return []
+    n, out = target.units, []
+    for i in range(images):
+        x = {"x": dom.pool_x[i:i + 1].clone()} if i == 0 else dom.draw(1, gen, "data")
+        base = cat_rows({"x": 1.0 - x["x"]}, *[x] * (n - 1))
+        new = dom.draw(1, gen, "data")
+        seed = _seed(gen)
+        pair = Pair(base, new, 0, seed)
+        a_rows, b_rows = pair.neighbours(target.relation, dom.unit_size)
+        qa, qb = last_layer_inputs(target, a_rows, seed), last_layer_inputs(target, b_rows, seed)
+        marked = torch.zeros(n)
+        marked[0] = 1.0
+        la, lb = _row_labels(len(qa), n, marked), -_row_labels(len(qb), n, marked)
+        keep = lb != 0
+        q, labels = torch.cat([qa, qb[keep]]), torch.cat([la, lb[keep]])
+        for scale, tangent in HEAD_SHAPES:
+            out.append(Pair(base, new, 0, seed, label_head(target, q, labels, scale, tangent)))
+        ra, rb = _projector_inputs(target, a_rows, seed), _projector_inputs(target, b_rows, seed)
+        if ra is not None and len(labels) <= ra.shape[1] + 1:
+            reps = torch.cat([ra, rb[keep]])
+            for scale, tangent in HEAD_SHAPES[:2]:
+                out.append(Pair(base, new, 0, seed, label_head(target, q, labels, scale, tangent, aligned=reps)))
+    return out
+
+
+def add_flip_seeds(target: Target, gen: torch.Generator, pulls: tuple[float, ...] = (3.0, 10.0)) -> list[Pair]:
+    """Add-remove pairs with constructed parameters in which the added example reverses every unit.
+
+    Derivation (the add-remove analogue of :func:`flip_seeds`; DP-GCL's per-term clipping, Eq. 6,
+    and group clipping with full-batch negatives, Eq. 8). D holds a marked example m (its rows at
+    angle +theta from u) and |B| - 1 copies of one image (rows exactly at u); D' adds an example
+    at angle -phi with tan phi = ``pull`` tan theta. A term or group of the unchanged examples sees
+    m and the added example only as negatives, so its tangent cotangent is proportional to
+    p_m sin theta - p_new sin phi: positive in D, negative in D' once the pull wins, and every
+    unchanged unit's clipped gradient turns around (2C each), the added one's units add C each.
+    That is how (2|B| + 1) t C (Eq. 6) and (2K + 1) C (Thm. 1) could be approached; what remains
+    are the marked example's own units, which change without turning fully.
+    """
+    dom, n = target.domain, target.units
+    if target.module is None or not isinstance(dom, ImageDomain) or target.relation != "add-remove" \
+            or target.fixed_base is not None or n < 1 or "n" in target.params:
+        return []
+    x = {"x": dom.pool_x[:1].clone()}
+    base = cat_rows({"x": 1.0 - x["x"]}, *[x] * (n - 1))
+    new = dom.draw(1, gen, "data")
+    seed = _seed(gen)
+    _, b_rows = Pair(base, new, 0, seed).neighbours(target.relation, dom.unit_size)
+    q = last_layer_inputs(target, b_rows, seed)
+    out = []
+    for pull in pulls:
+        marks = torch.zeros(n + 1)
+        marks[0], marks[n] = 1.0, -pull
+        labels = _row_labels(len(q), n + 1, marks)
+        for scale, tangent in HEAD_SHAPES[:2]:
+            out.append(Pair(base, new, 0, seed, label_head(target, q, labels, scale, tangent / pull)))
+        reps = _projector_inputs(target, b_rows, seed)
+        if reps is not None and len(labels) <= reps.shape[1] + 1:
+            out.append(Pair(base, new, 0, seed, label_head(target, q, labels, 1e-3, 1.0 / pull, aligned=reps)))
+    return out
+
+
+def chunk_seeds(target: Target, gen: torch.Generator, tries: int = 64) -> list[Pair]:
+    """Add-remove pairs with constructed parameters for DP-GCL's chunked grouping (Algorithm 1 line 5).
+
+    Derivation. Groups are consecutive chunks of S in the order of one uniform key per batch
+    position (position-stable, :class:`defenses.dp.randomness.StepRandomness`). Among the shared
+    seeds tried, take the one whose added example gets the smallest key, so it enters D' first and
+    shifts every example one place. Give the examples two types by their rank in D, alternating
+    per chunk: ranks 0..S-1 type P, S..2S-1 type Q, ... -- every group of D is homogeneous, every
+    group of D' after the first holds one example of the previous type and S - 1 of the next:
+    mixed. With the constructed parameters (:func:`label_head`) P rows sit exactly at u and Q rows
+    at angle theta: a homogeneous group's embeddings are all equal, so its loss gradient has no
+    tangent component and its unit gradient is 0; every mixed group has the same embeddings, so its
+    clipped gradient is C along nearly the same direction. ||Delta|| approaches (K - 1) C for
+    K = ceil(|B| / S) groups, against the paper's 2C: a ratio of (K - 1) / 2, growing with |B|.
+    """
+    from defenses.dp.randomness import StepRandomness
+
+    dom, n = target.domain, target.units
+    s = int(target.params.get("S", 0) or 0)
+    if target.module is None or not isinstance(dom, ImageDomain) or target.relation != "add-remove" \
+            or n < 2 or s < 1:
+        return []
+    best = None
+    for _ in range(tries):
+        seed = _seed(gen)
+        keys = StepRandomness(seed).uniform(n + 1, "groups")
+        rank_new = int((keys[:n] < keys[n]).sum())
+        if best is None or rank_new < best[0]:
+            best = (rank_new, seed, keys[:n])
+        if rank_new == 0:
+            break
+    _, seed, keys = best
+    rank = torch.empty(n, dtype=torch.long)
+    rank[torch.argsort(keys)] = torch.arange(n)
+    types = ((rank // s) % 2).double()  # 0: P, 1: Q
+    x = {"x": dom.pool_x[:1].clone()}
+    y = {"x": 1.0 - x["x"]}
+    base = cat_rows(*[y if t else x for t in types.tolist()])
+    out = []
+    for new in (x, y):
+        pair = Pair(base, new, 0, seed)
+        _, b_rows = pair.neighbours(target.relation, dom.unit_size)
+        q = last_layer_inputs(target, b_rows, seed)
+        labels = _row_labels(len(q), n + 1, torch.cat([types, types[:1] * 0 + (new is y)]))
+        for scale, tangent in HEAD_SHAPES:
+            out.append(Pair(base, new, 0, seed, label_head(target, q, labels, scale, tangent)))
+    return out
+
+
+@torch.no_grad()
+def _layer_inputs(target: Target, layer: torch.nn.Module, rows: Any, randomness: int) -> torch.Tensor:
+    """Inputs of ``layer`` for the step's plain embedding calls (see :func:`last_layer_inputs`)."""
+    seen: list[torch.Tensor] = []
+
+    def hook(mod: Any, inp: Any, out: Any) -> None:
+        if not torch._C._functorch.is_functorch_wrapped_tensor(inp[0]):
+            seen.append(inp[0].detach().double().clone())
+
+    handle = layer.register_forward_hook(hook)
+    try:
+        target.call(target.domain.batch(rows), randomness)
+    finally:
+        handle.remove()
+    return torch.cat(seen)
+
+
+# (delta, epsilon, epsilon''): the small angles of :func:`logit_seeds`
+LOGIT_ANGLES = ((0.1, 0.1, 0.1), (0.3, 0.3, 0.3), (0.03, 0.03, 0.03))
+
+
+def logit_seeds(target: Target, gen: torch.Generator, scale: float = 1e-3, height: float = 10.0) -> list[Pair]:
+    """Add-remove pairs n = 1 -> 2 with constructed parameters for Logit-DP's pair sums (Lemma 4.5).
+
+    Derivation. With one pair (x1, y1), the InfoNCE loss is 0 and every tau_ij = dL/dZ_ij vanishes,
+    so Delta = ||sum_ij tau_ij Clip_B(grad Z_ij)|| over the 2 x 2 logits of D'. Row i has
+    tau_ii = p_ii - 1 and tau_ij = p_ij = 1 - p_ii. The projection head Linear-ReLU-Linear is set so
+    that the four rows' hidden features are orthogonal (unit k active, at ``height``, only on row k:
+    a least-squares hyperplane through the rows' representations) and the last layer puts row k at
+    angle phi_k of the (u, v) plane at radius ``scale``: x1 at 0, y2 at delta, y1 at pi + epsilon,
+    x2 at pi + delta - epsilon''. Then grad_W Z_ij = s_ij (t_xi (x) e_xi - t_yj (x) e_yj) / scale
+    with s_ij = sin(phi_yj - phi_xi) (the other layers get nothing: the head's columns are
+    parallel to the rows' embeddings, orthogonal to the tangents t). The signs make every c_ij =
+    tau_ij sgn(s_ij) equal to 1 - p (p = p_ii, the same for both rows), so the clipped sum has norm
+    C sqrt((1/2) [sum_i (sum_j c_ij)^2 + sum_j (sum_i c_ij)^2]) = 2 sqrt(2) (1 - p) C with
+    p = 1 / (1 + e^{2 cos(delta) / tau}): 2.49 C at tau = 1 (ratio 1.25 against Lemma 4.5's 2C at
+    n = 2), 2.78 C at tau = 0.5, 2.83 C at tau = 0.1.
+    """
+    import math as _m
+
+    dom = target.domain
+    module = target.module
+    projector = getattr(getattr(module, "projector", None), "net", None)
+    if module is None or not isinstance(dom, ImageDomain) or target.relation != "add-remove" or target.units != 1 \
+            or "n" not in target.params or projector is None or len(projector) != 3:
+        return []
+    first, last = projector[0], projector[2]
+    prefix = [n for n, m in module.named_modules() if m is projector][0]
+    if first.out_features < 4 or last.out_features < 2:
+        return []
+    out = []
+    x = {"x": dom.pool_x[:1].clone()}
+    new = {"x": 1.0 - x["x"]}
+    seed = _seed(gen)
+    pair = Pair(x, new, 0, seed)
+    _, b_rows = pair.neighbours(target.relation, dom.unit_size)
+    reps = _layer_inputs(target, first, b_rows, seed)  # rows [x1, x2, y1, y2]
+    if len(reps) != 4:
+        return []
+    a = torch.cat([reps, torch.ones(4, 1, dtype=reps.dtype)], dim=1)
+    targets = height * (2 * torch.eye(4, dtype=reps.dtype) - 1)  # +height on row k, -height elsewhere
+    sol = torch.linalg.lstsq(a, targets, driver="gelsd").solution  # (rep + 1, 4)
+    base = target.parameters()
+    for delta, eps, eps2 in LOGIT_ANGLES:
+        phis = torch.tensor([0.0, _m.pi + delta - eps2, _m.pi + eps, delta], dtype=torch.float64)
+        w1 = torch.zeros_like(first.weight, dtype=torch.float64)
+        b1 = -torch.ones_like(first.bias, dtype=torch.float64)
+        w1[:4] = sol[:-1].T
+        b1[:4] = sol[-1]
+        w2 = torch.zeros_like(last.weight, dtype=torch.float64)
+        w2[0, :4] = scale * torch.cos(phis) / height
+        w2[1, :4] = scale * torch.sin(phis) / height
+        params = {k: v.detach().clone() for k, v in base.items()}
+        for name, value, like in ((f"{prefix}.0.weight", w1, first.weight), (f"{prefix}.0.bias", b1, first.bias),
+                                  (f"{prefix}.2.weight", w2, last.weight),
+                                  (f"{prefix}.2.bias", torch.zeros_like(last.bias, dtype=torch.float64), last.bias)):
+            params[name] = value.to(like.dtype)
+        out.append(Pair(x, new, 0, seed, params))
+    return out
+
+
+def gradient_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
+    """:func:`image_seeds` plus the constructed-parameter pairs that apply to the target."""
+    return (image_seeds(target, gen) + flip_seeds(target, gen) + add_flip_seeds(target, gen)
+            + chunk_seeds(target, gen) + logit_seeds(target, gen))

@@ -177,11 +177,12 @@ class Context:
 
     def quantities(self, defense: str, overrides: Mapping[str, Any], model: str = "init",
                    state: Mapping[str, torch.Tensor] | None = None, noise_multiplier: float | None = None
-                   ) -> tuple[list[PrivatizedQuantity], dict[str, torch.Tensor] | None]:
+                   ) -> tuple[list[PrivatizedQuantity], dict[str, torch.Tensor] | None, torch.nn.Module | None]:
         """``privatized_quantities`` of ``defense`` built with ``overrides`` at a model state (cached).
 
-        Returns the quantities and the state dict of the model they were built with (None when the
-        defense builds its own model internally). ``state`` loads given parameters (a witness's).
+        Returns the quantities, the state dict of the model they were built with and that model
+        (None, None when the defense builds its own model internally). ``state`` loads given
+        parameters (a witness's).
         """
         key = (defense, tuple(sorted((k, repr(v)) for k, v in overrides.items())), model,
                None if state is None else id(state), noise_multiplier)
@@ -208,7 +209,7 @@ class Context:
                 raise ConfigError(f"model: defense {defense!r} builds its own model; only 'init' applies")
             qs = list(method(self.data, **kwargs))
             saved = None if net is None else {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
-            self._quantities[key] = (qs, saved)
+            self._quantities[key] = (qs, saved, net)
         return self._quantities[key]
 
     def _model(self, defense: Any, kind: str, state: Mapping[str, torch.Tensor] | None) -> torch.nn.Module:
@@ -288,16 +289,16 @@ class ClaimSpec:
         return self.builder(self, setting, ctx, state)
 
     def quantity(self, setting: Setting, ctx: Context, state: Mapping[str, torch.Tensor] | None = None
-                 ) -> tuple[PrivatizedQuantity, dict[str, torch.Tensor] | None]:
-        """The defense's privatized quantity for this claim at ``setting``, with its model's state."""
+                 ) -> tuple[PrivatizedQuantity, dict[str, torch.Tensor] | None, torch.nn.Module | None]:
+        """The defense's privatized quantity for this claim at ``setting``, with its model's state and model."""
         overrides = {**self.base_overrides, **setting.overrides}
         z = overrides.pop(NOISE_MULTIPLIER, None)
-        qs, saved = ctx.quantities(self.defense, overrides, setting.model, state, z)
+        qs, saved, net = ctx.quantities(self.defense, overrides, setting.model, state, z)
         found = [q for q in qs if q.claim_id == self.key and getattr(q, "variant", "") == self.variant]
         if len(found) != 1:
             raise ConfigError(f"claim {self.id}: defense {self.defense!r} exposes {len(found)} quantities with this "
                               "claim id and variant (expected 1)")
-        return found[0], saved
+        return found[0], saved, net
 
 
 # -- builders ----------------------------------------------------------------------------------------
@@ -329,21 +330,22 @@ def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, An
     """Builder for quantities of a batch of images (the DP training defenses)."""
 
     def build(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
-        q, saved = spec.quantity(setting, ctx, state)
+        q, saved, net = spec.quantity(setting, ctx, state)
         params = param_fn(setting, q)
         data = ctx.data
         domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes)
-        from audit.sensitivity.extremal import image_seeds
+        from audit.sensitivity.extremal import gradient_seeds
 
         return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
-                      setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved, seeds=image_seeds)
+                      setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved,
+                      seeds=gradient_seeds, module=net)
 
     return build
 
 
 def alm_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
     """ALM: replace one record of the fine-tuning set (the members) by any labelled image."""
-    q, _ = spec.quantity(setting, ctx, state)
+    q, _, _ = spec.quantity(setting, ctx, state)
     data = ctx.data
     params = {k: v for k, v in q.params.items()}
     pool_x = torch.cat([data.train.x, data.public.x, data.test.x])
@@ -362,7 +364,7 @@ def fedemb_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any =
     change that altered that count would re-draw every other client's head from the shared seed --
     a change of coupling, not of data, which no proof (nor DP) cares about.
     """
-    q, _ = spec.quantity(setting, ctx, state)
+    q, _, _ = spec.quantity(setting, ctx, state)
     data = ctx.data
     per_user = int(setting.overrides.get("examples_per_user", 2))
     per_client = int(setting.overrides.get("users_per_client", 1))
@@ -417,10 +419,16 @@ GROWTH_TEMPERATURES = (0.1, 0.5, 1.0)
 # SATURATED_CLIP: a clip norm far below the gradients' scale, so every unit is clipped ("all
 # clipped"): each clipped unit is C times a unit vector and observed / C is scale-free. There the
 # changed example turning every unit's direction shows as a ratio growing with |B| (Barlow Twins:
-# the batch statistics couple all units; chunked grouping: every later group shifts). SimCLR's
-# ratios are larger at the default clip (half clipped), so its table uses that one.
+# the batch statistics couple all units; chunked grouping: every later group shifts). SimCLR keeps
+# the default clip: the constructed parameters (extremal.flip_seeds) saturate it themselves.
+# SIMCLR_NOISE: the noise multiplier of the similarity matrix released before the gradient (the
+# claim holds, or not, at every multiplier; a small one is a large epsilon). At the default 1 the
+# noise (std 4 sqrt(2|B| - 1) x 1.4, ~45 at |B| = 32) swamps the logits, every softmax row is
+# one-hot on its largest noise entry, and one example reaches only the rows it wins; at 0.01 every
+# view sees every other, the regime of the sound 4|B|C.
 SATURATED_CLIP = 1e-5
-_GROWTH = tuple(T(b) for b in GROWTH_BATCHES)
+SIMCLR_NOISE = 0.01
+_GROWTH = tuple(T(b, noise_multiplier=SIMCLR_NOISE) for b in GROWTH_BATCHES)
 _SATURATED_GROWTH = tuple(T(b, clip=SATURATED_CLIP) for b in GROWTH_BATCHES)
 _CHUNK_GROWTH = tuple(T(b, group_size=2, batch_size=b, clip=SATURATED_CLIP) for b in GROWTH_BATCHES)
 _LOGIT_GROWTH = tuple(T(1, temperature=t) for t in GROWTH_TEMPERATURES)
@@ -452,18 +460,29 @@ _ENTRIES: list[ClaimSpec] = [
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     ClaimSpec("dpcl.simclr-gradient-plain", "DPCL Sec. 3.2.1", "replace-one", "l2", "4 B C",
               dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C")),
-              (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"}),
+              (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"},
+              notes=("no closed-form supremum; the flip construction (extremal.flip_seeds) turns the 2|B| - 2 "
+                     "unchanged views around, 2 (2|B| - 2) C = (|B| - 1) / |B| of the bound (0.5 at |B| = 2, 0.75 at "
+                     "|B| = 4), the replaced example's two views only partly",)),
     ClaimSpec("dpcl.barlow-gradient", "DPCL Sec. 3.3.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
               image_builder(_with("C")), _SATURATED_GROWTH, defense="dpcl-barlow",
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     # DP-GCL (add/remove)
     ClaimSpec("dpgcl.sample-level", "DP-GCL Sec. 2.3.1 (Eq. 6)", "add-remove", "l2", "(2B + 1) t C (t = 1 in Eq. 6)",
               dpgcl_sample_level_bound, ("B", "C", "t"), image_builder(_with("C", "t")), (T(1), T(2), S(4)),
-              defense="dpsgd"),
+              defense="dpsgd",
+              notes=("at |B| = 1 the bound is loose: D's t terms are softmaxes over one candidate, constant, so their "
+                     "gradients are 0 and Delta <= 2 t C, 2/3 of (2|B| + 1) t C (the supremum at |B| = 1: the t new "
+                     "terms and the t old ones, each clipped to C); at |B| = 2, 4 the add-flip construction "
+                     "(extremal.add_flip_seeds) reaches about 0.69",)),
     ClaimSpec("dpgcl.batch-level", "DP-GCL Eq. 7 (Sec. 2.3.2)", "add-remove", "l2", "2C", dpgcl_batch_level_bound,
               ("C",), image_builder(_with("C")), (T(1), T(2), S(4)), defense="dp-clip"),
     ClaimSpec("dpgcl.group-clip", "DP-GCL Thm. 1 (Eq. 8)", "add-remove", "l2", "(2 ceil(B/S) + 1) C",
-              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params), _GROUPS, defense="dp-gcl"),
+              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params), _GROUPS, defense="dp-gcl",
+              notes=("the implementation's K groups are fixed (random grouping), so the added example joins one of "
+                     "them and no group appears: Delta <= 2KC, or (2K - 1) C when it fills a group empty in D; the "
+                     "supremum is at most 2K / (2K + 1) of (2K + 1) C: 0.89 at K = 4, 0.80 at K = 2 (an upper bound "
+                     "on the supremum; the add-flip construction reaches about 0.6)",)),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
               ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="random"),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
@@ -478,7 +497,10 @@ _ENTRIES: list[ClaimSpec] = [
                      "diagonal probability and the new column's probability in the old row are different "
                      "entries and can be small and large together",)),
     ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
-              image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp"),
+              image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp",
+              notes=("at n = 2 the bound is loose: D (one example) is below the spreadout loss's minimum batch and "
+                     "releases 0, and the two new terms carry |dL/dZ_ij| = 2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, "
+                     "2/3 of 6C; at n >= 3 the old terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L)",)),
     # DP-FedEmb (user level, replace-one)
     ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
               "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,

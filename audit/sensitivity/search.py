@@ -47,6 +47,7 @@ import torch
 from audit.sensitivity.domains import Domain, Pair, Rows, cat_rows, n_rows, slice_rows
 from audit.sensitivity.verdict import distance, vector_norm
 from defenses.dp.contrastive import differentiable_quantities
+from defenses.dp.params import parameter_values
 
 QuantityFn = Callable[[Any, int], torch.Tensor]
 SEED_RANGE = 2 ** 31
@@ -62,6 +63,9 @@ class Target:
     changes it. ``setting``: JSON-able description (defense overrides, units, model state) to rebuild
     the target for a replay. ``extra``: anything worth reporting (the defense's own bound, corrected
     bounds). ``model_state``: the parameters of the model ``fn`` evaluates (saved with a witness).
+    ``module``: that model itself (the DP defenses'); with it a pair may carry its own parameter
+    values (``Pair.params``, evaluated through :func:`defenses.dp.params.parameter_values`) and the
+    gradient ascent moves the parameters too.
     """
 
     fn: QuantityFn
@@ -76,6 +80,20 @@ class Target:
     extra: dict[str, Any] = field(default_factory=dict)
     model_state: dict[str, torch.Tensor] | None = None
     seeds: Callable[["Target", torch.Generator], list[Pair]] | None = None
+    module: Any = None
+
+    def call(self, batch: Any, randomness: int, params: Any = None) -> torch.Tensor:
+        """``fn(batch, randomness)``, at the parameter values ``params`` when given (needs ``module``)."""
+        if params is None or self.module is None:
+            return self.fn(batch, int(randomness))
+        with parameter_values(self.module, params):
+            return self.fn(batch, int(randomness))
+
+    def parameters(self) -> dict[str, torch.Tensor] | None:
+        """The trainable parameters of ``module`` by name (None without a module)."""
+        if self.module is None:
+            return None
+        return {n: p.detach() for n, p in self.module.named_parameters() if p.requires_grad}
 
 
 @dataclass
@@ -101,7 +119,7 @@ class Evaluator:
         self.gradient_pairs = 0  # pairs evaluated (with gradients) by the gradient ascent
         self.calls = 0
         self.best: Found | None = None
-        self._cache: OrderedDict[tuple[int, int], tuple[Rows, torch.Tensor]] = OrderedDict()
+        self._cache: OrderedDict[tuple[int, int, int], tuple[Rows, torch.Tensor]] = OrderedDict()
         self._cache_size = cache_size
         self.call_seconds = 0.0
         self.last_improvement = 0  # pairs spent (evaluated + gradient) when the best last improved
@@ -110,10 +128,10 @@ class Evaluator:
     def spent(self) -> int:
         return self.evaluations + self.gradient_pairs
 
-    def output(self, rows: Rows, randomness: int) -> torch.Tensor:
+    def output(self, rows: Rows, randomness: int, params: Any = None) -> torch.Tensor:
         start = time.perf_counter()
         with torch.no_grad():
-            out = self.target.fn(self.target.domain.batch(rows), int(randomness))
+            out = self.target.call(self.target.domain.batch(rows), int(randomness), params)
         self.calls += 1
         self.call_seconds += time.perf_counter() - start
         return out.detach().reshape(-1).cpu()
@@ -123,12 +141,12 @@ class Evaluator:
         return self.call_seconds / max(self.calls, 1)
 
     def _base_output(self, pair: Pair) -> torch.Tensor:
-        key = (id(pair.base), int(pair.randomness))
+        key = (id(pair.base), int(pair.randomness), id(pair.params))
         hit = self._cache.get(key)
         if hit is not None and hit[0] is pair.base:
             self._cache.move_to_end(key)
             return hit[1]
-        out = self.output(pair.base, pair.randomness)
+        out = self.output(pair.base, pair.randomness, pair.params)
         self._cache[key] = (pair.base, out)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
@@ -138,7 +156,7 @@ class Evaluator:
         t = self.target
         _, b_rows = pair.neighbours(t.relation, t.domain.unit_size)
         fa = self._base_output(pair)
-        fb = self.output(b_rows, pair.randomness)
+        fb = self.output(b_rows, pair.randomness, pair.params)
         d = distance(fa, fb, t.norm)
         if not math.isfinite(d):
             d = math.inf
@@ -285,7 +303,7 @@ def mutate(target: Target, pair: Pair, sigma: float, gen: torch.Generator) -> Pa
         new = dom.perturb(new, sigma, gen)
     if replace_one:
         new = dom.conform(new, _unit(base, position, u))
-    return Pair(base, new, position, seed)
+    return Pair(base, new, position, seed, pair.params)
 
 
 def zeroth_order_ascent(target: Target, ev: Evaluator, starts: list[Pair], gen: torch.Generator, clock: Clock,
@@ -330,7 +348,7 @@ def _decode(dom: Domain, rows: Rows, free: dict[str, torch.Tensor]) -> Rows:
 def ignores_randomness(target: Target, pair: Pair, ev: Evaluator) -> bool:
     """Whether ``fn`` gives bit-identical outputs on ``pair``'s D' under two different seeds."""
     _, b = pair.neighbours(target.relation, target.domain.unit_size)
-    return bool(torch.equal(ev.output(b, pair.randomness), ev.output(b, pair.randomness + 1)))
+    return bool(torch.equal(ev.output(b, pair.randomness, pair.params), ev.output(b, pair.randomness + 1, pair.params)))
 
 
 def differentiable(target: Target, pair: Pair) -> bool:
@@ -341,7 +359,7 @@ def differentiable(target: Target, pair: Pair) -> bool:
         new = _decode(dom, pair.new, free)
         _, b = Pair(pair.base, new, pair.position, pair.randomness).neighbours(target.relation, dom.unit_size)
         with differentiable_quantities():
-            out = target.fn(dom.batch(b), int(pair.randomness))
+            out = target.call(dom.batch(b), int(pair.randomness), pair.params)
             if not out.requires_grad:
                 return False
             (g,) = torch.autograd.grad(out.double().pow(2).sum(), list(free.values())[:1], allow_unused=True)
@@ -356,22 +374,24 @@ def _stack_batches(batches: list[Any]) -> Any:
     return torch.stack(batches)
 
 
-def _distances(target: Target, pairs: list[tuple[Rows, Rows, int]], vectorised: list[bool]) -> list[torch.Tensor]:
-    """Differentiable distances of several (D, D', seed) at once.
+def _distances(target: Target, pairs: list[tuple[Rows, Rows, int, Any]], vectorised: list[bool]
+               ) -> list[torch.Tensor]:
+    """Differentiable distances of several (D, D', seed, parameters) at once.
 
-    Pairs sharing a seed go through one ``torch.func.vmap`` of ``fn`` over the stacked batches
-    (``vectorised[0]`` is cleared, for good, the first time ``fn`` cannot be vmapped); otherwise
-    one call per neighbour.
+    Pairs sharing a seed and their parameters go through one ``torch.func.vmap`` of ``fn`` over the
+    stacked batches (``vectorised[0]`` is cleared, for good, the first time ``fn`` cannot be
+    vmapped); otherwise one call per neighbour.
     """
     dom = target.domain
     out: list[torch.Tensor | None] = [None] * len(pairs)
-    by_seed: dict[int, list[int]] = {}
-    for i, (_, _, seed) in enumerate(pairs):
-        by_seed.setdefault(int(seed), []).append(i)
-    for seed, idx in by_seed.items():
+    by_key: dict[tuple[int, int], list[int]] = {}
+    for i, (_, _, seed, params) in enumerate(pairs):
+        by_key.setdefault((int(seed), id(params)), []).append(i)
+    for (seed, _), idx in by_key.items():
+        params = pairs[idx[0]][3]
         if vectorised[0] and len(idx) > 1:
             try:
-                fn = torch.func.vmap(lambda batch: target.fn(batch, seed).reshape(-1))
+                fn = torch.func.vmap(lambda batch: target.call(batch, seed, params).reshape(-1))
                 fa = fn(_stack_batches([dom.batch(pairs[i][0]) for i in idx]))
                 fb = fn(_stack_batches([dom.batch(pairs[i][1]) for i in idx]))
                 for k, i in enumerate(idx):
@@ -380,23 +400,38 @@ def _distances(target: Target, pairs: list[tuple[Rows, Rows, int]], vectorised: 
             except Exception:  # noqa: BLE001 - not vmappable (data-dependent shapes, generators, ...)
                 vectorised[0] = False
         for i in idx:
-            a, b, _ = pairs[i]
-            out[i] = _smooth_distance(target.fn(dom.batch(a), seed) - target.fn(dom.batch(b), seed), target.norm)
+            a, b, _, _ = pairs[i]
+            out[i] = _smooth_distance(target.call(dom.batch(a), seed, params) - target.call(dom.batch(b), seed, params),
+                                      target.norm)
     return out  # type: ignore[return-value]
 
 
-def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Clock, deadline: float,
-                    lr: float = 0.05, info: dict[str, Any] | None = None) -> int:
-    """Adam on every start's free coordinates (changed unit and, unless fixed, the base) until the deadline.
+def _parameter_free(target: Target, pair: Pair) -> dict[str, torch.Tensor] | None:
+    """Leaf copies of the pair's model parameters (or the target model's) for the ascent."""
+    start = pair.params if pair.params is not None else target.parameters()
+    if start is None:
+        return None
+    return {n: v.detach().clone().requires_grad_(True) for n, v in start.items()}
 
-    All restarts step together: restarts that share a seed are evaluated in one vmapped call of
-    ``fn`` when it allows (one loop otherwise), and their summed distances are differentiated in one
-    backward pass. A step whose distance beats the best seen is re-evaluated exactly (no grad).
+
+def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Clock, deadline: float,
+                    lr: float = 0.05, info: dict[str, Any] | None = None, parameters: bool = True,
+                    parameter_lr: float = 0.02) -> int:
+    """Adam on every start's free coordinates until the deadline: the changed unit, the base (unless
+    fixed) and, with ``parameters`` and a target ``module``, the model parameters (each tensor's step
+    ``parameter_lr`` times its RMS): the claim must hold at every parameter value, so the ascent
+    climbs ||f(D) - f(D')|| in (D, D', theta) jointly.
+
+    All restarts step together: restarts that share a seed and parameters are evaluated in one
+    vmapped call of ``fn`` when it allows (one loop otherwise), and their summed distances are
+    differentiated in one backward pass. A step whose distance beats the best seen is re-evaluated
+    exactly (no grad) and kept with its parameters.
     """
     dom = target.domain
     if not starts:
         return 0
     groups, states = [], []
+    thetas: dict[int, dict[str, torch.Tensor]] = {}
     for p in starts:
         new_free = {f: dom.to_free(f, p.new[f]).detach().clone().requires_grad_(True) for f in dom.continuous}
         base_free = None
@@ -405,20 +440,36 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
         tensors = list(new_free.values()) + (list(base_free.values()) if base_free else [])
         scale = max(dom.free_scale(t.detach()) for t in tensors)
         groups.append({"params": tensors, "lr": lr * scale})
-        states.append((p, new_free, base_free))
+        theta = None
+        if parameters:
+            # restarts that start from the same parameters share one ascending copy (and one vmap)
+            theta = thetas.get(id(p.params))
+            if theta is None:
+                theta = _parameter_free(target, p)
+                if theta is not None:
+                    thetas[id(p.params)] = theta
+                    for t in theta.values():
+                        rms = float(t.detach().pow(2).mean().sqrt()) if t.numel() else 0.0
+                        groups.append({"params": [t], "lr": parameter_lr * max(rms, 1e-3)})
+        states.append((p, new_free, base_free, theta))
     opt = torch.optim.Adam(groups)
     vectorised = [True]
     steps = 0
     while steps == 0 or clock.now() < deadline:
         opt.zero_grad(set_to_none=True)
+        kept_by: dict[int, dict[str, torch.Tensor]] = {}
         with differentiable_quantities():
             pairs, candidates = [], []
-            for p, new_free, base_free in states:
+            for p, new_free, base_free, theta in states:
                 base = _decode(dom, p.base, base_free) if base_free else p.base
                 new = _decode(dom, p.new, new_free)
                 a, b = Pair(base, new, p.position, p.randomness).neighbours(target.relation, dom.unit_size)
-                pairs.append((a, b, p.randomness))
-                candidates.append(Pair(_detach_rows(base), _detach_rows(new), p.position, p.randomness))
+                params = theta if theta is not None else p.params
+                pairs.append((a, b, p.randomness, params))
+                if params is not None and id(params) not in kept_by:
+                    kept_by[id(params)] = {n: v.detach().clone() for n, v in params.items()}
+                kept = None if params is None else kept_by[id(params)]
+                candidates.append(Pair(_detach_rows(base), _detach_rows(new), p.position, p.randomness, kept))
             dists = _distances(target, pairs, vectorised)
             total = torch.stack(dists).sum()
         if not total.requires_grad or not torch.isfinite(total):
@@ -432,7 +483,9 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
             if float(d.detach()) > best:
                 best = max(best, ev.evaluate(pair))
     if info is not None:
-        info["vmapped"] = vectorised[0] and len({p.randomness for p in starts}) < len(starts)
+        info["vmapped"] = vectorised[0] and len({(p.randomness, id(st[3] if st[3] is not None else p.params))
+                                                 for p, st in zip(starts, states)}) < len(starts)
+        info["parameters"] = bool(parameters and any(st[3] is not None for st in states))
     return steps
 
 
@@ -543,7 +596,7 @@ def search(target: Target, gen: torch.Generator, *, seconds: float | None = None
         middle = random_end + (ascent_end - random_end) / 2
         if ignores_randomness(target, starts[0], ev):
             # one shared seed lets the restarts go through one vmapped call
-            starts = [Pair(p.base, p.new, p.position, starts[0].randomness) for p in starts]
+            starts = [Pair(p.base, p.new, p.position, starts[0].randomness, p.params) for p in starts]
         info: dict[str, Any] = {}
         steps_g = gradient_ascent(target, ev, starts, clock, middle, info=info)
         phases["gradient"] = _phase(ev, bound, s0, b0, restarts=len(starts), gradient_steps=steps_g, **info)

@@ -49,7 +49,10 @@ def save_witness(directory: str | Path, claim: Any, target: Target, found: Found
     tensors.update({f"b.{k}": v.detach().cpu().contiguous() for k, v in b_rows.items()})
     tensors["out.a"] = found.fa.detach().cpu().contiguous()
     tensors["out.b"] = found.fb.detach().cpu().contiguous()
-    for k, v in (target.model_state or {}).items():
+    state = dict(target.model_state or {})
+    if found.pair.params is not None and target.model_state is not None:
+        state.update(found.pair.params)  # the searched parameter values (names as in the state dict)
+    for k, v in state.items():
         tensors[f"model.{k}"] = v.detach().cpu().contiguous()
     meta = {
         "format": FORMAT, "version": VERSION, "claim": claim.id, "source": claim.source, "relation": claim.relation,

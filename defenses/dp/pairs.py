@@ -31,6 +31,7 @@ import torch
 from torch.func import grad, vjp, vmap
 
 from defenses.dp.clipping import clip_factors
+from defenses.dp.contrastive import tracking
 from defenses.dp.embedder import Embedder, Source
 from defenses.dp.gradients import ClippedSum, clipped_sum
 from defenses.dp.units import pair_units
@@ -92,7 +93,9 @@ def efficient_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x
                        pair_clip: float, norms: str = "exact", chunk: int | None = None) -> ClippedSum:
     """sum_ij tau_ij Clip_B(grad Z_ij) as grad of sum_ij lambda_ij Z_ij (Logit-DP Sec. 5.3)."""
     nrm = pair_norms(embedder, params, x, y, a, b, norms, chunk)
-    lam = (tau * clip_factors(nrm, pair_clip)).detach()
+    lam = tau * clip_factors(nrm, pair_clip)
+    if not tracking():  # under the sensitivity checks' tracking, lambda keeps its graph (first-order search)
+        lam = lam.detach()
     g = grad(lambda p: (lam * _logits(embedder, p, x, y, similarity)).sum())(dict(params))
     return ClippedSum(embedder.space.flatten(g), nrm.reshape(-1), pair_clip, "pair")
 

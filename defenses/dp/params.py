@@ -9,10 +9,35 @@ concatenated in order. :class:`ParamSpace` converts between that layout and per-
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from contextlib import contextmanager
+from typing import Iterator, Mapping
 
 import torch
 import torch.nn as nn
+
+
+_VALUES: dict[int, Mapping[str, torch.Tensor]] = {}
+
+
+@contextmanager
+def parameter_values(module: nn.Module, values: Mapping[str, torch.Tensor]) -> Iterator[None]:
+    """Evaluate ``module``'s DP step at parameter ``values`` instead of its own (not detached).
+
+    Inside, :meth:`ParamSpace.detached` returns ``values[name]`` for ``module``, so the step runs
+    at those parameters and, when they require grad, the privatized quantity is differentiable
+    with respect to them (the sensitivity checks' ascent on the parameters: every claim is a bound
+    at *every* parameter value). The module itself is left untouched.
+    """
+    key = id(module)
+    previous = _VALUES.get(key)
+    _VALUES[key] = values
+    try:
+        yield
+    finally:
+        if previous is None:
+            del _VALUES[key]
+        else:
+            _VALUES[key] = previous
 
 
 class ParamSpace:
@@ -26,7 +51,13 @@ class ParamSpace:
         self.size: int = sum(self.numels)
 
     def detached(self, module: nn.Module) -> dict[str, torch.Tensor]:
-        """The current parameter values as a plain dict (for ``torch.func.functional_call``)."""
+        """The current parameter values as a plain dict (for ``torch.func.functional_call``).
+
+        Under :func:`parameter_values` for ``module``: the given values, as they are.
+        """
+        given = _VALUES.get(id(module))
+        if given is not None:
+            return {n: given[n] for n in self.names}
         params = dict(module.named_parameters())
         return {n: params[n].detach() for n in self.names}
 

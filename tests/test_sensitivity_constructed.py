@@ -1,0 +1,92 @@
+"""Issue 16: constructed parameters that reach the worst case of the clipped gradient sums, the
+ascent on the parameters, and witnesses that carry the searched parameters."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from audit.sensitivity import CLAIMS, Context, Setting
+from audit.sensitivity.extremal import chunk_seeds, flip_seeds, logit_seeds
+from audit.sensitivity.search import Evaluator, gradient_ascent, Clock
+from audit.sensitivity.witness import replay, save_witness
+from defenses.dp.params import parameter_values
+
+
+def _target(claim: str, setting: Setting, digits):
+    ctx = Context(0)
+    ctx.__dict__["data"] = digits
+    return CLAIMS[claim].target(setting, ctx)
+
+
+def _ratios(target, pairs):
+    ev = Evaluator(target)
+    return [ev.evaluate(p) / target.bound for p in pairs], ev
+
+
+def test_flip_seeds_turn_every_simclr_view_around(digits):
+    """2 (2|B| - 2) C of the 4|B|C are reached by construction: ratio to the paper's 4C near |B| - 1."""
+    b = 6
+    target = _target("dpcl.simclr-gradient", Setting(b, {"noise_multiplier": 0.01}), digits)
+    pairs = flip_seeds(target, torch.Generator().manual_seed(0))
+    assert pairs and all(p.params is not None for p in pairs)
+    ratios, _ = _ratios(target, pairs)
+    assert max(ratios) >= 0.8 * (b - 1), ratios
+    assert max(ratios) <= b + 1e-6  # the sound 4|B|C holds
+
+
+def test_chunk_seeds_shift_every_group_of_the_chunked_grouping(digits):
+    """Homogeneous groups in D, mixed ones in D': ~ (K - 1) C against the paper's 2C."""
+    b = 12
+    target = _target("dpgcl.group[chunk]", Setting(b, {"group_size": 2, "batch_size": b, "clip": 1e-5}), digits)
+    ratios, _ = _ratios(target, chunk_seeds(target, torch.Generator().manual_seed(0)))
+    k = b // 2
+    assert max(ratios) >= 0.8 * (k - 1) / 2 and max(ratios) > 1.5, ratios
+
+
+@pytest.mark.parametrize("tau", [1.0, 0.1])
+def test_logit_seeds_reach_the_derived_value_and_refute_lemma_4_5(digits, tau):
+    target = _target("logitdp.infonce", Setting(1, {"temperature": tau}), digits)
+    ratios, _ = _ratios(target, logit_seeds(target, torch.Generator().manual_seed(0)))
+    p = 1 / (1 + math.exp(2 * math.cos(0.1) / tau))
+    derived = 2 * math.sqrt(2) * (1 - p) / 2  # 2 sqrt(2) (1 - p) C against 2C at n = 2
+    assert ratios[0] == pytest.approx(derived, rel=0.02)
+    assert ratios[0] > 1.2
+
+
+def test_parameter_values_equal_a_loaded_state_bit_for_bit(digits):
+    target = _target("dpcl.simclr-gradient", Setting(3, {"noise_multiplier": 0.01}), digits)
+    params = {k: v + 0.01 * torch.randn(v.shape, generator=torch.Generator().manual_seed(1))
+              for k, v in target.parameters().items()}
+    x = digits.train.x[:3].float()
+    with torch.no_grad():
+        given = target.call(x, 5, params)
+        state = {k: v.clone() for k, v in target.module.state_dict().items()}
+        target.module.load_state_dict({**state, **params})
+        loaded = target.fn(x, 5)
+        target.module.load_state_dict(state)
+        again = target.fn(x, 5)
+    assert torch.equal(given, loaded) and not torch.equal(given, again)
+    with parameter_values(target.module, params):
+        assert torch.equal(target.fn(x, 5), given)
+
+
+def test_ascent_on_the_parameters_climbs_and_its_witness_replays(digits, tmp_path):
+    target = _target("dpcl.simclr-gradient", Setting(3, {"noise_multiplier": 0.01}), digits)
+    gen = torch.Generator().manual_seed(0)
+    start = flip_seeds(target, gen)[0]
+    ev = Evaluator(target)
+    first = ev.evaluate(type(start)(start.base, start.new, 0, start.randomness))  # at the model's own parameters
+    info: dict = {}
+    gradient_ascent(target, ev, [type(start)(start.base, start.new, 0, start.randomness)], Clock(ev, evaluations=8),
+                    8, info=info)
+    assert info["parameters"] and ev.best.pair.params is not None
+    assert ev.best.distance > first
+    spec = CLAIMS["dpcl.simclr-gradient"]
+    path = save_witness(tmp_path, spec, target, ev.best, {"seed": 0, "dataset": "digits", "data_dir": None},
+                        {"bound": target.bound, "observed": ev.best.distance, "tolerance": 0.0,
+                         "ratio": ev.best.distance / target.bound, "verdict": "violated"})
+    out = replay(path)
+    assert out["identical_outputs"], out
