@@ -72,6 +72,13 @@ def embed(ctx, sources: Sequence[Source]) -> tuple[torch.Tensor, ...]:
     """Embeddings of every source at the step's parameters (no graph unless :func:`tracking`)."""
     if tracking():
         return ctx.embedder.embed_sources(ctx.params, sources)
+    if ctx.embedder.layerwise_reason is None:
+        # Record the forward pass once; the layerwise engine's clipped sum reuses it (no second forward).
+        from defenses.dp.layerwise import record
+
+        tape = record(ctx.embedder, ctx.params, sources)
+        ctx.embedder.tape = tape
+        return tuple(z.detach() for z in tape.zs)
     with torch.no_grad():
         return ctx.embedder.embed_sources(ctx.params, sources)
 
