@@ -40,7 +40,7 @@ from defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibr
                                     plan_sampling)
 from defenses.dp.contrastive import tracking
 from defenses.dp.embedder import Embedder
-from defenses.dp.gradients import ClippedSum, zero_sum
+from defenses.dp.gradients import ENGINES, ClippedSum, engine_reason, zero_sum
 from defenses.dp.randomness import StepRandomness
 from defenses.dp.step import CanarySource, canaries_at, release
 from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
@@ -82,6 +82,9 @@ class DPConfig(ContrastiveConfig):
     epochs, the papers' recipe, cached per dataset and split seed), ``random`` or a safetensors path
     (:mod:`defenses.pretrain`). ``accountant`` calibrates the noise: ``pld`` (default) is the tightest
     sound one for every sampler here (Poisson add/remove and without-replacement replace-one).
+    ``engine`` computes the per-unit clipped sums: ``auto`` (the layerwise engine of
+    :mod:`defenses.dp.layerwise` where it applies, ``vmap`` otherwise), ``layerwise`` or ``vmap``
+    (the ``torch.func`` reference); the numbers agree to float tolerance, only the speed differs.
     """
 
     clip: float = 1.0
@@ -93,6 +96,7 @@ class DPConfig(ContrastiveConfig):
     overflow_tolerance: float = 1e-9
     freeze: tuple[str, ...] = ()
     signal: bool = True
+    engine: str = "auto"
 
     def validate(self) -> None:
         super().validate()
@@ -100,6 +104,8 @@ class DPConfig(ContrastiveConfig):
         check_positive("unit_chunk", self.unit_chunk)
         check_positive("pretrain_epochs", self.pretrain_epochs)
         check_init(self.init)
+        if self.engine not in ENGINES:
+            raise one_of("engine", self.engine, ENGINES)
         if self.sensitivity not in SENSITIVITY_MODES:
             raise one_of("sensitivity", self.sensitivity, SENSITIVITY_MODES)
         if self.accountant not in ACCOUNTANTS:
@@ -264,6 +270,7 @@ class DPDefense(Defense):
     def context(self, model: nn.Module, plan: SamplingPlan, multipliers: Mapping[str, float],
                 mechanisms: list[Mechanism], augment: Augmentation) -> StepContext:
         embedder = Embedder(model)
+        embedder.engine = self.config.engine
         return StepContext(model, embedder, embedder.params(), augment, plan, dict(multipliers),
                            {m.name: m.sensitivity for m in mechanisms}, self.config.unit_chunk)
 
@@ -298,6 +305,12 @@ class DPDefense(Defense):
         run_seed = derive_seed(seed, "dp-step")
         counter = {"t": 0, "overflowed": 0}
         embedder = Embedder(model)
+        embedder.engine = cfg.engine
+        if cfg.engine == "layerwise" and embedder.layerwise_reason is not None:
+            raise ConfigError(f"engine: 'layerwise' does not apply to this model ({embedder.layerwise_reason}); "
+                              "use 'auto' or 'vmap'")
+        reason = engine_reason(embedder)
+        engine_note = "layerwise" if reason is None else f"vmap ({reason})"
 
         def step(idx: torch.Tensor) -> dict[str, float]:
             t = counter["t"]
@@ -322,7 +335,8 @@ class DPDefense(Defense):
 
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
                          "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
-                         "param_count": embedder.space.size, "overflow_counter": counter},
+                         "param_count": embedder.space.size, "overflow_counter": counter,
+                         "engine": engine_note},
                   "init": init_record}
         return PreparedRun(model, step, batches, plan, optimizer, claim, extras)
 

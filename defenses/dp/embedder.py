@@ -51,11 +51,14 @@ class Embedder:
         self.model = model
         self.space = ParamSpace(model)
         self.tape = None  # the step's recorded forward pass (defenses.dp.layerwise.Tape), consumed by clipped_sum
+        self.engine = "auto"  # per-unit gradient engine of clipped_sum: auto | layerwise | vmap
         self._layerwise_reason: str | None | bool = False
 
     @property
     def layerwise_reason(self) -> str | None:
         """None when the layerwise engine (:mod:`defenses.dp.layerwise`) supports the model, else why not."""
+        if self.engine == "vmap":
+            return "engine = 'vmap' requested"
         if self._layerwise_reason is False:
             from defenses.dp.layerwise import unsupported_reason
 

@@ -114,12 +114,13 @@ def engine_reason(embedder: Embedder, units: Units | None = None) -> str | None:
 
 
 def clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source], units: Units,
-                clip: float, chunk: int = 64, engine: str = "auto") -> ClippedSum:
+                clip: float, chunk: int = 64, engine: str | None = None) -> ClippedSum:
     """Clip every unit gradient to norm ``clip``, weight it by ``units.weights`` and sum.
 
     ``engine``: ``auto`` (layerwise where it applies, else vmap), ``layerwise`` (error where it does
-    not apply) or ``vmap`` (the reference).
+    not apply) or ``vmap`` (the reference); None: the embedder's ``engine``.
     """
+    engine = embedder.engine if engine is None else engine
     if engine not in ENGINES:
         raise ValueError(f"engine: {engine!r} not in {ENGINES}")
     tape, embedder.tape = embedder.tape, None

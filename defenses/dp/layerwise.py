@@ -275,13 +275,15 @@ def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor]
     sq = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
     row_grads = {}
     for name, mod in tape.layers:
+        # rows in no unit go to a spare slot n_units, dropped after the sum
         call_owners = torch.cat([owners[c.source] for c in tape.calls[name]])
-        keep = call_owners >= 0
-        g = _layer_grads(name, mod, params, tape.calls[name], per[name], dense=False)
+        call_owners = torch.where(call_owners >= 0, call_owners, n_units)
+        g = _layer_grads(name, mod, params, tape.calls[name], per[name], dense=False, standardise=False)
         for n, v in g.items():
-            v = v[keep]
-            o = call_owners[keep]
-            unit = torch.zeros(n_units, *v.shape[1:], dtype=v.dtype, device=v.device).index_add_(0, o, v)
+            unit = torch.zeros(n_units + 1, *v.shape[1:], dtype=v.dtype, device=v.device)
+            unit = unit.index_add_(0, call_owners, v)[:n_units]
+            if n == f"{name}.weight" and isinstance(mod, WSConv2d):
+                unit = _ws_backward(params[n], unit)
             row_grads[n] = unit
             sq += unit.reshape(n_units, -1).pow(2).sum(1)
     nrm = sq.sqrt()
