@@ -81,7 +81,7 @@ def unsupported_reason(model: nn.Module, names: Sequence[str] | None = None) -> 
 
 def units_reason(units: Units) -> str | None:
     """None for dense units or units that partition the rows, else why the layerwise engine cannot clip them."""
-    if units.dense:
+    if units.dense or units.row_owners is not None:
         return None
     assert units.rows is not None
     for rows, cot in zip(units.rows, units.cotangents):
@@ -124,12 +124,16 @@ def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequ
     layers, reason = _layers(embedder.model, embedder.space.names)
     if reason is not None:
         raise ValueError(f"layerwise engine: {reason}")
-    leaves = {n: p.detach().requires_grad_(True) for n, p in params.items()}
+    # The parameters stay out of the graph (their gradients come from the layer rules): the graph starts
+    # at the first recorded layer's output, so backward computes input gradients only.
+    leaves = {n: p.detach() for n, p in params.items()}
     calls: dict[str, list[_Call]] = {name: [] for name, _ in layers}
     current = [0]
 
     def hook(name):
         def fn(module, inputs, output):
+            if not output.requires_grad:
+                output.requires_grad_(True)
             calls[name].append(_Call(current[0], inputs[0].detach(), output))
         return fn
 
@@ -173,7 +177,6 @@ def _layer_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], 
     Per-row gradients are stacked over the layer's calls in call order (rows of the calls' sources).
     """
     lead = "u" if dense else ""
-    red = "" if dense else "r"  # the row index survives only in the per-row case
     w_name, b_name = f"{name}.weight", f"{name}.bias"
     out: dict[str, list[torch.Tensor]] = {}
 
@@ -186,32 +189,38 @@ def _layer_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], 
             a3 = a.reshape(a.shape[0], -1, a.shape[-1])
             b3 = b.reshape(*b.shape[:len(lead) + 1], -1, b.shape[-1])
             if w_name in params:
-                add(w_name, torch.einsum(f"{lead}rpo,rpi->{lead}{red}oi", b3, a3))
+                if dense:
+                    add(w_name, torch.einsum("urpo,rpi->uoi", b3, a3))
+                else:  # batched product, no einsum permutations (small layers are overhead-bound)
+                    add(w_name, torch.bmm(b3.transpose(1, 2), a3))
             if b_name in params:
-                add(b_name, torch.einsum(f"{lead}rpo->{lead}{red}o", b3))
+                add(b_name, b3.sum((1, 2)) if dense else b3.sum(1))
         elif isinstance(mod, nn.Conv2d):
             b3 = b.reshape(*b.shape[:len(lead) + 2], -1)  # (..., R, out, L)
             if w_name in params:
                 patches = _conv_patches(mod, a)  # (R, in*k*k, L)
-                g = torch.einsum(f"{lead}rol,rkl->{lead}{red}ok", b3, patches)
+                if dense:
+                    g = torch.einsum("urol,rkl->uok", b3, patches)
+                else:
+                    g = torch.bmm(b3, patches.transpose(1, 2))
                 g = g.reshape(*g.shape[:-2], *mod.weight.shape)
                 if standardise and isinstance(mod, WSConv2d):
                     g = _ws_backward(params[w_name], g)
                 add(w_name, g)
             if b_name in params:
-                add(b_name, torch.einsum(f"{lead}rol->{lead}{red}o", b3))
+                add(b_name, b3.sum((-1, -3)) if dense else b3.sum(-1))
         elif isinstance(mod, nn.GroupNorm):
             b3 = b.reshape(*b.shape[:len(lead) + 2], -1)  # (..., R, C, L)
             if w_name in params:
                 x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(a.shape[0], a.shape[1], -1)
-                add(w_name, torch.einsum(f"{lead}rcl,rcl->{lead}{red}c", b3, x_hat))
+                add(w_name, torch.einsum("urcl,rcl->uc", b3, x_hat) if dense else (b3 * x_hat).sum(-1))
             if b_name in params:
-                add(b_name, torch.einsum(f"{lead}rcl->{lead}{red}c", b3))
+                add(b_name, b3.sum((-1, -3)) if dense else b3.sum(-1))
         else:  # pragma: no cover - excluded by _layers
             raise TypeError(type(mod).__name__)
     if dense:
         return {k: torch.stack(v).sum(0) if len(v) > 1 else v[0] for k, v in out.items()}
-    return {k: torch.cat(v) for k, v in out.items()}
+    return {k: torch.cat(v) if len(v) > 1 else v[0] for k, v in out.items()}
 
 
 # -- the clipped sum -----------------------------------------------------------------------------------
@@ -226,6 +235,8 @@ class LayerwiseSum:
 
 def _row_owners(units: Units, sources: Sequence[Source]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per source: every row's cotangent (R_s, D) and its unit index (R_s,), -1 for rows in no unit."""
+    if units.row_owners is not None:
+        return [c for c, _ in units.row_owners], [o for _, o in units.row_owners]
     assert units.rows is not None
     cots, owners = [], []
     for s, (rows, cot) in enumerate(zip(units.rows, units.cotangents)):
@@ -272,6 +283,9 @@ def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor]
     bs = torch.autograd.grad(zs, outs, grad_outputs=cots, allow_unused=True)
     bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
     per = split(bs)
+    aligned = all([c.source for c in tape.calls[name]] == list(range(len(sources))) for name, _ in tape.layers)
+    if aligned and sum(len(s) for s in sources) * space.size <= FLAT_LIMIT:
+        return _flat_partition_sum(tape, params, space.names, per, owners, units, clip, n_units)
     sq = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
     row_grads = {}
     for name, mod in tape.layers:
@@ -293,6 +307,45 @@ def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor]
     for n in space.names:
         total[n] = torch.tensordot(scale, row_grads[n], dims=1)
     return LayerwiseSum(space.flatten(total), nrm)
+
+
+FLAT_LIMIT = 1 << 24  # rows x parameters up to which per-row gradients are laid out as one (R, p) matrix
+
+
+def _flat_partition_sum(tape: Tape, params, names: Sequence[str], per, owners, units: Units, clip: float,
+                        n_units: int) -> LayerwiseSum:
+    """The partition case with every layer's per-row gradients in one (R, p) matrix: few, large operations.
+
+    Requires every layer to be called once per source in source order (so rows line up across layers).
+    """
+    from defenses.dp.clipping import clip_factors
+
+    row_owner = torch.cat(owners)
+    row_owner = torch.where(row_owner >= 0, row_owner, n_units)
+    per_param: dict[str, torch.Tensor] = {}
+    ws: list[str] = []
+    for name, mod in tape.layers:
+        per_param.update(_layer_grads(name, mod, params, tape.calls[name], per[name], dense=False,
+                                      standardise=False))
+        if isinstance(mod, WSConv2d) and f"{name}.weight" in params:
+            ws.append(f"{name}.weight")
+    rows = torch.cat([per_param[n].reshape(row_owner.shape[0], -1) for n in names], dim=1)
+    onehot = torch.zeros(n_units + 1, rows.shape[0], dtype=rows.dtype, device=rows.device)
+    onehot[row_owner, torch.arange(rows.shape[0], device=rows.device)] = 1
+    unit = onehot[:n_units] @ rows  # sum of each unit's rows (a matrix product beats index_add on CPU)
+    if ws:
+        offsets, start = {}, 0
+        for n in names:
+            offsets[n] = (start, start + params[n].numel())
+            start += params[n].numel()
+        for n in ws:
+            a, b = offsets[n]
+            unit[:, a:b] = _ws_backward(params[n], unit[:, a:b].reshape(n_units, *params[n].shape)).reshape(n_units, -1)
+    nrm = torch.linalg.vector_norm(unit, dim=1)
+    scale = clip_factors(nrm, clip)
+    if units.weights is not None:
+        scale = scale * units.weights.to(scale)
+    return LayerwiseSum(scale @ unit, nrm)
 
 
 def _layer_cost(mod: nn.Module, call: _Call, rows: int) -> tuple[int, int]:
