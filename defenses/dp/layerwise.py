@@ -432,3 +432,62 @@ def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], s
     if units.weights is not None:
         scale = scale * units.weights.to(scale)
     return LayerwiseSum(scale @ flat, nrm)
+
+
+def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source: Source) -> torch.Tensor:
+    """J (R, D, p): each row's Jacobian of its embedding with respect to the flat parameters.
+
+    One forward/backward of the rows replicated D times with the basis cotangents e_1..e_D (copy d
+    holds row r's Jacobian applied to e_d at every layer), then the per-row layer rules on the D x R
+    rows. Same numbers as :func:`defenses.dp.pairs.per_sample_jacobians` (``vmap`` of D VJPs per row).
+    """
+    space = embedder.space
+    r = len(source)
+    with torch.no_grad():
+        dim = embedder.embed(params, source.x[:1], source.tower).shape[-1]
+    rep = Source(source.x.repeat(dim, *([1] * (source.x.dim() - 1))), source.tower)
+    tape = record(embedder, params, (rep,))
+    (z,) = tape.zs
+    eye = torch.eye(dim, dtype=z.dtype, device=z.device)
+    grad_out = eye[:, None, :].expand(dim, r, dim).reshape(dim * r, dim)
+    outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
+    bs = torch.autograd.grad([z], outs, grad_outputs=[grad_out], allow_unused=True)
+    bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
+    it = iter(bs)
+    per_param: dict[str, torch.Tensor] = {}
+    for name, mod in tape.layers:
+        (call,) = tape.calls[name]
+        per_param.update(_basis_row_grads(name, mod, params, call.inp[:r], next(it).reshape(dim, r, *call.out.shape[1:])))
+    flat = torch.cat([per_param[n].reshape(dim, r, -1) for n in space.names], dim=-1)  # (D, R, p)
+    return flat.transpose(0, 1).contiguous()
+
+
+def _basis_row_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], a: torch.Tensor,
+                     b: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-row gradients (D, R, *shape) for output gradients b (D, R, ...) of D basis cotangents, input a (R, ...)."""
+    w_name, b_name = f"{name}.weight", f"{name}.bias"
+    out: dict[str, torch.Tensor] = {}
+    d, r = b.shape[:2]
+    if isinstance(mod, nn.Linear):
+        a3 = a.reshape(r, -1, a.shape[-1])
+        b3 = b.reshape(d, r, -1, b.shape[-1])
+        if w_name in params:
+            out[w_name] = torch.matmul(b3.transpose(-1, -2), a3)
+        if b_name in params:
+            out[b_name] = b3.sum(-2)
+    elif isinstance(mod, nn.Conv2d):
+        b3 = b.reshape(d, r, b.shape[2], -1)
+        if w_name in params:
+            g = torch.matmul(b3, _conv_patches(mod, a).transpose(1, 2))  # (D, R, out, in*k*k)
+            g = g.reshape(d, r, *mod.weight.shape)
+            out[w_name] = _ws_backward(params[w_name], g) if isinstance(mod, WSConv2d) else g
+        if b_name in params:
+            out[b_name] = b3.sum(-1)
+    elif isinstance(mod, nn.GroupNorm):
+        b3 = b.reshape(d, r, b.shape[2], -1)
+        if w_name in params:
+            x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(r, a.shape[1], -1)
+            out[w_name] = (b3 * x_hat).sum(-1)
+        if b_name in params:
+            out[b_name] = b3.sum(-1)
+    return out
