@@ -128,11 +128,15 @@ class StackedTrainer:
 
     def run(self, streams: Sequence[Iterator[torch.Tensor]], total: int,
             make_inputs: Callable[[int, torch.Tensor], tuple[torch.Tensor, ...]], loss_fn: LossFn, *,
-            desc: str = "train", progress: bool = True) -> list[dict[str, list[float]]]:
+            desc: str = "train", progress: bool = True,
+            make_batch: Callable[[list[int], list[torch.Tensor]], tuple[torch.Tensor, ...]] | None = None
+            ) -> list[dict[str, list[float]]]:
         """Train until every model's batch stream is exhausted; ``total`` is the longest stream's length.
 
         ``make_inputs(k, idx)`` builds model k's inputs for its batch ``idx`` (augmentations drawn from
-        model k's own generator). Returns one history per model (``step``, ``seconds``, ``loss``).
+        model k's own generator). ``make_batch(ks, idxs)``, when given, builds the stacked inputs of the
+        models ``ks`` at once (the same values, fewer operations). Returns one history per model
+        (``step``, ``seconds``, ``loss``).
         """
         from tqdm.auto import tqdm
 
@@ -143,6 +147,32 @@ class StackedTrainer:
         try:
             for i in range(total):
                 active = torch.zeros(self.k, dtype=torch.bool)
+                if make_batch is not None:
+                    ks, idxs = [], []
+                    for k, stream in enumerate(streams):
+                        idx = next(stream, None)
+                        if idx is not None:
+                            active[k] = True
+                            ks.append(k)
+                            idxs.append(idx)
+                    if not ks:
+                        break
+                    fresh = make_batch(ks, idxs)
+                    if len(ks) == self.k:
+                        inputs = list(fresh)
+                    else:  # finished models see their last inputs (their parameters are not updated)
+                        inputs = [t.clone() for t in inputs]
+                        for part, new in zip(inputs, fresh):
+                            part[ks] = new
+                    losses = self.step(loss_fn, inputs, active)
+                    now = time.perf_counter() - start
+                    for k in ks:
+                        h = histories[k]
+                        h["step"].append(len(h["step"]))
+                        h["seconds"].append(now)
+                        h["loss"].append(float(losses[k]))
+                    bar.update(1)
+                    continue
                 per_model = []
                 for k, stream in enumerate(streams):
                     idx = next(stream, None)
