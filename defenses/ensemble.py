@@ -63,6 +63,9 @@ class StackedOptimizer:
         bc1 = (1.0 - b1 ** t).to(torch.float32)
         bc2_sqrt = (1.0 - b2 ** t).sqrt().to(torch.float32)
         everyone = bool(active.all())
+        if everyone and self.name == "adam" and not self.weight_decay:
+            self._adam_foreach(grads, bc1, bc2_sqrt)
+            return
         for name, p in self.params.items():
             g = grads.get(name)
             g = torch.zeros_like(p) if g is None else g
@@ -88,6 +91,30 @@ class StackedOptimizer:
                 mask = active.to(p.device).view(shape)
                 for old, new in updates:
                     old.copy_(torch.where(mask, new, old))
+
+
+    def _adam_foreach(self, grads: dict[str, torch.Tensor | None], bc1: torch.Tensor, bc2_sqrt: torch.Tensor) -> None:
+        """The Adam step of :meth:`step` when every model takes it, as a few ``torch._foreach_*`` calls over
+        all parameters (the same operations in the same order, so the same numbers, without a Python loop)."""
+        names = list(self.params)
+        ps = [self.params[n] for n in names]
+        gs = [torch.zeros_like(p) if grads.get(n) is None else grads[n] for n, p in zip(names, ps)]
+        ms = [self.state[n][0] for n in names]
+        vs = [self.state[n][1] for n in names]
+        b1, b2 = self.betas
+        shapes = [(self.k,) + (1,) * (p.dim() - 1) for p in ps]
+        c1 = [bc1.to(p.device).view(sh) for p, sh in zip(ps, shapes)]
+        c2 = [bc2_sqrt.to(p.device).view(sh) for p, sh in zip(ps, shapes)]
+        torch._foreach_lerp_(ms, gs, 1.0 - b1)
+        torch._foreach_mul_(vs, b2)
+        torch._foreach_addcmul_(vs, gs, gs, value=1.0 - b2)
+        denom = torch._foreach_sqrt(vs)
+        torch._foreach_div_(denom, c2)
+        torch._foreach_add_(denom, self.eps)
+        update = torch._foreach_div(ms, c1)
+        torch._foreach_div_(update, denom)
+        torch._foreach_mul_(update, self.lr)
+        torch._foreach_sub_(ps, update)
 
 
 LossFn = Callable[..., torch.Tensor]

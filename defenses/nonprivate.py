@@ -17,7 +17,7 @@ from core.datasets import DatasetInfo, MembershipData
 from defenses.augment import augmentation_for, two_views, views_many
 from defenses.base import Budget, Defense, Trained
 from defenses.ensemble import StackedTrainer
-from defenses.losses import make_objective
+from defenses.losses import make_objective, nt_xent
 from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 from defenses.sampling import make_batches
 from defenses.seeding import torch_generator
@@ -109,6 +109,8 @@ class NonPrivate(Defense):
         def losses(call, v1: torch.Tensor, v2: torch.Tensor) -> torch.Tensor:
             b = v1.shape[1]
             z = call(torch.cat([v1, v2], dim=1))  # both views in one pass of the K models
+            if cfg.loss == "simclr":  # NT-Xent takes the model axis as a batch dimension (no vmap)
+                return nt_xent(z[:, :b], z[:, b:], cfg.temperature, reduction="none").mean(dim=-1)
             return torch.func.vmap(objective)(z[:, :b], z[:, b:])  # the objective of each model's batch
 
         histories = trainer.run(streams, max(totals), inputs, losses, make_batch=batch,
