@@ -68,11 +68,15 @@ def tracking() -> bool:
     return _TRACKING[0] > 0
 
 
-def embed(ctx, sources: Sequence[Source]) -> tuple[torch.Tensor, ...]:
-    """Embeddings of every source at the step's parameters (no graph unless :func:`tracking`)."""
+def embed(ctx, sources: Sequence[Source], record: bool = True) -> tuple[torch.Tensor, ...]:
+    """Embeddings of every source at the step's parameters (no graph unless :func:`tracking`).
+
+    ``record=False``: the step's clipped sum will not reuse this forward pass (dense units replicate
+    the rows), so none is recorded.
+    """
     if tracking():
         return ctx.embedder.embed_sources(ctx.params, sources)
-    if ctx.embedder.layerwise_reason is None:
+    if record and ctx.embedder.layerwise_reason is None:
         # Record the forward pass once; the layerwise engine's clipped sum reuses it (no second forward).
         from defenses.dp.layerwise import record
 

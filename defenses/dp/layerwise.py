@@ -416,10 +416,10 @@ def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], s
                     bt = torch.einsum("trd,dr...->tr...", c, b)
                     g = _layer_grads(name, mod, params, [call], [bt], dense=True, standardise=False, inputs=[a0])
                 else:
-                    rows_j = _layer_grads(name, mod, params, [call], [b.reshape(v * r_s, *b.shape[2:])],
-                                          dense=False, standardise=False)  # (D*R, ...) in (d, r) order
+                    rows_j = _basis_row_grads(name, mod, params, a0, b, standardise=False)  # (D, R, ...)
                     coef = c.permute(0, 2, 1).reshape(n_units, dim * r_s)
-                    g = {k: torch.tensordot(coef, j, dims=1) for k, j in rows_j.items()}
+                    g = {k: torch.tensordot(coef, j.reshape(dim * r_s, *j.shape[2:]), dims=1)
+                         for k, j in rows_j.items()}
             for k, val in g.items():
                 per_unit[k] = per_unit[k] + val if k in per_unit else val
         w_name = f"{name}.weight"
@@ -463,7 +463,7 @@ def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source
 
 
 def _basis_row_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], a: torch.Tensor,
-                     b: torch.Tensor) -> dict[str, torch.Tensor]:
+                     b: torch.Tensor, standardise: bool = True) -> dict[str, torch.Tensor]:
     """Per-row gradients (D, R, *shape) for output gradients b (D, R, ...) of D basis cotangents, input a (R, ...)."""
     w_name, b_name = f"{name}.weight", f"{name}.bias"
     out: dict[str, torch.Tensor] = {}
@@ -480,7 +480,7 @@ def _basis_row_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tenso
         if w_name in params:
             g = torch.matmul(b3, _conv_patches(mod, a).transpose(1, 2))  # (D, R, out, in*k*k)
             g = g.reshape(d, r, *mod.weight.shape)
-            out[w_name] = _ws_backward(params[w_name], g) if isinstance(mod, WSConv2d) else g
+            out[w_name] = _ws_backward(params[w_name], g) if standardise and isinstance(mod, WSConv2d) else g
         if b_name in params:
             out[b_name] = b3.sum(-1)
     elif isinstance(mod, nn.GroupNorm):
