@@ -207,6 +207,11 @@ class DPDefense(Defense):
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
         return self.config.model_spec(info)
 
+    def engine_note(self, embedder: Embedder) -> str:
+        """Which engine computes the step's per-unit gradients (recorded in ``extras['dp']['engine']``)."""
+        reason = engine_reason(embedder)
+        return "layerwise" if reason is None else f"vmap ({reason})"
+
     def make_model(self, spec: ModelSpec, seed: int) -> nn.Module:
         return build_model(spec, seed=seed)
 
@@ -309,8 +314,7 @@ class DPDefense(Defense):
         if cfg.engine == "layerwise" and embedder.layerwise_reason is not None:
             raise ConfigError(f"engine: 'layerwise' does not apply to this model ({embedder.layerwise_reason}); "
                               "use 'auto' or 'vmap'")
-        reason = engine_reason(embedder)
-        engine_note = "layerwise" if reason is None else f"vmap ({reason})"
+        engine_note = self.engine_note(embedder)
 
         def step(idx: torch.Tensor) -> dict[str, float]:
             t = counter["t"]

@@ -11,9 +11,9 @@ sum_ij tau_ij grad Z_ij with tau_ij = dL/dZ_ij, and Corollary 4.3 / Algorithm 1 
 * :func:`efficient_pair_sum` -- Sec. 5.3: compute lambda_ij = tau_ij min(1, B / ||grad Z_ij||) and then
   grad F of F = sum_ij lambda_ij Z_ij (lambda detached): grad F = g_bar. The Jacobians the norms need
   already give it, grad F = sum_i J_{x_i}^T (sum_j lambda_ij a_ij) + sum_j J_{y_j}^T (sum_i lambda_ij b_ij),
-  so no further backward pass is run. The Jacobians come from the layerwise engine
-  (:func:`defenses.dp.layerwise.row_jacobians`, one forward/backward of the rows replicated D times)
-  where it applies, else from ``vmap`` (:func:`per_sample_jacobians`).
+  so no further backward pass is run. The Jacobians come from ``vmap`` (:func:`per_sample_jacobians`), or
+  with ``engine='layerwise'`` from :func:`defenses.dp.layerwise.row_jacobians` (one forward/backward of
+  the rows replicated D times).
   The pair norms come without any pair gradient: with the per-sample Jacobians J_r (D x p) of the
   2n rows (D vmapped VJPs per row), the D x D Grams G_i = J_{x_i} J_{x_i}^T, H_j = J_{y_j} J_{y_j}^T and
   the cross Grams K_ij = J_{x_i} J_{y_j}^T give
@@ -68,10 +68,15 @@ def per_sample_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor],
 
 def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor,
                   chunk: int | None = None) -> torch.Tensor:
-    """J (n, D, p) with the layerwise engine where it applies (one batched forward/backward), else vmap."""
+    """J (n, D, p): ``vmap`` of D VJPs per row, or the layerwise engine when it is asked for explicitly.
+
+    Under ``engine='auto'`` the Jacobians come from ``vmap``: on CPU with Logit-DP's D = 8 it measured
+    faster (about 15 ms against 22 ms for 32 rows of the benchmark's CNN), because the layerwise path
+    replicates every row D times; both give the same numbers (tests).
+    """
     from defenses.dp.gradients import engine_reason
 
-    if engine_reason(embedder) is None:
+    if embedder.engine == "layerwise" and engine_reason(embedder) is None:
         from defenses.dp.layerwise import row_jacobians as layerwise_jacobians
 
         return layerwise_jacobians(embedder, params, Source(x))
