@@ -275,7 +275,9 @@ class DPDefense(Defense):
     def context(self, model: nn.Module, plan: SamplingPlan, multipliers: Mapping[str, float],
                 mechanisms: list[Mechanism], augment: Augmentation) -> StepContext:
         embedder = Embedder(model)
-        embedder.engine = self.config.engine
+        # Privatized quantities (sensitivity checks, step audits) run through vmap unless the layerwise
+        # engine is asked for: their differentiable (tracked) and plain evaluations then agree bit for bit.
+        embedder.engine = "vmap" if self.config.engine == "auto" else self.config.engine
         return StepContext(model, embedder, embedder.params(), augment, plan, dict(multipliers),
                            {m.name: m.sensitivity for m in mechanisms}, self.config.unit_chunk)
 
@@ -311,8 +313,8 @@ class DPDefense(Defense):
         counter = {"t": 0, "overflowed": 0}
         embedder = Embedder(model)
         embedder.engine = cfg.engine
-        if cfg.engine == "layerwise" and embedder.layerwise_reason is not None:
-            raise ConfigError(f"engine: 'layerwise' does not apply to this model ({embedder.layerwise_reason}); "
+        if cfg.engine == "layerwise" and engine_reason(embedder) is not None:
+            raise ConfigError(f"engine: 'layerwise' does not apply to this model ({engine_reason(embedder)}); "
                               "use 'auto' or 'vmap'")
         engine_note = self.engine_note(embedder)
 

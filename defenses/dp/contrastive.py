@@ -76,9 +76,10 @@ def embed(ctx, sources: Sequence[Source], record: bool = True) -> tuple[torch.Te
     """
     if tracking():
         return ctx.embedder.embed_sources(ctx.params, sources)
-    if record and ctx.embedder.layerwise_reason is None:
+    from defenses.dp.layerwise import engine_model_reason, record
+
+    if record and engine_model_reason(ctx.embedder) is None:
         # Record the forward pass once; the layerwise engine's clipped sum reuses it (no second forward).
-        from defenses.dp.layerwise import record
 
         tape = record(ctx.embedder, ctx.params, sources)
         ctx.embedder.tape = tape

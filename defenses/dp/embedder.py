@@ -52,18 +52,6 @@ class Embedder:
         self.space = ParamSpace(model)
         self.tape = None  # the step's recorded forward pass (defenses.dp.layerwise.Tape), consumed by clipped_sum
         self.engine = "auto"  # per-unit gradient engine of clipped_sum: auto | layerwise | vmap
-        self._layerwise_reason: str | None | bool = False
-
-    @property
-    def layerwise_reason(self) -> str | None:
-        """None when the layerwise engine (:mod:`defenses.dp.layerwise`) supports the model, else why not."""
-        if self.engine == "vmap":
-            return "engine = 'vmap' requested"
-        if self._layerwise_reason is False:
-            from defenses.dp.layerwise import unsupported_reason
-
-            self._layerwise_reason = unsupported_reason(self.model, self.space.names)
-        return self._layerwise_reason  # type: ignore[return-value]
 
     def params(self) -> dict[str, torch.Tensor]:
         return self.space.detached(self.model)

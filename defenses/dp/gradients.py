@@ -103,11 +103,11 @@ class ClippedSum:
 def engine_reason(embedder: Embedder, units: Units | None = None) -> str | None:
     """None if the layerwise engine serves this model (and these units), else why ``vmap`` is used."""
     from defenses.dp.contrastive import tracking
-    from defenses.dp.layerwise import units_reason
+    from defenses.dp.layerwise import engine_model_reason, units_reason
 
     if tracking():
         return "differentiable evaluation (sensitivity checks) runs through torch.func"
-    reason = embedder.layerwise_reason
+    reason = engine_model_reason(embedder)
     if reason is None and units is not None:
         reason = units_reason(units)
     return reason

@@ -79,6 +79,16 @@ def unsupported_reason(model: nn.Module, names: Sequence[str] | None = None) -> 
     return _layers(model, names)[1]
 
 
+def engine_model_reason(embedder: Embedder) -> str | None:
+    """:func:`unsupported_reason` for the embedder's model (cached on the embedder), or the vmap request."""
+    if embedder.engine == "vmap":
+        return "engine = 'vmap' requested"
+    cache = embedder.__dict__.setdefault("_layerwise_reason", {})
+    if "reason" not in cache:
+        cache["reason"] = unsupported_reason(embedder.model, embedder.space.names)
+    return cache["reason"]
+
+
 def units_reason(units: Units) -> str | None:
     """None for dense units or units that partition the rows, else why the layerwise engine cannot clip them."""
     if units.dense or units.row_owners is not None:
