@@ -188,3 +188,18 @@ def test_logit_dp_step_is_the_same_with_either_jacobian_engine(digits):
         run.step(torch.arange(8))
         grads[engine] = torch.cat([p.grad.reshape(-1) for p in run.model.parameters() if p.grad is not None])
     assert float((grads["layerwise"] - grads["vmap"]).norm() / grads["vmap"].norm()) < 1e-4
+
+
+def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
+    import defenses.dp.layerwise as layerwise
+
+    emb = Embedder(tiny("mlp"))
+    x = rows(6)
+    cot = torch.randn(6, 4, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    units = partition_units("example", (cot,), (torch.arange(6),))
+    assert engine_reason(emb, units) is None
+    monkeypatch.setattr(layerwise, "MEMORY_LIMIT", 10)
+    assert "memory" in engine_reason(emb, units)
+    dense = dense_units("term", (torch.randn(3, 6, 4, dtype=torch.float64),))
+    assert "memory" in engine_reason(emb, dense)
+    assert clipped_sum(emb, emb.params(), (Source(x),), units, 0.5).engine.startswith("vmap (")

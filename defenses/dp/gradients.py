@@ -109,7 +109,7 @@ def engine_reason(embedder: Embedder, units: Units | None = None) -> str | None:
         return "differentiable evaluation (sensitivity checks) runs through torch.func"
     reason = engine_model_reason(embedder)
     if reason is None and units is not None:
-        reason = units_reason(units)
+        reason = units_reason(units, embedder.space.size)
     return reason
 
 

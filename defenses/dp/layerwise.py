@@ -89,8 +89,23 @@ def engine_model_reason(embedder: Embedder) -> str | None:
     return cache["reason"]
 
 
-def units_reason(units: Units) -> str | None:
-    """None for dense units or units that partition the rows, else why the layerwise engine cannot clip them."""
+MEMORY_LIMIT = 1 << 25  # floats the layerwise engine may materialise at once (128 MB); beyond, vmap in chunks
+ROW_LIMIT = 1 << 13  # rows of the replicated forward pass of dense units
+
+
+def units_reason(units: Units, n_params: int | None = None) -> str | None:
+    """None for dense units or units that partition the rows (and fit in memory), else why the layerwise
+    engine does not clip them."""
+    rows = sum(int(c.shape[-2]) for c in units.cotangents) if units.dense else (
+        sum(int(o.numel()) for _, o in units.row_owners) if units.row_owners is not None else None)
+    if n_params is not None and rows is not None:
+        if units.dense:
+            replicas = min(len(units), int(units.cotangents[0].shape[-1]))
+            if len(units) * n_params > MEMORY_LIMIT or replicas * rows > ROW_LIMIT:
+                return (f"{len(units)} dense units x {n_params} parameters or {replicas} x {rows} replicated rows "
+                        "exceed the layerwise engine's memory bound")
+        elif rows * n_params > MEMORY_LIMIT:
+            return f"{rows} rows x {n_params} parameters exceed the layerwise engine's memory bound"
     if units.dense or units.row_owners is not None:
         return None
     assert units.rows is not None
@@ -319,7 +334,7 @@ def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor]
     return LayerwiseSum(space.flatten(total), nrm)
 
 
-FLAT_LIMIT = 1 << 24  # rows x parameters up to which per-row gradients are laid out as one (R, p) matrix
+FLAT_LIMIT = MEMORY_LIMIT  # rows x parameters up to which per-row gradients are laid out as one (R, p) matrix
 
 
 def _flat_partition_sum(tape: Tape, params, names: Sequence[str], per, owners, units: Units, clip: float,
