@@ -482,7 +482,8 @@ def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source
     per_param: dict[str, torch.Tensor] = {}
     for name, mod in tape.layers:
         (call,) = tape.calls[name]
-        per_param.update(_basis_row_grads(name, mod, params, call.inp[:r], next(it).reshape(dim, r, *call.out.shape[1:])))
+        b = next(it).reshape(dim, r, *call.out.shape[1:])
+        per_param.update(_basis_row_grads(name, mod, params, call.inp[:r], b))
     flat = torch.cat([per_param[n].reshape(dim, r, -1) for n in space.names], dim=-1)  # (D, R, p)
     return flat.transpose(0, 1).contiguous()
 
