@@ -203,3 +203,16 @@ def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
     dense = dense_units("term", (torch.randn(3, 6, 4, dtype=torch.float64),))
     assert "memory" in engine_reason(emb, dense)
     assert clipped_sum(emb, emb.params(), (Source(x),), units, 0.5).engine.startswith("vmap (")
+
+
+def test_per_row_gradients_in_chunks_match_vmap(monkeypatch):
+    """Large batches: per-row gradients are summed into units a chunk of rows at a time."""
+    import defenses.dp.layerwise as layerwise
+
+    monkeypatch.setattr(layerwise, "FLAT_LIMIT", 3 * Embedder(tiny("cnn")).space.size)  # 3 rows per chunk
+    emb = Embedder(tiny("cnn"))
+    x = rows(11)
+    cot = torch.randn(11, 4, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
+    units = partition_units("group", (cot,), (torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, -1, 3]),))
+    fast, ref = both(emb, (Source(x),), units, 0.3)
+    assert_same(fast, ref)

@@ -104,8 +104,8 @@ def units_reason(units: Units, n_params: int | None = None) -> str | None:
             if len(units) * n_params > MEMORY_LIMIT or replicas * rows > ROW_LIMIT:
                 return (f"{len(units)} dense units x {n_params} parameters or {replicas} x {rows} replicated rows "
                         "exceed the layerwise engine's memory bound")
-        elif rows * n_params > MEMORY_LIMIT:
-            return f"{rows} rows x {n_params} parameters exceed the layerwise engine's memory bound"
+        elif len(units) * n_params > MEMORY_LIMIT:
+            return f"{len(units)} units x {n_params} parameters exceed the layerwise engine's memory bound"
     if units.dense or units.row_owners is not None:
         return None
     assert units.rows is not None
@@ -309,7 +309,7 @@ def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor]
     bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
     per = split(bs)
     aligned = all([c.source for c in tape.calls[name]] == list(range(len(sources))) for name, _ in tape.layers)
-    if aligned and sum(len(s) for s in sources) * space.size <= FLAT_LIMIT:
+    if aligned:
         return _flat_partition_sum(tape, params, space.names, per, owners, units, clip, n_units)
     sq = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
     row_grads = {}
@@ -334,30 +334,35 @@ def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor]
     return LayerwiseSum(space.flatten(total), nrm)
 
 
-FLAT_LIMIT = MEMORY_LIMIT  # rows x parameters up to which per-row gradients are laid out as one (R, p) matrix
+FLAT_LIMIT = 1 << 23  # per-row gradient entries materialised at once (chunks of rows)
 
 
 def _flat_partition_sum(tape: Tape, params, names: Sequence[str], per, owners, units: Units, clip: float,
                         n_units: int) -> LayerwiseSum:
-    """The partition case with every layer's per-row gradients in one (R, p) matrix: few, large operations.
-
-    Requires every layer to be called once per source in source order (so rows line up across layers).
+    """The partition case with the layers' per-row gradients in one (rows, p) matrix per chunk of rows:
+    few, large operations. Requires every layer to be called once per source in source order.
     """
     from defenses.dp.clipping import clip_factors
 
-    row_owner = torch.cat(owners)
-    row_owner = torch.where(row_owner >= 0, row_owner, n_units)
-    per_param: dict[str, torch.Tensor] = {}
-    ws: list[str] = []
-    for name, mod in tape.layers:
-        per_param.update(_layer_grads(name, mod, params, tape.calls[name], per[name], dense=False,
-                                      standardise=False))
-        if isinstance(mod, WSConv2d) and f"{name}.weight" in params:
-            ws.append(f"{name}.weight")
-    rows = torch.cat([per_param[n].reshape(row_owner.shape[0], -1) for n in names], dim=1)
-    onehot = torch.zeros(n_units + 1, rows.shape[0], dtype=rows.dtype, device=rows.device)
-    onehot[row_owner, torch.arange(rows.shape[0], device=rows.device)] = 1
-    unit = onehot[:n_units] @ rows  # sum of each unit's rows (a matrix product beats index_add on CPU)
+    ws = [f"{name}.weight" for name, mod in tape.layers if isinstance(mod, WSConv2d) and f"{name}.weight" in params]
+    n_params = sum(params[n].numel() for n in names)
+    step = max(1, FLAT_LIMIT // max(1, n_params))  # rows per chunk: at most FLAT_LIMIT per-row gradient entries
+    ref = next(iter(params.values()))
+    unit = torch.zeros(n_units, n_params, dtype=ref.dtype, device=ref.device)
+    for s, own in enumerate(owners):  # every layer has exactly one call per source (aligned)
+        own = torch.where(own >= 0, own, n_units)
+        for lo in range(0, own.numel(), step):
+            hi = min(own.numel(), lo + step)
+            per_param: dict[str, torch.Tensor] = {}
+            for name, mod in tape.layers:
+                call = tape.calls[name][s]
+                chunk_call = _Call(s, call.inp[lo:hi], call.out)
+                per_param.update(_layer_grads(name, mod, params, [chunk_call], [per[name][s][lo:hi]], dense=False,
+                                              standardise=False))
+            rows = torch.cat([per_param[n].reshape(hi - lo, -1) for n in names], dim=1)
+            onehot = torch.zeros(n_units + 1, hi - lo, dtype=rows.dtype, device=rows.device)
+            onehot[own[lo:hi], torch.arange(hi - lo, device=rows.device)] = 1
+            unit += onehot[:n_units] @ rows  # each unit's rows summed (a matrix product beats index_add on CPU)
     if ws:
         offsets, start = {}, 0
         for n in names:
