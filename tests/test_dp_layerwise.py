@@ -199,10 +199,21 @@ def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
     units = partition_units("example", (cot,), (torch.arange(6),))
     assert engine_reason(emb, units) is None
     monkeypatch.setattr(layerwise, "MEMORY_LIMIT", 10)
-    assert "memory" in engine_reason(emb, units)
     dense = dense_units("term", (torch.randn(3, 6, 4, dtype=torch.float64),))
     assert "memory" in engine_reason(emb, dense)
+    monkeypatch.setattr(layerwise, "FLAT_LIMIT", 10)  # auto: beyond one chunk of per-row gradients, vmap
+    assert "vmap is faster" in engine_reason(emb, units)
+    assert engine_reason(emb, units, "layerwise") is None
     assert clipped_sum(emb, emb.params(), (Source(x),), units, 0.5).engine.startswith("vmap (")
+
+
+def test_auto_uses_vmap_for_dense_units_unless_the_dimension_is_small():
+    emb = Embedder(tiny("mlp", proj_dim=4))
+    few = dense_units("term", (torch.randn(6, 6, 4, dtype=torch.float64),))  # D = 4 > U / 2 = 3
+    many = dense_units("term", (torch.randn(8, 6, 4, dtype=torch.float64),))  # D = 4 <= U / 2
+    assert "vmap is faster" in engine_reason(emb, few)
+    assert engine_reason(emb, few, "layerwise") is None
+    assert engine_reason(emb, many) is None
 
 
 def test_per_row_gradients_in_chunks_match_vmap(monkeypatch):

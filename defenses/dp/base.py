@@ -310,7 +310,7 @@ class DPDefense(Defense):
         unit_clip = self.unit_clip()
         canary_bound = gradient.sensitivity
         run_seed = derive_seed(seed, "dp-step")
-        counter = {"t": 0, "overflowed": 0}
+        counter = {"t": 0, "overflowed": 0, "engines": {}}
         embedder = Embedder(model)
         embedder.engine = cfg.engine
         if cfg.engine == "layerwise" and engine_reason(embedder) is not None:
@@ -331,6 +331,8 @@ class DPDefense(Defense):
                 out = StepOutput(zero_sum(embedder, ctx.params, cfg.clip, self.unit_kind), float("nan"))
             else:
                 out = self.compute(ctx, x[idx.to(x.device)], rnd)
+            engines = counter["engines"]
+            engines[out.clipped.engine] = engines.get(out.clipped.engine, 0) + 1
             total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
             rel = release(total, noise_std, rnd.generator("noise", gradient.name), normalizer=normalizer,
                           canaries=canaries_at(canaries, t), canary_bound=canary_bound)
@@ -357,6 +359,7 @@ class DPDefense(Defense):
         dp = dict(run.extras["dp"])
         counter = dp.pop("overflow_counter")
         dp["overflowed_steps"] = counter["overflowed"]
+        dp["engine_steps"] = dict(counter["engines"])  # steps per engine (auto picks per step, see gradients)
         snr = history.get("grad_snr", [])
         dp["grad_snr_first"] = snr[0] if snr else None
         frac = [v for v in history.get("clipped_fraction", []) if not math.isnan(v)]

@@ -100,8 +100,11 @@ class ClippedSum:
         return clipped_fraction(self.norms, self.clip)
 
 
-def engine_reason(embedder: Embedder, units: Units | None = None) -> str | None:
-    """None if the layerwise engine serves this model (and these units), else why ``vmap`` is used."""
+def engine_reason(embedder: Embedder, units: Units | None = None, engine: str | None = None) -> str | None:
+    """None if the layerwise engine serves this model (and these units), else why ``vmap`` is used.
+
+    Under ``auto`` (the default) it is used only where it measured faster than ``vmap`` on CPU.
+    """
     from defenses.dp.contrastive import tracking
     from defenses.dp.layerwise import engine_model_reason, units_reason
 
@@ -109,7 +112,8 @@ def engine_reason(embedder: Embedder, units: Units | None = None) -> str | None:
         return "differentiable evaluation (sensitivity checks) runs through torch.func"
     reason = engine_model_reason(embedder)
     if reason is None and units is not None:
-        reason = units_reason(units, embedder.space.size)
+        auto = (embedder.engine if engine is None else engine) == "auto"
+        reason = units_reason(units, embedder.space.size, auto=auto)
     return reason
 
 
@@ -125,7 +129,7 @@ def clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources:
         raise ValueError(f"engine: {engine!r} not in {ENGINES}")
     tape, embedder.tape = embedder.tape, None
     if engine != "vmap":
-        reason = engine_reason(embedder, units)
+        reason = engine_reason(embedder, units, engine)
         if reason is None:
             from defenses.dp.layerwise import layerwise_clipped_sum
 

@@ -117,7 +117,11 @@ def efficient_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x
     ca = torch.einsum("ij,ijd->id", lam, a)
     cb = torch.einsum("ij,ijd->jd", lam, b)
     total = ca.reshape(-1) @ jx.reshape(-1, jx.shape[-1]) + cb.reshape(-1) @ jy.reshape(-1, jy.shape[-1])
-    return ClippedSum(total, nrm.reshape(-1), pair_clip, "pair")
+    from defenses.dp.gradients import engine_reason
+
+    layerwise = embedder.engine == "layerwise" and engine_reason(embedder) is None
+    return ClippedSum(total, nrm.reshape(-1), pair_clip, "pair",
+                      "layerwise (row Jacobians)" if layerwise else "vmap (row Jacobians)")
 
 
 def direct_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
