@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -62,11 +62,25 @@ def random_resized_crop_theta(n: int, scale: tuple[float, float], ratio: tuple[f
 def shift_rotate_theta(n: int, size: int, max_shift: float, max_degrees: float,
                        scale: tuple[float, float], gen: torch.Generator) -> torch.Tensor:
     """Affine maps for a random shift (pixels), rotation (degrees) and zoom (``scale`` of the side)."""
-    angle = _uniform(n, -max_degrees, max_degrees, gen) * math.pi / 180
-    zoom = _uniform(n, *scale, gen)
+    return shift_rotate_from(shift_rotate_draws(n, gen), size, max_shift, max_degrees, scale)
+
+
+def shift_rotate_draws(n: int, gen: torch.Generator) -> torch.Tensor:
+    """The uniform draws of :func:`shift_rotate_theta` (4, n): angle, zoom, x and y shift, in that order."""
+    return torch.stack([torch.rand(n, generator=gen) for _ in range(4)])
+
+
+def shift_rotate_from(u: torch.Tensor, size: int, max_shift: float, max_degrees: float,
+                      scale: tuple[float, float]) -> torch.Tensor:
+    """The affine maps of :func:`shift_rotate_theta` from its uniform draws ``u`` (4, n)."""
+    def between(v: torch.Tensor, low: float, high: float) -> torch.Tensor:
+        return low + (high - low) * v  # as _uniform
+
+    angle = between(u[0], -max_degrees, max_degrees) * math.pi / 180
+    zoom = between(u[1], *scale)
     pixel = 2.0 / size  # one pixel in normalised coordinates
-    tx = _uniform(n, -max_shift, max_shift, gen) * pixel
-    ty = _uniform(n, -max_shift, max_shift, gen) * pixel
+    tx = between(u[2], -max_shift, max_shift) * pixel
+    ty = between(u[3], -max_shift, max_shift) * pixel
     cos, sin = torch.cos(angle) * zoom, torch.sin(angle) * zoom
     return torch.stack([torch.stack([cos, -sin, tx], 1), torch.stack([sin, cos, ty], 1)], 1)
 
@@ -166,11 +180,21 @@ class DigitsAugment:
     noise_std: float = 0.05
 
     def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        n = x.shape[0]
-        theta = shift_rotate_theta(n, x.shape[-1], self.max_shift, self.max_degrees, self.zoom, generator)
+        return self.apply(x, self.draw(x.shape, generator))
+
+    def draw(self, shape: torch.Size | tuple[int, ...], generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """The random parameters of one call on images of ``shape``, in the order ``__call__`` draws them."""
+        u = shift_rotate_draws(shape[0], generator).T  # (n, 4): rows of several draws concatenate
+        if self.noise_std > 0:
+            return u, torch.randn(tuple(shape), generator=generator)
+        return (u,)
+
+    def apply(self, x: torch.Tensor, drawn: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        """The views of ``x`` for parameters from :meth:`draw` (rows of several draws may be concatenated)."""
+        theta = shift_rotate_from(drawn[0].T, x.shape[-1], self.max_shift, self.max_degrees, self.zoom)
         y = _affine(x, theta, "zeros")
         if self.noise_std > 0:
-            y = y + self.noise_std * torch.randn(y.shape, generator=generator).to(y)
+            y = y + self.noise_std * drawn[1].to(y)
         return y.clamp(0, 1)
 
 
@@ -188,3 +212,22 @@ def augmentation_for(info: DatasetInfo, name: str | None = None) -> Augmentation
 def two_views(augment: Augmentation, x: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
     """Two independent augmented views of every image in ``x`` (the positive pairs of SimCLR / Barlow)."""
     return augment(x, generator), augment(x, generator)
+
+
+def views_many(augment: Augmentation, xs: Sequence[torch.Tensor], generators: Sequence[torch.Generator],
+               n_views: int = 2) -> tuple[torch.Tensor, ...]:
+    """``n_views`` augmented views of each batch ``xs[k]`` with ``generators[k]``, stacked (K, B, ...) per view.
+
+    Each batch gets exactly the views ``n_views`` calls ``augment(xs[k], generators[k])`` give. Where the
+    augmentation separates drawing from applying (``draw`` / ``apply``), the parameters are drawn per
+    batch in that order and applied to all K batches at once (one resampling for the ensemble).
+    """
+    if hasattr(augment, "draw") and hasattr(augment, "apply") and len({tuple(x.shape) for x in xs}) == 1:
+        drawn = [[augment.draw(x.shape, g) for _ in range(n_views)] for x, g in zip(xs, generators)]
+        x_all = torch.cat(list(xs) * n_views)  # view-major: view v of batch k at block v * K + k
+        params = [torch.cat([drawn[k][v][i] for v in range(n_views) for k in range(len(xs))])
+                  for i in range(len(drawn[0][0]))]
+        out = augment.apply(x_all, tuple(params)).view(n_views, len(xs), *xs[0].shape)
+        return tuple(out[v] for v in range(n_views))
+    views = [[augment(x, g) for _ in range(n_views)] for x, g in zip(xs, generators)]
+    return tuple(torch.stack([v[i] for v in views]) for i in range(n_views))

@@ -84,7 +84,7 @@ class DPSGD(DPDefense):
         b = x.shape[0]
         v1, v2 = two_views(ctx, x, rnd)
         sources = (Source(torch.cat([v1, v2])),)
-        (z,) = embed(ctx, sources)
+        (z,) = embed(ctx, sources, record=False)  # term units are dense: the engine replicates the rows
         terms, (cot,) = term_cotangents(lambda zz: self.terms(zz, b), (z,))
         units = dense_units("term", (cot,))
         clipped = clipped_sum(ctx.embedder, ctx.params, sources, units, self.config.clip, ctx.chunk)

@@ -138,6 +138,14 @@ class LogitDP(DPDefense):
             clipped = direct_pair_sum(ctx.embedder, ctx.params, v1, v2, tau, a, b, cfg.clip, chunk=ctx.chunk * 16)
         return StepOutput(clipped, float(loss.detach()), {"tau": tau.detach()})
 
+    def engine_note(self, embedder) -> str:
+        cfg = self.config
+        if cfg.pair_grads == "direct":
+            return "vmap (pair units share rows)"
+        if embedder.engine == "layerwise":
+            return "layerwise (row Jacobians)"
+        return "vmap (row Jacobians)"
+
     def params_summary(self, plan: SamplingPlan) -> dict:
         cfg = self.config
         return {**super().params_summary(plan), "temperature": cfg.temperature, "pair_grads": cfg.pair_grads,

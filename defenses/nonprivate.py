@@ -14,10 +14,10 @@ import torch
 
 from accountants.claim import PrivacyClaim
 from core.datasets import DatasetInfo, MembershipData
-from defenses.augment import augmentation_for, two_views
+from defenses.augment import augmentation_for, two_views, views_many
 from defenses.base import Budget, Defense, Trained
 from defenses.ensemble import StackedTrainer
-from defenses.losses import make_objective
+from defenses.losses import make_objective, nt_xent
 from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 from defenses.sampling import make_batches
 from defenses.seeding import torch_generator
@@ -103,10 +103,17 @@ class NonPrivate(Defense):
         def inputs(k: int, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             return two_views(augment, xs[k][idx.to(device)], aug_gens[k])
 
-        def losses(call, v1: torch.Tensor, v2: torch.Tensor) -> torch.Tensor:
-            return torch.func.vmap(objective)(call(v1), call(v2))  # the objective of each model's batch
+        def batch(ks: list[int], idxs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+            return views_many(augment, [xs[k][i.to(device)] for k, i in zip(ks, idxs)], [aug_gens[k] for k in ks])
 
-        histories = trainer.run(streams, max(totals), inputs, losses,
+        def losses(call, v1: torch.Tensor, v2: torch.Tensor) -> torch.Tensor:
+            b = v1.shape[1]
+            z = call(torch.cat([v1, v2], dim=1))  # both views in one pass of the K models
+            if cfg.loss == "simclr":  # NT-Xent takes the model axis as a batch dimension (no vmap)
+                return nt_xent(z[:, :b], z[:, b:], cfg.temperature, reduction="none").mean(dim=-1)
+            return torch.func.vmap(objective)(z[:, :b], z[:, b:])  # the objective of each model's batch
+
+        histories = trainer.run(streams, max(totals), inputs, losses, make_batch=batch,
                                 desc=f"{self.name} x{len(models)} ({cfg.loss})", progress=progress)
         claim = PrivacyClaim.non_private(source="non-private baseline")
         return [Trained(self.name, m.eval(), spec, claim, h, self.config_dict(), s)

@@ -48,3 +48,17 @@ def test_augmentation_per_dataset():
     assert isinstance(augmentation_for(DATASETS["digits"].info), DigitsAugment)
     assert isinstance(augmentation_for(DATASETS["cifar10"].info), SimCLRAugment)
     assert isinstance(augmentation_for(DATASETS["mnist"].info), GreyAugment)
+
+
+def test_views_many_equals_separate_calls(digits):
+    """The ensemble's batched views are exactly those of K separate two-view calls with each model's generator."""
+    from defenses.augment import DigitsAugment, views_many
+    from defenses.seeding import torch_generator
+
+    augment = DigitsAugment()
+    xs = [digits.train.x[k * 8:(k + 1) * 8] for k in range(3)]
+    v1, v2 = views_many(augment, xs, [torch_generator(k, "augment") for k in range(3)])
+    assert v1.shape == v2.shape == (3, 8, *xs[0].shape[1:])
+    for k, x in enumerate(xs):
+        g = torch_generator(k, "augment")
+        assert torch.equal(v1[k], augment(x, g)) and torch.equal(v2[k], augment(x, g))

@@ -119,3 +119,15 @@ def test_make_objective_rejects_unknown_loss():
 
     with pytest.raises(ConfigError, match="loss: unknown value 'triplet'; accepted: simclr"):
         make_objective("triplet")
+
+
+def test_nt_xent_batch_dimensions_equal_one_call_per_batch():
+    """The ensemble's stacked NT-Xent (leading model axis) gives each model's own loss terms."""
+    from defenses.losses import nt_xent
+
+    g = torch.Generator().manual_seed(0)
+    z1, z2 = torch.randn(3, 5, 4, generator=g), torch.randn(3, 5, 4, generator=g)
+    stacked = nt_xent(z1, z2, 0.5, reduction="none")
+    assert stacked.shape == (3, 10)
+    for k in range(3):
+        torch.testing.assert_close(stacked[k], nt_xent(z1[k], z2[k], 0.5, reduction="none"))

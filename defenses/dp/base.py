@@ -40,7 +40,7 @@ from defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibr
                                     plan_sampling)
 from defenses.dp.contrastive import tracking
 from defenses.dp.embedder import Embedder
-from defenses.dp.gradients import ClippedSum, zero_sum
+from defenses.dp.gradients import ENGINES, ClippedSum, engine_reason, zero_sum
 from defenses.dp.randomness import StepRandomness
 from defenses.dp.step import CanarySource, canaries_at, release
 from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
@@ -82,6 +82,9 @@ class DPConfig(ContrastiveConfig):
     epochs, the papers' recipe, cached per dataset and split seed), ``random`` or a safetensors path
     (:mod:`defenses.pretrain`). ``accountant`` calibrates the noise: ``pld`` (default) is the tightest
     sound one for every sampler here (Poisson add/remove and without-replacement replace-one).
+    ``engine`` computes the per-unit clipped sums: ``auto`` (the layerwise engine of
+    :mod:`defenses.dp.layerwise` where it applies, ``vmap`` otherwise), ``layerwise`` or ``vmap``
+    (the ``torch.func`` reference); the numbers agree to float tolerance, only the speed differs.
     """
 
     clip: float = 1.0
@@ -93,6 +96,7 @@ class DPConfig(ContrastiveConfig):
     overflow_tolerance: float = 1e-9
     freeze: tuple[str, ...] = ()
     signal: bool = True
+    engine: str = "auto"
 
     def validate(self) -> None:
         super().validate()
@@ -100,6 +104,8 @@ class DPConfig(ContrastiveConfig):
         check_positive("unit_chunk", self.unit_chunk)
         check_positive("pretrain_epochs", self.pretrain_epochs)
         check_init(self.init)
+        if self.engine not in ENGINES:
+            raise one_of("engine", self.engine, ENGINES)
         if self.sensitivity not in SENSITIVITY_MODES:
             raise one_of("sensitivity", self.sensitivity, SENSITIVITY_MODES)
         if self.accountant not in ACCOUNTANTS:
@@ -201,6 +207,11 @@ class DPDefense(Defense):
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
         return self.config.model_spec(info)
 
+    def engine_note(self, embedder: Embedder) -> str:
+        """Which engine computes the step's per-unit gradients (recorded in ``extras['dp']['engine']``)."""
+        reason = engine_reason(embedder)
+        return "layerwise" if reason is None else f"vmap ({reason})"
+
     def make_model(self, spec: ModelSpec, seed: int) -> nn.Module:
         return build_model(spec, seed=seed)
 
@@ -264,6 +275,9 @@ class DPDefense(Defense):
     def context(self, model: nn.Module, plan: SamplingPlan, multipliers: Mapping[str, float],
                 mechanisms: list[Mechanism], augment: Augmentation) -> StepContext:
         embedder = Embedder(model)
+        # Privatized quantities (sensitivity checks, step audits) run through vmap unless the layerwise
+        # engine is asked for: their differentiable (tracked) and plain evaluations then agree bit for bit.
+        embedder.engine = "vmap" if self.config.engine == "auto" else self.config.engine
         return StepContext(model, embedder, embedder.params(), augment, plan, dict(multipliers),
                            {m.name: m.sensitivity for m in mechanisms}, self.config.unit_chunk)
 
@@ -296,8 +310,13 @@ class DPDefense(Defense):
         unit_clip = self.unit_clip()
         canary_bound = gradient.sensitivity
         run_seed = derive_seed(seed, "dp-step")
-        counter = {"t": 0, "overflowed": 0}
+        counter = {"t": 0, "overflowed": 0, "engines": {}}
         embedder = Embedder(model)
+        embedder.engine = cfg.engine
+        if cfg.engine == "layerwise" and engine_reason(embedder) is not None:
+            raise ConfigError(f"engine: 'layerwise' does not apply to this model ({engine_reason(embedder)}); "
+                              "use 'auto' or 'vmap'")
+        engine_note = self.engine_note(embedder)
 
         def step(idx: torch.Tensor) -> dict[str, float]:
             t = counter["t"]
@@ -312,6 +331,8 @@ class DPDefense(Defense):
                 out = StepOutput(zero_sum(embedder, ctx.params, cfg.clip, self.unit_kind), float("nan"))
             else:
                 out = self.compute(ctx, x[idx.to(x.device)], rnd)
+            engines = counter["engines"]
+            engines[out.clipped.engine] = engines.get(out.clipped.engine, 0) + 1
             total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
             rel = release(total, noise_std, rnd.generator("noise", gradient.name), normalizer=normalizer,
                           canaries=canaries_at(canaries, t), canary_bound=canary_bound)
@@ -322,7 +343,8 @@ class DPDefense(Defense):
 
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
                          "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
-                         "param_count": embedder.space.size, "overflow_counter": counter},
+                         "param_count": embedder.space.size, "overflow_counter": counter,
+                         "engine": engine_note},
                   "init": init_record}
         return PreparedRun(model, step, batches, plan, optimizer, claim, extras)
 
@@ -337,6 +359,7 @@ class DPDefense(Defense):
         dp = dict(run.extras["dp"])
         counter = dp.pop("overflow_counter")
         dp["overflowed_steps"] = counter["overflowed"]
+        dp["engine_steps"] = dict(counter["engines"])  # steps per engine (auto picks per step, see gradients)
         snr = history.get("grad_snr", [])
         dp["grad_snr_first"] = snr[0] if snr else None
         frac = [v for v in history.get("clipped_fraction", []) if not math.isnan(v)]

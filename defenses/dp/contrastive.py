@@ -68,10 +68,22 @@ def tracking() -> bool:
     return _TRACKING[0] > 0
 
 
-def embed(ctx, sources: Sequence[Source]) -> tuple[torch.Tensor, ...]:
-    """Embeddings of every source at the step's parameters (no graph unless :func:`tracking`)."""
+def embed(ctx, sources: Sequence[Source], record: bool = True) -> tuple[torch.Tensor, ...]:
+    """Embeddings of every source at the step's parameters (no graph unless :func:`tracking`).
+
+    ``record=False``: the step's clipped sum will not reuse this forward pass (dense units replicate
+    the rows), so none is recorded.
+    """
     if tracking():
         return ctx.embedder.embed_sources(ctx.params, sources)
+    from defenses.dp.layerwise import engine_model_reason, record
+
+    if record and engine_model_reason(ctx.embedder) is None:
+        # Record the forward pass once; the layerwise engine's clipped sum reuses it (no second forward).
+
+        tape = record(ctx.embedder, ctx.params, sources)
+        ctx.embedder.tape = tape
+        return tuple(z.detach() for z in tape.zs)
     with torch.no_grad():
         return ctx.embedder.embed_sources(ctx.params, sources)
 

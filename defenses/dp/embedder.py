@@ -50,6 +50,8 @@ class Embedder:
     def __init__(self, model: nn.Module):
         self.model = model
         self.space = ParamSpace(model)
+        self.tape = None  # the step's recorded forward pass (defenses.dp.layerwise.Tape), consumed by clipped_sum
+        self.engine = "auto"  # per-unit gradient engine of clipped_sum: auto | layerwise | vmap
 
     def params(self) -> dict[str, torch.Tensor]:
         return self.space.detached(self.model)

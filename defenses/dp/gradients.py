@@ -11,10 +11,17 @@ is computed without a Python loop over units:
 
 Units are processed in chunks of ``chunk`` so memory stays at chunk x p; the clipped sum
 sum_u w_u * min(1, C / ||g_u||) * g_u is accumulated chunk by chunk.
+
+:func:`clipped_sum` computes the same sum with the layerwise engine (:mod:`defenses.dp.layerwise`: one
+forward and one backward pass, per-unit gradients from layer activations) whenever it applies, and
+with ``vmap`` otherwise: models with layers it has no rule for, units that share rows (Logit-DP's
+pairs), and the differentiable evaluation of the sensitivity checks. ``ClippedSum.engine`` says which
+ran and, for ``vmap``, why.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
@@ -24,6 +31,10 @@ from torch.func import grad, vjp, vmap
 from defenses.dp.clipping import clip_factors, clipped_fraction
 from defenses.dp.embedder import Embedder, Source
 from defenses.dp.units import Units
+
+ENGINES = ("auto", "layerwise", "vmap")
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
 
 
 def unit_gradients(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source], units: Units,
@@ -78,6 +89,7 @@ class ClippedSum:
     norms: torch.Tensor
     clip: float
     kind: str
+    engine: str = "vmap"
 
     @property
     def n_units(self) -> int:
@@ -88,9 +100,52 @@ class ClippedSum:
         return clipped_fraction(self.norms, self.clip)
 
 
+def engine_reason(embedder: Embedder, units: Units | None = None, engine: str | None = None) -> str | None:
+    """None if the layerwise engine serves this model (and these units), else why ``vmap`` is used.
+
+    Under ``auto`` (the default) it is used only where it measured faster than ``vmap`` on CPU.
+    """
+    from defenses.dp.contrastive import tracking
+    from defenses.dp.layerwise import engine_model_reason, units_reason
+
+    if tracking():
+        return "differentiable evaluation (sensitivity checks) runs through torch.func"
+    reason = engine_model_reason(embedder)
+    if reason is None and units is not None:
+        auto = (embedder.engine if engine is None else engine) == "auto"
+        reason = units_reason(units, embedder.space.size, auto=auto)
+    return reason
+
+
 def clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source], units: Units,
-                clip: float, chunk: int = 64) -> ClippedSum:
-    """Clip every unit gradient to norm ``clip``, weight it by ``units.weights`` and sum."""
+                clip: float, chunk: int = 64, engine: str | None = None) -> ClippedSum:
+    """Clip every unit gradient to norm ``clip``, weight it by ``units.weights`` and sum.
+
+    ``engine``: ``auto`` (layerwise where it applies, else vmap), ``layerwise`` (error where it does
+    not apply) or ``vmap`` (the reference); None: the embedder's ``engine``.
+    """
+    engine = embedder.engine if engine is None else engine
+    if engine not in ENGINES:
+        raise ValueError(f"engine: {engine!r} not in {ENGINES}")
+    tape, embedder.tape = embedder.tape, None
+    if engine != "vmap":
+        reason = engine_reason(embedder, units, engine)
+        if reason is None:
+            from defenses.dp.layerwise import layerwise_clipped_sum
+
+            out = layerwise_clipped_sum(embedder, params, sources, units, clip, chunk, tape)
+            return ClippedSum(out.total, out.norms, clip, units.kind, "layerwise")
+        if engine == "layerwise":
+            raise ValueError(f"layerwise engine: {reason}")
+        if reason not in _WARNED:
+            _WARNED.add(reason)
+            log.info("per-unit gradients with vmap (the layerwise engine does not apply: %s)", reason)
+        return _vmap_clipped_sum(embedder, params, sources, units, clip, chunk, f"vmap ({reason})")
+    return _vmap_clipped_sum(embedder, params, sources, units, clip, chunk, "vmap")
+
+
+def _vmap_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+                      units: Units, clip: float, chunk: int, engine: str) -> ClippedSum:
     ref = next(iter(params.values()))
     total = torch.zeros(embedder.space.size, dtype=ref.dtype, device=ref.device)
     norms = torch.zeros(len(units), dtype=ref.dtype, device=ref.device)
@@ -102,7 +157,7 @@ def clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources:
             scale = scale * units.weights[start:stop].to(scale)
         total += scale @ g
         norms[start:stop] = nrm
-    return ClippedSum(total, norms, clip, units.kind)
+    return ClippedSum(total, norms, clip, units.kind, engine)
 
 
 def zero_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], clip: float, kind: str) -> ClippedSum:

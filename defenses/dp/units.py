@@ -47,6 +47,9 @@ class Units:
     rows: tuple[torch.Tensor, ...] | None = None
     weights: torch.Tensor | None = None
     ids: torch.Tensor | None = None
+    # partitions only (set by partition_units): per source, every row's cotangent (R_s, D) and unit
+    # index (R_s,), -1 for rows in no unit -- the layout the layerwise engine works in
+    row_owners: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in UNIT_KINDS:
@@ -76,11 +79,14 @@ def partition_units(kind: str, cotangents: Sequence[torch.Tensor], owners: Seque
     all_owners = torch.cat([o.to(device).long() for o in owners])
     ids = torch.unique(all_owners[all_owners >= 0])
     n_units = int(ids.numel())
-    rows_out, cots_out = [], []
+    rows_out, cots_out, row_owners = [], [], []
     for cot, own in zip(cotangents, owners):
         own = own.to(device).long()
         keep = (own >= 0).nonzero().flatten()
         unit = torch.searchsorted(ids, own[keep])  # position of each row's unit
+        row_unit = torch.full(own.shape, -1, dtype=torch.long, device=device)
+        row_unit[keep] = unit
+        row_owners.append((cot, row_unit))
         counts = torch.bincount(unit, minlength=n_units)
         width = int(counts.max()) if keep.numel() else 0
         order = torch.argsort(unit, stable=True)
@@ -99,7 +105,7 @@ def partition_units(kind: str, cotangents: Sequence[torch.Tensor], owners: Seque
             c[unit, slot] = cot[keep]
         rows_out.append(rows)
         cots_out.append(c)
-    return Units(kind, tuple(cots_out), tuple(rows_out), ids=ids)
+    return Units(kind, tuple(cots_out), tuple(rows_out), ids=ids, row_owners=tuple(row_owners))
 
 
 def dense_units(kind: str, cotangents: Sequence[torch.Tensor], ids: torch.Tensor | None = None) -> Units:

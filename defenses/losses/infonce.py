@@ -38,21 +38,25 @@ def nt_xent_from_similarity(sim: torch.Tensor, temperature: float = 0.5, reducti
     """NT-Xent (DPCL Eq. 4) from a (2N, 2N) similarity matrix of views ordered [view 1; view 2].
 
     Term i is -log(exp(S_{i,p(i)}/tau) / sum_{k != i} exp(S_ik/tau)) with p(i) = i + N mod 2N; the
-    mean over all 2N terms is DPCL Eq. 3.
+    mean over all 2N terms is DPCL Eq. 3. Leading dimensions of ``sim`` (..., 2N, 2N) are batch dimensions.
     """
-    n2 = sim.shape[0]
-    if sim.shape != (n2, n2) or n2 % 2:
+    n2 = sim.shape[-1]
+    if sim.dim() < 2 or sim.shape[-2] != n2 or n2 % 2:
         raise ValueError(f"similarity matrix must be square with an even side, got {tuple(sim.shape)}")
     n = n2 // 2
     logits = sim / temperature
     eye = torch.eye(n2, dtype=torch.bool, device=sim.device)
     logits = logits.masked_fill(eye, float("-inf"))
     positive = torch.arange(n2, device=sim.device).add(n).remainder(n2)
-    terms = -(logits[torch.arange(n2, device=sim.device), positive] - torch.logsumexp(logits, dim=1))
+    terms = -(logits[..., torch.arange(n2, device=sim.device), positive] - torch.logsumexp(logits, dim=-1))
     return reduce_terms(terms, reduction)
 
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float = 0.5, reduction: str = "mean") -> torch.Tensor:
-    """SimCLR's NT-Xent of two batches of views (DPCL Eqs. 3-4) with cosine similarity."""
-    z = torch.cat([z1, z2], dim=0)
+    """SimCLR's NT-Xent of two batches of views (DPCL Eqs. 3-4) with cosine similarity.
+
+    Leading dimensions are batch dimensions (K stacked models: z1, z2 (K, N, D), terms (K, 2N) with
+    ``reduction='none'``).
+    """
+    z = torch.cat([z1, z2], dim=-2)
     return nt_xent_from_similarity(cosine_similarity_matrix(z, z), temperature, reduction)

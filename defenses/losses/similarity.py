@@ -11,4 +11,4 @@ def cosine_similarity_matrix(u: torch.Tensor, v: torch.Tensor, eps: float = 1e-8
 
     DP-GCL Eq. 3; Logit-DP's S_cos (Sec. 2); DPCL's S(Z) = Z^T Z for L2-normalised Z (Sec. 3.2.2).
     """
-    return F.normalize(u, dim=-1, eps=eps) @ F.normalize(v, dim=-1, eps=eps).T
+    return F.normalize(u, dim=-1, eps=eps) @ F.normalize(v, dim=-1, eps=eps).transpose(-1, -2)  # (..., n, m)

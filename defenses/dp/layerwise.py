@@ -1,0 +1,536 @@
+"""Per-unit clipping from layer activations and output gradients ("book-keeping", no ``vmap`` over units).
+
+The per-unit engine of :mod:`defenses.dp.gradients` differentiates the encoder once per unit
+(``vmap(grad(.))``). For the layers small encoders are made of, a unit's gradient is a closed form of
+what one ordinary forward and backward pass already hold (Goodfellow 2015; Opacus' grad samplers;
+Li et al. 2022 ghost clipping; Bu et al. 2023 "book-keeping", Algorithm 1):
+
+* ``nn.Linear`` with input a_r and output gradient b_r of row r: g = sum_r b_r a_r^T (bias: sum_r b_r);
+  for a unit of one row ||g|| = ||a_r|| ||b_r||, and for a unit of rows u the norm follows from the
+  Grams without the gradient: ||g_u||^2 = sum_{r,s in u} (a_r . a_s)(b_r . b_s) (ghost norm, used
+  where it is cheaper than materialising the unit's gradient);
+* ``nn.Conv2d`` (and :class:`~defenses.nn.encoders.WSConv2d`): the same with the unfolded input
+  patches, g = sum_r sum_l b_{r,l} unfold(a_r)_l^T; weight standardisation w_hat = (w - mu) / sigma
+  (per filter) is a fixed map of the parameter, so the gradient with respect to w is its VJP,
+  (1 / sigma) (g - mean(g) - w_hat mean(g w_hat)) applied to every unit's g;
+* ``nn.GroupNorm``: weight gradient sum_l b_{r,c,l} x_hat_{r,c,l} with x_hat the normalised input,
+  bias gradient sum_l b_{r,c,l}.
+
+Units (:mod:`defenses.dp.units`) come in two shapes, and both need one forward pass:
+
+* partitions of the rows (view / example / group / batch units): ONE backward pass with every row's
+  own cotangent gives every b_r; unit u's gradient is the sum of its rows' contributions;
+* dense units (loss terms through every embedding, DP-SGD Eq. 6 and DP-GCL Eq. 8): one backward pass
+  batched over the units' cotangents (``is_grads_batched``), then one contraction over the rows per layer.
+
+Then the clipped sum sum_u w_u min(1, C / ||g_u||) g_u is one more contraction per layer (no second
+backward pass). The maths is that of :func:`defenses.dp.gradients.clipped_sum` exactly (tests compare
+the two to float tolerance). A model with a trainable parameter outside these layers, a parameter
+shared between modules, or units that are neither a partition nor dense, is not supported:
+:func:`unsupported_reason` says why, and the caller uses the ``vmap`` engine instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from defenses.dp.embedder import Embedder, Source
+from defenses.dp.units import Units
+from defenses.nn.encoders import WSConv2d
+
+SUPPORTED_LAYERS = (nn.Linear, nn.Conv2d, WSConv2d, nn.GroupNorm)
+
+
+def _layers(model: nn.Module, names: Sequence[str]) -> tuple[list[tuple[str, nn.Module]], str | None]:
+    """The modules owning trainable parameters, or the reason the layerwise engine cannot serve ``model``."""
+    wanted, seen, layers = set(names), set(), []
+    for mod_name, mod in model.named_modules():
+        own = [(f"{mod_name}.{p}" if mod_name else p, t) for p, t in mod.named_parameters(recurse=False)]
+        trainable = [(n, t) for n, t in own if t.requires_grad]
+        if not trainable:
+            continue
+        for n, _ in trainable:
+            if n not in wanted:
+                return [], f"parameter {n!r} is shared with another module"
+            seen.add(n)
+        if type(mod) not in SUPPORTED_LAYERS:
+            return [], f"{mod_name or 'model'} ({type(mod).__name__}) has trainable parameters and no per-unit rule"
+        if isinstance(mod, nn.Conv2d) and (mod.groups != 1 or mod.padding_mode != "zeros"
+                                           or isinstance(mod.padding, str)):
+            return [], f"{mod_name} (Conv2d): only groups=1, zero, numeric padding is supported"
+        if isinstance(mod, nn.GroupNorm) and not mod.affine:
+            continue
+        layers.append((mod_name, mod))
+    if seen != wanted:
+        return [], f"parameters {sorted(wanted - seen)} are not owned by a module"
+    return layers, None
+
+
+def unsupported_reason(model: nn.Module, names: Sequence[str] | None = None) -> str | None:
+    """None if the layerwise engine supports every trainable parameter of ``model``, else why not."""
+    if names is None:
+        names = [n for n, p in model.named_parameters() if p.requires_grad]
+    return _layers(model, names)[1]
+
+
+def engine_model_reason(embedder: Embedder) -> str | None:
+    """:func:`unsupported_reason` for the embedder's model (cached on the embedder), or the vmap request."""
+    if embedder.engine == "vmap":
+        return "engine = 'vmap' requested"
+    cache = embedder.__dict__.setdefault("_layerwise_reason", {})
+    if "reason" not in cache:
+        cache["reason"] = unsupported_reason(embedder.model, embedder.space.names)
+    return cache["reason"]
+
+
+MEMORY_LIMIT = 1 << 25  # floats the layerwise engine may materialise at once (128 MB); beyond, vmap in chunks
+ROW_LIMIT = 1 << 13  # rows of the replicated forward pass of dense units
+
+
+def units_reason(units: Units, n_params: int | None = None, auto: bool = False) -> str | None:
+    """None for dense units or units that partition the rows (and fit in memory), else why the layerwise
+    engine does not clip them. ``auto``: also None only where the layerwise engine is the faster one."""
+    rows = sum(int(c.shape[-2]) for c in units.cotangents) if units.dense else (
+        sum(int(o.numel()) for _, o in units.row_owners) if units.row_owners is not None else None)
+    if n_params is not None and rows is not None:
+        if units.dense:
+            dim = int(units.cotangents[0].shape[-1])
+            replicas = min(len(units), dim)
+            if len(units) * n_params > MEMORY_LIMIT or replicas * rows > ROW_LIMIT:
+                return (f"{len(units)} dense units x {n_params} parameters or {replicas} x {rows} replicated rows "
+                        "exceed the layerwise engine's memory bound")
+            if auto and 2 * dim > len(units):
+                # Measured on CPU: replicating the rows min(U, D) times pays only when D <= U / 2 (the
+                # benchmark's D = 8 for 32 terms: 2x faster than vmap; DP-SGD's default D = 32 for ~29: slower).
+                return f"{len(units)} dense units for embedding dimension {dim}: vmap is faster unless D <= U / 2"
+        elif auto and rows * n_params > FLAT_LIMIT:
+            # Measured on CPU: beyond one chunk of per-row gradients (e.g. DP-GCL's default full batch of 372
+            # digits, 1116 rows x 28k parameters) vmap over units is as fast or faster.
+            return f"{rows} rows x {n_params} parameters exceed one chunk of per-row gradients: vmap is faster"
+    if units.dense or units.row_owners is not None:
+        return None
+    assert units.rows is not None
+    for rows, cot in zip(units.rows, units.cotangents):
+        if rows.numel() == 0:
+            continue
+        valid = cot.ne(0).any(-1)
+        used = rows[valid]
+        if used.numel() and int(torch.bincount(used).max()) > 1:
+            return f"{units.kind} units share rows (not a partition)"
+    return None
+
+
+@dataclass
+class _Call:
+    """One call of a layer: which source, its input and its output (in the autograd graph)."""
+
+    source: int
+    inp: torch.Tensor
+    out: torch.Tensor
+
+
+@dataclass
+class Tape:
+    """One recorded forward pass of the step's sources through the model."""
+
+    params: Mapping[str, torch.Tensor]
+    sources: tuple[Source, ...]
+    zs: tuple[torch.Tensor, ...]
+    layers: list[tuple[str, nn.Module]]
+    calls: dict[str, list[_Call]] = field(default_factory=dict)
+
+    def matches(self, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> bool:
+        return (len(sources) == len(self.sources) and all(a.x is b.x and a.tower == b.tower
+                                                           for a, b in zip(sources, self.sources))
+                and all(params[n] is self.params[n] for n in self.params) and len(params) == len(self.params))
+
+
+def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> Tape:
+    """Forward every source once, keeping each supported layer's input and output in a graph."""
+    layers, reason = _layers(embedder.model, embedder.space.names)
+    if reason is not None:
+        raise ValueError(f"layerwise engine: {reason}")
+    # The parameters stay out of the graph (their gradients come from the layer rules): the graph starts
+    # at the first recorded layer's output, so backward computes input gradients only.
+    leaves = {n: p.detach() for n, p in params.items()}
+    calls: dict[str, list[_Call]] = {name: [] for name, _ in layers}
+    current = [0]
+
+    def hook(name):
+        def fn(module, inputs, output):
+            if not output.requires_grad:
+                output.requires_grad_(True)
+            calls[name].append(_Call(current[0], inputs[0].detach(), output))
+        return fn
+
+    handles = [mod.register_forward_hook(hook(name)) for name, mod in layers]
+    try:
+        zs = []
+        with torch.enable_grad():
+            for k, s in enumerate(sources):
+                current[0] = k
+                zs.append(embedder.embed(leaves, s.x, s.tower))
+    finally:
+        for h in handles:
+            h.remove()
+    return Tape(dict(params), tuple(sources), tuple(zs), layers, calls)
+
+
+# -- per-layer gradients -------------------------------------------------------------------------------
+# ``b`` carries a leading unit dim in the dense case ('u...'), none in the per-row case.
+
+def _conv_patches(mod: nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
+    return F.unfold(a, mod.kernel_size, mod.dilation, mod.padding, mod.stride)  # (R, in*k*k, L)
+
+
+def _ws_backward(w: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """VJP of weight standardisation w -> (w - mean) / sqrt(var + 1e-5) per filter, for gradients g (..., *w.shape)."""
+    wf = w.reshape(w.shape[0], -1)
+    mean = wf.mean(1, keepdim=True)
+    var = wf.var(1, keepdim=True, unbiased=False)
+    inv = torch.rsqrt(var + 1e-5)
+    w_hat = (wf - mean) * inv
+    gf = g.reshape(*g.shape[:-w.dim()], w.shape[0], -1)
+    out = inv * (gf - gf.mean(-1, keepdim=True) - w_hat * (gf * w_hat).mean(-1, keepdim=True))
+    return out.reshape(g.shape)
+
+
+def _layer_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], calls: list[_Call],
+                 bs: list[torch.Tensor], dense: bool, standardise: bool = True,
+                 inputs: list[torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Per-row (dense=False: (R, *shape)) or per-unit (dense=True: (U, *shape)) gradients of one layer.
+
+    Per-row gradients are stacked over the layer's calls in call order (rows of the calls' sources).
+    """
+    lead = "u" if dense else ""
+    w_name, b_name = f"{name}.weight", f"{name}.bias"
+    out: dict[str, list[torch.Tensor]] = {}
+
+    def add(key, value):
+        out.setdefault(key, []).append(value)
+
+    for k, (call, b) in enumerate(zip(calls, bs)):
+        a = call.inp if inputs is None else inputs[k]
+        if isinstance(mod, nn.Linear):
+            a3 = a.reshape(a.shape[0], -1, a.shape[-1])
+            b3 = b.reshape(*b.shape[:len(lead) + 1], -1, b.shape[-1])
+            if w_name in params:
+                if dense:
+                    add(w_name, torch.einsum("urpo,rpi->uoi", b3, a3))
+                else:  # batched product, no einsum permutations (small layers are overhead-bound)
+                    add(w_name, torch.bmm(b3.transpose(1, 2), a3))
+            if b_name in params:
+                add(b_name, b3.sum((1, 2)) if dense else b3.sum(1))
+        elif isinstance(mod, nn.Conv2d):
+            b3 = b.reshape(*b.shape[:len(lead) + 2], -1)  # (..., R, out, L)
+            if w_name in params:
+                patches = _conv_patches(mod, a)  # (R, in*k*k, L)
+                if dense:
+                    g = torch.einsum("urol,rkl->uok", b3, patches)
+                else:
+                    g = torch.bmm(b3, patches.transpose(1, 2))
+                g = g.reshape(*g.shape[:-2], *mod.weight.shape)
+                if standardise and isinstance(mod, WSConv2d):
+                    g = _ws_backward(params[w_name], g)
+                add(w_name, g)
+            if b_name in params:
+                add(b_name, b3.sum((-1, -3)) if dense else b3.sum(-1))
+        elif isinstance(mod, nn.GroupNorm):
+            b3 = b.reshape(*b.shape[:len(lead) + 2], -1)  # (..., R, C, L)
+            if w_name in params:
+                x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(a.shape[0], a.shape[1], -1)
+                add(w_name, torch.einsum("urcl,rcl->uc", b3, x_hat) if dense else (b3 * x_hat).sum(-1))
+            if b_name in params:
+                add(b_name, b3.sum((-1, -3)) if dense else b3.sum(-1))
+        else:  # pragma: no cover - excluded by _layers
+            raise TypeError(type(mod).__name__)
+    if dense:
+        return {k: torch.stack(v).sum(0) if len(v) > 1 else v[0] for k, v in out.items()}
+    return {k: torch.cat(v) if len(v) > 1 else v[0] for k, v in out.items()}
+
+
+# -- the clipped sum -----------------------------------------------------------------------------------
+
+@dataclass
+class LayerwiseSum:
+    """sum_u scale_u g_u (flat) and the unit norms."""
+
+    total: torch.Tensor
+    norms: torch.Tensor
+
+
+def _row_owners(units: Units, sources: Sequence[Source]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per source: every row's cotangent (R_s, D) and its unit index (R_s,), -1 for rows in no unit."""
+    if units.row_owners is not None:
+        return [c for c, _ in units.row_owners], [o for _, o in units.row_owners]
+    assert units.rows is not None
+    cots, owners = [], []
+    for s, (rows, cot) in enumerate(zip(units.rows, units.cotangents)):
+        r_s = len(sources[s])
+        d = cot.shape[-1]
+        c = torch.zeros(r_s, d, dtype=cot.dtype, device=cot.device)
+        own = torch.full((r_s,), -1, dtype=torch.long, device=cot.device)
+        if rows.numel():
+            valid = cot.ne(0).any(-1)
+            u_idx = torch.arange(rows.shape[0], device=cot.device)[:, None].expand_as(rows)
+            c[rows[valid]] = cot[valid]
+            own[rows[valid]] = u_idx[valid]
+        cots.append(c)
+        owners.append(own)
+    return cots, owners
+
+
+def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+                          units: Units, clip: float, chunk: int = 64, tape: Tape | None = None) -> LayerwiseSum:
+    """sum_u w_u Clip_C(g_u) and ||g_u|| for every unit, from one forward and one (batched) backward pass."""
+    from defenses.dp.clipping import clip_factors
+
+    space = embedder.space
+    if units.dense:
+        return _dense_clipped_sum(embedder, params, sources, units, clip)
+    if tape is None or not tape.matches(params, sources):
+        tape = record(embedder, params, sources)
+    ref = next(iter(params.values()))
+    n_units = len(units)
+    outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
+    zs = [z for z, s in zip(tape.zs, sources)]
+    total = {n: torch.zeros_like(params[n]) for n in space.names}
+    norms = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
+    if n_units == 0 or not outs:
+        return LayerwiseSum(space.flatten(total), norms)
+
+    def split(bs):
+        it, per = iter(bs), {}
+        for name, _ in tape.layers:
+            per[name] = [next(it) for _ in tape.calls[name]]
+        return per
+
+    cots, owners = _row_owners(units, sources)
+    bs = torch.autograd.grad(zs, outs, grad_outputs=cots, allow_unused=True)
+    bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
+    per = split(bs)
+    aligned = all([c.source for c in tape.calls[name]] == list(range(len(sources))) for name, _ in tape.layers)
+    if aligned:
+        return _flat_partition_sum(tape, params, space.names, per, owners, units, clip, n_units)
+    sq = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
+    row_grads = {}
+    for name, mod in tape.layers:
+        # rows in no unit go to a spare slot n_units, dropped after the sum
+        call_owners = torch.cat([owners[c.source] for c in tape.calls[name]])
+        call_owners = torch.where(call_owners >= 0, call_owners, n_units)
+        g = _layer_grads(name, mod, params, tape.calls[name], per[name], dense=False, standardise=False)
+        for n, v in g.items():
+            unit = torch.zeros(n_units + 1, *v.shape[1:], dtype=v.dtype, device=v.device)
+            unit = unit.index_add_(0, call_owners, v)[:n_units]
+            if n == f"{name}.weight" and isinstance(mod, WSConv2d):
+                unit = _ws_backward(params[n], unit)
+            row_grads[n] = unit
+            sq += unit.reshape(n_units, -1).pow(2).sum(1)
+    nrm = sq.sqrt()
+    scale = clip_factors(nrm, clip)
+    if units.weights is not None:
+        scale = scale * units.weights.to(scale)
+    for n in space.names:
+        total[n] = torch.tensordot(scale, row_grads[n], dims=1)
+    return LayerwiseSum(space.flatten(total), nrm)
+
+
+FLAT_LIMIT = 1 << 23  # per-row gradient entries materialised at once (chunks of rows)
+ONEHOT_UNITS = 16  # up to this many units, rows are summed into units by a one-hot matrix product
+
+
+def _flat_partition_sum(tape: Tape, params, names: Sequence[str], per, owners, units: Units, clip: float,
+                        n_units: int) -> LayerwiseSum:
+    """The partition case with the layers' per-row gradients in one (rows, p) matrix per chunk of rows:
+    few, large operations. Requires every layer to be called once per source in source order.
+    """
+    from defenses.dp.clipping import clip_factors
+
+    ws = [f"{name}.weight" for name, mod in tape.layers if isinstance(mod, WSConv2d) and f"{name}.weight" in params]
+    n_params = sum(params[n].numel() for n in names)
+    step = max(1, FLAT_LIMIT // max(1, n_params))  # rows per chunk: at most FLAT_LIMIT per-row gradient entries
+    ref = next(iter(params.values()))
+    unit = torch.zeros(n_units, n_params, dtype=ref.dtype, device=ref.device)
+    for s, own in enumerate(owners):  # every layer has exactly one call per source (aligned)
+        own = torch.where(own >= 0, own, n_units)
+        for lo in range(0, own.numel(), step):
+            hi = min(own.numel(), lo + step)
+            per_param: dict[str, torch.Tensor] = {}
+            for name, mod in tape.layers:
+                call = tape.calls[name][s]
+                chunk_call = _Call(s, call.inp[lo:hi], call.out)
+                per_param.update(_layer_grads(name, mod, params, [chunk_call], [per[name][s][lo:hi]], dense=False,
+                                              standardise=False))
+            rows = torch.cat([per_param[n].reshape(hi - lo, -1) for n in names], dim=1)
+            if n_units <= ONEHOT_UNITS:  # few units: a matrix product beats index_add on CPU
+                onehot = torch.zeros(n_units + 1, hi - lo, dtype=rows.dtype, device=rows.device)
+                onehot[own[lo:hi], torch.arange(hi - lo, device=rows.device)] = 1
+                unit += onehot[:n_units] @ rows
+            else:
+                keep = own[lo:hi] < n_units
+                unit.index_add_(0, own[lo:hi][keep], rows[keep])
+    if ws:
+        offsets, start = {}, 0
+        for n in names:
+            offsets[n] = (start, start + params[n].numel())
+            start += params[n].numel()
+        for n in ws:
+            a, b = offsets[n]
+            unit[:, a:b] = _ws_backward(params[n], unit[:, a:b].reshape(n_units, *params[n].shape)).reshape(n_units, -1)
+    nrm = torch.linalg.vector_norm(unit, dim=1)
+    scale = clip_factors(nrm, clip)
+    if units.weights is not None:
+        scale = scale * units.weights.to(scale)
+    return LayerwiseSum(scale @ unit, nrm)
+
+
+def _layer_cost(mod: nn.Module, call: _Call, rows: int) -> tuple[int, int]:
+    """(output positions L, parameter columns k) of one call, for choosing how to contract."""
+    out = call.out
+    if isinstance(mod, nn.Linear):
+        return max(1, out[:rows].numel() // (rows * out.shape[-1])), mod.in_features
+    if isinstance(mod, nn.Conv2d):
+        return max(1, out[:rows].numel() // (rows * out.shape[1])), mod.in_channels * math.prod(mod.kernel_size)
+    return max(1, out[:rows].numel() // (rows * out.shape[1])), 1
+
+
+def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+                       units: Units, clip: float) -> LayerwiseSum:
+    """Dense units: the rows' Jacobians from one forward/backward of the rows replicated V = min(U, D) times.
+
+    With V = D the copies carry the basis cotangents e_1..e_D, so copy d's output gradient at a layer
+    is M_{r,d} (row r's Jacobian of the layer output, applied to e_d). Unit t's gradient at the layer
+    is then either sum_r (sum_d c_{t,r,d} M_{r,d}) a_r^T (contract the cotangents first) or
+    sum_{r,d} c_{t,r,d} (M_{r,d} a_r^T) (per-row Jacobians first), whichever needs fewer products.
+    With V = U the copies carry the units' own cotangents.
+    (A batched backward, ``is_grads_batched``, gives the same numbers but loops over the batch in
+    convolution and group-norm backward on CPU.)
+    """
+    from defenses.dp.clipping import clip_factors
+
+    space = embedder.space
+    n_units = len(units)
+    ref = next(iter(params.values()))
+    if n_units == 0:
+        return LayerwiseSum(torch.zeros(space.size, dtype=ref.dtype, device=ref.device),
+                            torch.zeros(0, dtype=ref.dtype, device=ref.device))
+    dim = units.cotangents[0].shape[-1]
+    basis = dim < n_units
+    v = dim if basis else n_units
+    rep = tuple(Source(s.x.repeat(v, *([1] * (s.x.dim() - 1))), s.tower) for s in sources)
+    tape = record(embedder, params, rep)
+    grad_out = []
+    for s, c in zip(sources, units.cotangents):
+        r_s = len(s)
+        if basis:
+            eye = torch.eye(dim, dtype=c.dtype, device=c.device)
+            grad_out.append(eye[:, None, :].expand(dim, r_s, dim).reshape(dim * r_s, dim))
+        else:
+            grad_out.append(c.reshape(n_units * r_s, dim))
+    outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
+    bs = torch.autograd.grad(tape.zs, outs, grad_outputs=grad_out, allow_unused=True)
+    bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
+    it = iter(bs)
+    grads: dict[str, torch.Tensor] = {}
+    for name, mod in tape.layers:
+        calls = tape.calls[name]
+        layer_bs = [next(it) for _ in calls]
+        per_unit: dict[str, torch.Tensor] = {}
+        for call, b in zip(calls, layer_bs):
+            r_s = len(sources[call.source])
+            c = units.cotangents[call.source]  # (U, R, D)
+            a0 = call.inp[:r_s]
+            b = b.reshape(v, r_s, *b.shape[1:])
+            if not basis:
+                g = _layer_grads(name, mod, params, [call], [b], dense=True, standardise=False, inputs=[a0])
+            else:
+                positions, cols = _layer_cost(mod, call, r_s * v)
+                numel = b[0, 0].numel() // positions  # output channels
+                contract_first = n_units * r_s * dim * numel * positions + n_units * r_s * positions * numel * cols
+                jacobian_first = dim * r_s * numel * positions * cols + n_units * dim * r_s * numel * cols
+                if contract_first <= jacobian_first:
+                    bt = torch.einsum("trd,dr...->tr...", c, b)
+                    g = _layer_grads(name, mod, params, [call], [bt], dense=True, standardise=False, inputs=[a0])
+                else:
+                    rows_j = _basis_row_grads(name, mod, params, a0, b, standardise=False)  # (D, R, ...)
+                    coef = c.permute(0, 2, 1).reshape(n_units, dim * r_s)
+                    g = {k: torch.tensordot(coef, j.reshape(dim * r_s, *j.shape[2:]), dims=1)
+                         for k, j in rows_j.items()}
+            for k, val in g.items():
+                per_unit[k] = per_unit[k] + val if k in per_unit else val
+        w_name = f"{name}.weight"
+        if isinstance(mod, WSConv2d) and w_name in per_unit:
+            per_unit[w_name] = _ws_backward(params[w_name], per_unit[w_name])
+        grads.update(per_unit)
+    flat = space.flatten(grads, lead=1)
+    nrm = torch.linalg.vector_norm(flat, dim=1)
+    scale = clip_factors(nrm, clip)
+    if units.weights is not None:
+        scale = scale * units.weights.to(scale)
+    return LayerwiseSum(scale @ flat, nrm)
+
+
+def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source: Source) -> torch.Tensor:
+    """J (R, D, p): each row's Jacobian of its embedding with respect to the flat parameters.
+
+    One forward/backward of the rows replicated D times with the basis cotangents e_1..e_D (copy d
+    holds row r's Jacobian applied to e_d at every layer), then the per-row layer rules on the D x R
+    rows. Same numbers as :func:`defenses.dp.pairs.per_sample_jacobians` (``vmap`` of D VJPs per row).
+    """
+    space = embedder.space
+    r = len(source)
+    with torch.no_grad():
+        dim = embedder.embed(params, source.x[:1], source.tower).shape[-1]
+    rep = Source(source.x.repeat(dim, *([1] * (source.x.dim() - 1))), source.tower)
+    tape = record(embedder, params, (rep,))
+    (z,) = tape.zs
+    eye = torch.eye(dim, dtype=z.dtype, device=z.device)
+    grad_out = eye[:, None, :].expand(dim, r, dim).reshape(dim * r, dim)
+    outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
+    bs = torch.autograd.grad([z], outs, grad_outputs=[grad_out], allow_unused=True)
+    bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
+    it = iter(bs)
+    per_param: dict[str, torch.Tensor] = {}
+    for name, mod in tape.layers:
+        (call,) = tape.calls[name]
+        b = next(it).reshape(dim, r, *call.out.shape[1:])
+        per_param.update(_basis_row_grads(name, mod, params, call.inp[:r], b))
+    flat = torch.cat([per_param[n].reshape(dim, r, -1) for n in space.names], dim=-1)  # (D, R, p)
+    return flat.transpose(0, 1).contiguous()
+
+
+def _basis_row_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], a: torch.Tensor,
+                     b: torch.Tensor, standardise: bool = True) -> dict[str, torch.Tensor]:
+    """Per-row gradients (D, R, *shape) for output gradients b (D, R, ...) of D basis cotangents, input a (R, ...)."""
+    w_name, b_name = f"{name}.weight", f"{name}.bias"
+    out: dict[str, torch.Tensor] = {}
+    d, r = b.shape[:2]
+    if isinstance(mod, nn.Linear):
+        a3 = a.reshape(r, -1, a.shape[-1])
+        b3 = b.reshape(d, r, -1, b.shape[-1])
+        if w_name in params:
+            out[w_name] = torch.matmul(b3.transpose(-1, -2), a3)
+        if b_name in params:
+            out[b_name] = b3.sum(-2)
+    elif isinstance(mod, nn.Conv2d):
+        b3 = b.reshape(d, r, b.shape[2], -1)
+        if w_name in params:
+            g = torch.matmul(b3, _conv_patches(mod, a).transpose(1, 2))  # (D, R, out, in*k*k)
+            g = g.reshape(d, r, *mod.weight.shape)
+            out[w_name] = _ws_backward(params[w_name], g) if standardise and isinstance(mod, WSConv2d) else g
+        if b_name in params:
+            out[b_name] = b3.sum(-1)
+    elif isinstance(mod, nn.GroupNorm):
+        b3 = b.reshape(d, r, b.shape[2], -1)
+        if w_name in params:
+            x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(r, a.shape[1], -1)
+            out[w_name] = (b3 * x_hat).sum(-1)
+        if b_name in params:
+            out[b_name] = b3.sum(-1)
+    return out

@@ -1,0 +1,229 @@
+"""The layerwise per-unit engine against the vmap/torch.func reference: same clipped sum, same norms.
+
+Every unit shape (dense terms with fewer and more units than the embedding dimension, partitions into
+views / groups / examples with rows in no unit, weights), both encoders, two towers, frozen layers,
+and the fallback for what the engine has no rule for (a layer type, units that share rows).
+"""
+
+import pytest
+import torch
+import torch.nn as nn
+
+from defenses import Budget, make_defense
+from defenses.dp import Embedder, Source, TwoTower, clipped_sum, dense_units, pair_units, partition_units
+from defenses.dp.gradients import engine_reason
+from defenses.dp.layerwise import unsupported_reason
+from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
+
+TOL = 1e-9  # float64: the two engines agree to rounding
+
+
+def tiny(encoder="cnn", seed=0, proj_dim=4, normalize=True):
+    spec = ModelSpec(encoder=encoder, in_shape=(1, 8, 8), width=4, rep_dim=8, proj_hidden=8, proj_dim=proj_dim,
+                     normalize=normalize, groups=2)
+    return build_model(spec, seed=seed).double()
+
+
+def both(emb, sources, units, clip, weights=None):
+    fast = clipped_sum(emb, emb.params(), sources, units, clip, chunk=3, engine="layerwise")
+    ref = clipped_sum(emb, emb.params(), sources, units, clip, chunk=3, engine="vmap")
+    assert fast.engine == "layerwise" and ref.engine == "vmap"
+    return fast, ref
+
+
+def assert_same(fast, ref):
+    assert fast.norms.shape == ref.norms.shape
+    assert float((fast.norms - ref.norms).abs().max()) <= TOL * float(ref.norms.abs().max().clamp_min(1))
+    assert float((fast.total - ref.total).norm()) <= TOL * float(ref.total.norm().clamp_min(1))
+
+
+def rows(n=10, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 1, 8, 8, generator=g, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("encoder", ["cnn", "mlp"])
+@pytest.mark.parametrize("n_units", [3, 9])  # fewer units than D = 4... and more (the basis backward)
+def test_dense_units_match_vmap(encoder, n_units):
+    model = tiny(encoder, proj_dim=4 if n_units == 9 else 8)
+    emb = Embedder(model)
+    x = rows()
+    d = model(x).shape[-1]
+    cot = torch.randn(n_units, len(x), d, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    units = dense_units("term", (cot,))
+    for clip in (1e-3, 1e3):  # every unit clipped / none clipped
+        fast, ref = both(emb, (Source(x),), units, clip)
+        assert_same(fast, ref)
+
+
+@pytest.mark.parametrize("encoder", ["cnn", "mlp"])
+@pytest.mark.parametrize("kind", ["view", "example", "group", "batch"])
+def test_partition_units_match_vmap(encoder, kind):
+    model = tiny(encoder)
+    emb = Embedder(model)
+    x = rows(12)
+    cot = torch.randn(12, model(x).shape[-1], generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    owners = {"view": torch.arange(12), "example": torch.arange(12) % 6,
+              "group": torch.tensor([0, 0, 1, 1, 2, 2, 3, -1, 5, 5, 5, 0]), "batch": torch.zeros(12, dtype=torch.long)}
+    units = partition_units(kind, (cot,), (owners[kind],))
+    fast, ref = both(emb, (Source(x),), units, 0.3)
+    assert_same(fast, ref)
+    weighted = type(units)(units.kind, units.cotangents, units.rows, torch.linspace(0.5, 2, len(units)).double())
+    fast, ref = both(emb, (Source(x),), weighted, 0.3)
+    assert_same(fast, ref)
+
+
+def test_two_sources_and_two_towers_match_vmap():
+    emb = Embedder(TwoTower(tiny("cnn", 0), tiny("mlp", 1)))
+    x1, x2 = rows(6, 4), rows(6, 5)
+    g = torch.Generator().manual_seed(6)
+    c1, c2 = (torch.randn(6, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    owners = torch.tensor([0, 1, 2, 0, 1, 2])
+    units = partition_units("group", (c1, c2), (owners, owners))
+    fast, ref = both(emb, (Source(x1, 0), Source(x2, 1)), units, 0.2)
+    assert_same(fast, ref)
+    dense = dense_units("term", (torch.randn(5, 6, 4, generator=g, dtype=torch.float64),
+                                 torch.randn(5, 6, 4, generator=g, dtype=torch.float64)))
+    fast, ref = both(emb, (Source(x1, 0), Source(x2, 1)), dense, 0.2)
+    assert_same(fast, ref)
+
+
+def test_frozen_layers_match_vmap():
+    model = tiny("cnn")
+    for name, p in model.named_parameters():
+        if name.startswith("encoder.net.1") or name.endswith("bias"):
+            p.requires_grad_(False)
+    emb = Embedder(model)
+    x = rows(8)
+    cot = torch.randn(8, 4, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    units = partition_units("example", (cot,), (torch.arange(8) % 4,))
+    fast, ref = both(emb, (Source(x),), units, 0.1)
+    assert_same(fast, ref)
+    assert fast.total.numel() == emb.space.size < sum(p.numel() for p in model.parameters())
+
+
+class Scale(nn.Module):
+    """A layer the engine has no rule for (a trainable elementwise scale)."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.gain = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return x * self.gain
+
+
+def test_unsupported_layer_falls_back_to_vmap_and_says_so():
+    base = tiny("mlp")
+    model = ContrastiveModel(nn.Sequential(base.encoder, Scale(8)), base.projector).double()
+    emb = Embedder(model)
+    reason = unsupported_reason(model)
+    assert reason is not None and "Scale" in reason
+    x = rows(6)
+    cot = torch.randn(6, 4, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    units = partition_units("example", (cot,), (torch.arange(6),))
+    auto = clipped_sum(emb, emb.params(), (Source(x),), units, 0.5)
+    ref = clipped_sum(emb, emb.params(), (Source(x),), units, 0.5, engine="vmap")
+    assert auto.engine.startswith("vmap (") and "Scale" in auto.engine
+    assert torch.equal(auto.total, ref.total)
+    with pytest.raises(ValueError, match="Scale"):
+        clipped_sum(emb, emb.params(), (Source(x),), units, 0.5, engine="layerwise")
+
+
+def test_shared_rows_fall_back_to_vmap():
+    model = tiny("mlp")
+    emb = Embedder(model)
+    x, y = rows(4, 9), rows(4, 10)
+    g = torch.Generator().manual_seed(11)
+    a, b = (torch.randn(4, 4, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    units = pair_units(a, b)
+    assert "not a partition" in engine_reason(emb, units)
+    out = clipped_sum(emb, emb.params(), (Source(torch.cat([x, y])),), units, 0.5)
+    assert out.engine.startswith("vmap (")
+
+
+def test_bad_engine_is_a_config_error():
+    from core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="engine"):
+        make_defense("dpsgd", {"engine": "fast"})
+
+
+@pytest.mark.parametrize("name", ["dpsgd", "dp-gcl", "dpcl-simclr", "dp-clip"])
+def test_training_step_is_the_same_with_either_engine(digits, name):
+    """One DP step of the defense: the released noisy gradient agrees between engines."""
+    params = {"width": 4, "rep_dim": 8, "proj_hidden": 8, "proj_dim": 4, "batch_size": 16, "epochs": 1,
+              "init": "random"}
+    grads = {}
+    for engine in ("layerwise", "vmap"):
+        run = make_defense(name, {**params, "engine": engine}).prepare(digits, Budget(noise_multiplier=1.0), seed=0)
+        assert run.extras["dp"]["engine"].startswith(engine)
+        run.step(torch.arange(16))
+        grads[engine] = torch.cat([p.grad.reshape(-1) for p in run.model.parameters() if p.grad is not None])
+    assert float((grads["layerwise"] - grads["vmap"]).norm() / grads["vmap"].norm()) < 1e-4
+
+
+@pytest.mark.parametrize("encoder", ["cnn", "mlp"])
+def test_row_jacobians_match_vmap(encoder):
+    """Logit-DP's per-row Jacobians (n, D, p): layerwise (rows replicated D times) against vmap."""
+    from defenses.dp.layerwise import row_jacobians
+    from defenses.dp.pairs import per_sample_jacobians
+
+    emb = Embedder(tiny(encoder))
+    x = rows(5, 12)
+    fast = row_jacobians(emb, emb.params(), Source(x))
+    ref = per_sample_jacobians(emb, emb.params(), x)
+    assert fast.shape == ref.shape == (5, 4, emb.space.size)
+    assert float((fast - ref).abs().max()) <= TOL * float(ref.abs().max())
+
+
+def test_logit_dp_step_is_the_same_with_either_jacobian_engine(digits):
+    params = {"width": 4, "rep_dim": 8, "proj_hidden": 8, "proj_dim": 4, "batch_size": 8, "epochs": 1,
+              "init": "random"}
+    grads = {}
+    for engine in ("layerwise", "vmap"):
+        run = make_defense("logit-dp", {**params, "engine": engine}).prepare(digits, Budget(noise_multiplier=1.0),
+                                                                             seed=0)
+        assert run.extras["dp"]["engine"].startswith(engine)
+        run.step(torch.arange(8))
+        grads[engine] = torch.cat([p.grad.reshape(-1) for p in run.model.parameters() if p.grad is not None])
+    assert float((grads["layerwise"] - grads["vmap"]).norm() / grads["vmap"].norm()) < 1e-4
+
+
+def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
+    import defenses.dp.layerwise as layerwise
+
+    emb = Embedder(tiny("mlp"))
+    x = rows(6)
+    cot = torch.randn(6, 4, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    units = partition_units("example", (cot,), (torch.arange(6),))
+    assert engine_reason(emb, units) is None
+    monkeypatch.setattr(layerwise, "MEMORY_LIMIT", 10)
+    dense = dense_units("term", (torch.randn(3, 6, 4, dtype=torch.float64),))
+    assert "memory" in engine_reason(emb, dense)
+    monkeypatch.setattr(layerwise, "FLAT_LIMIT", 10)  # auto: beyond one chunk of per-row gradients, vmap
+    assert "vmap is faster" in engine_reason(emb, units)
+    assert engine_reason(emb, units, "layerwise") is None
+    assert clipped_sum(emb, emb.params(), (Source(x),), units, 0.5).engine.startswith("vmap (")
+
+
+def test_auto_uses_vmap_for_dense_units_unless_the_dimension_is_small():
+    emb = Embedder(tiny("mlp", proj_dim=4))
+    few = dense_units("term", (torch.randn(6, 6, 4, dtype=torch.float64),))  # D = 4 > U / 2 = 3
+    many = dense_units("term", (torch.randn(8, 6, 4, dtype=torch.float64),))  # D = 4 <= U / 2
+    assert "vmap is faster" in engine_reason(emb, few)
+    assert engine_reason(emb, few, "layerwise") is None
+    assert engine_reason(emb, many) is None
+
+
+def test_per_row_gradients_in_chunks_match_vmap(monkeypatch):
+    """Large batches: per-row gradients are summed into units a chunk of rows at a time."""
+    import defenses.dp.layerwise as layerwise
+
+    monkeypatch.setattr(layerwise, "FLAT_LIMIT", 3 * Embedder(tiny("cnn")).space.size)  # 3 rows per chunk
+    emb = Embedder(tiny("cnn"))
+    x = rows(11)
+    cot = torch.randn(11, 4, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
+    units = partition_units("group", (cot,), (torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, -1, 3]),))
+    fast, ref = both(emb, (Source(x),), units, 0.3)
+    assert_same(fast, ref)
