@@ -56,7 +56,7 @@ one-run bound against the claim's own mechanism at beta (:mod:`attacks.mechanism
 mechanism the claim accounts, not every (eps, delta) one, and is the bound the gate compares. Against the
 (eps, delta) curve even the idealised subsampled Gaussian audit with 20000 canaries reaches only about 0.4
 of the PLD epsilon at epsilon 8 (the one-run ceiling, not the model); against the mechanism's own curve
-about 0.55. All guess counts come from :func:`planned_guesses`, a simulation of the claim. The
+about 0.55-0.6. All guess counts come from :func:`planned_guesses`, a simulation of the claim. The
 canary count scales with the model: by default ``canaries_per_param`` of the trainable parameters,
 between 1000 and ``max_canaries`` (Dirac canaries on distinct coordinates do not interfere with each
 other's scores: each coordinate carries one canary, so the only interference is the model's own
