@@ -168,22 +168,50 @@ def observe(target: Target, cfg: LikelihoodConfig, n_models: int, executor: Exec
                         per_model, per_model * n_models)
 
 
+def others_mean(ref: np.ndarray, keep: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The reference mean that model ``k``'s leave-one-out test compares with, and where it is fair.
+
+    ``ref`` (K, ..., n), ``keep`` (K, n). With balanced masks a candidate IN for model k is IN for K/2 - 1 of
+    the others and one OUT for k for K/2 of them, so the plain mean of the others sits lower for k's members
+    than for its non-members and inflates every leave-one-out AUC (by more for the statistics and tests that
+    separate IN from OUT best). The fair mean is 0.5 (mean IN + mean OUT) over the others, what the target
+    itself is compared with (its references are IN for exactly half); it is defined where the others hold at
+    least one IN and one OUT model (``ok``). With K = 2 no candidate has both: the plain mean, ``ok`` all
+    True (the only estimate there is; callers that compare tests fall back to a fixed rule).
+    """
+    others = np.delete(np.arange(ref.shape[0]), k)
+    r, kp = ref[others], np.asarray(keep[others], dtype=bool)
+    kp = kp.reshape(kp.shape[:1] + (1,) * (r.ndim - 2) + kp.shape[1:])
+    n_in, n_out = kp.sum(axis=0), (~kp).sum(axis=0)
+    ok = (n_in > 0) & (n_out > 0)
+    if not ok.any():
+        return r.mean(axis=0), np.ones(keep.shape[1], dtype=bool)
+    mean_in = np.where(kp, r, 0.0).sum(axis=0) / np.maximum(n_in, 1)
+    mean_out = np.where(~kp, r, 0.0).sum(axis=0) / np.maximum(n_out, 1)
+    ok_n = ok.reshape(-1, ok.shape[-1])[0]
+    return np.where(ok, 0.5 * (mean_in + mean_out), r.mean(axis=0)), ok_n
+
+
 def select_statistic(obs: Observations) -> tuple[int, dict[str, float]]:
     """The statistic with the most power on the references alone (leave-one-out), and each one's power.
 
-    Each reference model k in turn plays the target: its statistic minus the mean of the other references',
-    averaged over queries, is scored against its own inclusion mask (AUC). This offset from the reference
-    mean is the common core of LiRA's and RMIA's tests; it needs only K >= 2 and never reads the target.
+    Each reference model k in turn plays the target: its statistic minus the fair mean of the other
+    references' (:func:`others_mean`), averaged over queries, is scored against its own inclusion mask (AUC).
+    This offset from the reference mean is the common core of LiRA's and RMIA's tests; it needs only K >= 2
+    and never reads the target.
     """
     from attacks.metrics import auc
 
     k = obs.ref.shape[0]
     stats = obs.ref.mean(axis=-1)  # (K, S, n)
-    total = stats.sum(axis=0)
     power: dict[str, float] = {}
+    aucs: dict[int, list[float]] = {s: [] for s in range(len(obs.names))}
+    for i in range(k):
+        mean, ok = others_mean(stats, obs.keep, i)
+        for s in range(len(obs.names)):
+            aucs[s].append(auc((stats[i, s] - mean[s])[ok], obs.keep[i, ok]))
     for s, name in enumerate(obs.names):
-        aucs = [auc(stats[i, s] - (total[s] - stats[i, s]) / (k - 1), obs.keep[i]) for i in range(k)]
-        power[name] = float(np.mean(aucs))
+        power[name] = float(np.mean(aucs[s]))
     best = max(range(len(obs.names)), key=lambda s: power[obs.names[s]])
     return best, power
 

@@ -14,6 +14,7 @@ ATTACKS: Registry[type[Attack]] = Registry("attack", {
     "canary": "attacks.canary:CanaryAudit",
     "gradient-canary": "attacks.gradient_canary:GradientCanaryAudit",
     "user-canary": "attacks.user_canary:UserCanaryAudit",
+    "user-data-canary": "attacks.user_data_canary:UserDataCanaryAudit",
 })
 
 

@@ -126,3 +126,33 @@ def test_select_queries_drops_a_query_without_signal():
     noise = rng.uniform(0.01, 0.99, (k, n, 3))  # shifted queries of a model that never saw shifts
     queries, power = select_queries(np.concatenate([informative[..., None], noise], axis=2), keep)
     assert queries == [0] and power["query 0"] > 0.9 > power["all"] and set(power) == {"all", *(f"query {q}" for q in range(4))}
+
+
+def test_leave_one_out_mean_is_balanced_and_mode_follows_reference_power():
+    """The leave-one-out reference mean is 0.5 (mean IN + mean OUT) of the other models: with the plain mean,
+    a reference's members are compared with fewer IN models than its non-members, which inflates the online
+    test's power. auto picks the stronger test."""
+    from attacks.references import others_mean
+    from attacks.rmia import choose_mode, online_power
+
+    rng = np.random.default_rng(1)
+    k, n = 8, 2000
+    keep = np.zeros((k, n), dtype=bool)
+    for i in range(n):
+        keep[rng.permutation(k)[: k // 2], i] = True
+    ref = 0.2 + 0.5 * keep + rng.normal(0, 0.01, (k, n))  # members: +0.5, whatever the model
+    mean, ok = others_mean(ref, keep, 0)
+    assert ok.all()
+    np.testing.assert_allclose(mean, 0.45, atol=0.02)  # 0.5 (0.7 + 0.2), not 0.2 + 0.5 * 3/7 or 4/7
+    # A weak signal under per-model noise: the plain mean of the others separates members by delta K/(K-1)
+    # instead of delta, so its leave-one-out AUC is higher than the target's own test can reach.
+    from attacks.metrics import auc
+
+    noisy = 0.5 + 0.02 * keep + rng.normal(0, 0.05, (k, n))
+    plain = np.mean([auc(noisy[j] / np.delete(noisy, j, 0).mean(0), keep[j]) for j in range(k)])
+    fair = online_power(noisy, keep)
+    target = 0.5 + 0.02 * keep[0] + rng.normal(0, 0.05, n)  # a fresh model, tested against all references
+    assert plain > fair + 0.01 and abs(fair - auc(target / noisy.mean(0), keep[0])) < 0.03
+    mode, power, rule = choose_mode(ref, keep, 0.5)
+    assert set(power) == {"online", "offline"} and mode == max(power, key=lambda m: (power[m], m == "online"))
+    assert choose_mode(ref[:2], keep[:2], 0.5)[0] == "online"  # K = 2: the paper's rule
