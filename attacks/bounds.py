@@ -55,7 +55,7 @@ import math
 from statistics import NormalDist
 import dataclasses
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -336,7 +336,17 @@ def fdp_one_run_rejects(m: int, r: int, v: int, epsilon: float, *, beta: float, 
         raise one_of("null", null, FDP_NULLS)
     if r == 0 or v == 0:
         return False
-    inv = _blow_up_inverse(null, epsilon, delta)
+    return fdp_recursion_rejects(_blow_up_inverse(null, epsilon, delta), m, r, v, beta)
+
+
+def fdp_recursion_rejects(inv: Callable[[float], float], m: int, r: int, v: int, beta: float) -> bool:
+    """The recursion of :func:`fdp_one_run_rejects` for any null trade-off curve f, given x -> f(1 - x).
+
+    One implementation for every null: the (eps, delta) and Gaussian curves here, the claim's own
+    mechanism in :mod:`attacks.mechanism_bound`.
+    """
+    if r == 0 or v == 0:
+        return False
     rr, h = beta * v / m, beta * (r - v) / m
     for i in range(v - 1, -1, -1):
         h_new = max(h, inv(rr))

@@ -35,6 +35,8 @@ class AttackResult:
         variants: other score vectors over the same examples, by name.
         bound: the epsilon lower bound these scores support (None where no sound bound applies).
         extras: plain-data details (decision threshold and accuracy, timings, notes).
+        mechanism_bound: the lower bound against the claim's own mechanism (``eps_lb_mechanism``,
+            :mod:`attacks.mechanism_bound`; refutes that mechanism, not every (eps, delta) one), or None.
     """
 
     attack: str
@@ -47,6 +49,7 @@ class AttackResult:
     variants: dict[str, np.ndarray] = field(default_factory=dict)
     bound: EpsilonLowerBound | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    mechanism_bound: EpsilonLowerBound | None = None
 
     def __post_init__(self) -> None:
         self.scores = np.asarray(self.scores, dtype=np.float64).ravel()
@@ -102,6 +105,10 @@ class AttackResult:
             "counts": dict(self.counts),
             "config": dict(self.config),
         }
+        if self.mechanism_bound is not None:
+            out["eps_lb_mechanism"] = self.mechanism_bound.epsilon
+            out["eps_lb_mechanism_method"] = self.mechanism_bound.label
+            out["mechanism_bound"] = self.mechanism_bound.to_dict()
         if self.extras:
             out["extras"] = dict(self.extras)
         return out
@@ -118,6 +125,7 @@ class AttackResult:
         atomic_write_json(directory / "result.json", {
             "attack": self.attack, "variant": self.variant, "config": self.config, "counts": self.counts,
             "bound": None if self.bound is None else self.bound.to_dict(), "extras": self.extras,
+            "mechanism_bound": None if self.mechanism_bound is None else self.mechanism_bound.to_dict(),
             "summary": self.summary(),
         })
         return directory
@@ -127,12 +135,15 @@ class AttackResult:
         directory = Path(directory)
         arrays = load_npz(directory / "scores.npz")
         meta = read_json(directory / "result.json")
-        bound = None
-        if meta.get("bound"):
-            b = dict(meta["bound"])
+        def bound_from(data: dict[str, Any] | None) -> EpsilonLowerBound | None:
+            if not data:
+                return None
+            b = dict(data)
             b["notes"] = tuple(b.get("notes", ()))
-            bound = EpsilonLowerBound(**b)
+            return EpsilonLowerBound(**b)
+
+        bound = bound_from(meta.get("bound"))
         return cls(attack=meta["attack"], variant=meta["variant"], scores=arrays["scores"],
                    membership=arrays["membership"], index=arrays.get("index"), config=meta["config"],
                    counts=meta["counts"], variants={k[8:]: v for k, v in arrays.items() if k.startswith("variant.")},
-                   bound=bound, extras=meta.get("extras", {}))
+                   bound=bound, extras=meta.get("extras", {}), mechanism_bound=bound_from(meta.get("mechanism_bound")))

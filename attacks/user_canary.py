@@ -36,44 +36,24 @@ import torch
 from attacks.base import Attack, AttackConfig, Target
 from attacks.bounds import check_relation_unit
 from attacks.executor import Executor
-from attacks.gradient_canary import GradientCanaries, planned_guesses
+from attacks.gradient_canary import CanaryAuditConfig, GradientCanaries, canary_audit_result
 from attacks.result import AttackResult
-from core.errors import ConfigError, check_probability
+from core.errors import ConfigError
 from defenses.seeding import torch_generator
 
 SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 
 
 @dataclass(frozen=True)
-class UserCanaryConfig(AttackConfig):
-    """``canaries``: canary-user slots (None: ``canaries_per_param`` of the aggregated parameters, in
-    [1000, ``max_canaries``]). ``relation``: None = the claim's. ``plan_guesses``, ``centred``: as for
-    :class:`attacks.gradient_canary.GradientCanaryConfig` (the real clients' clipped sum is removed from
-    the observed sum; k chosen by simulating the claim's idealised mechanism)."""
-
-    canaries: int | None = None
-    canaries_per_param: float = 1.0
-    max_canaries: int = 20000
-    k_fdp_fraction: float | None = 0.02
-    relation: str | None = None
-    plan_guesses: bool = True
-    centred: bool = True
+class UserCanaryConfig(CanaryAuditConfig):
+    """:class:`attacks.gradient_canary.CanaryAuditConfig` for canary users (the real clients' clipped sum is
+    removed from the observed sum with ``centred``; k chosen by simulating the claim's idealised mechanism).
+    ``relation``: None = the claim's."""
 
     def validate(self) -> None:
         super().validate()
-        if self.canaries is not None and self.canaries < 2:
-            raise ConfigError(f"canaries: must be >= 2, got {self.canaries!r}")
-        if not 0 < self.canaries_per_param <= 1:
-            raise ConfigError(f"canaries_per_param: must lie in (0, 1], got {self.canaries_per_param!r}")
-        if self.k_fdp_fraction is not None:
-            check_probability("k_fdp_fraction", self.k_fdp_fraction)
         if self.relation is not None:
             check_relation_unit(self.relation, "user", SUPPORTED, what="attack 'user-canary'")
-
-    def count(self, dim: int) -> int:
-        if self.canaries is not None:
-            return self.canaries
-        return int(min(dim, max(min(1000, dim), min(self.max_canaries, round(self.canaries_per_param * dim)))))
 
 
 class UserCanaryAudit(Attack):
@@ -103,6 +83,8 @@ class UserCanaryAudit(Attack):
         rate = min(1.0, defense.config.users_per_round / num_users)
         seed = target.derive_seed("user-canary")
         sampling = torch_generator(seed, "rounds")
+        gamma = float(defense.config.clip_norm)
+        noise_std = defense.noise_plan(target.budget, num_users).sigma * gamma
         state: dict[str, object] = {}
 
         def setup(deltas: dict[str, torch.Tensor]) -> GradientCanaries:
@@ -111,7 +93,8 @@ class UserCanaryAudit(Attack):
                 shapes = [tuple(deltas[n].shape[1:]) for n in names]
                 dim = int(sum(int(np.prod(s)) for s in shapes))
                 state.update(names=names, shapes=shapes,
-                             canaries=GradientCanaries(dim, cfg.count(dim), clip_norm=1.0, seed=seed, paired=paired))
+                             canaries=GradientCanaries(dim, cfg.count(dim), clip_norm=gamma, seed=seed, paired=paired,
+                                                       score=cfg.score, rate=rate, noise_std=noise_std))
             return state["canaries"]  # type: ignore[return-value]
 
         def hook(t: int):
@@ -147,17 +130,8 @@ class UserCanaryAudit(Attack):
             raise ConfigError("attack 'user-canary': the defense ran no aggregation round")
         can: GradientCanaries = state["canaries"]  # type: ignore[assignment]
         delta = cfg.delta if cfg.delta is not None else float(trained.claim.delta)
-        k_pos, k_neg, k_fdp = cfg.k_pos, cfg.k_neg, cfg.k_fdp_fraction
-        if cfg.plan_guesses:
-            noise = defense.noise_plan(target.budget, num_users)
-            k_st, k_f = planned_guesses(can.m, rate=rate, steps=defense.config.rounds, norm=defense.config.clip_norm,
-                                        noise_std=noise.sigma * defense.config.clip_norm, paired=paired,
-                                        beta=cfg.beta, delta=delta, seed=target.derive_seed("planned-guesses"))
-            k_pos = k_st if k_pos is None else k_pos
-            k_neg = k_st if k_neg is None else k_neg
-            k_fdp = k_f / can.m if k_fdp is not None else None
-        result = can.result(beta=cfg.beta, delta=delta, k_pos=k_pos, k_neg=k_neg, k_fraction=cfg.k_fraction,
-                            k_fdp_fraction=k_fdp, unit="user")
+        result = canary_audit_result(can, cfg, steps=defense.config.rounds, delta=delta,
+                                     seed=target.derive_seed("planned-guesses"), unit="user", event=trained.claim.event)
         bound = dataclasses.replace(result.bound, notes=result.bound.notes + (
             (f"white-box: {can.m} paired canary-user slots (+-gamma e_j, a fair coin picks the sign) "
              if paired else f"white-box: {can.m} canary users (gamma e_j, each in the population with probability "

@@ -19,6 +19,7 @@ from audit.suite import CellSpec
 
 # The attack summary keys every report carries first (issue 8's schema), in this order.
 ATTACK_KEYS = ("auc", "tpr_at_fpr", "eps_lower_bound", "eps_lb_method", "n_members", "n_nonmembers")
+MECHANISM_KEYS = ("eps_lb_mechanism", "eps_lb_mechanism_method")
 CLAIM_KEYS = ("mechanism", "relation", "unit", "paper_accountant", "delta", "sampler", "source", "notes")
 
 
@@ -64,9 +65,12 @@ def attack_record(result: AttackResult, scores_path: str | None = None) -> dict[
     """The report object of one attack: the schema's keys first, then where the scores are, then details."""
     summary = result.summary()
     out = {k: summary[k] for k in ATTACK_KEYS}
+    for k in MECHANISM_KEYS:  # the bound against the claim's own mechanism, beside the (eps, delta) one
+        if k in summary:
+            out[k] = summary[k]
     out["variant"] = result.variant
     out["scores"] = scores_path
-    out["details"] = {k: v for k, v in summary.items() if k not in ATTACK_KEYS and k != "variant"}
+    out["details"] = {k: v for k, v in summary.items() if k not in ATTACK_KEYS + MECHANISM_KEYS and k != "variant"}
     return out
 
 

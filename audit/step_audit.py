@@ -54,7 +54,10 @@ DEFAULT_WITNESS_EVALUATIONS = 100
 GRADIENT_CLAIMS = {"dpsgd": "dpgcl.sample-level", "dp-clip": "dpgcl.batch-level", "dp-gcl": "dpgcl.group[random]",
                    "control-undernoised": "dpgcl.group[random]", "logit-dp": "logitdp.infonce",
                    "dpcl-simclr": "dpcl.simclr-gradient", "dpcl-barlow": "dpcl.barlow-gradient"}
-DEFENSES = tuple(GRADIENT_CLAIMS)
+#: Federated defenses: their privatised step is the round's aggregation (clipped client deltas, summed, noised).
+FEDERATED = ("dp-fedemb", "dp-fedavg")
+DEFENSES = tuple(GRADIENT_CLAIMS) + FEDERATED
+FEDERATED_DIM = 256  # coordinates of the synthetic client deltas (the aggregation does not depend on their origin)
 
 # mechanisms released before the gradient: name -> (quantity key, sensitivity as compute() uses it at batch b)
 PINNED: dict[str, dict[str, tuple[str, Callable[[int], float]]]] = {
@@ -196,6 +199,94 @@ def _save_witness(out_dir: Path, defense: str, pair: str, step: _Step, xa, xb, g
     return str(path)
 
 
+def _aggregate_sums(deltas: torch.Tensor, clip_norm: float) -> torch.Tensor:
+    """The noiseless output of DP-FedEmb's own aggregation (:func:`defenses.fedemb.aggregate.noised_mean` with
+    no noise): the sum of the clients' clipped deltas, as its observer sees it."""
+    from defenses.fedemb.aggregate import noised_mean
+
+    seen: dict[str, torch.Tensor] = {}
+    noised_mean({"w": deltas}, clip_norm, 0.0, torch.Generator(),
+                observer=lambda noisy, data: seen.update(sum=data["w"].double().clone()))
+    return seen["sum"]
+
+
+def _federated_step(name: str, defense: Any, data: Any, *, target_epsilon: float | None,
+                    noise_multiplier: float | None, delta: float, draws: int, kinds: tuple[str, ...], alpha: float,
+                    seed: int, noise: str, dataset: str) -> dict[str, Any]:
+    """The step audit of a federated defense: one round's aggregation on replace-one neighbouring rounds.
+
+    The released quantity is the sum over the round's virtual clients of their deltas clipped to gamma, plus
+    N(0, (sigma gamma)^2 I) (DP-FedEmb Algorithm 1 l. 12-15, App. C); replacing one user moves one client's
+    clipped delta, by at most 2 gamma, so the claim's per-round mechanism is Gaussian with mu = 2 / sigma =
+    1 / z (z the event multiplier). The noiseless sums come from the defense's own aggregation code on
+    synthetic client deltas (clipping bounds the step whatever local training produced). Pairs: ``canary``
+    (the replaced client's clipped delta +gamma e_0 against -gamma e_0: exactly the claimed sensitivity) and
+    ``extreme`` (a client's delta, far outside the clip ball, against its negation). The sensitivity
+    register's witness (virtual clients grouping several users) is a data-level claim, not this step's.
+    """
+    from defenses.base import Budget
+    from defenses.seeding import torch_generator
+
+    if "witness" in kinds:
+        raise ConfigError(f"pair: the step audit of {name!r} (its aggregation) supports the pairs canary, extreme "
+                          "and canonical; the witness pair is the sensitivity register's, not this step's")
+    cfg = defense.config
+    if cfg.adaptive_clipping:
+        raise ConfigError(f"defense {name!r}: the step audit covers the fixed-clip aggregation; set "
+                          "adaptive_clipping = false")
+    num_users = len(defense.users(data, seed))
+    plan = defense.noise_plan(Budget(target_epsilon=target_epsilon, delta=delta, noise_multiplier=noise_multiplier),
+                              num_users)
+    if plan.event_z <= 0:
+        raise ConfigError(f"defense {name!r}: no noise to audit (non-private budget)")
+    gamma = float(cfg.clip_norm)
+    std, sensitivity = plan.sigma * gamma, 2.0 * gamma
+    mu_claim = 1.0 / plan.event_z
+    eps_claim = gdp_epsilon(mu_claim, delta)
+    alpha_each = alpha / (2 * len(kinds))
+    result: dict[str, Any] = {
+        "defense": name, "relation": "replace-one", "unit": "user",
+        "claim": {"noise_multiplier": plan.event_z, "noise_multiplier_added": plan.sigma,
+                  "effective_noise_multiplier": plan.event_z, "mu": mu_claim, "epsilon": eps_claim, "delta": delta,
+                  "target_epsilon": target_epsilon,
+                  "what": "one round's aggregation (before user sampling): Gaussian sum of clipped client deltas, "
+                          "replace-one sensitivity 2 gamma, mu = 1 / z"},
+        "settings": {"draws_per_side": int(draws), "alpha": alpha, "alpha_per_bound": alpha_each, "noise": noise,
+                     "seed": seed, "dataset": dataset, "pairs": list(kinds), "clients": int(cfg.clients_per_round),
+                     "delta_dim": FEDERATED_DIM},
+        "pairs": []}
+    base = torch.randn(int(cfg.clients_per_round), FEDERATED_DIM, generator=torch_generator(seed, "step-audit-fed"))
+    base = base * (4.0 * gamma / base.norm(dim=1, keepdim=True))  # every client far outside the clip ball
+    for i, kind in enumerate(kinds):
+        start = time.perf_counter()
+        a, b = base.clone(), base.clone()
+        if kind == "canary":
+            a[0] = 0.0
+            b[0] = 0.0
+            a[0, 0], b[0, 0] = gamma, -gamma
+        else:
+            b[0] = -a[0]
+        diff = _aggregate_sums(b, gamma) - _aggregate_sums(a, gamma)
+        gen = torch.Generator().manual_seed(int(seed) * 1000 + i)
+        s0, s1 = gaussian_step_scores([diff], [std], int(draws), gen, noise=noise)
+        bd = step_bounds(s0, s1, alpha=alpha_each, delta=delta, seed=seed + i)
+        norm = float(torch.linalg.vector_norm(diff))
+        refuted = bd.mu_lower > mu_claim or bd.epsilon_lower > eps_claim
+        result["pairs"].append({
+            "pair": kind, "difference_norm": norm, "sensitivity_claimed": sensitivity, "noise_std": std,
+            "difference_over_sensitivity": norm / sensitivity, "mu_pair": step_mu([diff], [std]),
+            "mu_lower": bd.mu_lower, "epsilon_lower": bd.epsilon_lower, "epsilon_from_mu": bd.epsilon_from_mu,
+            "power_mu": bd.mu_lower / mu_claim, "power_epsilon": bd.epsilon_lower / eps_claim if eps_claim > 0 else None,
+            "verdict": "refuted" if refuted else "not refuted", "bounds": bd.to_dict(), "conditioned_on": [],
+            "batch": [int(a.shape[0]), int(b.shape[0])], "seconds": round(time.perf_counter() - start, 3)})
+    done = result["pairs"]
+    result["verdict"] = "refuted" if any(r["verdict"] == "refuted" for r in done) else "not refuted"
+    best = max(done, key=lambda r: r["mu_lower"])
+    result.update({"best_pair": best["pair"], "mu_lower": best["mu_lower"],
+                   "epsilon_lower": max(r["epsilon_lower"] for r in done), "power": best["mu_lower"] / mu_claim})
+    return result
+
+
 def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_epsilon: float | None = 8.0,
                   noise_multiplier: float | None = None, delta: float = 1e-5, draws: int = DEFAULT_DRAWS,
                   pair: str = "all", alpha: float = 0.05, seed: int = 0, dataset: str = "digits",
@@ -216,6 +307,15 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
     check_probability("delta", delta)
     if noise not in NOISE_MODES:
         raise one_of("noise", noise, NOISE_MODES)
+    if name in FEDERATED:
+        from core.datasets import load_dataset
+
+        if kinds == PAIRS and pair == "all":
+            kinds = ("canary", "extreme")  # the aggregation has no witness pair (see _federated_step)
+        data = context.data if context is not None else load_dataset(dataset, seed=seed, data_dir=data_dir)
+        return _federated_step(name, make_defense(name, dict(params or {})), data, target_epsilon=target_epsilon,
+                               noise_multiplier=noise_multiplier, delta=delta, draws=draws, kinds=kinds, alpha=alpha,
+                               seed=seed, noise=noise, dataset=dataset)
     ctx = context or Context(seed, dataset, data_dir)
     data = ctx.data
     defense = make_defense(name, dict(params or {}))

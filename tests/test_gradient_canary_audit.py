@@ -34,12 +34,17 @@ def test_audit_is_sound_on_a_correct_defense(digits):
     assert (result.bound.relation, result.bound.unit, result.bound.method) == ("add-remove", "example", "one-run-best")
     assert result.counts["canary_norm"] > 0
     assert "white-box" in " ".join(result.bound.notes)
+    mech = result.mechanism_bound  # against the claim's own mechanism: sound, and at least as strong here
+    assert (mech.method, mech.relation, mech.unit) == ("one-run-fdp-mechanism", "add-remove", "example")
+    assert 0 < mech.epsilon <= 1.0 and not mech.counts["claim_rejected"]
+    assert result.config["score"] == "llr" and result.summary()["eps_lb_mechanism"] == mech.epsilon
 
 
 def test_audit_detects_under_noised_training(digits):
     claimed = 1.0
     leaky = audit(digits, "test_gradient_canary_audit:UnderNoisedDPGCL", Budget(target_epsilon=claimed))
     assert leaky.bound.epsilon > 2 * claimed  # the sound lower bound exceeds the claim: a violation
+    assert leaky.mechanism_bound.epsilon > 2 * claimed and leaky.mechanism_bound.counts["claim_rejected"]
     assert leaky.summary()["auc"] > 0.95
 
 

@@ -13,9 +13,11 @@
         epsilon    {accountant: epsilon or null (not applicable, or infinite: see details.epsilon)}
         utility    {knn_accuracy, linear_probe_accuracy, <the defense's own metrics>}
         attacks    {attack: {auc, tpr_at_fpr {"0.001", "0.01", "0.1"}, eps_lower_bound, eps_lb_method,
-                             n_members, n_nonmembers, variant, scores (path of the .npz), details}}
+                             n_members, n_nonmembers, [eps_lb_mechanism, eps_lb_mechanism_method,]
+                             variant, scores (path of the .npz), details}}
         gate       {status, reasons, comparisons: [{attack, eps_lower_bound, method, epsilon,
-                                                    accountant, verdict, reason}]}
+                                                    accountant, verdict, reason, [eps_lb_any_mechanism]}]}
+                   (where an attack reports eps_lb_mechanism, that is the compared bound)
         details    cache key, defense name and resolved parameters, every accountant's full result, error
     sensitivity  the objects ``privaudit sensitivity --json`` prints (claim, source, relation, bound,
                  observed, ratio, verdict, witness, config)

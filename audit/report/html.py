@@ -49,7 +49,7 @@ small { color: var(--muted); }
 """
 
 NUMERIC_HEADERS = {"target ε", "seed", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc (encoder)", "linear probe (encoder)",
-                   "TPR@0.1%", "TPR@1%", "TPR@10%", "bound", "observed", "ratio", "ε_lb (gate)"}
+                   "TPR@0.1%", "TPR@1%", "TPR@10%", "bound", "observed", "ratio", "ε_lb (gate)", "ε_lb mech"}
 
 
 def e(x: Any) -> str:

@@ -10,12 +10,17 @@ from audit.report import summary as s
 EXPLAIN = ("ε per accountant is the theoretical epsilon of the mechanism the defense actually implements (∞: no "
            "privacy mechanism; n/a: the accountant does not apply, see Claims and caveats). ε_lb is the strongest "
            "attack's sound empirical lower bound on ε at its own neighbouring relation and unit (add/remove inclusion "
-           "coins, replace-one paired canaries, or canary users); AUC and TPR@1%FPR are that attack's. "
+           "coins, replace-one paired canaries, or canary users), valid for any (ε, δ)-DP mechanism; ε_lb mech "
+           "(white-box canaries) is the one-run f-DP bound against the claim's own mechanism (its PLD trade-off "
+           "curve, noise scaled): it refutes that mechanism, not every (ε, δ) one, and is the bound the gate "
+           "compares where it exists; AUC and TPR@1%FPR are that attack's. "
            "Verdict: pass (relation, unit) (every sound comparison is consistent; the bound and the claim are at that "
            "relation and unit), FAIL, or not comparable (no bound at the claim's relation and unit: the gate cannot "
            "check it by attack).")
 
-ATTACK_EXPLAIN = ("ε_lb: the attack's sound lower bound at its own confidence; ε_lb (gate): the same bound "
+ATTACK_EXPLAIN = ("ε_lb: the attack's sound lower bound at its own confidence; ε_lb mech: the bound against the "
+                  "claim's own mechanism (white-box canaries), the one compared with the claim where it exists; "
+                  "ε_lb (gate): the compared bound "
                   "recomputed at the family-wise confidence the gate uses (Bonferroni over every comparison made); "
                   "comparison: consistent, exceeds (the gate fails), or why the bound and the claim are not "
                   "comparable.")

@@ -97,7 +97,7 @@ def verdict(cell: dict[str, Any]) -> str:
 def summary_headers(report: dict[str, Any]) -> list[str]:
     return (["defense"] + (["dataset"] if varies(report, "dataset") else []) + ["target ε"]
             + (["seed"] if varies(report, "seed") else []) + [f"ε {a}" for a in shown_accountants(report)]
-            + ["strongest attack", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc (encoder)", "linear probe (encoder)",
+            + ["strongest attack", "ε_lb", "ε_lb mech", "AUC", "TPR@1%FPR", "k-NN acc (encoder)", "linear probe (encoder)",
                "own utility (released model)", "verdict"])
 
 
@@ -114,7 +114,8 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
             cell["defense"] + caveat, *([cell["dataset"]] if datasets else []), fmt(cell.get("target_epsilon")),
             *([str(cell["seed"])] if seeds else []),
             *[epsilon_text(cell, n) for n in names],
-            label or "-", fmt(attack and attack.get("eps_lower_bound")), fmt(attack and attack.get("auc")),
+            label or "-", fmt(attack and attack.get("eps_lower_bound")), fmt(attack and attack.get("eps_lb_mechanism")),
+            fmt(attack and attack.get("auc")),
             fmt(attack and (attack.get("tpr_at_fpr") or {}).get("0.01")),
             fmt(utility.get("knn_accuracy")), fmt(utility.get("linear_probe_accuracy")), own_utility(cell),
             verdict(cell),
@@ -123,7 +124,7 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 ATTACK_HEADERS = ["cell", "attack", "variant", "AUC", "TPR@0.1%", "TPR@1%", "TPR@10%", "members / non-members",
-                  "ε_lb", "ε_lb (gate)", "smallest ε (accountant)", "comparison"]
+                  "ε_lb", "ε_lb mech", "ε_lb (gate)", "smallest ε (accountant)", "comparison"]
 
 
 def attack_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -140,7 +141,8 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
                 comparison += f": {c['reason'].split(':')[0].split(';')[0]}"
             rows.append([cell["id"], label, a.get("variant") or "-", fmt(a.get("auc")), fmt(tpr.get("0.001")),
                          fmt(tpr.get("0.01")), fmt(tpr.get("0.1")), f"{a.get('n_members')} / {a.get('n_nonmembers')}",
-                         fmt(a.get("eps_lower_bound")), fmt(c.get("gate_eps_lower_bound")), eps, comparison])
+                         fmt(a.get("eps_lower_bound")), fmt(a.get("eps_lb_mechanism")), fmt(c.get("gate_eps_lower_bound")),
+                         eps, comparison])
     return rows
 
 
