@@ -106,6 +106,11 @@ def pair_norms(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.
     return sq.clamp_min(0).sqrt()
 
 
+def _logits(embedder: Embedder, params, x, y, similarity: PairSimilarity) -> torch.Tensor:
+    zx, zy = embedder.embed(params, x), embedder.embed(params, y)
+    return vmap(vmap(similarity, in_dims=(None, 0)), in_dims=(0, None))(zx, zy)
+
+
 def efficient_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                        similarity: PairSimilarity, tau: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
                        pair_clip: float, norms: str = "exact", chunk: int | None = None) -> ClippedSum:
