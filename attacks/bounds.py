@@ -380,6 +380,17 @@ def fdp_one_run_parameter(m: int, r: int, v: int, *, beta: float = 0.05, delta: 
     return lo
 
 
+def one_sided_counts(scores: np.ndarray, membership: np.ndarray, k_pos: int,
+                     m: int | None = None) -> tuple[int, int, int]:
+    """(m, r, v) of the one-sided guesses "member" on the k+ highest scores (the f-DP one-run bounds' input)."""
+    guesses = one_run_guesses(scores, k_pos, 0)
+    membership = np.asarray(membership, dtype=bool).ravel()
+    if membership.size != guesses.size:
+        raise ConfigError(f"membership: {membership.size} entries for {guesses.size} scores")
+    m = guesses.size if m is None else m
+    return m, int(np.count_nonzero(guesses)), int(np.sum((guesses == 1) & membership))
+
+
 def fdp_one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos: int, beta: float = 0.05,
                       delta: float = 0.0, m: int | None = None, null: str = "approx-dp",
                       relation: str = RELATION, unit: str = UNIT) -> EpsilonLowerBound:
@@ -393,13 +404,7 @@ def fdp_one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos: int,
     ``first_in`` with ``relation="replace-one"``.
     """
     check_relation_unit(relation, unit)
-    guesses = one_run_guesses(scores, k_pos, 0)
-    membership = np.asarray(membership, dtype=bool).ravel()
-    if membership.size != guesses.size:
-        raise ConfigError(f"membership: {membership.size} entries for {guesses.size} scores")
-    m = guesses.size if m is None else m
-    r = int(np.count_nonzero(guesses))
-    v = int(np.sum((guesses == 1) & membership))
+    m, r, v = one_sided_counts(scores, membership, k_pos, m)
     value = fdp_one_run_parameter(m, r, v, beta=beta, delta=delta, null=null)
     counts = {"m": m, "r": r, "v": v, "k_pos": k_pos, "k_neg": 0}
     conf = f"{100 * (1 - beta):.0f}% confidence"

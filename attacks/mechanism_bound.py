@@ -56,7 +56,7 @@ from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, Poiss
                                 SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_from_dict,
                                 event_to_dict)
 from accountants.pld import build_pld
-from attacks.bounds import EpsilonLowerBound, check_relation_unit, fdp_recursion_rejects, one_run_guesses
+from attacks.bounds import EpsilonLowerBound, check_relation_unit, fdp_recursion_rejects, one_sided_counts
 from core.errors import ConfigError, check_probability
 
 METHOD = "one-run-fdp-mechanism"
@@ -175,13 +175,7 @@ def mechanism_one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos
     """``eps_lb_mechanism`` from scores (higher = member; paired slots: higher = the first candidate) with
     k+ one-sided guesses fixed in advance, against the claim's own event (module docstring)."""
     check_relation_unit(relation, unit)
-    guesses = one_run_guesses(scores, k_pos, 0)
-    membership = np.asarray(membership, dtype=bool).ravel()
-    if membership.size != guesses.size:
-        raise ConfigError(f"membership: {membership.size} entries for {guesses.size} scores")
-    m = guesses.size if m is None else m
-    r = int(np.count_nonzero(guesses))
-    v = int(np.sum((guesses == 1) & membership))
+    m, r, v = one_sided_counts(scores, membership, k_pos, m)
     eps, s_star, claim_rejected = mechanism_epsilon(m, r, v, event, relation, beta=beta, delta=delta)
     counts: dict[str, Any] = {"m": m, "r": r, "v": v, "k_pos": k_pos, "k_neg": 0, "noise_scale": s_star,
                               "claim_rejected": claim_rejected, "event": event_to_dict(event)}
