@@ -7,6 +7,9 @@
 * Recall at a fixed false-accept rate (DP-FedEmb Sec. 3.2): over all pairs of distinct examples,
   pick the cosine threshold whose false-accept rate on different-identity pairs is at most ``far``,
   and report the fraction of same-identity pairs accepted.
+* Paired comparison of two encoders on the same test examples (:func:`paired_change`): the exact
+  McNemar test on the discordant examples, so "below its init" is a measured drop, not one test
+  example of sampling noise.
 """
 
 from __future__ import annotations
@@ -59,16 +62,23 @@ def knn_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_fea
     return float((preds == test_labels).float().mean())
 
 
-def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feats: torch.Tensor,
-                          test_labels: torch.Tensor, *, c: float = 1.0, max_iter: int = 2000) -> float:
-    """Accuracy of a logistic-regression probe trained on standardised frozen features."""
+def linear_probe_predict(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feats: torch.Tensor, *,
+                         c: float = 1.0, max_iter: int = 2000) -> torch.Tensor:
+    """Labels predicted by a logistic-regression probe trained on standardised frozen features."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
     probe = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=max_iter))
     probe.fit(train_feats.numpy(), train_labels.numpy())
-    return float(probe.score(test_feats.numpy(), test_labels.numpy()))
+    return torch.as_tensor(probe.predict(test_feats.numpy()))
+
+
+def linear_probe_accuracy(train_feats: torch.Tensor, train_labels: torch.Tensor, test_feats: torch.Tensor,
+                          test_labels: torch.Tensor, *, c: float = 1.0, max_iter: int = 2000) -> float:
+    """Accuracy of a logistic-regression probe trained on standardised frozen features."""
+    preds = linear_probe_predict(train_feats, train_labels, test_feats, c=c, max_iter=max_iter)
+    return float((preds == test_labels).float().mean())
 
 
 def retrieval_topk_accuracy(query: torch.Tensor, query_labels: torch.Tensor, gallery: torch.Tensor,
@@ -118,15 +128,45 @@ def recall_at_far(embeddings: torch.Tensor, identities: torch.Tensor, far: float
     return RecallAtFar(recall, far, far_used, threshold, int(genuine.numel()), int(impostor.numel()))
 
 
+def encoder_correct(represent, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
+                    test_y: torch.Tensor, *, k: int = 5,
+                    device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
+    """Per test example, whether k-NN and the linear probe on ``represent``'s features classify it right."""
+    train_f = embed(represent, train_x, device=device)
+    test_f = embed(represent, test_x, device=device)
+    num_classes = int(max(int(train_y.max()), int(test_y.max())) + 1)
+    return {
+        "knn_accuracy": knn_predict(train_f, train_y, test_f, k, num_classes) == test_y,
+        "linear_probe_accuracy": linear_probe_predict(train_f, train_y, test_f) == test_y,
+    }
+
+
 def encoder_utility(represent, train_x: torch.Tensor, train_y: torch.Tensor, test_x: torch.Tensor,
                     test_y: torch.Tensor, *, k: int = 5, device: torch.device | str | None = None) -> dict[str, float]:
     """k-NN and linear-probe accuracy of the representation function ``represent``."""
-    train_f = embed(represent, train_x, device=device)
-    test_f = embed(represent, test_x, device=device)
-    return {
-        "knn_accuracy": knn_accuracy(train_f, train_y, test_f, test_y, k=k),
-        "linear_probe_accuracy": linear_probe_accuracy(train_f, train_y, test_f, test_y),
-    }
+    correct = encoder_correct(represent, train_x, train_y, test_x, test_y, k=k, device=device)
+    return {m: float(c.float().mean()) for m, c in correct.items()}
+
+
+def paired_change(correct: torch.Tensor, baseline: torch.Tensor) -> dict[str, float | int]:
+    """Exact McNemar test of an encoder against a baseline on the same test examples.
+
+    ``gained`` = examples right only for the encoder, ``lost`` = right only for the baseline. Under H0
+    (the encoder is no worse than the baseline) each of the n = gained + lost discordant examples is lost
+    with probability at most 1/2, so ``p_drop`` = P(Binomial(n, 1/2) >= lost) is the one-sided p-value of
+    a drop (McNemar 1947, exact form); ``delta`` = (gained - lost) / N is the accuracy change.
+    """
+    correct, baseline = torch.as_tensor(correct, dtype=torch.bool), torch.as_tensor(baseline, dtype=torch.bool)
+    if correct.shape != baseline.shape or correct.ndim != 1 or correct.numel() == 0:
+        raise ValueError(f"paired_change needs two equal-length, non-empty 1-D vectors, got shapes "
+                         f"{tuple(correct.shape)} and {tuple(baseline.shape)}")
+    from scipy import stats
+
+    gained, lost = int((correct & ~baseline).sum()), int((~correct & baseline).sum())
+    n = gained + lost
+    p_drop = float(stats.binom.sf(lost - 1, n, 0.5)) if lost else 1.0
+    return {"delta": (gained - lost) / correct.numel(), "gained": gained, "lost": lost, "n": int(correct.numel()),
+            "p_drop": p_drop}
 
 
 def gap_closed(trained: float, random: float, reference: float) -> float | None:

@@ -12,7 +12,10 @@ scores it) of four encoders on the same data:
   one of :data:`defenses.losses.OBJECTIVES`, else SimCLR; Adam, lr 1e-3: the non-private recipe);
 
 and the fraction of the random -> non-private gap the trained model closes,
-``gap_closed = (acc_trained - acc_random) / (acc_nonprivate - acc_random)`` (:func:`gap_closed`).
+``gap_closed = (acc_trained - acc_random) / (acc_nonprivate - acc_random)`` (:func:`gap_closed`), and the
+trained model against its init on the same test examples (``vs_init``: the exact McNemar test of
+:func:`defenses.evaluation.paired_change`; ``p_drop`` small means a real drop below the init, not a test
+example or two of sampling noise).
 The reference encoders and their scores depend only on the dataset, split seed, architecture, init and
 step budget, so they are cached in this process and shared by the cells of a suite.
 """
@@ -28,7 +31,7 @@ from typing import Any
 import torch
 
 from core.datasets import MembershipData
-from defenses.evaluation import encoder_utility, gap_closed
+from defenses.evaluation import encoder_correct, gap_closed, paired_change
 from defenses.losses import OBJECTIVES
 from defenses.nn.model import build_model
 from defenses.pretrain import PRETRAIN_LR, initial_state
@@ -36,6 +39,7 @@ from defenses.training import ContrastiveConfig
 
 METRICS = ("linear_probe_accuracy", "knn_accuracy")
 _SCORES: dict[str, dict[str, float]] = {}
+_CORRECT: dict[str, dict[str, torch.Tensor]] = {}
 
 
 def _contrastive_fields(config: dict[str, Any]) -> ContrastiveConfig:
@@ -49,8 +53,10 @@ def _data_key(data: MembershipData) -> str:
 
 
 def _cached(key: str, fn) -> dict[str, float]:
+    """Accuracies of a reference encoder (its per-example correctness kept beside them), computed once."""
     if key not in _SCORES:
-        _SCORES[key] = fn()
+        _CORRECT[key] = fn()
+        _SCORES[key] = {m: float(c.float().mean()) for m, c in _CORRECT[key].items()}
     return dict(_SCORES[key])
 
 
@@ -61,15 +67,17 @@ def utility_panel(trained, data: MembershipData, *, k: int = 5, device: str | to
     device = torch.device(device)
     x_tr, y_tr, x_te, y_te = data.train.x, data.train.y, data.test.x, data.test.y
 
-    def score(model) -> dict[str, float]:
+    def score(model) -> dict[str, torch.Tensor]:
         model.eval()
-        return encoder_utility(model.represent, x_tr, y_tr, x_te, y_te, k=k, device=device)
+        return encoder_correct(model.represent, x_tr, y_tr, x_te, y_te, k=k, device=device)
 
     spec = trained.spec
     arch = json.dumps({**spec.to_dict(), "normalize": None}, sort_keys=True, default=str)
     base = f"{_data_key(data)}|{arch}|seed={trained.seed}|k={k}"
-    out: dict[str, Any] = {"trained": score(trained.model)}
-    out["random"] = _cached(f"{base}|random", lambda: score(build_model(spec, seed=trained.seed).to(device)))
+    trained_correct = score(trained.model)
+    out: dict[str, Any] = {"trained": {m: float(c.float().mean()) for m, c in trained_correct.items()}}
+    init_key = f"{base}|random"  # a random init is the random encoder
+    out["random"] = _cached(init_key, lambda: score(build_model(spec, seed=trained.seed).to(device)))
 
     config = dict(trained.config)
     init = str(config.get("init", "random"))
@@ -80,12 +88,14 @@ def utility_panel(trained, data: MembershipData, *, k: int = 5, device: str | to
     else:
         state, _ = initial_state(init, data, cfg, int(config.get("pretrain_epochs", 30)), device=device)
 
-        def init_score() -> dict[str, float]:
+        def init_score() -> dict[str, torch.Tensor]:
             model = build_model(spec, seed=trained.seed).to(device)
             model.load_state_dict({kk: v.to(device) for kk, v in state.items()})
             return score(model)
 
-        out["init"] = _cached(f"{base}|init={init}", init_score)
+        init_key = f"{base}|init={init}"
+        out["init"] = _cached(init_key, init_score)
+    out["vs_init"] = {m: paired_change(trained_correct[m], _CORRECT[init_key][m]) for m in METRICS}
 
     steps = len(trained.history.get("step", []))
     if nonprivate and steps > 0:
@@ -98,7 +108,7 @@ def utility_panel(trained, data: MembershipData, *, k: int = 5, device: str | to
                                    "loss": loss, "batch_size": batch, "epochs": epochs, "lr": PRETRAIN_LR,
                                    "optimizer": "adam", "weight_decay": 0.0})
 
-        def reference() -> dict[str, float]:
+        def reference() -> dict[str, torch.Tensor]:
             model, _, _ = train_contrastive(x_tr, data.info, ref, trained.seed, device=device, progress=False,
                                             desc="non-private reference", init_state=state, max_steps=steps)
             return score(model)

@@ -119,6 +119,32 @@ def test_utility_panel_reports_init_random_and_a_same_steps_reference(digits):
     lp = {k: panel[k]["linear_probe_accuracy"] for k in ("trained", "random", "nonprivate")}
     expect = gap_closed(lp["trained"], lp["random"], lp["nonprivate"])
     assert panel["gap_closed"]["linear_probe_accuracy"] == (pytest.approx(expect) if expect is not None else None)
+    n_test = len(digits.test)
+    for metric in ("linear_probe_accuracy", "knn_accuracy"):
+        c = panel["vs_init"][metric]
+        assert c["n"] == n_test and 0.0 <= c["p_drop"] <= 1.0
+        assert c["delta"] == pytest.approx(panel["trained"][metric] - panel["init"][metric], abs=1e-6)
+
+
+def test_paired_change_is_the_exact_mcnemar_test():
+    from scipy import stats
+
+    from defenses.evaluation import paired_change
+
+    base = torch.tensor([True] * 60 + [False] * 40)
+    worse = base.clone()
+    worse[:9] = False  # 9 lost
+    worse[60:61] = True  # 1 gained
+    c = paired_change(worse, base)
+    assert (c["gained"], c["lost"], c["n"]) == (1, 9, 100) and c["delta"] == pytest.approx(-0.08)
+    assert c["p_drop"] == pytest.approx(stats.binomtest(9, 10, 0.5, alternative="greater").pvalue)
+    assert c["p_drop"] < 0.05
+    assert paired_change(base, base)["p_drop"] == 1.0
+    one = base.clone()
+    one[0] = False  # one test example: no evidence of a drop
+    assert paired_change(one, base)["p_drop"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="equal-length"):
+        paired_change(base, base[:10])
 
 
 def test_report_shows_utility_beside_leakage():
@@ -128,10 +154,13 @@ def test_report_shows_utility_beside_leakage():
     panel = {k: {"linear_probe_accuracy": v, "knn_accuracy": v} for k, v in
              (("trained", 0.9), ("init", 0.88), ("random", 0.7), ("nonprivate", 0.95))}
     panel["gap_closed"] = {"linear_probe_accuracy": 0.8, "knn_accuracy": 0.8}
+    panel["vs_init"] = {m: {"delta": -1 / 270, "gained": 2, "lost": 3, "n": 270, "p_drop": 0.5}
+                        for m in ("linear_probe_accuracy", "knn_accuracy")}
     report = {"cells": [{"defense": "dp-gcl", "target_epsilon": 8.0, "utility": {"panel": panel},
                          "details": {"init": {"init": "public"}}},
                         {"defense": "alm", "target_epsilon": 8.0, "utility": {}, "details": {}}]}
     rows = s.panel_rows(report)
     assert len(rows) == 1 and len(rows[0]) == len(s.PANEL_HEADERS)
     assert rows[0][:5] == ["dp-gcl", "8", "public", "0.9", "0.88"] and rows[0][7] == "0.8"
+    assert rows[0][-1] == "probe -1/270 (p 0.5), k-NN -1/270 (p 0.5)"
     assert "gap closed" in markdown.table(s.PANEL_HEADERS, rows)

@@ -104,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     if panel.get("gap_closed"):
         print("random -> non-private gap closed: " + ", ".join(
             f"{k} {v:.2f}" if v is not None else f"{k} n/a" for k, v in panel["gap_closed"].items()))
+    print("trained vs init (exact McNemar, one-sided p of a drop): " + ", ".join(
+        f"{k} {c['gained'] - c['lost']:+d}/{c['n']} (p {c['p_drop']:.2g})" for k, c in panel["vs_init"].items()))
     print(f"claim: {trained.claim.mechanism} ({trained.claim.relation}, per {trained.claim.unit}, "
           f"delta={trained.claim.delta:.3g})")
     for name, r in epsilons.items():

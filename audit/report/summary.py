@@ -227,7 +227,18 @@ def errors(report: dict[str, Any]) -> list[str]:
 
 
 PANEL_HEADERS = ["defense", "target ε", "init", "linear probe: trained", "init", "random", "non-private (same steps)",
-                 "gap closed", "k-NN: trained", "init", "random", "non-private", "gap closed"]
+                 "gap closed", "k-NN: trained", "init", "random", "non-private", "gap closed",
+                 "trained vs init (McNemar)"]
+
+
+def _vs_init(panel: dict[str, Any]) -> str:
+    """'probe -1/270 (p 0.75), k-NN +2/270 (p 1)': change in test examples right, one-sided p of a drop."""
+    parts = []
+    for metric, name in (("linear_probe_accuracy", "probe"), ("knn_accuracy", "k-NN")):
+        c = (panel.get("vs_init") or {}).get(metric)
+        if c:
+            parts.append(f"{name} {c['gained'] - c['lost']:+d}/{c['n']} (p {c['p_drop']:.2g})")
+    return ", ".join(parts) or "-"
 
 
 def panel_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -243,6 +254,7 @@ def panel_rows(report: dict[str, Any]) -> list[list[str]]:
         for metric in ("linear_probe_accuracy", "knn_accuracy"):
             row += [fmt((panel.get(k) or {}).get(metric)) for k in ("trained", "init", "random", "nonprivate")]
             row.append(fmt(gap.get(metric)))
+        row.append(_vs_init(panel))
         rows.append(row)
     return rows
 
@@ -250,4 +262,6 @@ def panel_rows(report: dict[str, Any]) -> list[list[str]]:
 PANEL_EXPLAIN = ("Each encoder's accuracy on the test split (probe trained on the members' features): the released "
                  "model, where its training started (init: public = SimCLR on the public split), the seeded random "
                  "encoder, and non-private training from the same init with the same number of steps and batch size; "
-                 "gap closed = (trained - random) / (non-private - random).")
+                 "gap closed = (trained - random) / (non-private - random); trained vs init: the change in test "
+                 "examples classified right and the exact McNemar one-sided p-value of a drop (small p: the model "
+                 "ended below its init beyond sampling noise).")
