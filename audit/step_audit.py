@@ -24,6 +24,9 @@ Side D' draws the pre-gradient noise e' = e + (q(D) - q(D')) / sigma_q so that b
 the same s = q(D) + sigma_q e (:class:`PinnedRandomness`); only the gradient then differs, and a
 distinguishability above 1 / z_g at that s refutes the gradient mechanism's claim.
 
+ALM has no training step: its privatised "step" is the one release of the noised head, audited at delta 0
+(pure DP) by :mod:`audit.release_audit`, which :func:`audit_defense` hands ``alm`` to.
+
 Each pair's verdict: ``refuted`` when mu_lb > mu_claim or eps_lb > eps_claim (each bound at
 alpha / (2 pairs), so the defense's family-wise error is alpha), else ``not refuted``; the power
 mu_lb / mu_claim is reported. A refuting pair's witness (both batches, both noiseless outputs,
