@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -89,6 +89,46 @@ def gaussian_step_scores(differences: Sequence[torch.Tensor], stds: Sequence[flo
                     t[start:start + k] += e @ w
         out.append(t)
     return out[0].numpy(), (out[1] + mu * mu).numpy()
+
+
+def additive_step_scores(m0: torch.Tensor, m1: torch.Tensor, release: Callable[[torch.Tensor, torch.Generator], torch.Tensor],
+                         log_density: Callable[[torch.Tensor], torch.Tensor], scale: float, draws: int,
+                         generator: torch.Generator, *, noise: str = "projected", max_elements: int = 1 << 22
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The optimal statistic of an additive mechanism with i.i.d. noise of known density, on D and on D'.
+
+    The release is y = m + s xi, xi_j i.i.d. with unit log-density ``log_density`` (pure-DP mechanisms:
+    logistic, Laplace); by Neyman-Pearson the most powerful test of D (mean m0) against D' (mean m1)
+    thresholds T(y) = sum_j log p((y_j - m1_j) / s) - log p((y_j - m0_j) / s). ``release(m, gen)`` is the
+    defense's own noise code (a leading draw dimension is added here), called on ``draws`` copies of m0
+    (side 0) and of m1 (side 1). Only the coordinates where m0 and m1 differ enter T, and the noise is
+    independent across coordinates, so ``noise='projected'`` releases those coordinates alone (exact in
+    distribution, independent of the parameter count); ``'full'`` releases every coordinate (chunked to
+    ``max_elements`` per call); tests check that both agree.
+    """
+    if noise not in NOISE_MODES:
+        raise one_of("noise", noise, NOISE_MODES)
+    check_positive("draws", draws)
+    check_positive("scale", scale)
+    m0, m1 = m0.double().reshape(-1), m1.double().reshape(-1)
+    if m0.shape != m1.shape:
+        raise ConfigError(f"step audit: the two sides' outputs differ in shape ({tuple(m0.shape)} vs {tuple(m1.shape)})")
+    if noise == "projected":
+        support = torch.nonzero(m0 != m1).reshape(-1)
+        if support.numel() == 0:
+            support = torch.zeros(1, dtype=torch.long)  # identical outputs: T = 0 on both sides
+        m0, m1 = m0[support], m1[support]
+    rows = max(1, int(max_elements) // max(1, m0.numel()))
+    out = []
+    for mean in (m0, m1):
+        t = np.empty(int(draws), dtype=np.float64)
+        for start in range(0, int(draws), rows):
+            k = min(rows, int(draws) - start)
+            y = release(mean.expand(k, -1), generator)
+            llr = log_density((y - m1) / scale) - log_density((y - m0) / scale)
+            t[start:start + k] = llr.sum(dim=1).numpy()
+        out.append(t)
+    return out[0], out[1]
 
 
 # -- bounds ----------------------------------------------------------------------------------------
@@ -200,7 +240,8 @@ def _tight_mu(fpr: np.ndarray, fnr: np.ndarray, tnr: np.ndarray, power: np.ndarr
 class KnownMechanism:
     """A one-dimensional mechanism on a fixed neighbouring pair with known privacy.
 
-    ``kind``: ``gaussian`` (N(0,1) vs N(mu,1)), ``laplace`` (Lap(0,1) vs Lap(eps,1)), ``rr``
+    ``kind``: ``gaussian`` (N(0,1) vs N(mu,1)), ``laplace`` (Lap(0,1) vs Lap(eps,1)), ``logistic``
+    (Logistic(0,1) vs Logistic(eps,1): ALM's pair at its claimed sensitivity, pure eps-DP), ``rr``
     (randomized response: the true bit kept with probability e^eps / (1 + e^eps)), ``subsampled-gaussian``
     (Poisson rate q: N(0, 1) vs (1 - q) N(0, 1) + q N(1/sigma, 1), scored by the mixture likelihood ratio,
     monotone in y).
@@ -210,7 +251,7 @@ class KnownMechanism:
     param: float
     q: float = 1.0
 
-    KINDS = ("gaussian", "laplace", "rr", "subsampled-gaussian")
+    KINDS = ("gaussian", "laplace", "logistic", "rr", "subsampled-gaussian")
 
     def __post_init__(self) -> None:
         if self.kind not in self.KINDS:
@@ -224,6 +265,8 @@ class KnownMechanism:
             return rng.standard_normal(n), rng.standard_normal(n) + self.param
         if self.kind == "laplace":
             return rng.laplace(0.0, 1.0, n), rng.laplace(self.param, 1.0, n)
+        if self.kind == "logistic":  # the likelihood ratio of a logistic shift is increasing in y
+            return rng.logistic(0.0, 1.0, n), rng.logistic(self.param, 1.0, n)
         if self.kind == "rr":
             keep = math.exp(self.param) / (1 + math.exp(self.param))
             return (rng.random(n) >= keep).astype(float), (rng.random(n) < keep).astype(float)
@@ -243,9 +286,9 @@ class KnownMechanism:
         t = np.linspace(-40, 40, 400001)
         if self.kind == "gaussian":
             return stats.norm.sf(t), stats.norm.cdf(t - self.param), stats.norm.cdf(t), stats.norm.sf(t - self.param)
-        if self.kind == "laplace":
-            return (stats.laplace.sf(t), stats.laplace.cdf(t - self.param), stats.laplace.cdf(t),
-                    stats.laplace.sf(t - self.param))
+        if self.kind in ("laplace", "logistic"):
+            d = stats.laplace if self.kind == "laplace" else stats.logistic
+            return d.sf(t), d.cdf(t - self.param), d.cdf(t), d.sf(t - self.param)
         m = 1.0 / self.param
         fnr = (1 - self.q) * stats.norm.cdf(t) + self.q * stats.norm.cdf(t - m)
         power = (1 - self.q) * stats.norm.sf(t) + self.q * stats.norm.sf(t - m)
@@ -266,7 +309,7 @@ class KnownMechanism:
         """The smallest eps with delta(eps) <= delta for this pair (both directions)."""
         if self.kind == "gaussian" and delta > 0:
             return gdp_epsilon(self.param, delta)
-        if self.kind in ("laplace", "rr") and delta == 0:
+        if self.kind in ("laplace", "logistic", "rr") and delta == 0:
             return float(self.param)
         if self.true_delta(0.0) <= delta:
             return 0.0

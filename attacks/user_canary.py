@@ -23,6 +23,30 @@ Two games, chosen by the relation the bound is stated at (``relation``; default 
 
 The reported bound is the larger of Steinke's and the f-DP one-run bound at beta / 2 each
 (:func:`attacks.bounds.best_one_run_bound`), as for the gradient canaries.
+
+``mechanism_bound`` (``eps_lb_mechanism``, on by default) is the one-run f-DP bound against the claim's own
+mechanism (:mod:`attacks.mechanism_bound`), at beta, as for the gradient canaries. Why it is sound for the
+paired (replace-one) game:
+
+1. *Each slot's pair is dominated by the claim's.* Fix every other slot's coin and participation and the
+   real users. In a round, the slot is absent with probability 1 - q (output law R) or present with its
+   candidate +gamma e_j (law A) or -gamma e_j (law A'), so the two coins give q A + (1 - q) R and
+   q A' + (1 - q) R. A and A' are Gaussians of std sigma gamma whose means differ by 2 gamma (the
+   replace-one sensitivity the noise is calibrated to, event multiplier z = sigma / 2), and R's mean is
+   gamma from each: in noise units each of (A, A'), (A, R), (A', R) is dominated by (G, G0) = (N(1, z^2),
+   N(0, z^2)). Advanced joint convexity then bounds the mixtures' hockey-stick divergences by those of
+   (q G + (1 - q) G0, G0), the without-replacement replace-one pair the claim's event is accounted with
+   (:mod:`accountants.pld`, both orders), and the rounds compose adaptively: the run is f-DP with respect to
+   each slot's coin, f the claim's own (symmetric) curve: the hypothesis H_1 of the bisection holds (and
+   H_s for every s <= 1), so P[eps_lb_mechanism > the claim's epsilon] <= beta. With adaptive clipping the canary moves by the round's clip norm and the noise
+   scales with it; the claim's event then also accounts the count query (z < sigma / 2), so it still
+   dominates.
+2. *The guesses are one-sided.* The recursion (:func:`attacks.bounds.fdp_recursion_rejects`) is that of
+   Mahloujifar, Melis & Chaudhuri 2025 for one-sided "member" guesses on independent fair coins. Here the
+   coin is "the + candidate is the one in the population" and the k+ guesses are "+" on the highest scores
+   (:func:`attacks.bounds.one_sided_counts`): exactly that game with "member" read as "+". The score need
+   not be the likelihood ratio; any score fixed before the run is sound. (Guessing "-" on the lowest scores
+   too would use the recursion outside the one-sided game it is stated for; we do not.)
 """
 
 from __future__ import annotations
@@ -48,7 +72,10 @@ SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 class UserCanaryConfig(CanaryAuditConfig):
     """:class:`attacks.gradient_canary.CanaryAuditConfig` for canary users (the real clients' clipped sum is
     removed from the observed sum with ``centred``; k chosen by simulating the claim's idealised mechanism).
-    ``relation``: None = the claim's."""
+    ``relation``: None = the claim's. ``mechanism``: the bound against the claim's own mechanism, on by
+    default (module docstring)."""
+
+    mechanism: bool = True
 
     def validate(self) -> None:
         super().validate()

@@ -24,6 +24,9 @@ Side D' draws the pre-gradient noise e' = e + (q(D) - q(D')) / sigma_q so that b
 the same s = q(D) + sigma_q e (:class:`PinnedRandomness`); only the gradient then differs, and a
 distinguishability above 1 / z_g at that s refutes the gradient mechanism's claim.
 
+ALM has no training step: its privatised "step" is the one release of the noised head, audited at delta 0
+(pure DP) by :mod:`audit.release_audit`, which :func:`audit_defense` hands ``alm`` to.
+
 Each pair's verdict: ``refuted`` when mu_lb > mu_claim or eps_lb > eps_claim (each bound at
 alpha / (2 pairs), so the defense's family-wise error is alpha), else ``not refuted``; the power
 mu_lb / mu_claim is reported. A refuting pair's witness (both batches, both noiseless outputs,
@@ -41,6 +44,7 @@ import torch
 
 from attacks.bounds import gdp_epsilon
 from attacks.step_audit import NOISE_MODES, gaussian_step_scores, step_bounds, step_mu
+from audit.step_pairs import dirac_image, search_witness
 from core.errors import ConfigError, check_positive, check_probability, one_of
 from defenses.dp import bounds as dp_bounds
 from defenses.dp.randomness import StepRandomness
@@ -56,7 +60,9 @@ GRADIENT_CLAIMS = {"dpsgd": "dpgcl.sample-level", "dp-clip": "dpgcl.batch-level"
                    "dpcl-simclr": "dpcl.simclr-gradient", "dpcl-barlow": "dpcl.barlow-gradient"}
 #: Federated defenses: their privatised step is the round's aggregation (clipped client deltas, summed, noised).
 FEDERATED = ("dp-fedemb", "dp-fedavg")
-DEFENSES = tuple(GRADIENT_CLAIMS) + FEDERATED
+#: One-shot additive releases (ALM's noised head): audited by :mod:`audit.release_audit`.
+RELEASES = ("alm",)
+DEFENSES = tuple(GRADIENT_CLAIMS) + FEDERATED + RELEASES
 FEDERATED_DIM = 256  # coordinates of the synthetic client deltas (the aggregation does not depend on their origin)
 
 # mechanisms released before the gradient: name -> (quantity key, sensitivity as compute() uses it at batch b)
@@ -85,13 +91,6 @@ def pair_choices(pair: str) -> tuple[str, ...]:
     if pair not in PAIR_CHOICES:
         raise one_of("pair", pair, PAIR_CHOICES)
     return {"all": PAIRS, "canonical": ("canary", "extreme")}.get(pair, (pair,))
-
-
-def _dirac_image(like: torch.Tensor) -> torch.Tensor:
-    img = torch.zeros_like(like)
-    flat = img.reshape(-1)
-    flat[flat.numel() // 2] = 1.0
-    return img
 
 
 class _Step:
@@ -154,16 +153,10 @@ def _batch(data: Any, size: int, seed: int) -> torch.Tensor:
 def _witness_pair(defense_name: str, ctx: Any, evaluations: int, seed: int):
     """(defense, model state, D, D', randomness, search summary) from the register's search."""
     from audit.sensitivity.register import CLAIMS, NOISE_MULTIPLIER
-    from audit.sensitivity.search import search
     from defenses.registry import make_defense
-    from defenses.seeding import torch_generator
 
     spec = CLAIMS[GRADIENT_CLAIMS[defense_name]]
-    setting = max(spec.settings, key=lambda st: st.units)  # the largest batch: the first among ties
-    target = spec.target(setting, ctx)
-    res = search(target, torch_generator(seed, "step-audit-witness", spec.id), evaluations=int(evaluations))
-    if res.best is None:
-        raise ConfigError(f"witness: the search on {spec.id} evaluated no pair")
+    setting, target, res = search_witness(spec, ctx, evaluations, seed)
     a, b = res.best.pair.neighbours(target.relation, target.domain.unit_size)
     overrides = {**spec.base_overrides, **setting.overrides}
     if defense_name != spec.defense:
@@ -317,6 +310,12 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
                                noise_multiplier=noise_multiplier, delta=delta, draws=draws, kinds=kinds, alpha=alpha,
                                seed=seed, noise=noise, dataset=dataset)
     ctx = context or Context(seed, dataset, data_dir)
+    if name in RELEASES:
+        from audit.release_audit import audit_release
+
+        return audit_release(name, ctx, params=params, target_epsilon=target_epsilon, noise_multiplier=noise_multiplier,
+                             delta=delta, draws=draws, kinds=kinds, alpha=alpha, seed=seed, noise=noise,
+                             dataset=dataset, witness_evaluations=witness_evaluations, out_dir=out_dir)
     data = ctx.data
     defense = make_defense(name, dict(params or {}))
     if not getattr(defense, "private", False) or not hasattr(defense, "quantity_function"):
@@ -354,7 +353,7 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
                 step, rseed = base_step, seed
                 xa = _batch(data, step.plan.batch_size, seed)
                 if kind == "extreme":
-                    dirac = _dirac_image(xa[:1])
+                    dirac = dirac_image(xa[:1])
                     xb = torch.cat([xa, dirac]) if result["relation"] == "add-remove" else torch.cat([dirac, xa[1:]])
                 else:
                     xb = xa
@@ -402,6 +401,10 @@ def summary_line(r: Mapping[str, Any]) -> str:
     c = r["claim"]
     if r.get("verdict") == "error":
         return f"{r['defense']}: error ({'; '.join(p.get('error', '') for p in r['pairs'])})"
+    if c.get("pure"):
+        return (f"{r['defense']} ({r['relation']}): per-release claim eps = {c['epsilon']:.3g} (pure DP, delta 0; "
+                f"canonical mu {c['mu']:.3f}); measured eps_lb = {r['epsilon_lower']:.3g} ({r['best_pair']} pair), "
+                f"mu_lb = {r['mu_lower']:.3f}; power (eps) {r['power']:.2f}: {r['verdict']}")
     return (f"{r['defense']} ({r['relation']}): per-step claim mu = {c['mu']:.3f} (eps {c['epsilon']:.3g} at delta "
             f"{c['delta']:g}); measured mu_lb = {r['mu_lower']:.3f} ({r['best_pair']} pair), eps_lb = "
             f"{r['epsilon_lower']:.3g}; power {r['power']:.2f}: {r['verdict']}")
@@ -472,10 +475,13 @@ def step_gate(results: list[dict[str, Any]], config: Any) -> tuple[list[str], li
             reasons.append(f"step audit of {name}: every pair errored")
             continue
         refuting = [p for p in r["pairs"] if p.get("verdict") == "refuted"]
-        where = "; ".join(f"{p['pair']} pair mu_lb {p['mu_lower']:.3g}" + (f", witness {p['witness']}"
-                                                                            if p.get("witness") else "")
+        pure = bool(r["claim"].get("pure"))
+        stat, claimed = ("eps_lb", "epsilon_lower") if pure else ("mu_lb", "mu_lower")
+        where = "; ".join(f"{p['pair']} pair {stat} {p[claimed]:.3g}" + (f", witness {p['witness']}"
+                                                                       if p.get("witness") else "")
                           for p in refuting)
-        text = (f"step audit of {name}: per-step claim mu = {r['claim']['mu']:.3g} refuted by measurement ({where})"
+        what = f"eps = {r['claim']['epsilon']:.3g} (pure DP)" if pure else f"mu = {r['claim']['mu']:.3g}"
+        text = (f"step audit of {name}: per-step claim {what} refuted by measurement ({where})"
                 if refuting else "")
         if verdict == "refuted" and expected == "refuted":
             notes.append(text + "; expected by the suite (documented broken claim)")
@@ -502,7 +508,7 @@ def step_rows(report: Mapping[str, Any]) -> list[list[str]]:
     for r in report.get("step_audit") or []:
         for p in r["pairs"]:
             rows.append([r["defense"], r["relation"], p["pair"], f(r["claim"]["mu"]), f(r["claim"]["epsilon"]),
-                         f(p.get("mu_lower")), f(p.get("epsilon_lower")), f(p.get("power_mu")),
+                         f(p.get("mu_lower")), f(p.get("epsilon_lower")), f(p.get("power", p.get("power_mu"))),
                          p["verdict"] if p["verdict"] != "error" else f"error: {p.get('error')}",
                          expect.get(r["defense"], "not refuted"), p.get("witness") or "-"])
     return rows
@@ -514,4 +520,7 @@ STEP_EXPLAIN = ("Each defense's own privatised step on a neighbouring pair of ba
                 "over noise std); μ_lb (GDP) and ε_lb (Clopper–Pearson at the claim's δ) are sound lower bounds; "
                 "power = μ_lb / claim μ. A bound above the claim refutes it (witness attached). Pairs: canary = the "
                 "worst case the claimed sensitivity allows, extreme = a Dirac-like image, witness = the "
-                "sensitivity search's best pair.")
+                "sensitivity search's best pair. ALM (one release of the noised head, pure DP): claim ε is the "
+                "per-release ε at δ = 0, ε_lb the Clopper–Pearson bound at δ = 0, power = ε_lb / claim ε (the "
+                "verdict compares ε only), claim μ the tightest μ of its canonical pair (one coordinate shifted "
+                "by the sampled sensitivity).")

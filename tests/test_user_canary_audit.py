@@ -30,3 +30,40 @@ def test_unsupported_relation_or_defense_is_an_error(digits):
         make_attack("user-canary", relation="add-remove").run(target)
     with pytest.raises(ConfigError, match="no federated aggregation"):
         make_attack("user-canary").run(Target(None, digits, "dp-gcl", {"epochs": 1}, Budget(target_epsilon=1.0)))
+
+
+def _claim_pld_epsilon(data, budget: Budget) -> float:
+    """The PLD epsilon of DP-FedEmb's own claim (its event, replace-one per user) at FAST."""
+    from accountants.pld import build_pld
+    from defenses.registry import make_defense
+
+    d = make_defense("dp-fedemb", FAST)
+    users = d.users(data, 0)
+    claim, _ = d.claim(d.noise_plan(budget, len(users)), len(users), budget.delta, users)
+    return float(build_pld(claim.event, claim.relation).get_epsilon_for_delta(claim.delta))
+
+
+def test_canary_users_give_a_mechanism_bound_below_the_claims_pld_epsilon(digits):
+    """The paired canary users' one-run f-DP bound against the claim's own PLD curve (replace-one, per user):
+    reported by default, at the claim's relation and unit, positive, and below the claim's PLD epsilon."""
+    budget = Budget(target_epsilon=8.0, delta=1e-5)
+    target = Target(None, digits, "dp-fedemb", FAST, budget, seed=0)
+    result = make_attack("user-canary", canaries=2000).run(target)
+    mb = result.mechanism_bound
+    assert mb is not None and (mb.relation, mb.unit, mb.method) == ("replace-one", "user", "one-run-fdp-mechanism")
+    assert mb.counts["k_neg"] == 0 and mb.counts["event"]["type"] == "SelfComposedDpEvent"
+    assert 0 < mb.epsilon <= _claim_pld_epsilon(digits, budget) and not mb.counts["claim_rejected"]
+
+
+def test_undernoised_aggregation_is_refuted_by_the_mechanism_bound(digits, monkeypatch):
+    """Positive control: the aggregation adds a fifth of the noise the claim accounts; the mechanism bound
+    rejects the claim's own curve and exceeds its epsilon."""
+    import defenses.fedemb.defense as fed
+
+    honest = fed.noised_mean
+    monkeypatch.setattr(fed, "noised_mean", lambda deltas, clip, z, gen, **kw: honest(deltas, clip, z / 5, gen, **kw))
+    budget = Budget(target_epsilon=1.0, delta=1e-5)
+    target = Target(None, digits, "dp-fedemb", FAST, budget, seed=0)
+    result = make_attack("user-canary", canaries=2000).run(target)
+    mb = result.mechanism_bound
+    assert mb.counts["claim_rejected"] and mb.epsilon > _claim_pld_epsilon(digits, budget)

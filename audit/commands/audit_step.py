@@ -14,7 +14,7 @@ import argparse
 
 from audit.commands.common import add_data_args, emit_json, format_table, parse_params
 
-HEADERS = ["pair", "|d| / Delta", "mu pair", "mu_lb", "mu claim", "power", "eps_lb", "eps claim", "verdict",
+HEADERS = ["pair", "|d| / Delta", "mu pair", "mu_lb", "mu claim", "power", "eps pair", "eps_lb", "eps claim", "verdict",
            "seconds", "witness"]
 
 
@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         c = r["claim"]
         rows = [[p["pair"], p.get("difference_over_sensitivity"), p.get("mu_pair"), p.get("mu_lower"), c["mu"],
-                 p.get("power_mu"), p.get("epsilon_lower"), c["epsilon"], p["verdict"] if p["verdict"] != "error"
-                 else f"error: {p['error']}", p["seconds"], p.get("witness")] for p in r["pairs"]]
+                 p.get("power", p.get("power_mu")), p.get("epsilon_pair"), p.get("epsilon_lower"), c["epsilon"],
+                 p["verdict"] if p["verdict"] != "error" else f"error: {p['error']}", p["seconds"], p.get("witness")]
+                for p in r["pairs"]]
         print(format_table(HEADERS, rows))
         print(summary_line(r))
     return 1 if r["verdict"] == "refuted" else 0

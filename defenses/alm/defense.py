@@ -36,8 +36,8 @@ from defenses.sensitivity_sampling import (SampledSensitivity, exhaustive_remove
                                        sample_sensitivity_rubinstein_alda)
 from defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
 from defenses.alm.head import HeadProblem, fit_heads, head_as_linear, newton_solve
-from defenses.alm.mechanisms import (GAUSSIAN_CALIBRATIONS, MECHANISMS, NoiseCalibration, calibrate_noise,
-                                     epsilon_of_noise, noise_std, standard_noise)
+from defenses.alm.mechanisms import (GAUSSIAN_CALIBRATIONS, MECHANISMS, NoiseCalibration, add_noise, calibrate_noise,
+                                     epsilon_of_noise, noise_std)
 from defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from defenses.evaluation import embed
 from defenses.nn.model import ContrastiveModel, ModelSpec
@@ -161,11 +161,11 @@ class ALM(Defense):
                                                   m=cfg.sensitivity_m, gamma=cfg.rdp_gamma, chunk=cfg.fit_chunk,
                                                   oracle=f"{cfg.oracle_pool} split")
 
-    def _release_noise(self, budget: Budget, sens: dict[str, SampledSensitivity], n: int) -> NoiseCalibration | None:
+    def release_noise(self, budget: Budget, l1: float, l2: float, n: int) -> NoiseCalibration | None:
+        """The noise the release adds at ``budget`` given the (sampled) L1 / L2 sensitivities (None: no noise)."""
         cfg = self.config
         if not budget.private:
             return None
-        l1, l2 = sens["l1"].value, sens["l2"].value
         delta = budget.resolve_delta(n) if cfg.mechanism == "gaussian" else 0.0
         if budget.noise_multiplier is not None:
             z = budget.noise_multiplier
@@ -237,11 +237,10 @@ class ALM(Defense):
             exhaustive = exhaustive_remove_one(self._fit_fn(prep.problem, prep.reference), n, chunk=cfg.fit_chunk)
             prep.seconds["exhaustive"] = time.perf_counter() - start
 
-        cal = self._release_noise(budget, sens, n)
+        cal = self.release_noise(budget, sens["l1"].value, sens["l2"].value, n)
         w_released = w_clean
         if cal is not None:
-            noise = standard_noise(cal.mechanism, tuple(w_clean.shape), torch_generator(seed, "alm", "noise"))
-            w_released = w_clean + cal.scale * noise
+            w_released = add_noise(w_clean, cal.mechanism, cal.scale, torch_generator(seed, "alm", "noise"))
         classifier = head_as_linear(w_released, prep.mean, prep.std).to(device)
 
         acc_clean = float(head_accuracy(w_clean, prep.x_test, data.test.y))
@@ -291,8 +290,12 @@ class ALM(Defense):
             x, y = batch
             h = prep.standardise(embed(prep.model.represent, x, device=device))
             problem = HeadProblem.from_features(h, y, num_classes, cfg.head_l2)
-            w, _, _ = newton_solve(problem, torch.ones(problem.size, dtype=torch.float64), tol=cfg.head_tol)
-            return w.flatten()
+            try:  # warm start from the members' head (a neighbour of the members converges in a few steps)
+                return fit_heads(problem, torch.ones(1, problem.size, dtype=torch.float64), reference=prep.reference,
+                                 tol=cfg.head_tol).weights[0].flatten()
+            except RuntimeError:  # far from the members: Newton from zero
+                w, _, _ = newton_solve(problem, torch.ones(problem.size, dtype=torch.float64), tol=cfg.head_tol)
+                return w.flatten()
 
         params = {"sensitivity_l1": sens["l1"].value, "sensitivity_l2": sens["l2"].value, "m": sens["l1"].m,
                   "k": sens["l1"].k, "n": prep.problem.size, "head_l2": cfg.head_l2,

@@ -55,6 +55,33 @@ def standard_noise(mechanism: str, shape: tuple[int, ...], gen: torch.Generator)
     raise one_of("mechanism", mechanism, MECHANISMS)
 
 
+def add_noise(values: torch.Tensor, mechanism: str, scale: float, gen: torch.Generator) -> torch.Tensor:
+    """The release: ``values`` + scale x i.i.d. unit noise per coordinate (Def. 4.1, Remark 4.2), float64.
+
+    The one implementation of the noise ALM releases with (:meth:`defenses.alm.defense.ALM.fit`); the
+    step audit draws its releases through it, with a leading batch dimension for many draws.
+    """
+    check_positive("scale", scale)
+    return values.double() + scale * standard_noise(mechanism, tuple(values.shape), gen)
+
+
+def log_density(mechanism: str, x: torch.Tensor) -> torch.Tensor:
+    """log p(x) of the unit-scale noise, elementwise (float64): the optimal test's ingredient.
+
+    Logistic: -|x| - 2 log(1 + e^{-|x|}) (Def. 4.1; symmetric, so |x| keeps it stable in both tails);
+    Laplace: -|x| - log 2; Gaussian: -x^2 / 2 - log(2 pi) / 2.
+    """
+    x = x.double()
+    if mechanism == "logistic":
+        a = x.abs()
+        return -a - 2.0 * torch.log1p(torch.exp(-a))
+    if mechanism == "laplace":
+        return -x.abs() - math.log(2.0)
+    if mechanism == "gaussian":
+        return -0.5 * x * x - 0.5 * math.log(2.0 * math.pi)
+    raise one_of("mechanism", mechanism, MECHANISMS)
+
+
 def noise_std(mechanism: str, scale: float) -> float:
     """Per-coordinate standard deviation of the mechanism's noise at scale s, b or sigma."""
     factor = {"logistic": _LOGISTIC_STD, "laplace": _LAPLACE_STD, "gaussian": 1.0}
