@@ -201,10 +201,7 @@ def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
     monkeypatch.setattr(layerwise, "MEMORY_LIMIT", 10)
     dense = dense_units("term", (torch.randn(3, 6, 4, dtype=torch.float64),))
     assert "memory" in engine_reason(emb, dense)
-    monkeypatch.setattr(layerwise, "FLAT_LIMIT", 10)  # auto: beyond one chunk of per-row gradients, vmap
-    assert "vmap is faster" in engine_reason(emb, units)
-    assert engine_reason(emb, units, "layerwise") is None
-    assert clipped_sum(emb, emb.params(), (Source(x),), units, 0.5).engine.startswith("vmap (")
+    assert engine_reason(emb, units) is None  # partitions: one (U, p) matrix, segments in chunks
 
 
 def test_auto_uses_vmap_for_dense_units_unless_the_dimension_is_small():
@@ -216,11 +213,25 @@ def test_auto_uses_vmap_for_dense_units_unless_the_dimension_is_small():
     assert engine_reason(emb, many) is None
 
 
-def test_per_row_gradients_in_chunks_match_vmap(monkeypatch):
-    """Large batches: per-row gradients are summed into units a chunk of rows at a time."""
+def test_segments_cover_every_unit_row_once():
+    from defenses.dp.layerwise import segments
+
+    owners = torch.tensor([2, 0, -1, 2, 2, 1, 0, 2, -1, 2])
+    seg = segments(owners, 3, width=2)
+    # unit 0: rows 1, 6; unit 1: row 5; unit 2: rows 0, 3, 4, 7, 9 (three segments of <= 2 rows)
+    assert seg.unit.tolist() == [0, 1, 2, 2, 2] and not seg.one_per_unit
+    assert seg.index.tolist() == [[1, 6], [5, 10], [0, 3], [4, 7], [9, 10]]  # padded with 10 = number of rows
+    assert segments(torch.tensor([1, 0, 1, 0]), 2).one_per_unit  # default width: mean rows per unit
+
+
+@pytest.mark.parametrize("width", [1, 2, None])
+def test_segments_in_chunks_match_vmap(monkeypatch, width):
+    """Units split over several segments (index_add into units) and segments processed a few at a time."""
     import defenses.dp.layerwise as layerwise
 
-    monkeypatch.setattr(layerwise, "FLAT_LIMIT", 3 * Embedder(tiny("cnn")).space.size)  # 3 rows per chunk
+    real = layerwise.segments
+    monkeypatch.setattr(layerwise, "segments", lambda owners, n: real(owners, n, width))
+    monkeypatch.setattr(layerwise, "SEGMENT_LIMIT", 200)  # a few segments per chunk
     emb = Embedder(tiny("cnn"))
     x = rows(11)
     cot = torch.randn(11, 4, generator=torch.Generator().manual_seed(14), dtype=torch.float64)

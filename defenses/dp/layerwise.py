@@ -109,10 +109,6 @@ def units_reason(units: Units, n_params: int | None = None, auto: bool = False) 
                 # Measured on CPU: replicating the rows min(U, D) times pays only when D <= U / 2 (the
                 # benchmark's D = 8 for 32 terms: 2x faster than vmap; DP-SGD's default D = 32 for ~29: slower).
                 return f"{len(units)} dense units for embedding dimension {dim}: vmap is faster unless D <= U / 2"
-        elif auto and rows * n_params > FLAT_LIMIT:
-            # Measured on CPU: beyond one chunk of per-row gradients (e.g. DP-GCL's default full batch of 372
-            # digits, 1116 rows x 28k parameters) vmap over units is as fast or faster.
-            return f"{rows} rows x {n_params} parameters exceed one chunk of per-row gradients: vmap is faster"
     if units.dense or units.row_owners is not None:
         return None
     assert units.rows is not None
@@ -315,74 +311,140 @@ def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor]
     bs = torch.autograd.grad(zs, outs, grad_outputs=cots, allow_unused=True)
     bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
     per = split(bs)
-    aligned = all([c.source for c in tape.calls[name]] == list(range(len(sources))) for name, _ in tape.layers)
-    if aligned:
-        return _flat_partition_sum(tape, params, space.names, per, owners, units, clip, n_units)
-    sq = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
-    row_grads = {}
-    for name, mod in tape.layers:
-        # rows in no unit go to a spare slot n_units, dropped after the sum
-        call_owners = torch.cat([owners[c.source] for c in tape.calls[name]])
-        call_owners = torch.where(call_owners >= 0, call_owners, n_units)
-        g = _layer_grads(name, mod, params, tape.calls[name], per[name], dense=False, standardise=False)
-        for n, v in g.items():
-            unit = torch.zeros(n_units + 1, *v.shape[1:], dtype=v.dtype, device=v.device)
-            unit = unit.index_add_(0, call_owners, v)[:n_units]
-            if n == f"{name}.weight" and isinstance(mod, WSConv2d):
-                unit = _ws_backward(params[n], unit)
-            row_grads[n] = unit
-            sq += unit.reshape(n_units, -1).pow(2).sum(1)
-    nrm = sq.sqrt()
-    scale = clip_factors(nrm, clip)
-    if units.weights is not None:
-        scale = scale * units.weights.to(scale)
-    for n in space.names:
-        total[n] = torch.tensordot(scale, row_grads[n], dims=1)
-    return LayerwiseSum(space.flatten(total), nrm)
+    return _partition_sum(tape, params, space.names, per, owners, units, clip, n_units)
 
 
-FLAT_LIMIT = 1 << 23  # per-row gradient entries materialised at once (chunks of rows)
-ONEHOT_UNITS = 16  # up to this many units, rows are summed into units by a one-hot matrix product
+SEGMENT_LIMIT = 1 << 23  # gathered activation / patch entries per chunk of segments (memory bound)
 
 
-def _flat_partition_sum(tape: Tape, params, names: Sequence[str], per, owners, units: Units, clip: float,
-                        n_units: int) -> LayerwiseSum:
-    """The partition case with the layers' per-row gradients in one (rows, p) matrix per chunk of rows:
-    few, large operations. Requires every layer to be called once per source in source order.
+@dataclass
+class Segments:
+    """The rows of a partition cut into segments of at most ``width`` rows of one unit each.
+
+    ``index`` (S, width) holds row indices, padded with ``pad`` (the number of rows: an appended zero
+    output gradient, so padding adds exactly zero); ``unit`` (S,) is each segment's unit. Unit u's
+    gradient at a layer is the sum of its segments' gradients, and a segment's gradient is one small
+    matrix product over its rows (and output positions), so all of them are one batched product.
+    """
+
+    index: torch.Tensor
+    unit: torch.Tensor
+    pad: int
+    one_per_unit: bool  # segment s is unit s (the unit sum is the identity)
+
+
+def segments(owners: torch.Tensor, n_units: int, width: int | None = None) -> Segments:
+    """Cut the rows owned by units 0..n_units-1 (owner -1: no unit) into segments of ``width`` rows.
+
+    ``width`` defaults to the mean number of rows per unit (rounded up), which keeps the padding
+    under one segment per unit; a unit of m rows gets ceil(m / width) segments.
+    """
+    device = owners.device
+    rows = (owners >= 0).nonzero().flatten()
+    unit = owners[rows]
+    order = torch.argsort(unit, stable=True)
+    rows, unit = rows[order], unit[order]
+    counts = torch.bincount(unit, minlength=n_units)
+    if width is None:
+        width = max(1, -(-rows.numel() // max(1, n_units)))
+    starts = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(rows.numel(), device=device) - starts[unit]
+    n_seg = (counts + width - 1) // width
+    seg_start = torch.cumsum(n_seg, 0) - n_seg
+    total = int(n_seg.sum())
+    index = torch.full((total, width), owners.numel(), dtype=torch.long, device=device)
+    index[seg_start[unit] + pos // width, pos % width] = rows
+    seg_unit = torch.repeat_interleave(torch.arange(n_units, device=device), n_seg)
+    return Segments(index, seg_unit, owners.numel(), total == n_units and bool((n_seg == 1).all()))
+
+
+def _segment_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], a: torch.Tensor,
+                   b: torch.Tensor, index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gradients (S, *shape) of the segments ``index`` (S, w) of rows with layer inputs a (R, ...) and
+    output gradients b (R + 1, ...), whose last row (the padding) is zero.
+
+    Linear: G_s = sum_{r in s} b_r a_r^T, bias sum_{r in s} b_r; GroupNorm: sum_{r in s} sum_l b_{r,c,l}
+    x_hat_{r,c,l}; Conv2d: G_s = sum_{r in s} sum_l b_{r,l} unfold(a_r)_l^T, which is the weight
+    gradient of a convolution with S groups over a batch of w: slot i of every segment forms batch
+    element i, segment s's rows its channel group s (the grouped-convolution trick of Opacus' grad
+    samplers, with the batch summed within a segment). Weight standardisation is left to the caller
+    (it is linear, so it applies to the unit sums).
+    """
+    w_name, b_name = f"{name}.weight", f"{name}.bias"
+    s, w = index.shape
+    flat = index.T.reshape(-1)  # slot-major: element i * S + s is slot i of segment s
+    safe = flat.clamp(max=a.shape[0] - 1)  # padding reads any row's input: its output gradient is zero
+    bg = b.index_select(0, flat)
+    out: dict[str, torch.Tensor] = {}
+    if isinstance(mod, nn.Linear):
+        k, o = a.shape[-1], b.shape[-1]
+        b4 = bg.reshape(w, s, -1, o)
+        if w_name in params:
+            out[w_name] = torch.einsum("wspo,wspk->sok", b4, a.index_select(0, safe).reshape(w, s, -1, k))
+        if b_name in params:
+            out[b_name] = b4.sum((0, 2))
+    elif isinstance(mod, nn.Conv2d):
+        o = b.shape[1]
+        if w_name in params:
+            ag = a.index_select(0, safe)
+            weight = params[w_name]
+            grads = torch.ops.aten.convolution_backward(
+                bg.reshape(w, s * o, *bg.shape[2:]), ag.reshape(w, s * ag.shape[1], *ag.shape[2:]),
+                weight.new_empty(s * o, *weight.shape[1:]), None, list(mod.stride), list(mod.padding),
+                list(mod.dilation), False, [0, 0], s, [False, True, False])
+            out[w_name] = grads[1].reshape(s, *weight.shape)
+        if b_name in params:
+            out[b_name] = bg.reshape(w, s, o, -1).sum((0, 3))
+    elif isinstance(mod, nn.GroupNorm):
+        c = b.shape[1]
+        b4 = bg.reshape(w, s, c, -1)
+        if w_name in params:
+            x_hat = F.group_norm(a.index_select(0, safe), mod.num_groups, None, None, mod.eps)
+            out[w_name] = (b4 * x_hat.reshape(b4.shape)).sum((0, 3))
+        if b_name in params:
+            out[b_name] = b4.sum((0, 3))
+    else:  # pragma: no cover - excluded by _layers
+        raise TypeError(type(mod).__name__)
+    return out
+
+
+def _partition_sum(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequence[str],
+                   per: Mapping[str, list[torch.Tensor]], owners: Sequence[torch.Tensor], units: Units, clip: float,
+                   n_units: int) -> LayerwiseSum:
+    """Partition units: every unit's gradient (U, p) straight from segments of its rows, per layer.
+
+    Unit u's gradient at a layer is sum_{r in u} (row r's layer rule), computed as sums over segments
+    of u's rows (:func:`segments`): one batched matrix product per layer, no per-row gradients
+    (R x p) materialised. Then ||g_u||, the factors min(1, C / ||g_u||) and sum_u w_u s_u g_u.
     """
     from defenses.dp.clipping import clip_factors
 
-    ws = [f"{name}.weight" for name, mod in tape.layers if isinstance(mod, WSConv2d) and f"{name}.weight" in params]
-    n_params = sum(params[n].numel() for n in names)
-    step = max(1, FLAT_LIMIT // max(1, n_params))  # rows per chunk: at most FLAT_LIMIT per-row gradient entries
     ref = next(iter(params.values()))
-    unit = torch.zeros(n_units, n_params, dtype=ref.dtype, device=ref.device)
-    for s, own in enumerate(owners):  # every layer has exactly one call per source (aligned)
-        own = torch.where(own >= 0, own, n_units)
-        for lo in range(0, own.numel(), step):
-            hi = min(own.numel(), lo + step)
-            per_param: dict[str, torch.Tensor] = {}
-            for name, mod in tape.layers:
-                call = tape.calls[name][s]
-                chunk_call = _Call(s, call.inp[lo:hi], call.out)
-                per_param.update(_layer_grads(name, mod, params, [chunk_call], [per[name][s][lo:hi]], dense=False,
-                                              standardise=False))
-            rows = torch.cat([per_param[n].reshape(hi - lo, -1) for n in names], dim=1)
-            if n_units <= ONEHOT_UNITS:  # few units: a matrix product beats index_add on CPU
-                onehot = torch.zeros(n_units + 1, hi - lo, dtype=rows.dtype, device=rows.device)
-                onehot[own[lo:hi], torch.arange(hi - lo, device=rows.device)] = 1
-                unit += onehot[:n_units] @ rows
-            else:
-                keep = own[lo:hi] < n_units
-                unit.index_add_(0, own[lo:hi][keep], rows[keep])
-    if ws:
-        offsets, start = {}, 0
-        for n in names:
-            offsets[n] = (start, start + params[n].numel())
-            start += params[n].numel()
-        for n in ws:
-            a, b = offsets[n]
-            unit[:, a:b] = _ws_backward(params[n], unit[:, a:b].reshape(n_units, *params[n].shape)).reshape(n_units, -1)
+    grads: dict[str, torch.Tensor] = {}
+    cache: dict[tuple[int, ...], Segments] = {}
+    for name, mod in tape.layers:
+        calls = tape.calls[name]
+        key = tuple(c.source for c in calls)
+        if key not in cache:
+            cache[key] = segments(torch.cat([owners[k] for k in key]), n_units)
+        seg = cache[key]
+        a = torch.cat([c.inp for c in calls]) if len(calls) > 1 else calls[0].inp
+        bs = per[name]
+        b = torch.cat([*bs, bs[0].new_zeros(1, *bs[0].shape[1:])])  # row ``pad``: zero output gradient
+        n_seg, width = seg.index.shape
+        step = max(1, SEGMENT_LIMIT // max(1, a[:1].numel() * width))  # segments per chunk
+        parts: dict[str, list[torch.Tensor]] = {}
+        for lo in range(0, n_seg, step):
+            for n, v in _segment_grads(name, mod, params, a, b, seg.index[lo:lo + step]).items():
+                parts.setdefault(n, []).append(v)
+        for n, vs in parts.items():
+            v = torch.cat(vs) if len(vs) > 1 else vs[0]
+            if not seg.one_per_unit:
+                v = v.new_zeros(n_units, *v.shape[1:]).index_add_(0, seg.unit, v)
+            if n == f"{name}.weight" and isinstance(mod, WSConv2d):
+                v = _ws_backward(params[n], v)
+            grads[n] = v.reshape(n_units, -1)
+    unit = torch.cat([grads[n] if n in grads else ref.new_zeros(n_units, params[n].numel()) for n in names], dim=1)
     nrm = torch.linalg.vector_norm(unit, dim=1)
     scale = clip_factors(nrm, clip)
     if units.weights is not None:
