@@ -204,13 +204,22 @@ def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
     assert engine_reason(emb, units) is None  # partitions: one (U, p) matrix, segments in chunks
 
 
-def test_auto_uses_vmap_for_dense_units_unless_the_dimension_is_small():
+def test_auto_uses_vmap_for_dense_units_unless_layerwise_backpropagates_fewer_rows():
+    """auto: layerwise iff R_own + min(U, D) R_shared <= 3/4 U R (rows through the backward, vmap: U R)."""
     emb = Embedder(tiny("mlp", proj_dim=4))
-    few = dense_units("term", (torch.randn(6, 6, 4, dtype=torch.float64),))  # D = 4 > U / 2 = 3
-    many = dense_units("term", (torch.randn(8, 6, 4, dtype=torch.float64),))  # D = 4 <= U / 2
+    g = torch.Generator().manual_seed(16)
+    few = dense_units("term", (torch.randn(5, 6, 4, generator=g, dtype=torch.float64),))  # 4 * 6 > 3/4 * 5 * 6
+    many = dense_units("term", (torch.randn(8, 6, 4, generator=g, dtype=torch.float64),))  # 4 * 6 <= 3/4 * 8 * 6
     assert "vmap is faster" in engine_reason(emb, few)
     assert engine_reason(emb, few, "layerwise") is None
     assert engine_reason(emb, many) is None
+    # D = U = 4 over 8 rows: every row shared 4 * 8 = 32 rows (vmap); half of them own 4 + 4 * 4 = 20 <= 24
+    shared = torch.randn(4, 8, 4, generator=g, dtype=torch.float64)
+    assert "vmap is faster" in engine_reason(emb, dense_units("term", (shared,)))
+    own = shared.clone()
+    own[:, :4] = 0
+    own[torch.arange(4), torch.arange(4)] = 1.0
+    assert engine_reason(emb, dense_units("term", (own,))) is None
 
 
 def test_segments_cover_every_unit_row_once():
@@ -238,3 +247,19 @@ def test_segments_in_chunks_match_vmap(monkeypatch, width):
     units = partition_units("group", (cot,), (torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, -1, 3]),))
     fast, ref = both(emb, (Source(x),), units, 0.3)
     assert_same(fast, ref)
+
+
+@pytest.mark.parametrize("n_units,proj_dim", [(5, 8), (9, 4)])  # replicated with the units' / the basis cotangents
+def test_dense_units_with_own_and_unused_rows_match_vmap(n_units, proj_dim):
+    """DP-SGD's shape: row i only in unit i (its anchor), shared rows in every unit, rows in none."""
+    emb = Embedder(tiny("cnn", proj_dim=proj_dim))
+    x = rows(n_units + 5)
+    g = torch.Generator().manual_seed(15)
+    cot = torch.zeros(n_units, len(x), proj_dim, dtype=torch.float64)
+    cot[torch.arange(n_units), torch.arange(n_units)] = torch.randn(n_units, proj_dim, generator=g, dtype=torch.float64)
+    cot[:, n_units:n_units + 3] = torch.randn(n_units, 3, proj_dim, generator=g, dtype=torch.float64)
+    cot[1, n_units + 3] = 1.0  # a row in one unit only, not its "own" index
+    units = dense_units("term", (cot,))
+    for clip in (1e-3, 1e3):
+        fast, ref = both(emb, (Source(x),), units, clip)
+        assert_same(fast, ref)

@@ -105,10 +105,15 @@ def units_reason(units: Units, n_params: int | None = None, auto: bool = False) 
             if len(units) * n_params > MEMORY_LIMIT or replicas * rows > ROW_LIMIT:
                 return (f"{len(units)} dense units x {n_params} parameters or {replicas} x {rows} replicated rows "
                         "exceed the layerwise engine's memory bound")
-            if auto and 2 * dim > len(units):
-                # Measured on CPU: replicating the rows min(U, D) times pays only when D <= U / 2 (the
-                # benchmark's D = 8 for 32 terms: 2x faster than vmap; DP-SGD's default D = 32 for ~29: slower).
-                return f"{len(units)} dense units for embedding dimension {dim}: vmap is faster unless D <= U / 2"
+            if auto:
+                # Rows through the backward: layerwise R_own + min(U, D) R_shared (_dense_unit_grads), vmap
+                # U R. Measured on CPU: layerwise is faster below about 3/4 of vmap's rows (DP-SGD's default
+                # D = U = 32 with half the rows own: 0.52, 1.5x faster; every row shared at D = U: slower).
+                shared = sum(int((c.ne(0).any(-1).sum(0) > 1).sum()) for c in units.cotangents)
+                own_rows = rows - shared
+                if 4 * (own_rows + replicas * shared) > 3 * len(units) * rows:
+                    return (f"{len(units)} dense units for embedding dimension {dim} ({shared} of {rows} rows shared):"
+                            " vmap is faster unless R_own + min(U, D) R_shared <= 3/4 U R")
     if units.dense or units.row_owners is not None:
         return None
     assert units.rows is not None
@@ -285,33 +290,40 @@ def _row_owners(units: Units, sources: Sequence[Source]) -> tuple[list[torch.Ten
 def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
                           units: Units, clip: float, chunk: int = 64, tape: Tape | None = None) -> LayerwiseSum:
     """sum_u w_u Clip_C(g_u) and ||g_u|| for every unit, from one forward and one (batched) backward pass."""
+    if units.dense:
+        grads = _dense_unit_grads(embedder, params, sources, units.cotangents)
+    else:
+        cots, owners = _row_owners(units, sources)
+        grads = _partition_unit_grads(embedder, params, sources, cots, owners, len(units), tape)
+    return _clip(grads, units, clip)
+
+
+def _clip(grads: torch.Tensor, units: Units, clip: float) -> LayerwiseSum:
+    """sum_u w_u min(1, C / ||g_u||) g_u from the unit gradients (U, p)."""
     from defenses.dp.clipping import clip_factors
 
-    space = embedder.space
-    if units.dense:
-        return _dense_clipped_sum(embedder, params, sources, units, clip)
+    nrm = torch.linalg.vector_norm(grads, dim=1)
+    scale = clip_factors(nrm, clip)
+    if units.weights is not None:
+        scale = scale * units.weights.to(scale)
+    return LayerwiseSum(scale @ grads, nrm)
+
+
+def _partition_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+                          cots: Sequence[torch.Tensor], owners: Sequence[torch.Tensor], n_units: int,
+                          tape: Tape | None = None) -> torch.Tensor:
+    """(U, p): g_u = sum_{r: owner(r) = u} J_r^T c_r, from one forward (or ``tape``) and ONE backward
+    pass carrying every row's own cotangent c_r (rows are independent through the encoder)."""
+    ref = next(iter(params.values()))
     if tape is None or not tape.matches(params, sources):
         tape = record(embedder, params, sources)
-    ref = next(iter(params.values()))
-    n_units = len(units)
     outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
-    zs = [z for z, s in zip(tape.zs, sources)]
-    total = {n: torch.zeros_like(params[n]) for n in space.names}
-    norms = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
     if n_units == 0 or not outs:
-        return LayerwiseSum(space.flatten(total), norms)
-
-    def split(bs):
-        it, per = iter(bs), {}
-        for name, _ in tape.layers:
-            per[name] = [next(it) for _ in tape.calls[name]]
-        return per
-
-    cots, owners = _row_owners(units, sources)
-    bs = torch.autograd.grad(zs, outs, grad_outputs=cots, allow_unused=True)
-    bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
-    per = split(bs)
-    return _partition_sum(tape, params, space.names, per, owners, units, clip, n_units)
+        return torch.zeros(n_units, embedder.space.size, dtype=ref.dtype, device=ref.device)
+    bs = torch.autograd.grad(list(tape.zs), outs, grad_outputs=list(cots), allow_unused=True)
+    it = iter(torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs))
+    per = {name: [next(it) for _ in tape.calls[name]] for name, _ in tape.layers}
+    return _partition_grads(tape, params, embedder.space.names, per, owners, n_units)
 
 
 SEGMENT_LIMIT = 1 << 23  # gathered activation / patch entries per chunk of segments (memory bound)
@@ -408,17 +420,15 @@ def _segment_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor]
     return out
 
 
-def _partition_sum(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequence[str],
-                   per: Mapping[str, list[torch.Tensor]], owners: Sequence[torch.Tensor], units: Units, clip: float,
-                   n_units: int) -> LayerwiseSum:
+def _partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequence[str],
+                     per: Mapping[str, list[torch.Tensor]], owners: Sequence[torch.Tensor], n_units: int
+                     ) -> torch.Tensor:
     """Partition units: every unit's gradient (U, p) straight from segments of its rows, per layer.
 
     Unit u's gradient at a layer is sum_{r in u} (row r's layer rule), computed as sums over segments
     of u's rows (:func:`segments`): one batched matrix product per layer, no per-row gradients
-    (R x p) materialised. Then ||g_u||, the factors min(1, C / ||g_u||) and sum_u w_u s_u g_u.
+    (R x p) materialised.
     """
-    from defenses.dp.clipping import clip_factors
-
     ref = next(iter(params.values()))
     grads: dict[str, torch.Tensor] = {}
     cache: dict[tuple[int, ...], Segments] = {}
@@ -444,12 +454,7 @@ def _partition_sum(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequen
             if n == f"{name}.weight" and isinstance(mod, WSConv2d):
                 v = _ws_backward(params[n], v)
             grads[n] = v.reshape(n_units, -1)
-    unit = torch.cat([grads[n] if n in grads else ref.new_zeros(n_units, params[n].numel()) for n in names], dim=1)
-    nrm = torch.linalg.vector_norm(unit, dim=1)
-    scale = clip_factors(nrm, clip)
-    if units.weights is not None:
-        scale = scale * units.weights.to(scale)
-    return LayerwiseSum(scale @ unit, nrm)
+    return torch.cat([grads[n] if n in grads else ref.new_zeros(n_units, params[n].numel()) for n in names], dim=1)
 
 
 def _layer_cost(mod: nn.Module, call: _Call, rows: int) -> tuple[int, int]:
@@ -462,8 +467,46 @@ def _layer_cost(mod: nn.Module, call: _Call, rows: int) -> tuple[int, int]:
     return max(1, out[:rows].numel() // (rows * out.shape[1])), 1
 
 
-def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
-                       units: Units, clip: float) -> LayerwiseSum:
+def _dense_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+                      cotangents: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(U, p): g_u = sum_r J_r^T c_{u,r} for dense cotangents (U, R_s, D) per source.
+
+    The rows split in two: a row with a nonzero cotangent in at most one unit ("own" row: DP-SGD's
+    anchor z_i appears only in its own InfoNCE term l_i, DP-GCL Eq. 6) contributes J_r^T c_{u(r),r} to
+    that unit alone, so all own rows take ONE backward pass as a partition
+    (:func:`_partition_unit_grads`); only the rows shared by several units (the positives/negatives
+    z'_j of every term) need the replicated backward of :func:`_replicated_unit_grads`. The sum is
+    the same g_u (linearity of the VJP in the cotangent), at the cost of min(U, D) copies of the shared
+    rows only.
+    """
+    ref = next(iter(params.values()))
+    n_units = int(cotangents[0].shape[0]) if cotangents else 0
+    grads = torch.zeros(n_units, embedder.space.size, dtype=ref.dtype, device=ref.device)
+    if n_units == 0:
+        return grads
+    own_src, own_cot, own_owner, shared_src, shared_cot = [], [], [], [], []
+    for s, c in zip(sources, cotangents):
+        touched = c.ne(0).any(-1)  # (U, R_s)
+        count = touched.sum(0)
+        own = (count <= 1).nonzero().flatten()
+        shared = (count > 1).nonzero().flatten()
+        if own.numel():
+            owner = touched[:, own].to(torch.int8).argmax(0)
+            own_src.append(Source(s.x[own], s.tower))
+            own_cot.append(c[:, own].sum(0))  # at most one nonzero term per row
+            own_owner.append(torch.where(count[own] == 1, owner, -1))
+        if shared.numel():
+            shared_src.append(Source(s.x[shared], s.tower))
+            shared_cot.append(c[:, shared])
+    if own_src:
+        grads += _partition_unit_grads(embedder, params, own_src, own_cot, own_owner, n_units)
+    if shared_src:
+        grads += _replicated_unit_grads(embedder, params, shared_src, shared_cot)
+    return grads
+
+
+def _replicated_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+                           cotangents: Sequence[torch.Tensor]) -> torch.Tensor:
     """Dense units: the rows' Jacobians from one forward/backward of the rows replicated V = min(U, D) times.
 
     With V = D the copies carry the basis cotangents e_1..e_D, so copy d's output gradient at a layer
@@ -474,21 +517,15 @@ def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], s
     (A batched backward, ``is_grads_batched``, gives the same numbers but loops over the batch in
     convolution and group-norm backward on CPU.)
     """
-    from defenses.dp.clipping import clip_factors
-
     space = embedder.space
-    n_units = len(units)
-    ref = next(iter(params.values()))
-    if n_units == 0:
-        return LayerwiseSum(torch.zeros(space.size, dtype=ref.dtype, device=ref.device),
-                            torch.zeros(0, dtype=ref.dtype, device=ref.device))
-    dim = units.cotangents[0].shape[-1]
+    n_units = int(cotangents[0].shape[0])
+    dim = cotangents[0].shape[-1]
     basis = dim < n_units
     v = dim if basis else n_units
     rep = tuple(Source(s.x.repeat(v, *([1] * (s.x.dim() - 1))), s.tower) for s in sources)
     tape = record(embedder, params, rep)
     grad_out = []
-    for s, c in zip(sources, units.cotangents):
+    for s, c in zip(sources, cotangents):
         r_s = len(s)
         if basis:
             eye = torch.eye(dim, dtype=c.dtype, device=c.device)
@@ -506,7 +543,7 @@ def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], s
         per_unit: dict[str, torch.Tensor] = {}
         for call, b in zip(calls, layer_bs):
             r_s = len(sources[call.source])
-            c = units.cotangents[call.source]  # (U, R, D)
+            c = cotangents[call.source]  # (U, R, D)
             a0 = call.inp[:r_s]
             b = b.reshape(v, r_s, *b.shape[1:])
             if not basis:
@@ -530,12 +567,7 @@ def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], s
         if isinstance(mod, WSConv2d) and w_name in per_unit:
             per_unit[w_name] = _ws_backward(params[w_name], per_unit[w_name])
         grads.update(per_unit)
-    flat = space.flatten(grads, lead=1)
-    nrm = torch.linalg.vector_norm(flat, dim=1)
-    scale = clip_factors(nrm, clip)
-    if units.weights is not None:
-        scale = scale * units.weights.to(scale)
-    return LayerwiseSum(scale @ flat, nrm)
+    return space.flatten(grads, lead=1)
 
 
 def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source: Source) -> torch.Tensor:
