@@ -348,8 +348,9 @@ class Segments:
 def segments(owners: torch.Tensor, n_units: int, width: int | None = None) -> Segments:
     """Cut the rows owned by units 0..n_units-1 (owner -1: no unit) into segments of ``width`` rows.
 
-    ``width`` defaults to the mean number of rows per unit (rounded up), which keeps the padding
-    under one segment per unit; a unit of m rows gets ceil(m / width) segments.
+    ``width`` defaults to the largest unit's rows (one segment per unit) where that at most doubles
+    the rows, else to the mean number of rows per unit (rounded up), which keeps the padding under
+    one segment per unit; a unit of m rows gets ceil(m / width) segments.
     """
     device = owners.device
     rows = (owners >= 0).nonzero().flatten()
@@ -357,8 +358,10 @@ def segments(owners: torch.Tensor, n_units: int, width: int | None = None) -> Se
     order = torch.argsort(unit, stable=True)
     rows, unit = rows[order], unit[order]
     counts = torch.bincount(unit, minlength=n_units)
-    if width is None:
-        width = max(1, -(-rows.numel() // max(1, n_units)))
+    if width is None:  # one segment per unit (no sum over segments) unless that pads the rows over 2x
+        largest = int(counts.max()) if n_units else 1
+        width = largest if n_units * largest <= 2 * rows.numel() else -(-rows.numel() // max(1, n_units))
+        width = max(1, width)
     starts = torch.cumsum(counts, 0) - counts
     pos = torch.arange(rows.numel(), device=device) - starts[unit]
     n_seg = (counts + width - 1) // width
@@ -442,6 +445,8 @@ def _partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequ
         bs = per[name]
         b = torch.cat([*bs, bs[0].new_zeros(1, *bs[0].shape[1:])])  # row ``pad``: zero output gradient
         n_seg, width = seg.index.shape
+        if n_seg == 0:  # no unit has a row through this layer: its gradients are zero
+            continue
         step = max(1, SEGMENT_LIMIT // max(1, a[:1].numel() * width))  # segments per chunk
         parts: dict[str, list[torch.Tensor]] = {}
         for lo in range(0, n_seg, step):
@@ -473,7 +478,7 @@ def _dense_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], so
 
     The rows split in two: a row with a nonzero cotangent in at most one unit ("own" row: DP-SGD's
     anchor z_i appears only in its own InfoNCE term l_i, DP-GCL Eq. 6) contributes J_r^T c_{u(r),r} to
-    that unit alone, so all own rows take ONE backward pass as a partition
+    that unit alone (a row in no unit contributes nothing), so all own rows take ONE backward pass as a partition
     (:func:`_partition_unit_grads`); only the rows shared by several units (the positives/negatives
     z'_j of every term) need the replicated backward of :func:`_replicated_unit_grads`. The sum is
     the same g_u (linearity of the VJP in the cotangent), at the cost of min(U, D) copies of the shared
@@ -488,13 +493,12 @@ def _dense_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], so
     for s, c in zip(sources, cotangents):
         touched = c.ne(0).any(-1)  # (U, R_s)
         count = touched.sum(0)
-        own = (count <= 1).nonzero().flatten()
+        own = (count == 1).nonzero().flatten()  # rows in no unit contribute nothing
         shared = (count > 1).nonzero().flatten()
         if own.numel():
-            owner = touched[:, own].to(torch.int8).argmax(0)
             own_src.append(Source(s.x[own], s.tower))
-            own_cot.append(c[:, own].sum(0))  # at most one nonzero term per row
-            own_owner.append(torch.where(count[own] == 1, owner, -1))
+            own_cot.append(c[:, own].sum(0))  # the one nonzero term of each row
+            own_owner.append(touched[:, own].to(torch.int8).argmax(0))
         if shared.numel():
             shared_src.append(Source(s.x[shared], s.tower))
             shared_cot.append(c[:, shared])
