@@ -210,6 +210,7 @@ def test_dp_throughput_at_the_defaults(benchmark, digits):
     print("\nDP throughput / non-private throughput at each method's default encoder and batch (CPU time):\n  "
           + ", ".join(f"{k} {ratios[k]:.3f} (batch {batches[k]}, step {steps[k] * 1e3:.1f} ms, {engines[k]})"
                       for k in DEFAULT_METHODS)
-          + f"\n  Logit-DP step / DP-SGD step on Logit-DP's encoder and batch {logit.batch_size}: {logit_over_dpsgd:.2f}x"
+          + f"\n  Logit-DP step / DP-SGD step on Logit-DP's encoder and batch {logit.batch_size}: "
+          f"{logit_over_dpsgd:.2f}x"
           + f" (DP-SGD engine {engines_used(sgd_run)})")
     assert all(0 < r for r in ratios.values())

@@ -19,15 +19,29 @@ Li et al. 2022 ghost clipping; Bu et al. 2023 "book-keeping", Algorithm 1):
 Units (:mod:`defenses.dp.units`) come in two shapes, and both need one forward pass:
 
 * partitions of the rows (view / example / group / batch units): ONE backward pass with every row's
-  own cotangent gives every b_r; unit u's gradient is the sum of its rows' contributions;
-* dense units (loss terms through every embedding, DP-SGD Eq. 6 and DP-GCL Eq. 8): one backward pass
-  batched over the units' cotangents (``is_grads_batched``), then one contraction over the rows per layer.
+  own cotangent gives every b_r; unit u's gradient g_u = sum_{r in u} (row r's rule) is summed over
+  segments of at most w of u's rows (:func:`segments`), all segments at once: for a convolution
+  sum_{r in s} sum_l b_{r,l} unfold(a_r)_l^T is the weight gradient of a convolution with S groups
+  (segment s = group s, slot i of every segment = batch element i; the grouped-convolution trick of
+  Opacus' grad samplers, summed over the batch within a group), for a linear layer one batched
+  product. No per-row gradient (R x p) is materialised, only the S x p segment sums;
+* dense units (loss terms through every embedding, DP-SGD Eq. 6 of DP-GCL): a row with a nonzero
+  cotangent in one unit only (DP-SGD's anchor z_i, which enters its own term l_i alone) joins a
+  partition (one backward pass for all of them); the rows shared by several units (the second views
+  z'_j, in every term's denominator) go through one backward pass of min(U, D) copies, with the
+  units' cotangents (U <= D) or the basis cotangents e_1..e_D (row Jacobians; unit t's gradient is
+  then the combination sum_{r,d} c_{t,r,d} J_r^T e_d), and one contraction over the rows per layer.
+  g_u is the sum of the two parts by linearity of J^T c in c. The copies are the cost floor of exact
+  per-term clipping: term i's cotangent on the second view z'_j is a_ij (I - z^'_j z^'_j^T) z^_i / ||z'_j||
+  (cosine InfoNCE), and over i these span R^D when B >= D, so no fewer than min(U, D) VJPs per shared
+  row give every g_u. At DP-SGD's default (B = 32 terms, D = 32) a step backpropagates 32 + 32 x 32
+  rows where a non-private step backpropagates 2 x 32.
 
-Then the clipped sum sum_u w_u min(1, C / ||g_u||) g_u is one more contraction per layer (no second
-backward pass). The maths is that of :func:`defenses.dp.gradients.clipped_sum` exactly (tests compare
-the two to float tolerance). A model with a trainable parameter outside these layers, a parameter
-shared between modules, or units that are neither a partition nor dense, is not supported:
-:func:`unsupported_reason` says why, and the caller uses the ``vmap`` engine instead.
+Then the clipped sum sum_u w_u min(1, C / ||g_u||) g_u is one product of the (U, p) unit gradients
+with the factors (no second backward pass). The maths is that of
+:func:`defenses.dp.gradients.clipped_sum` exactly (tests compare the two to float tolerance). A model
+with a trainable parameter outside these layers, a parameter shared between modules, or units that
+are neither a partition nor dense, is not supported: :func:`unsupported_reason` says why, and the caller uses the ``vmap`` engine instead.
 """
 
 from __future__ import annotations
@@ -154,7 +168,11 @@ class Tape:
 
 def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> Tape:
     """Forward every source once, keeping each supported layer's input and output in a graph."""
-    layers, reason = _layers(embedder.model, embedder.space.names)
+    cache = embedder.__dict__.setdefault("_layerwise_layers", {})  # the module tree is fixed during a run
+    key = tuple(embedder.space.names)
+    if key not in cache:
+        cache[key] = _layers(embedder.model, key)
+    layers, reason = cache[key]
     if reason is not None:
         raise ValueError(f"layerwise engine: {reason}")
     # The parameters stay out of the graph (their gradients come from the layer rules): the graph starts
@@ -378,12 +396,11 @@ def _segment_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor]
     """Gradients (S, *shape) of the segments ``index`` (S, w) of rows with layer inputs a (R, ...) and
     output gradients b (R + 1, ...), whose last row (the padding) is zero.
 
-    Linear: G_s = sum_{r in s} b_r a_r^T, bias sum_{r in s} b_r; GroupNorm: sum_{r in s} sum_l b_{r,c,l}
-    x_hat_{r,c,l}; Conv2d: G_s = sum_{r in s} sum_l b_{r,l} unfold(a_r)_l^T, which is the weight
-    gradient of a convolution with S groups over a batch of w: slot i of every segment forms batch
-    element i, segment s's rows its channel group s (the grouped-convolution trick of Opacus' grad
-    samplers, with the batch summed within a segment). Weight standardisation is left to the caller
-    (it is linear, so it applies to the unit sums).
+    Linear: G_s = sum_{r in s} b_r a_r^T, bias sum_{r in s} b_r; Conv2d: G_s = sum_{r in s} sum_l b_{r,l}
+    unfold(a_r)_l^T, which is the weight gradient of a convolution with S groups over a batch of w:
+    slot i of every segment forms batch element i, segment s's rows its channel group s (the
+    grouped-convolution trick of Opacus' grad samplers, with the batch summed within a segment).
+    Weight standardisation is left to the caller (it is linear, so it applies to the unit sums).
     """
     w_name, b_name = f"{name}.weight", f"{name}.bias"
     s, w = index.shape
@@ -410,16 +427,24 @@ def _segment_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor]
             out[w_name] = grads[1].reshape(s, *weight.shape)
         if b_name in params:
             out[b_name] = bg.reshape(w, s, o, -1).sum((0, 3))
-    elif isinstance(mod, nn.GroupNorm):
-        c = b.shape[1]
-        b4 = bg.reshape(w, s, c, -1)
-        if w_name in params:
-            x_hat = F.group_norm(a.index_select(0, safe), mod.num_groups, None, None, mod.eps)
-            out[w_name] = (b4 * x_hat.reshape(b4.shape)).sum((0, 3))
-        if b_name in params:
-            out[b_name] = b4.sum((0, 3))
-    else:  # pragma: no cover - excluded by _layers
+    else:  # pragma: no cover - GroupNorm goes through _group_norm_unit_grads, others are excluded by _layers
         raise TypeError(type(mod).__name__)
+    return out
+
+
+def _group_norm_unit_grads(name: str, mod: nn.GroupNorm, params: Mapping[str, torch.Tensor], a: torch.Tensor,
+                           b: torch.Tensor, owners: torch.Tensor, n_units: int) -> dict[str, torch.Tensor]:
+    """GroupNorm's unit gradients (U, C): sum_{r in u} sum_l b_{r,c,l} x_hat_{r,c,l} (weight) and
+    sum_{r in u} sum_l b_{r,c,l} (bias), from per-row sums (rows in no unit go to a dropped slot)."""
+    w_name, b_name = f"{name}.weight", f"{name}.bias"
+    slot = torch.where(owners >= 0, owners, n_units)
+    b3 = b.reshape(b.shape[0], b.shape[1], -1)
+    out = {}
+    if w_name in params:
+        x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape)
+        out[w_name] = b3.new_zeros(n_units + 1, b3.shape[1]).index_add_(0, slot, (b3 * x_hat).sum(-1))[:n_units]
+    if b_name in params:
+        out[b_name] = b3.new_zeros(n_units + 1, b3.shape[1]).index_add_(0, slot, b3.sum(-1))[:n_units]
     return out
 
 
@@ -443,6 +468,10 @@ def _partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequ
         seg = cache[key]
         a = torch.cat([c.inp for c in calls]) if len(calls) > 1 else calls[0].inp
         bs = per[name]
+        if isinstance(mod, nn.GroupNorm):  # per-row (R, C) rules summed into units directly: no gather
+            grads.update(_group_norm_unit_grads(name, mod, params, a, torch.cat(bs) if len(bs) > 1 else bs[0],
+                                                torch.cat([owners[k] for k in key]), n_units))
+            continue
         b = torch.cat([*bs, bs[0].new_zeros(1, *bs[0].shape[1:])])  # row ``pad``: zero output gradient
         n_seg, width = seg.index.shape
         if n_seg == 0:  # no unit has a row through this layer: its gradients are zero
