@@ -41,7 +41,8 @@ Then the clipped sum sum_u w_u min(1, C / ||g_u||) g_u is one product of the (U,
 with the factors (no second backward pass). The maths is that of
 :func:`defenses.dp.gradients.clipped_sum` exactly (tests compare the two to float tolerance). A model
 with a trainable parameter outside these layers, a parameter shared between modules, or units that
-are neither a partition nor dense, is not supported: :func:`unsupported_reason` says why, and the caller uses the ``vmap`` engine instead.
+are neither a partition nor dense, is not supported: :func:`unsupported_reason` says why, and the
+caller uses the ``vmap`` engine instead.
 """
 
 from __future__ import annotations
