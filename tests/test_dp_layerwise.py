@@ -201,29 +201,65 @@ def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
     monkeypatch.setattr(layerwise, "MEMORY_LIMIT", 10)
     dense = dense_units("term", (torch.randn(3, 6, 4, dtype=torch.float64),))
     assert "memory" in engine_reason(emb, dense)
-    monkeypatch.setattr(layerwise, "FLAT_LIMIT", 10)  # auto: beyond one chunk of per-row gradients, vmap
-    assert "vmap is faster" in engine_reason(emb, units)
-    assert engine_reason(emb, units, "layerwise") is None
-    assert clipped_sum(emb, emb.params(), (Source(x),), units, 0.5).engine.startswith("vmap (")
+    assert engine_reason(emb, units) is None  # partitions: one (U, p) matrix, segments in chunks
 
 
-def test_auto_uses_vmap_for_dense_units_unless_the_dimension_is_small():
+def test_auto_uses_vmap_for_dense_units_unless_layerwise_backpropagates_fewer_rows():
+    """auto: layerwise iff R_own + min(U, D) R_shared <= 3/4 U R (rows through the backward, vmap: U R)."""
     emb = Embedder(tiny("mlp", proj_dim=4))
-    few = dense_units("term", (torch.randn(6, 6, 4, dtype=torch.float64),))  # D = 4 > U / 2 = 3
-    many = dense_units("term", (torch.randn(8, 6, 4, dtype=torch.float64),))  # D = 4 <= U / 2
+    g = torch.Generator().manual_seed(16)
+    few = dense_units("term", (torch.randn(5, 6, 4, generator=g, dtype=torch.float64),))  # 4 * 6 > 3/4 * 5 * 6
+    many = dense_units("term", (torch.randn(8, 6, 4, generator=g, dtype=torch.float64),))  # 4 * 6 <= 3/4 * 8 * 6
     assert "vmap is faster" in engine_reason(emb, few)
     assert engine_reason(emb, few, "layerwise") is None
     assert engine_reason(emb, many) is None
+    # D = U = 4 over 8 rows: every row shared 4 * 8 = 32 rows (vmap); half of them own 4 + 4 * 4 = 20 <= 24
+    shared = torch.randn(4, 8, 4, generator=g, dtype=torch.float64)
+    assert "vmap is faster" in engine_reason(emb, dense_units("term", (shared,)))
+    own = shared.clone()
+    own[:, :4] = 0
+    own[torch.arange(4), torch.arange(4)] = 1.0
+    assert engine_reason(emb, dense_units("term", (own,))) is None
 
 
-def test_per_row_gradients_in_chunks_match_vmap(monkeypatch):
-    """Large batches: per-row gradients are summed into units a chunk of rows at a time."""
+def test_segments_cover_every_unit_row_once():
+    from defenses.dp.layerwise import segments
+
+    owners = torch.tensor([2, 0, -1, 2, 2, 1, 0, 2, -1, 2])
+    seg = segments(owners, 3, width=2)
+    # unit 0: rows 1, 6; unit 1: row 5; unit 2: rows 0, 3, 4, 7, 9 (three segments of <= 2 rows)
+    assert seg.unit.tolist() == [0, 1, 2, 2, 2] and not seg.one_per_unit
+    assert seg.index.tolist() == [[1, 6], [5, 10], [0, 3], [4, 7], [9, 10]]  # padded with 10 = number of rows
+    assert segments(torch.tensor([1, 0, 1, 0]), 2).one_per_unit  # default width: mean rows per unit
+
+
+@pytest.mark.parametrize("width", [1, 2, None])
+def test_segments_in_chunks_match_vmap(monkeypatch, width):
+    """Units split over several segments (index_add into units) and segments processed a few at a time."""
     import defenses.dp.layerwise as layerwise
 
-    monkeypatch.setattr(layerwise, "FLAT_LIMIT", 3 * Embedder(tiny("cnn")).space.size)  # 3 rows per chunk
+    real = layerwise.segments
+    monkeypatch.setattr(layerwise, "segments", lambda owners, n: real(owners, n, width))
+    monkeypatch.setattr(layerwise, "SEGMENT_LIMIT", 200)  # a few segments per chunk
     emb = Embedder(tiny("cnn"))
     x = rows(11)
     cot = torch.randn(11, 4, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
     units = partition_units("group", (cot,), (torch.tensor([0, 1, 2, 0, 1, 2, 0, 1, 2, -1, 3]),))
     fast, ref = both(emb, (Source(x),), units, 0.3)
     assert_same(fast, ref)
+
+
+@pytest.mark.parametrize("n_units,proj_dim", [(5, 8), (9, 4)])  # replicated with the units' / the basis cotangents
+def test_dense_units_with_own_and_unused_rows_match_vmap(n_units, proj_dim):
+    """DP-SGD's shape: row i only in unit i (its anchor), shared rows in every unit, rows in none."""
+    emb = Embedder(tiny("cnn", proj_dim=proj_dim))
+    x = rows(n_units + 5)
+    g = torch.Generator().manual_seed(15)
+    cot = torch.zeros(n_units, len(x), proj_dim, dtype=torch.float64)
+    cot[torch.arange(n_units), torch.arange(n_units)] = torch.randn(n_units, proj_dim, generator=g, dtype=torch.float64)
+    cot[:, n_units:n_units + 3] = torch.randn(n_units, 3, proj_dim, generator=g, dtype=torch.float64)
+    cot[1, n_units + 3] = 1.0  # a row in one unit only, not its "own" index
+    units = dense_units("term", (cot,))
+    for clip in (1e-3, 1e3):
+        fast, ref = both(emb, (Source(x),), units, clip)
+        assert_same(fast, ref)

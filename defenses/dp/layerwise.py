@@ -19,15 +19,30 @@ Li et al. 2022 ghost clipping; Bu et al. 2023 "book-keeping", Algorithm 1):
 Units (:mod:`defenses.dp.units`) come in two shapes, and both need one forward pass:
 
 * partitions of the rows (view / example / group / batch units): ONE backward pass with every row's
-  own cotangent gives every b_r; unit u's gradient is the sum of its rows' contributions;
-* dense units (loss terms through every embedding, DP-SGD Eq. 6 and DP-GCL Eq. 8): one backward pass
-  batched over the units' cotangents (``is_grads_batched``), then one contraction over the rows per layer.
+  own cotangent gives every b_r; unit u's gradient g_u = sum_{r in u} (row r's rule) is summed over
+  segments of at most w of u's rows (:func:`segments`), all segments at once: for a convolution
+  sum_{r in s} sum_l b_{r,l} unfold(a_r)_l^T is the weight gradient of a convolution with S groups
+  (segment s = group s, slot i of every segment = batch element i; the grouped-convolution trick of
+  Opacus' grad samplers, summed over the batch within a group), for a linear layer one batched
+  product. No per-row gradient (R x p) is materialised, only the S x p segment sums;
+* dense units (loss terms through every embedding, DP-SGD Eq. 6 of DP-GCL): a row with a nonzero
+  cotangent in one unit only (DP-SGD's anchor z_i, which enters its own term l_i alone) joins a
+  partition (one backward pass for all of them); the rows shared by several units (the second views
+  z'_j, in every term's denominator) go through one backward pass of min(U, D) copies, with the
+  units' cotangents (U <= D) or the basis cotangents e_1..e_D (row Jacobians; unit t's gradient is
+  then the combination sum_{r,d} c_{t,r,d} J_r^T e_d), and one contraction over the rows per layer.
+  g_u is the sum of the two parts by linearity of J^T c in c. The copies are the cost floor of exact
+  per-term clipping: term i's cotangent on the second view z'_j is a_ij (I - z^'_j z^'_j^T) z^_i / ||z'_j||
+  (cosine InfoNCE), and over i these span R^D when B >= D, so no fewer than min(U, D) VJPs per shared
+  row give every g_u. At DP-SGD's default (B = 32 terms, D = 32) a step backpropagates 32 + 32 x 32
+  rows where a non-private step backpropagates 2 x 32.
 
-Then the clipped sum sum_u w_u min(1, C / ||g_u||) g_u is one more contraction per layer (no second
-backward pass). The maths is that of :func:`defenses.dp.gradients.clipped_sum` exactly (tests compare
-the two to float tolerance). A model with a trainable parameter outside these layers, a parameter
-shared between modules, or units that are neither a partition nor dense, is not supported:
-:func:`unsupported_reason` says why, and the caller uses the ``vmap`` engine instead.
+Then the clipped sum sum_u w_u min(1, C / ||g_u||) g_u is one product of the (U, p) unit gradients
+with the factors (no second backward pass). The maths is that of
+:func:`defenses.dp.gradients.clipped_sum` exactly (tests compare the two to float tolerance). A model
+with a trainable parameter outside these layers, a parameter shared between modules, or units that
+are neither a partition nor dense, is not supported: :func:`unsupported_reason` says why, and the
+caller uses the ``vmap`` engine instead.
 """
 
 from __future__ import annotations
@@ -105,14 +120,15 @@ def units_reason(units: Units, n_params: int | None = None, auto: bool = False) 
             if len(units) * n_params > MEMORY_LIMIT or replicas * rows > ROW_LIMIT:
                 return (f"{len(units)} dense units x {n_params} parameters or {replicas} x {rows} replicated rows "
                         "exceed the layerwise engine's memory bound")
-            if auto and 2 * dim > len(units):
-                # Measured on CPU: replicating the rows min(U, D) times pays only when D <= U / 2 (the
-                # benchmark's D = 8 for 32 terms: 2x faster than vmap; DP-SGD's default D = 32 for ~29: slower).
-                return f"{len(units)} dense units for embedding dimension {dim}: vmap is faster unless D <= U / 2"
-        elif auto and rows * n_params > FLAT_LIMIT:
-            # Measured on CPU: beyond one chunk of per-row gradients (e.g. DP-GCL's default full batch of 372
-            # digits, 1116 rows x 28k parameters) vmap over units is as fast or faster.
-            return f"{rows} rows x {n_params} parameters exceed one chunk of per-row gradients: vmap is faster"
+            if auto:
+                # Rows through the backward: layerwise R_own + min(U, D) R_shared (_dense_unit_grads), vmap
+                # U R. Measured on CPU: layerwise is faster below about 3/4 of vmap's rows (DP-SGD's default
+                # D = U = 32 with half the rows own: 0.52, 1.5x faster; every row shared at D = U: slower).
+                shared = sum(int((c.ne(0).any(-1).sum(0) > 1).sum()) for c in units.cotangents)
+                own_rows = rows - shared
+                if 4 * (own_rows + replicas * shared) > 3 * len(units) * rows:
+                    return (f"{len(units)} dense units for embedding dimension {dim} ({shared} of {rows} rows shared):"
+                            " vmap is faster unless R_own + min(U, D) R_shared <= 3/4 U R")
     if units.dense or units.row_owners is not None:
         return None
     assert units.rows is not None
@@ -153,7 +169,11 @@ class Tape:
 
 def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> Tape:
     """Forward every source once, keeping each supported layer's input and output in a graph."""
-    layers, reason = _layers(embedder.model, embedder.space.names)
+    cache = embedder.__dict__.setdefault("_layerwise_layers", {})  # the module tree is fixed during a run
+    key = tuple(embedder.space.names)
+    if key not in cache:
+        cache[key] = _layers(embedder.model, key)
+    layers, reason = cache[key]
     if reason is not None:
         raise ValueError(f"layerwise engine: {reason}")
     # The parameters stay out of the graph (their gradients come from the layer rules): the graph starts
@@ -289,105 +309,187 @@ def _row_owners(units: Units, sources: Sequence[Source]) -> tuple[list[torch.Ten
 def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
                           units: Units, clip: float, chunk: int = 64, tape: Tape | None = None) -> LayerwiseSum:
     """sum_u w_u Clip_C(g_u) and ||g_u|| for every unit, from one forward and one (batched) backward pass."""
+    if units.dense:
+        grads = _dense_unit_grads(embedder, params, sources, units.cotangents)
+    else:
+        cots, owners = _row_owners(units, sources)
+        grads = _partition_unit_grads(embedder, params, sources, cots, owners, len(units), tape)
+    return _clip(grads, units, clip)
+
+
+def _clip(grads: torch.Tensor, units: Units, clip: float) -> LayerwiseSum:
+    """sum_u w_u min(1, C / ||g_u||) g_u from the unit gradients (U, p)."""
     from defenses.dp.clipping import clip_factors
 
-    space = embedder.space
-    if units.dense:
-        return _dense_clipped_sum(embedder, params, sources, units, clip)
+    nrm = torch.linalg.vector_norm(grads, dim=1)
+    scale = clip_factors(nrm, clip)
+    if units.weights is not None:
+        scale = scale * units.weights.to(scale)
+    return LayerwiseSum(scale @ grads, nrm)
+
+
+def _partition_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+                          cots: Sequence[torch.Tensor], owners: Sequence[torch.Tensor], n_units: int,
+                          tape: Tape | None = None) -> torch.Tensor:
+    """(U, p): g_u = sum_{r: owner(r) = u} J_r^T c_r, from one forward (or ``tape``) and ONE backward
+    pass carrying every row's own cotangent c_r (rows are independent through the encoder)."""
+    ref = next(iter(params.values()))
     if tape is None or not tape.matches(params, sources):
         tape = record(embedder, params, sources)
-    ref = next(iter(params.values()))
-    n_units = len(units)
     outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
-    zs = [z for z, s in zip(tape.zs, sources)]
-    total = {n: torch.zeros_like(params[n]) for n in space.names}
-    norms = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
     if n_units == 0 or not outs:
-        return LayerwiseSum(space.flatten(total), norms)
-
-    def split(bs):
-        it, per = iter(bs), {}
-        for name, _ in tape.layers:
-            per[name] = [next(it) for _ in tape.calls[name]]
-        return per
-
-    cots, owners = _row_owners(units, sources)
-    bs = torch.autograd.grad(zs, outs, grad_outputs=cots, allow_unused=True)
-    bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
-    per = split(bs)
-    aligned = all([c.source for c in tape.calls[name]] == list(range(len(sources))) for name, _ in tape.layers)
-    if aligned:
-        return _flat_partition_sum(tape, params, space.names, per, owners, units, clip, n_units)
-    sq = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
-    row_grads = {}
-    for name, mod in tape.layers:
-        # rows in no unit go to a spare slot n_units, dropped after the sum
-        call_owners = torch.cat([owners[c.source] for c in tape.calls[name]])
-        call_owners = torch.where(call_owners >= 0, call_owners, n_units)
-        g = _layer_grads(name, mod, params, tape.calls[name], per[name], dense=False, standardise=False)
-        for n, v in g.items():
-            unit = torch.zeros(n_units + 1, *v.shape[1:], dtype=v.dtype, device=v.device)
-            unit = unit.index_add_(0, call_owners, v)[:n_units]
-            if n == f"{name}.weight" and isinstance(mod, WSConv2d):
-                unit = _ws_backward(params[n], unit)
-            row_grads[n] = unit
-            sq += unit.reshape(n_units, -1).pow(2).sum(1)
-    nrm = sq.sqrt()
-    scale = clip_factors(nrm, clip)
-    if units.weights is not None:
-        scale = scale * units.weights.to(scale)
-    for n in space.names:
-        total[n] = torch.tensordot(scale, row_grads[n], dims=1)
-    return LayerwiseSum(space.flatten(total), nrm)
+        return torch.zeros(n_units, embedder.space.size, dtype=ref.dtype, device=ref.device)
+    bs = torch.autograd.grad(list(tape.zs), outs, grad_outputs=list(cots), allow_unused=True)
+    it = iter(torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs))
+    per = {name: [next(it) for _ in tape.calls[name]] for name, _ in tape.layers}
+    return _partition_grads(tape, params, embedder.space.names, per, owners, n_units)
 
 
-FLAT_LIMIT = 1 << 23  # per-row gradient entries materialised at once (chunks of rows)
-ONEHOT_UNITS = 16  # up to this many units, rows are summed into units by a one-hot matrix product
+SEGMENT_LIMIT = 1 << 23  # gathered activation / patch entries per chunk of segments (memory bound)
 
 
-def _flat_partition_sum(tape: Tape, params, names: Sequence[str], per, owners, units: Units, clip: float,
-                        n_units: int) -> LayerwiseSum:
-    """The partition case with the layers' per-row gradients in one (rows, p) matrix per chunk of rows:
-    few, large operations. Requires every layer to be called once per source in source order.
+@dataclass
+class Segments:
+    """The rows of a partition cut into segments of at most ``width`` rows of one unit each.
+
+    ``index`` (S, width) holds row indices, padded with ``pad`` (the number of rows: an appended zero
+    output gradient, so padding adds exactly zero); ``unit`` (S,) is each segment's unit. Unit u's
+    gradient at a layer is the sum of its segments' gradients, and a segment's gradient is one small
+    matrix product over its rows (and output positions), so all of them are one batched product.
     """
-    from defenses.dp.clipping import clip_factors
 
-    ws = [f"{name}.weight" for name, mod in tape.layers if isinstance(mod, WSConv2d) and f"{name}.weight" in params]
-    n_params = sum(params[n].numel() for n in names)
-    step = max(1, FLAT_LIMIT // max(1, n_params))  # rows per chunk: at most FLAT_LIMIT per-row gradient entries
+    index: torch.Tensor
+    unit: torch.Tensor
+    pad: int
+    one_per_unit: bool  # segment s is unit s (the unit sum is the identity)
+
+
+def segments(owners: torch.Tensor, n_units: int, width: int | None = None) -> Segments:
+    """Cut the rows owned by units 0..n_units-1 (owner -1: no unit) into segments of ``width`` rows.
+
+    ``width`` defaults to the largest unit's rows (one segment per unit) where that at most doubles
+    the rows, else to the mean number of rows per unit (rounded up), which keeps the padding under
+    one segment per unit; a unit of m rows gets ceil(m / width) segments.
+    """
+    device = owners.device
+    rows = (owners >= 0).nonzero().flatten()
+    unit = owners[rows]
+    order = torch.argsort(unit, stable=True)
+    rows, unit = rows[order], unit[order]
+    counts = torch.bincount(unit, minlength=n_units)
+    if width is None:  # one segment per unit (no sum over segments) unless that pads the rows over 2x
+        largest = int(counts.max()) if n_units else 1
+        width = largest if n_units * largest <= 2 * rows.numel() else -(-rows.numel() // max(1, n_units))
+        width = max(1, width)
+    starts = torch.cumsum(counts, 0) - counts
+    pos = torch.arange(rows.numel(), device=device) - starts[unit]
+    n_seg = (counts + width - 1) // width
+    seg_start = torch.cumsum(n_seg, 0) - n_seg
+    total = int(n_seg.sum())
+    index = torch.full((total, width), owners.numel(), dtype=torch.long, device=device)
+    index[seg_start[unit] + pos // width, pos % width] = rows
+    seg_unit = torch.repeat_interleave(torch.arange(n_units, device=device), n_seg)
+    return Segments(index, seg_unit, owners.numel(), total == n_units and bool((n_seg == 1).all()))
+
+
+def _segment_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], a: torch.Tensor,
+                   b: torch.Tensor, index: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Gradients (S, *shape) of the segments ``index`` (S, w) of rows with layer inputs a (R, ...) and
+    output gradients b (R + 1, ...), whose last row (the padding) is zero.
+
+    Linear: G_s = sum_{r in s} b_r a_r^T, bias sum_{r in s} b_r; Conv2d: G_s = sum_{r in s} sum_l b_{r,l}
+    unfold(a_r)_l^T, which is the weight gradient of a convolution with S groups over a batch of w:
+    slot i of every segment forms batch element i, segment s's rows its channel group s (the
+    grouped-convolution trick of Opacus' grad samplers, with the batch summed within a segment).
+    Weight standardisation is left to the caller (it is linear, so it applies to the unit sums).
+    """
+    w_name, b_name = f"{name}.weight", f"{name}.bias"
+    s, w = index.shape
+    flat = index.T.reshape(-1)  # slot-major: element i * S + s is slot i of segment s
+    safe = flat.clamp(max=a.shape[0] - 1)  # padding reads any row's input: its output gradient is zero
+    bg = b.index_select(0, flat)
+    out: dict[str, torch.Tensor] = {}
+    if isinstance(mod, nn.Linear):
+        k, o = a.shape[-1], b.shape[-1]
+        b4 = bg.reshape(w, s, -1, o)
+        if w_name in params:
+            out[w_name] = torch.einsum("wspo,wspk->sok", b4, a.index_select(0, safe).reshape(w, s, -1, k))
+        if b_name in params:
+            out[b_name] = b4.sum((0, 2))
+    elif isinstance(mod, nn.Conv2d):
+        o = b.shape[1]
+        if w_name in params:
+            ag = a.index_select(0, safe)
+            weight = params[w_name]
+            grads = torch.ops.aten.convolution_backward(
+                bg.reshape(w, s * o, *bg.shape[2:]), ag.reshape(w, s * ag.shape[1], *ag.shape[2:]),
+                weight.new_empty(s * o, *weight.shape[1:]), None, list(mod.stride), list(mod.padding),
+                list(mod.dilation), False, [0, 0], s, [False, True, False])
+            out[w_name] = grads[1].reshape(s, *weight.shape)
+        if b_name in params:
+            out[b_name] = bg.reshape(w, s, o, -1).sum((0, 3))
+    else:  # pragma: no cover - GroupNorm goes through _group_norm_unit_grads, others are excluded by _layers
+        raise TypeError(type(mod).__name__)
+    return out
+
+
+def _group_norm_unit_grads(name: str, mod: nn.GroupNorm, params: Mapping[str, torch.Tensor], a: torch.Tensor,
+                           b: torch.Tensor, owners: torch.Tensor, n_units: int) -> dict[str, torch.Tensor]:
+    """GroupNorm's unit gradients (U, C): sum_{r in u} sum_l b_{r,c,l} x_hat_{r,c,l} (weight) and
+    sum_{r in u} sum_l b_{r,c,l} (bias), from per-row sums (rows in no unit go to a dropped slot)."""
+    w_name, b_name = f"{name}.weight", f"{name}.bias"
+    slot = torch.where(owners >= 0, owners, n_units)
+    b3 = b.reshape(b.shape[0], b.shape[1], -1)
+    out = {}
+    if w_name in params:
+        x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape)
+        out[w_name] = b3.new_zeros(n_units + 1, b3.shape[1]).index_add_(0, slot, (b3 * x_hat).sum(-1))[:n_units]
+    if b_name in params:
+        out[b_name] = b3.new_zeros(n_units + 1, b3.shape[1]).index_add_(0, slot, b3.sum(-1))[:n_units]
+    return out
+
+
+def _partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequence[str],
+                     per: Mapping[str, list[torch.Tensor]], owners: Sequence[torch.Tensor], n_units: int
+                     ) -> torch.Tensor:
+    """Partition units: every unit's gradient (U, p) straight from segments of its rows, per layer.
+
+    Unit u's gradient at a layer is sum_{r in u} (row r's layer rule), computed as sums over segments
+    of u's rows (:func:`segments`): one batched matrix product per layer, no per-row gradients
+    (R x p) materialised.
+    """
     ref = next(iter(params.values()))
-    unit = torch.zeros(n_units, n_params, dtype=ref.dtype, device=ref.device)
-    for s, own in enumerate(owners):  # every layer has exactly one call per source (aligned)
-        own = torch.where(own >= 0, own, n_units)
-        for lo in range(0, own.numel(), step):
-            hi = min(own.numel(), lo + step)
-            per_param: dict[str, torch.Tensor] = {}
-            for name, mod in tape.layers:
-                call = tape.calls[name][s]
-                chunk_call = _Call(s, call.inp[lo:hi], call.out)
-                per_param.update(_layer_grads(name, mod, params, [chunk_call], [per[name][s][lo:hi]], dense=False,
-                                              standardise=False))
-            rows = torch.cat([per_param[n].reshape(hi - lo, -1) for n in names], dim=1)
-            if n_units <= ONEHOT_UNITS:  # few units: a matrix product beats index_add on CPU
-                onehot = torch.zeros(n_units + 1, hi - lo, dtype=rows.dtype, device=rows.device)
-                onehot[own[lo:hi], torch.arange(hi - lo, device=rows.device)] = 1
-                unit += onehot[:n_units] @ rows
-            else:
-                keep = own[lo:hi] < n_units
-                unit.index_add_(0, own[lo:hi][keep], rows[keep])
-    if ws:
-        offsets, start = {}, 0
-        for n in names:
-            offsets[n] = (start, start + params[n].numel())
-            start += params[n].numel()
-        for n in ws:
-            a, b = offsets[n]
-            unit[:, a:b] = _ws_backward(params[n], unit[:, a:b].reshape(n_units, *params[n].shape)).reshape(n_units, -1)
-    nrm = torch.linalg.vector_norm(unit, dim=1)
-    scale = clip_factors(nrm, clip)
-    if units.weights is not None:
-        scale = scale * units.weights.to(scale)
-    return LayerwiseSum(scale @ unit, nrm)
+    grads: dict[str, torch.Tensor] = {}
+    cache: dict[tuple[int, ...], Segments] = {}
+    for name, mod in tape.layers:
+        calls = tape.calls[name]
+        key = tuple(c.source for c in calls)
+        if key not in cache:
+            cache[key] = segments(torch.cat([owners[k] for k in key]), n_units)
+        seg = cache[key]
+        a = torch.cat([c.inp for c in calls]) if len(calls) > 1 else calls[0].inp
+        bs = per[name]
+        if isinstance(mod, nn.GroupNorm):  # per-row (R, C) rules summed into units directly: no gather
+            grads.update(_group_norm_unit_grads(name, mod, params, a, torch.cat(bs) if len(bs) > 1 else bs[0],
+                                                torch.cat([owners[k] for k in key]), n_units))
+            continue
+        b = torch.cat([*bs, bs[0].new_zeros(1, *bs[0].shape[1:])])  # row ``pad``: zero output gradient
+        n_seg, width = seg.index.shape
+        if n_seg == 0:  # no unit has a row through this layer: its gradients are zero
+            continue
+        step = max(1, SEGMENT_LIMIT // max(1, a[:1].numel() * width))  # segments per chunk
+        parts: dict[str, list[torch.Tensor]] = {}
+        for lo in range(0, n_seg, step):
+            for n, v in _segment_grads(name, mod, params, a, b, seg.index[lo:lo + step]).items():
+                parts.setdefault(n, []).append(v)
+        for n, vs in parts.items():
+            v = torch.cat(vs) if len(vs) > 1 else vs[0]
+            if not seg.one_per_unit:
+                v = v.new_zeros(n_units, *v.shape[1:]).index_add_(0, seg.unit, v)
+            if n == f"{name}.weight" and isinstance(mod, WSConv2d):
+                v = _ws_backward(params[n], v)
+            grads[n] = v.reshape(n_units, -1)
+    return torch.cat([grads[n] if n in grads else ref.new_zeros(n_units, params[n].numel()) for n in names], dim=1)
 
 
 def _layer_cost(mod: nn.Module, call: _Call, rows: int) -> tuple[int, int]:
@@ -400,8 +502,45 @@ def _layer_cost(mod: nn.Module, call: _Call, rows: int) -> tuple[int, int]:
     return max(1, out[:rows].numel() // (rows * out.shape[1])), 1
 
 
-def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
-                       units: Units, clip: float) -> LayerwiseSum:
+def _dense_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+                      cotangents: Sequence[torch.Tensor]) -> torch.Tensor:
+    """(U, p): g_u = sum_r J_r^T c_{u,r} for dense cotangents (U, R_s, D) per source.
+
+    The rows split in two: a row with a nonzero cotangent in at most one unit ("own" row: DP-SGD's
+    anchor z_i appears only in its own InfoNCE term l_i, DP-GCL Eq. 6) contributes J_r^T c_{u(r),r} to
+    that unit alone (a row in no unit contributes nothing), so all own rows take ONE backward pass as a partition
+    (:func:`_partition_unit_grads`); only the rows shared by several units (the positives/negatives
+    z'_j of every term) need the replicated backward of :func:`_replicated_unit_grads`. The sum is
+    the same g_u (linearity of the VJP in the cotangent), at the cost of min(U, D) copies of the shared
+    rows only.
+    """
+    ref = next(iter(params.values()))
+    n_units = int(cotangents[0].shape[0]) if cotangents else 0
+    grads = torch.zeros(n_units, embedder.space.size, dtype=ref.dtype, device=ref.device)
+    if n_units == 0:
+        return grads
+    own_src, own_cot, own_owner, shared_src, shared_cot = [], [], [], [], []
+    for s, c in zip(sources, cotangents):
+        touched = c.ne(0).any(-1)  # (U, R_s)
+        count = touched.sum(0)
+        own = (count == 1).nonzero().flatten()  # rows in no unit contribute nothing
+        shared = (count > 1).nonzero().flatten()
+        if own.numel():
+            own_src.append(Source(s.x[own], s.tower))
+            own_cot.append(c[:, own].sum(0))  # the one nonzero term of each row
+            own_owner.append(touched[:, own].to(torch.int8).argmax(0))
+        if shared.numel():
+            shared_src.append(Source(s.x[shared], s.tower))
+            shared_cot.append(c[:, shared])
+    if own_src:
+        grads += _partition_unit_grads(embedder, params, own_src, own_cot, own_owner, n_units)
+    if shared_src:
+        grads += _replicated_unit_grads(embedder, params, shared_src, shared_cot)
+    return grads
+
+
+def _replicated_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+                           cotangents: Sequence[torch.Tensor]) -> torch.Tensor:
     """Dense units: the rows' Jacobians from one forward/backward of the rows replicated V = min(U, D) times.
 
     With V = D the copies carry the basis cotangents e_1..e_D, so copy d's output gradient at a layer
@@ -412,21 +551,15 @@ def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], s
     (A batched backward, ``is_grads_batched``, gives the same numbers but loops over the batch in
     convolution and group-norm backward on CPU.)
     """
-    from defenses.dp.clipping import clip_factors
-
     space = embedder.space
-    n_units = len(units)
-    ref = next(iter(params.values()))
-    if n_units == 0:
-        return LayerwiseSum(torch.zeros(space.size, dtype=ref.dtype, device=ref.device),
-                            torch.zeros(0, dtype=ref.dtype, device=ref.device))
-    dim = units.cotangents[0].shape[-1]
+    n_units = int(cotangents[0].shape[0])
+    dim = cotangents[0].shape[-1]
     basis = dim < n_units
     v = dim if basis else n_units
     rep = tuple(Source(s.x.repeat(v, *([1] * (s.x.dim() - 1))), s.tower) for s in sources)
     tape = record(embedder, params, rep)
     grad_out = []
-    for s, c in zip(sources, units.cotangents):
+    for s, c in zip(sources, cotangents):
         r_s = len(s)
         if basis:
             eye = torch.eye(dim, dtype=c.dtype, device=c.device)
@@ -444,7 +577,7 @@ def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], s
         per_unit: dict[str, torch.Tensor] = {}
         for call, b in zip(calls, layer_bs):
             r_s = len(sources[call.source])
-            c = units.cotangents[call.source]  # (U, R, D)
+            c = cotangents[call.source]  # (U, R, D)
             a0 = call.inp[:r_s]
             b = b.reshape(v, r_s, *b.shape[1:])
             if not basis:
@@ -468,12 +601,7 @@ def _dense_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], s
         if isinstance(mod, WSConv2d) and w_name in per_unit:
             per_unit[w_name] = _ws_backward(params[w_name], per_unit[w_name])
         grads.update(per_unit)
-    flat = space.flatten(grads, lead=1)
-    nrm = torch.linalg.vector_norm(flat, dim=1)
-    scale = clip_factors(nrm, clip)
-    if units.weights is not None:
-        scale = scale * units.weights.to(scale)
-    return LayerwiseSum(scale @ flat, nrm)
+    return space.flatten(grads, lead=1)
 
 
 def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source: Source) -> torch.Tensor:
