@@ -27,7 +27,9 @@ L2-normalised representation of a view, C the clip norm):
   Logit-DP Lemma 4.5).** Copies of one image and its antipode (:func:`image_seeds`) only shift
   the units a little. The worst cases need a parameter value (every claim is a bound at every
   value), built from the rows' last-layer inputs: :func:`flip_seeds` (replace-one: every unchanged
-  unit's clipped gradient is exactly negated, ||Delta|| -> 2 (2|B| - 2) C), :func:`add_flip_seeds`
+  unit's clipped gradient is exactly negated, ||Delta|| -> 2 (2|B| - 2) C), :func:`split_flip_seeds`
+  (replace-one, plain SimCLR: every view turns, the replaced example's two included, ||Delta|| ->
+  4|B|C: Sec. 3.2.1's bound is tight), :func:`add_flip_seeds`
   (add-remove: the added example out-pulls a marked one, every unit turns around),
   :func:`chunk_seeds` (chunked grouping: homogeneous groups in D, mixed in D', ||Delta|| ->
   (K - 1) C) and :func:`logit_seeds` (Logit-DP at n = 1 -> 2: 2 sqrt(2) (1 - p) C > 2C). Each
@@ -40,6 +42,7 @@ a valid input of the code the defense trains with.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Mapping
 
@@ -315,6 +318,205 @@ def flip_seeds(target: Target, gen: torch.Generator, images: int = 2) -> list[Pa
     return out
 
 
+# -- the split flip: every view of a plain SimCLR step, the replaced example's two included -------------
+SPLIT_MARGIN = 0.05  # angles kept in [margin, pi - margin]: |cot| <= 20, the rows stay on the head's line
+SPLIT_SHAPES = ((100.0, 1e-6), (300.0, 1e-4))  # (K, scale): K >> 1 hides the bias block, scale saturates C
+# the smallest torque |dL/dtheta_r| (mean loss) the construction counts in full: with K = 100, sin theta >=
+# sin(margin) and scale 1e-6, a row's gradient is >= 5e6 times its torque, above any clip norm >= 0.05
+SPLIT_TORQUE_FLOOR = 1e-5
+SPLIT_TOLERANCE = 0.01  # radians: a constructed head placing a row further from its angle is dropped
+
+
+def _angle_directions(theta: torch.Tensor, tau: float, dtype: torch.dtype = torch.float32,
+                      floor: float | None = None) -> torch.Tensor:
+    """Per row, the clipped gradient's direction sign(dL/dtheta_r) t(theta_r) of unit rows at angles theta.
+
+    ``theta`` (M, R): M configurations of R rows [view 1; view 2] on a circle; L = NT-Xent (DPCL Eq. 4,
+    :func:`defenses.losses.nt_xent_from_similarity`) of each configuration; t(theta) = (-sin, cos) the
+    tangent. The torques are computed in ``dtype``, the models' precision: at a small temperature the
+    rows across the circle see each other through probabilities e^{-2/tau}, whose torques round away
+    in float32; a configuration relying on them is not one the model realises. A torque below
+    :data:`SPLIT_TORQUE_FLOOR` counts in proportion: the constructed heads clip every row whose torque
+    is above it, not the others. Returns (M, R, 2).
+    """
+    from defenses.losses import nt_xent_from_similarity
+
+    th = theta.detach().to(dtype).requires_grad_(True)
+    z = torch.stack([torch.cos(th), torch.sin(th)], -1)
+    loss = nt_xent_from_similarity(z @ z.transpose(-1, -2), tau, reduction="sum")
+    (g,) = torch.autograd.grad(loss, th)
+    tangent = torch.stack([-torch.sin(theta), torch.cos(theta)], -1)
+    mean_torque = g.to(theta.dtype) / theta.shape[-1]  # the step's loss is the mean over the 2|B| rows
+    weight = (mean_torque.abs() / (SPLIT_TORQUE_FLOOR if floor is None else floor)).clamp(max=1.0)
+    return (torch.sign(mean_torque) * weight)[..., None] * tangent
+
+
+def split_flip_rows(free: torch.Tensor, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Angles of D's and D''s 2|B| rows from the free angles (k, k', u1, u2, n, n') of :func:`split_flip_angles`.
+
+    D: the replaced example's views at k (row 0) and k' (row |B|), every unchanged view 1 at u1, view 2
+    at u2; D': the same with the new example's views at n, n'.
+    """
+    m = free.shape[0]
+    d = torch.empty(m, 2 * b, dtype=free.dtype)
+    d[:, :b], d[:, b:] = free[:, 2:3], free[:, 3:4]
+    d[:, 0], d[:, b] = free[:, 0], free[:, 1]
+    e = d.clone()
+    e[:, 0], e[:, b] = free[:, 4], free[:, 5]
+    return d, e
+
+
+def split_flip_ratio(free: torch.Tensor, b: int, tau: float, dtype: torch.dtype = torch.float32,
+                     floor: float | None = None) -> torch.Tensor:
+    """The limit ratio ||sum_r (u_r(D) - u_r(D'))|| / (4|B|) of the split-flip parameters (see
+    :func:`split_flip_seeds`) at free angles ``free`` (M, 6): every view's clipped gradient is C times
+    sign(dL/dtheta_r) t(theta_r) (x) e_0 in the limit. ``dtype``, ``floor``: the precision of the
+    torques and the torque counted in full (:func:`_angle_directions`; float64 and a tiny floor give the
+    exact-arithmetic limit)."""
+    d, e = split_flip_rows(free, b)
+    diff = _angle_directions(d, tau, dtype, floor).sum(1) - _angle_directions(e, tau, dtype, floor).sum(1)
+    return diff.norm(dim=-1) / (4 * b)
+
+
+@functools.lru_cache(maxsize=64)
+def split_flip_angles(b: int, tau: float, candidates: int = 1024, rounds: int = 30, margin: float = SPLIT_MARGIN,
+                      exact: bool = False) -> tuple[tuple[float, ...], float]:
+    """The free angles (k, k', u1, u2, n, n') in [margin, pi - margin] maximising :func:`split_flip_ratio`.
+
+    An elitist random search on the 6 angles (deterministic: seeded by |B|), vectorised over the
+    candidates; a few milliseconds per round. ``exact``: the limit in exact arithmetic (float64
+    torques, none too small to count) instead of what the float32 model realises. Returns the angles
+    and their limit ratio.
+    """
+    gen = torch.Generator().manual_seed(1000 + b)
+    lo, hi = margin, math.pi - margin
+    precision = {"dtype": torch.float64, "floor": 1e-300} if exact else {}
+    # the split family of :func:`split_flip_seeds` (k alone near 0, k' and the crowd near pi, the new
+    # example's views together near 0) on a log-spaced grid of the small angles, and random angles
+    near = torch.logspace(math.log10(lo), math.log10(1.5), 16, dtype=torch.float64)
+    grid = torch.cartesian_prod(near, near, near[::2])  # (pi - k', pi - u, k)
+    family = torch.stack([grid[:, 2], math.pi - grid[:, 0], math.pi - grid[:, 1], math.pi - grid[:, 1],
+                          torch.full_like(grid[:, 0], lo), torch.full_like(grid[:, 0], lo)], 1)
+    pop = torch.cat([family, lo + (hi - lo) * torch.rand(candidates, 6, generator=gen, dtype=torch.float64)])
+    best = pop[:1]
+    best_r = -1.0
+    for i in range(rounds):
+        r = split_flip_ratio(pop, b, tau, **precision)
+        j = int(torch.argmax(r))
+        if float(r[j]) > best_r:
+            best, best_r = pop[j:j + 1].clone(), float(r[j])
+        elite = pop[torch.topk(r, min(32, len(r))).indices]
+        parents = torch.cat([best, elite])[torch.randint(len(elite) + 1, (candidates,), generator=gen)]
+        # steps relative to the distance from the ends of (0, pi): the angles that matter are small
+        sigma = 0.5 * (1.0 - i / rounds) + 0.02
+        room = torch.minimum(parents, math.pi - parents)
+        pop = (parents + sigma * room * torch.randn(candidates, 6, generator=gen, dtype=torch.float64)).clamp(lo, hi)
+    return tuple(float(v) for v in best[0]), best_r
+
+
+def split_flip_head(target: Target, reps: torch.Tensor, theta: torch.Tensor, big: float, scale: float,
+                    beta: float = 1.0) -> dict[str, torch.Tensor] | None:
+    """Parameters putting row r (projector input ``reps[r]``) at angle ``theta[r]`` of the (e_0, e_1) plane.
+
+    The projection head's hidden unit 0 carries kappa_r = beta cot(theta_r) + beta_0 > 0 (a
+    least-squares hyperplane through the rows' representations: exact up to rep_dim + 1 rows), every
+    other unit is off; the last layer is y = scale (kappa - beta_0) e_0 + scale beta e_1 (column 0
+    of W = scale e_0, bias scale (-beta_0, beta)), so y_r = scale (beta cot theta_r, beta) sits at
+    angle theta_r. beta_0 = max_r(-beta cot theta_r) + ``big`` keeps every kappa_r >= ``big``.
+    None when the model's precision cannot place the rows within :data:`SPLIT_TOLERANCE` of their angles.
+    """
+    found = _projector(target)
+    if found is None:
+        return dict(target.parameters())
+    prefix, head = found
+    first, last = head[0], head[2]
+    t = beta / torch.tan(theta.double())
+    beta0 = float((-t).max()) + big
+    kappa = t + beta0
+    a = torch.cat([reps, torch.ones(len(reps), 1, dtype=reps.dtype)], dim=1)
+    sol = torch.linalg.lstsq(a, kappa[:, None], driver="gelsd").solution[:, 0]
+    w1 = torch.zeros_like(first.weight, dtype=torch.float64)
+    b1 = -torch.ones_like(first.bias, dtype=torch.float64)
+    w1[0], b1[0] = sol[:-1], sol[-1]
+    w2 = torch.zeros_like(last.weight, dtype=torch.float64)
+    b2 = torch.zeros_like(last.bias, dtype=torch.float64)
+    w2[0, 0] = scale
+    b2[0], b2[1] = -scale * beta0, scale * beta
+    out = {k: v.detach().clone() for k, v in target.parameters().items()}
+    for name, value, like in ((f"{prefix}.0.weight", w1, first.weight), (f"{prefix}.0.bias", b1, first.bias),
+                              (f"{prefix}.2.weight", w2, last.weight), (f"{prefix}.2.bias", b2, last.bias)):
+        out[name] = value.to(like.dtype)
+    # the fit in the model's precision: an ill-conditioned set of representations (many rows of a
+    # briefly trained encoder) needs weights whose rounding moves the rows off their angles
+    w, c = out[f"{prefix}.0.weight"][0], out[f"{prefix}.0.bias"][0]
+    h = torch.relu(reps.to(w.dtype) @ w + c)
+    y0 = out[f"{prefix}.2.weight"][0, 0] * h + out[f"{prefix}.2.bias"][0]
+    realised = torch.atan2(out[f"{prefix}.2.bias"][1].expand_as(y0), y0).double()
+    if not bool(torch.isfinite(realised).all()) or float((realised - theta.double()).abs().max()) > SPLIT_TOLERANCE:
+        return None
+    return out
+
+
+def split_flip_seeds(target: Target, gen: torch.Generator, images: int = 2) -> list[Pair]:
+    """Replace-one pairs for the plain per-view clipped SimCLR gradient (DPCL Sec. 3.2.1) in which every
+    view's clipped gradient turns around -- the replaced example's two views included.
+
+    Derivation. Put every row's embedding in one plane, z_r = (cos theta_r, sin theta_r), and make the
+    last layer's input of every row a large multiple kappa_r e_0 of one hidden unit
+    (:func:`split_flip_head`; y_r = scale (beta cot theta_r, beta), so theta_r in (0, pi): the rows lie
+    on one line of the output space). NT-Xent depends on the angles only; its cotangent at row r is
+    tangent, c_r = (dL/dtheta_r) t(theta_r) with t = (-sin, cos), so row r's gradient is, in the last
+    layer, (dL/dtheta_r / |y_r|) t(theta_r) (x) (kappa_r e_0, 1): as kappa_r -> infinity (the bias
+    column) and scale -> 0 (the earlier layers get O(scale) of it, and every row is clipped), the
+    clipped gradient tends to C sign(dL/dtheta_r) t(theta_r) (x) e_0, and
+
+        ||Delta|| / (4|B|C) -> || sum_{r in D} s_r t(theta_r) - sum_{r in D'} s'_r t(theta'_r) || / (4|B|),
+
+    a function of the angles alone (:func:`split_flip_ratio`). It is 1 exactly when every row's
+    direction s_r t(theta_r) is the same vector in D and its negative in D'. Torque balance (NT-Xent is
+    rotation invariant, so sum_r dL/dtheta_r = 0) forbids that on a short arc but not on a half circle:
+    rows near theta = 0 and rows near pi have opposite tangents, so a cluster at 0 turned one way and a
+    cluster at pi turned the other give parallel directions. The replaced example's two views are split
+    in D (one with the crowd, one across: its positive pulls it, the other views are pushed away from
+    it) and joined in D' (both across: the crowd is only repelled), which turns every torque's sign.
+    The line constraint (theta in (0, pi); kappa_r > 0 is a ReLU output) rules out configurations
+    that go round the circle, not this one. :func:`split_flip_angles` maximises the limit over the six
+    free angles (k, k' of the replaced example, u1, u2 of the unchanged views' two blocks, n, n' of the
+    new example): 0.997 at |B| = 2, 4, 8 and 0.99 at |B| = 32 (tau 0.5, angles 0.05 rad from the ends
+    of (0, pi)), tending to 1 as that margin shrinks (0.9999 at 0.005, exact arithmetic): the supremum
+    of the plain per-view clipped sum is Sec. 3.2.1's 4|B|C, approached and not attained. At tau = 0.1
+    the torques across the circle carry e^{-2/tau} and float32 rounds them away, so the weights
+    (:data:`SPLIT_TORQUE_FLOOR`) leave 0.74 at |B| = 3; at tau = 1 the repulsion across the circle is
+    too strong for the split family (0.87 at |B| = 4). :func:`flip_seeds` stops at (|B| - 1) / |B|.
+    """
+    dom = target.domain
+    b = target.units
+    tau = target.params.get("tau")
+    found = _projector(target) if target.module is not None else None
+    if found is None or tau is None or not isinstance(dom, ImageDomain) or target.relation != "replace-one" \
+            or target.fixed_base is not None or b < 2 or 2 * b + 2 > found[1][0].in_features + 1 \
+            or found[1][0].out_features < 1 or found[1][2].out_features < 2:
+        return []
+    free, _ = split_flip_angles(b, float(tau))
+    d_rows, e_rows = split_flip_rows(torch.tensor([free], dtype=torch.float64), b)
+    theta = torch.cat([d_rows[0], e_rows[0, [0, b]]])
+    out = []
+    for _ in range(images):
+        base, new = dom.draw(b, gen, "data"), dom.draw(1, gen, "data")
+        seed = _seed(gen)
+        pair = Pair(base, new, 0, seed)
+        a_rows, b_rows = pair.neighbours(target.relation, dom.unit_size)
+        ra, rb = _projector_inputs(target, a_rows, seed), _projector_inputs(target, b_rows, seed)
+        if ra is None or len(ra) != 2 * b or len(rb) != 2 * b:
+            return out
+        reps = torch.cat([ra, rb[[0, b]]])
+        for big, scale in SPLIT_SHAPES:
+            params = split_flip_head(target, reps, theta, big, scale)
+            if params is not None:
+                out.append(Pair(base, new, 0, seed, params))
+    return out
+
+
 def add_flip_seeds(target: Target, gen: torch.Generator, pulls: tuple[float, ...] = (3.0, 10.0)) -> list[Pair]:
     """Add-remove pairs with constructed parameters in which the added example reverses every unit.
 
@@ -479,6 +681,11 @@ def logit_seeds(target: Target, gen: torch.Generator, scale: float = 1e-3, heigh
             params[name] = value.to(like.dtype)
         out.append(Pair(x, new, 0, seed, params))
     return out
+
+
+def plain_simclr_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
+    """:func:`split_flip_seeds` first (they reach the bound), then :func:`gradient_seeds`."""
+    return split_flip_seeds(target, gen) + gradient_seeds(target, gen)
 
 
 def gradient_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
