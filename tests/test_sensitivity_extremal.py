@@ -130,3 +130,22 @@ def test_growth_tables_and_logit_dp_at_temperature_one(tmp_path):
     assert rows[-1]["violated"] and infonce["verdict"] == "violated"
     for r in results.values():
         assert replay(r["witness"])["reproduced"], r["claim"]
+
+
+def test_report_states_the_supremum_and_the_notes_beside_the_search():
+    """A claim that holds below its bound is explained in the report: closed-form supremum and the register's notes."""
+    from audit.report import summary
+
+    report = {"suite": {}, "sensitivity": [
+        {"claim": "dpcl.sse", "source": "DPCL Thm. 3", "relation": "replace-one", "bound": 6.0, "observed": 3.0,
+         "ratio": 0.5, "verdict": "holds", "witness": None,
+         "config": {"closed_form_supremum": {"value": 3.0, "formula": "4 (B - 1) / B", "search_ratio": 1.0},
+                    "notes": ["supremum 4 (B - 1) / B"]}},
+        {"claim": "dpcl.mean", "source": "DPCL Thm. 2", "relation": "replace-one", "bound": 1.0, "observed": 1.0,
+         "ratio": 1.0, "verdict": "holds", "witness": None, "config": {}}]}
+    rows = summary.sensitivity_rows(report)
+    assert len(rows[0]) == len(summary.SENSITIVITY_HEADERS)
+    col = summary.SENSITIVITY_HEADERS.index("supremum")
+    assert rows[0][col] == "3 = 4 (B - 1) / B" and rows[1][col] == "-"
+    assert rows[0][col + 1] == "1"
+    assert summary.sensitivity_notes(report) == ["dpcl.sse: supremum 4 (B - 1) / B"]
