@@ -10,7 +10,8 @@ import torch
 
 from audit.sensitivity import CLAIMS, Context, Setting
 from audit.sensitivity.extremal import (chunk_seeds, flip_seeds, logit_seeds, split_flip_angles, split_flip_head,
-                                        split_flip_ratio, split_flip_seeds)
+                                        split_flip_ratio, split_flip_seeds, spreadout_seeds,
+                                        spreadout_supremum)
 from audit.sensitivity.search import Evaluator, gradient_ascent, Clock
 from audit.sensitivity.witness import replay, save_witness
 from defenses.dp.params import parameter_values
@@ -72,6 +73,19 @@ def test_split_flip_head_refuses_a_fit_the_model_cannot_realise(digits):
     assert split_flip_head(target, reps, theta, 100.0, 1e-6) is None
     good = torch.rand(6, 64, generator=gen, dtype=torch.float64)
     assert split_flip_head(target, good, theta, 100.0, 1e-6) is not None
+
+
+def test_spreadout_seeds_reach_the_closed_form_supremum_at_n_2(digits):
+    """Lemma 4.6 at n = 2: sup = 4C (2/3 of 6C), approached as 4 cos(delta) C by the constructed pair."""
+    target = _target("logitdp.spreadout", Setting(1), digits)
+    pairs = spreadout_seeds(target, torch.Generator().manual_seed(0))
+    assert pairs and all(p.params is not None for p in pairs)
+    ratios, ev = _ratios(target, pairs)
+    sup = spreadout_supremum(target.params)
+    assert sup == 4.0 * target.params["C"] and spreadout_supremum({**target.params, "n": 3}) is None
+    best = max(ratios) * target.bound
+    assert best == pytest.approx(4 * math.cos(0.04) * target.params["C"], rel=1e-3)
+    assert best <= sup * (1 + 1e-6)
 
 
 def test_chunk_seeds_shift_every_group_of_the_chunked_grouping(digits):

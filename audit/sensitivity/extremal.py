@@ -71,10 +71,12 @@ def sse_supremum(p: Params) -> float:
     return 4.0 * (n - 1) / n
 
 
-SUPREMA: dict[str, tuple[Callable[[Params], float], str]] = {
+# a supremum function returns None where no closed form is derived (at the claim's other settings)
+SUPREMA: dict[str, tuple[Callable[[Params], float | None], str]] = {
     "dpcl.mean": (mean_supremum, "2 / B (tight)"),
     "dpcl.similarity-matrix": (similarity_supremum, "4 sqrt(2B - 2)"),
     "dpcl.sse": (sse_supremum, "4 (B - 1) / B"),
+    "logitdp.spreadout": (lambda p: spreadout_supremum(p), "4C at n = 2 (none derived for n > 2)"),
 }
 
 
@@ -688,7 +690,57 @@ def plain_simclr_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
     return split_flip_seeds(target, gen) + gradient_seeds(target, gen)
 
 
+# (delta_x, delta_y): the spreadout pair's angles from the ends of (0, pi), see :func:`spreadout_seeds`
+SPREADOUT_ANGLES = ((0.05, 0.05), (0.02, 0.02), (0.1, 0.1))
+
+
+def spreadout_supremum(p: Params) -> float | None:
+    """sup ||Delta|| = 4C for Logit-DP's spreadout pair sums at n = 2 (one pair added to one); None for n > 2.
+
+    Upper bound: D (one pair) is below the spreadout loss's two-row minimum and releases 0; D' has
+    two off-diagonal logits Z_12 = <x1, y2>, Z_21 = <x2, y1> with dL/dZ_ij = 2 Z_ij / (n - 1) = 2 Z_ij
+    (Logit-DP Def. 2.3), so ||Delta|| = ||2 Z_12 Clip(grad Z_12) + 2 Z_21 Clip(grad Z_21)|| <= 4C.
+    Reached in the limit by :func:`spreadout_seeds`. For n > 2 no closed form is derived.
+    """
+    return 4.0 * float(p["C"]) if int(p["n"]) == 2 else None
+
+
+def spreadout_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
+    """Add-remove pairs n = 1 -> 2 with constructed parameters reaching 4C for the spreadout pair sums.
+
+    Derivation. Rows [x1, x2, y1, y2] of D' share one hidden feature of the projection head and sit on
+    one line of the output plane (:func:`split_flip_head`): x1, x2 at angle delta_x, y1, y2 at
+    pi - delta_y. Then Z_12 = Z_21 = cos(pi - delta) = -cos(delta) (delta = delta_x + delta_y) and,
+    in the limit of the head (large feature, small scale: only the last layer's block counts, every
+    logit's gradient clipped), grad Z_ij is sin(delta) (t_xi / |y_xi| - t_yj / |y_yj|) (x) e_0 with
+    tangents t(delta_x) = -t(pi - delta_y) up to O(delta): the same direction for (1, 2) and (2, 1).
+    Both clipped terms 2 Z_ij C u are parallel, ||Delta|| = 4 cos(delta) C -> 4C (2/3 of Lemma 4.6's
+    6C; :func:`spreadout_supremum`). The first-order search alone reaches about 0.6 of the bound.
+    """
+    dom = target.domain
+    found = _projector(target) if target.module is not None else None
+    if found is None or not isinstance(dom, ImageDomain) or target.relation != "add-remove" or target.units != 1 \
+            or int(target.params.get("n", 0)) != 2 or found[1][2].out_features < 2:
+        return []
+    x = {"x": dom.pool_x[:1].clone()}
+    new = dom.draw(1, gen, "data")
+    seed = _seed(gen)
+    pair = Pair(x, new, 0, seed)
+    _, b_rows = pair.neighbours(target.relation, dom.unit_size)
+    reps = _projector_inputs(target, b_rows, seed)  # rows [x1, x2, y1, y2]
+    if reps is None or len(reps) != 4:
+        return []
+    out = []
+    for dx, dy in SPREADOUT_ANGLES:
+        theta = torch.tensor([dx, dx, math.pi - dy, math.pi - dy], dtype=torch.float64)
+        for big, scale in SPLIT_SHAPES:
+            params = split_flip_head(target, reps, theta, big, scale)
+            if params is not None:
+                out.append(Pair(x, new, 0, seed, params))
+    return out
+
+
 def gradient_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
     """:func:`image_seeds` plus the constructed-parameter pairs that apply to the target."""
     return (image_seeds(target, gen) + flip_seeds(target, gen) + add_flip_seeds(target, gen)
-            + chunk_seeds(target, gen) + logit_seeds(target, gen))
+            + chunk_seeds(target, gen) + logit_seeds(target, gen) + spreadout_seeds(target, gen))

@@ -508,9 +508,11 @@ _ENTRIES: list[ClaimSpec] = [
                      "entries and can be small and large together",)),
     ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
               image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp",
-              notes=("at n = 2 the bound is loose: D (one example) is below the spreadout loss's minimum batch and "
-                     "releases 0, and the two new terms carry |dL/dZ_ij| = 2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, "
-                     "2/3 of 6C; at n >= 3 the old terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L)",)),
+              notes=("at n = 2 the bound is loose, its supremum is 4C (2/3 of 6C): D (one example) is below the "
+                     "spreadout loss's minimum batch and releases 0, and the two new terms carry |dL/dZ_ij| = "
+                     "2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, approached by extremal.spreadout_seeds (both logits "
+                     "near -1, their clipped gradients parallel: 4 cos(0.04) C = 0.999 of 4C); at n >= 3 the old "
+                     "terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L) and no closed form is derived",)),
     # DP-FedEmb (user level, replace-one)
     ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
               "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,
