@@ -11,7 +11,8 @@ import torch
 from audit.sensitivity import CLAIMS, Context, Setting
 from audit.sensitivity.extremal import (chunk_seeds, flip_seeds, logit_seeds, split_flip_angles, split_flip_head,
                                         split_flip_ratio, split_flip_seeds, spreadout_seeds,
-                                        spreadout_supremum)
+                                        spreadout_supremum, group_clip_limit, group_clip_seeds,
+                                        group_clip_supremum)
 from audit.sensitivity.search import Evaluator, gradient_ascent, Clock
 from audit.sensitivity.witness import replay, save_witness
 from defenses.dp.params import parameter_values
@@ -86,6 +87,25 @@ def test_spreadout_seeds_reach_the_closed_form_supremum_at_n_2(digits):
     best = max(ratios) * target.bound
     assert best == pytest.approx(4 * math.cos(0.04) * target.params["C"], rel=1e-3)
     assert best <= sup * (1 + 1e-6)
+
+
+def test_group_clip_limit_turns_every_fixed_group_and_reaches_2kc():
+    """DP-GCL Eq. 8 with K = 2 fixed groups: the limit is 2K / (2K + 1) of Thm. 1's (2K + 1) C, never above."""
+    theta, limit = group_clip_limit((0, 1, 0, 1), 0, 2, 1 / math.sqrt(2))
+    assert limit == pytest.approx(0.8, abs=1e-3) and limit <= 0.8 + 1e-9
+    assert group_clip_supremum({"B": 4, "S": 2, "C": 1.0}) == 4.0
+    assert group_clip_supremum({"B": 8, "S": 2, "C": 0.5}) == 4.0
+    assert theta.shape == (15,) and bool(((theta > 0) & (theta < math.pi)).all())
+
+
+def test_group_clip_seeds_reach_the_supremum_on_the_model(digits):
+    target = _target("dpgcl.group-clip", Setting(4, {"group_size": 2, "batch_size": 4}), digits)
+    pairs = group_clip_seeds(target, torch.Generator().manual_seed(0))
+    assert len(pairs) == 1 and pairs[0].params is not None
+    ratios, _ = _ratios(target, pairs)
+    sup = group_clip_supremum(target.params) / target.bound
+    assert sup == pytest.approx(0.8)
+    assert 0.99 * sup <= ratios[0] <= sup + 1e-6, ratios
 
 
 def test_chunk_seeds_shift_every_group_of_the_chunked_grouping(digits):

@@ -32,7 +32,8 @@ L2-normalised representation of a view, C the clip norm):
   4|B|C: Sec. 3.2.1's bound is tight), :func:`add_flip_seeds`
   (add-remove: the added example out-pulls a marked one, every unit turns around),
   :func:`chunk_seeds` (chunked grouping: homogeneous groups in D, mixed in D', ||Delta|| ->
-  (K - 1) C) and :func:`logit_seeds` (Logit-DP at n = 1 -> 2: 2 sqrt(2) (1 - p) C > 2C). Each
+  (K - 1) C), :func:`group_clip_seeds` (Eq. 8: every fixed group turns, -> 2KC, the supremum) and
+  :func:`logit_seeds` (Logit-DP at n = 1 -> 2: 2 sqrt(2) (1 - p) C > 2C). Each
   function's docstring derives its value. The pairs carry their parameters (``Pair.params``); the
   gradient ascent then moves inputs and parameters together, and a witness saves them.
 
@@ -77,6 +78,7 @@ SUPREMA: dict[str, tuple[Callable[[Params], float | None], str]] = {
     "dpcl.similarity-matrix": (similarity_supremum, "4 sqrt(2B - 2)"),
     "dpcl.sse": (sse_supremum, "4 (B - 1) / B"),
     "logitdp.spreadout": (lambda p: spreadout_supremum(p), "4C at n = 2 (none derived for n > 2)"),
+    "dpgcl.group-clip": (lambda p: group_clip_supremum(p), "2KC, K = round(B / S) fixed groups"),
 }
 
 
@@ -688,6 +690,152 @@ def logit_seeds(target: Target, gen: torch.Generator, scale: float = 1e-3, heigh
 def plain_simclr_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
     """:func:`split_flip_seeds` first (they reach the bound), then :func:`gradient_seeds`."""
     return split_flip_seeds(target, gen) + gradient_seeds(target, gen)
+
+
+# -- DP-GCL group clipping with full-batch negatives (Eq. 8, Thm. 1) ------------------------------------
+def group_clip_supremum(p: Params) -> float:
+    """sup ||Delta|| = 2KC for Eq. 8's group clipping with K fixed groups (random grouping; Thm. 1 states (2K + 1) C).
+
+    Upper bound: the added example joins one of the K fixed groups, so no group appears and each
+    group's clipped gradient moves by at most 2C. Reached in the limit: :func:`group_clip_limit`
+    turns every group's clipped gradient around (the added example's group included) with the rows
+    on a half circle, as :func:`split_flip_seeds` does for SimCLR's views.
+    """
+    return 2.0 * round(int(p["B"]) / int(p["S"])) * float(p["C"])
+
+
+def _group_directions(theta: torch.Tensor, groups: torch.Tensor, k: int, tau: float, big: float) -> torch.Tensor:
+    """Directions (M, K, 2) of the K groups' clipped gradients in the limit of :func:`split_flip_head`.
+
+    Rows [u; v; a] (n each: anchors, positives, augmented positives; DP-GCL Eq. 12 with N_a = 1 and
+    full-batch negatives, :func:`defenses.losses.group_info_nce`) at angles ``theta`` (M, 3n). Group
+    j's unit is the gradient of its members' terms through every row; at the constructed head row r
+    contributes (dS_j/dtheta_r) kappa_r sin(theta_r) t(theta_r) (x) e_0 (kappa_r = cot theta_r +
+    beta_0, |y_r| = scale / sin theta_r), and clipping keeps the direction. An empty group is 0.
+    """
+    from defenses.losses import group_info_nce
+
+    n = theta.shape[1] // 3
+    graph = theta.requires_grad  # differentiable in theta (the ascent of :func:`group_clip_limit`)
+    th = theta if graph else theta.detach().clone().requires_grad_(True)
+    z = torch.stack([torch.cos(th), torch.sin(th)], -1)
+    u, v, a = z[:, :n], z[:, n:2 * n], z[:, 2 * n:]
+    terms = torch.vmap(lambda uu, vv, aa: group_info_nce(uu, vv, tau, None, aa[None]))(u, v, a)  # (M, n)
+    member = (groups[None, :] == torch.arange(k)[:, None]).to(theta.dtype)  # (K, n)
+    (g,) = torch.autograd.grad(terms, th, member[:, None, :].expand(k, *terms.shape), is_grads_batched=True,
+                               create_graph=graph)
+    cot = 1.0 / torch.tan(theta)
+    kappa = cot + big + (-cot).amax(1, keepdim=True)
+    t = torch.stack([-torch.sin(theta), torch.cos(theta)], -1)
+    vec = ((g * kappa * torch.sin(theta))[..., None] * t).sum(2)  # (K, M, 2)
+    return (vec / vec.norm(dim=-1, keepdim=True).clamp_min(1e-300)).transpose(0, 1)
+
+
+def group_clip_ratio(theta: torch.Tensor, groups: torch.Tensor, new_group: int, k: int, tau: float,
+                     big: float = 100.0) -> torch.Tensor:
+    """The limit ||Delta|| / ((2K + 1) C) at D' rows' angles ``theta`` (M, 3(B + 1)), the added example last
+    in each block; D is D' without its three rows (:func:`_group_directions`)."""
+    n = theta.shape[1] // 3
+    keep = [i for i in range(3 * n) if i % n != n - 1]
+    g_new = torch.cat([groups, torch.tensor([new_group])])
+    diff = _group_directions(theta, g_new, k, tau, big) - _group_directions(theta[:, keep], groups, k, tau, big)
+    return diff.sum(1).norm(dim=-1) / (2 * k + 1)
+
+
+def group_clip_limit(groups: tuple[int, ...], new_group: int, k: int, tau: float, big: float = 100.0,
+                     candidates: int = 256, rounds: int = 100, starts: int = 8, steps: int = 60,
+                     seed: int = 0) -> tuple[torch.Tensor, float]:
+    """Angles of D''s rows maximising :func:`group_clip_ratio` and the limit ratio they reach.
+
+    An elitist random search (``rounds``, as :func:`split_flip_angles`), then its best ``starts``
+    ascended together (Adam on logit coordinates of (margin, pi - margin); the limit is smooth where
+    no group's vector vanishes). Deterministic (seeded by ``seed``).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.tensor(groups)
+    dim = 3 * (len(groups) + 1)
+    lo, hi = SPLIT_MARGIN, math.pi - SPLIT_MARGIN
+    pop = lo + (hi - lo) * torch.rand(candidates, dim, generator=gen, dtype=torch.float64)
+    best, best_r = pop[:1], -1.0
+    elite = pop[:starts]
+    for i in range(rounds):
+        r = group_clip_ratio(pop, g, new_group, k, tau, big)
+        j = int(torch.argmax(r))
+        if float(r[j]) > best_r:
+            best, best_r = pop[j:j + 1].clone(), float(r[j])
+        elite = pop[torch.topk(r, min(32, len(r))).indices]
+        parents = torch.cat([best, elite])[torch.randint(len(elite) + 1, (candidates,), generator=gen)]
+        sigma = 0.5 * (1.0 - i / rounds) + 0.02
+        room = torch.minimum(parents, math.pi - parents)
+        pop = (parents + sigma * room * torch.randn(candidates, dim, generator=gen, dtype=torch.float64)).clamp(lo, hi)
+    start = torch.cat([best, elite[:starts - 1]])
+    free = torch.logit(((start - lo) / (hi - lo)).clamp(1e-6, 1 - 1e-6)).requires_grad_(True)
+    opt = torch.optim.Adam([free], lr=0.05)
+    for _ in range(steps):
+        theta = lo + (hi - lo) * torch.sigmoid(free)
+        r = group_clip_ratio(theta, g, new_group, k, tau, big)
+        j = int(torch.argmax(r.detach()))
+        if float(r[j].detach()) > best_r:
+            best, best_r = theta[j:j + 1].detach().clone(), float(r[j].detach())
+        opt.zero_grad()
+        (-r.sum()).backward()
+        opt.step()
+    return best[0], best_r
+
+
+@functools.lru_cache(maxsize=32)
+def _group_clip_angles(groups: tuple[int, ...], new_group: int, k: int, tau: float) -> tuple[tuple[float, ...], float]:
+    theta, r = group_clip_limit(groups, new_group, k, tau)
+    return tuple(float(t) for t in theta), r
+
+
+def group_clip_seeds(target: Target, gen: torch.Generator, tries: int = 64) -> list[Pair]:
+    """Add-remove pairs with constructed parameters turning every group of Eq. 8 around (-> 2KC).
+
+    Derivation. With the head of :func:`split_flip_head` every row sits on the half circle and a
+    group's clipped gradient tends to C times the direction of sum_r (dS_j/dtheta_r) kappa_r
+    sin(theta_r) t(theta_r) (:func:`_group_directions`), S_j its members' full-batch terms (Eq. 12
+    with N_a = 1). Among the shared seeds tried, take one whose random grouping leaves no group of
+    D empty (the added example then joins an occupied group: each group may turn, 2C each); the
+    angles of the 3(|B| + 1) rows of D' that maximise the limit (:func:`group_clip_limit`) turn
+    every group, the added example's included: the limit is 2K / (2K + 1) of Thm. 1's (2K + 1) C
+    (0.8 at K = 2, 0.889 at K = 4), the closed-form supremum 2KC (:func:`group_clip_supremum`).
+    """
+    from defenses.dp.randomness import StepRandomness
+    from defenses.dp_gcl import assign_groups
+
+    dom, b = target.domain, target.units
+    s_size, tau = int(target.params.get("S", 0) or 0), target.params.get("tau")
+    found = _projector(target) if target.module is not None else None
+    if found is None or tau is None or s_size < 1 or not isinstance(dom, ImageDomain) \
+            or target.relation != "add-remove" or b < 1 or 3 * (b + 1) > found[1][0].in_features + 1:
+        return []
+    k = max(1, round(b / s_size))
+    chosen = None
+    for _ in range(tries):
+        seed = _seed(gen)
+        keys = StepRandomness(seed).uniform(b + 1, "groups")
+        groups = assign_groups(keys, "random", k, s_size)
+        if len(torch.unique(groups[:b])) == k:
+            chosen = (seed, tuple(int(g) for g in groups[:b]), int(groups[b]))
+            break
+    if chosen is None:
+        return []
+    seed, groups, new_group = chosen
+    angles, _ = _group_clip_angles(groups, new_group, k, float(tau))
+    base, new = dom.draw(b, gen, "data"), dom.draw(1, gen, "data")
+    pair = Pair(base, new, 0, seed)
+    _, b_rows = pair.neighbours(target.relation, dom.unit_size)
+    reps = _projector_inputs(target, b_rows, seed)
+    if reps is None or len(reps) != 3 * (b + 1):
+        return []
+    params = split_flip_head(target, reps, torch.tensor(angles, dtype=torch.float64), 100.0, 1e-6)
+    return [] if params is None else [Pair(base, new, 0, seed, params)]
+
+
+def group_clip_pairs(target: Target, gen: torch.Generator) -> list[Pair]:
+    """:func:`group_clip_seeds` first, then :func:`gradient_seeds` (DP-GCL Eq. 8's constructed pairs)."""
+    return group_clip_seeds(target, gen) + gradient_seeds(target, gen)
 
 
 # (delta_x, delta_y): the spreadout pair's angles from the ends of (0, pi), see :func:`spreadout_seeds`

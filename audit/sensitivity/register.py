@@ -401,7 +401,7 @@ def _logit_params(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
 
 
 def _group_params(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
-    return {"B": setting.units, "S": q.params["S"], "C": q.params["C"]}
+    return {"B": setting.units, "S": q.params["S"], "C": q.params["C"], "tau": q.params["tau"]}
 
 
 # -- the register ------------------------------------------------------------------------------------
@@ -488,11 +488,14 @@ _ENTRIES: list[ClaimSpec] = [
     ClaimSpec("dpgcl.batch-level", "DP-GCL Eq. 7 (Sec. 2.3.2)", "add-remove", "l2", "2C", dpgcl_batch_level_bound,
               ("C",), image_builder(_with("C")), (T(1), T(2), S(4)), defense="dp-clip"),
     ClaimSpec("dpgcl.group-clip", "DP-GCL Thm. 1 (Eq. 8)", "add-remove", "l2", "(2 ceil(B/S) + 1) C",
-              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params), _GROUPS, defense="dp-gcl",
+              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params, seeds="group_clip_pairs"), _GROUPS,
+              defense="dp-gcl",
               notes=("the implementation's K groups are fixed (random grouping), so the added example joins one of "
-                     "them and no group appears: Delta <= 2KC, or (2K - 1) C when it fills a group empty in D; the "
-                     "supremum is at most 2K / (2K + 1) of (2K + 1) C: 0.89 at K = 4, 0.80 at K = 2 (an upper bound "
-                     "on the supremum; the add-flip construction reaches about 0.6)",)),
+                     "them and no group appears: Delta <= 2KC, the closed-form supremum (2K / (2K + 1) of "
+                     "(2K + 1) C: 0.89 at K = 4, 0.80 at K = 2), reached in the limit by extremal.group_clip_seeds "
+                     "(every group's clipped gradient turned around, the added example's group included: 0.8 of "
+                     "the bound at K = 2, 0.88 at K = 4 on the model); Thm. 1's extra C is a group that cannot "
+                     "appear",)),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
               ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="random"),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
