@@ -891,4 +891,9 @@ def spreadout_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
 def gradient_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
     """:func:`image_seeds` plus the constructed-parameter pairs that apply to the target."""
     return (image_seeds(target, gen) + flip_seeds(target, gen) + add_flip_seeds(target, gen)
-            + chunk_seeds(target, gen) + logit_seeds(target, gen) + spreadout_seeds(target, gen))
+            + chunk_seeds(target, gen) + logit_seeds(target, gen))
+
+
+def spreadout_pairs(target: Target, gen: torch.Generator) -> list[Pair]:
+    """:func:`spreadout_seeds` first, then :func:`gradient_seeds` (Logit-DP Lemma 4.6's constructed pairs)."""
+    return spreadout_seeds(target, gen) + gradient_seeds(target, gen)

@@ -510,7 +510,7 @@ _ENTRIES: list[ClaimSpec] = [
                      "diagonal probability and the new column's probability in the old row are different "
                      "entries and can be small and large together",)),
     ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
-              image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp",
+              image_builder(_logit_params, seeds="spreadout_pairs"), (T(1), T(2), S(4)), defense="logit-dp",
               notes=("at n = 2 the bound is loose, its supremum is 4C (2/3 of 6C): D (one example) is below the "
                      "spreadout loss's minimum batch and releases 0, and the two new terms carry |dL/dZ_ij| = "
                      "2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, approached by extremal.spreadout_seeds (both logits "
