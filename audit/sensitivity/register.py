@@ -515,7 +515,11 @@ _ENTRIES: list[ClaimSpec] = [
                      "spreadout loss's minimum batch and releases 0, and the two new terms carry |dL/dZ_ij| = "
                      "2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, approached by extremal.spreadout_seeds (both logits "
                      "near -1, their clipped gradients parallel: 4 cos(0.04) C = 0.999 of 4C); at n >= 3 the old "
-                     "terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L) and no closed form is derived",)),
+                     "terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L) and no closed form is derived. "
+                     "The ascent from the construction has measured 4.0014C at n = 2 (--evaluations 400, seed 0), "
+                     "0.03% above 4C: some clipped pair term there exceeds C, presumably float32 cancellation in the "
+                     "exact pair norms (Jacobian Grams |A|^2 + |B|^2 + 2 <A, B>, defenses/dp/pairs.py); not "
+                     "investigated further",)),
     # DP-FedEmb (user level, replace-one)
     ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
               "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,
