@@ -326,7 +326,8 @@ def flip_seeds(target: Target, gen: torch.Generator, images: int = 2) -> list[Pa
 SPLIT_MARGIN = 0.05  # angles kept in [margin, pi - margin]: |cot| <= 20, the rows stay on the head's line
 SPLIT_SHAPES = ((100.0, 1e-6), (300.0, 1e-4))  # (K, scale): K >> 1 hides the bias block, scale saturates C
 # the smallest torque |dL/dtheta_r| (mean loss) the construction counts in full: with K = 100, sin theta >=
-# sin(margin) and scale 1e-6, a row's gradient is >= 5e6 times its torque, above any clip norm >= 0.05
+# sin(margin) and scale 1e-6, a row's gradient is >= 5e6 times its torque (>= 50 at the floor), so every
+# such row is clipped at the clip norms the claims use (0.05 to 1)
 SPLIT_TORQUE_FLOOR = 1e-5
 SPLIT_TOLERANCE = 0.01  # radians: a constructed head placing a row further from its angle is dropped
 
