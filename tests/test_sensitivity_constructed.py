@@ -9,7 +9,10 @@ import pytest
 import torch
 
 from audit.sensitivity import CLAIMS, Context, Setting
-from audit.sensitivity.extremal import chunk_seeds, flip_seeds, logit_seeds
+from audit.sensitivity.extremal import (chunk_seeds, flip_seeds, logit_seeds, split_flip_angles, split_flip_head,
+                                        split_flip_ratio, split_flip_seeds, spreadout_seeds,
+                                        spreadout_supremum, group_clip_limit, group_clip_seeds,
+                                        group_clip_supremum)
 from audit.sensitivity.search import Evaluator, gradient_ascent, Clock
 from audit.sensitivity.witness import replay, save_witness
 from defenses.dp.params import parameter_values
@@ -35,6 +38,74 @@ def test_flip_seeds_turn_every_simclr_view_around(digits):
     ratios, _ = _ratios(target, pairs)
     assert max(ratios) >= 0.8 * (b - 1), ratios
     assert max(ratios) <= b + 1e-6  # the sound 4|B|C holds
+
+
+@pytest.mark.parametrize("b", [2, 4, 8])
+def test_split_flip_limit_tends_to_the_plain_bound(b):
+    """DPCL Sec. 3.2.1's 4|B|C is tight: the split flip's limit ratio tends to 1 as the angles' margin shrinks."""
+    angles, limit = split_flip_angles(b, 0.5)
+    assert 0.99 <= limit <= 1.0 + 1e-12
+    _, exact = split_flip_angles(b, 0.5, margin=0.005, exact=True)
+    assert 0.999 <= exact <= 1.0 + 1e-12
+    assert limit > (b - 1) / b + 0.2 / b  # beyond the flip construction's (|B| - 1) / |B|
+    # the limit is a property of the angles: moving the replaced example's split views together loses it
+    joined = torch.tensor([angles], dtype=torch.float64)
+    joined[0, 0] = joined[0, 1]
+    assert float(split_flip_ratio(joined, b, 0.5)[0]) < 0.9
+
+
+def test_split_flip_seeds_realise_the_limit_on_the_model(digits):
+    """Every view's clipped gradient turns: the model's ratio equals the angles' limit, within the bound."""
+    target = _target("dpcl.simclr-gradient-plain", Setting(4), digits)
+    pairs = split_flip_seeds(target, torch.Generator().manual_seed(0))
+    assert pairs and all(p.params is not None for p in pairs)
+    ratios, _ = _ratios(target, pairs)
+    _, limit = split_flip_angles(4, float(target.params["tau"]))
+    assert max(ratios) == pytest.approx(limit, abs=2e-3), ratios
+    assert 0.99 <= max(ratios) <= 1.0 + 1e-6
+
+
+def test_split_flip_head_refuses_a_fit_the_model_cannot_realise(digits):
+    target = _target("dpcl.simclr-gradient-plain", Setting(2), digits)
+    gen = torch.Generator().manual_seed(0)
+    reps = torch.rand(1, 64, generator=gen, dtype=torch.float64) + 1e-9 * torch.randn(6, 64, generator=gen,
+                                                                                       dtype=torch.float64)
+    theta = torch.tensor([0.1, 3.0, 3.0, 0.1, 0.1, 0.1], dtype=torch.float64)
+    assert split_flip_head(target, reps, theta, 100.0, 1e-6) is None
+    good = torch.rand(6, 64, generator=gen, dtype=torch.float64)
+    assert split_flip_head(target, good, theta, 100.0, 1e-6) is not None
+
+
+def test_spreadout_seeds_reach_the_closed_form_supremum_at_n_2(digits):
+    """Lemma 4.6 at n = 2: sup = 4C (2/3 of 6C), approached as 4 cos(delta) C by the constructed pair."""
+    target = _target("logitdp.spreadout", Setting(1), digits)
+    pairs = spreadout_seeds(target, torch.Generator().manual_seed(0))
+    assert pairs and all(p.params is not None for p in pairs)
+    ratios, ev = _ratios(target, pairs)
+    sup = spreadout_supremum(target.params)
+    assert sup == 4.0 * target.params["C"] and spreadout_supremum({**target.params, "n": 3}) is None
+    best = max(ratios) * target.bound
+    assert best == pytest.approx(4 * math.cos(0.04) * target.params["C"], rel=1e-3)
+    assert best <= sup * (1 + 1e-6)
+
+
+def test_group_clip_limit_turns_every_fixed_group_and_reaches_2kc():
+    """DP-GCL Eq. 8 with K = 2 fixed groups: the limit is 2K / (2K + 1) of Thm. 1's (2K + 1) C, never above."""
+    theta, limit = group_clip_limit((0, 1, 0, 1), 0, 2, 1 / math.sqrt(2))
+    assert limit == pytest.approx(0.8, abs=1e-3) and limit <= 0.8 + 1e-9
+    assert group_clip_supremum({"B": 4, "S": 2, "C": 1.0}) == 4.0
+    assert group_clip_supremum({"B": 8, "S": 2, "C": 0.5}) == 4.0
+    assert theta.shape == (15,) and bool(((theta > 0) & (theta < math.pi)).all())
+
+
+def test_group_clip_seeds_reach_the_supremum_on_the_model(digits):
+    target = _target("dpgcl.group-clip", Setting(4, {"group_size": 2, "batch_size": 4}), digits)
+    pairs = group_clip_seeds(target, torch.Generator().manual_seed(0))
+    assert len(pairs) == 1 and pairs[0].params is not None
+    ratios, _ = _ratios(target, pairs)
+    sup = group_clip_supremum(target.params) / target.bound
+    assert sup == pytest.approx(0.8)
+    assert 0.99 * sup <= ratios[0] <= sup + 1e-6, ratios
 
 
 def test_chunk_seeds_shift_every_group_of_the_chunked_grouping(digits):

@@ -115,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_table(HEADERS, [_row(r) for r in results]))
         _growth(results)
+        notes = [f"{r['claim']}: {n}" for r in results for n in r.get("config", {}).get("notes") or []]
+        if notes:
+            print("\nnotes:\n" + "\n".join(f"- {n}" for n in notes))
         for r in results:
             reason = r["config"].get("reason")
             if r["verdict"] == "inconclusive" and reason:

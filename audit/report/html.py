@@ -146,6 +146,9 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
         parts.append(table(s.SENSITIVITY_HEADERS, rows, table_id="sensitivity-table", badge_cols=("verdict",)))
         parts.append("<p><small>Witness paths are relative to this report's directory; "
                      "<code>privaudit sensitivity --replay FILE</code> reproduces a violation.</small></p>")
+        notes = s.sensitivity_notes(report)
+        if notes:
+            parts.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     else:
         parts.append("<p>No sensitivity checks in this run.</p>")
 

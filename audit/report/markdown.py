@@ -79,6 +79,9 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
         lines += [table(s.SENSITIVITY_HEADERS, rows), "",
                   "Witness paths are relative to this report's directory; `privaudit sensitivity --replay FILE` "
                   "reproduces a violation.", ""]
+        notes = s.sensitivity_notes(report)
+        if notes:
+            lines += [f"- {n}" for n in notes] + [""]
     else:
         lines += ["No sensitivity checks in this run.", ""]
     if report.get("step_audit"):

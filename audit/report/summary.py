@@ -146,15 +146,28 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
-SENSITIVITY_HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "verdict", "expected", "witness"]
+SENSITIVITY_HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "supremum", "observed / supremum",
+                       "verdict", "expected", "witness"]
 
 
 def sensitivity_rows(report: dict[str, Any]) -> list[list[str]]:
+    """One row per checked claim; ``supremum`` is the quantity's closed-form supremum where derived."""
     expect = ((report["suite"].get("sensitivity") or {}).get("expect")) or {}
-    return [[r.get("claim", "-"), r.get("source", "-"), r.get("relation", "-"), fmt(r.get("bound")),
-             fmt(r.get("observed")), fmt(r.get("ratio")), display(r.get("verdict", "-")),
-             display(expect.get(r.get("claim"), "holds")),
-             r.get("witness") or "-"] for r in report.get("sensitivity") or []]
+    rows = []
+    for r in report.get("sensitivity") or []:
+        sup = (r.get("config") or {}).get("closed_form_supremum") or {}
+        rows.append([r.get("claim", "-"), r.get("source", "-"), r.get("relation", "-"), fmt(r.get("bound")),
+                     fmt(r.get("observed")), fmt(r.get("ratio")),
+                     f"{fmt(sup.get('value'))} = {sup['formula']}" if sup.get("formula") else "-",
+                     fmt(sup.get("search_ratio")), display(r.get("verdict", "-")),
+                     display(expect.get(r.get("claim"), "holds")), r.get("witness") or "-"])
+    return rows
+
+
+def sensitivity_notes(report: dict[str, Any]) -> list[str]:
+    """The register's notes of each checked claim (why a bound is loose, what the constructions reach)."""
+    return [f"{r.get('claim', '-')}: {n}" for r in report.get("sensitivity") or []
+            for n in (r.get("config") or {}).get("notes") or []]
 
 
 def claim_notes(report: dict[str, Any]) -> list[dict[str, Any]]:

@@ -174,8 +174,9 @@ def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None =
     config["budget"] = budget_account(per_setting, best_index=per_setting.index(next(
         s for s in per_setting if s["setting"] == target.setting)))
     sup = spec.supremum
-    if sup is not None:
-        value = float(sup[0](target.params))
+    value = None if sup is None else sup[0](target.params)
+    if value is not None:
+        value = float(value)
         config["closed_form_supremum"] = {"value": value, "formula": sup[1], "bound_ratio": value / target.bound,
                                           "search_ratio": None if observed is None else observed / value}
     if spec.growth:

@@ -326,19 +326,24 @@ def reference_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: An
                   setting.to_dict())
 
 
-def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, Any]]) -> Builder:
-    """Builder for quantities of a batch of images (the DP training defenses)."""
+def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, Any]],
+                  seeds: str = "gradient_seeds") -> Builder:
+    """Builder for quantities of a batch of images (the DP training defenses).
+
+    ``seeds``: the name of the constructed-pair function of :mod:`audit.sensitivity.extremal` the
+    search starts from (by name: that module imports this one's search types).
+    """
 
     def build(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
         q, saved, net = spec.quantity(setting, ctx, state)
         params = param_fn(setting, q)
         data = ctx.data
         domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes)
-        from audit.sensitivity.extremal import gradient_seeds
+        from audit.sensitivity import extremal
 
         return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
                       setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved,
-                      seeds=gradient_seeds, module=net)
+                      seeds=getattr(extremal, seeds), module=net)
 
     return build
 
@@ -396,7 +401,7 @@ def _logit_params(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
 
 
 def _group_params(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
-    return {"B": setting.units, "S": q.params["S"], "C": q.params["C"]}
+    return {"B": setting.units, "S": q.params["S"], "C": q.params["C"], "tau": q.params["tau"]}
 
 
 # -- the register ------------------------------------------------------------------------------------
@@ -459,11 +464,16 @@ _ENTRIES: list[ClaimSpec] = [
               image_builder(_with("C")), _GROWTH, defense="dpcl-simclr",
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     ClaimSpec("dpcl.simclr-gradient-plain", "DPCL Sec. 3.2.1", "replace-one", "l2", "4 B C",
-              dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C")),
+              dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C", "tau"), seeds="plain_simclr_seeds"),
               (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"},
-              notes=("no closed-form supremum; the flip construction (extremal.flip_seeds) turns the 2|B| - 2 "
-                     "unchanged views around, 2 (2|B| - 2) C = (|B| - 1) / |B| of the bound (0.5 at |B| = 2, 0.75 at "
-                     "|B| = 4), the replaced example's two views only partly",)),
+              notes=("tight: the supremum is the bound 4|B|C (approached, not attained). The split-flip "
+                     "construction (extremal.split_flip_seeds) turns every view's clipped gradient around, the "
+                     "replaced example's two included (its views split across the circle in D, together in D'); "
+                     "its limit ratio, maximised over six angles kept 0.05 rad from the ends, is 0.997 at |B| = 2, "
+                     "4, 8 and 0.99 at |B| = 32 (tau 0.5), and tends to 1 as that margin shrinks (0.9999 at "
+                     "0.005); at tau 0.1 the rows across the circle see each other through e^(-2/tau), torques "
+                     "float32 rounds away, and the model realises 0.74 at |B| = 3 (0.997 in exact arithmetic). The "
+                     "earlier flip construction (extremal.flip_seeds) stopped at (|B| - 1) / |B|",)),
     ClaimSpec("dpcl.barlow-gradient", "DPCL Sec. 3.3.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
               image_builder(_with("C")), _SATURATED_GROWTH, defense="dpcl-barlow",
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
@@ -478,11 +488,14 @@ _ENTRIES: list[ClaimSpec] = [
     ClaimSpec("dpgcl.batch-level", "DP-GCL Eq. 7 (Sec. 2.3.2)", "add-remove", "l2", "2C", dpgcl_batch_level_bound,
               ("C",), image_builder(_with("C")), (T(1), T(2), S(4)), defense="dp-clip"),
     ClaimSpec("dpgcl.group-clip", "DP-GCL Thm. 1 (Eq. 8)", "add-remove", "l2", "(2 ceil(B/S) + 1) C",
-              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params), _GROUPS, defense="dp-gcl",
+              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params, seeds="group_clip_pairs"), _GROUPS,
+              defense="dp-gcl",
               notes=("the implementation's K groups are fixed (random grouping), so the added example joins one of "
-                     "them and no group appears: Delta <= 2KC, or (2K - 1) C when it fills a group empty in D; the "
-                     "supremum is at most 2K / (2K + 1) of (2K + 1) C: 0.89 at K = 4, 0.80 at K = 2 (an upper bound "
-                     "on the supremum; the add-flip construction reaches about 0.6)",)),
+                     "them and no group appears: Delta <= 2KC, the closed-form supremum (2K / (2K + 1) of "
+                     "(2K + 1) C: 0.89 at K = 4, 0.80 at K = 2), reached in the limit by extremal.group_clip_seeds "
+                     "(every group's clipped gradient turned around, the added example's group included: 0.8 of "
+                     "the bound at K = 2, 0.88 at K = 4 on the model); Thm. 1's extra C is a group that cannot "
+                     "appear",)),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
               ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="random"),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
@@ -497,10 +510,16 @@ _ENTRIES: list[ClaimSpec] = [
                      "diagonal probability and the new column's probability in the old row are different "
                      "entries and can be small and large together",)),
     ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
-              image_builder(_logit_params), (T(1), T(2), S(4)), defense="logit-dp",
-              notes=("at n = 2 the bound is loose: D (one example) is below the spreadout loss's minimum batch and "
-                     "releases 0, and the two new terms carry |dL/dZ_ij| = 2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, "
-                     "2/3 of 6C; at n >= 3 the old terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L)",)),
+              image_builder(_logit_params, seeds="spreadout_pairs"), (T(1), T(2), S(4)), defense="logit-dp",
+              notes=("at n = 2 the bound is loose, its supremum is 4C (2/3 of 6C): D (one example) is below the "
+                     "spreadout loss's minimum batch and releases 0, and the two new terms carry |dL/dZ_ij| = "
+                     "2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, approached by extremal.spreadout_seeds (both logits "
+                     "near -1, their clipped gradients parallel: 4 cos(0.04) C = 0.999 of 4C); at n >= 3 the old "
+                     "terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L) and no closed form is derived. "
+                     "The ascent from the construction has measured 4.0014C at n = 2 (--evaluations 400, seed 0), "
+                     "0.03% above 4C: some clipped pair term there exceeds C, presumably float32 cancellation in the "
+                     "exact pair norms (Jacobian Grams |A|^2 + |B|^2 + 2 <A, B>, defenses/dp/pairs.py); not "
+                     "investigated further",)),
     # DP-FedEmb (user level, replace-one)
     ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
               "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,
