@@ -59,3 +59,24 @@ def test_pair_norms_are_exact_and_the_upper_bound_bounds_them():
     expected = ((tau_ij.reshape(-1) * scale)[:, None] * grads).sum(0)
     assert rel_err(loose.total, expected) < 1e-8
     assert float((grads * scale[:, None]).norm(dim=1).max()) <= clip * (1 + 1e-9)  # every clipped pair <= B
+
+
+def test_pair_norms_never_fall_below_the_true_norm_where_the_parts_cancel():
+    """Gram-identity norms in float32 lose the true norm to cancellation; the rounding slack restores the bound."""
+    g = torch.Generator().manual_seed(0)
+    n, d, p = 6, 2, 20000
+    jx = 100 * torch.randn(n, d, p, generator=g)
+    jy = -jx + 1e-3 * torch.randn(n, d, p, generator=g)  # pair (i, i): a^T J_x + b^T J_y nearly cancels
+    a = torch.zeros(n, n, d)
+    a[..., 0] = 1.0
+    b = a.clone()
+    norms = pair_norms(None, None, None, None, a, b, "exact", jacobians=(jx, jy))
+    true = (jx[:, None, 0].double() + jy[None, :, 0].double()).norm(dim=-1)
+    assert (norms.double() >= true * (1 - 1e-6)).all()
+    # the plain float32 identity falls below the truth on the cancelling pairs (what the slack is for)
+    gx, gy = (jx[:, 0] * jx[:, 0]).sum(-1), (jy[:, 0] * jy[:, 0]).sum(-1)
+    plain = (gx[:, None] + gy[None, :] + 2 * jx[:, 0] @ jy[:, 0].T).clamp_min(0).sqrt()
+    assert (plain.diagonal().double() < true.diagonal()).any()
+    # and the slack is a small relative cost where nothing cancels
+    off = ~torch.eye(n, dtype=torch.bool)
+    assert (norms[off].double() <= true[off] * 1.01).all()
