@@ -517,9 +517,9 @@ _ENTRIES: list[ClaimSpec] = [
                      "near -1, their clipped gradients parallel: 4 cos(0.04) C = 0.999 of 4C); at n >= 3 the old "
                      "terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L) and no closed form is derived. "
                      "The ascent once measured 4.0014C here, 0.03% above 4C: float32 cancellation in the Gram-identity "
-                     "pair norms (|A|^2 + |B|^2 + 2 <A, B>) made a clipped pair term exceed C; the norms now carry "
-                     "a rounding slack that keeps them above the true norm (defenses/dp/pairs.py), and the same "
-                     "search measures 3.994C",)),
+                     "pair norms (|A|^2 + |B|^2 + 2 <A, B>) made a clipped pair term exceed C; the Grams are now "
+                     "float64 with a rounding bound that keeps each norm above the true one (defenses/dp/pairs.py), "
+                     "and the same search measures 3.9999C",)),
     # DP-FedEmb (user level, replace-one)
     ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
               "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,
