@@ -403,20 +403,32 @@ def split_flip_angles(b: int, tau: float, candidates: int = 1024, rounds: int = 
     family = torch.stack([grid[:, 2], math.pi - grid[:, 0], math.pi - grid[:, 1], math.pi - grid[:, 1],
                           torch.full_like(grid[:, 0], lo), torch.full_like(grid[:, 0], lo)], 1)
     pop = torch.cat([family, lo + (hi - lo) * torch.rand(candidates, 6, generator=gen, dtype=torch.float64)])
-    best = pop[:1]
-    best_r = -1.0
+    best, best_r, _ = _evolve_angles(pop, lambda q: split_flip_ratio(q, b, tau, **precision), rounds, candidates,
+                                     lo, hi, gen)
+    return tuple(float(v) for v in best[0]), best_r
+
+
+def _evolve_angles(pop: torch.Tensor, ratio, rounds: int, candidates: int, lo: float, hi: float,
+                   gen: torch.Generator) -> tuple[torch.Tensor, float, torch.Tensor]:
+    """Elitist evolution of angle vectors in [lo, hi] maximising ``ratio`` (one value per row).
+
+    Each round keeps the best row so far and the 32 best of the round, draws ``candidates`` parents
+    from them and perturbs each angle by a step relative to its distance from the ends of (0, pi) (the
+    angles that matter are small), shrinking over the rounds. Returns (best row, its ratio, last elite).
+    """
+    best, best_r, elite = pop[:1], -1.0, pop
     for i in range(rounds):
-        r = split_flip_ratio(pop, b, tau, **precision)
+        r = ratio(pop)
         j = int(torch.argmax(r))
         if float(r[j]) > best_r:
             best, best_r = pop[j:j + 1].clone(), float(r[j])
         elite = pop[torch.topk(r, min(32, len(r))).indices]
         parents = torch.cat([best, elite])[torch.randint(len(elite) + 1, (candidates,), generator=gen)]
-        # steps relative to the distance from the ends of (0, pi): the angles that matter are small
         sigma = 0.5 * (1.0 - i / rounds) + 0.02
         room = torch.minimum(parents, math.pi - parents)
-        pop = (parents + sigma * room * torch.randn(candidates, 6, generator=gen, dtype=torch.float64)).clamp(lo, hi)
-    return tuple(float(v) for v in best[0]), best_r
+        noise = torch.randn(candidates, pop.shape[1], generator=gen, dtype=torch.float64)
+        pop = (parents + sigma * room * noise).clamp(lo, hi)
+    return best, best_r, elite
 
 
 def split_flip_head(target: Target, reps: torch.Tensor, theta: torch.Tensor, big: float, scale: float,
@@ -757,18 +769,8 @@ def group_clip_limit(groups: tuple[int, ...], new_group: int, k: int, tau: float
     dim = 3 * (len(groups) + 1)
     lo, hi = SPLIT_MARGIN, math.pi - SPLIT_MARGIN
     pop = lo + (hi - lo) * torch.rand(candidates, dim, generator=gen, dtype=torch.float64)
-    best, best_r = pop[:1], -1.0
-    elite = pop[:starts]
-    for i in range(rounds):
-        r = group_clip_ratio(pop, g, new_group, k, tau, big)
-        j = int(torch.argmax(r))
-        if float(r[j]) > best_r:
-            best, best_r = pop[j:j + 1].clone(), float(r[j])
-        elite = pop[torch.topk(r, min(32, len(r))).indices]
-        parents = torch.cat([best, elite])[torch.randint(len(elite) + 1, (candidates,), generator=gen)]
-        sigma = 0.5 * (1.0 - i / rounds) + 0.02
-        room = torch.minimum(parents, math.pi - parents)
-        pop = (parents + sigma * room * torch.randn(candidates, dim, generator=gen, dtype=torch.float64)).clamp(lo, hi)
+    best, best_r, elite = _evolve_angles(pop, lambda q: group_clip_ratio(q, g, new_group, k, tau, big), rounds,
+                                         candidates, lo, hi, gen)
     start = torch.cat([best, elite[:starts - 1]])
     free = torch.logit(((start - lo) / (hi - lo)).clamp(1e-6, 1 - 1e-6)).requires_grad_(True)
     opt = torch.optim.Adam([free], lr=0.05)
