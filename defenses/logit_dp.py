@@ -42,7 +42,8 @@ from defenses.dp.accounting import Mechanism, SamplingPlan
 from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
 from defenses.dp.contrastive import embed, tracking, two_views
 from defenses.dp.embedder import Source
-from defenses.dp.pairs import PAIR_NORMS, direct_pair_sum, efficient_pair_sum, pair_derivatives
+from defenses.dp.pairs import (PAIR_NORMS, direct_pair_sum, efficient_pair_sum, grams_engine, pair_derivatives,
+                                 pair_grams)
 from defenses.dp.randomness import StepRandomness
 from defenses.losses import info_nce_from_logits, spreadout_from_similarity
 
@@ -119,7 +120,14 @@ class LogitDP(DPDefense):
     def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
         cfg = self.config
         v1, v2 = two_views(ctx, x, rnd)
-        zx, zy = embed(ctx, (Source(v1), Source(v2)))
+        grams = None
+        if cfg.pair_grads == "efficient" and not tracking() and grams_engine(ctx.embedder) == "layerwise":
+            # the Grams' replicated forward pass gives the embeddings too (no separate forward)
+            # (cosine logits: the pair cotangents are tangent to their rows' embeddings, D - 1 directions per row)
+            grams = pair_grams(ctx.embedder, ctx.params, v1, v2, cfg.pair_norms == "exact", tangent=True)
+            zx, zy = grams.embeddings
+        else:
+            zx, zy = embed(ctx, (Source(v1), Source(v2)), record=False)
         logits = (F.normalize(zx, dim=-1, eps=1e-8) @ F.normalize(zy, dim=-1, eps=1e-8).T * self.logit_scale)
         if tracking() and logits.requires_grad:
             # the sensitivity checks' first-order search: tau_ij = dL/dZ_ij keeps its graph (double backward)
@@ -133,7 +141,7 @@ class LogitDP(DPDefense):
         a, b = pair_derivatives(self.similarity, zx, zy)
         if cfg.pair_grads == "efficient":
             clipped = efficient_pair_sum(ctx.embedder, ctx.params, v1, v2, self.similarity, tau, a, b, cfg.clip,
-                                         cfg.pair_norms, chunk=ctx.chunk)
+                                         cfg.pair_norms, chunk=ctx.chunk, grams=grams)
         else:
             clipped = direct_pair_sum(ctx.embedder, ctx.params, v1, v2, tau, a, b, cfg.clip, chunk=ctx.chunk * 16)
         return StepOutput(clipped, float(loss.detach()), {"tau": tau.detach()})
@@ -142,9 +150,7 @@ class LogitDP(DPDefense):
         cfg = self.config
         if cfg.pair_grads == "direct":
             return "vmap (pair units share rows)"
-        if embedder.engine == "layerwise":
-            return "layerwise (row Jacobians)"
-        return "vmap (row Jacobians)"
+        return "layerwise (ghost Grams)" if grams_engine(embedder) == "layerwise" else "vmap (row Jacobians)"
 
     def params_summary(self, plan: SamplingPlan) -> dict:
         cfg = self.config

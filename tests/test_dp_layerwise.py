@@ -177,7 +177,8 @@ def test_row_jacobians_match_vmap(encoder):
     assert float((fast - ref).abs().max()) <= TOL * float(ref.abs().max())
 
 
-def test_logit_dp_step_is_the_same_with_either_jacobian_engine(digits):
+def test_logit_dp_step_is_the_same_with_either_gram_engine(digits):
+    """Layerwise: ghost Grams over D - 1 tangent directions per row; vmap: Grams of the full row Jacobians."""
     params = {"width": 4, "rep_dim": 8, "proj_hidden": 8, "proj_dim": 4, "batch_size": 8, "epochs": 1,
               "init": "random"}
     grads = {}

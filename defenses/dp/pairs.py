@@ -11,20 +11,25 @@ sum_ij tau_ij grad Z_ij with tau_ij = dL/dZ_ij, and Corollary 4.3 / Algorithm 1 
 * :func:`efficient_pair_sum` -- Sec. 5.3: compute lambda_ij = tau_ij min(1, B / ||grad Z_ij||) and then
   grad F of F = sum_ij lambda_ij Z_ij (lambda detached): grad F = g_bar. The Jacobians the norms need
   already give it, grad F = sum_i J_{x_i}^T (sum_j lambda_ij a_ij) + sum_j J_{y_j}^T (sum_i lambda_ij b_ij),
-  so no further backward pass is run. The Jacobians come from ``vmap`` (:func:`per_sample_jacobians`), or
-  with ``engine='layerwise'`` from :func:`defenses.dp.layerwise.row_jacobians` (one forward/backward of
-  the rows replicated D times).
-  The pair norms come without any pair gradient: with the per-sample Jacobians J_r (D x p) of the
-  2n rows (D vmapped VJPs per row), the D x D Grams G_i = J_{x_i} J_{x_i}^T, H_j = J_{y_j} J_{y_j}^T and
-  the cross Grams K_ij = J_{x_i} J_{y_j}^T give
+  so no further backward pass is run.
+  The pair norms come without any pair gradient: with the D x D Grams G_i = J_{x_i} J_{x_i}^T,
+  H_j = J_{y_j} J_{y_j}^T and the cross Grams K_ij = J_{x_i} J_{y_j}^T of the rows' Jacobians J_r (D x p),
       ||grad Z_ij||^2 = a_ij^T G_i a_ij + b_ij^T H_j b_ij + 2 a_ij^T K_ij b_ij
   exactly (``norms='exact'``). ``norms='upper-bound'`` drops K and clips with
   sqrt(a^T G a) + sqrt(b^T H b) >= ||grad Z_ij|| (triangle inequality): each clipped pair still has
   norm <= B, so the sensitivity bound holds, at the price of some over-clipping.
+  The Grams (:mod:`defenses.dp.row_grams`) come per layer from one forward/backward of the 2n rows
+  replicated D times, with ghost products for Linear layers and convolutions with few output positions
+  (:func:`~defenses.dp.row_grams.layer_grams`, the default wherever the layerwise engine supports the
+  model), or from ``vmap`` Jacobians (:func:`per_sample_jacobians`, ``engine='vmap'`` and the sensitivity
+  checks' differentiable evaluation); in float64 either way, with a rounding slack (:func:`rounding_slack`).
 
-Cost: direct needs 2 n^2 per-sample backward passes and n^2 p memory traffic; efficient needs 2 n D
-per-sample backward passes, (nD)^2 p flops for the cross Grams (a single matrix product) and
-2 n D p memory for the Jacobians -- the better the smaller D (Logit-DP's embedding net uses D = 8).
+Cost: direct needs 2 n^2 per-sample backward passes and n^2 p memory traffic; efficient needs one
+backward pass of 2 n D rows and, per layer, (nD)(mD) x (the layer's factor width) flops for the cross
+Gram: d_out for a Linear layer, L (d_out + in k^2 / D^2) L for a convolution with L output positions
+computed as ghost products, its weight count otherwise -- the better the smaller D (Logit-DP's
+embedding net uses D = 8). At Logit-DP's defaults a step went from 865 ms (materialised float64 Grams)
+to about 250 ms (CPU, one thread).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from defenses.dp.clipping import clip_factors
 from defenses.dp.contrastive import tracking
 from defenses.dp.embedder import Embedder, Source
 from defenses.dp.gradients import ClippedSum, clipped_sum
+from defenses.dp.row_grams import PairGrams, jacobian_grams, layer_grams, tangent_basis  # noqa: F401
 from defenses.dp.units import pair_units
 
 PAIR_NORMS = ("exact", "upper-bound")
@@ -71,9 +77,8 @@ def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], x: tor
                   chunk: int | None = None) -> torch.Tensor:
     """J (n, D, p): ``vmap`` of D VJPs per row, or the layerwise engine when it is asked for explicitly.
 
-    Under ``engine='auto'`` the Jacobians come from ``vmap``: on CPU with Logit-DP's D = 8 it measured
-    faster (about 15 ms against 22 ms for 32 rows of the benchmark's CNN), because the layerwise path
-    replicates every row D times; both give the same numbers (tests).
+    Both give the same numbers (tests). The step itself uses :func:`pair_grams`, which needs no J
+    for the Linear layers.
     """
     from defenses.dp.gradients import engine_reason
 
@@ -84,31 +89,49 @@ def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], x: tor
     return per_sample_jacobians(embedder, params, x, chunk)
 
 
-def pair_norms(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-               a: torch.Tensor, b: torch.Tensor, mode: str = "exact", chunk: int | None = None,
-               jacobians: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """||grad_theta Z_ij|| for every pair (n, m) from Jacobian Grams (exact), or its triangle upper bound."""
+def grams_engine(embedder: Embedder) -> str:
+    """'layerwise' where :func:`defenses.dp.row_grams.layer_grams` serves the model, else 'vmap'."""
+    from defenses.dp.gradients import engine_reason
+
+    return "vmap" if embedder.engine == "vmap" or engine_reason(embedder) is not None else "layerwise"
+
+
+def pair_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+               cross: bool = True, chunk: int | None = None, tangent: bool = False) -> PairGrams:
+    """The row Grams of x and y: per layer with ghost products (:func:`layer_grams`, unless ``vmap`` is
+    requested, the model is unsupported or the sensitivity checks need a graph), else from ``vmap``
+    Jacobians. Both give the same numbers (tests). ``tangent``: the pair cotangents are orthogonal to their
+    rows' embeddings (cosine similarities), so D - 1 directions per row suffice (:func:`tangent_basis`)."""
+    if grams_engine(embedder) == "layerwise":
+        return layer_grams(embedder, params, x, y, cross, tangent)
+    return jacobian_grams(row_jacobians(embedder, params, x, chunk), row_jacobians(embedder, params, y, chunk), cross)
+
+
+def pair_norms(embedder: Embedder | None, params: Mapping[str, torch.Tensor] | None, x: torch.Tensor | None,
+               y: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor, mode: str = "exact",
+               chunk: int | None = None, jacobians: tuple[torch.Tensor, torch.Tensor] | None = None,
+               grams: PairGrams | None = None) -> torch.Tensor:
+    """||grad_theta Z_ij|| for every pair (n, m) from Jacobian Grams (exact), or its triangle upper bound.
+
+    The Grams come from ``grams``, else from materialised ``jacobians``, else from :func:`pair_grams`.
+    """
     if mode not in PAIR_NORMS:
         raise ValueError(f"pair norms: {mode!r} not in {PAIR_NORMS}")
-    if jacobians is None:
-        jacobians = (row_jacobians(embedder, params, x, chunk), row_jacobians(embedder, params, y, chunk))
-    jx, jy = jacobians  # (n, D, p), (m, D, p)
-    dtype = jx.dtype
-    # Grams in float64 (exact products of float32 entries, accumulation error ~p 2^-53): the identity
+    if grams is None:
+        grams = (jacobian_grams(*jacobians, cross=mode == "exact") if jacobians is not None
+                 else pair_grams(embedder, params, x, y, mode == "exact", chunk))
+    dtype = a.dtype
+    # Grams in float64 (exact products of float32 entries, accumulation error ~k 2^-53): the identity
     # below cancels where a pair's gradient is small against its parts, and float32 there can put the
-    # computed norm below the true one, letting a clipped pair exceed C (see _rounding_slack).
-    jx, jy, a, b = jx.double(), jy.double(), a.double(), b.double()
-    gx = torch.einsum("idp,iep->ide", jx, jx)
-    gy = torch.einsum("jdp,jep->jde", jy, jy)
-    own_x = torch.einsum("ijd,ide,ije->ij", a, gx, a).clamp_min(0)
-    own_y = torch.einsum("ijd,jde,ije->ij", b, gy, b).clamp_min(0)
-    n, d, p = jx.shape
-    slack = _rounding_slack(jx, jy, a, b)
+    # computed norm below the true one, letting a clipped pair exceed C (see rounding_slack).
+    a, b = grams.coordinates(a, b)
+    own_x = torch.einsum("ijd,ide,ije->ij", a, grams.own_x, a).clamp_min(0)
+    own_y = torch.einsum("ijd,jde,ije->ij", b, grams.own_y, b).clamp_min(0)
+    slack = rounding_slack(grams, a, b)
     if mode == "upper-bound":
         return _round_up((own_x + slack).sqrt() + (own_y + slack).sqrt(), dtype)
-    m = jy.shape[0]
-    cross = (jx.reshape(n * d, p) @ jy.reshape(m * d, p).T).view(n, d, m, d)  # K_ij blocks
-    sq = own_x + own_y + 2 * torch.einsum("ijd,idje,ije->ij", a, cross, b)
+    assert grams.cross is not None
+    sq = own_x + own_y + 2 * torch.einsum("ijd,idje,ije->ij", a, grams.cross, b)
     return _round_up((sq.clamp_min(0) + slack).sqrt(), dtype)
 
 
@@ -117,23 +140,27 @@ def _round_up(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (x * (1 + torch.finfo(dtype).eps)).to(dtype)
 
 
-def _rounding_slack(jx: torch.Tensor, jy: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def rounding_slack(grams: PairGrams, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """An upper bound on the rounding error of the Gram-identity squared norm, so a clip never under-clips.
 
-    ||a^T J_x + b^T J_y||^2 = a^T G_x a + b^T G_y b + 2 a^T K b is evaluated from floating-point dot
-    products of length p; where the two parts cancel (a pair whose gradient is nearly 0) the computed
-    value can fall below the true one, and min(1, C / norm) then lets a clipped term exceed C (in float32
-    the sensitivity search measured 4.0014 C against the supremum 4 C of Logit-DP's spreadout at n = 2).
-    Each product of Jacobian rows carries an error at most gamma |J_d| |J_e| with gamma = k u / (1 - k u),
-    k = p + 2 D + 2, u the unit roundoff of the Grams' dtype (Higham, "Accuracy and Stability of Numerical
-    Algorithms", Sec. 3.1), so the whole expression errs by at most gamma (s_x + s_y)^2 with
-    s = sum_d |a_d| |J_d|; adding that keeps the computed norm above the true one. In float64 (as
-    :func:`pair_norms` computes) gamma is about 3e-12 at p = 2.6e4: no measurable change where nothing cancels.
+    ||a^T J_x + b^T J_y||^2 = a^T G_x a + b^T G_y b + 2 a^T K b is evaluated from floating-point sums of
+    products; where the two parts cancel (a pair whose gradient is nearly 0) the computed value can fall
+    below the true one, and min(1, C / norm) then lets a clipped term exceed C (in float32 the sensitivity
+    search measured 4.0014 C against the supremum 4 C of Logit-DP's spreadout at n = 2). Each Gram entry
+    sums at most k products (k = ``grams.length`` + 2 D + 2 with the quadratic forms), so it errs by at
+    most gamma_k sum |J_d| |J_e| <= gamma_k |J_d| |J_e| with gamma_k = k u / (1 - k u), u the float64
+    unit roundoff (Higham, "Accuracy and Stability of Numerical Algorithms", Sec. 3.1; a ghost entry
+    <M, M'> (<a, a'> + 1) is a sum over the same products |M_o a_i| |M'_o a'_i|, regrouped), so the
+    whole expression errs by at most gamma_k (s_x + s_y)^2 with s = sum_d |a_d| |J_d|; adding that keeps
+    the computed norm above the true one. The row norms |J_d| come from the Grams' diagonals, inflated
+    by their own rounding (sums of squares: relative error <= gamma_k). gamma is about 3e-12 at
+    k = 2.6e4: no measurable change where nothing cancels.
     """
-    k = jx.shape[-1] + 2 * jx.shape[1] + 2
-    u = torch.finfo(jx.dtype).eps / 2
+    d = grams.own_x.shape[-1]
+    k = grams.length + 2 * d + 2
+    u = torch.finfo(torch.float64).eps / 2
     gamma = k * u / (1 - k * u)
-    s = torch.einsum("ijd,id->ij", a.abs(), jx.norm(dim=-1)) + torch.einsum("ijd,jd->ij", b.abs(), jy.norm(dim=-1))
+    s = torch.einsum("ijd,id->ij", a.abs(), grams.scale_x) + torch.einsum("ijd,jd->ij", b.abs(), grams.scale_y)
     return gamma * s.square()
 
 
@@ -144,26 +171,25 @@ def _logits(embedder: Embedder, params, x, y, similarity: PairSimilarity) -> tor
 
 def efficient_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                        similarity: PairSimilarity, tau: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
-                       pair_clip: float, norms: str = "exact", chunk: int | None = None) -> ClippedSum:
+                       pair_clip: float, norms: str = "exact", chunk: int | None = None,
+                       grams: PairGrams | None = None) -> ClippedSum:
     """sum_ij tau_ij Clip_B(grad Z_ij) as grad of sum_ij lambda_ij Z_ij (Logit-DP Sec. 5.3)."""
     if tracking():  # the sensitivity checks: lambda keeps its graph (first-order search), through the logits
         nrm = pair_norms(embedder, params, x, y, a, b, norms, chunk)
         lam = tau * clip_factors(nrm, pair_clip)
         g = grad(lambda p: (lam * _logits(embedder, p, x, y, similarity)).sum())(dict(params))
         return ClippedSum(embedder.space.flatten(g), nrm.reshape(-1), pair_clip, "pair")
-    jx, jy = row_jacobians(embedder, params, x, chunk), row_jacobians(embedder, params, y, chunk)
-    nrm = pair_norms(embedder, params, x, y, a, b, norms, chunk, jacobians=(jx, jy))
+    if grams is None:
+        grams = pair_grams(embedder, params, x, y, norms == "exact", chunk)
+    nrm = pair_norms(embedder, params, x, y, a, b, norms, chunk, grams=grams)
     lam = (tau * clip_factors(nrm, pair_clip)).detach()
-    # grad of F = sum_ij lambda_ij Z_ij from the Jacobians already at hand (no further backward pass):
+    # grad of F = sum_ij lambda_ij Z_ij through the pieces the Grams were made of (no further backward pass):
     # sum_i J_{x_i}^T (sum_j lambda_ij a_ij) + sum_j J_{y_j}^T (sum_i lambda_ij b_ij)
-    ca = torch.einsum("ij,ijd->id", lam, a)
-    cb = torch.einsum("ij,ijd->jd", lam, b)
-    total = ca.reshape(-1) @ jx.reshape(-1, jx.shape[-1]) + cb.reshape(-1) @ jy.reshape(-1, jy.shape[-1])
-    from defenses.dp.gradients import engine_reason
-
-    layerwise = embedder.engine == "layerwise" and engine_reason(embedder) is None
+    ca, cb = grams.coordinates(a, b)
+    lam64 = lam.double()
+    total = grams.pullback(torch.einsum("ij,ijd->id", lam64, ca), torch.einsum("ij,ijd->jd", lam64, cb))
     return ClippedSum(total, nrm.reshape(-1), pair_clip, "pair",
-                      "layerwise (row Jacobians)" if layerwise else "vmap (row Jacobians)")
+                      "layerwise (ghost Grams)" if grams_engine(embedder) == "layerwise" else "vmap (row Jacobians)")
 
 
 def direct_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,

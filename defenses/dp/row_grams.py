@@ -1,0 +1,366 @@
+"""Grams of the rows' embedding Jacobians: what Logit-DP's pair norms need (Logit-DP Sec. 5.3).
+
+For rows x_1..x_n and y_1..y_m with embedding Jacobians J_r (D x p), a pair gradient
+grad Z_ij = J_{x_i}^T a_ij + J_{y_j}^T b_ij has
+
+    ||grad Z_ij||^2 = a_ij^T G_{x_i} a_ij + b_ij^T G_{y_j} b_ij + 2 a_ij^T K_ij b_ij,
+    G_r = J_r J_r^T (D x D),  K_ij = J_{x_i} J_{y_j}^T (D x D),
+
+so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair gradient
+(:mod:`defenses.dp.pairs`). Two ways to get them (same numbers, tests compare them):
+
+* :func:`jacobian_grams` -- from materialised Jacobians (n, D, p): one (nD x p)(p x mD) product.
+* :func:`layer_grams` -- per layer, from one forward/backward of the rows replicated D times with the
+  basis cotangents e_1..e_D (copy d of row r carries M_{r,d} = row r's output gradient at the layer
+  for e_d). A ``nn.Linear`` layer with input a_r contributes J_{r,d} = M_{r,d} a_r^T (+ M_{r,d} for the
+  bias), so its Gram entries are the ghost products (Li et al. 2022; Bu et al. 2023)
+
+      <J_{r,d}, J_{s,e}> = <M_{r,d}, M_{s,e}> (<a_r, a_s> + 1),
+
+  costing (nD)(mD)(d_out) + nm d_in instead of (nD)(mD)(d_in d_out); every other layer (convolutions,
+  with weight standardisation, group norm) contributes the Gram of its materialised per-row gradients.
+  On Logit-DP's default encoder the Linear layers hold 45% of the parameters.
+
+Every Gram is accumulated in float64 from float32 factors: the products are exact and the sums err by
+at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of |products|, which
+:func:`defenses.dp.pairs.rounding_slack` adds back so no computed pair norm falls below the true one.
+The total gradient of sum_ij lambda_ij Z_ij is a pull-back of per-row cotangents through the same
+pieces (:attr:`PairGrams.pullback`), so no further backward pass runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import torch
+import torch.nn as nn
+
+from defenses.dp.embedder import Embedder, Source
+
+
+@dataclass
+class PairGrams:
+    """Row Grams for n rows x and m rows y (float64) and the pull-back of per-row cotangents.
+
+    ``own_x`` (n, D, D), ``own_y`` (m, D, D), ``cross`` (n, D, m, D) or None (not computed);
+    ``pullback(cx (n, D), cy (m, D))`` is sum_i J_{x_i}^T cx_i + sum_j J_{y_j}^T cy_j as a flat (p,)
+    vector; ``length`` bounds the number of products summed in any Gram entry, and ``scale_x`` (n, D),
+    ``scale_y`` (m, D) bound each row direction's contribution to those sums: every Gram entry
+    <J_{r,d}, J_{s,e}> is computed as a sum of products whose absolute values add up to at most
+    scale_{r,d} scale_{s,e} (|J_{r,d}| for plain Grams; :func:`defenses.dp.pairs.rounding_slack`).
+    """
+
+    own_x: torch.Tensor
+    own_y: torch.Tensor
+    cross: torch.Tensor | None
+    pullback: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    length: int
+    scale_x: torch.Tensor
+    scale_y: torch.Tensor
+    embeddings: tuple[torch.Tensor, torch.Tensor] | None = None  # (zx, zy) where the Grams' forward gave them
+    # (Q_x (n, D, K), Q_y (m, D, K)) float64: the Grams are of J_r Q_r, and cotangents enter as Q_r^T c
+    basis: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def coordinates(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pair cotangents a (n, m, D), b (n, m, D) in the Grams' directions (float64): Q^T a, Q^T b."""
+        a, b = a.double(), b.double()
+        if self.basis is None:
+            return a, b
+        return torch.einsum("ijd,idk->ijk", a, self.basis[0]), torch.einsum("ijd,jdk->ijk", b, self.basis[1])
+
+
+def jacobian_grams(jx: torch.Tensor, jy: torch.Tensor, cross: bool = True) -> PairGrams:
+    """Grams of materialised Jacobians ``jx`` (n, D, p), ``jy`` (m, D, p) (keeps any autograd graph)."""
+    n, d, p = jx.shape
+    m = jy.shape[0]
+    dx, dy = jx.double(), jy.double()
+    k = (dx.reshape(n * d, p) @ dy.reshape(m * d, p).T).view(n, d, m, d) if cross else None
+
+    def pullback(cx: torch.Tensor, cy: torch.Tensor) -> torch.Tensor:
+        return cx.to(jx.dtype).reshape(-1) @ jx.reshape(-1, p) + cy.to(jy.dtype).reshape(-1) @ jy.reshape(-1, p)
+
+    own_x, own_y = torch.einsum("idp,iep->ide", dx, dx), torch.einsum("jdp,jep->jde", dy, dy)
+    return PairGrams(own_x, own_y, k, pullback, p, _diag_scale(own_x, p), _diag_scale(own_y, p))
+
+
+def _diag_scale(own: torch.Tensor, length: int) -> torch.Tensor:
+    """sqrt(G_r[d, d]) inflated by its own rounding (a sum of ``length`` squares: relative error <= gamma)."""
+    u = torch.finfo(torch.float64).eps / 2
+    gamma = length * u / (1 - length * u)
+    return (own.diagonal(dim1=-2, dim2=-1).clamp_min(0) * (1 + gamma)).sqrt()
+
+
+def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weight standardisation's Gram without applying it to every row: w_hat and the correction coefficients.
+
+    WSConv2d uses w_hat = (w - mean) / sigma per filter o (fan-in f, sigma = sqrt(var + 1e-5)); the
+    gradient with respect to w is J_o = (1 / sigma_o) P_o g_o with P_o = I - 1 1^T / f - w_hat w_hat^T / f
+    (:func:`defenses.dp.layerwise._ws_backward`). P_o is symmetric and, with rho = |w_hat|^2 / f and
+    mu = 1^T w_hat / f (0 up to rounding), P_o^2 = I - 1 1^T / f - (2 - rho) w_hat w_hat^T / f
+    + (mu / f)(1 w_hat^T + w_hat 1^T). So with g' = g / sigma, h1 = <g', 1>, h2 = <g', w_hat> (per filter)
+
+        <J_r, J_s> = <g'_r, g'_s> - sum_o [h1 h1' / f + (2 - rho) h2 h2' / f - (mu / f)(h1 h2' + h2 h1')]_o,
+
+    the Gram of g' corrected by rank-2 terms per filter: the per-row P_o g_o are never formed.
+    Returns w_hat (out, f) in float64 and the (3, out) coefficients of h1 h1', h2 h2' and h1 h2' (and h2 h1').
+    """
+    wf = w.detach().double().reshape(w.shape[0], -1)
+    f = wf.shape[1]
+    w_hat = (wf - wf.mean(1, keepdim=True)) * torch.rsqrt(wf.var(1, keepdim=True, unbiased=False) + 1e-5)
+    rho, mu = w_hat.square().sum(1) / f, w_hat.sum(1) / f
+    return w_hat, torch.stack([-torch.full_like(rho, 1 / f), -(2 - rho) / f, mu / f])
+
+
+def _conv_ghost_cheaper(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int) -> bool:
+    """Whether the ghost products beat materialising the rows' weight gradients for the cross Gram:
+    (nDL)(mDL) out + (nL)(mL) in k^2 against (nD)(mD) out in k^2 multiply-adds (L output positions)."""
+    out, fan = mod.weight.shape[0], mod.weight[0].numel()
+    ghost = (n * dim * positions) * (m * dim * positions) * (out + 1) + (n * positions) * (m * positions) * fan
+    return ghost < (n * dim) * (m * dim) * out * fan
+
+
+GHOST_LIMIT = 1 << 24  # float64 entries of one ghost product block (128 MB); larger cross Grams go in chunks
+
+
+class _Grams:
+    """Accumulates own (R, D, D), cross (n, D, m, D) and the row-direction scales^2 (R, D), in float64."""
+
+    def __init__(self, n: int, m: int, dim: int, cross: bool, device: torch.device):
+        f64 = torch.float64
+        self.n, self.m, self.dim = n, m, dim
+        self.own = torch.zeros(n + m, dim, dim, dtype=f64, device=device)
+        self.cross = torch.zeros(n, dim, m, dim, dtype=f64, device=device) if cross else None
+        self.scale2 = torch.zeros(n + m, dim, dtype=f64, device=device)
+        self.length = 0
+
+    def add(self, left: torch.Tensor, right: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """own_r += L_r W R_r^T, cross_ij += L_{x_i} W R_{y_j}^T for factors (R, D, q), W = diag(weight);
+        returns the own block's diagonal (R, D)."""
+        n, m, d = self.n, self.m, self.dim
+        lw = left if weight is None else left * weight
+        block = torch.bmm(lw, right.transpose(1, 2))
+        self.own.add_(block)
+        if self.cross is not None:
+            q = left.shape[-1]
+            self.cross.add_((lw[:n].reshape(n * d, q) @ right[n:].reshape(m * d, q).T).view(n, d, m, d))
+        return block.diagonal(dim1=-2, dim2=-1)
+
+    def add_ghost(self, left: torch.Tensor, inner: torch.Tensor) -> torch.Tensor:
+        """own_r[d, e] += sum_{l,l'} <L_{r,d,l}, L_{r,e,l'}> I_{r,l,r,l'} and likewise cross, for output
+        gradients L (R, D, positions, out) (contiguous) and input products I (R, positions, R, positions)
+        (only the own and x-y blocks are read); returns the own diagonal."""
+        n, m, d = self.n, self.m, self.dim
+        positions = left.shape[2]
+        idx = torch.arange(n + m, device=left.device)
+        own_inner = inner[idx, :, idx, :]  # (R, L, L)
+        block = torch.einsum("rdlo,rlk,reko->rde", left, own_inner, left)
+        self.own.add_(block)
+        if self.cross is not None:
+            # one product over every (row, position) pair, laid out (i, d, l) x (j, e, l'), weighted in place
+            # by I_{i,l,j,l'} and summed over l' (contiguous) and then l; x rows in chunks bounded in memory
+            q = left.shape[-1]
+            right = left[n:].reshape(m * d * positions, q).T
+            step = max(1, GHOST_LIMIT // (d * positions * m * d * positions))
+            for i0 in range(0, n, step):
+                i1 = min(n, i0 + step)
+                bb = left[i0:i1].reshape((i1 - i0) * d * positions, q) @ right
+                if positions == 1:
+                    self.cross[i0:i1].add_(bb.view(i1 - i0, d, m, d) * inner[i0:i1, 0, n:, 0][:, None, :, None])
+                else:
+                    bb = bb.view(i1 - i0, d, positions, m, d, positions)
+                    bb.mul_(inner[i0:i1, None, :, n:, None, :])
+                    self.cross[i0:i1].add_(bb.sum(-1).sum(2))
+        return block.diagonal(dim1=-2, dim2=-1)
+
+    def scales(self, layers: int) -> torch.Tensor:
+        """Upper bounds on the row-direction scales, inflated by their own rounding (sums of squares)."""
+        self.length += layers  # the sum over layers
+        u = torch.finfo(torch.float64).eps / 2
+        gamma = self.length * u / (1 - self.length * u)
+        return (self.scale2.clamp_min(0) * (1 + gamma)).sqrt()
+
+
+Pull = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+
+
+def _linear(acc: _Grams, name: str, params: Mapping[str, torch.Tensor], a: torch.Tensor, b: torch.Tensor) -> Pull:
+    """Ghost products of a Linear layer: <J_{r,d}, J_{s,e}> = <M_{r,d}, M_{s,e}> (<a_r, a_s> + 1)."""
+    w_name, b_name = f"{name}.weight", f"{name}.bias"
+    r = a.shape[0]
+    md, ad = b.double(), a.double()  # (R, D, out), (R, in)
+    inner = ad @ ad.T if w_name in params else torch.zeros(r, r, dtype=torch.float64, device=a.device)
+    if b_name in params:
+        inner = inner + 1
+    acc.scale2.add_(acc.add_ghost(md[:, :, None, :], inner[:, None, :, None]))
+    acc.length = max(acc.length, b.shape[-1] * (a.shape[-1] + 1))
+
+    def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
+        v = torch.einsum("rd,rdo->ro", c, b)
+        g = {}
+        if w_name in params:
+            g[w_name] = v.T @ a
+        if b_name in params:
+            g[b_name] = v.sum(0)
+        return g
+    return pull
+
+
+def _conv_weight(acc: _Grams, mod: nn.Conv2d, name: str, params: Mapping[str, torch.Tensor], a: torch.Tensor,
+                 b: torch.Tensor) -> Pull:
+    """A convolution's weight (weight-standardised or not): ghost products over the output positions
+    where they are cheaper, else the Gram of the rows' materialised weight gradients; WS by
+    :func:`_ws_hat`'s corrections. ``b`` (R, D, out, H, W)."""
+    from defenses.dp.layerwise import _conv_patches, _ws_backward
+    from defenses.nn.encoders import WSConv2d
+
+    w_name = f"{name}.weight"
+    w = params[w_name]
+    r, d, out = b.shape[:3]
+    ws = isinstance(mod, WSConv2d)
+    if ws:  # fold 1 / sigma_o into the output gradients: the rows' weight gradients come out as g'
+        inv = torch.rsqrt(w.detach().reshape(out, -1).var(1, unbiased=False) + 1e-5)
+        b = b * inv.view(1, 1, -1, 1, 1)
+    delta = b.reshape(r, d, out, -1).double()  # (R, D, out, L)
+    patches = _conv_patches(mod, a).double()  # (R, in k^2, L)
+    positions = delta.shape[-1]
+    if _conv_ghost_cheaper(mod, positions, acc.n, acc.m, d):
+        # <g_{r,d}, g_{s,e}> = sum_{l,l'} <delta_{r,d,l}, delta_{s,e,l'}> <P_{r,l}, P_{s,l'}>
+        pt = patches.transpose(1, 2).reshape(r * positions, -1)
+        inner = (pt @ pt.T).view(r, positions, r, positions)
+        acc.add_ghost(delta.transpose(2, 3).contiguous(), inner)
+        # the products' absolute values add up to |G~|^2, G~ = |delta| |P|^T per row direction
+        pa = patches.abs()
+        mag2 = torch.einsum("rdol,rlk,rdok->rd", delta.abs(), torch.bmm(pa.transpose(1, 2), pa), delta.abs())
+        acc.length = max(acc.length, w.numel() * positions ** 2)
+        rows = None
+    else:
+        # the rows' weight gradients (exact products of the float32 factors, float64 sums), what the pull-back
+        # contracts too; h1, h2 below come from the same factors
+        rows = torch.bmm(delta.reshape(r, d * out, positions), patches.transpose(1, 2)).view(r, d, out, -1)
+        mag2 = acc.add(rows.view(r, d, -1), rows.view(r, d, -1)).clamp_min(0)
+        acc.length = max(acc.length, w.numel())
+    acc.scale2.add_(mag2)
+    if ws:
+        w_hat, coef = _ws_hat(w)
+        # h1 = sum_l delta_l <P_l, 1>, h2 = sum_l delta_l <P_l, w_hat_o>: no pass over the rows' gradients
+        h1 = torch.einsum("rdol,rl->rdo", delta, patches.sum(1))
+        h2 = (delta * torch.bmm(w_hat.expand(r, -1, -1), patches)[:, None]).sum(-1)
+        acc.add(h1, h1, coef[0])
+        acc.add(h2, h2, coef[1])
+        acc.add(h1, h2, coef[2])
+        acc.add(h2, h1, coef[2])
+        # the corrections' products add up to at most 3 |G~|^2 (Cauchy-Schwarz per filter)
+        acc.scale2.add_(4 * mag2)
+        acc.length += 3 * out
+
+    def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
+        cd = c.double()
+        if rows is None:
+            g = torch.einsum("rol,rkl->ok", torch.einsum("rd,rdol->rol", cd, delta), patches)
+        else:
+            g = cd.reshape(1, -1) @ rows.view(r * d, -1)
+        g = g.to(w.dtype).reshape(w.shape)
+        if ws:  # g' = g / sigma: undo the fold, then the standardisation's VJP
+            g = _ws_backward(w, g / inv.view(-1, 1, 1, 1))
+        return {w_name: g}
+    return pull
+
+
+def _materialised(acc: _Grams, mod: nn.Module, name: str, params: Mapping[str, torch.Tensor], a: torch.Tensor,
+                  b: torch.Tensor) -> Pull:
+    """Any other parameter of a supported layer (biases, group norm): the Gram of its per-row gradients."""
+    from defenses.dp.layerwise import _basis_row_grads
+
+    rows = _basis_row_grads(name, mod, params, a, b.transpose(0, 1), standardise=False)  # {param: (D, R, ...)}
+    jac = {k_: v.transpose(0, 1).reshape(b.shape[0], b.shape[1], -1).double() for k_, v in rows.items()}
+    for k_, j in jac.items():
+        acc.scale2.add_(acc.add(j, j).clamp_min(0))
+        acc.length = max(acc.length, j.shape[-1])
+
+    def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
+        cd = c.double()
+        return {k_: torch.einsum("rd,rdp->p", cd, j).to(params[k_].dtype).reshape(params[k_].shape)
+                for k_, j in jac.items()}
+    return pull
+
+
+def tangent_basis(z: torch.Tensor) -> torch.Tensor:
+    """An orthonormal basis (R, D, D - 1) of each row's tangent space z_r^perp (Householder reflection).
+
+    The cosine similarity's derivative in u is (I - u^ u^T) v^ / |u|, orthogonal to u: Logit-DP's pair
+    cotangents a_ij and b_ij lie in z_i^perp and z'_j^perp, so D - 1 Jacobian directions per row carry
+    every pair gradient exactly (a_ij = Q_i Q_i^T a_ij), one fewer backward copy per row and (D-1)^2 / D^2
+    of the cross Gram. H = I - 2 v v^T / |v|^2 with v = u^ + sign(u_1) e_1 maps e_1 to -sign(u_1) u^, so
+    its other columns span u^perp.
+    """
+    u = torch.nn.functional.normalize(z.double(), dim=-1)
+    v = u.clone()
+    v[:, 0] += torch.where(u[:, 0] >= 0, 1.0, -1.0)
+    eye = torch.eye(z.shape[-1], dtype=torch.float64, device=z.device)
+    h = eye - 2 * v[:, :, None] * v[:, None, :] / v.square().sum(-1)[:, None, None]
+    return h[:, :, 1:]
+
+
+def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                cross: bool = True, tangent: bool = False) -> PairGrams:
+    """The Grams per layer (ghost products for Linear layers and small convolution outputs), from one
+    forward/backward of the rows replicated K times (row-major: copy c of row r is row r K + c) with
+    the basis cotangents: e_1..e_D (K = D), or with ``tangent`` an orthonormal basis Q_r of z_r^perp
+    (K = D - 1, :func:`tangent_basis`; the Grams are then those of J_r Q_r, and :attr:`PairGrams.basis`
+    says so). ``tangent`` is exact for cotangents orthogonal to z_r (cosine similarities) and falls back
+    to e_1..e_D where an embedding is within 1e-6 of 0 (cosine_pair's eps regime).
+
+    Requires a model the layerwise engine supports (:func:`defenses.dp.layerwise.engine_model_reason`).
+    """
+    from defenses.dp.layerwise import record
+
+    n, m = len(x), len(y)
+    r = n + m
+    xy = torch.cat([x, y])
+    with torch.no_grad():
+        dim = embedder.embed(params, xy[:1]).shape[-1]
+    copies = dim - 1 if tangent and dim > 1 else dim
+    tape = record(embedder, params, (Source(xy.repeat_interleave(copies, dim=0)),))
+    (z,) = tape.zs
+    zs = z.detach()[::copies]
+    basis = None
+    if copies < dim:
+        if bool((zs.norm(dim=-1) <= 1e-6).any()):
+            return layer_grams(embedder, params, x, y, cross, tangent=False)
+        basis = tangent_basis(zs)
+        grad_out = basis.to(z.dtype).transpose(1, 2).reshape(r * copies, dim)
+        basis = basis.to(z.dtype).double()  # the directions actually backpropagated
+    else:
+        grad_out = torch.eye(dim, dtype=z.dtype, device=z.device).repeat(r, 1)
+    outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
+    bs = torch.autograd.grad([z], outs, grad_outputs=[grad_out], allow_unused=True)
+    acc = _Grams(n, m, copies, cross, z.device)
+    pulls: list[Pull] = []
+    for (name, mod), b_out in zip(tape.layers, bs):
+        (call,) = tape.calls[name]
+        a = call.inp[::copies]  # (R, ...): every row's input once
+        b = (torch.zeros_like(call.out) if b_out is None else b_out).reshape(r, copies, *call.out.shape[1:])
+        w_name = f"{name}.weight"
+        if isinstance(mod, nn.Linear) and a.dim() == 2:
+            pulls.append(_linear(acc, name, params, a, b))
+            continue
+        rest = dict(params)
+        if isinstance(mod, nn.Conv2d) and w_name in params:
+            pulls.append(_conv_weight(acc, mod, name, params, a, b))
+            rest.pop(w_name)
+        own_params = {k_: v for k_, v in rest.items() if k_ in (w_name, f"{name}.bias")}
+        if own_params:
+            pulls.append(_materialised(acc, mod, name, own_params, a, b))
+    scale = acc.scales(len(tape.layers))
+    space = embedder.space
+
+    def pullback(cx: torch.Tensor, cy: torch.Tensor) -> torch.Tensor:
+        c = torch.cat([cx, cy]).to(z.dtype)  # (R, K)
+        grads: dict[str, torch.Tensor] = {}
+        for pull in pulls:
+            grads.update(pull(c))
+        return space.flatten(grads)
+
+    return PairGrams(acc.own[:n], acc.own[n:], acc.cross, pullback, acc.length, scale[:n], scale[n:],
+                     (zs[:n], zs[n:]), None if basis is None else (basis[:n], basis[n:]))

@@ -1,0 +1,102 @@
+"""Per-layer (ghost) row Grams equal the Grams of materialised Jacobians, for every layer rule."""
+
+import pytest
+import torch
+
+from defenses.dp import Embedder
+from defenses.dp import row_grams
+from defenses.dp.pairs import per_sample_jacobians
+from defenses.dp.row_grams import jacobian_grams, layer_grams
+from defenses.nn.model import ModelSpec, build_model
+
+
+def problem(encoder: str, n: int = 5, m: int = 4, proj_dim: int = 3):
+    spec = ModelSpec(encoder=encoder, in_shape=(1, 8, 8), width=4, rep_dim=8, proj_hidden=8, proj_dim=proj_dim, groups=2)
+    model = build_model(spec, seed=0).double()
+    with torch.no_grad():  # weights away from the init's symmetric values, so every rule's terms are nonzero
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()), dtype=p.dtype))
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(n, 1, 8, 8, generator=g, dtype=torch.float64)
+    y = torch.rand(m, 1, 8, 8, generator=g, dtype=torch.float64)
+    emb = Embedder(model)
+    return emb, emb.params(), x, y
+
+
+@pytest.mark.parametrize("encoder,ghost_convs", [("cnn", "never"), ("cnn", "always"), ("cnn", "auto"), ("mlp", "auto")])
+def test_layer_grams_equal_the_jacobian_grams(monkeypatch, encoder, ghost_convs):
+    if ghost_convs != "auto":
+        monkeypatch.setattr(row_grams, "_conv_ghost_cheaper", lambda *a: ghost_convs == "always")
+    emb, params, x, y = problem(encoder)
+    jx, jy = per_sample_jacobians(emb, params, x), per_sample_jacobians(emb, params, y)
+    ref = jacobian_grams(jx, jy)
+    got = layer_grams(emb, params, x, y)
+    for field in ("own_x", "own_y", "cross"):
+        want = getattr(ref, field)
+        assert float((getattr(got, field) - want).abs().max() / want.abs().max()) < 1e-10, field
+    cx, cy = torch.randn(len(x), 3, dtype=torch.float64), torch.randn(len(y), 3, dtype=torch.float64)
+    pulled, want = got.pullback(cx, cy), ref.pullback(cx, cy)
+    assert float((pulled - want).norm() / want.norm()) < 1e-10
+    # the embeddings come out of the same forward pass
+    with torch.no_grad():
+        assert torch.allclose(got.embeddings[0], emb.embed(params, x), atol=1e-12)
+    # every row direction's scale bounds its Jacobian row norm (the rounding slack's premise)
+    assert bool((got.scale_x >= jx.norm(dim=-1) * (1 - 1e-12)).all())
+    assert bool((got.scale_y >= jy.norm(dim=-1) * (1 - 1e-12)).all())
+
+
+def test_the_weight_standardisation_corrections_are_needed(monkeypatch):
+    """Without the per-filter rank-2 corrections the Grams would be those of g / sigma, not of the WS gradient."""
+    emb, params, x, y = problem("cnn")
+    ref = jacobian_grams(per_sample_jacobians(emb, params, x), per_sample_jacobians(emb, params, y))
+    orig = row_grams._ws_hat
+    monkeypatch.setattr(row_grams, "_ws_hat", lambda w: (orig(w)[0], torch.zeros_like(orig(w)[1])))
+    wrong = layer_grams(emb, params, x, y)
+    assert float((wrong.own_x - ref.own_x).abs().max() / ref.own_x.abs().max()) > 1e-3
+
+
+def test_conv_ghost_choice_follows_the_cost():
+    """Ghost products only where (nDL)(mDL)(out + 1) + (nL)(mL) in k^2 < (nD)(mD) out in k^2."""
+    conv = torch.nn.Conv2d(32, 32, 3)
+    assert row_grams._conv_ghost_cheaper(conv, 4, 64, 64, 8)  # 2 x 2 outputs: ghost
+    assert not row_grams._conv_ghost_cheaper(conv, 16, 64, 64, 8)  # 4 x 4 outputs: materialise
+
+
+def test_tangent_directions_give_the_same_pair_norms_and_sum():
+    """Cosine pair cotangents lie in z^perp: D - 1 backpropagated directions per row give the same
+    pair norms and clipped sum as all D, and as the direct reference."""
+    from defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_norms
+    from defenses.logit_dp import cosine_pair
+    from defenses.losses import info_nce_from_logits
+
+    emb, params, x, y = problem("cnn", n=6, m=6, proj_dim=4)
+    with torch.no_grad():
+        zx, zy = emb.embed(params, x), emb.embed(params, y)
+    logits = (torch.nn.functional.normalize(zx, dim=1) @ torch.nn.functional.normalize(zy, dim=1).T).requires_grad_(True)
+    (tau,) = torch.autograd.grad(info_nce_from_logits(logits, "sum"), logits)
+    a, b = pair_derivatives(cosine_pair, zx, zy)
+    tangent = layer_grams(emb, params, x, y, tangent=True)
+    full = layer_grams(emb, params, x, y)
+    assert tangent.own_x.shape[-1] == 3 and full.own_x.shape[-1] == 4
+    qx = tangent.basis[0]
+    assert torch.allclose(qx.transpose(1, 2) @ qx, torch.eye(3, dtype=torch.float64).expand(6, 3, 3), atol=1e-12)
+    assert float((torch.einsum("idk,ide,iel->ikl", qx, full.own_x, qx) - tangent.own_x).abs().max()) < 1e-10
+    exact = pair_norms(emb, params, x, y, a, b, grams=full)
+    assert torch.allclose(pair_norms(emb, params, x, y, a, b, grams=tangent), exact, rtol=1e-9)
+    clip = float(exact.median())
+    direct = direct_pair_sum(emb, params, x, y, tau, a, b, clip)
+    fast = efficient_pair_sum(emb, params, x, y, cosine_pair, tau, a, b, clip, grams=tangent)
+    assert float((fast.total - direct.total).norm() / direct.total.norm()) < 1e-9
+    # a cotangent along z itself is not carried by the tangent directions (why the flag is the caller's)
+    along = zx[:, None, :].expand(6, 6, 4).clone()
+    assert float(pair_norms(emb, params, x, y, along, torch.zeros_like(b), grams=tangent).max()) < 1e-6
+
+
+def test_ghost_cross_in_chunks_is_the_same(monkeypatch):
+    """The memory bound on a ghost product block splits the x rows into chunks; the Grams do not change."""
+    emb, params, x, y = problem("cnn", n=7, m=5)
+    monkeypatch.setattr(row_grams, "_conv_ghost_cheaper", lambda *a: True)
+    whole = layer_grams(emb, params, x, y)
+    monkeypatch.setattr(row_grams, "GHOST_LIMIT", 1)  # one x row per chunk
+    chunked = layer_grams(emb, params, x, y)
+    assert torch.allclose(chunked.cross, whole.cross, rtol=1e-12, atol=0)
