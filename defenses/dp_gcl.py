@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
+import torch.nn as nn
 
 from core.errors import check_positive, one_of
 from defenses.dp import bounds
@@ -153,28 +155,33 @@ class DPGCL(DPDefense):
         return model.towers[0] if isinstance(model, TwoTower) else model
 
     # -- one step --------------------------------------------------------------------------------------
-    def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
+    def step_inputs(self, plan: SamplingPlan, augment, x: torch.Tensor, rnd: StepRandomness
+                    ) -> tuple[torch.Tensor, tuple[Source, ...], Callable[..., torch.Tensor]]:
+        """Algorithm 1 lines 5-8 for one batch: (group ids, the sources of every view, the loss terms).
+
+        ``terms_fn(*zs, use_groups=True)`` maps the sources' embeddings to the B per-anchor terms of
+        Eq. 12 (Eq. 15 for two towers), averaged over the M draws; ``use_groups=False`` contrasts every
+        anchor with the whole batch (Eq. 8's terms).
+        """
         cfg = self.config
         b, na, mult, uni = x.shape[0], cfg.augmentations, cfg.multiplicity, cfg.modality == "uni"
-        groups = self.groups_of(ctx.plan, rnd.uniform(b, "groups", device=x.device))
+        groups = self.groups_of(plan, rnd.uniform(b, "groups", device=x.device))
         # Rows per draw, in blocks of b: uni [x, x+, U(x+)_1..N_a] for the one encoder; dual
         # [x, U(x)_1..N_a] for tower 0 and [x+, U(x+)_1..N_a] for tower 1 (Eq. 11: x+,aug = U(x+)).
         tower0, tower1 = [], []
         for d in range(mult):
             tag = "" if d == 0 else f"-draw{d}"
-            u, v = rnd.views(ctx.augment, x, "view1" + tag), rnd.views(ctx.augment, x, "view2" + tag)
-            aug_v = [rnd.views(ctx.augment, v, f"negatives-{m}{tag}") for m in range(na)]
+            u, v = rnd.views(augment, x, "view1" + tag), rnd.views(augment, x, "view2" + tag)
+            aug_v = [rnd.views(augment, v, f"negatives-{m}{tag}") for m in range(na)]
             if uni:
                 tower0 += [u, v, *aug_v]
             else:
-                tower0 += [u, *(rnd.views(ctx.augment, u, f"negatives-u-{m}{tag}") for m in range(na))]
+                tower0 += [u, *(rnd.views(augment, u, f"negatives-u-{m}{tag}") for m in range(na))]
                 tower1 += [v, *aug_v]
         if uni:
             sources = (Source(torch.cat(tower0)),)
         else:
             sources = (Source(torch.cat(tower0), tower=0), Source(torch.cat(tower1), tower=1))
-        owners = tuple(groups.repeat(len(s) // b) for s in sources)
-        zs = embed(ctx, sources)
         blocks = [len(s) // (b * mult) for s in sources]  # blocks of b rows per draw, per source
 
         def terms_fn(*z: torch.Tensor, use_groups: bool = True) -> torch.Tensor:
@@ -191,6 +198,14 @@ class DPGCL(DPDefense):
                                                         c[1:] if na else None)
             return total / mult
 
+        return groups, sources, terms_fn
+
+    def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
+        cfg = self.config
+        b = x.shape[0]
+        groups, sources, terms_fn = self.step_inputs(ctx.plan, ctx.augment, x, rnd)
+        owners = tuple(groups.repeat(len(s) // b) for s in sources)
+        zs = embed(ctx, sources)
         if cfg.negatives == "group":
             loss, cots = loss_cotangents(lambda *z: terms_fn(*z).sum(), zs)
             units = partition_units("group", cots, owners)
@@ -202,6 +217,19 @@ class DPGCL(DPDefense):
             units = dense_units("group", cots, ids=ids)
         clipped = clipped_sum(ctx.embedder, ctx.params, sources, units, cfg.clip, ctx.chunk)
         return StepOutput(clipped, float(loss), {"groups": groups})
+
+    def objective(self, model: nn.Module, plan: SamplingPlan, augment, x: torch.Tensor, rnd: StepRandomness
+                  ) -> torch.Tensor:
+        """The step's summed loss with the encoder in the autograd graph: the same views, groups, negatives
+        and terms as :meth:`compute`, but no per-group clipping and no noise (the non-private step on the
+        same objective, which the throughput benchmark compares a DP step with).
+
+        With Eq. 8's negatives every example is in one group, so the sum of the group sums is the sum of
+        the full-batch terms.
+        """
+        _, sources, terms_fn = self.step_inputs(plan, augment, x, rnd)
+        zs = [model(s.x) if s.tower is None else model(s.x, tower=s.tower) for s in sources]
+        return terms_fn(*zs, use_groups=self.config.negatives == "group").sum()
 
     # -- claim -----------------------------------------------------------------------------------------
     def params_summary(self, plan: SamplingPlan) -> dict:

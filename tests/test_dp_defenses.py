@@ -202,3 +202,21 @@ def test_noise_only_control_drops_the_signal(digits):
     assert all(float(p.grad.abs().max()) == 0 for p in run.model.parameters())
     assert metrics["signal_norm"] == 0 and math.isfinite(metrics["loss"])
     assert any("noise-only control" in note for note in run.claim.notes)
+
+
+@pytest.mark.parametrize("params", [{}, {"modality": "dual"}, {"multiplicity": 2}, {"negatives": "batch"}])
+def test_dpgcl_objective_is_the_loss_the_groups_split(digits, params):
+    """DP-GCL's non-private objective (the throughput benchmark's comparator) differentiates to the sum of
+    the group gradients: the clipped sum with a clip no group reaches."""
+    from defenses.augment import augmentation_for
+
+    d = make_defense("dp-gcl", {**SMALL, "batch_size": 12, "group_size": 3, "clip": 1e9, **params})
+    x = digits.train.x[:12]
+    model = d.build(d.model_spec(digits.info), 0)
+    clipped = d.quantity_function(digits, model)("gradient")(x, 0)
+    loss = d.objective(model, d.plan(len(digits.train)), augmentation_for(digits.info, d.config.augmentation), x,
+                       StepRandomness(0))
+    grads = torch.autograd.grad(loss, [p for p in model.parameters()])
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    assert flat.shape == clipped.shape and float(flat.norm()) > 0
+    assert float((flat - clipped).norm() / clipped.norm()) < 1e-4

@@ -393,60 +393,44 @@ def segments(owners: torch.Tensor, n_units: int, width: int | None = None) -> Se
 
 
 def _segment_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], a: torch.Tensor,
-                   b: torch.Tensor, index: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Gradients (S, *shape) of the segments ``index`` (S, w) of rows with layer inputs a (R, ...) and
-    output gradients b (R + 1, ...), whose last row (the padding) is zero.
+                   b: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """Weight gradients (S, *shape) of the segments ``index`` (S, w) of R rows with layer inputs a and
+    output gradients b, one of which has an extra zero last row R (the padding: it adds exactly zero).
 
-    Linear: G_s = sum_{r in s} b_r a_r^T, bias sum_{r in s} b_r; Conv2d: G_s = sum_{r in s} sum_l b_{r,l}
-    unfold(a_r)_l^T, which is the weight gradient of a convolution with S groups over a batch of w:
-    slot i of every segment forms batch element i, segment s's rows its channel group s (the
-    grouped-convolution trick of Opacus' grad samplers, with the batch summed within a segment).
-    Weight standardisation is left to the caller (it is linear, so it applies to the unit sums).
+    Linear: G_s = sum_{r in s} b_r a_r^T; Conv2d: G_s = sum_{r in s} sum_l b_{r,l} unfold(a_r)_l^T, which
+    is the weight gradient of a convolution with S groups over a batch of w: slot i of every segment forms
+    batch element i, segment s's rows its channel group s (the grouped-convolution trick of Opacus' grad
+    samplers, with the batch summed within a segment). Weight standardisation is left to the caller (it
+    is linear, so it applies to the unit sums); biases come from per-row sums (:func:`_unit_sums`).
     """
-    w_name, b_name = f"{name}.weight", f"{name}.bias"
     s, w = index.shape
     flat = index.T.reshape(-1)  # slot-major: element i * S + s is slot i of segment s
-    safe = flat.clamp(max=a.shape[0] - 1)  # padding reads any row's input: its output gradient is zero
-    bg = b.index_select(0, flat)
-    out: dict[str, torch.Tensor] = {}
+    # The unpadded tensor reads any row at the padding slots: the other one's zero row cancels them.
+    ag = a.index_select(0, flat.clamp(max=a.shape[0] - 1))
+    bg = b.index_select(0, flat.clamp(max=b.shape[0] - 1))
     if isinstance(mod, nn.Linear):
         k, o = a.shape[-1], b.shape[-1]
-        b4 = bg.reshape(w, s, -1, o)
-        if w_name in params:
-            out[w_name] = torch.einsum("wspo,wspk->sok", b4, a.index_select(0, safe).reshape(w, s, -1, k))
-        if b_name in params:
-            out[b_name] = b4.sum((0, 2))
-    elif isinstance(mod, nn.Conv2d):
-        o = b.shape[1]
-        if w_name in params:
-            ag = a.index_select(0, safe)
-            weight = params[w_name]
-            grads = torch.ops.aten.convolution_backward(
-                bg.reshape(w, s * o, *bg.shape[2:]), ag.reshape(w, s * ag.shape[1], *ag.shape[2:]),
-                weight.new_empty(s * o, *weight.shape[1:]), None, list(mod.stride), list(mod.padding),
-                list(mod.dilation), False, [0, 0], s, [False, True, False])
-            out[w_name] = grads[1].reshape(s, *weight.shape)
-        if b_name in params:
-            out[b_name] = bg.reshape(w, s, o, -1).sum((0, 3))
-    else:  # pragma: no cover - GroupNorm goes through _group_norm_unit_grads, others are excluded by _layers
-        raise TypeError(type(mod).__name__)
-    return out
+        return torch.einsum("wspo,wspk->sok", bg.reshape(w, s, -1, o), ag.reshape(w, s, -1, k))
+    if isinstance(mod, nn.Conv2d):
+        o, weight = b.shape[1], params[f"{name}.weight"]
+        grads = torch.ops.aten.convolution_backward(
+            bg.reshape(w, s * o, *bg.shape[2:]), ag.reshape(w, s * ag.shape[1], *ag.shape[2:]),
+            weight.new_empty(s * o, *weight.shape[1:]), None, list(mod.stride), list(mod.padding),
+            list(mod.dilation), False, [0, 0], s, [False, True, False])
+        return grads[1].reshape(s, *weight.shape)
+    raise TypeError(type(mod).__name__)  # pragma: no cover - GroupNorm has per-row rules, others are excluded
 
 
-def _group_norm_unit_grads(name: str, mod: nn.GroupNorm, params: Mapping[str, torch.Tensor], a: torch.Tensor,
-                           b: torch.Tensor, owners: torch.Tensor, n_units: int) -> dict[str, torch.Tensor]:
-    """GroupNorm's unit gradients (U, C): sum_{r in u} sum_l b_{r,c,l} x_hat_{r,c,l} (weight) and
-    sum_{r in u} sum_l b_{r,c,l} (bias), from per-row sums (rows in no unit go to a dropped slot)."""
-    w_name, b_name = f"{name}.weight", f"{name}.bias"
-    slot = torch.where(owners >= 0, owners, n_units)
-    b3 = b.reshape(b.shape[0], b.shape[1], -1)
-    out = {}
-    if w_name in params:
-        x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape)
-        out[w_name] = b3.new_zeros(n_units + 1, b3.shape[1]).index_add_(0, slot, (b3 * x_hat).sum(-1))[:n_units]
-    if b_name in params:
-        out[b_name] = b3.new_zeros(n_units + 1, b3.shape[1]).index_add_(0, slot, b3.sum(-1))[:n_units]
-    return out
+def _unit_sums(rows: torch.Tensor, slot: torch.Tensor, n_units: int) -> torch.Tensor:
+    """(U, ...): per-row quantities (R, ...) summed into units; ``slot`` (R,) is each row's unit, or
+    ``n_units`` for rows in no unit (a dropped slot)."""
+    return rows.new_zeros(n_units + 1, *rows.shape[1:]).index_add_(0, slot, rows)[:n_units]
+
+
+def _group_norm_rows(mod: nn.GroupNorm, a: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
+    """GroupNorm's per-row weight gradients (R, C): sum_l b_{r,c,l} x_hat_{r,c,l}, x_hat the normalised input."""
+    x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape)
+    return (b3 * x_hat).sum(-1)
 
 
 def _partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequence[str],
@@ -454,42 +438,51 @@ def _partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequ
                      ) -> torch.Tensor:
     """Partition units: every unit's gradient (U, p) straight from segments of its rows, per layer.
 
-    Unit u's gradient at a layer is sum_{r in u} (row r's layer rule), computed as sums over segments
-    of u's rows (:func:`segments`): one batched matrix product per layer, no per-row gradients
-    (R x p) materialised.
+    Unit u's gradient at a layer is sum_{r in u} (row r's layer rule). Weights of linear and convolution
+    layers: sums over segments of u's rows (:func:`segments`), one batched product per layer, no per-row
+    gradients (R x p) materialised; the padding is a zero row appended to the smaller of the layer's
+    inputs and output gradients. Biases and GroupNorm: per-row (R, C) rules summed into units directly.
     """
     ref = next(iter(params.values()))
     grads: dict[str, torch.Tensor] = {}
-    cache: dict[tuple[int, ...], Segments] = {}
+    cache: dict[tuple[int, ...], tuple[Segments, torch.Tensor]] = {}
     for name, mod in tape.layers:
         calls = tape.calls[name]
         key = tuple(c.source for c in calls)
         if key not in cache:
-            cache[key] = segments(torch.cat([owners[k] for k in key]), n_units)
-        seg = cache[key]
+            own = torch.cat([owners[k] for k in key])
+            cache[key] = segments(own, n_units), torch.where(own >= 0, own, n_units)
+        seg, slot = cache[key]
         a = torch.cat([c.inp for c in calls]) if len(calls) > 1 else calls[0].inp
         bs = per[name]
-        if isinstance(mod, nn.GroupNorm):  # per-row (R, C) rules summed into units directly: no gather
-            grads.update(_group_norm_unit_grads(name, mod, params, a, torch.cat(bs) if len(bs) > 1 else bs[0],
-                                                torch.cat([owners[k] for k in key]), n_units))
+        b = torch.cat(bs) if len(bs) > 1 else bs[0]
+        w_name, b_name = f"{name}.weight", f"{name}.bias"
+        b3 = b.reshape(b.shape[0], b.shape[1], -1)  # (R, out or C, positions); Linear: per-row sums below
+        if b_name in params:
+            grads[b_name] = _unit_sums(b.reshape(b.shape[0], -1, b.shape[-1]).sum(1) if isinstance(mod, nn.Linear)
+                                       else b3.sum(-1), slot, n_units)
+        if w_name not in params:
             continue
-        b = torch.cat([*bs, bs[0].new_zeros(1, *bs[0].shape[1:])])  # row ``pad``: zero output gradient
+        if isinstance(mod, nn.GroupNorm):
+            grads[w_name] = _unit_sums(_group_norm_rows(mod, a, b3), slot, n_units)
+            continue
         n_seg, width = seg.index.shape
         if n_seg == 0:  # no unit has a row through this layer: its gradients are zero
             continue
+        if a[:1].numel() <= b[:1].numel():  # pad the smaller one with the zero row
+            a = torch.cat([a, a.new_zeros(1, *a.shape[1:])])
+        else:
+            b = torch.cat([b, b.new_zeros(1, *b.shape[1:])])
         step = max(1, SEGMENT_LIMIT // max(1, a[:1].numel() * width))  # segments per chunk
-        parts: dict[str, list[torch.Tensor]] = {}
-        for lo in range(0, n_seg, step):
-            for n, v in _segment_grads(name, mod, params, a, b, seg.index[lo:lo + step]).items():
-                parts.setdefault(n, []).append(v)
-        for n, vs in parts.items():
-            v = torch.cat(vs) if len(vs) > 1 else vs[0]
-            if not seg.one_per_unit:
-                v = v.new_zeros(n_units, *v.shape[1:]).index_add_(0, seg.unit, v)
-            if n == f"{name}.weight" and isinstance(mod, WSConv2d):
-                v = _ws_backward(params[n], v)
-            grads[n] = v.reshape(n_units, -1)
-    return torch.cat([grads[n] if n in grads else ref.new_zeros(n_units, params[n].numel()) for n in names], dim=1)
+        parts = [_segment_grads(name, mod, params, a, b, seg.index[lo:lo + step]) for lo in range(0, n_seg, step)]
+        v = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if not seg.one_per_unit:
+            v = v.new_zeros(n_units, *v.shape[1:]).index_add_(0, seg.unit, v)
+        if isinstance(mod, WSConv2d):
+            v = _ws_backward(params[w_name], v)
+        grads[w_name] = v
+    return torch.cat([grads[n].reshape(n_units, -1) if n in grads else ref.new_zeros(n_units, params[n].numel())
+                      for n in names], dim=1)
 
 
 def _layer_cost(mod: nn.Module, call: _Call, rows: int) -> tuple[int, int]:
