@@ -324,8 +324,8 @@ def test_alm_release_with_less_noise_than_claimed_is_refuted(ctx, tmp_path, monk
 
     honest = ALM.release_noise
 
-    def undernoised(self, budget, l1, l2, n):
-        cal = honest(self, budget, l1, l2, n)
+    def undernoised(self, budget, l1, l2, n, **kw):
+        cal = honest(self, budget, l1, l2, n, **kw)
         return replace(cal, scale=cal.scale / 4)
 
     monkeypatch.setattr(ALM, "release_noise", undernoised)
@@ -372,18 +372,22 @@ def test_cli_audit_step_alm(capsys):
 
 
 def test_float64_laplace_release_leaks_through_its_last_bits():
-    """Mironov 2012 measured: ALM's own float64 Laplace release (m + b xi) on the canonical pair at eps 2 has an
-    event (a threshold on the flat tail of the likelihood ratio, i.e. on the release's last bits) whose sound
-    Clopper-Pearson epsilon at delta 0 exceeds the claim; the logistic release on the same pair does not."""
+    """Mironov 2012 measured: the plain float64 Laplace release (m + b xi, 53-bit uniforms; no longer an ALM
+    release option, rebuilt here from the unit sampler) on the canonical pair at eps 2 has an event (a threshold
+    on the flat tail of the likelihood ratio, i.e. on the release's last bits) whose sound Clopper-Pearson
+    epsilon at delta 0 exceeds the claim; the logistic release on the same pair does not. ALM's Laplace option is
+    the snapping mechanism (tests/test_alm_snapping.py: not refuted at these settings)."""
     from functools import partial
 
-    from defenses.alm.mechanisms import add_noise, log_density
+    from defenses.alm.mechanisms import add_noise, log_density, standard_noise
 
     s, eps = 0.7, 2.0
     m0 = torch.full((1,), 0.3, dtype=torch.float64)
+    releases = {"laplace": lambda m, g: m.double() + s * standard_noise("laplace", tuple(m.shape), g),
+                "logistic": lambda m, g: add_noise(m, "logistic", s, g)}
     bounds = {}
-    for mech in ("laplace", "logistic"):
-        out, inn = additive_step_scores(m0, m0 + eps * s, lambda m, g, mech=mech: add_noise(m, mech, s, g),
-                                        partial(log_density, mech), s, 100_000, torch.Generator().manual_seed(0))
+    for mech, release in releases.items():
+        out, inn = additive_step_scores(m0, m0 + eps * s, release, partial(log_density, mech), s, 100_000,
+                                        torch.Generator().manual_seed(0))
         bounds[mech] = step_bounds(out, inn, alpha=ALPHA, delta=0.0, seed=0).epsilon_lower
     assert bounds["laplace"] > eps + 0.1 and bounds["logistic"] < eps
