@@ -155,7 +155,8 @@ def audit_release(name: str, ctx: Any, *, params: Mapping[str, Any] | None, targ
             claim = {"mechanism": cal.mechanism, "epsilon": eps_claim, "delta": cal.delta, "mu": mu_claim,
                      "noise_multiplier": cal.noise_multiplier, "norm": cal.norm, "pure": cal.delta == 0,
                      "target_epsilon": target_epsilon, "calibration": cal.calibration,
-                     "clamp_bound": cal.clamp_bound, "grid": cal.grid, "snapping_overhead": cal.overhead,
+                     "clamp_bound": cal.clamp_bound, "grid": cal.grid, "coordinates": cal.coordinates,
+                     "snapping_overhead": cal.overhead,
                      "what": "one release of the fine-tuned head plus i.i.d. noise at the scale calibrated to the "
                              f"sampled {cal.norm.upper()} sensitivity (ALM Thm. 4.1, Prop. 4.1); mu: the tightest "
                              "mu of its canonical pair (one coordinate shifted by the claimed sensitivity)"}

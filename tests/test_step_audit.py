@@ -313,6 +313,22 @@ def test_alm_release_canonical_pair_is_tight_and_not_refuted(ctx, tmp_path):
     assert not list(tmp_path.iterdir())  # no witness without a refutation
 
 
+def test_alm_snapped_laplace_release_is_tight_and_not_refuted(ctx):
+    """ALM's Laplace option (the snapping mechanism) on its canonical pair at eps 2, where the plain float64
+    Laplace release was refuted (eps_lb 2.37 at 10^6 draws): below the claim, which includes the overhead."""
+    from audit.step_audit import audit_defense
+
+    r = audit_defense("alm", params={**ALM_PARAMS, "mechanism": "laplace"}, target_epsilon=2.0, pair="canary",
+                      draws=200_000, context=ctx)
+    c, p = r["claim"], r["pairs"][0]
+    assert (c["mechanism"], c["calibration"], c["clamp_bound"], c["epsilon"]) == ("laplace", "snapping", 1024.0, 2.0)
+    lam = p["noise_scale"]
+    assert c["coordinates"] == 650  # 10 classes x (64 features + bias): the overhead is paid on every weight
+    assert c["snapping_overhead"] == pytest.approx(650 * 2.0 ** -49 * 1024.0 / lam, rel=1e-12)
+    assert p["sensitivity_claimed"] / lam + c["snapping_overhead"] == pytest.approx(2.0, rel=1e-12)
+    assert p["verdict"] == "not refuted" and 0.85 <= p["power"] <= 1.0
+
+
 def test_alm_release_with_less_noise_than_claimed_is_refuted(ctx, tmp_path, monkeypatch):
     """A release that adds the noise of eps 4 while claiming eps 1 is refuted on the canonical pair (CP at
     delta 0 above the claim), with its witness written."""
