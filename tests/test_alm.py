@@ -144,6 +144,9 @@ def test_utility_loss_and_curve():
         assert high["utility_loss_mean"] < low["utility_loss_mean"]
         assert high["accuracy_clean"] == clean and abs(high["utility_loss_mean"]) < 0.05
     assert [r["valid"] for r in rows[6:]] == [True, False]
+    tiny = privacy_utility_curve(w, p.x, p.y, l1=0.5, l2=0.1, epsilons=[1e-4], delta=1e-5, mechanisms=["laplace"],
+                                 gen=torch.Generator().manual_seed(0), draws=2, clamp_bound=1024.0)
+    assert not tiny[0]["valid"] and "clamp_bound: must lie in" in tiny[0]["reason"]  # lambda 5000 > B
 
 
 # -- the defense ---------------------------------------------------------------------------------------

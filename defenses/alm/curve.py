@@ -14,7 +14,7 @@ from typing import Iterable
 
 import torch
 
-from core.errors import check_positive
+from core.errors import ConfigError, check_positive
 from defenses.alm.mechanisms import GAUSSIAN_CALIBRATIONS, MECHANISMS, calibrate_noise, standard_noise
 from defenses.alm.snapping import DEFAULT_CLAMP_FLOOR, snap, unit_laplace
 
@@ -42,7 +42,8 @@ def privacy_utility_curve(weights: torch.Tensor, x_eval: torch.Tensor, y_eval: t
     Logistic and Laplace noise use the L1 sensitivity ``l1`` (Laplace: snapped with ``clamp_bound`` B, its
     epsilon including the overhead); Gaussian noise the L2 sensitivity ``l2`` and ``delta``, once per
     calibration in ``gaussian`` (``analytic``: exact; ``classical``: the paper's formula, ``valid`` False for
-    epsilon >= 1).
+    epsilon >= 1). A Laplace row whose lambda breaks the snapping theorem's lambda < B < 2^46 lambda is
+    reported ``valid`` False with the reason and no utility (no release is made there).
     """
     check_positive("draws", draws)
     clean = float(head_accuracy(weights, x_eval, y_eval))
@@ -54,9 +55,19 @@ def privacy_utility_curve(weights: torch.Tensor, x_eval: torch.Tensor, y_eval: t
         calibrations = list(gaussian) if mechanism == "gaussian" else ["pure"]
         for calibration in calibrations:
             for eps in epsilons:
-                cal = calibrate_noise(mechanism, eps, l1=l1, l2=l2, delta=delta,
-                                      gaussian=calibration if mechanism == "gaussian" else "analytic",
-                                      clamp_bound=clamp_bound, coordinates=int(weights.numel()))
+                try:
+                    cal = calibrate_noise(mechanism, eps, l1=l1, l2=l2, delta=delta,
+                                          gaussian=calibration if mechanism == "gaussian" else "analytic",
+                                          clamp_bound=clamp_bound, coordinates=int(weights.numel()))
+                except ConfigError as exc:  # snapping outside Thm. 1's lambda < B < 2^46 lambda: no release
+                    if mechanism != "laplace":
+                        raise
+                    rows.append({"mechanism": mechanism, "epsilon": eps, "delta": 0.0, "norm": "l1",
+                                 "sensitivity": l1, "scale": float("nan"), "noise_std": float("nan"),
+                                 "valid": False, "reason": str(exc), "accuracy_clean": clean,
+                                 "accuracy_mean": float("nan"), "utility_loss_mean": float("nan"),
+                                 "utility_loss_std": float("nan"), "draws": draws})
+                    continue
                 if mechanism == "laplace":
                     noisy = snap(weights.unsqueeze(0), base, cal.scale, clamp_bound)
                 else:
