@@ -63,7 +63,7 @@ def test_the_sampler_is_the_papers():
     lap = unit_laplace((200_000,), g).numpy()
     assert stats.kstest(lap, stats.laplace.cdf).pvalue > 0.01
     # LN is correctly rounded (the proof's requirement): equal to 60-digit decimal logs, and not always torch's
-    sample = u[:3000]
+    sample = u[:20000]  # torch.log (not correctly rounded) differs on ~1 in 3000 of these
     exact = torch.tensor([float(Context(prec=60).ln(Decimal(float(v)))) for v in sample], dtype=torch.float64)
     assert torch.equal(correctly_rounded_log(sample), exact)
 
