@@ -3,7 +3,7 @@
 privaudit reuses dp-accounting's ``DpEvent`` classes (Gaussian, Laplace, Poisson and
 without-replacement sampling, self- and mixed composition, single-epoch tree aggregation, ...) and adds
 only what they lack: :class:`LogisticDpEvent`, the additive logistic mechanism of the ALM paper
-(Thm. 4.1), and :class:`TreeAggregationDpEvent`, DP-FTRL's tree aggregation over several epochs without
+(Thm. 4.1), :class:`SnappingDpEvent`, Laplace noise released through Mironov's snapping mechanism, and :class:`TreeAggregationDpEvent`, DP-FTRL's tree aggregation over several epochs without
 restarting the tree (Kairouz et al. 2021, App. D.2), which DP-FTRL-FedEmb uses.
 
 Noise multipliers are always relative to the L2 (Gaussian) or L1 (Laplace, logistic) sensitivity of the
@@ -46,6 +46,20 @@ class LogisticDpEvent(DpEvent):
 
 
 @attr.define(frozen=True)
+class SnappingDpEvent(DpEvent):
+    """Laplace noise of scale lambda per coordinate released through Mironov's snapping mechanism (CCS 2012, Sec. 5.2).
+
+    ``noise_multiplier`` is lambda / Delta_1 (L1 sensitivity); ``overhead`` is the floating-point price
+    d 2^-49 B / lambda of its d coordinates at clamp bound B (Thm. 1, per coordinate). Pure epsilon-DP with
+    epsilon = 1 / noise_multiplier + overhead. Only that pure guarantee is proven: its outputs lie on a grid,
+    so the real Laplace mechanism's RDP curve or privacy loss distribution does not describe it.
+    """
+
+    noise_multiplier: float
+    overhead: float
+
+
+@attr.define(frozen=True)
 class TreeAggregationDpEvent(DpEvent):
     """DP-FTRL tree aggregation of Gaussian noise over ``total_steps`` leaves in one tree (no restart).
 
@@ -64,6 +78,7 @@ class TreeAggregationDpEvent(DpEvent):
 
 
 _EXTRA_EVENTS: dict[str, type[DpEvent]] = {"LogisticDpEvent": LogisticDpEvent,
+                                           "SnappingDpEvent": SnappingDpEvent,
                                            "TreeAggregationDpEvent": TreeAggregationDpEvent}
 
 
@@ -145,6 +160,8 @@ def effective_gaussian_noise(event: DpEvent) -> float | None:
 def describe(event: DpEvent) -> str:
     """A one-line human-readable description of an event."""
     name = type(event).__name__.replace("DpEvent", "")
+    if isinstance(event, SnappingDpEvent):
+        return f"Snapping(z={event.noise_multiplier:.4g}, overhead={event.overhead:.3g})"
     if isinstance(event, (GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent)):
         return f"{name}(z={event.noise_multiplier:.4g})"
     if isinstance(event, SelfComposedDpEvent):

@@ -53,8 +53,8 @@ from accountants.base import Accountant, NotApplicable
 from accountants.claim import PrivacyClaim
 from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
                                 NoOpDpEvent, PoissonSampledDpEvent, SampledWithoutReplacementDpEvent,
-                                SelfComposedDpEvent, SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent,
-                                describe, effective_gaussian_noise)
+                                SelfComposedDpEvent, SingleEpochTreeAggregationDpEvent, SnappingDpEvent,
+                                TreeAggregationDpEvent, describe, effective_gaussian_noise)
 from accountants.tree import zcdp_rho
 from core.errors import check_positive
 
@@ -122,6 +122,9 @@ def build_pld(event: DpEvent, relation: str, *, pessimistic: bool = True, interv
         return _base(event.event, float(q), pessimistic, interval)
     if isinstance(event, LogisticDpEvent):
         raise NotApplicable("pld: dp-accounting has no privacy loss distribution for the logistic mechanism; "
+                            "use 'pure'")
+    if isinstance(event, SnappingDpEvent):
+        raise NotApplicable("pld: the snapping mechanism's grid outputs have no Laplace privacy loss distribution; "
                             "use 'pure'")
     raise NotApplicable(f"pld: no dominating pair for {describe(event)}")
 

@@ -6,6 +6,8 @@
   sensitivity (ALM paper, Thm. 4.1 for scalar queries and Remark 4.1 for vector queries). The bound is
   correct: the log-density of Logistic(0, s) is (1/s)-Lipschitz (its derivative is -tanh(x / 2s) / s),
   so per coordinate the privacy loss is at most |f(x)_i - f(y)_i| / s, and the coordinates add up.
+- Laplace noise released through Mironov's snapping mechanism (floating-point safe): eps = 1 / noise_multiplier
+  + the snapping's overhead d 2^-49 B / lambda (Mironov 2012, Thm. 1, per coordinate).
 - Composition: epsilons add (basic composition, Dwork et al. 2006), for any delta >= 0.
 
 Gaussian noise and subsampled events have no pure-DP guarantee here: not applicable. The noise
@@ -20,13 +22,15 @@ from typing import Any
 from accountants.base import Accountant, NotApplicable
 from accountants.claim import PrivacyClaim
 from accountants.events import (ComposedDpEvent, DpEvent, LaplaceDpEvent, LogisticDpEvent, NoOpDpEvent,
-                                SelfComposedDpEvent, describe)
+                                SelfComposedDpEvent, SnappingDpEvent, describe)
 
 
 def pure_epsilon(event: DpEvent) -> float:
     """Basic-composition epsilon of Laplace/logistic events; raises NotApplicable for anything else."""
     if isinstance(event, NoOpDpEvent):
         return 0.0
+    if isinstance(event, SnappingDpEvent):
+        return math.inf if event.noise_multiplier <= 0 else 1.0 / event.noise_multiplier + float(event.overhead)
     if isinstance(event, (LaplaceDpEvent, LogisticDpEvent)):
         return math.inf if event.noise_multiplier <= 0 else 1.0 / event.noise_multiplier
     if isinstance(event, SelfComposedDpEvent):

@@ -39,7 +39,7 @@ from accountants.claim import PrivacyClaim
 from accountants.conversions import check_conversion, rdp_to_dp
 from accountants.events import (ComposedDpEvent, DpEvent, LogisticDpEvent, NonPrivateDpEvent, NoOpDpEvent,
                                 PoissonSampledDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent,
-                                SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent, describe,
+                                SingleEpochTreeAggregationDpEvent, SnappingDpEvent, TreeAggregationDpEvent, describe,
                                 effective_gaussian_noise)
 from accountants.tree import tree_rdp
 from accountants.wor_rdp import wor_gaussian_rdp_thm9
@@ -124,6 +124,9 @@ class RdpAccountant(Accountant):
         if isinstance(event, LogisticDpEvent):
             raise NotApplicable("rdp: no RDP curve for the logistic mechanism; use the 'pure' accountant "
                                 "(epsilon = 1 / noise_multiplier, ALM Thm. 4.1)")
+        if isinstance(event, SnappingDpEvent):
+            raise NotApplicable("rdp: no RDP curve for the snapping mechanism; use the 'pure' accountant "
+                                "(epsilon = 1 / noise_multiplier + overhead, Mironov 2012 Thm. 1)")
         if (isinstance(event, SampledWithoutReplacementDpEvent) and self.wor_bound == "thm9"
                 and relation == "replace-one"):
             z = effective_gaussian_noise(event.event)

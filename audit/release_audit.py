@@ -24,15 +24,19 @@ turns the scores into the step audit's sound lower bounds (:func:`attacks.step_a
   tightest mu of the claim's canonical pair (a logistic shift of exactly eps; not gated: the claim is a
   pure-DP statement, and the one-coordinate pair is not shown to be the worst of the L1 ball for f-DP).
 
-Floating point. The bound is about the release as computed (float64 m + s xi), and every score is a
-function of that value, so it stays sound for the code as run. With ``mechanism = "laplace"`` the
-log-likelihood ratio is exactly flat (+-eps) in both tails, a threshold can land on that plateau and then
-separates draws by the last bits of the release: near m0, releases from D (m0 + s xi, xi near 0) and from D'
-(m1 + s xi', xi' near -eps) fall on different float grids, and the measured epsilon exceeds the claim
-(eps_lb 2.29-2.40 against eps = 2 at 10^5 draws, an event with ratio e^2.41 at 10^6): the floating-point
-leakage of naive Laplace noise (Mironov 2012, "On significance of the least significant bits for differential
-privacy"), a flaw of the implementation, not of the mechanism over the reals. The logistic ratio (the
-default) has no plateau and shows nothing of the kind at these draw counts.
+Floating point. The bound is about the release as computed, and every score is a function of the released
+value, so it stays sound for the code as run. The plain float64 Laplace release (m + b xi, 53-bit uniforms) leaks
+through its last bits: its log-likelihood ratio is flat (+-eps) in both tails, a threshold can land on that
+plateau and then separates draws by the release's low-order bits (near m0, releases from D and from D' fall on
+different float grids); the measured epsilon exceeded the claim (eps_lb 2.29-2.40 against eps = 2 at 10^5 draws,
+an event with ratio e^2.41 at 10^6): Mironov 2012, "On significance of the least significant bits for
+differential privacy". ``mechanism = "laplace"`` is therefore released through Mironov's snapping mechanism
+(:mod:`defenses.alm.snapping`): outputs on the grid of multiples of Lambda (the smallest power of two >= lambda)
+within [-B, B], claimed eps = Delta_1 / lambda + d 2^-49 B / lambda (Thm. 1). Its scorer is the exact log-mass
+of the released grid point (:func:`defenses.alm.snapping.snapped_log_mass`: the real Laplace mass of the
+point's rounding cell), the likelihood ratio of the discrete release; the Clopper-Pearson bound is sound for it
+as for any statistic of the release (mass at the clamp's +-B is not modelled: a choice of statistic, not a
+condition of soundness). The logistic ratio (the default) has no plateau and shows no leak at these draw counts.
 
 Pairs: ``canary`` -- the canonical pair at the claimed sensitivity: m0 = theta(members) and m1 = m0 +
 Delta_1 e_0 (difference exactly the sampled L1 sensitivity along one coordinate: the worst case the claim
@@ -57,6 +61,7 @@ from attacks.step_audit import KnownMechanism, additive_step_scores, step_bounds
 from audit.step_pairs import dirac_image, search_witness
 from core.errors import ConfigError
 from defenses.alm.mechanisms import add_noise, log_density
+from defenses.alm.snapping import snapped_log_mass
 
 #: defenses whose privatised step is one additive release, and their sensitivity register entry
 RELEASE_CLAIMS = {"alm": "alm.head-weights"}
@@ -138,7 +143,8 @@ def audit_release(name: str, ctx: Any, *, params: Mapping[str, Any] | None, targ
                 b = {"x": torch.cat([dirac_image(a["x"][:1]), a["x"][1:]]), "y": a["y"]}
                 m1 = q.fn((b["x"], b["y"])).double().reshape(-1)
         defense = make_defense(name, dict(overrides))
-        cal = defense.release_noise(budget, float(sens["sensitivity_l1"]), float(sens["sensitivity_l2"]), n)
+        cal = defense.release_noise(budget, float(sens["sensitivity_l1"]), float(sens["sensitivity_l2"]), n,
+                                    num_classes=int(data.info.num_classes), coordinates=int(m0.numel()))
         if cal is None:
             raise ConfigError(f"defense {name!r}: no noise to audit (non-private budget)")
         if kind == "canary":
@@ -148,7 +154,9 @@ def audit_release(name: str, ctx: Any, *, params: Mapping[str, Any] | None, targ
         if claim is None:
             claim = {"mechanism": cal.mechanism, "epsilon": eps_claim, "delta": cal.delta, "mu": mu_claim,
                      "noise_multiplier": cal.noise_multiplier, "norm": cal.norm, "pure": cal.delta == 0,
-                     "target_epsilon": target_epsilon,
+                     "target_epsilon": target_epsilon, "calibration": cal.calibration,
+                     "clamp_bound": cal.clamp_bound, "grid": cal.grid, "coordinates": cal.coordinates,
+                     "snapping_overhead": cal.overhead,
                      "what": "one release of the fine-tuned head plus i.i.d. noise at the scale calibrated to the "
                              f"sampled {cal.norm.upper()} sensitivity (ALM Thm. 4.1, Prop. 4.1); mu: the tightest "
                              "mu of its canonical pair (one coordinate shifted by the claimed sensitivity)"}
@@ -156,9 +164,9 @@ def audit_release(name: str, ctx: Any, *, params: Mapping[str, Any] | None, targ
         if not bool(torch.isfinite(diff).all()):
             raise ConfigError(f"pair {kind}: the release's noiseless output is not finite")
         gen = torch.Generator().manual_seed(int(seed) * 1000 + i)
-        release = partial(_release, mechanism=cal.mechanism, scale=cal.scale)
-        s0, s1 = additive_step_scores(m0, m1, release, partial(log_density, cal.mechanism), cal.scale,
-                                      int(draws), gen, noise=noise)
+        release = partial(_release, mechanism=cal.mechanism, scale=cal.scale, clamp_bound=cal.clamp_bound)
+        s0, s1 = additive_step_scores(m0, m1, release, release_log_likelihood(cal.mechanism, cal.scale, cal.grid),
+                                      cal.scale, int(draws), gen, noise=noise)
         bd = step_bounds(s0, s1, alpha=alpha_each, delta=cal.delta, seed=seed + i)
         dist = float(torch.linalg.vector_norm(diff, ord=1 if cal.norm == "l1" else 2))
         refuted = bd.epsilon_lower > eps_claim or (cal.mechanism == "gaussian" and bd.mu_lower > mu_claim)
@@ -188,6 +196,18 @@ def audit_release(name: str, ctx: Any, *, params: Mapping[str, Any] | None, targ
             "epsilon_lower": best["epsilon_lower"], "power": best["epsilon_lower"] / claim["epsilon"]}
 
 
-def _release(m: torch.Tensor, gen: torch.Generator, *, mechanism: str, scale: float) -> torch.Tensor:
+def release_log_likelihood(mechanism: str, scale: float, grid: float | None):
+    """The per-coordinate log-likelihood of a release residual (y - m) / scale: the test statistic's ingredient.
+
+    Snapped Laplace (``grid`` = Lambda): the log-mass of the released grid point (:func:`snapped_log_mass`);
+    otherwise the noise's log-density (:func:`defenses.alm.mechanisms.log_density`).
+    """
+    if mechanism == "laplace" and grid is not None:
+        return partial(snapped_log_mass, half_cell=grid / (2.0 * scale))
+    return partial(log_density, mechanism)
+
+
+def _release(m: torch.Tensor, gen: torch.Generator, *, mechanism: str, scale: float,
+             clamp_bound: float | None = None) -> torch.Tensor:
     """ALM's own release of ``m`` (:func:`defenses.alm.mechanisms.add_noise`), one draw per row."""
-    return add_noise(m, mechanism, scale, gen)
+    return add_noise(m, mechanism, scale, gen, clamp_bound=clamp_bound)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from accountants.events import GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent
+from accountants.events import GaussianDpEvent, LogisticDpEvent, SnappingDpEvent
 from core.errors import ConfigError
 from defenses import Budget, Trained, make_defense
 from defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
@@ -76,7 +76,8 @@ def test_calibration_uses_the_right_norm_and_inverts():
     cal = calibrate_noise("logistic", 2.0, l1=3.0, l2=0.5)
     assert (cal.scale, cal.norm, cal.delta) == (1.5, "l1", 0.0)  # s = Delta_1 / eps (Thm. 4.1)
     assert cal.std == pytest.approx(1.5 * math.pi / math.sqrt(3))
-    assert calibrate_noise("laplace", 2.0, l1=3.0, l2=0.5).std < cal.std  # logistic adds more noise at equal eps
+    lap = calibrate_noise("laplace", 2.0, l1=3.0, l2=0.5, clamp_bound=1024.0, coordinates=10)
+    assert lap.std < cal.std  # logistic adds more noise at equal eps (snapped Laplace: lambda ~ Delta_1 / eps)
     g = calibrate_noise("gaussian", 2.0, l1=3.0, l2=0.5, delta=1e-5)
     assert g.norm == "l2" and g.scale == pytest.approx(0.5 * analytic_gaussian_noise_multiplier(2.0, 1e-5))
     assert epsilon_of_noise("gaussian", g.noise_multiplier, delta=1e-5) == pytest.approx(2.0, rel=1e-6)
@@ -143,6 +144,9 @@ def test_utility_loss_and_curve():
         assert high["utility_loss_mean"] < low["utility_loss_mean"]
         assert high["accuracy_clean"] == clean and abs(high["utility_loss_mean"]) < 0.05
     assert [r["valid"] for r in rows[6:]] == [True, False]
+    tiny = privacy_utility_curve(w, p.x, p.y, l1=0.5, l2=0.1, epsilons=[1e-4], delta=1e-5, mechanisms=["laplace"],
+                                 gen=torch.Generator().manual_seed(0), draws=2, clamp_bound=1024.0)
+    assert not tiny[0]["valid"] and "clamp_bound: must lie in" in tiny[0]["reason"]  # lambda 5000 > B
 
 
 # -- the defense ---------------------------------------------------------------------------------------
@@ -201,7 +205,11 @@ def test_alm_fit_is_deterministic_and_reuses_features(digits, monkeypatch):
 def test_alm_budgets(digits):
     fixed = make_defense("alm", mechanism="laplace", exhaustive_pairs=False, **TINY).fit(
         digits, Budget(noise_multiplier=0.25), seed=0, progress=False)
-    assert isinstance(fixed.claim.event, LaplaceDpEvent) and fixed.claim.params["epsilon"] == pytest.approx(4.0)
+    p = fixed.claim.params
+    assert isinstance(fixed.claim.event, SnappingDpEvent) and p["clamp_bound"] == 1024.0 and p["coordinates"] == 170
+    overhead = 170 * 2.0 ** -49 * 1024.0 / (0.25 * p["sensitivity_l1"])  # Mironov 2012 Thm. 1, per coordinate
+    assert p["snapping_overhead"] == pytest.approx(overhead, rel=1e-12) and p["epsilon"] == 4.0 + p["snapping_overhead"]
+    assert fixed.extras["release"]["grid"] == 2.0 ** math.ceil(math.log2(0.25 * p["sensitivity_l1"]))
     none = make_defense("alm", exhaustive_pairs=False, **TINY).fit(digits, Budget(), seed=0, progress=False)
     assert not none.claim.is_private and none.extras["utility"]["utility_loss"] == 0.0
 

@@ -313,6 +313,22 @@ def test_alm_release_canonical_pair_is_tight_and_not_refuted(ctx, tmp_path):
     assert not list(tmp_path.iterdir())  # no witness without a refutation
 
 
+def test_alm_snapped_laplace_release_is_tight_and_not_refuted(ctx):
+    """ALM's Laplace option (the snapping mechanism) on its canonical pair at eps 2, where the plain float64
+    Laplace release was refuted (eps_lb 2.37 at 10^6 draws): below the claim, which includes the overhead."""
+    from audit.step_audit import audit_defense
+
+    r = audit_defense("alm", params={**ALM_PARAMS, "mechanism": "laplace"}, target_epsilon=2.0, pair="canary",
+                      draws=200_000, context=ctx)
+    c, p = r["claim"], r["pairs"][0]
+    assert (c["mechanism"], c["calibration"], c["clamp_bound"], c["epsilon"]) == ("laplace", "snapping", 1024.0, 2.0)
+    lam = p["noise_scale"]
+    assert c["coordinates"] == 650  # 10 classes x (64 features + bias): the overhead is paid on every weight
+    assert c["snapping_overhead"] == pytest.approx(650 * 2.0 ** -49 * 1024.0 / lam, rel=1e-12)
+    assert p["sensitivity_claimed"] / lam + c["snapping_overhead"] == pytest.approx(2.0, rel=1e-12)
+    assert p["verdict"] == "not refuted" and 0.85 <= p["power"] <= 1.0
+
+
 def test_alm_release_with_less_noise_than_claimed_is_refuted(ctx, tmp_path, monkeypatch):
     """A release that adds the noise of eps 4 while claiming eps 1 is refuted on the canonical pair (CP at
     delta 0 above the claim), with its witness written."""
@@ -324,8 +340,8 @@ def test_alm_release_with_less_noise_than_claimed_is_refuted(ctx, tmp_path, monk
 
     honest = ALM.release_noise
 
-    def undernoised(self, budget, l1, l2, n):
-        cal = honest(self, budget, l1, l2, n)
+    def undernoised(self, budget, l1, l2, n, **kw):
+        cal = honest(self, budget, l1, l2, n, **kw)
         return replace(cal, scale=cal.scale / 4)
 
     monkeypatch.setattr(ALM, "release_noise", undernoised)
@@ -372,18 +388,22 @@ def test_cli_audit_step_alm(capsys):
 
 
 def test_float64_laplace_release_leaks_through_its_last_bits():
-    """Mironov 2012 measured: ALM's own float64 Laplace release (m + b xi) on the canonical pair at eps 2 has an
-    event (a threshold on the flat tail of the likelihood ratio, i.e. on the release's last bits) whose sound
-    Clopper-Pearson epsilon at delta 0 exceeds the claim; the logistic release on the same pair does not."""
+    """Mironov 2012 measured: the plain float64 Laplace release (m + b xi, 53-bit uniforms; no longer an ALM
+    release option, rebuilt here from the unit sampler) on the canonical pair at eps 2 has an event (a threshold
+    on the flat tail of the likelihood ratio, i.e. on the release's last bits) whose sound Clopper-Pearson
+    epsilon at delta 0 exceeds the claim; the logistic release on the same pair does not. ALM's Laplace option is
+    the snapping mechanism (tests/test_alm_snapping.py: not refuted at these settings)."""
     from functools import partial
 
-    from defenses.alm.mechanisms import add_noise, log_density
+    from defenses.alm.mechanisms import add_noise, log_density, standard_noise
 
     s, eps = 0.7, 2.0
     m0 = torch.full((1,), 0.3, dtype=torch.float64)
+    releases = {"laplace": lambda m, g: m.double() + s * standard_noise("laplace", tuple(m.shape), g),
+                "logistic": lambda m, g: add_noise(m, "logistic", s, g)}
     bounds = {}
-    for mech in ("laplace", "logistic"):
-        out, inn = additive_step_scores(m0, m0 + eps * s, lambda m, g, mech=mech: add_noise(m, mech, s, g),
-                                        partial(log_density, mech), s, 100_000, torch.Generator().manual_seed(0))
+    for mech, release in releases.items():
+        out, inn = additive_step_scores(m0, m0 + eps * s, release, partial(log_density, mech), s, 100_000,
+                                        torch.Generator().manual_seed(0))
         bounds[mech] = step_bounds(out, inn, alpha=ALPHA, delta=0.0, seed=0).epsilon_lower
     assert bounds["laplace"] > eps + 0.1 and bounds["logistic"] < eps

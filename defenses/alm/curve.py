@@ -4,7 +4,8 @@ Utility loss: L_util = 1 - M(y_noisy, y_GT) / M(y, y_GT) with M the accuracy of 
 evaluation queries, y the unprotected head's predictions and y_noisy the protected head's. The
 released head is random, so the curve reports the mean (and standard deviation) of L_util over
 ``draws`` independent noise draws. The same standard noise draws are scaled for every epsilon
-(common random numbers), so differences between epsilons are not noise in the estimate.
+(common random numbers), so differences between epsilons are not noise in the estimate. Laplace rows are the
+snapped release ALM makes (:mod:`defenses.alm.snapping`): the same unit draws, snapped at each epsilon's lambda.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Iterable
 
 import torch
 
-from core.errors import check_positive
+from core.errors import ConfigError, check_positive
 from defenses.alm.mechanisms import GAUSSIAN_CALIBRATIONS, MECHANISMS, calibrate_noise, standard_noise
+from defenses.alm.snapping import DEFAULT_CLAMP_FLOOR, snap, unit_laplace
 
 
 def utility_loss(metric_protected: float | torch.Tensor, metric_unprotected: float) -> float | torch.Tensor:
@@ -33,25 +35,44 @@ def head_accuracy(weights: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> to
 def privacy_utility_curve(weights: torch.Tensor, x_eval: torch.Tensor, y_eval: torch.Tensor, *, l1: float, l2: float,
                           epsilons: Iterable[float], delta: float, gen: torch.Generator, draws: int = 20,
                           mechanisms: Iterable[str] = MECHANISMS,
-                          gaussian: Iterable[str] = GAUSSIAN_CALIBRATIONS) -> list[dict]:
+                          gaussian: Iterable[str] = GAUSSIAN_CALIBRATIONS,
+                          clamp_bound: float = DEFAULT_CLAMP_FLOOR) -> list[dict]:
     """One row per (mechanism, epsilon): noise scale and the utility loss over ``draws`` noise draws.
 
-    Logistic and Laplace noise use the L1 sensitivity ``l1``; Gaussian noise the L2 sensitivity
-    ``l2`` and ``delta``, once per calibration in ``gaussian`` (``analytic``: exact; ``classical``:
-    the paper's formula, ``valid`` False for epsilon >= 1).
+    Logistic and Laplace noise use the L1 sensitivity ``l1`` (Laplace: snapped with ``clamp_bound`` B, its
+    epsilon including the overhead); Gaussian noise the L2 sensitivity ``l2`` and ``delta``, once per
+    calibration in ``gaussian`` (``analytic``: exact; ``classical``: the paper's formula, ``valid`` False for
+    epsilon >= 1). A Laplace row whose lambda breaks the snapping theorem's lambda < B < 2^46 lambda is
+    reported ``valid`` False with the reason and no utility (no release is made there).
     """
     check_positive("draws", draws)
     clean = float(head_accuracy(weights, x_eval, y_eval))
     epsilons = [float(e) for e in epsilons]
     rows = []
     for mechanism in mechanisms:
-        base = standard_noise(mechanism, (draws, *weights.shape), gen)
+        shape = (draws, *weights.shape)
+        base = unit_laplace(shape, gen) if mechanism == "laplace" else standard_noise(mechanism, shape, gen)
         calibrations = list(gaussian) if mechanism == "gaussian" else ["pure"]
         for calibration in calibrations:
             for eps in epsilons:
-                cal = calibrate_noise(mechanism, eps, l1=l1, l2=l2, delta=delta,
-                                      gaussian=calibration if mechanism == "gaussian" else "analytic")
-                acc = head_accuracy(weights.unsqueeze(0) + cal.scale * base, x_eval, y_eval)
+                try:
+                    cal = calibrate_noise(mechanism, eps, l1=l1, l2=l2, delta=delta,
+                                          gaussian=calibration if mechanism == "gaussian" else "analytic",
+                                          clamp_bound=clamp_bound, coordinates=int(weights.numel()))
+                except ConfigError as exc:  # snapping outside Thm. 1's lambda < B < 2^46 lambda: no release
+                    if mechanism != "laplace":
+                        raise
+                    rows.append({"mechanism": mechanism, "epsilon": eps, "delta": 0.0, "norm": "l1",
+                                 "sensitivity": l1, "scale": float("nan"), "noise_std": float("nan"),
+                                 "valid": False, "reason": str(exc), "accuracy_clean": clean,
+                                 "accuracy_mean": float("nan"), "utility_loss_mean": float("nan"),
+                                 "utility_loss_std": float("nan"), "draws": draws})
+                    continue
+                if mechanism == "laplace":
+                    noisy = snap(weights.unsqueeze(0), base, cal.scale, clamp_bound)
+                else:
+                    noisy = weights.unsqueeze(0) + cal.scale * base
+                acc = head_accuracy(noisy, x_eval, y_eval)
                 loss = utility_loss(acc, clean)
                 rows.append({
                     "mechanism": mechanism if mechanism != "gaussian" else f"gaussian-{calibration}",

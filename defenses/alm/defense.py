@@ -18,10 +18,14 @@ Departures from the paper, each because the paper's version is not well defined 
 * Gaussian noise is calibrated exactly (analytic Gaussian mechanism) by default; the paper's
   sqrt(2 ln(1.25/delta)) Delta_2 / eps is only proven for eps < 1 (``gaussian_calibration=classical``
   reproduces it and flags it).
+* Laplace noise is released through Mironov's snapping mechanism (:mod:`defenses.alm.snapping`): the plain
+  float64 Laplace release leaks through its last bits (Mironov 2012; measured by the release audit), and the
+  claimed epsilon includes the snapping's overhead d 2^-49 B / lambda (Thm. 1).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +33,7 @@ from typing import Any
 import torch
 
 from accountants.claim import PrivacyClaim
-from accountants.events import GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent
+from accountants.events import GaussianDpEvent, LogisticDpEvent, SnappingDpEvent
 from core.datasets import MembershipData
 from core.errors import ConfigError, check_positive, check_probability, one_of
 from defenses.sensitivity_sampling import (SampledSensitivity, exhaustive_remove_one, sample_sensitivity_alm,
@@ -37,7 +41,8 @@ from defenses.sensitivity_sampling import (SampledSensitivity, exhaustive_remove
 from defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
 from defenses.alm.head import HeadProblem, fit_heads, head_as_linear, newton_solve
 from defenses.alm.mechanisms import (GAUSSIAN_CALIBRATIONS, MECHANISMS, NoiseCalibration, add_noise, calibrate_noise,
-                                     epsilon_of_noise, noise_std)
+                                     epsilon_of_noise, noise_std, snapped_calibration)
+from defenses.alm.snapping import default_clamp_bound
 from defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from defenses.evaluation import embed
 from defenses.nn.model import ContrastiveModel, ModelSpec
@@ -60,6 +65,10 @@ class ALMConfig(ContrastiveConfig):
     statistic; ``rdp_gamma`` optional, databases drawn from ``oracle_pool``). ``exhaustive_pairs``:
     also compute the exact maximum over all remove-one pairs within the members (n head fits).
     ``curve_epsilons``/``curve_draws``: the privacy–utility curve (Sec. 6.1) stored in extras.
+    ``clamp_bound``: B of the snapped Laplace release (``mechanism = "laplace"``), every released weight clamped
+    to [-B, B]; None (default): :func:`defenses.alm.snapping.default_clamp_bound` of the class count and
+    ``head_l2`` (public only; provably never binds on the fine-tuned head). Must exceed the noise scale lambda
+    and stay below 2^46 lambda (Mironov 2012, Thm. 1).
     """
 
     head_l2: float = 0.1
@@ -74,6 +83,7 @@ class ALMConfig(ContrastiveConfig):
     fit_chunk: int = 512
     curve_epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0)
     curve_draws: int = 20
+    clamp_bound: float | None = None
 
     def validate(self) -> None:
         super().validate()
@@ -89,6 +99,10 @@ class ALMConfig(ContrastiveConfig):
             check_positive(name, getattr(self, name))
         if self.rdp_gamma is not None:
             check_probability("rdp_gamma", self.rdp_gamma)
+        if self.clamp_bound is not None:
+            b = self.clamp_bound
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not math.isfinite(b) or b <= 0:
+                raise ConfigError(f"clamp_bound: must be a finite number > 0 (or unset for the default), got {b!r}")
         for eps in self.curve_epsilons:
             if isinstance(eps, bool) or not isinstance(eps, (int, float)) or eps <= 0:
                 raise ConfigError(f"curve_epsilons: every epsilon must be a number > 0, got {eps!r}")
@@ -161,11 +175,28 @@ class ALM(Defense):
                                                   m=cfg.sensitivity_m, gamma=cfg.rdp_gamma, chunk=cfg.fit_chunk,
                                                   oracle=f"{cfg.oracle_pool} split")
 
-    def release_noise(self, budget: Budget, l1: float, l2: float, n: int) -> NoiseCalibration | None:
-        """The noise the release adds at ``budget`` given the (sampled) L1 / L2 sensitivities (None: no noise)."""
+    def clamp_bound_for(self, num_classes: int) -> float:
+        """B of the snapped Laplace release: ``clamp_bound`` or the public default for ``num_classes``."""
+        cfg = self.config
+        return float(cfg.clamp_bound) if cfg.clamp_bound is not None else default_clamp_bound(num_classes, cfg.head_l2)
+
+    def release_noise(self, budget: Budget, l1: float, l2: float, n: int, *, num_classes: int | None = None,
+                      coordinates: int | None = None) -> NoiseCalibration | None:
+        """The noise the release adds at ``budget`` given the (sampled) L1 / L2 sensitivities (None: no noise).
+
+        Laplace (snapped) also needs the class count (for the default clamp bound) and the number of released
+        coordinates (the overhead is paid per coordinate).
+        """
         cfg = self.config
         if not budget.private:
             return None
+        if cfg.mechanism == "laplace":
+            if num_classes is None or coordinates is None:
+                raise ConfigError("mechanism 'laplace': the snapped release needs num_classes and coordinates")
+            if budget.noise_multiplier is not None and budget.noise_multiplier <= 0:
+                raise ConfigError("noise_multiplier: the ALM releases noised weights; it must be > 0")
+            return snapped_calibration(budget.target_epsilon, l1=l1, clamp_bound=self.clamp_bound_for(num_classes),
+                                       coordinates=coordinates, noise_multiplier=budget.noise_multiplier)
         delta = budget.resolve_delta(n) if cfg.mechanism == "gaussian" else 0.0
         if budget.noise_multiplier is not None:
             z = budget.noise_multiplier
@@ -199,8 +230,15 @@ class ALM(Defense):
             if not cal.valid:
                 notes.append("the classical calibration sigma = sqrt(2 ln(1.25/delta)) Delta_2 / eps (ALM Remark 4.2, "
                              "Dwork & Roth Thm. A.1) is only proven for eps < 1; this epsilon is not a guarantee")
+        elif cal.mechanism == "laplace":
+            notes.append(f"epsilon = (Delta_1 + d 2^-49 B) / lambda = {cal.epsilon:.4g} (pure DP): Laplace noise "
+                         f"(Remark 4.2) released through Mironov's snapping mechanism (2012, Sec. 5.2, Thm. 1, per "
+                         f"coordinate, composed over d = {cal.coordinates} coordinates) with lambda = {cal.scale:.4g}, "
+                         f"clamp bound B = {cal.clamp_bound:.4g}, grid Lambda = {cal.grid:.4g}; the floating-point "
+                         f"overhead d 2^-49 B / lambda = {cal.overhead:.3g} is included; valid only for neighbours "
+                         f"whose head weights differ by at most the sampled L1 sensitivity")
         else:
-            notes.append(f"epsilon = Delta_1 / scale = {cal.epsilon:.4g} (pure DP, {'Thm. 4.1' if cal.mechanism == 'logistic' else 'Remark 4.2'}) "
+            notes.append(f"epsilon = Delta_1 / scale = {cal.epsilon:.4g} (pure DP, Thm. 4.1) "
                          f"with scale {cal.scale:.4g} and the sampled L1 sensitivity; valid only for neighbours whose "
                          f"head weights differ by at most that much")
         if exhaustive is not None:
@@ -210,16 +248,21 @@ class ALM(Defense):
                          f"same noise gives epsilon {self._epsilon_at(cal, worst):.4g}")
         params.update({"mechanism": cal.mechanism, "epsilon": cal.epsilon, "scale": cal.scale,
                        "noise_multiplier": cal.noise_multiplier, "calibration": cal.calibration})
-        events = {"logistic": LogisticDpEvent, "laplace": LaplaceDpEvent, "gaussian": GaussianDpEvent}
+        if cal.mechanism == "laplace":
+            params.update({"clamp_bound": cal.clamp_bound, "grid": cal.grid, "coordinates": cal.coordinates,
+                           "snapping_overhead": cal.overhead})
+            event = SnappingDpEvent(cal.noise_multiplier, cal.overhead)
+        else:
+            event = {"logistic": LogisticDpEvent, "gaussian": GaussianDpEvent}[cal.mechanism](cal.noise_multiplier)
         accountant = "pure" if cal.mechanism != "gaussian" else f"gaussian:{cal.calibration}"
-        return PrivacyClaim(events[cal.mechanism](cal.noise_multiplier), relation="replace-one", unit="example",
+        return PrivacyClaim(event, relation="replace-one", unit="example",
                             delta=cal.delta, paper_accountant=accountant, sampler=None, source=SOURCE,
                             notes=tuple(notes), params=params)
 
     def _epsilon_at(self, cal: NoiseCalibration, sensitivity: float) -> float:
         if cal.mechanism == "gaussian":
             return epsilon_of_noise("gaussian", cal.scale / sensitivity, delta=cal.delta, gaussian=cal.calibration)
-        return epsilon_of_noise(cal.mechanism, cal.scale / sensitivity)
+        return epsilon_of_noise(cal.mechanism, cal.scale / sensitivity) + cal.overhead
 
     def fit(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
             progress: bool = True) -> Trained:
@@ -237,10 +280,13 @@ class ALM(Defense):
             exhaustive = exhaustive_remove_one(self._fit_fn(prep.problem, prep.reference), n, chunk=cfg.fit_chunk)
             prep.seconds["exhaustive"] = time.perf_counter() - start
 
-        cal = self.release_noise(budget, sens["l1"].value, sens["l2"].value, n)
+        num_classes = data.info.num_classes
+        cal = self.release_noise(budget, sens["l1"].value, sens["l2"].value, n, num_classes=num_classes,
+                                 coordinates=int(w_clean.numel()))
         w_released = w_clean
         if cal is not None:
-            w_released = add_noise(w_clean, cal.mechanism, cal.scale, torch_generator(seed, "alm", "noise"))
+            w_released = add_noise(w_clean, cal.mechanism, cal.scale, torch_generator(seed, "alm", "noise"),
+                                   clamp_bound=cal.clamp_bound)
         classifier = head_as_linear(w_released, prep.mean, prep.std).to(device)
 
         acc_clean = float(head_accuracy(w_clean, prep.x_test, data.test.y))
@@ -249,7 +295,8 @@ class ALM(Defense):
         curve_delta = budget.resolve_delta(n)
         rows = privacy_utility_curve(w_clean, prep.x_test, data.test.y, l1=sens["l1"].value, l2=sens["l2"].value,
                                      epsilons=cfg.curve_epsilons, delta=curve_delta,
-                                     gen=torch_generator(seed, "alm", "curve"), draws=cfg.curve_draws)
+                                     gen=torch_generator(seed, "alm", "curve"), draws=cfg.curve_draws,
+                                     clamp_bound=self.clamp_bound_for(num_classes))
         prep.seconds["curve"] = time.perf_counter() - start
 
         extras = {

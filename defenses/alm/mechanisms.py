@@ -6,7 +6,12 @@
   equality as z -> +-inf, so the bound is tight). Its standard deviation is pi s / sqrt(3)
   ~ 1.814 s, against sqrt(2) b ~ 1.414 b for Laplace noise of the same epsilon (b = s): at equal
   epsilon the logistic mechanism adds 28% more noise than Laplace.
-* Laplace (Remark 4.2): scale b = Delta_1 / eps, pure eps-DP.
+* Laplace (Remark 4.2): scale b = Delta_1 / eps, pure eps-DP over the reals. Released through Mironov's
+  snapping mechanism (:mod:`defenses.alm.snapping`): the plain float64 Laplace release leaks through its last bits
+  (the release audit measured eps_lb 2.29-2.40 against a claimed 2), so it is no longer a release option. The
+  snapped release clamps to [-B, B] (``clamp_bound``) and rounds to a power-of-two grid; its pure epsilon is
+  Delta_1 / lambda + d 2^-49 B / lambda (Mironov 2012, Thm. 1, per coordinate), and lambda is calibrated so
+  that this total, overhead included, is the claimed epsilon.
 * Gaussian (Remark 4.2): the paper's sigma = sqrt(2 ln(1.25/delta)) Delta_2 / eps is Dwork & Roth's
   Thm. A.1, which is only proven for eps < 1; the paper uses it up to eps = 10. We calibrate with
   the exact analytic Gaussian mechanism (Balle & Wang 2018, Thm. 8): the smallest sigma with
@@ -26,7 +31,8 @@ import torch
 
 from accountants.gaussian import (analytic_gaussian_epsilon, analytic_gaussian_noise_multiplier,
                                   classical_gaussian_epsilon, classical_gaussian_noise_multiplier)
-from core.errors import check_positive, one_of
+from core.errors import ConfigError, check_positive, one_of
+from defenses.alm.snapping import grid_step, snapping_epsilon, snapping_overhead, snapping_release, snapping_scale
 
 MECHANISMS = ("logistic", "laplace", "gaussian")
 GAUSSIAN_CALIBRATIONS = ("analytic", "classical")
@@ -43,7 +49,12 @@ def _open_uniform(shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
 
 
 def standard_noise(mechanism: str, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
-    """Unit-scale noise: Logistic(0, 1), Laplace(0, 1) or N(0, 1), float64, by inverse CDF."""
+    """Unit-scale noise: Logistic(0, 1), Laplace(0, 1) or N(0, 1), float64, by inverse CDF.
+
+    The Laplace draws here are the plain float64 ones (53-bit uniforms): adding them to a value is the release
+    that leaks through its last bits (Mironov 2012); ALM releases Laplace noise only through the snapping
+    mechanism (:func:`add_noise`).
+    """
     if mechanism == "logistic":
         u = _open_uniform(shape, gen)
         return torch.log(u) - torch.log1p(-u)  # F^{-1}(u) = log(u / (1 - u))
@@ -55,13 +66,20 @@ def standard_noise(mechanism: str, shape: tuple[int, ...], gen: torch.Generator)
     raise one_of("mechanism", mechanism, MECHANISMS)
 
 
-def add_noise(values: torch.Tensor, mechanism: str, scale: float, gen: torch.Generator) -> torch.Tensor:
+def add_noise(values: torch.Tensor, mechanism: str, scale: float, gen: torch.Generator, *,
+              clamp_bound: float | None = None) -> torch.Tensor:
     """The release: ``values`` + scale x i.i.d. unit noise per coordinate (Def. 4.1, Remark 4.2), float64.
 
-    The one implementation of the noise ALM releases with (:meth:`defenses.alm.defense.ALM.fit`); the
-    step audit draws its releases through it, with a leading batch dimension for many draws.
+    Laplace: the snapping mechanism with lambda = ``scale`` and B = ``clamp_bound`` (required), outputs on the
+    grid of multiples of the smallest power of two >= scale, within [-B, B]. The one implementation of the noise
+    ALM releases with (:meth:`defenses.alm.defense.ALM.fit`); the step audit draws its releases through it,
+    with a leading batch dimension for many draws.
     """
     check_positive("scale", scale)
+    if mechanism == "laplace":
+        if clamp_bound is None:
+            raise ConfigError("clamp_bound: the Laplace release (snapping mechanism) needs a clamp bound B > 0")
+        return snapping_release(values, scale, clamp_bound, gen)
     return values.double() + scale * standard_noise(mechanism, tuple(values.shape), gen)
 
 
@@ -95,9 +113,11 @@ def noise_std(mechanism: str, scale: float) -> float:
 class NoiseCalibration:
     """The noise one mechanism adds to meet (epsilon, delta) at the given sensitivities.
 
-    ``scale`` is s (logistic), b (Laplace) or sigma (Gaussian); ``noise_multiplier`` = scale /
+    ``scale`` is s (logistic), lambda (Laplace) or sigma (Gaussian); ``noise_multiplier`` = scale /
     sensitivity in the mechanism's norm (L1 for logistic and Laplace, L2 for Gaussian); ``valid``
-    is False when the calibration formula is not a proven guarantee at this epsilon.
+    is False when the calibration formula is not a proven guarantee at this epsilon. Laplace (snapping):
+    ``clamp_bound`` B, ``grid`` Lambda, ``coordinates`` d and ``overhead`` d 2^-49 B / lambda, the part of
+    ``epsilon`` the floating-point-safe release pays beyond Delta_1 / lambda (Mironov 2012, Thm. 1).
     """
 
     mechanism: str
@@ -110,17 +130,52 @@ class NoiseCalibration:
     std: float
     calibration: str
     valid: bool
+    clamp_bound: float | None = None
+    grid: float | None = None
+    coordinates: int | None = None
+    overhead: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+def snapped_calibration(epsilon: float | None, *, l1: float, clamp_bound: float, coordinates: int,
+                        noise_multiplier: float | None = None) -> NoiseCalibration:
+    """The snapped Laplace release at total pure ``epsilon`` (or at ``noise_multiplier`` = lambda / Delta_1).
+
+    lambda = (Delta_1 + d 2^-49 B) / eps, so Delta_1 / lambda + d 2^-49 B / lambda = eps (Mironov 2012, Thm. 1
+    per coordinate, composed over the d coordinates); with a noise multiplier z, lambda = z Delta_1 and epsilon is
+    that sum. Both check Thm. 1's lambda < B < 2^46 lambda (ConfigError naming ``clamp_bound``).
+    """
+    check_positive("sensitivity_l1", l1)
+    if noise_multiplier is None:
+        lam = snapping_scale(float(epsilon), l1, clamp_bound, coordinates)
+        eps = float(epsilon)
+    else:
+        check_positive("noise_multiplier", noise_multiplier)
+        lam = noise_multiplier * l1
+        eps = snapping_epsilon(l1, lam, clamp_bound, coordinates)
+    # the std of the unrounded noise; rounding to the grid adds at most Lambda / 2 per coordinate
+    return NoiseCalibration("laplace", eps, 0.0, "l1", l1, lam / l1, lam, noise_std("laplace", lam), "snapping", True,
+                            float(clamp_bound), grid_step(lam), int(coordinates),
+                            snapping_overhead(lam, clamp_bound, coordinates))
+
+
 def calibrate_noise(mechanism: str, epsilon: float, *, l1: float, l2: float, delta: float = 0.0,
-                    gaussian: str = "analytic") -> NoiseCalibration:
-    """Noise scale of ``mechanism`` for (epsilon, delta) given L1 / L2 sensitivities (ALM Sec. 4)."""
+                    gaussian: str = "analytic", clamp_bound: float | None = None,
+                    coordinates: int | None = None) -> NoiseCalibration:
+    """Noise scale of ``mechanism`` for (epsilon, delta) given L1 / L2 sensitivities (ALM Sec. 4).
+
+    Laplace is the snapped release (:func:`snapped_calibration`) and needs ``clamp_bound`` and ``coordinates``.
+    """
     check_positive("epsilon", epsilon)
-    if mechanism in ("logistic", "laplace"):
-        z = 1.0 / epsilon  # Thm. 4.1 (logistic: eps = Delta_1 / s) and Remark 4.2 (Laplace: b = Delta_1 / eps)
+    if mechanism == "laplace":
+        if clamp_bound is None or coordinates is None:
+            raise ConfigError("clamp_bound: the Laplace release (snapping mechanism) needs a clamp bound and the "
+                              "number of released coordinates")
+        return snapped_calibration(epsilon, l1=l1, clamp_bound=clamp_bound, coordinates=coordinates)
+    if mechanism == "logistic":
+        z = 1.0 / epsilon  # Thm. 4.1 (logistic: eps = Delta_1 / s)
         return NoiseCalibration(mechanism, epsilon, 0.0, "l1", l1, z, z * l1, noise_std(mechanism, z * l1),
                                 "pure", True)
     if mechanism == "gaussian":
@@ -136,7 +191,11 @@ def calibrate_noise(mechanism: str, epsilon: float, *, l1: float, l2: float, del
 
 def epsilon_of_noise(mechanism: str, noise_multiplier: float, *, delta: float = 0.0,
                      gaussian: str = "analytic") -> float:
-    """Epsilon a mechanism achieves at noise multiplier scale / sensitivity (inverse of calibration)."""
+    """Epsilon a mechanism achieves at noise multiplier scale / sensitivity (inverse of calibration).
+
+    Laplace: the real-arithmetic Laplace mechanism's 1 / z, without the snapping overhead (which depends on B,
+    the sensitivity and the coordinate count: :func:`defenses.alm.snapping.snapping_epsilon`).
+    """
     check_positive("noise_multiplier", noise_multiplier)
     if mechanism in ("logistic", "laplace"):
         return 1.0 / noise_multiplier
