@@ -126,7 +126,7 @@ def _conv_ghost_cheaper(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int
     return ghost < (n * dim) * (m * dim) * out * fan
 
 
-GHOST_LIMIT = 1 << 24  # float64 entries of one ghost product block (128 MB); larger cross Grams go in chunks
+GHOST_LIMIT = 1 << 22  # float64 entries of one ghost product block (32 MB); larger cross Grams go in chunks
 
 
 class _Grams:
