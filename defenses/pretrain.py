@@ -62,7 +62,8 @@ def check_init(init: str) -> None:
 
 def pretrain_config(cfg: ContrastiveConfig, epochs: int) -> ContrastiveConfig:
     """The public pretraining configuration for a defense's architecture ``cfg``."""
-    return ContrastiveConfig(encoder=cfg.encoder, width=cfg.width, rep_dim=cfg.rep_dim, proj_hidden=cfg.proj_hidden,
+    return ContrastiveConfig(encoder=cfg.encoder, width=cfg.width, rep_dim=cfg.rep_dim, pool=cfg.pool,
+                             proj_hidden=cfg.proj_hidden,
                              proj_dim=cfg.proj_dim, loss=PRETRAIN_LOSS, temperature=0.5, epochs=epochs,
                              batch_size=PRETRAIN_BATCH, lr=PRETRAIN_LR, optimizer="adam",
                              augmentation=cfg.augmentation)

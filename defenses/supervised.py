@@ -37,6 +37,7 @@ class SupervisedConfig:
     encoder: str = "cnn"
     width: int = 16
     rep_dim: int = 64
+    pool: int = 1  # the CNN's final average pooling side (ModelSpec.pool)
     epochs: int = 60
     batch_size: int = 64
     lr: float = 2e-3
@@ -57,7 +58,8 @@ class SupervisedConfig:
         check_positive("weight_decay", self.weight_decay, allow_zero=True)
 
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
-        return ModelSpec(encoder=self.encoder, in_shape=info.shape, width=self.width, rep_dim=self.rep_dim)
+        return ModelSpec(encoder=self.encoder, in_shape=info.shape, width=self.width, rep_dim=self.rep_dim,
+                         pool=self.pool)
 
 
 def build_head(in_features: int, num_classes: int, seed: int) -> nn.Linear:

@@ -31,6 +31,7 @@ class ContrastiveConfig:
     encoder: str = "cnn"
     width: int = 16
     rep_dim: int = 64
+    pool: int = 1  # the CNN's final average pooling side (ModelSpec.pool)
     proj_hidden: int = 128
     proj_dim: int = 32
     loss: str = "simclr"
@@ -61,7 +62,7 @@ class ContrastiveConfig:
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
         # Barlow Twins' loss standardises features itself (DPCL Eq. 6); SimCLR-style losses use cosine.
         return ModelSpec(encoder=self.encoder, in_shape=info.shape, width=self.width, rep_dim=self.rep_dim,
-                         proj_hidden=self.proj_hidden, proj_dim=self.proj_dim, normalize=self.loss != "barlow")
+                         pool=self.pool, proj_hidden=self.proj_hidden, proj_dim=self.proj_dim, normalize=self.loss != "barlow")
 
 
 def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float, momentum: float = 0.9,

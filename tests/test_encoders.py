@@ -68,3 +68,28 @@ def test_resnet18_full_width_parameter_count():
 
     n = sum(p.numel() for p in ResNet18GN(3, width=64).parameters())
     assert 11.0e6 < n < 11.3e6
+
+
+def test_cnn_pools_to_a_grid_and_only_the_cnn_does():
+    """pool = k keeps a k x k layout of the last feature map (the linear map sees C k^2 features)."""
+    from core.errors import ConfigError
+
+    spec = ModelSpec(encoder="cnn", in_shape=(1, 28, 28), width=4, rep_dim=8, proj_hidden=16, proj_dim=4, groups=2,
+                     pool=4)
+    model = build_model(spec, seed=0)
+    linear = model.encoder.net[-1]
+    assert linear.in_features == 8 * 16  # 2 * width channels, 4 x 4 positions
+    assert model.represent(torch.rand(3, 1, 28, 28)).shape == (3, 8)
+    assert ModelSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ConfigError, match="pool"):
+        build_model(ModelSpec(encoder="mlp", in_shape=(1, 8, 8), pool=2))
+    with pytest.raises(ConfigError, match="pool"):
+        build_model(ModelSpec(encoder="cnn", in_shape=(1, 8, 8), pool=0))
+
+
+def test_pretraining_keeps_the_pool():
+    """The public pretraining builds the defense's own architecture, so the cached encoder loads into it."""
+    from defenses.pretrain import pretrain_config
+    from defenses.training import ContrastiveConfig
+
+    assert pretrain_config(ContrastiveConfig(pool=4), epochs=1).pool == 4

@@ -60,19 +60,21 @@ class MLPEncoder(nn.Module):
 class SmallCNN(nn.Module):
     """A small WS-conv + GroupNorm CNN for 8x8 to 28x28 grey images.
 
-    ``len(widths)`` stages of [3x3 conv -> GN -> ReLU], stride 2 from the second stage on, then global
-    average pooling and a linear map to ``rep_dim``.
+    ``len(widths)`` stages of [3x3 conv -> GN -> ReLU], stride 2 from the second stage on, then average
+    pooling to ``pool`` x ``pool`` (1: global) and a linear map to ``rep_dim``. Global pooling of a 7 x 7 map
+    (28 x 28 inputs) throws the layout away: on Fashion-MNIST a random width-8 encoder's linear probe
+    scores 0.46 pooled to 1 x 1 and 0.64 pooled to 4 x 4 (raw pixels: 0.78).
     """
 
     def __init__(self, in_channels: int = 1, widths: tuple[int, ...] = (32, 64, 64), rep_dim: int = 64,
-                 groups: int = 8):
+                 groups: int = 8, pool: int = 1):
         super().__init__()
         layers: list[nn.Module] = [InputNorm()]
         prev = in_channels
         for i, w in enumerate(widths):
             layers += [WSConv2d(prev, w, 3, stride=1 if i == 0 else 2, padding=1), group_norm(w, groups), nn.ReLU()]
             prev = w
-        layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(prev, rep_dim)]
+        layers += [nn.AdaptiveAvgPool2d(pool), nn.Flatten(), nn.Linear(prev * pool * pool, rep_dim)]
         self.net = nn.Sequential(*layers)
         self.rep_dim = rep_dim
 

@@ -26,6 +26,7 @@ class ModelSpec:
     in_shape: tuple[int, int, int] = (1, 8, 8)
     width: int = 32
     rep_dim: int = 64
+    pool: int = 1  # CNN: side of the final average pooling (1: global); larger images keep their layout
     proj_hidden: int = 128
     proj_dim: int = 32
     normalize: bool = True
@@ -35,8 +36,11 @@ class ModelSpec:
     def validate(self) -> None:
         if self.encoder not in ENCODERS:
             raise one_of("encoder", self.encoder, ENCODERS)
-        for name in ("width", "rep_dim", "proj_hidden", "proj_dim", "groups"):
+        for name in ("width", "rep_dim", "proj_hidden", "proj_dim", "groups", "pool"):
             check_positive(name, getattr(self, name))
+        if self.pool != 1 and self.encoder != "cnn":
+            raise ConfigError(f"pool: only the cnn encoder pools to a grid; got pool = {self.pool} with encoder "
+                              f"{self.encoder!r} (use 1)")
         if len(self.in_shape) != 3:
             raise ConfigError(f"in_shape: expected (C, H, W), got {self.in_shape!r}")
 
@@ -82,7 +86,7 @@ def build_encoder(spec: ModelSpec) -> nn.Module:
         return MLPEncoder(spec.in_shape, hidden=(spec.width * 8, spec.width * 4), rep_dim=spec.rep_dim)
     if spec.encoder == "cnn":
         return SmallCNN(c, widths=(spec.width, spec.width * 2, spec.width * 2), rep_dim=spec.rep_dim,
-                        groups=spec.groups)
+                        groups=spec.groups, pool=spec.pool)
     if spec.encoder == "resnet18":
         return ResNet18GN(c, width=spec.width, rep_dim=spec.rep_dim, groups=spec.groups)
     raise one_of("encoder", spec.encoder, ENCODERS)
