@@ -7,9 +7,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from accountants.claim import PrivacyClaim
-from accountants.events import DpEvent, NonPrivateDpEvent
-from core.errors import ConfigError
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.events import DpEvent, NonPrivateDpEvent
+from privaudit.core.errors import ConfigError
 
 
 class NotApplicable(Exception):

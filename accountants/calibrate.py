@@ -10,7 +10,7 @@ Two ways to spend one budget on several mechanisms per step:
   to each of the two means and two variances). Read as a split of the RDP budget at the optimal order —
   mechanism k may use ``shares[k]`` of the total rho(alpha*) that converts to the target — it reproduces
   DPCL's published 0.3931 and 0.416. RDP only adds up over mechanisms accounted separately, so this is
-  the ``composition="separate"`` model of :mod:`accountants.dpsgd` (not valid for a shared batch).
+  the ``composition="separate"`` model of :mod:`privaudit.accountants.sampled_gaussian` (not valid for a shared batch).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import Callable, Sequence
 
 from scipy.optimize import brentq
 
-from accountants.base import Accountant
-from accountants.claim import PrivacyClaim
-from accountants.conversions import epsilon_at_order
-from accountants.events import ComposedDpEvent, DpEvent
-from accountants.registry import get_accountant
-from core.errors import ConfigError, check_positive
+from privaudit.accountants.base import Accountant
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.conversions import epsilon_at_order
+from privaudit.accountants.events import ComposedDpEvent, DpEvent
+from privaudit.accountants.registry import get_accountant
+from privaudit.core.errors import ConfigError, check_positive
 
 _BIG = 1e300
 
@@ -124,7 +124,7 @@ def calibrate_rdp_shares(mechanisms: Sequence[Callable[[float], DpEvent]], share
     (``search_width`` grid orders either side); the split with the least total noise wins. ``options`` go
     to the ``rdp`` accountant (orders, conversion, wor_bound).
     """
-    from accountants.rdp import RdpAccountant
+    from privaudit.accountants.rdp import RdpAccountant
 
     check_positive("target_epsilon", target_epsilon)
     if len(mechanisms) != len(shares) or not mechanisms:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from accountants.events import DpEvent, NonPrivateDpEvent, describe, event_from_dict, event_to_dict
-from core.errors import ConfigError, one_of
+from privaudit.accountants.events import DpEvent, NonPrivateDpEvent, describe, event_from_dict, event_to_dict
+from privaudit.core.errors import ConfigError, one_of
 
 RELATIONS = ("add-remove", "replace-one")
 UNITS = ("example", "user")
@@ -19,7 +19,7 @@ class PrivacyClaim:
     Attributes:
         event: the whole training run as one event (sampling, noise, composition). Noise multipliers are
             std / sensitivity *under ``relation``* (a sum of C-clipped contributions: C under add/remove,
-            2C under replace-one), see :mod:`accountants.events`.
+            2C under replace-one), see :mod:`privaudit.accountants.events`.
         relation: neighbouring relation, ``add-remove`` or ``replace-one``.
         unit: the privacy unit, ``example`` or ``user``.
         delta: the delta the claim is stated at.

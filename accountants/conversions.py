@@ -32,7 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
-from core.errors import ConfigError, one_of
+from privaudit.core.errors import ConfigError, one_of
 
 CONVERSIONS = ("mironov", "balle2020", "cks2020")
 CONVERSION_SOURCES = {

@@ -10,7 +10,7 @@
   larger value is reported as not applicable (and flagged in the analytic result's details), never as a
   guarantee.
 
-A composition of unsampled Gaussians is itself one Gaussian (:func:`~accountants.events.effective_gaussian_noise`),
+A composition of unsampled Gaussians is itself one Gaussian (:func:`~privaudit.accountants.events.effective_gaussian_noise`),
 so it is covered exactly; so is DP-FTRL tree aggregation, whose whole release is one Gaussian mechanism of
 L2 sensitivity S = sqrt(tree_sensitivity_squared) because the participation schedule (hence every node's
 sensitivity) is fixed in advance (Gaussian DP composition, Dong, Roth & Su 2019, Cor. 3.3): noise
@@ -25,12 +25,12 @@ from typing import Any
 
 import dp_accounting
 
-from accountants.base import Accountant, NotApplicable
-from accountants.claim import PrivacyClaim
-from accountants.events import (SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent, describe,
+from privaudit.accountants.base import Accountant, NotApplicable
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.events import (SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent, describe,
                                 effective_gaussian_noise)
-from accountants.tree import zcdp_rho
-from core.errors import ConfigError, check_positive, check_probability, one_of
+from privaudit.accountants.tree import zcdp_rho
+from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 
 METHODS = ("analytic", "classical")
 

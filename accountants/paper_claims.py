@@ -48,12 +48,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Callable, Mapping, Sequence
 
-from accountants.base import EpsilonResult
-from accountants.calibrate import _smallest_passing
-from accountants.claim import PrivacyClaim
-from accountants.dpsgd import sampled_gaussian_claim, steps_for_epochs
-from accountants.events import GaussianDpEvent, TreeAggregationDpEvent
-from accountants.registry import all_epsilons, get_accountant
+from privaudit.accountants.base import EpsilonResult
+from privaudit.accountants.calibrate import _smallest_passing
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.sampled_gaussian import sampled_gaussian_claim, steps_for_epochs
+from privaudit.accountants.events import GaussianDpEvent, TreeAggregationDpEvent
+from privaudit.accountants.registry import all_epsilons, get_accountant
 
 TOLERANCE = 0.005  # relative agreement that counts as reproduced, on top of printed precision
 OPACUS_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))  # Opacus' RDPAccountant

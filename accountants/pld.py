@@ -10,7 +10,7 @@ upper bound, the sound value we report) and ``False`` (privacy buckets rounded d
 epsilon is a lower bound on the pair's epsilon), so each
 epsilon comes with the bracket [lower, upper] that the discretisation leaves open.
 
-Noise multipliers are std / sensitivity under the claim's own relation (see :mod:`accountants.events`).
+Noise multipliers are std / sensitivity under the claim's own relation (see :mod:`privaudit.accountants.events`).
 Dominating pairs used, with G = N(1, z^2), G0 = N(0, z^2) (Laplace likewise, scale b):
 
 - unsampled Gaussian / Laplace, either relation: (G, G0), symmetric, the mechanism's own worst case.
@@ -32,7 +32,7 @@ Dominating pairs used, with G = N(1, z^2), G0 = N(0, z^2) (Laplace likewise, sca
   q = m / n (``tests/test_accountants_pld_wor.py`` checks one step against direct integration).
 - DP-FTRL tree aggregation (restarted or not) and unsampled Gaussians composed with it: the whole release is
   one Gaussian mechanism on the vector of tree nodes, with squared L2 sensitivity 2 rho z^2 where rho is
-  the zCDP of :func:`accountants.tree.zcdp_rho` (a Gaussian mechanism's rho is Delta^2 / (2 sigma^2));
+  the zCDP of :func:`privaudit.accountants.tree.zcdp_rho` (a Gaussian mechanism's rho is Delta^2 / (2 sigma^2));
   adaptively chosen leaves do not change this (Denisov et al. 2022, "Improved differential privacy for SGD
   via optimal private linear operators on adaptive streams", Thm. 2.1), so (N(sqrt(2 rho), 1), N(0, 1))
   dominates. rho is the worst case over the participation patterns the schedule allows.
@@ -49,14 +49,14 @@ from typing import Any
 
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from accountants.base import Accountant, NotApplicable
-from accountants.claim import PrivacyClaim
-from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
+from privaudit.accountants.base import Accountant, NotApplicable
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
                                 NoOpDpEvent, PoissonSampledDpEvent, SampledWithoutReplacementDpEvent,
                                 SelfComposedDpEvent, SingleEpochTreeAggregationDpEvent, SnappingDpEvent,
                                 TreeAggregationDpEvent, describe, effective_gaussian_noise)
-from accountants.tree import zcdp_rho
-from core.errors import check_positive
+from privaudit.accountants.tree import zcdp_rho
+from privaudit.core.errors import check_positive
 
 PLD = pld_lib.PrivacyLossDistribution
 

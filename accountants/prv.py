@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from accountants.base import Accountant, NotApplicable
-from accountants.claim import PrivacyClaim
-from accountants.events import (ComposedDpEvent, DpEvent, NoOpDpEvent, PoissonSampledDpEvent,
+from privaudit.accountants.base import Accountant, NotApplicable
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.events import (ComposedDpEvent, DpEvent, NoOpDpEvent, PoissonSampledDpEvent,
                                 SelfComposedDpEvent, describe, effective_gaussian_noise)
-from core.errors import check_positive
+from privaudit.core.errors import check_positive
 
 
 def prv_history(event: DpEvent, relation: str, count: int = 1) -> list[tuple[float, float, int]]:

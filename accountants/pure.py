@@ -19,9 +19,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from accountants.base import Accountant, NotApplicable
-from accountants.claim import PrivacyClaim
-from accountants.events import (ComposedDpEvent, DpEvent, LaplaceDpEvent, LogisticDpEvent, NoOpDpEvent,
+from privaudit.accountants.base import Accountant, NotApplicable
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.events import (ComposedDpEvent, DpEvent, LaplaceDpEvent, LogisticDpEvent, NoOpDpEvent,
                                 SelfComposedDpEvent, SnappingDpEvent, describe)
 
 

@@ -17,18 +17,18 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from accountants.base import Accountant, EpsilonResult
-from accountants.claim import PrivacyClaim
-from core.errors import ConfigError
-from core.registry import Registry
+from privaudit.accountants.base import Accountant, EpsilonResult
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.core.errors import ConfigError
+from privaudit.core.registry import Registry
 
 ACCOUNTANTS: Registry[type[Accountant]] = Registry("accountant", {
-    "rdp": "accountants.rdp:RdpAccountant",
-    "pld": "accountants.pld:PldAccountant",
-    "prv": "accountants.prv:PrvAccountant",
-    "pure": "accountants.pure:PureAccountant",
-    "gaussian": "accountants.gaussian:GaussianAccountant",
-    "tree": "accountants.tree:TreeAccountant",
+    "rdp": "privaudit.accountants.rdp:RdpAccountant",
+    "pld": "privaudit.accountants.pld:PldAccountant",
+    "prv": "privaudit.accountants.prv:PrvAccountant",
+    "pure": "privaudit.accountants.pure:PureAccountant",
+    "gaussian": "privaudit.accountants.gaussian:GaussianAccountant",
+    "tree": "privaudit.accountants.tree:TreeAccountant",
 })
 
 

@@ -9,7 +9,7 @@ squared sensitivity S^2 = max_P sum_v |P ∩ leaves(v)|^2, hence rho-zCDP with r
 
 - Restarted tree, one participation per tree (dp-accounting's ``SingleEpochTreeAggregationDpEvent``):
   S^2 = depth = ceil(log2(steps + 1)) (App. D.1).
-- One tree, no restart (:class:`~accountants.events.TreeAggregationDpEvent`): at most k participations at
+- One tree, no restart (:class:`~privaudit.accountants.events.TreeAggregationDpEvent`): at most k participations at
   least ``min_separation`` leaves apart; S^2 is found by the dynamic programme of App. D.2, which splits
   each subtree into its largest power-of-two left part and the rest, and counts a complete subtree's root
   with (participations)^2. :func:`tree_sensitivity_squared` is our implementation of that programme; when
@@ -18,7 +18,7 @@ squared sensitivity S^2 = max_P sum_v |P ∩ leaves(v)|^2, hence rho-zCDP with r
 
 The noise multiplier is relative to the per-leaf sensitivity under the claim's relation (DP-FTRL's own
 relation is add/remove of a special element; a leaf that sums virtual clients of several users has
-twice the clip norm as sensitivity, see :mod:`accountants.paper_claims`).
+twice the clip norm as sensitivity, see :mod:`privaudit.accountants.paper_claims`).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from accountants.base import Accountant, NotApplicable
-from accountants.claim import PrivacyClaim
-from accountants.conversions import check_conversion, zcdp_to_dp
-from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, NoOpDpEvent, SelfComposedDpEvent,
+from privaudit.accountants.base import Accountant, NotApplicable
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.conversions import check_conversion, zcdp_to_dp
+from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, NoOpDpEvent, SelfComposedDpEvent,
                                 SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent, describe)
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 
 def restart_tree_depth(steps: int) -> int:

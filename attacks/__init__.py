@@ -1,11 +1,11 @@
 """Membership inference and auditing attacks on trained models, and their metrics and epsilon bounds."""
 
-from attacks.base import Attack, AttackConfig, Target
-from attacks.bounds import EpsilonLowerBound, multi_run_bound, one_run_bound, one_run_bound_search
-from attacks.executor import Executor, LocalExecutor, make_executor
-from attacks.registry import ATTACKS, attack_class, make_attack
-from attacks.result import AttackResult
-from attacks.shadow_models import DataRef, DefenseRef, TrainJob, train_models
+from privaudit.attacks.base import Attack, AttackConfig, Target
+from privaudit.attacks.bounds import EpsilonLowerBound, multi_run_bound, one_run_bound, one_run_bound_search
+from privaudit.attacks.executor import Executor, LocalExecutor, make_executor
+from privaudit.attacks.registry import ATTACKS, attack_class, make_attack
+from privaudit.attacks.result import AttackResult
+from privaudit.attacks.shadow_models import DataRef, DefenseRef, TrainJob, train_models
 
 __all__ = ["ATTACKS", "Attack", "AttackConfig", "AttackResult", "DataRef", "DefenseRef", "EpsilonLowerBound",
            "Executor", "LocalExecutor", "Target", "TrainJob", "attack_class", "make_attack", "make_executor",

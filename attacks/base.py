@@ -18,15 +18,15 @@ from typing import Any, ClassVar, Mapping
 import numpy as np
 import torch
 
-from attacks.bounds import EpsilonLowerBound, default_guesses, one_run_bound, paired_one_run_bound, pool_pairs
-from attacks.executor import Executor
-from attacks.result import AttackResult
-from attacks.shadow_models import DataRef, DefenseRef, resolve_defense
-from core.config import build_config
-from core.datasets import MembershipData
-from core.errors import ConfigError, check_probability
-from defenses.base import Budget, Trained
-from defenses.seeding import derive_seed
+from privaudit.attacks.bounds import EpsilonLowerBound, default_guesses, one_run_bound, paired_one_run_bound, pool_pairs
+from privaudit.attacks.executor import Executor
+from privaudit.attacks.result import AttackResult
+from privaudit.attacks.shadow_models import DataRef, DefenseRef, resolve_defense
+from privaudit.core.config import build_config
+from privaudit.core.datasets import MembershipData
+from privaudit.core.errors import ConfigError, check_probability
+from privaudit.defenses.base import Budget, Trained
+from privaudit.defenses.seeding import derive_seed
 
 
 @dataclass
@@ -131,8 +131,8 @@ class Attack(ABC):
 
         Inclusion of one candidate is an add/remove neighbour at the example level. When the target's
         claim is **replace-one** at the example level, the candidates are paired in advance and the
-        mixed pairs are replace-one slots (:func:`attacks.bounds.pool_pairs`), scored by the difference
-        of the two candidates' scores and bounded by :func:`attacks.bounds.paired_one_run_bound`
+        mixed pairs are replace-one slots (:func:`privaudit.attacks.bounds.pool_pairs`), scored by the difference
+        of the two candidates' scores and bounded by :func:`privaudit.attacks.bounds.paired_one_run_bound`
         (k+ = k- = ``k_fraction`` of the slots). Any other claim relation or unit gets the add/remove
         example bound with a note saying it is not comparable with the claim.
         """

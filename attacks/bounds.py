@@ -60,7 +60,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import optimize, special, stats
 
-from core.errors import ConfigError, check_probability, one_of
+from privaudit.core.errors import ConfigError, check_probability, one_of
 
 RELATION = "add-remove"
 UNIT = "example"
@@ -273,7 +273,7 @@ def paired_one_run_bound(score_diff: np.ndarray, first_in: np.ndarray, *, k_pos:
 
 def fixed_pairs(n: int, seed: int = 0) -> np.ndarray:
     """A pairing (n // 2, 2) of n candidates fixed before any membership is read (seeded permutation)."""
-    from defenses.seeding import numpy_rng
+    from privaudit.defenses.seeding import numpy_rng
 
     return numpy_rng(seed, "replace-one-pairs").permutation(n)[: 2 * (n // 2)].reshape(-1, 2)
 
@@ -343,7 +343,7 @@ def fdp_recursion_rejects(inv: Callable[[float], float], m: int, r: int, v: int,
     """The recursion of :func:`fdp_one_run_rejects` for any null trade-off curve f, given x -> f(1 - x).
 
     One implementation for every null: the (eps, delta) and Gaussian curves here, the claim's own
-    mechanism in :mod:`attacks.mechanism_bound`.
+    mechanism in :mod:`privaudit.attacks.mechanism_bound`.
     """
     if r == 0 or v == 0:
         return False
@@ -565,7 +565,7 @@ def multi_run_bound(in_scores: np.ndarray, out_scores: np.ndarray, *, alpha: flo
     alpha / #thresholds; a number is a threshold fixed in advance. ``method``: ``clopper-pearson``
     (sound for any mechanism) or ``gdp`` (assumes a Gaussian trade-off curve).
     """
-    from defenses.seeding import numpy_rng
+    from privaudit.defenses.seeding import numpy_rng
 
     in_scores = np.asarray(in_scores, dtype=np.float64).ravel()
     out_scores = np.asarray(out_scores, dtype=np.float64).ravel()

@@ -4,7 +4,7 @@ in Contrastive Learning", Sec. 4): membership inference from augmented-view alig
 An encoder pretrained with a contrastive objective maps augmented views of its *training* images
 closer together than views of unseen images. For a query x the attacker draws n views from the
 pretraining augmentation family, encodes them and computes the n(n-1)/2 pairwise cosine
-similarities (:class:`attacks.statistics.ViewSimilarities`). Three inference classifiers (Sec. 4.2):
+similarities (:class:`privaudit.attacks.statistics.ViewSimilarities`). Three inference classifiers (Sec. 4.2):
 
 * **vector-based**: the similarities sorted into a vector, classified by an MLP;
 * **set-based**: the similarities as a set, classified by a permutation-invariant set network
@@ -26,20 +26,20 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from attacks.base import Attack, AttackConfig, Target, pool_membership
-from attacks.executor import Executor
-from attacks.result import AttackResult
-from attacks.shadow_models import TrainJob, train_models
-from attacks.statistics import SPACES, ViewSimilarities
-from core.errors import ConfigError, one_of
-from defenses.seeding import derive_seed, numpy_rng
+from privaudit.attacks.base import Attack, AttackConfig, Target, pool_membership
+from privaudit.attacks.executor import Executor
+from privaudit.attacks.result import AttackResult
+from privaudit.attacks.shadow_models import TrainJob, train_models
+from privaudit.attacks.statistics import SPACES, ViewSimilarities
+from privaudit.core.errors import ConfigError, one_of
+from privaudit.defenses.seeding import derive_seed, numpy_rng
 
 VARIANTS = ("vector", "set", "threshold")
 
 
 def fit_vector_classifier(x: np.ndarray, y: np.ndarray, hidden: tuple[int, ...], seed: int):
     """Vector-based inference: standardised sorted similarities into a scikit-learn MLP."""
-    from attacks.shadow import fit_mlp
+    from privaudit.attacks.shadow import fit_mlp
 
     return fit_mlp(x, y, hidden, seed)
 

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
-from core.registry import Registry
+from privaudit.core.registry import Registry
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -51,7 +51,7 @@ class LocalExecutor:
         return out
 
 
-EXECUTORS: Registry[type[Executor]] = Registry("executor", {"local": "attacks.executor:LocalExecutor", "ray": "attacks.ray_executor:RayExecutor"})
+EXECUTORS: Registry[type[Executor]] = Registry("executor", {"local": "privaudit.attacks.executor:LocalExecutor", "ray": "privaudit.attacks.ray_executor:RayExecutor"})
 
 
 def make_executor(name: str = "local", **kwargs) -> Executor:

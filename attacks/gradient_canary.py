@@ -9,12 +9,12 @@ its direction, summed over steps:
     score_i = sum_t < g~_t, u_i >,   g~_t = sum_{units u in batch t} clip_C(g_u) + N(0, sigma^2 C^2 I).
 
 Inserted canaries add about q T C to their score; the scores feed the one-run bound
-(:func:`attacks.bounds.one_run_bound`). Directions are **Dirac** by default (distinct random
+(:func:`privaudit.attacks.bounds.one_run_bound`). Directions are **Dirac** by default (distinct random
 coordinates of the flattened parameter vector: orthogonal, and cheap to score for any model size) or
 **Gaussian** (random unit vectors, dense; for small models).
 
 The audit (:class:`GradientCanaryAudit`, attack ``gradient-canary``) runs the target's own DP defense
-through the engine's canary hook (:mod:`defenses.dp.step`):
+through the engine's canary hook (:mod:`privaudit.defenses.dp.step`):
 
 1. m Dirac canaries on distinct coordinates of the flat trainable-parameter vector, each inserted
    with probability 1/2 (the one-run audit's coins);
@@ -31,7 +31,7 @@ above the claim means the implementation leaks more than it claims (the noise, c
 do not do what the claim says).
 
 Replace-one claims (DPCL: fixed-size batches without replacement) are audited with **paired** Dirac
-canaries (:func:`attacks.bounds.paired_one_run_bound`): slot i holds the two candidate gradients
+canaries (:func:`privaudit.attacks.bounds.paired_one_run_bound`): slot i holds the two candidate gradients
 +(Delta/2) e_i and -(Delta/2) e_i (each of norm Delta/2 <= C-type bound, their difference Delta, the
 replace-one sensitivity the noise is calibrated to); a fair coin picks which one is in the training
 set, so the dataset size never changes; the slot takes part in each step with the accountant's
@@ -50,9 +50,9 @@ before the run gives a sound bound; ``score="sum"`` is the plain inner product a
 
 Bounds. ``bound`` (``eps_lower_bound``) is the larger of Steinke et al. (k+ = k- planned) and the f-DP
 one-run bound (Mahloujifar, Melis & Chaudhuri 2025; k+ planned, one-sided) against the (eps, delta) curve,
-each at beta / 2 (:func:`attacks.bounds.best_one_run_bound`; the rule is fixed before scores exist): sound
+each at beta / 2 (:func:`privaudit.attacks.bounds.best_one_run_bound`; the rule is fixed before scores exist): sound
 for any (eps, delta)-DP mechanism. ``mechanism_bound`` (``eps_lb_mechanism``, on by default) is the f-DP
-one-run bound against the claim's own mechanism at beta (:mod:`attacks.mechanism_bound`): it refutes the
+one-run bound against the claim's own mechanism at beta (:mod:`privaudit.attacks.mechanism_bound`): it refutes the
 mechanism the claim accounts, not every (eps, delta) one, and is the bound the gate compares. Against the
 (eps, delta) curve even the idealised subsampled Gaussian audit with 20000 canaries reaches only about 0.4
 of the PLD epsilon at epsilon 8 (the one-run ceiling, not the model); against the mechanism's own curve
@@ -77,12 +77,12 @@ import torch
 import dataclasses
 from dataclasses import dataclass
 
-from attacks.base import Attack, AttackConfig, Target
-from attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses, one_run_bound
-from attacks.executor import Executor
-from attacks.result import AttackResult
-from core.errors import ConfigError, check_probability, one_of
-from defenses.seeding import numpy_rng, torch_generator
+from privaudit.attacks.base import Attack, AttackConfig, Target
+from privaudit.attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses, one_run_bound
+from privaudit.attacks.executor import Executor
+from privaudit.attacks.result import AttackResult
+from privaudit.core.errors import ConfigError, check_probability, one_of
+from privaudit.defenses.seeding import numpy_rng, torch_generator
 
 DIRECTIONS = ("dirac", "gaussian")
 _DENSE_LIMIT = 50_000_000  # m * d entries for Gaussian directions
@@ -203,7 +203,7 @@ class GradientCanaries:
         """Scores and bound. ``k_fdp_fraction`` None: Steinke only (method ``one-run``); else the best of
         Steinke and f-DP at beta / 2 each (``one-run-best``). Paired canaries give a replace-one bound.
         ``event`` (the claim's DpEvent) with ``k_mechanism`` guesses adds ``mechanism_bound``, the one-run
-        f-DP bound against the claim's own mechanism (:mod:`attacks.mechanism_bound`), at its own beta."""
+        f-DP bound against the claim's own mechanism (:mod:`privaudit.attacks.mechanism_bound`), at its own beta."""
         if self.steps == 0:
             raise ConfigError("gradient canaries: no step was observed")
         kp, kn = default_guesses(self.m, k_fraction)
@@ -218,7 +218,7 @@ class GradientCanaries:
                                        delta=delta, relation=relation, unit=unit)
         mechanism = None
         if event is not None:
-            from attacks.mechanism_bound import mechanism_one_run_bound
+            from privaudit.attacks.mechanism_bound import mechanism_one_run_bound
 
             k_m = k_mechanism if k_mechanism is not None else max(1, int(round(0.02 * self.m)))
             mechanism = mechanism_one_run_bound(self.scores, self.inserted, k_pos=k_m, event=event,
@@ -271,8 +271,8 @@ def planned_guesses(m: int, *, rate: float, steps: int, norm: float, noise_std: 
     (Steinke's and the f-DP bound at beta / 2 each, as reported; the mechanism bound at beta). The real
     scores are never read, so k is fixed in advance and the bounds need no correction for the choice.
     """
-    from attacks.bounds import fdp_one_run_parameter, one_run_epsilon
-    from attacks.mechanism_bound import mechanism_epsilon
+    from privaudit.attacks.bounds import fdp_one_run_parameter, one_run_epsilon
+    from privaudit.attacks.mechanism_bound import mechanism_epsilon
 
     rng = numpy_rng(seed, "planned-guesses")
     ks = sorted({max(1, min(m // 2, int(round(f * m)))) for f in GUESS_FRACTIONS})
@@ -307,12 +307,12 @@ class CanaryAuditConfig(AttackConfig):
     ``plan_guesses``: choose k (Steinke's k+ = k-, the f-DP k+, the mechanism bound's k+) by
     :func:`planned_guesses` from the claim before the scores exist (explicit ``k_pos`` / ``k_neg`` still
     win; ``k_fdp_fraction`` None still turns the f-DP bound off). ``centred``: score the privatised sums
-    minus the data's clipped sums (the auditor knows the rest of the data; :mod:`defenses.dp.step`),
+    minus the data's clipped sums (the auditor knows the rest of the data; :mod:`privaudit.defenses.dp.step`),
     removing the data gradient's interference on the canary coordinates (Keinan, Shenfeld & Ligett 2025's
     barrier); False scores the released sums alone. ``score``: ``sum`` (sum over steps of the projections)
     or ``llr`` (sum over steps of the idealised step's log-likelihood ratio, :func:`step_llr`; needs
     ``centred``). ``mechanism``: also report ``eps_lb_mechanism``, the one-run f-DP bound against the
-    claim's own mechanism (:mod:`attacks.mechanism_bound`), beside the (eps, delta) bound.
+    claim's own mechanism (:mod:`privaudit.attacks.mechanism_bound`), beside the (eps, delta) bound.
     """
 
     canaries: int | None = None
@@ -360,7 +360,7 @@ def canary_audit_result(canaries: GradientCanaries, cfg: CanaryAuditConfig, *, s
     notes: tuple[str, ...] = ()
     event = event if cfg.mechanism else None
     if event is not None:
-        from attacks.mechanism_bound import unsupported_reason
+        from privaudit.attacks.mechanism_bound import unsupported_reason
 
         reason = unsupported_reason(event, "replace-one" if canaries.paired else "add-remove")
         if reason is not None:
@@ -409,7 +409,7 @@ class GradientCanaryAudit(Attack):
     needs_model = False
 
     def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
-        from defenses.dp import DPDefense, dirac_canaries
+        from privaudit.defenses.dp import DPDefense, dirac_canaries
 
         cfg = self.config
         defense = target.defense_ref.make()

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from attacks.base import Attack, AttackConfig, Target, pool_membership
-from attacks.executor import Executor
-from attacks.result import AttackResult
-from attacks.statistics import SPACES, LossStatistic, ViewSimilarities
-from core.errors import ConfigError, one_of
+from privaudit.attacks.base import Attack, AttackConfig, Target, pool_membership
+from privaudit.attacks.executor import Executor
+from privaudit.attacks.result import AttackResult
+from privaudit.attacks.statistics import SPACES, LossStatistic, ViewSimilarities
+from privaudit.core.errors import ConfigError, one_of
 
 STATISTICS = ("auto", "cross-entropy", "alignment")
 

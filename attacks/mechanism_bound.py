@@ -9,7 +9,7 @@ i.e. it has that pair's whole privacy profile. This module tests that statement.
 
 The null family. For the claim's event E (noise multipliers z_k) and a scale s > 0, E_s is E with every
 Gaussian noise multiplier multiplied by s (:func:`scale_noise`); delta_s(eps) is the hockey-stick profile
-of E_s's dominating pair (dp-accounting's PLD, :func:`accountants.pld.build_pld`, both directions of
+of E_s's dominating pair (dp-accounting's PLD, :func:`privaudit.accountants.pld.build_pld`, both directions of
 add/remove or the replace-one pair). H_s is the hypothesis "the audited run is f_s-DP with respect to each
 canary's coin", f_s = sup_{eps in G} f_{eps, delta_s(eps)} over a fixed grid G, with f_{eps,delta} the
 (eps, delta) trade-off curve (Kairouz et al. 2015).
@@ -20,9 +20,9 @@ Soundness argument.
    grid G is pointwise smaller, so it is f_s-DP. The PLD is built with ``pessimistic_estimate=True``
    (its delta(eps) is an upper bound on the pair's), which only lowers f_s: H_s still holds.
 2. Mahloujifar, Melis & Chaudhuri 2025 ("Auditing f-Differential Privacy in One Run", the recursion
-   :func:`attacks.bounds.fdp_recursion_rejects`): if the run is f-DP with respect to each of m canaries
+   :func:`privaudit.attacks.bounds.fdp_recursion_rejects`): if the run is f-DP with respect to each of m canaries
    included by independent fair coins (or, for paired replace-one slots, choosing which of two candidates
-   is trained on; :func:`attacks.bounds.paired_one_run_bound`'s argument), then counts (r guesses, v
+   is trained on; :func:`privaudit.attacks.bounds.paired_one_run_bound`'s argument), then counts (r guesses, v
    correct, k fixed before the scores exist) reject f with probability at most beta.
 3. The curves f_s increase with s (more noise, smaller delta_s), so the rejected scales form an interval
    [s*, inf) up to discretisation; a bisection on a fixed geometric grid of scales finds the smallest
@@ -52,12 +52,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
+from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
                                 SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_from_dict,
                                 event_to_dict)
-from accountants.pld import build_pld
-from attacks.bounds import EpsilonLowerBound, check_relation_unit, fdp_recursion_rejects, one_sided_counts
-from core.errors import ConfigError, check_probability
+from privaudit.accountants.pld import build_pld
+from privaudit.attacks.bounds import EpsilonLowerBound, check_relation_unit, fdp_recursion_rejects, one_sided_counts
+from privaudit.core.errors import ConfigError, check_probability
 
 METHOD = "one-run-fdp-mechanism"
 #: Noise scales tested: 2^(j/64) for j in [-192, 192] (1/8 to 8 times the claim's noise), about 1.1% apart (a
@@ -89,7 +89,7 @@ def scale_noise(event: DpEvent, s: float) -> DpEvent:
 
 def unsupported_reason(event: DpEvent, relation: str) -> str | None:
     """Why the claim's event has no mechanism bound here (None: it has one)."""
-    from accountants.base import NotApplicable
+    from privaudit.accountants.base import NotApplicable
 
     try:
         if build_pld(scale_noise(event, 1.0), relation, pessimistic=True, interval=NULL_INTERVAL) is None:

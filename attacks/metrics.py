@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 FPR_TARGETS = (0.001, 0.01, 0.1)
 
@@ -124,7 +124,7 @@ def plot_roc(curves: dict[str, Roc], path: str, title: str = "") -> str:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from core.io import atomic_write_bytes
+    from privaudit.core.io import atomic_write_bytes
 
     fig, ax = plt.subplots(figsize=(4.2, 3.6))
     floor = min(0.5 / max(r.n_nonmembers, 1) for r in curves.values())

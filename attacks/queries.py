@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from core.datasets import DatasetInfo
-from core.errors import ConfigError, one_of
+from privaudit.core.datasets import DatasetInfo
+from privaudit.core.errors import ConfigError, one_of
 
 _SHIFTS = ((0, 0), (0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (-1, -1), (1, -1), (-1, 1))
 PADDINGS = ("constant", "reflect")

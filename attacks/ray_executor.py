@@ -1,6 +1,6 @@
 """The Ray executor: tasks become Ray tasks with CPU/GPU resource requests (``pip install '.[ray]'``).
 
-It implements the executor protocol of :mod:`attacks.executor` (``map(fn, tasks)``, results in task
+It implements the executor protocol of :mod:`privaudit.attacks.executor` (``map(fn, tasks)``, results in task
 order), so shadow/reference-model batches fan out over a Ray cluster unchanged, and the suite runner
 uses the same connection to run whole cells as Ray tasks (:func:`submit`). Tasks are plain picklable
 functions and data; nothing here knows about defenses or attacks.
@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -1,17 +1,17 @@
 """Reference models shared by the likelihood attacks (LiRA, RMIA) of one target, and the statistic they read.
 
 Both attacks train K reference models with the target's own defense on random halves of the audit pool
-(every candidate IN for exactly K/2 of them: :func:`attacks.shadow_models.balanced_masks`) and read one
+(every candidate IN for exactly K/2 of them: :func:`privaudit.attacks.shadow_models.balanced_masks`) and read one
 statistic per candidate and query from each model and from the target. The masks and seeds come from
 streams that depend on K alone, and the probe (the statistics plus the population samples) from settings
 the two attacks share, so a cell that runs LiRA and RMIA with the same K trains the references once: the
-results are cached on the :class:`attacks.base.Target`.
+results are cached on the :class:`privaudit.attacks.base.Target`.
 
 The attacker's population data is the dataset's shadow split (never trained on by the target or the
 references): a seeded permutation gives ``n_anchors`` images that the contrastive and rank statistics use
 as negatives, then ``n_population`` samples z that RMIA compares each candidate with.
 
-Encoder statistics (:data:`attacks.statistics.ENCODER_STATISTICS`): with ``statistic = "auto"`` the one
+Encoder statistics (:data:`privaudit.attacks.statistics.ENCODER_STATISTICS`): with ``statistic = "auto"`` the one
 used is chosen by its measured power on the reference models alone, before the target is scored
 (:func:`select_statistic`), so the choice costs no confidence.
 """
@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from attacks.base import AttackConfig, Target
-from attacks.executor import Executor
-from attacks.queries import QuerySet
-from attacks.shadow_models import TrainJob, balanced_masks, stack_results, train_models
-from attacks.statistics import ENCODER_STATISTICS, SPACES, EncoderStatistics, LogitStatistic, WithPopulation
-from core.errors import ConfigError, one_of
-from defenses.seeding import numpy_rng
+from privaudit.attacks.base import AttackConfig, Target
+from privaudit.attacks.executor import Executor
+from privaudit.attacks.queries import QuerySet
+from privaudit.attacks.shadow_models import TrainJob, balanced_masks, stack_results, train_models
+from privaudit.attacks.statistics import ENCODER_STATISTICS, SPACES, EncoderStatistics, LogitStatistic, WithPopulation
+from privaudit.core.errors import ConfigError, one_of
+from privaudit.defenses.seeding import numpy_rng
 
 STATISTICS = ("auto", "logit", *ENCODER_STATISTICS)
 
@@ -200,7 +200,7 @@ def select_statistic(obs: Observations) -> tuple[int, dict[str, float]]:
     This offset from the reference mean is the common core of LiRA's and RMIA's tests; it needs only K >= 2
     and never reads the target.
     """
-    from attacks.metrics import auc
+    from privaudit.attacks.metrics import auc
 
     k = obs.ref.shape[0]
     stats = obs.ref.mean(axis=-1)  # (K, S, n)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from attacks.base import Attack
-from core.registry import Registry
+from privaudit.attacks.base import Attack
+from privaudit.core.registry import Registry
 
 ATTACKS: Registry[type[Attack]] = Registry("attack", {
-    "loss": "attacks.loss:LossAttack",
-    "shadow": "attacks.shadow:ShadowModelAttack",
-    "encodermi": "attacks.encodermi:EncoderMI",
-    "lira": "attacks.lira:LiRA",
-    "rmia": "attacks.rmia:RMIA",
-    "canary": "attacks.canary:CanaryAudit",
-    "gradient-canary": "attacks.gradient_canary:GradientCanaryAudit",
-    "user-canary": "attacks.user_canary:UserCanaryAudit",
-    "user-data-canary": "attacks.user_data_canary:UserDataCanaryAudit",
+    "loss": "privaudit.attacks.loss:LossAttack",
+    "shadow": "privaudit.attacks.shadow:ShadowModelAttack",
+    "encodermi": "privaudit.attacks.encodermi:EncoderMI",
+    "lira": "privaudit.attacks.lira:LiRA",
+    "rmia": "privaudit.attacks.rmia:RMIA",
+    "canary": "privaudit.attacks.canary:CanaryAudit",
+    "gradient-canary": "privaudit.attacks.gradient_canary:GradientCanaryAudit",
+    "user-canary": "privaudit.attacks.user_canary:UserCanaryAudit",
+    "user-data-canary": "privaudit.attacks.user_data_canary:UserDataCanaryAudit",
 })
 
 

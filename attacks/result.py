@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from attacks import metrics
-from attacks.bounds import EpsilonLowerBound
-from core.errors import ConfigError
-from core.io import atomic_save_npz, atomic_write_json, load_npz, read_json
+from privaudit.attacks import metrics
+from privaudit.attacks.bounds import EpsilonLowerBound
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import atomic_save_npz, atomic_write_json, load_npz, read_json
 
 
 @dataclass
@@ -36,7 +36,7 @@ class AttackResult:
         bound: the epsilon lower bound these scores support (None where no sound bound applies).
         extras: plain-data details (decision threshold and accuracy, timings, notes).
         mechanism_bound: the lower bound against the claim's own mechanism (``eps_lb_mechanism``,
-            :mod:`attacks.mechanism_bound`; refutes that mechanism, not every (eps, delta) one), or None.
+            :mod:`privaudit.attacks.mechanism_bound`; refutes that mechanism, not every (eps, delta) one), or None.
     """
 
     attack: str

@@ -22,10 +22,10 @@ the online mode too); this affects only the calibration of Score (its value at a
 ranking of the candidates, which for a single target model is that of Pr(x|theta) / Pr(x).
 
 Pr(x|theta): the softmax probability of the true label for classifiers, and for encoders the probability-like
-statistics of :mod:`attacks.statistics` (``contrastive``: the probability that the candidate's own view is
+statistics of :mod:`privaudit.attacks.statistics` (``contrastive``: the probability that the candidate's own view is
 picked as the positive among population negatives, i.e. exp(-InfoNCE); ``rank``; ``alignment``;
 ``partcrop``), the one with the most power on the references chosen before the target is scored
-(:mod:`attacks.references`). Probabilities are averaged over the query augmentations (ML Privacy Meter does
+(:mod:`privaudit.attacks.references`). Probabilities are averaged over the query augmentations (ML Privacy Meter does
 the same), from the statistics' logit scale, p = sigmoid(phi): over all of them, or over the single query
 with the most leave-one-out power on the references when that is stronger (:func:`select_queries`: a
 classifier trained without augmentation gives shifted queries no signal, and their average drowns the
@@ -44,11 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import expit
 
-from attacks.base import Attack, Target, pool_membership
-from attacks.executor import Executor
-from attacks.references import LikelihoodConfig, choose, observe, others_mean
-from attacks.result import AttackResult
-from core.errors import ConfigError, one_of
+from privaudit.attacks.base import Attack, Target, pool_membership
+from privaudit.attacks.executor import Executor
+from privaudit.attacks.references import LikelihoodConfig, choose, observe, others_mean
+from privaudit.attacks.result import AttackResult
+from privaudit.core.errors import ConfigError, one_of
 
 MODES = ("auto", "online", "offline")
 #: The classifier's signal: sigmoid(phi / 8), the true-class odds softened (see the module docstring).
@@ -118,7 +118,7 @@ def fit_a(ref_x: np.ndarray, keep: np.ndarray, grid: tuple[float, ...] = A_GRID)
     Reference k plays the target; Pr(x) comes from the OUT models among the others; only candidates with at
     least one such model are scored. The candidates' ranking depends on Pr(x|theta_k) / Pr(x) alone.
     """
-    from attacks.metrics import auc
+    from privaudit.attacks.metrics import auc
 
     k_models = ref_x.shape[0]
     if k_models < 2:
@@ -149,7 +149,7 @@ def select_queries(ref_q: np.ndarray, keep: np.ndarray) -> tuple[list[int], dict
     drowns them (LiRA copes through its per-query variances; a probability average does not). Reference k in
     turn plays the target against the mean of the others (online ratio); the target is never read.
     """
-    from attacks.metrics import auc
+    from privaudit.attacks.metrics import auc
 
     n_q = ref_q.shape[-1]
     candidates = {"all": list(range(n_q))}
@@ -162,8 +162,8 @@ def select_queries(ref_q: np.ndarray, keep: np.ndarray) -> tuple[list[int], dict
 
 def online_power(ref_x: np.ndarray, keep: np.ndarray) -> float:
     """Mean leave-one-out AUC of the online test on the references: reference k against the fair mean of the
-    others (:func:`attacks.references.others_mean`, 0.5 (mean IN + mean OUT), as the target is tested)."""
-    from attacks.metrics import auc
+    others (:func:`privaudit.attacks.references.others_mean`, 0.5 (mean IN + mean OUT), as the target is tested)."""
+    from privaudit.attacks.metrics import auc
 
     aucs = []
     for k in range(ref_x.shape[0]):
@@ -180,7 +180,7 @@ def choose_mode(ref_x: np.ndarray, keep: np.ndarray, a: float) -> tuple[str, dic
     Online uses the IN models too, but with few of them their mean is noisy; the offline approximation uses
     only the OUT models (measured on the quickstart's overfit classifier with 8 references: leave-one-out
     online 0.835, offline 0.841; on the target 0.827 and 0.841; LiRA with 16: 0.845). With K = 2 no
-    reference has a fair leave-one-out mean (:func:`attacks.references.others_mean`): the paper's rule,
+    reference has a fair leave-one-out mean (:func:`privaudit.attacks.references.others_mean`): the paper's rule,
     online whenever IN models exist.
     """
     if ref_x.shape[0] < 4:

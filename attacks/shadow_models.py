@@ -4,11 +4,11 @@ Every attack that needs models other than the target (LiRA's reference models, S
 models, EncoderMI's shadow encoder, multi-run canary audits) describes each one as a
 :class:`TrainJob`: the defense by name and parameters, the budget, the data (a :class:`DataRef` a
 worker can reload, or the data itself), a seed, the inclusion mask over the candidate pool and a
-probe (:mod:`attacks.statistics`) saying which numbers to send back. Jobs are picklable.
+probe (:mod:`privaudit.attacks.statistics`) saying which numbers to send back. Jobs are picklable.
 
 :func:`train_models` groups consecutive jobs that share defense, budget, data and device into
 batches of at most ``max_stack`` and hands the batches to the executor; a batch is trained by the
-defense's vectorised ``fit_many`` when it has one (:mod:`defenses.ensemble`), else one ``fit`` per
+defense's vectorised ``fit_many`` when it has one (:mod:`privaudit.defenses.ensemble`), else one ``fit`` per
 job. A defense added later runs here unchanged.
 """
 
@@ -22,13 +22,13 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from attacks.executor import Executor, LocalExecutor
-from core.datasets import MembershipData, SplitConfig, Split, load_dataset
-from core.errors import ConfigError
-from core.registry import load_reference
-from defenses.base import Budget, Defense
-from defenses.ensemble import fit_many
-from defenses.registry import DEFENSES, make_defense
+from privaudit.attacks.executor import Executor, LocalExecutor
+from privaudit.core.datasets import MembershipData, SplitConfig, Split, load_dataset
+from privaudit.core.errors import ConfigError
+from privaudit.core.registry import load_reference
+from privaudit.defenses.base import Budget, Defense
+from privaudit.defenses.ensemble import fit_many
+from privaudit.defenses.registry import DEFENSES, make_defense
 
 
 @dataclass(frozen=True)

@@ -29,12 +29,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from attacks.queries import QuerySet
-from core.datasets import DatasetInfo, Split
-from core.errors import ConfigError, one_of
-from defenses.augment import augmentation_for
-from defenses.base import Trained
-from defenses.seeding import torch_generator
+from privaudit.attacks.queries import QuerySet
+from privaudit.core.datasets import DatasetInfo, Split
+from privaudit.core.errors import ConfigError, one_of
+from privaudit.defenses.augment import augmentation_for
+from privaudit.defenses.base import Trained
+from privaudit.defenses.seeding import torch_generator
 
 SPACES = ("features", "embeddings")
 
@@ -263,7 +263,7 @@ class EncoderStatistics:
         return F.normalize(out.double(), dim=-1)
 
     def __call__(self, trained: Trained, split: Split, info: DatasetInfo) -> np.ndarray:
-        from defenses.augment import _affine, random_resized_crop_theta
+        from privaudit.defenses.augment import _affine, random_resized_crop_theta
 
         views = ViewSimilarities(self.n_views, self.seed, self.queries, self.space).views(split, info)
         q, n = views.shape[:2]

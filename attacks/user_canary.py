@@ -4,7 +4,7 @@ A canary user (Steinke, Nasr & Jagielski 2023, Sec. 6 white-box, lifted to users
 Dirac canaries) is a privacy unit whose clipped model update is a Dirac of norm gamma (the round's
 clip norm) on its own coordinate e_j of the aggregated parameters, in every round it is sampled.
 The audit inserts the canary users through the defense's aggregation hook
-(:func:`defenses.fedemb.aggregate.noised_mean`): their update is added to the sum of clipped deltas
+(:func:`privaudit.defenses.fedemb.aggregate.noised_mean`): their update is added to the sum of clipped deltas
 before the noise, and the auditor scores slot j by sum_t <noisy sum_t, e_j>.
 
 Two games, chosen by the relation the bound is stated at (``relation``; default the claim's):
@@ -16,16 +16,16 @@ Two games, chosen by the relation the bound is stated at (``relation``; default 
   slot takes part in a round with the sampler's marginal rate q = users per round / users. Given
   every other slot, the two outputs of a round are (1 - q) P_0 + q N(s + gamma e_j) and
   (1 - q) P_0 + q N(s - gamma e_j): the pair the without-replacement replace-one accountant bounds.
-  :func:`attacks.bounds.paired_one_run_bound` with ``unit="user"``.
+  :func:`privaudit.attacks.bounds.paired_one_run_bound` with ``unit="user"``.
 * ``add-remove``: whole canary users, each in the population with probability 1/2, update gamma e_j
-  when sampled (rate q); :func:`attacks.bounds.one_run_bound` with ``unit="user"``. (Not comparable
+  when sampled (rate q); :func:`privaudit.attacks.bounds.one_run_bound` with ``unit="user"``. (Not comparable
   with a replace-one claim; offered for user-level add/remove claims.)
 
 The reported bound is the larger of Steinke's and the f-DP one-run bound at beta / 2 each
-(:func:`attacks.bounds.best_one_run_bound`), as for the gradient canaries.
+(:func:`privaudit.attacks.bounds.best_one_run_bound`), as for the gradient canaries.
 
 ``mechanism_bound`` (``eps_lb_mechanism``, on by default) is the one-run f-DP bound against the claim's own
-mechanism (:mod:`attacks.mechanism_bound`), at beta, as for the gradient canaries. Why it is sound for the
+mechanism (:mod:`privaudit.attacks.mechanism_bound`), at beta, as for the gradient canaries. Why it is sound for the
 paired (replace-one) game:
 
 1. *Each slot's pair is dominated by the claim's.* Fix every other slot's coin and participation and the
@@ -36,15 +36,15 @@ paired (replace-one) game:
    gamma from each: in noise units each of (A, A'), (A, R), (A', R) is dominated by (G, G0) = (N(1, z^2),
    N(0, z^2)). Advanced joint convexity then bounds the mixtures' hockey-stick divergences by those of
    (q G + (1 - q) G0, G0), the without-replacement replace-one pair the claim's event is accounted with
-   (:mod:`accountants.pld`, both orders), and the rounds compose adaptively: the run is f-DP with respect to
+   (:mod:`privaudit.accountants.pld`, both orders), and the rounds compose adaptively: the run is f-DP with respect to
    each slot's coin, f the claim's own (symmetric) curve: the hypothesis H_1 of the bisection holds (and
    H_s for every s <= 1), so P[eps_lb_mechanism > the claim's epsilon] <= beta. With adaptive clipping the canary moves by the round's clip norm and the noise
    scales with it; the claim's event then also accounts the count query (z < sigma / 2), so it still
    dominates.
-2. *The guesses are one-sided.* The recursion (:func:`attacks.bounds.fdp_recursion_rejects`) is that of
+2. *The guesses are one-sided.* The recursion (:func:`privaudit.attacks.bounds.fdp_recursion_rejects`) is that of
    Mahloujifar, Melis & Chaudhuri 2025 for one-sided "member" guesses on independent fair coins. Here the
    coin is "the + candidate is the one in the population" and the k+ guesses are "+" on the highest scores
-   (:func:`attacks.bounds.one_sided_counts`): exactly that game with "member" read as "+". The score need
+   (:func:`privaudit.attacks.bounds.one_sided_counts`): exactly that game with "member" read as "+". The score need
    not be the likelihood ratio; any score fixed before the run is sound. (Guessing "-" on the lowest scores
    too would use the recursion outside the one-sided game it is stated for; we do not.)
 """
@@ -57,20 +57,20 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attacks.base import Attack, AttackConfig, Target
-from attacks.bounds import check_relation_unit
-from attacks.executor import Executor
-from attacks.gradient_canary import CanaryAuditConfig, GradientCanaries, canary_audit_result
-from attacks.result import AttackResult
-from core.errors import ConfigError
-from defenses.seeding import torch_generator
+from privaudit.attacks.base import Attack, AttackConfig, Target
+from privaudit.attacks.bounds import check_relation_unit
+from privaudit.attacks.executor import Executor
+from privaudit.attacks.gradient_canary import CanaryAuditConfig, GradientCanaries, canary_audit_result
+from privaudit.attacks.result import AttackResult
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.seeding import torch_generator
 
 SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 
 
 @dataclass(frozen=True)
 class UserCanaryConfig(CanaryAuditConfig):
-    """:class:`attacks.gradient_canary.CanaryAuditConfig` for canary users (the real clients' clipped sum is
+    """:class:`privaudit.attacks.gradient_canary.CanaryAuditConfig` for canary users (the real clients' clipped sum is
     removed from the observed sum with ``centred``; k chosen by simulating the claim's idealised mechanism).
     ``relation``: None = the claim's. ``mechanism``: the bound against the claim's own mechanism, on by
     default (module docstring)."""
@@ -91,7 +91,7 @@ class UserCanaryAudit(Attack):
     needs_model = False
 
     def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
-        from defenses.fedemb.defense import _Federated
+        from privaudit.defenses.fedemb.defense import _Federated
 
         cfg = self.config
         defense = target.defense_ref.make()

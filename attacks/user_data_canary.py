@@ -1,7 +1,7 @@
 """Black-box canary users for the user-level federated defenses (DP-FedEmb, DP-FedAvg): whole users of
 inserted images, scored from the released model alone.
 
-The white-box audit (:mod:`attacks.user_canary`) plants Dirac updates in the aggregation; this one touches
+The white-box audit (:mod:`privaudit.attacks.user_canary`) plants Dirac updates in the aggregation; this one touches
 nothing inside the defense. The auditor adds canary **users** to the population -- each holding
 ``examples_per_user`` distinct uniform-noise images under one label (its identity; the images come from
 the attacker's own stream and never overlap the target's data) -- trains the defense once, and scores a
@@ -17,11 +17,11 @@ per user for DP-FedEmb and DP-FedAvg, App. C):
   exactly one of them in the population, so the number of users never depends on the coins. The slot's
   score is s(A_i) - s(B_i); fixing every other coin, the populations with A_i and with B_i are replace-one
   neighbours at the user level, which is all the one-run argument needs
-  (:func:`attacks.bounds.paired_one_run_bound`'s proof sketch, with a user as the unit).
+  (:func:`privaudit.attacks.bounds.paired_one_run_bound`'s proof sketch, with a user as the unit).
 * ``add-remove``: m canary users, each in the population with probability 1/2; score s(user).
 
 The bound is the larger of Steinke et al.'s and the f-DP one-run bound at beta / 2 each
-(:func:`attacks.bounds.best_one_run_bound`) with ``unit = "user"``, guesses fixed by the configuration.
+(:func:`privaudit.attacks.bounds.best_one_run_bound`) with ``unit = "user"``, guesses fixed by the configuration.
 The real users keep the partition the defense gives them (the canary users get fresh user ids), and the
 canary run calibrates its noise to the same target epsilon for its own population, as a user would.
 """
@@ -34,14 +34,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from attacks.base import Attack, AttackConfig, Target
-from attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses
-from attacks.executor import Executor
-from attacks.result import AttackResult
-from attacks.shadow_models import TrainJob, train_models, with_pool
-from core.datasets import Split
-from core.errors import ConfigError, check_probability
-from defenses.seeding import numpy_rng, torch_generator
+from privaudit.attacks.base import Attack, AttackConfig, Target
+from privaudit.attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses
+from privaudit.attacks.executor import Executor
+from privaudit.attacks.result import AttackResult
+from privaudit.attacks.shadow_models import TrainJob, train_models, with_pool
+from privaudit.core.datasets import Split
+from privaudit.core.errors import ConfigError, check_probability
+from privaudit.defenses.seeding import numpy_rng, torch_generator
 
 SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 
@@ -104,7 +104,7 @@ class UserDataCanaryAudit(Attack):
     needs_model = False
 
     def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
-        from defenses.fedemb.defense import _Federated
+        from privaudit.defenses.fedemb.defense import _Federated
 
         cfg = self.config
         defense = target.defense_ref.make()

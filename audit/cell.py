@@ -1,6 +1,6 @@
 """One cell of a suite: train a defense, evaluate utility, account epsilon, run the attacks.
 
-:func:`run_cell` is a plain function of a :class:`audit.suite.CellSpec` that returns a
+:func:`run_cell` is a plain function of a :class:`privaudit.audit.suite.CellSpec` that returns a
 :class:`CellOutcome` (the cell's report record, its attack results with per-example scores, stage
 timings, or the error). It writes nothing: the runner persists outcomes, so a cell can run in this
 process or on a Ray worker on another machine. Everything goes through the registries (defenses,
@@ -14,8 +14,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from attacks.result import AttackResult
-from audit.suite import CellSpec
+from privaudit.attacks.result import AttackResult
+from privaudit.audit.suite import CellSpec
 
 # The attack summary keys every report carries first (issue 8's schema), in this order.
 ATTACK_KEYS = ("auc", "tpr_at_fpr", "eps_lower_bound", "eps_lb_method", "n_members", "n_nonmembers")
@@ -42,7 +42,7 @@ class ExecutorSpec:
     options: tuple[tuple[str, Any], ...] = ()
 
     def make(self, progress: bool):
-        from attacks.executor import make_executor
+        from privaudit.attacks.executor import make_executor
 
         return make_executor(self.name, progress=progress, **dict(self.options))
 
@@ -88,15 +88,15 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
     threads = torch.get_num_threads()
     torch.set_num_threads(spec.threads)  # the same arithmetic in every executor (see audit.suite: threads)
     try:
-        from accountants import all_epsilons
-        from attacks import DataRef, Target
-        from attacks.registry import make_attack
-        from attacks.shadow_models import resolve_defense
-        from core.datasets import SplitConfig, load_dataset
-        from audit.device import resolve_device
-        from defenses.base import Budget
-        from defenses.evaluation import encoder_utility
-        from defenses.utility import utility_panel
+        from privaudit.accountants import all_epsilons
+        from privaudit.attacks import DataRef, Target
+        from privaudit.attacks.registry import make_attack
+        from privaudit.attacks.shadow_models import resolve_defense
+        from privaudit.core.datasets import SplitConfig, load_dataset
+        from privaudit.audit.device import resolve_device
+        from privaudit.defenses.base import Budget
+        from privaudit.defenses.evaluation import encoder_utility
+        from privaudit.defenses.utility import utility_panel
 
         device = resolve_device(spec.device)
         splits = SplitConfig(**spec.splits) if spec.splits else None

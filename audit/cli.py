@@ -1,4 +1,4 @@
-"""The ``privaudit`` command line: one entry point, one subcommand per module in ``audit.commands``.
+"""The ``privaudit`` command line: one entry point, one subcommand per module in ``privaudit.audit.commands``.
 
 Exit codes: 0 success, 1 gate failed (``run``), 2 bad input (one line on stderr naming the problem),
 3 error while running (traceback on stderr).
@@ -12,33 +12,33 @@ import sys
 import traceback
 from typing import Sequence
 
-from audit import __version__
-from core.errors import ConfigError
+from privaudit.audit import __version__
+from privaudit.core.errors import ConfigError
 
 # Each module defines ``register(subparsers)`` which adds its subcommand and sets ``func``. Only the module of
 # the command being run is imported (``privaudit epsilon`` never imports torch unless an accountant needs it);
 # the others appear in ``--help`` with the one-line help below (``tests/test_cli_lazy.py`` keeps them equal).
 COMMANDS: dict[str, tuple[str, str]] = {
-    "datasets": ("audit.commands.datasets", "list datasets and whether their files are present"),
-    "train": ("audit.commands.train", "train a defense and report its utility and privacy claim"),
-    "attack": ("audit.commands.attack", "attack a defense's model: AUC, TPR at low FPR and an epsilon lower bound"),
-    "run": ("audit.commands.run", "run an audit suite (TOML): train, attack, check claims, report, gate"),
-    "report": ("audit.commands.report", "regenerate a run's Markdown, HTML and plots from its report.json"),
-    "gate": ("audit.commands.gate", "print a run's gate per cell (bound, claim, margin) and exit 1 if it failed"),
-    "epsilon": ("audit.commands.epsilon", "epsilon of a sampled Gaussian mechanism under each accountant"),
-    "calibrate": ("audit.commands.calibrate", "smallest noise multiplier meeting a target epsilon, per accountant"),
-    "claims": ("audit.commands.claims", "check the papers' stated privacy claims against every accountant"),
-    "alm-curve": ("audit.commands.alm_curve",
+    "datasets": ("privaudit.audit.commands.datasets", "list datasets and whether their files are present"),
+    "train": ("privaudit.audit.commands.train", "train a defense and report its utility and privacy claim"),
+    "attack": ("privaudit.audit.commands.attack", "attack a defense's model: AUC, TPR at low FPR and an epsilon lower bound"),
+    "run": ("privaudit.audit.commands.run", "run an audit suite (TOML): train, attack, check claims, report, gate"),
+    "report": ("privaudit.audit.commands.report", "regenerate a run's Markdown, HTML and plots from its report.json"),
+    "gate": ("privaudit.audit.commands.gate", "print a run's gate per cell (bound, claim, margin) and exit 1 if it failed"),
+    "epsilon": ("privaudit.audit.commands.epsilon", "epsilon of a sampled Gaussian mechanism under each accountant"),
+    "calibrate": ("privaudit.audit.commands.calibrate", "smallest noise multiplier meeting a target epsilon, per accountant"),
+    "claims": ("privaudit.audit.commands.claims", "check the papers' stated privacy claims against every accountant"),
+    "alm-curve": ("privaudit.audit.commands.alm_curve",
                   "privacy-utility table of the ALM's logistic, Laplace and Gaussian noise"),
-    "sensitivity": ("audit.commands.sensitivity",
+    "sensitivity": ("privaudit.audit.commands.sensitivity",
                     "search each paper's sensitivity claim for a violating neighbouring pair"),
-    "suites": ("audit.commands.suites", "list the shipped audit suites (run one by name: privaudit run quickstart)"),
-    "audit-model": ("audit.commands.audit_model",
+    "suites": ("privaudit.audit.commands.suites", "list the shipped audit suites (run one by name: privaudit run quickstart)"),
+    "audit-model": ("privaudit.audit.commands.audit_model",
                     "audit your own PyTorch classifier (factory + weights) by LOSS, LiRA and RMIA on a membership "
                     "split, and its training function by a canary audit"),
-    "audit-scores": ("audit.commands.audit_scores",
+    "audit-scores": ("privaudit.audit.commands.audit_scores",
                      "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
-    "audit-step": ("audit.commands.audit_step", "audit one privatised step of a defense on neighbouring batches"),
+    "audit-step": ("privaudit.audit.commands.audit_step", "audit one privatised step of a defense on neighbouring batches"),
 }
 
 # Two examples per command, shown under its --help.

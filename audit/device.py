@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from core.errors import ConfigError, one_of
+from privaudit.core.errors import ConfigError, one_of
 
 DEVICES = ("auto", "cpu", "cuda")
 

@@ -16,7 +16,7 @@ A comparison between an empirical lower bound and a claimed epsilon is made only
   (eps, delta_b)-DP for every delta_b >= delta_c, so a bound at delta_b exceeding eps contradicts it;
 * the claimed epsilon is the smallest one any applicable accountant gives for the claim at its delta;
 * an attack that also reports ``eps_lb_mechanism`` (the one-run f-DP bound against the claim's own
-  mechanism, :mod:`attacks.mechanism_bound`) is compared and gated on that bound, the more powerful sound
+  mechanism, :mod:`privaudit.attacks.mechanism_bound`) is compared and gated on that bound, the more powerful sound
   test of the same claim (an accountant's epsilon for the claim's event is at least the exact epsilon of
   that event, which the bound exceeds with probability at most beta when the run has the event's
   profile); its (eps, delta) bound is kept beside it as ``eps_lb_any_mechanism``.
@@ -33,7 +33,7 @@ black-box bound of 0 next to a white-box one). A suite therefore declares, per d
 score exists, its *primary* statistic (``primary = "<attack label>"``): only primary bounds are gated and
 counted in N; the others are reported as secondary at their own confidence. Without a declaration every
 sound bound of the cell is primary. Positive controls (``control = true``: a claim known to be false, e.g.
-:class:`defenses.controls.UnderNoisedControl`) are judged the other way round: a control whose claim the
+:class:`privaudit.defenses.controls.UnderNoisedControl`) are judged the other way round: a control whose claim the
 gate catches passes ("caught, as expected"), one it does not catch fails the gate, because a gate that
 cannot catch a tenfold under-noising at this suite's size has no power and its PASS would mean nothing.
 """
@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from audit.suite import GateConfig, SensitivityConfig
+from privaudit.audit.suite import GateConfig, SensitivityConfig
 
 SOUND_METHODS = ("one-run", "one-run-search", "one-run-paired", "one-run-fdp", "one-run-best", "clopper-pearson",
                  "one-run-fdp-mechanism")
@@ -54,7 +54,7 @@ def _fmt(x: float | None) -> str:
 
 def family_bound(bound: dict[str, Any], family: int) -> float | None:
     """The lower bound recomputed from its counts at 1 - (1 - confidence) / ``family`` (None: cannot)."""
-    from attacks.bounds import best_one_run_epsilon, fdp_one_run_parameter, hypothesis_test_epsilon, one_run_epsilon
+    from privaudit.attacks.bounds import best_one_run_epsilon, fdp_one_run_parameter, hypothesis_test_epsilon, one_run_epsilon
 
     c = bound.get("counts") or {}
     beta = (1.0 - float(bound["confidence"])) / family
@@ -63,7 +63,7 @@ def family_bound(bound: dict[str, Any], family: int) -> float | None:
     if method == "one-run-best":
         return best_one_run_epsilon(c, beta=beta, delta=delta)
     if method == "one-run-fdp-mechanism":
-        from attacks.mechanism_bound import mechanism_one_run_epsilon
+        from privaudit.attacks.mechanism_bound import mechanism_one_run_epsilon
 
         return mechanism_one_run_epsilon(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
     if method == "one-run-fdp":
@@ -212,7 +212,7 @@ def sensitivity_gate(results: Sequence[dict[str, Any]], config: SensitivityConfi
         return [], []
     reasons, notes = [], []
     expect = config.expect
-    from audit.sensitivity import select
+    from privaudit.audit.sensitivity import select
 
     seen = {r.get("claim") for r in results}
     for claim in (s.id for s in select(None if config.claims is None else list(config.claims))):

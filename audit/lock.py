@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Iterator
 
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 LOCK_NAME = ".privaudit.lock"
 

@@ -10,13 +10,13 @@ pool). That design is what makes the one-run lower bound (Steinke, Nasr & Jagiel
 trained on any other split gets meaningless numbers.
 
 Attacks on the given weights: ``loss`` (Yeom et al. 2018), ``lira`` (Carlini et al. 2022) and ``rmia``
-(Zarifzadeh et al. 2024, :mod:`attacks.rmia`), the last two with the same reference models (built by the
+(Zarifzadeh et al. 2024, :mod:`privaudit.attacks.rmia`), the last two with the same reference models (built by the
 same factory, trained by the user's ``train_fn`` (``module:function``, called ``train_fn(model, x, y,
-seed=...)``) or a default SGD loop (:mod:`defenses.user_model`); trained once, shared through the target's
+seed=...)``) or a default SGD loop (:mod:`privaudit.defenses.user_model`); trained once, shared through the target's
 cache).
 
 ``canary`` (needs ``train_fn``: it audits the user's *training function*, not the given weights): the
-black-box one-run audit of :mod:`attacks.canary` (Steinke, Nasr & Jagielski 2023, Alg. 1 with mislabelled
+black-box one-run audit of :mod:`privaudit.attacks.canary` (Steinke, Nasr & Jagielski 2023, Alg. 1 with mislabelled
 canaries): m canaries from the shadow split, each inserted into the members by a fair coin, one run of
 ``train_fn`` on the result, guesses on the canaries' losses, and the one-run lower bound. Factories and
 training functions are code that privaudit imports and runs.
@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.nn as nn
 
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 ATTACKS_RUN = ("loss", "lira", "rmia", "canary")
 #: Run when the caller names none: every attack on the given weights, and the canary audit with a ``train_fn``.
@@ -45,7 +45,7 @@ def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
     suffix = path.suffix.lower()
     try:
         if suffix == ".safetensors":
-            from core.io import load_tensors
+            from privaudit.core.io import load_tensors
 
             state = load_tensors(path)
         elif suffix in (".pt", ".pth", ".bin"):
@@ -81,10 +81,10 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     lower bound (default: 1 / (n ln n) for the n members). ``out``: write each attack's ``scores.npz`` and
     ``result.json`` in ``out/<attack>/`` and ``out/audit.json``.
     """
-    from attacks import DataRef, Target, make_attack
-    from core.datasets import load_dataset
-    from defenses.base import Budget, default_delta
-    from defenses.user_model import UserModel, build, wrap
+    from privaudit.attacks import DataRef, Target, make_attack
+    from privaudit.core.datasets import load_dataset
+    from privaudit.defenses.base import Budget, default_delta
+    from privaudit.defenses.user_model import UserModel, build, wrap
 
     if attacks is None:
         attacks = DEFAULT_ATTACKS + (("canary",) if train_fn else ())
@@ -137,7 +137,7 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
             results[name]["audited"] = ("train_fn, run once on the members plus the canaries each inserted by a "
                                         "fair coin (not the given weights)")
     if out is not None:
-        from core.io import atomic_write_json
+        from privaudit.core.io import atomic_write_json
 
         atomic_write_json(Path(out) / "audit.json", {"factory": factory, "train_fn": train_fn, "dataset": dataset,
                                                      "seed": seed, "attacks": results})

@@ -1,4 +1,4 @@
-"""Step-level audit of a one-shot additive release: ALM's noised head (the maths: :mod:`attacks.step_audit`).
+"""Step-level audit of a one-shot additive release: ALM's noised head (the maths: :mod:`privaudit.attacks.step_distinguisher`).
 
 ALM (Yang, Gohari & Topcu) has one privatised "step": the release theta_hat = theta(D) + s xi of the
 fine-tuned head's weights theta(D), xi_j i.i.d. Logistic(0, 1) (Def. 4.1; Algorithm 1), with s calibrated
@@ -7,9 +7,9 @@ where Delta_1 is the L1 sensitivity *sampled* by Algorithm 2. Replace-one per ex
 
 For a neighbouring pair of fine-tuning sets with noiseless heads m0 = theta(D), m1 = theta(D'),
 :func:`audit_release` draws the release many times per side through ALM's own noise code
-(:func:`defenses.alm.mechanisms.add_noise`, at the scale :meth:`ALM.release_noise` calibrates), scores each
+(:func:`privaudit.defenses.alm.mechanisms.add_noise`, at the scale :meth:`ALM.release_noise` calibrates), scores each
 draw with the log-likelihood ratio of the noise along the difference (the Neyman-Pearson optimal test) and
-turns the scores into the step audit's sound lower bounds (:func:`attacks.step_audit.step_bounds`):
+turns the scores into the step audit's sound lower bounds (:func:`privaudit.attacks.step_distinguisher.step_bounds`):
 
 * **Clopper-Pearson epsilon at delta = 0** -- the sound bound for this claim. The claim is pure DP
   (Def. 3.1 with delta = 0; Thm. 4.1): every event R has P[M(D) in R] <= e^eps P[M(D') in R], so every
@@ -31,9 +31,9 @@ plateau and then separates draws by the release's low-order bits (near m0, relea
 different float grids); the measured epsilon exceeded the claim (eps_lb 2.29-2.40 against eps = 2 at 10^5 draws,
 an event with ratio e^2.41 at 10^6): Mironov 2012, "On significance of the least significant bits for
 differential privacy". ``mechanism = "laplace"`` is therefore released through Mironov's snapping mechanism
-(:mod:`defenses.alm.snapping`): outputs on the grid of multiples of Lambda (the smallest power of two >= lambda)
+(:mod:`privaudit.defenses.alm.snapping`): outputs on the grid of multiples of Lambda (the smallest power of two >= lambda)
 within [-B, B], claimed eps = Delta_1 / lambda + d 2^-49 B / lambda (Thm. 1). Its scorer is the exact log-mass
-of the released grid point (:func:`defenses.alm.snapping.snapped_log_mass`: the real Laplace mass of the
+of the released grid point (:func:`privaudit.defenses.alm.snapping.snapped_log_mass`: the real Laplace mass of the
 point's rounding cell), the likelihood ratio of the discrete release; the Clopper-Pearson bound is sound for it
 as for any statistic of the release (mass at the clamp's +-B is not modelled: a choice of statistic, not a
 condition of soundness). The logistic ratio (the default) has no plateau and shows no leak at these draw counts.
@@ -57,11 +57,11 @@ from typing import Any, Mapping
 
 import torch
 
-from attacks.step_audit import KnownMechanism, additive_step_scores, step_bounds
-from audit.step_pairs import dirac_image, search_witness
-from core.errors import ConfigError
-from defenses.alm.mechanisms import add_noise, log_density
-from defenses.alm.snapping import snapped_log_mass
+from privaudit.attacks.step_distinguisher import KnownMechanism, additive_step_scores, step_bounds
+from privaudit.audit.step_pairs import dirac_image, search_witness
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.alm.mechanisms import add_noise, log_density
+from privaudit.defenses.alm.snapping import snapped_log_mass
 
 #: defenses whose privatised step is one additive release, and their sensitivity register entry
 RELEASE_CLAIMS = {"alm": "alm.head-weights"}
@@ -85,7 +85,7 @@ def _quantity(ctx: Any, name: str, overrides: Mapping[str, Any]) -> Any:
 
 def _save_witness(out_dir: Path, name: str, kind: str, a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor],
                   m0: torch.Tensor, m1: torch.Tensor, meta: dict[str, Any]) -> str:
-    from core.io import atomic_save_tensors, atomic_write_json
+    from privaudit.core.io import atomic_save_tensors, atomic_write_json
 
     tensors = {**{f"a.{k}": v.detach().cpu().clone().contiguous() for k, v in a.items()},
                **{f"b.{k}": v.detach().cpu().clone().contiguous() for k, v in b.items()},
@@ -103,9 +103,9 @@ def audit_release(name: str, ctx: Any, *, params: Mapping[str, Any] | None, targ
                   seed: int, noise: str, dataset: str, witness_evaluations: int,
                   out_dir: str | Path | None = None) -> dict[str, Any]:
     """Audit ``name``'s one release on each pair of ``kinds`` (see module doc); a JSON-able result."""
-    from audit.sensitivity.register import CLAIMS
-    from defenses.base import Budget
-    from defenses.registry import make_defense
+    from privaudit.audit.sensitivity.register import CLAIMS
+    from privaudit.defenses.base import Budget
+    from privaudit.defenses.registry import make_defense
 
     if name not in RELEASE_CLAIMS:
         raise ConfigError(f"defense: {name!r} has no one-shot release to audit; accepted: {', '.join(RELEASE_CLAIMS)}")
@@ -200,7 +200,7 @@ def release_log_likelihood(mechanism: str, scale: float, grid: float | None):
     """The per-coordinate log-likelihood of a release residual (y - m) / scale: the test statistic's ingredient.
 
     Snapped Laplace (``grid`` = Lambda): the log-mass of the released grid point (:func:`snapped_log_mass`);
-    otherwise the noise's log-density (:func:`defenses.alm.mechanisms.log_density`).
+    otherwise the noise's log-density (:func:`privaudit.defenses.alm.mechanisms.log_density`).
     """
     if mechanism == "laplace" and grid is not None:
         return partial(snapped_log_mass, half_cell=grid / (2.0 * scale))
@@ -209,5 +209,5 @@ def release_log_likelihood(mechanism: str, scale: float, grid: float | None):
 
 def _release(m: torch.Tensor, gen: torch.Generator, *, mechanism: str, scale: float,
              clamp_bound: float | None = None) -> torch.Tensor:
-    """ALM's own release of ``m`` (:func:`defenses.alm.mechanisms.add_noise`), one draw per row."""
+    """ALM's own release of ``m`` (:func:`privaudit.defenses.alm.mechanisms.add_noise`), one draw per row."""
     return add_noise(m, mechanism, scale, gen, clamp_bound=clamp_bound)

@@ -10,8 +10,8 @@ Layout of the output directory::
     cells/<id>-<key>/attacks/<attack>/result.json         the attack's configuration, counts and bound
     sensitivity.json  sensitivity/witnesses/*             the sensitivity verdicts and their witnesses
 
-A cell's key hashes its resolved configuration (:meth:`audit.suite.CellSpec.resolved`). Every file is
-written atomically (:mod:`core.io`) and ``cell.json`` only after the cell's scores, so a run killed at
+A cell's key hashes its resolved configuration (:meth:`privaudit.audit.suite.CellSpec.resolved`). Every file is
+written atomically (:mod:`privaudit.core.io`) and ``cell.json`` only after the cell's scores, so a run killed at
 any point leaves finished cells complete and nothing torn; ``--resume`` reuses every finished cell whose
 key matches and redoes the rest. Cells are computed from seeds alone, so the report of a resumed run
 equals an uninterrupted run's (``created`` aside).
@@ -35,13 +35,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from audit.cell import CellOutcome, ExecutorSpec, run_cell
-from core.errors import ConfigError, one_of
-from audit.gate import gate_cells, suite_gate
-from audit.lock import output_lock
-from audit.progress import Heartbeat
-from core.io import TEMP_GLOB, atomic_write_json, check_output_dir, read_json, strict, to_json
-from audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
+from privaudit.audit.cell import CellOutcome, ExecutorSpec, run_cell
+from privaudit.core.errors import ConfigError, one_of
+from privaudit.audit.gate import gate_cells, suite_gate
+from privaudit.audit.lock import output_lock
+from privaudit.audit.progress import Heartbeat
+from privaudit.core.io import TEMP_GLOB, atomic_write_json, check_output_dir, read_json, strict, to_json
+from privaudit.audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
 
 EXECUTOR_CHOICES = ("local", "ray")
 EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_ERROR = 0, 1, 3
@@ -67,7 +67,7 @@ def _log(message: str, progress: bool) -> None:
 
 
 def clean_temporaries(out: Path) -> int:
-    """Remove temporary files a killed run left behind: only privaudit's own (:data:`core.io.TEMP_GLOB`), and only
+    """Remove temporary files a killed run left behind: only privaudit's own (:data:`privaudit.core.io.TEMP_GLOB`), and only
     under the output directory, whose lock this run holds (so no other run's in-flight file is touched)."""
     removed = 0
     if out.is_dir():
@@ -210,7 +210,7 @@ def _run_pool(cells: Sequence[CellSpec], pool: ProcessPoolExecutor, heartbeat: H
         try:
             yield future.result()
         except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
-            from audit.cell import base_record
+            from privaudit.audit.cell import base_record
 
             record = base_record(spec)
             message = f"worker: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -219,7 +219,7 @@ def _run_pool(cells: Sequence[CellSpec], pool: ProcessPoolExecutor, heartbeat: H
 
 
 def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
-    from attacks.ray_executor import ensure_ray, submit
+    from privaudit.attacks.ray_executor import ensure_ray, submit
 
     ray = ensure_ray(suite.ray.address)
     executor = ExecutorSpec("ray", (("num_cpus", suite.ray.cpus_per_task), ("num_gpus", suite.ray.gpus_per_task),
@@ -234,7 +234,7 @@ def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
                 yield ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
                 spec = refs[ref]
-                from audit.cell import base_record
+                from privaudit.audit.cell import base_record
 
                 record = base_record(spec)
                 message = f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
@@ -310,7 +310,7 @@ def check_sensitivity_claims(config: SensitivityConfig, out: Path, claim_ids: li
                              progress: bool) -> list[dict[str, Any]]:
     """The raw results of ``claim_ids`` (None: the config's claims). Each claim's search is seeded by the claim
     alone, so checking claims one by one (in parallel workers) gives the numbers a single pass gives."""
-    from audit.sensitivity import check_claims
+    from privaudit.audit.sensitivity import check_claims
 
     ids = claim_ids if claim_ids is not None else (None if config.claims is None else list(config.claims))
     return check_claims(ids, budget_seconds=config.budget_seconds, evaluations=config.evaluations,
@@ -355,7 +355,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
               yes_large: bool = False) -> RunResult:
     """Run ``suite`` end to end and write its report; see the module docstring.
 
-    The output directory is locked for the whole run (:func:`audit.lock.output_lock`): a second run on the same
+    The output directory is locked for the whole run (:func:`privaudit.audit.lock.output_lock`): a second run on the same
     directory is refused with one line instead of racing the first for its files."""
     if executor not in EXECUTOR_CHOICES:
         raise one_of("--executor", executor, EXECUTOR_CHOICES)
@@ -370,7 +370,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
         ids = ", ".join(c.id for c in suite.cells()[:5])
         raise ConfigError(f"--only: no cell matches {' '.join(only)!r}; cell ids look like: {ids}")
     if executor == "ray":
-        from attacks.ray_executor import ensure_ray
+        from privaudit.attacks.ray_executor import ensure_ray
 
         ensure_ray(suite.ray.address)
     out = check_output_dir(out if out is not None else suite.out)
@@ -380,7 +380,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out: cannot create {str(out)!r}: {exc.strerror or exc}") from None
-    from defenses.pretrain import cache_in
+    from privaudit.defenses.pretrain import cache_in
 
     # public-pretrained encoders are cached in OUT/cache/pretrained (shared by cells, workers and --resume)
     with output_lock(out), cache_in(out / "cache"):
@@ -391,7 +391,7 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
                 executor: str, progress: bool, started: float, jobs: int) -> RunResult:
     from tqdm.auto import tqdm
 
-    from audit.report import build_report, write_report
+    from privaudit.audit.report import build_report, write_report
 
     clean_temporaries(out)
     records: dict[str, dict[str, Any]] = {}
@@ -429,7 +429,7 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
     cached_sens = _cached_sensitivity(suite.sensitivity, out) if run_sens and resume else None
     if pool is not None and run_sens and cached_sens is None:
         # one task per claim, submitted first: the long searches start early and spread over the workers
-        from audit.sensitivity import select
+        from privaudit.audit.sensitivity import select
 
         ids = [spec.id for spec in select(None if suite.sensitivity.claims is None
                                           else list(suite.sensitivity.claims))]
@@ -439,7 +439,7 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
     cached_step = _cached_step_audit(suite, out) if run_step and resume else None
     step_futures = None
     if pool is not None and run_step and cached_step is None:
-        from audit.step_audit import run_suite_step_audits
+        from privaudit.audit.step_audit import run_suite_step_audits
 
         step_futures = [pool.submit(run_suite_step_audits, suite, out, False, [name])
                         for name in suite.step_audit.defenses]
@@ -514,7 +514,7 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
             if step_raw is not None:
                 raw, step_errors = step_raw
             else:
-                from audit.step_audit import run_suite_step_audits
+                from privaudit.audit.step_audit import run_suite_step_audits
 
                 raw, step_errors = run_suite_step_audits(suite, out, progress)
             step_results, timings["step_audit_defenses"] = finish_step_audit(suite, out, raw, step_errors)
@@ -529,7 +529,7 @@ def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str],
     gate = suite_gate(ordered, sensitivity, suite.sensitivity if (run_sens or sensitivity) else None, suite.gate,
                       errors)
     if step_results or run_step:
-        from audit.step_audit import step_gate
+        from privaudit.audit.step_audit import step_gate
 
         step_reasons, step_notes = step_gate(step_results, suite.step_audit)
         gate["reasons"] += step_reasons

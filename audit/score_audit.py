@@ -1,23 +1,23 @@
 """Audit scores a user already has: ROC, AUC, TPR at low FPR and a sound epsilon lower bound.
 
 The input is one score per example, higher meaning "member" (or losses / logits that
-:mod:`audit.score_inputs` turns into scores), for members and non-members. The metrics are those of
-:mod:`attacks.metrics` (ROC with no points dropped; TPR at FPR 0.1%, 1%, 10% read at the last ROC point
-within the budget). The lower bound is one of :mod:`attacks.bounds`, chosen by the *design* that produced
+:mod:`privaudit.audit.score_inputs` turns into scores), for members and non-members. The metrics are those of
+:mod:`privaudit.attacks.metrics` (ROC with no points dropped; TPR at FPR 0.1%, 1%, 10% read at the last ROC point
+within the budget). The lower bound is one of :mod:`privaudit.attacks.bounds`, chosen by the *design* that produced
 the scores, because only the design makes a bound sound:
 
 * ``design="one-run"`` (default; Steinke, Nasr & Jagielski 2023, main theorem): the members and
   non-members are m candidates of **one** training run, **each included independently by a fair coin**
   (probability 1/2), like privaudit's audit pool. The auditor guesses "member" for the k+ highest
   scores and "non-member" for the k- lowest; (k+, k-) is searched over a fixed grid of 8 pairs with a
-  Bonferroni correction (:func:`attacks.bounds.one_run_bound_search`), so the bound holds at
+  Bonferroni correction (:func:`privaudit.attacks.bounds.one_run_bound_search`), so the bound holds at
   confidence 1 - beta. If the split was *not* a fair coin per example (e.g. a model's train set against
   its held-out test set), the theorem does not apply: ROC and AUC still describe the attack, but the
   epsilon is not a lower bound on the training algorithm's epsilon.
 * ``design="multi-run"`` (Jagielski et al. 2020; Nasr et al. 2021): each score comes from an
   **independent training run** on a fixed neighbouring pair, on D' (the target example included:
   "members") or D (excluded: "non-members"). The threshold is chosen on a seeded half of the runs and
-  the errors counted on the other half, with Clopper-Pearson bounds (:func:`attacks.bounds.multi_run_bound`).
+  the errors counted on the other half, with Clopper-Pearson bounds (:func:`privaudit.attacks.bounds.multi_run_bound`).
 
 Either bound is on add/remove epsilon at ``delta`` for one example (one candidate), at confidence
 1 - beta. Many examples scored on *one* model are not independent runs of one pair, so the multi-run
@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from attacks import metrics
-from attacks.bounds import EpsilonLowerBound, multi_run_bound, one_run_bound_search
-from audit.score_inputs import KINDS, Scores, read_scores, read_tf_privacy, statistic
-from core.errors import ConfigError, check_probability, one_of
+from privaudit.attacks import metrics
+from privaudit.attacks.bounds import EpsilonLowerBound, multi_run_bound, one_run_bound_search
+from privaudit.audit.score_inputs import KINDS, Scores, read_scores, read_tf_privacy, statistic
+from privaudit.core.errors import ConfigError, check_probability, one_of
 
 DESIGNS = ("one-run", "multi-run")
 GRID_FRACTIONS = (0.01, 0.03, 0.1, 0.3)
@@ -111,7 +111,7 @@ class ScoreAudit:
                 ["members / non-members", f"{s['n_members']} / {s['n_nonmembers']}"]]
 
     def markdown(self) -> str:
-        from audit.report.markdown import table
+        from privaudit.audit.report.markdown import table
 
         s = self.summary
         rows = [["AUC", f"{s['auc']:.4f}"]]
@@ -127,7 +127,7 @@ class ScoreAudit:
             "![log-log ROC](roc.png)", ""])
 
     def html(self, png: bytes) -> str:
-        from audit.report.html import CSS, e, figure, table
+        from privaudit.audit.report.html import CSS, e, figure, table
 
         s = self.summary
         rows = [["AUC", f"{s['auc']:.4f}"]]
@@ -145,7 +145,7 @@ class ScoreAudit:
     def write(self, out: str | Path) -> dict[str, Path]:
         """Write ``report.json``, ``report.md``, ``report.html``, ``roc.png`` and ``scores.npz`` into ``out``
         (each atomically; nothing outside ``out``)."""
-        from core.io import atomic_save_npz, atomic_write_bytes, atomic_write_json, atomic_write_text
+        from privaudit.core.io import atomic_save_npz, atomic_write_bytes, atomic_write_json, atomic_write_text
 
         out = Path(out)
         if out.exists() and not out.is_dir():
@@ -195,7 +195,7 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
                  out: str | Path | None = None) -> ScoreAudit:
     """Audit member / non-member scores: ROC, AUC, TPR at FPR 0.1/1/10%, and a sound epsilon lower bound.
 
-    ``members``, ``nonmembers``: arrays or file paths (``.npy``/``.npz``/CSV; see :mod:`audit.score_inputs`),
+    ``members``, ``nonmembers``: arrays or file paths (``.npy``/``.npz``/CSV; see :mod:`privaudit.audit.score_inputs`),
     higher = member; ``kind`` says what they hold (``score``, ``loss``: score = -loss, ``logits`` / ``probs``
     with ``*_labels``: LiRA's logit statistic). ``tf_privacy``: one ``.npz`` in TF-Privacy's
     ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the two sides.

@@ -5,7 +5,7 @@ A score is "higher = member". Three kinds of input are turned into scores:
 * ``score``: used as given;
 * ``loss``: per-example loss, score = -loss (Yeom et al. 2018's loss attack);
 * ``logits`` (with ``labels``): LiRA's logit statistic phi = z_y - logsumexp_{j != y} z_j
-  (Carlini et al. 2022, Sec. IV-C; :func:`attacks.statistics.logit_phi`);
+  (Carlini et al. 2022, Sec. IV-C; :func:`privaudit.attacks.statistics.logit_phi`);
 * ``probs`` (with ``labels``): the same statistic from probabilities, log(p_y / (1 - p_y)).
 
 File layouts (``kind="auto"`` infers the kind from the keys / header):
@@ -21,7 +21,7 @@ File layouts (``kind="auto"`` infers the kind from the keys / header):
   ``loss_test``; train = members, test = non-members. Logits are preferred (the strongest statistic), then
   probabilities, then losses.
 
-Every problem raises :class:`core.errors.ConfigError` naming the file and key; nothing is written here.
+Every problem raises :class:`privaudit.core.errors.ConfigError` naming the file and key; nothing is written here.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import ConfigError, one_of
+from privaudit.core.errors import ConfigError, one_of
 
 KINDS = ("auto", "score", "loss", "logits", "probs")
 SCORE_KEYS = ("scores", "score")
@@ -91,7 +91,7 @@ def statistic(kind: str, values: np.ndarray, labels: np.ndarray | None, name: st
         values = np.log(p)  # log-probabilities are logits up to a per-row constant, which phi ignores
     import torch
 
-    from attacks.statistics import logit_phi
+    from privaudit.attacks.statistics import logit_phi
 
     return logit_phi(torch.as_tensor(values), torch.as_tensor(y)).numpy()
 

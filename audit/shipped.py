@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 _PACKAGE_DIR = Path(__file__).resolve().parent / "suites"   # installed: package data
 _CHECKOUT_DIR = Path(__file__).resolve().parents[1] / "suites"  # source checkout

@@ -1,4 +1,4 @@
-"""Step-level audit of a defense's own privatised step (the maths: :mod:`attacks.step_audit`).
+"""Step-level audit of a defense's own privatised step (the maths: :mod:`privaudit.attacks.step_distinguisher`).
 
 For a defense, :func:`audit_defense` calibrates its noise as training does (``Defense.calibrate`` at
 the target epsilon and the claim's delta), reads the per-step privacy its accountant assumes
@@ -10,7 +10,7 @@ with) once per side with all non-noise randomness shared. Pairs (``--pair``):
 * ``canary`` -- a real batch with and without (add/remove) or with one unit swapped for
   (replace-one) a worst-case unit whose clipped contribution is Delta e_k: a Dirac gradient canary
   of exactly the claimed sensitivity, orthogonal to every other coordinate (Nasr et al. 2023's
-  Dirac canary, the white-box hook of :mod:`defenses.dp.step`). It attains the claim, so it measures
+  Dirac canary, the white-box hook of :mod:`privaudit.defenses.dp.step`). It attains the claim, so it measures
   whether the noise really added matches what the accountant assumes.
 * ``extreme`` -- the canonical input pair: the batch with and without a Dirac-like image (one
   pixel at the maximum, the rest 0), or with its first example swapped for one.
@@ -25,7 +25,7 @@ the same s = q(D) + sigma_q e (:class:`PinnedRandomness`); only the gradient the
 distinguishability above 1 / z_g at that s refutes the gradient mechanism's claim.
 
 ALM has no training step: its privatised "step" is the one release of the noised head, audited at delta 0
-(pure DP) by :mod:`audit.release_audit`, which :func:`audit_defense` hands ``alm`` to.
+(pure DP) by :mod:`privaudit.audit.release_audit`, which :func:`audit_defense` hands ``alm`` to.
 
 Each pair's verdict: ``refuted`` when mu_lb > mu_claim or eps_lb > eps_claim (each bound at
 alpha / (2 pairs), so the defense's family-wise error is alpha), else ``not refuted``; the power
@@ -42,12 +42,12 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from attacks.bounds import gdp_epsilon
-from attacks.step_audit import NOISE_MODES, gaussian_step_scores, step_bounds, step_mu
-from audit.step_pairs import dirac_image, search_witness
-from core.errors import ConfigError, check_positive, check_probability, one_of
-from defenses.dp import bounds as dp_bounds
-from defenses.dp.randomness import StepRandomness
+from privaudit.attacks.bounds import gdp_epsilon
+from privaudit.attacks.step_distinguisher import NOISE_MODES, gaussian_step_scores, step_bounds, step_mu
+from privaudit.audit.step_pairs import dirac_image, search_witness
+from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
+from privaudit.defenses.dp import bounds as dp_bounds
+from privaudit.defenses.dp.randomness import StepRandomness
 
 PAIRS = ("canary", "extreme", "witness")
 PAIR_CHOICES = ("all", "canonical") + PAIRS
@@ -60,7 +60,7 @@ GRADIENT_CLAIMS = {"dpsgd": "dpgcl.sample-level", "dp-clip": "dpgcl.batch-level"
                    "dpcl-simclr": "dpcl.simclr-gradient", "dpcl-barlow": "dpcl.barlow-gradient"}
 #: Federated defenses: their privatised step is the round's aggregation (clipped client deltas, summed, noised).
 FEDERATED = ("dp-fedemb", "dp-fedavg")
-#: One-shot additive releases (ALM's noised head): audited by :mod:`audit.release_audit`.
+#: One-shot additive releases (ALM's noised head): audited by :mod:`privaudit.audit.release_audit`.
 RELEASES = ("alm",)
 DEFENSES = tuple(GRADIENT_CLAIMS) + FEDERATED + RELEASES
 FEDERATED_DIM = 256  # coordinates of the synthetic client deltas (the aggregation does not depend on their origin)
@@ -97,7 +97,7 @@ class _Step:
     """One defense instance with its model and noise: evaluates the pre-noise step on a batch."""
 
     def __init__(self, defense: Any, data: Any, model: torch.nn.Module, z_actual: float, seed: int):
-        from defenses.dp.accounting import noise_multipliers
+        from privaudit.defenses.dp.accounting import noise_multipliers
 
         self.defense, self.data, self.model = defense, data, model
         self.plan = defense.plan(len(data.train))
@@ -130,7 +130,7 @@ class _Step:
 def calibrated(defense: Any, data: Any, target_epsilon: float | None, delta: float,
                noise_multiplier: float | None = None) -> dict[str, float]:
     """The multiplier training adds (z_actual) and the one the claim states (z_claimed), with z_eff."""
-    from defenses.base import Budget
+    from privaudit.defenses.base import Budget
 
     plan = defense.plan(len(data.train))
     mechs = defense.mechanisms(plan)
@@ -143,7 +143,7 @@ def calibrated(defense: Any, data: Any, target_epsilon: float | None, delta: flo
 
 
 def _batch(data: Any, size: int, seed: int) -> torch.Tensor:
-    from defenses.seeding import torch_generator
+    from privaudit.defenses.seeding import torch_generator
 
     n = len(data.train)
     idx = torch.randperm(n, generator=torch_generator(seed, "step-audit-batch"))[:min(size, n)]
@@ -152,8 +152,8 @@ def _batch(data: Any, size: int, seed: int) -> torch.Tensor:
 
 def _witness_pair(defense_name: str, ctx: Any, evaluations: int, seed: int):
     """(defense, model state, D, D', randomness, search summary) from the register's search."""
-    from audit.sensitivity.register import CLAIMS, NOISE_MULTIPLIER
-    from defenses.registry import make_defense
+    from privaudit.audit.sensitivity.register import CLAIMS, NOISE_MULTIPLIER
+    from privaudit.defenses.registry import make_defense
 
     spec = CLAIMS[GRADIENT_CLAIMS[defense_name]]
     setting, target, res = search_witness(spec, ctx, evaluations, seed)
@@ -176,7 +176,7 @@ def _save_witness(out_dir: Path, defense: str, pair: str, step: _Step, xa, xb, g
                   meta: dict[str, Any]) -> str:
     import json
 
-    from core.io import atomic_save_tensors, atomic_write_json
+    from privaudit.core.io import atomic_save_tensors, atomic_write_json
 
     tensors = {"a.x": xa.detach().cpu().clone(), "b.x": xb.detach().cpu().clone(),
                "out.a": ga.clone(), "out.b": gb.clone()}
@@ -193,9 +193,9 @@ def _save_witness(out_dir: Path, defense: str, pair: str, step: _Step, xa, xb, g
 
 
 def _aggregate_sums(deltas: torch.Tensor, clip_norm: float) -> torch.Tensor:
-    """The noiseless output of DP-FedEmb's own aggregation (:func:`defenses.fedemb.aggregate.noised_mean` with
+    """The noiseless output of DP-FedEmb's own aggregation (:func:`privaudit.defenses.fedemb.aggregate.noised_mean` with
     no noise): the sum of the clients' clipped deltas, as its observer sees it."""
-    from defenses.fedemb.aggregate import noised_mean
+    from privaudit.defenses.fedemb.aggregate import noised_mean
 
     seen: dict[str, torch.Tensor] = {}
     noised_mean({"w": deltas}, clip_norm, 0.0, torch.Generator(),
@@ -217,8 +217,8 @@ def _federated_step(name: str, defense: Any, data: Any, *, target_epsilon: float
     ``extreme`` (a client's delta, far outside the clip ball, against its negation). The sensitivity
     register's witness (virtual clients grouping several users) is a data-level claim, not this step's.
     """
-    from defenses.base import Budget
-    from defenses.seeding import torch_generator
+    from privaudit.defenses.base import Budget
+    from privaudit.defenses.seeding import torch_generator
 
     if "witness" in kinds:
         raise ConfigError(f"pair: the step audit of {name!r} (its aggregation) supports the pairs canary, extreme "
@@ -287,8 +287,8 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
                   witness_evaluations: int = DEFAULT_WITNESS_EVALUATIONS, out_dir: str | Path | None = None,
                   context: Any = None) -> dict[str, Any]:
     """Audit one defense's privatised step (see module doc); returns a JSON-able result."""
-    from audit.sensitivity.register import Context
-    from defenses.registry import make_defense
+    from privaudit.audit.sensitivity.register import Context
+    from privaudit.defenses.registry import make_defense
 
     if name not in DEFENSES:
         raise one_of("defense", name, DEFENSES)
@@ -301,7 +301,7 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
     if noise not in NOISE_MODES:
         raise one_of("noise", noise, NOISE_MODES)
     if name in FEDERATED:
-        from core.datasets import load_dataset
+        from privaudit.core.datasets import load_dataset
 
         if kinds == PAIRS and pair == "all":
             kinds = ("canary", "extreme")  # the aggregation has no witness pair (see _federated_step)
@@ -311,7 +311,7 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
                                seed=seed, noise=noise, dataset=dataset)
     ctx = context or Context(seed, dataset, data_dir)
     if name in RELEASES:
-        from audit.release_audit import audit_release
+        from privaudit.audit.release_audit import audit_release
 
         return audit_release(name, ctx, params=params, target_epsilon=target_epsilon, noise_multiplier=noise_multiplier,
                              delta=delta, draws=draws, kinds=kinds, alpha=alpha, seed=seed, noise=noise,

@@ -1,4 +1,4 @@
-"""Neighbouring pairs shared by the step audits (:mod:`audit.step_audit`, :mod:`audit.release_audit`)."""
+"""Neighbouring pairs shared by the step audits (:mod:`privaudit.audit.step_audit`, :mod:`privaudit.audit.release_audit`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 
 def dirac_image(like: torch.Tensor) -> torch.Tensor:
@@ -19,8 +19,8 @@ def dirac_image(like: torch.Tensor) -> torch.Tensor:
 
 def search_witness(spec: Any, ctx: Any, evaluations: int, seed: int) -> tuple[Any, Any, Any]:
     """(setting, target, search result) of the sensitivity search on a register entry, at its largest batch."""
-    from audit.sensitivity.search import search
-    from defenses.seeding import torch_generator
+    from privaudit.audit.sensitivity.search import search
+    from privaudit.defenses.seeding import torch_generator
 
     setting = max(spec.settings, key=lambda st: st.units)  # the largest batch: the first among ties
     target = spec.target(setting, ctx)

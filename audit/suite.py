@@ -39,8 +39,8 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
 
 The grid is dataset x defense x epsilon x seed; a non-private defense has one cell per dataset and
 seed. Every error names the file, the key and the accepted values, and is raised before anything
-is written (:class:`core.errors.ConfigError`, exit status 2). Numbers are finite and within the ranges of
-:data:`core.config.RANGES`; a grid of more than :data:`MAX_CELLS` cells needs ``--yes-large``; the device
+is written (:class:`privaudit.core.errors.ConfigError`, exit status 2). Numbers are finite and within the ranges of
+:data:`privaudit.core.config.RANGES`; a grid of more than :data:`MAX_CELLS` cells needs ``--yes-large``; the device
 must exist here; a ``module:Class`` plugin is imported only with ``allow_plugins = true`` (or
 ``--allow-plugins``), since importing it runs its code.
 """
@@ -56,9 +56,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from core.config import MAX_BUDGET_SECONDS, MAX_INT, MAX_SEED, build_config
-from core.errors import ConfigError
-from core.registry import load_reference
+from privaudit.core.config import MAX_BUDGET_SECONDS, MAX_INT, MAX_SEED, build_config
+from privaudit.core.errors import ConfigError
+from privaudit.core.registry import load_reference
 
 try:
     import tomllib
@@ -154,7 +154,7 @@ class SensitivityConfig:
 
 @dataclass(frozen=True)
 class StepAuditConfig:
-    """``[step_audit]``: audit each listed defense's privatised step (:mod:`audit.step_audit`).
+    """``[step_audit]``: audit each listed defense's privatised step (:mod:`privaudit.audit.step_audit`).
 
     ``expect`` documents refutations the suite knows of (``{"dpcl-simclr" = "refuted"}``), like the
     sensitivity ``expect`` map: an undocumented refutation fails the gate.
@@ -191,7 +191,7 @@ class CellSpec:
 
     def resolved(self) -> dict[str, Any]:
         """The configuration the cell's results depend on (what its cache key hashes)."""
-        from audit import __version__
+        from privaudit.audit import __version__
 
         return {
             "version": __version__, "dataset": self.dataset, "splits": self.splits,
@@ -385,8 +385,8 @@ def _delta(where: _Where, key: str, value: Any) -> float | None:
 
 
 def _defense_class(where: _Where, key: str, name: str, allow_plugins: bool):
-    from defenses.base import Defense
-    from defenses.registry import DEFENSES, defense_class
+    from privaudit.defenses.base import Defense
+    from privaudit.defenses.registry import DEFENSES, defense_class
 
     if name in DEFENSES:
         return defense_class(name)
@@ -425,7 +425,7 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
     """Read and validate a suite file, or a shipped suite by name (``quickstart``); ``out`` and ``data_dir``
     override the suite's; ``allow_plugins`` is the CLI's ``--allow-plugins`` (else the suite's own
     ``allow_plugins``)."""
-    from audit.shipped import resolve_suite
+    from privaudit.audit.shipped import resolve_suite
 
     path = resolve_suite(path)
     try:
@@ -448,9 +448,9 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
 def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None = None,
                 allow_plugins: bool = False) -> Suite:
     """Validate a parsed suite (a dict as TOML gives it)."""
-    from attacks.registry import ATTACKS, attack_class
-    from core.datasets import DATASETS, SplitConfig, missing_files
-    from audit.device import DEVICES, resolve_device
+    from privaudit.attacks.registry import ATTACKS, attack_class
+    from privaudit.core.datasets import DATASETS, SplitConfig, missing_files
+    from privaudit.audit.device import DEVICES, resolve_device
 
     where = _Where(path)
     _unknown(where, "", raw, TOP_KEYS)
@@ -608,7 +608,7 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
 def _step_audit(where: _Where, raw: Any) -> StepAuditConfig | None:
     if raw is None:
         return None
-    from audit.step_audit import DEFAULT_DRAWS, DEFAULT_WITNESS_EVALUATIONS, PAIR_CHOICES, validate_defenses
+    from privaudit.audit.step_audit import DEFAULT_DRAWS, DEFAULT_WITNESS_EVALUATIONS, PAIR_CHOICES, validate_defenses
 
     _typed(where, "step_audit", raw, dict, "a table")
     _unknown(where, "step_audit", raw, STEP_AUDIT_KEYS)
@@ -678,7 +678,7 @@ def _sensitivity(where: _Where, raw: Any) -> SensitivityConfig | None:
         if value not in EXPECTATIONS:
             raise where.error(f"sensitivity.expect.{claim}", f"unknown value {value!r}; accepted: "
                                                              f"{', '.join(EXPECTATIONS)}")
-    from audit.sensitivity import CLAIMS, select
+    from privaudit.audit.sensitivity import CLAIMS, select
 
     for i, c in enumerate(claims or ()):
         try:

@@ -12,7 +12,7 @@ import typing
 from dataclasses import fields
 from typing import Any, Mapping
 
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 
 #: Sane ranges of numbers whatever their owner (suite files, ``--param``, CLI flags), by field name: a value

@@ -30,7 +30,7 @@ def check_output_dir(path: str | os.PathLike[str], field: str = "--out") -> Path
     """Fail early (a one-line ConfigError naming ``field``) when ``path`` cannot be an output directory: it is a
     file, it is not writable, or it does not exist and cannot be created (a parent is a file or read-only).
     Creates nothing; called before any training starts so that a bad ``--out`` loses no work."""
-    from core.errors import ConfigError
+    from privaudit.core.errors import ConfigError
 
     path = Path(path)
     shown = str(path) or "."

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Generic, Mapping, TypeVar
 
-from core.errors import ConfigError, one_of
+from privaudit.core.errors import ConfigError, one_of
 
 
 def _import(reference: str) -> Any:

@@ -21,8 +21,8 @@ from typing import Protocol, Sequence
 import torch
 import torch.nn.functional as F
 
-from core.datasets import DatasetInfo
-from core.errors import one_of
+from privaudit.core.datasets import DatasetInfo
+from privaudit.core.errors import one_of
 
 
 class Augmentation(Protocol):

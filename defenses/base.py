@@ -17,13 +17,13 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 import torch.nn as nn
 
-from accountants.claim import PrivacyClaim
-from core.datasets import MembershipData
-from core.config import build_config
-from core.errors import ConfigError, check_positive, check_probability
-from core.io import atomic_save_tensors, atomic_write_json, load_tensors, read_json
-from defenses.evaluation import embed
-from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.core.datasets import MembershipData
+from privaudit.core.config import build_config
+from privaudit.core.errors import ConfigError, check_positive, check_probability
+from privaudit.core.io import atomic_save_tensors, atomic_write_json, load_tensors, read_json
+from privaudit.defenses.evaluation import embed
+from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 
 
 def default_delta(n: int) -> float:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core.errors import check_positive
-from defenses.dp_gcl import DPGCL, DPGCLConfig
+from privaudit.core.errors import check_positive
+from privaudit.defenses.dp_gcl import DPGCL, DPGCLConfig
 
 
 @dataclass(frozen=True)

@@ -35,18 +35,18 @@ from typing import Callable
 import torch
 import torch.nn as nn
 
-from core.errors import check_positive, one_of
-from defenses.dp import bounds
-from defenses.dp.accounting import Mechanism, SamplingPlan
-from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from defenses.dp.contrastive import embed, loss_cotangents, term_cotangents
-from defenses.dp.embedder import Source, TwoTower
-from defenses.dp.gradients import clipped_sum
-from defenses.dp.randomness import StepRandomness
-from defenses.dp.units import dense_units, partition_units
-from defenses.losses import group_info_nce, group_info_nce_dual
-from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
-from defenses.seeding import derive_seed
+from privaudit.core.errors import check_positive, one_of
+from privaudit.defenses.dp import bounds
+from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan
+from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
+from privaudit.defenses.dp.contrastive import embed, loss_cotangents, term_cotangents
+from privaudit.defenses.dp.embedder import Source, TwoTower
+from privaudit.defenses.dp.gradients import clipped_sum
+from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.units import dense_units, partition_units
+from privaudit.defenses.losses import group_info_nce, group_info_nce_dual
+from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
+from privaudit.defenses.seeding import derive_seed
 
 GROUPINGS = ("random", "chunk")
 NEGATIVES = ("group", "batch")

@@ -38,17 +38,17 @@ from dataclasses import dataclass
 
 import torch
 
-from core.errors import ConfigError, one_of
-from defenses.dp import bounds
-from defenses.dp.accounting import Mechanism, SamplingPlan, claim_epsilon, separately_sampled_event
-from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from defenses.dp.contrastive import embed, loss_cotangents, two_views
-from defenses.dp.embedder import Source
-from defenses.dp.gradients import clipped_sum
-from defenses.dp.randomness import StepRandomness
-from defenses.dp.units import partition_units
-from defenses.losses import barlow_twins, feature_mean, feature_sse, nt_xent_from_similarity
-from defenses.nn.model import ModelSpec
+from privaudit.core.errors import ConfigError, one_of
+from privaudit.defenses.dp import bounds
+from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan, claim_epsilon, separately_sampled_event
+from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
+from privaudit.defenses.dp.contrastive import embed, loss_cotangents, two_views
+from privaudit.defenses.dp.embedder import Source
+from privaudit.defenses.dp.gradients import clipped_sum
+from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.units import partition_units
+from privaudit.defenses.losses import barlow_twins, feature_mean, feature_sse, nt_xent_from_similarity
+from privaudit.defenses.nn.model import ModelSpec
 
 CLIP_UNITS = ("view", "example")
 

@@ -17,16 +17,16 @@ from dataclasses import dataclass
 
 import torch
 
-from core.errors import one_of
-from defenses.dp import bounds
-from defenses.dp.accounting import Mechanism, SamplingPlan
-from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from defenses.dp.contrastive import embed, term_cotangents, two_views
-from defenses.dp.embedder import Source
-from defenses.dp.gradients import clipped_sum
-from defenses.dp.randomness import StepRandomness
-from defenses.dp.units import dense_units
-from defenses.losses import info_nce, nt_xent
+from privaudit.core.errors import one_of
+from privaudit.defenses.dp import bounds
+from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan
+from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
+from privaudit.defenses.dp.contrastive import embed, term_cotangents, two_views
+from privaudit.defenses.dp.embedder import Source
+from privaudit.defenses.dp.gradients import clipped_sum
+from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.units import dense_units
+from privaudit.defenses.losses import info_nce, nt_xent
 
 LOSSES = ("infonce", "simclr")
 

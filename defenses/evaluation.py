@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from core.errors import check_positive, check_probability
+from privaudit.core.errors import check_positive, check_probability
 
 
 @torch.no_grad()

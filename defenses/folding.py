@@ -25,9 +25,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
-from defenses.nn.classifier import ClassifierNet
-from defenses.nn.encoders import InputNorm, MLPEncoder, ProjectionHead, SmallCNN, WSConv2d
-from defenses.nn.model import ContrastiveModel
+from privaudit.defenses.nn.classifier import ClassifierNet
+from privaudit.defenses.nn.encoders import InputNorm, MLPEncoder, ProjectionHead, SmallCNN, WSConv2d
+from privaudit.defenses.nn.model import ContrastiveModel
 
 Params = dict[str, torch.Tensor]
 Forward = Callable[[Params, Params, torch.Tensor], torch.Tensor]

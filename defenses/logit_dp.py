@@ -9,7 +9,7 @@ cosine similarities without temperature) -- and the released gradient
 
 ``pair_grads='efficient'`` (default) computes the pair norms from Jacobian Grams and then one backward
 pass of sum lambda_ij Z_ij (Sec. 5.3); ``'direct'`` materialises every pair gradient (the reference);
-both give the same vector (:mod:`defenses.dp.pairs`).
+both give the same vector (:mod:`privaudit.defenses.dp.pairs`).
 
 Sensitivity (``clip`` is the pair clip norm B):
 
@@ -21,7 +21,7 @@ Sensitivity (``clip`` is the pair clip norm B):
   extreme together, so the bound is too small by up to 2 p_max B; (3) n is the realised batch size,
   random under Poisson sampling, so calibrating to it makes the noise data-dependent. The sound bound
   used by default is the supremum over n of the corrected expression, 2 (1 + e^{2/tau}) B
-  (:func:`defenses.dp.bounds.logitdp_infonce_sup`); ``sensitivity='paper'`` uses Lemma 4.5 (with
+  (:func:`privaudit.defenses.dp.bounds.logitdp_infonce_sup`); ``sensitivity='paper'`` uses Lemma 4.5 (with
   e^{2/tau}) at the expected batch size.
 
 Corollary 4.4's per-step epsilon = sqrt(log(1.25/delta)) / sigma is the classical Gaussian-mechanism
@@ -36,16 +36,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from core.errors import one_of
-from defenses.dp import bounds
-from defenses.dp.accounting import Mechanism, SamplingPlan
-from defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from defenses.dp.contrastive import embed, tracking, two_views
-from defenses.dp.embedder import Source
-from defenses.dp.pairs import (PAIR_NORMS, direct_pair_sum, efficient_pair_sum, grams_engine, pair_derivatives,
+from privaudit.core.errors import one_of
+from privaudit.defenses.dp import bounds
+from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan
+from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
+from privaudit.defenses.dp.contrastive import embed, tracking, two_views
+from privaudit.defenses.dp.embedder import Source
+from privaudit.defenses.dp.pairs import (PAIR_NORMS, direct_pair_sum, efficient_pair_sum, grams_engine, pair_derivatives,
                                  pair_grams)
-from defenses.dp.randomness import StepRandomness
-from defenses.losses import info_nce_from_logits, spreadout_from_similarity
+from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.losses import info_nce_from_logits, spreadout_from_similarity
 
 LOSSES = ("infonce", "spreadout")
 PAIR_GRADS = ("efficient", "direct")

@@ -5,8 +5,8 @@ DPCL (Sec. 5.1), DP-GCL (Sec. 4.1) and Logit-DP (Sec. 5) fine-tune a pretrained 
 (Algorithm 1) and DP-FedEmb (Sec. 2.3) pretrain on public data themselves. ``init``:
 
 * ``"public"`` (default) -- SimCLR on the dataset's public split (``data.public``, disjoint from the
-  audit pool, the shadow pool and the test set: :mod:`core.datasets.splits`), trained by the same
-  routine the ALM and DP-FedEmb use (:func:`defenses.nonprivate.train_contrastive`). It uses no
+  audit pool, the shadow pool and the test set: :mod:`privaudit.core.datasets.splits`), trained by the same
+  routine the ALM and DP-FedEmb use (:func:`privaudit.defenses.nonprivate.train_contrastive`). It uses no
   private data, so it costs no privacy and the claim is unchanged; membership is audited on the
   private pool only.
 * ``"random"`` -- the seeded random initialisation.
@@ -33,10 +33,10 @@ from typing import Any, Iterator
 import torch
 import torch.nn as nn
 
-from core.datasets import MembershipData
-from core.errors import ConfigError
-from core.io import atomic_save_tensors, load_tensors
-from defenses.training import ContrastiveConfig
+from privaudit.core.datasets import MembershipData
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import atomic_save_tensors, load_tensors
+from privaudit.defenses.training import ContrastiveConfig
 
 INITS = ("public", "random")
 CACHE_ENV = "PRIVAUDIT_CACHE_DIR"
@@ -98,7 +98,7 @@ def cache_in(directory: str | os.PathLike[str]) -> Iterator[None]:
 def public_state(data: MembershipData, cfg: ContrastiveConfig, epochs: int, *, device: str | torch.device = "cpu",
                  progress: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The state dict of the encoder pretrained on ``data.public`` (cached), and how it was made."""
-    from defenses.nonprivate import train_contrastive
+    from privaudit.defenses.nonprivate import train_contrastive
 
     if len(data.public) < 2:
         raise ConfigError(f"init: 'public' needs a public split, and dataset {data.info.name!r} has "

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from core.registry import Registry
-from defenses.base import Defense
+from privaudit.core.registry import Registry
+from privaudit.defenses.base import Defense
 
 DEFENSES: Registry[type[Defense]] = Registry("defense", {
-    "nonprivate": "defenses.nonprivate:NonPrivate",
-    "supervised": "defenses.supervised:Supervised",
-    "alm": "defenses.alm:ALM",
-    "dp-fedemb": "defenses.fedemb:DPFedEmb",
-    "dp-fedavg": "defenses.fedemb:DPFedAvg",
-    "dpsgd": "defenses.dpsgd:DPSGD",
-    "dp-clip": "defenses.dp_clip:DPClip",
-    "dpcl-simclr": "defenses.dpcl:DPCLSimCLR",
-    "dpcl-barlow": "defenses.dpcl:DPCLBarlow",
-    "dp-gcl": "defenses.dp_gcl:DPGCL",
-    "logit-dp": "defenses.logit_dp:LogitDP",
-    "control-undernoised": "defenses.controls:UnderNoisedControl",  # a positive control, not a defense
-    "opacus-dpsgd": "defenses.opacus_dpsgd:OpacusDPSGD",  # plain DP-SGD classifier on Opacus' PrivacyEngine
-    "user-model": "defenses.user_model:UserModel",  # a user's own classifier (factory + training function)
+    "nonprivate": "privaudit.defenses.nonprivate:NonPrivate",
+    "supervised": "privaudit.defenses.supervised:Supervised",
+    "alm": "privaudit.defenses.alm:ALM",
+    "dp-fedemb": "privaudit.defenses.fedemb:DPFedEmb",
+    "dp-fedavg": "privaudit.defenses.fedemb:DPFedAvg",
+    "dpsgd": "privaudit.defenses.dpsgd:DPSGD",
+    "dp-clip": "privaudit.defenses.dp_clip:DPClip",
+    "dpcl-simclr": "privaudit.defenses.dpcl:DPCLSimCLR",
+    "dpcl-barlow": "privaudit.defenses.dpcl:DPCLBarlow",
+    "dp-gcl": "privaudit.defenses.dp_gcl:DPGCL",
+    "logit-dp": "privaudit.defenses.logit_dp:LogitDP",
+    "control-undernoised": "privaudit.defenses.controls:UnderNoisedControl",  # a positive control, not a defense
+    "opacus-dpsgd": "privaudit.defenses.opacus_dpsgd:OpacusDPSGD",  # plain DP-SGD classifier on Opacus' PrivacyEngine
+    "user-model": "privaudit.defenses.user_model:UserModel",  # a user's own classifier (factory + training function)
 })
 
 

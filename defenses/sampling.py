@@ -15,7 +15,7 @@ from typing import Iterator
 
 import torch
 
-from core.errors import check_positive, check_probability, one_of
+from privaudit.core.errors import check_positive, check_probability, one_of
 
 SAMPLERS = ("poisson", "without-replacement", "shuffle")
 

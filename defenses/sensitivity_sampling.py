@@ -43,7 +43,7 @@ from typing import Callable, Iterable
 
 import torch
 
-from core.errors import ConfigError, check_positive, check_probability, one_of
+from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 
 WeightedFit = Callable[[torch.Tensor], torch.Tensor]
 

@@ -3,7 +3,7 @@
 It gives the attacks a classifier target (LiRA's logit statistic, Shokri's prediction vectors,
 mislabelled canaries), and, with many epochs, no augmentation and no weight decay (the defaults),
 a deliberately overfit model that membership inference should break. It trains through
-:class:`defenses.ensemble.StackedTrainer`, so ``fit`` and ``fit_many`` (K models at once, for
+:class:`privaudit.defenses.ensemble.StackedTrainer`, so ``fit`` and ``fit_many`` (K models at once, for
 shadow and reference models) are the same code.
 """
 
@@ -16,16 +16,16 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from accountants.claim import PrivacyClaim
-from core.datasets import DatasetInfo, MembershipData
-from core.errors import ConfigError, check_positive, one_of
-from defenses.augment import AUGMENTATIONS, augmentation_for
-from defenses.base import Budget, Defense, Trained
-from defenses.ensemble import OPTIMIZERS, StackedTrainer
-from defenses.nn.classifier import ClassifierNet
-from defenses.nn.model import ENCODERS, ModelSpec, build_model
-from defenses.sampling import make_batches
-from defenses.seeding import derive_seed, torch_generator
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.core.datasets import DatasetInfo, MembershipData
+from privaudit.core.errors import ConfigError, check_positive, one_of
+from privaudit.defenses.augment import AUGMENTATIONS, augmentation_for
+from privaudit.defenses.base import Budget, Defense, Trained
+from privaudit.defenses.ensemble import OPTIMIZERS, StackedTrainer
+from privaudit.defenses.nn.classifier import ClassifierNet
+from privaudit.defenses.nn.model import ENCODERS, ModelSpec, build_model
+from privaudit.defenses.sampling import make_batches
+from privaudit.defenses.seeding import derive_seed, torch_generator
 
 AUGMENT_CHOICES = ("none", "default", *AUGMENTATIONS)
 

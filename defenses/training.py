@@ -13,11 +13,11 @@ from typing import Callable, Iterable
 
 import torch
 
-from core.datasets import DatasetInfo
-from core.errors import check_positive, one_of
-from defenses.augment import AUGMENTATIONS
-from defenses.losses import BARLOW_LAMBDA, OBJECTIVES
-from defenses.nn.model import ENCODERS, ModelSpec
+from privaudit.core.datasets import DatasetInfo
+from privaudit.core.errors import check_positive, one_of
+from privaudit.defenses.augment import AUGMENTATIONS
+from privaudit.defenses.losses import BARLOW_LAMBDA, OBJECTIVES
+from privaudit.defenses.nn.model import ENCODERS, ModelSpec
 
 OPTIMIZERS = ("sgd", "adam")
 

@@ -19,12 +19,12 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from core.datasets import MembershipData
-from core.errors import ConfigError
-from defenses.base import Budget
-from defenses.evaluation import encoder_utility
-from defenses.registry import make_defense
-from defenses.seeding import torch_generator
+from privaudit.core.datasets import MembershipData
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.base import Budget
+from privaudit.defenses.evaluation import encoder_utility
+from privaudit.defenses.registry import make_defense
+from privaudit.defenses.seeding import torch_generator
 
 DEFAULT_GRID = (50, 100, 200, 400)
 

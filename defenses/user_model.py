@@ -23,13 +23,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from accountants.claim import PrivacyClaim
-from core.datasets import MembershipData
-from core.errors import ConfigError, check_positive
-from core.registry import load_reference
-from defenses.base import Budget, Defense, Trained
-from defenses.nn.model import ModelSpec
-from defenses.seeding import derive_seed, torch_generator
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.core.datasets import MembershipData
+from privaudit.core.errors import ConfigError, check_positive
+from privaudit.core.registry import load_reference
+from privaudit.defenses.base import Budget, Defense, Trained
+from privaudit.defenses.nn.model import ModelSpec
+from privaudit.defenses.seeding import derive_seed, torch_generator
 
 
 @dataclass(frozen=True)

@@ -1,20 +1,20 @@
 """Utility beside leakage: what a trained encoder gained over a random one, against a non-private reference.
 
 For one trained model, :func:`utility_panel` measures k-NN and linear-probe accuracy
-(:func:`defenses.evaluation.encoder_utility`: features of the members train the probe, the test split
+(:func:`privaudit.defenses.evaluation.encoder_utility`: features of the members train the probe, the test split
 scores it) of four encoders on the same data:
 
 * ``trained`` -- the released encoder;
-* ``init`` -- where its training started (:mod:`defenses.pretrain`: public pretraining, random, a file);
+* ``init`` -- where its training started (:mod:`privaudit.defenses.pretrain`: public pretraining, random, a file);
 * ``random`` -- the seeded random initialisation of the same architecture;
 * ``nonprivate`` -- non-private training from the same init with the same budget of steps and the
   same (expected) batch size on the same members (SimCLR-style objective of the defense when it is
-  one of :data:`defenses.losses.OBJECTIVES`, else SimCLR; Adam, lr 1e-3: the non-private recipe);
+  one of :data:`privaudit.defenses.losses.OBJECTIVES`, else SimCLR; Adam, lr 1e-3: the non-private recipe);
 
 and the fraction of the random -> non-private gap the trained model closes,
 ``gap_closed = (acc_trained - acc_random) / (acc_nonprivate - acc_random)`` (:func:`gap_closed`), and the
 trained model against its init on the same test examples (``vs_init``: the exact McNemar test of
-:func:`defenses.evaluation.paired_change`; ``p_drop`` small means a real drop below the init, not a test
+:func:`privaudit.defenses.evaluation.paired_change`; ``p_drop`` small means a real drop below the init, not a test
 example or two of sampling noise).
 The reference encoders and their scores depend only on the dataset, split seed, architecture, init and
 step budget, so they are cached in this process and shared by the cells of a suite.
@@ -30,12 +30,12 @@ from typing import Any
 
 import torch
 
-from core.datasets import MembershipData
-from defenses.evaluation import encoder_correct, gap_closed, paired_change
-from defenses.losses import OBJECTIVES
-from defenses.nn.model import build_model
-from defenses.pretrain import PRETRAIN_LR, initial_state
-from defenses.training import ContrastiveConfig
+from privaudit.core.datasets import MembershipData
+from privaudit.defenses.evaluation import encoder_correct, gap_closed, paired_change
+from privaudit.defenses.losses import OBJECTIVES
+from privaudit.defenses.nn.model import build_model
+from privaudit.defenses.pretrain import PRETRAIN_LR, initial_state
+from privaudit.defenses.training import ContrastiveConfig
 
 METRICS = ("linear_probe_accuracy", "knn_accuracy")
 _SCORES: dict[str, dict[str, float]] = {}
@@ -99,7 +99,7 @@ def utility_panel(trained, data: MembershipData, *, k: int = 5, device: str | to
 
     steps = len(trained.history.get("step", []))
     if nonprivate and steps > 0:
-        from defenses.nonprivate import train_contrastive
+        from privaudit.defenses.nonprivate import train_contrastive
 
         batch = max(2, min(int(config.get("batch_size", 128)), len(x_tr)))
         loss = config.get("loss") if config.get("loss") in OBJECTIVES else "simclr"

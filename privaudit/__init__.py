@@ -2,8 +2,11 @@
 
 This module is the front door: the documented, stable Python API. Every name below is re-exported
 lazily (importing ``privaudit`` imports neither torch nor the layer a name comes from until the name is
-used). The packages underneath (``core``, ``accountants``, ``defenses``, ``attacks``, ``audit``) are the
-implementation; names reached only through them may change between versions.
+used). The packages underneath (``privaudit.core``, ``privaudit.accountants``, ``privaudit.defenses``,
+``privaudit.attacks``, ``privaudit.audit``) are the implementation; names reached only through them may change
+between versions. ``privaudit`` is the one installed import name: the repository keeps those layers in its
+top-level folders (``core/``, ``audit/``, ...), which ``setup.py`` maps under ``privaudit`` at install time and
+:func:`_source_checkout_layers` maps when the package is imported from a checkout (``PYTHONPATH``).
 
 Audit scores you already have (members' and non-members' scores, losses or logits; TF-Privacy's arrays):
 
@@ -42,44 +45,64 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+_LAYERS = ("core", "accountants", "defenses", "attacks", "audit")
+
+
+def _source_checkout_layers() -> list[str]:
+    """The checkout root, when this file sits in a source checkout beside the layer folders.
+
+    Installed, the layers are subpackages (``site-packages/privaudit/core``); in a checkout they are siblings
+    of this folder (``<repo>/core``), so the checkout root joins ``__path__`` and ``privaudit.core`` resolves to
+    ``<repo>/core``. Only a folder holding ``pyproject.toml`` and every layer qualifies.
+    """
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    if (root / "pyproject.toml").is_file() and all((root / layer / "__init__.py").is_file() for layer in _LAYERS):
+        return [str(root)]
+    return []
+
+
+__path__ += [p for p in _source_checkout_layers() if p not in __path__]  # noqa: F821 (a package's own __path__)
+
 #: public name -> (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {
     # your own scores or model
-    "audit_scores": ("audit.score_audit", "audit_scores"),
-    "ScoreAudit": ("audit.score_audit", "ScoreAudit"),
-    "audit_model": ("audit.model_audit", "audit_model"),
+    "audit_scores": ("privaudit.audit.score_audit", "audit_scores"),
+    "ScoreAudit": ("privaudit.audit.score_audit", "ScoreAudit"),
+    "audit_model": ("privaudit.audit.model_audit", "audit_model"),
     # defenses
-    "make_defense": ("defenses", "make_defense"),
-    "Budget": ("defenses", "Budget"),
-    "Trained": ("defenses", "Trained"),
-    "DEFENSES": ("defenses", "DEFENSES"),
+    "make_defense": ("privaudit.defenses", "make_defense"),
+    "Budget": ("privaudit.defenses", "Budget"),
+    "Trained": ("privaudit.defenses", "Trained"),
+    "DEFENSES": ("privaudit.defenses", "DEFENSES"),
     # attacks, metrics and sound bounds
-    "make_attack": ("attacks", "make_attack"),
-    "Target": ("attacks", "Target"),
-    "AttackResult": ("attacks", "AttackResult"),
-    "ATTACKS": ("attacks", "ATTACKS"),
-    "EpsilonLowerBound": ("attacks", "EpsilonLowerBound"),
-    "one_run_bound": ("attacks", "one_run_bound"),
-    "multi_run_bound": ("attacks", "multi_run_bound"),
-    "summarize_scores": ("attacks.metrics", "summarize"),
+    "make_attack": ("privaudit.attacks", "make_attack"),
+    "Target": ("privaudit.attacks", "Target"),
+    "AttackResult": ("privaudit.attacks", "AttackResult"),
+    "ATTACKS": ("privaudit.attacks", "ATTACKS"),
+    "EpsilonLowerBound": ("privaudit.attacks", "EpsilonLowerBound"),
+    "one_run_bound": ("privaudit.attacks", "one_run_bound"),
+    "multi_run_bound": ("privaudit.attacks", "multi_run_bound"),
+    "summarize_scores": ("privaudit.attacks.metrics", "summarize"),
     # accountants
-    "PrivacyClaim": ("accountants", "PrivacyClaim"),
-    "sampled_gaussian_claim": ("accountants.dpsgd", "sampled_gaussian_claim"),
-    "epsilon": ("accountants", "epsilon"),
-    "all_epsilons": ("accountants", "all_epsilons"),
-    "calibrate": ("accountants", "calibrate"),
-    "ACCOUNTANTS": ("accountants", "ACCOUNTANTS"),
+    "PrivacyClaim": ("privaudit.accountants", "PrivacyClaim"),
+    "sampled_gaussian_claim": ("privaudit.accountants.sampled_gaussian", "sampled_gaussian_claim"),
+    "epsilon": ("privaudit.accountants", "epsilon"),
+    "all_epsilons": ("privaudit.accountants", "all_epsilons"),
+    "calibrate": ("privaudit.accountants", "calibrate"),
+    "ACCOUNTANTS": ("privaudit.accountants", "ACCOUNTANTS"),
     # datasets
-    "load_dataset": ("core.datasets", "load_dataset"),
+    "load_dataset": ("privaudit.core.datasets", "load_dataset"),
     # sensitivity checks
-    "check_claims": ("audit.sensitivity", "check_claims"),
+    "check_claims": ("privaudit.audit.sensitivity", "check_claims"),
     # suites and reports
-    "load_suite": ("audit.suite", "load_suite"),
-    "run_suite": ("audit.runner", "run_suite"),
-    "shipped_suites": ("audit.shipped", "shipped_suites"),
-    "write_report": ("audit.report", "write_report"),
-    "render_report": ("audit.report", "render_from_json"),
-    "ConfigError": ("core.errors", "ConfigError"),
+    "load_suite": ("privaudit.audit.suite", "load_suite"),
+    "run_suite": ("privaudit.audit.runner", "run_suite"),
+    "shipped_suites": ("privaudit.audit.shipped", "shipped_suites"),
+    "write_report": ("privaudit.audit.report", "write_report"),
+    "render_report": ("privaudit.audit.report", "render_from_json"),
+    "ConfigError": ("privaudit.core.errors", "ConfigError"),
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -11,7 +11,7 @@ torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
 @pytest.fixture(scope="session")
 def digits():
     """The embedded digits dataset split for auditing (seed 0)."""
-    from core.datasets import load_dataset
+    from privaudit.core.datasets import load_dataset
 
     return load_dataset("digits", seed=0)
 
@@ -51,8 +51,8 @@ def tiny_suite(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_run(tiny_suite, tmp_path_factory):
     """The tiny suite run once, in process, with the local executor: (RunResult, output directory)."""
-    from audit.runner import run_suite
-    from audit.suite import load_suite
+    from privaudit.audit.runner import run_suite
+    from privaudit.audit.suite import load_suite
 
     out = tmp_path_factory.mktemp("tiny-run")
     return run_suite(load_suite(tiny_suite), out=out, progress=False), out

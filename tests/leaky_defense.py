@@ -23,13 +23,13 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from accountants.calibrate import calibrate
-from accountants.claim import PrivacyClaim
-from accountants.events import GaussianDpEvent
-from core.datasets import MembershipData
-from defenses.base import Budget, Defense, Trained
-from defenses.nn.model import ModelSpec
-from defenses.seeding import torch_generator
+from privaudit.accountants.calibrate import calibrate
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.events import GaussianDpEvent
+from privaudit.core.datasets import MembershipData
+from privaudit.defenses.base import Budget, Defense, Trained
+from privaudit.defenses.nn.model import ModelSpec
+from privaudit.defenses.seeding import torch_generator
 
 
 class RandomFeatures(nn.Module):

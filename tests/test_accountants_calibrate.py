@@ -2,13 +2,13 @@
 
 import pytest
 
-from accountants.claim import PrivacyClaim
-from accountants.events import LogisticDpEvent
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.events import LogisticDpEvent
 from dp_accounting import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent
 
-from accountants import calibrate, calibrate_rdp_shares, epsilon
-from accountants.dpsgd import sampled_gaussian_template, steps_for_epochs
-from core.errors import ConfigError
+from privaudit.accountants import calibrate, calibrate_rdp_shares, epsilon
+from privaudit.accountants.sampled_gaussian import sampled_gaussian_template, steps_for_epochs
+from privaudit.core.errors import ConfigError
 
 N, B, DELTA = 50_000, 128, 1e-5
 DPCL_RECIPE = dict(conversion="balle2020", wor_bound="thm9")  # WBK19 Thm. 9 + Balle et al. 2020 Thm. 21

@@ -8,10 +8,10 @@ from dp_accounting import (ComposedDpEvent, GaussianDpEvent, LaplaceDpEvent, Nei
 from dp_accounting.rdp import RdpAccountant as DpRdp
 from scipy.optimize import brentq
 
-from accountants import PrivacyClaim, epsilon
-from accountants.events import LogisticDpEvent, TreeAggregationDpEvent, event_from_dict, event_to_dict
-from accountants.gaussian import analytic_gaussian_delta, classical_gaussian_epsilon
-from accountants.tree import (_enumerated_sensitivity_squared, _programmed_sensitivity_squared, restart_tree_depth,
+from privaudit.accountants import PrivacyClaim, epsilon
+from privaudit.accountants.events import LogisticDpEvent, TreeAggregationDpEvent, event_from_dict, event_to_dict
+from privaudit.accountants.gaussian import analytic_gaussian_delta, classical_gaussian_epsilon
+from privaudit.accountants.tree import (_enumerated_sensitivity_squared, _programmed_sensitivity_squared, restart_tree_depth,
                               tree_sensitivity_squared)
 
 

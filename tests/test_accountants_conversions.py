@@ -5,8 +5,8 @@ import math
 import numpy as np
 import pytest
 
-from accountants.conversions import CONVERSIONS, epsilon_at_order, rdp_to_dp, zcdp_to_dp
-from core.errors import ConfigError
+from privaudit.accountants.conversions import CONVERSIONS, epsilon_at_order, rdp_to_dp, zcdp_to_dp
+from privaudit.core.errors import ConfigError
 
 GRID = [(a, rho, delta) for a in (1.1, 1.5, 2.0, 3.7, 8.0, 32.0, 256.0)
         for rho in (1e-3, 0.05, 0.7, 4.0, 90.0) for delta in (1e-3, 1e-5, 1e-9)]

@@ -5,9 +5,9 @@ import math
 import pytest
 from dp_accounting import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
 
-from accountants import PrivacyClaim, calibrate, epsilon
-from accountants.events import LogisticDpEvent, event_from_dict, event_to_dict
-from core.errors import ConfigError
+from privaudit.accountants import PrivacyClaim, calibrate, epsilon
+from privaudit.accountants.events import LogisticDpEvent, event_from_dict, event_to_dict
+from privaudit.core.errors import ConfigError
 
 
 def dpsgd_claim(z, q=0.01, steps=1000, delta=1e-5):
@@ -33,7 +33,7 @@ def test_gaussian_rdp_closed_form():
     orders = [1.5 + 0.25 * i for i in range(400)]
     expected = min(a / (2 * sigma ** 2) + math.log1p(-1 / a) - (math.log(delta) + math.log(a)) / (a - 1)
                    for a in orders)
-    from accountants.rdp import RdpAccountant
+    from privaudit.accountants.rdp import RdpAccountant
 
     assert RdpAccountant(tuple(orders)).epsilon(claim).epsilon == pytest.approx(expected, rel=1e-9)
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from scipy import integrate, optimize, stats
 
-from accountants import epsilon
-from accountants.dpsgd import sampled_gaussian_claim
-from accountants.paper_claims import paper_claims
-from audit.cli import main
+from privaudit.accountants import epsilon
+from privaudit.accountants.sampled_gaussian import sampled_gaussian_claim
+from privaudit.accountants.paper_claims import paper_claims
+from privaudit.audit.cli import main
 
 
 def hockey_stick(eps: float, z: float, q: float) -> float:

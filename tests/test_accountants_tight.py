@@ -8,9 +8,9 @@ from dp_accounting import (ComposedDpEvent, GaussianDpEvent, LaplaceDpEvent, Poi
                            SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
 from dp_accounting.pld import PLDAccountant
 
-from accountants import PrivacyClaim, epsilon
-from accountants.events import LogisticDpEvent, TreeAggregationDpEvent
-from accountants.gaussian import analytic_gaussian_epsilon
+from privaudit.accountants import PrivacyClaim, epsilon
+from privaudit.accountants.events import LogisticDpEvent, TreeAggregationDpEvent
+from privaudit.accountants.gaussian import analytic_gaussian_epsilon
 
 
 def claim(event, relation="add-remove", delta=1e-5):
@@ -100,7 +100,7 @@ def test_not_applicable_with_reason(event, relation, accountant, reason):
 
 
 def test_all_epsilons_answers_every_accountant_for_the_defense_shapes():
-    from accountants import ACCOUNTANTS, all_epsilons
+    from privaudit.accountants import ACCOUNTANTS, all_epsilons
 
     shapes = [
         claim(dpsgd(1.0, 0.01, 100)),

@@ -7,14 +7,14 @@ import pytest
 import torch
 from scipy import stats
 
-from accountants.events import GaussianDpEvent, LogisticDpEvent, SnappingDpEvent
-from core.errors import ConfigError
-from defenses import Budget, Trained, make_defense
-from defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
-from defenses.alm.head import HeadProblem, fit_heads, gradient, head_as_linear, hessian, newton_solve, objective
-from accountants.gaussian import (analytic_gaussian_delta, analytic_gaussian_epsilon,
+from privaudit.accountants.events import GaussianDpEvent, LogisticDpEvent, SnappingDpEvent
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget, Trained, make_defense
+from privaudit.defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
+from privaudit.defenses.alm.head import HeadProblem, fit_heads, gradient, head_as_linear, hessian, newton_solve, objective
+from privaudit.accountants.gaussian import (analytic_gaussian_delta, analytic_gaussian_epsilon,
                                   analytic_gaussian_noise_multiplier, classical_gaussian_noise_multiplier)
-from defenses.alm.mechanisms import (calibrate_noise, epsilon_of_noise, noise_std,
+from privaudit.defenses.alm.mechanisms import (calibrate_noise, epsilon_of_noise, noise_std,
                                      standard_noise)
 
 
@@ -184,7 +184,7 @@ def test_alm_releases_a_linear_classifier_that_round_trips(alm_logistic, digits,
 
 
 def test_alm_fit_is_deterministic_and_reuses_features(digits, monkeypatch):
-    import defenses.alm.defense as alm_module
+    import privaudit.defenses.alm.defense as alm_module
 
     calls = []
     real_embed = alm_module.embed

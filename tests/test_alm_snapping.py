@@ -12,12 +12,12 @@ import pytest
 import torch
 from scipy import stats
 
-from accountants import epsilon
-from accountants.events import SnappingDpEvent, event_from_dict, event_to_dict
-from attacks.step_audit import additive_step_scores, step_bounds
-from core.errors import ConfigError
-from defenses.alm.mechanisms import add_noise, calibrate_noise, snapped_calibration
-from defenses.alm.snapping import (correctly_rounded_log, default_clamp_bound, full_grid_uniform, grid_step,
+from privaudit.accountants import epsilon
+from privaudit.accountants.events import SnappingDpEvent, event_from_dict, event_to_dict
+from privaudit.attacks.step_distinguisher import additive_step_scores, step_bounds
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.alm.mechanisms import add_noise, calibrate_noise, snapped_calibration
+from privaudit.defenses.alm.snapping import (correctly_rounded_log, default_clamp_bound, full_grid_uniform, grid_step,
                                    round_to_grid, snap, snapped_log_mass, snapping_epsilon, snapping_scale,
                                    unit_laplace)
 
@@ -85,7 +85,7 @@ def test_claimed_epsilon_includes_the_snapping_overhead():
     # the accountant reports the total; RDP and PLD do not pretend it is a real Laplace mechanism
     event = SnappingDpEvent(cal.noise_multiplier, cal.overhead)
     assert event_from_dict(event_to_dict(event)) == event
-    from accountants.claim import PrivacyClaim
+    from privaudit.accountants.claim import PrivacyClaim
 
     claim = PrivacyClaim(event, "replace-one", "example", 0.0)
     assert epsilon(claim, "pure").epsilon == pytest.approx(2.0, rel=1e-12)
@@ -96,7 +96,7 @@ def test_claimed_epsilon_includes_the_snapping_overhead():
 
 def test_default_clamp_bound_is_public_and_never_binds():
     """||W*||_F <= sqrt(2 ln K / lambda_reg) (F(W*) <= F(0) = ln K): the default B holds every fitted weight."""
-    from defenses.alm.head import HeadProblem, newton_solve
+    from privaudit.defenses.alm.head import HeadProblem, newton_solve
 
     g = torch.Generator().manual_seed(0)
     k, lam_reg = 5, 1e-3
@@ -109,7 +109,7 @@ def test_default_clamp_bound_is_public_and_never_binds():
 
 
 def test_bad_clamp_bound_is_a_config_error_naming_the_field():
-    from defenses import make_defense
+    from privaudit.defenses import make_defense
 
     with pytest.raises(ConfigError, match=r"clamp_bound: must lie in \(lambda, 2\^46 lambda\)"):
         calibrate_noise("laplace", 0.001, l1=1.5, l2=1.0, clamp_bound=1024.0, coordinates=10)  # lambda 1500 > B
@@ -138,7 +138,7 @@ def test_snapped_log_mass_is_the_cells_laplace_mass():
 def _snapped_bound(draws: int, seed: int) -> tuple[float, float]:
     """(eps_lb, claimed eps) of the snapped release on the leak test's canonical pair (m0 = 0.3, difference
     Delta = 1.4, claimed eps 2, scored by the exact log-mass)."""
-    from audit.release_audit import release_log_likelihood
+    from privaudit.audit.release_audit import release_log_likelihood
 
     delta_1, eps, bound = 1.4, 2.0, 1024.0
     cal = calibrate_noise("laplace", eps, l1=delta_1, l2=delta_1, clamp_bound=bound, coordinates=1)

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from attacks import metrics
-from attacks.bounds import one_run_bound
-from attacks.result import AttackResult
-from core.errors import ConfigError
+from privaudit.attacks import metrics
+from privaudit.attacks.bounds import one_run_bound
+from privaudit.attacks.result import AttackResult
+from privaudit.core.errors import ConfigError
 
 
 def test_metrics_on_a_hand_computed_example():

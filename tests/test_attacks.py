@@ -6,11 +6,11 @@ import pickle
 import numpy as np
 import pytest
 
-from attacks import DataRef, Target, make_attack
-from audit.cli import main
-from core.errors import ConfigError
-from defenses.base import Defense
-from defenses.supervised import Supervised, SupervisedConfig
+from privaudit.attacks import DataRef, Target, make_attack
+from privaudit.audit.cli import main
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.base import Defense
+from privaudit.defenses.supervised import Supervised, SupervisedConfig
 
 TINY_CLASSIFIER = {"epochs": 10, "width": 8}
 TINY_ENCODER = {"epochs": 2, "encoder": "mlp", "width": 8, "batch_size": 64}

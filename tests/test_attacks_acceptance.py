@@ -10,8 +10,8 @@ import warnings
 
 import pytest
 
-from attacks import DataRef, Target, make_attack
-from defenses import Budget
+from privaudit.attacks import DataRef, Target, make_attack
+from privaudit.defenses import Budget
 
 pytestmark = pytest.mark.slow
 ROWS = []

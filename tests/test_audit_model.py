@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from audit.cli import main
-from audit.model_audit import audit_model
-from core.datasets import load_dataset
-from core.errors import ConfigError
-from core.io import atomic_save_tensors
+from privaudit.audit.cli import main
+from privaudit.audit.model_audit import audit_model
+from privaudit.core.datasets import load_dataset
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import atomic_save_tensors
 
 import user_classifier
 

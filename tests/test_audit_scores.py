@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from attacks.bounds import gdp_epsilon
-from audit.cli import main
-from audit.score_audit import audit_scores
-from core.errors import ConfigError
+from privaudit.attacks.bounds import gdp_epsilon
+from privaudit.audit.cli import main
+from privaudit.audit.score_audit import audit_scores
+from privaudit.core.errors import ConfigError
 
 
 def fair_coin_scores(mu: float, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from core.datasets import DATASETS
-from defenses.augment import (ColorJitter, DigitsAugment, GreyAugment, SimCLRAugment, augmentation_for,
+from privaudit.core.datasets import DATASETS
+from privaudit.defenses.augment import (ColorJitter, DigitsAugment, GreyAugment, SimCLRAugment, augmentation_for,
                               random_resized_crop_theta, two_views, _affine)
 
 
@@ -52,8 +52,8 @@ def test_augmentation_per_dataset():
 
 def test_views_many_equals_separate_calls(digits):
     """The ensemble's batched views are exactly those of K separate two-view calls with each model's generator."""
-    from defenses.augment import DigitsAugment, views_many
-    from defenses.seeding import torch_generator
+    from privaudit.defenses.augment import DigitsAugment, views_many
+    from privaudit.defenses.seeding import torch_generator
 
     augment = DigitsAugment()
     xs = [digits.train.x[k * 8:(k + 1) * 8] for k in range(3)]

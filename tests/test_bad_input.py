@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from audit.cli import main
+from privaudit.audit.cli import main
 
 SUITE = """
 name = "bad"
@@ -157,8 +157,8 @@ CLI_CASES = {
 def warm_imports(tmp_path_factory):
     """Import what validation imports once (torch, the registries, each command), so that the 5 s limit times
     the tool's checks, not the first import of its libraries on a shared machine."""
-    from audit.cli import build_parser
-    from audit.suite import load_suite
+    from privaudit.audit.cli import build_parser
+    from privaudit.audit.suite import load_suite
 
     path = tmp_path_factory.mktemp("warm") / "ok.toml"
     path.write_text(SUITE.replace("{out}", str(path.parent / "out")))
@@ -225,8 +225,8 @@ def test_at_least_forty_kinds():
 
 def test_a_large_suite_runs_with_yes_large_only(tmp_path):
     """The size check is the only thing --yes-large lifts (validated here without running the 1002 cells)."""
-    from audit.suite import load_suite
-    from core.errors import ConfigError
+    from privaudit.audit.suite import load_suite
+    from privaudit.core.errors import ConfigError
 
     path = tmp_path / "s.toml"
     path.write_text(SUITE_CASES["1001-cell grid"][0].replace("{out}", str(tmp_path / "out")))
@@ -244,18 +244,18 @@ def test_a_large_suite_runs_with_yes_large_only(tmp_path):
 def test_a_read_only_output_directory_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv):
     """A read-only --out (here a read-only mount, simulated: permissions do not stop root) is refused before any
     training, by run, train and attack."""
-    import core.io
+    import privaudit.core.io
 
     read_only = tmp_path / "ro"
     read_only.mkdir()
-    real = core.io.tempfile.mkstemp
+    real = privaudit.core.io.tempfile.mkstemp
 
     def mkstemp(*args, **kwargs):
         if Path(kwargs.get("dir", "")).resolve() == read_only.resolve():
             raise OSError(30, "Read-only file system")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(core.io.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(privaudit.core.io.tempfile, "mkstemp", mkstemp)
     shown = str(read_only) + ("/new" if argv[0] == "attack" else "")
     what = "cannot be created: '" + str(read_only) + "' is not writable" if argv[0] == "attack" else "is not writable"
     _check(tmp_path, capsys, argv, f"--out: '{shown}' {what} (Read-only file system)")

@@ -3,9 +3,9 @@
 import pytest
 import time
 
-from accountants import calibrate, epsilon
-from accountants.dpsgd import sampled_gaussian_claim, sampled_gaussian_template
-from accountants.rdp import _LEAF_CACHE, DEFAULT_ORDERS
+from privaudit.accountants import calibrate, epsilon
+from privaudit.accountants.sampled_gaussian import sampled_gaussian_claim, sampled_gaussian_template
+from privaudit.accountants.rdp import _LEAF_CACHE, DEFAULT_ORDERS
 
 
 def test_benchmark_epsilon_100k_steps(benchmark):
@@ -50,7 +50,7 @@ def _process_seconds(*args: str) -> float:
 def test_benchmark_accountant_cli_startup(benchmark):
     """Whole-process time of ``privaudit epsilon --accountant rdp`` over a bare ``import dp_accounting``, both
     measured in this run (interleaved, best of 3): the CLI's own start-up cost on top of the library it needs."""
-    cli = ("-m", "audit", "epsilon", "--noise-multiplier", "1", "--steps", "1000", "--sample-rate", "0.01",
+    cli = ("-m", "privaudit", "epsilon", "--noise-multiplier", "1", "--steps", "1000", "--sample-rate", "0.01",
            "--delta", "1e-5", "--accountant", "rdp")
     bare, full = [], []
     for _ in range(3):

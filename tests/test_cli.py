@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from audit.cli import main
+from privaudit.audit.cli import main
 
 
 def run_cli(capsys, *argv):
@@ -48,7 +48,7 @@ def test_train_json_and_checkpoint(capsys, tmp_path):
 
 
 def test_param_values_are_typed(capsys):
-    from audit.commands.common import parse_params
+    from privaudit.audit.commands.common import parse_params
 
     assert parse_params(["width=8", "loss=barlow", "lr=1e-3", "normalize=true"]) == {
         "width": 8, "loss": "barlow", "lr": 1e-3, "normalize": True}

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from accountants import epsilon
-from accountants.dpsgd import sampled_gaussian_claim
-from audit.cli import main
+from privaudit.accountants import epsilon
+from privaudit.accountants.sampled_gaussian import sampled_gaussian_claim
+from privaudit.audit.cli import main
 
 
 def run_cli(capsys, *argv):
@@ -99,7 +99,7 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, message):
 # slow: 10^12 steps make two accountants fail by design (about 15 s)
 @pytest.mark.slow
 def test_a_failing_accountant_keeps_the_others(capsys, monkeypatch):
-    from accountants.prv import PrvAccountant
+    from privaudit.accountants.prv import PrvAccountant
 
     def out_of_memory(self, claim):
         raise MemoryError("Unable to allocate 2.2 TiB")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli import COMMANDS, build_parser
+from privaudit.audit.cli import COMMANDS, build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def test_full_parser_has_every_command():
 
 
 def _imports_after(argv: list[str]) -> dict[str, bool]:
-    code = ("import sys, contextlib, io\nfrom audit.cli import main\n"
+    code = ("import sys, contextlib, io\nfrom privaudit.audit.cli import main\n"
             f"with contextlib.redirect_stdout(io.StringIO()): code = main({argv!r})\n"
             "print(code, int('torch' in sys.modules), int('opacus' in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
@@ -62,7 +62,7 @@ def test_prv_imports_opacus_only_when_asked():
 
 
 def test_every_command_shows_two_examples_in_its_help(capsys):
-    from audit.cli import EXAMPLES, main
+    from privaudit.audit.cli import EXAMPLES, main
 
     assert set(EXAMPLES) == set(COMMANDS)
     for name in COMMANDS:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.datasets import load_dataset, load_raw, make_splits, missing_files, SplitConfig
-from core.errors import ConfigError
+from privaudit.core.datasets import load_dataset, load_raw, make_splits, missing_files, SplitConfig
+from privaudit.core.errors import ConfigError
 
 
 def write_idx(path, array, gz=False):
@@ -202,7 +202,7 @@ def no_system_fashion(monkeypatch, tmp_path):
     """Fashion-MNIST's auto-detected (Debian) folder pointed at an empty temporary folder."""
     import dataclasses
 
-    from core.datasets import DATASETS
+    from privaudit.core.datasets import DATASETS
 
     system = tmp_path / "system-fashion-mnist"
     monkeypatch.setitem(DATASETS, "fashion-mnist", dataclasses.replace(DATASETS["fashion-mnist"], system=(str(system),)))
@@ -237,7 +237,7 @@ def test_fashion_mnist_auto_detected_where_debian_installs_it(no_system_fashion)
 
 
 def test_datasets_command_lists_fashion_mnist_before_and_after(no_system_fashion, capsys):
-    from audit.cli import main
+    from privaudit.audit.cli import main
 
     assert main(["datasets", "--json"]) == 0
     row = next(r for r in __import__("json").loads(capsys.readouterr().out) if r["name"] == "fashion-mnist")

@@ -11,15 +11,15 @@ import time
 import pytest
 import torch
 
-from defenses import Budget, make_defense
-from defenses.augment import augmentation_for
-from defenses.dp import Embedder
-from defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives
-from defenses.dp.randomness import StepRandomness
-from defenses.logit_dp import cosine_pair
-from defenses.losses import info_nce_from_logits, make_objective
-from defenses.nn.model import ModelSpec, build_model
-from defenses.training import make_optimizer
+from privaudit.defenses import Budget, make_defense
+from privaudit.defenses.augment import augmentation_for
+from privaudit.defenses.dp import Embedder
+from privaudit.defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives
+from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.logit_dp import cosine_pair
+from privaudit.defenses.losses import info_nce_from_logits, make_objective
+from privaudit.defenses.nn.model import ModelSpec, build_model
+from privaudit.defenses.training import make_optimizer
 from memtrack import peak_bytes
 
 logging.getLogger("absl").setLevel(logging.ERROR)

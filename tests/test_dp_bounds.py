@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from defenses import make_defense
-from defenses.dp import bounds
-from defenses.losses import info_nce_from_logits, spreadout_from_similarity
+from privaudit.defenses import make_defense
+from privaudit.defenses.dp import bounds
+from privaudit.defenses.losses import info_nce_from_logits, spreadout_from_similarity
 
 
 # --- Logit-DP Lemma 4.5 / 4.6: the constants of Theorem 4.2 computed by autograd -----------------------
@@ -63,7 +63,7 @@ def test_temperature_matters_for_logit_dp():
 
 # --- DPCL Thms. 1-3 on random unit vectors ------------------------------------------------------------
 def test_dpcl_theorems_1_to_3_hold_for_replace_one():
-    from defenses.losses import feature_mean, feature_sse
+    from privaudit.defenses.losses import feature_mean, feature_sse
 
     g = torch.Generator().manual_seed(1)
     for n, d in ((4, 3), (16, 8)):

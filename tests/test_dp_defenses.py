@@ -9,12 +9,12 @@ import sys
 import pytest
 import torch
 
-from accountants import epsilon
-from core.errors import ConfigError
-from defenses import Budget, make_defense
-from defenses.dp import CanaryGradients, dirac_canaries
-from defenses.dp.randomness import StepRandomness
-from defenses.seeding import derive_seed
+from privaudit.accountants import epsilon
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget, make_defense
+from privaudit.defenses.dp import CanaryGradients, dirac_canaries
+from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.seeding import derive_seed
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
@@ -168,7 +168,7 @@ def test_bad_parameters_are_rejected():
 
 def test_cli_trains_a_dp_defense(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "audit", "train", "--defense", "dp-gcl", "--dataset", "digits", "--target-epsilon", "10",
+        [sys.executable, "-m", "privaudit", "train", "--defense", "dp-gcl", "--dataset", "digits", "--target-epsilon", "10",
          "--param", "epochs=1", "--param", "width=4", "--param", "pretrain_epochs=2", "--json",
          "--out", str(tmp_path / "ckpt")],
         capture_output=True, text=True, timeout=300)
@@ -208,7 +208,7 @@ def test_noise_only_control_drops_the_signal(digits):
 def test_dpgcl_objective_is_the_loss_the_groups_split(digits, params):
     """DP-GCL's non-private objective (the throughput benchmark's comparator) differentiates to the sum of
     the group gradients: the clipped sum with a clip no group reaches."""
-    from defenses.augment import augmentation_for
+    from privaudit.defenses.augment import augmentation_for
 
     d = make_defense("dp-gcl", {**SMALL, "batch_size": 12, "group_size": 3, "clip": 1e9, **params})
     x = digits.train.x[:12]

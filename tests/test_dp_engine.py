@@ -3,13 +3,13 @@
 import pytest
 import torch
 
-from defenses.dp import (Embedder, Source, TwoTower, all_unit_gradients, clipped_sum, dense_units, pair_units,
+from privaudit.defenses.dp import (Embedder, Source, TwoTower, all_unit_gradients, clipped_sum, dense_units, pair_units,
                          partition_units)
-from defenses.dp.contrastive import loss_cotangents, term_cotangents
-from defenses.dp.pairs import pair_derivatives
-from defenses.logit_dp import cosine_pair
-from defenses.losses import group_info_nce, group_info_nce_dual, info_nce, nt_xent
-from defenses.nn.model import ModelSpec, build_model
+from privaudit.defenses.dp.contrastive import loss_cotangents, term_cotangents
+from privaudit.defenses.dp.pairs import pair_derivatives
+from privaudit.defenses.logit_dp import cosine_pair
+from privaudit.defenses.losses import group_info_nce, group_info_nce_dual, info_nce, nt_xent
+from privaudit.defenses.nn.model import ModelSpec, build_model
 
 TOL = 1e-5
 

@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-from defenses import Budget, make_defense
-from defenses.dp import Embedder, Source, TwoTower, clipped_sum, dense_units, pair_units, partition_units
-from defenses.dp.gradients import engine_reason
-from defenses.dp.layerwise import unsupported_reason
-from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
+from privaudit.defenses import Budget, make_defense
+from privaudit.defenses.dp import Embedder, Source, TwoTower, clipped_sum, dense_units, pair_units, partition_units
+from privaudit.defenses.dp.gradients import engine_reason
+from privaudit.defenses.dp.layerwise import unsupported_reason
+from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 
 TOL = 1e-9  # float64: the two engines agree to rounding
 
@@ -143,7 +143,7 @@ def test_shared_rows_fall_back_to_vmap():
 
 
 def test_bad_engine_is_a_config_error():
-    from core.errors import ConfigError
+    from privaudit.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="engine"):
         make_defense("dpsgd", {"engine": "fast"})
@@ -166,8 +166,8 @@ def test_training_step_is_the_same_with_either_engine(digits, name):
 @pytest.mark.parametrize("encoder", ["cnn", "mlp"])
 def test_row_jacobians_match_vmap(encoder):
     """Logit-DP's per-row Jacobians (n, D, p): layerwise (rows replicated D times) against vmap."""
-    from defenses.dp.layerwise import row_jacobians
-    from defenses.dp.pairs import per_sample_jacobians
+    from privaudit.defenses.dp.layerwise import row_jacobians
+    from privaudit.defenses.dp.pairs import per_sample_jacobians
 
     emb = Embedder(tiny(encoder))
     x = rows(5, 12)
@@ -192,7 +192,7 @@ def test_logit_dp_step_is_the_same_with_either_gram_engine(digits):
 
 
 def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
-    import defenses.dp.layerwise as layerwise
+    import privaudit.defenses.dp.layerwise as layerwise
 
     emb = Embedder(tiny("mlp"))
     x = rows(6)
@@ -224,7 +224,7 @@ def test_auto_uses_vmap_for_dense_units_unless_layerwise_backpropagates_fewer_ro
 
 
 def test_segments_cover_every_unit_row_once():
-    from defenses.dp.layerwise import segments
+    from privaudit.defenses.dp.layerwise import segments
 
     owners = torch.tensor([2, 0, -1, 2, 2, 1, 0, 2, -1, 2])
     seg = segments(owners, 3, width=2)
@@ -237,7 +237,7 @@ def test_segments_cover_every_unit_row_once():
 @pytest.mark.parametrize("width", [1, 2, None])
 def test_segments_in_chunks_match_vmap(monkeypatch, width):
     """Units split over several segments (index_add into units) and segments processed a few at a time."""
-    import defenses.dp.layerwise as layerwise
+    import privaudit.defenses.dp.layerwise as layerwise
 
     real = layerwise.segments
     monkeypatch.setattr(layerwise, "segments", lambda owners, n: real(owners, n, width))

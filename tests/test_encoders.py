@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.func import functional_call, grad, vmap
 
-from defenses.nn.model import ModelSpec, build_model
+from privaudit.defenses.nn.model import ModelSpec, build_model
 
 
 SPECS = [
@@ -64,7 +64,7 @@ def test_seeded_initialisation_is_deterministic():
 
 def test_resnet18_full_width_parameter_count():
     """The standard CIFAR ResNet-18 has about 11.2M parameters in its trunk."""
-    from defenses.nn.encoders import ResNet18GN
+    from privaudit.defenses.nn.encoders import ResNet18GN
 
     n = sum(p.numel() for p in ResNet18GN(3, width=64).parameters())
     assert 11.0e6 < n < 11.3e6
@@ -72,7 +72,7 @@ def test_resnet18_full_width_parameter_count():
 
 def test_cnn_pools_to_a_grid_and_only_the_cnn_does():
     """pool = k keeps a k x k layout of the last feature map (the linear map sees C k^2 features)."""
-    from core.errors import ConfigError
+    from privaudit.core.errors import ConfigError
 
     spec = ModelSpec(encoder="cnn", in_shape=(1, 28, 28), width=4, rep_dim=8, proj_hidden=16, proj_dim=4, groups=2,
                      pool=4)
@@ -89,7 +89,7 @@ def test_cnn_pools_to_a_grid_and_only_the_cnn_does():
 
 def test_pretraining_keeps_the_pool():
     """The public pretraining builds the defense's own architecture, so the cached encoder loads into it."""
-    from defenses.pretrain import pretrain_config
-    from defenses.training import ContrastiveConfig
+    from privaudit.defenses.pretrain import pretrain_config
+    from privaudit.defenses.training import ContrastiveConfig
 
     assert pretrain_config(ContrastiveConfig(pool=4), epochs=1).pool == 4

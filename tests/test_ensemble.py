@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from defenses import Budget, make_defense
-from defenses.ensemble import StackedOptimizer, fit_many
+from privaudit.defenses import Budget, make_defense
+from privaudit.defenses.ensemble import StackedOptimizer, fit_many
 
 
 @pytest.mark.parametrize("name,kwargs", [("adam", {"weight_decay": 0.01}), ("sgd", {"momentum": 0.9}),
@@ -65,7 +65,7 @@ def test_fit_many_equals_separate_fits(digits, name, params):
 
 
 def test_supervised_overfits_and_saves_its_head(digits, tmp_path):
-    from defenses.base import Trained
+    from privaudit.defenses.base import Trained
 
     trained = make_defense("supervised", epochs=20, width=8).fit(digits, Budget(), seed=0, progress=False)
     utility = trained.extras["utility"]
@@ -83,9 +83,9 @@ def test_folded_forward_equals_vmapped_forward(encoder, classifier):
 
     from torch.func import stack_module_state
 
-    from defenses.folding import can_fold, folded_forward, vmapped_forward
-    from defenses.nn.model import ModelSpec, build_model
-    from defenses.supervised import ClassifierNet, build_head
+    from privaudit.defenses.folding import can_fold, folded_forward, vmapped_forward
+    from privaudit.defenses.nn.model import ModelSpec, build_model
+    from privaudit.defenses.supervised import ClassifierNet, build_head
 
     spec = ModelSpec(encoder=encoder, in_shape=(1, 8, 8), width=4, rep_dim=16, proj_hidden=16, proj_dim=8)
     models = [build_model(spec, seed=k) for k in range(3)]
@@ -108,8 +108,8 @@ def test_folded_forward_equals_vmapped_forward(encoder, classifier):
 
 
 def test_unsupported_layers_fall_back_to_vmap():
-    from defenses.folding import can_fold
-    from defenses.nn.model import ModelSpec, build_model
+    from privaudit.defenses.folding import can_fold
+    from privaudit.defenses.nn.model import ModelSpec, build_model
 
     assert not can_fold(build_model(ModelSpec(encoder="resnet18", in_shape=(3, 8, 8), width=4, groups=2)))
     assert not can_fold(torch.nn.Sequential(torch.nn.Conv2d(2, 2, 3, groups=2)))

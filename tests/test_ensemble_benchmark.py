@@ -11,8 +11,8 @@ import time
 import pytest
 import torch
 
-from defenses import Budget, make_defense
-from defenses.ensemble import fit_many
+from privaudit.defenses import Budget, make_defense
+from privaudit.defenses.ensemble import fit_many
 
 K = 16
 CONFIGS = {

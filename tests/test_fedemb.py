@@ -6,17 +6,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from accountants import epsilon
-from accountants.events import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent
-from core.errors import ConfigError
-from defenses import Budget, make_defense
-from defenses.fedemb.aggregate import (adaptive_clip_update, clip_deltas, delta_noise_multiplier,
+from privaudit.accountants import epsilon
+from privaudit.accountants.events import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget, make_defense
+from privaudit.defenses.fedemb.aggregate import (adaptive_clip_update, clip_deltas, delta_noise_multiplier,
                                        event_noise_multiplier, noised_mean, split_noise)
-from defenses.fedemb.defense import round_claim
-from defenses.fedemb.local import local_train, stack_params
-from defenses.fedemb.users import partition_users, plan_round
-from defenses.nn.model import ModelSpec, build_model
-from defenses.seeding import torch_generator
+from privaudit.defenses.fedemb.defense import round_claim
+from privaudit.defenses.fedemb.local import local_train, stack_params
+from privaudit.defenses.fedemb.users import partition_users, plan_round
+from privaudit.defenses.nn.model import ModelSpec, build_model
+from privaudit.defenses.seeding import torch_generator
 
 TINY = dict(pretrain=False, width=8, rep_dim=16, rounds=3, local_steps=2, local_batch_size=8)
 
@@ -105,7 +105,7 @@ def test_clipping_and_noised_mean():
 
 def _spy_round(defense, digits, monkeypatch, sigma=1.0):
     """Run one round, capturing what goes into the noised aggregate."""
-    import defenses.fedemb.defense as module
+    import privaudit.defenses.fedemb.defense as module
 
     captured = {}
     real = module.noised_mean

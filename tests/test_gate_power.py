@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from attacks.bounds import one_run_bound
-from audit.cli import main
-from audit.gate import gate_cells, suite_gate
-from audit.suite import GateConfig
+from privaudit.attacks.bounds import one_run_bound
+from privaudit.audit.cli import main
+from privaudit.audit.gate import gate_cells, suite_gate
+from privaudit.audit.suite import GateConfig
 
 
 def _cell(cid, defense, eps, attacks):
@@ -108,7 +108,7 @@ def test_heartbeat_prints_in_a_ci_log():
     import io
     import time as _time
 
-    from audit.progress import Heartbeat
+    from privaudit.audit.progress import Heartbeat
 
     stream = io.StringIO()  # not a terminal
     with Heartbeat(total=4, jobs=2, interval=0.05, stream=stream) as beat:
@@ -125,7 +125,7 @@ def test_heartbeat_prints_in_a_ci_log():
 
 
 def test_local_executor_prints_a_line_per_model_in_a_log(capsys):
-    from attacks.executor import LocalExecutor
+    from privaudit.attacks.executor import LocalExecutor
 
     assert LocalExecutor(progress=True, desc="reference models").map(abs, [-1, -2, -3]) == [1, 2, 3]
     err = capsys.readouterr().err  # captured: not a terminal

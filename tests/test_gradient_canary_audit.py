@@ -2,11 +2,11 @@
 
 import pytest
 
-from attacks.base import Target
-from attacks.registry import make_attack
-from core.errors import ConfigError
-from defenses import Budget
-from defenses.dp_gcl import DPGCL
+from privaudit.attacks.base import Target
+from privaudit.attacks.registry import make_attack
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget
+from privaudit.defenses.dp_gcl import DPGCL
 
 FAST = {"epochs": 6}
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from audit.cli import main
-from core.datasets import load_dataset, load_raw, locate, missing_files
-from core.errors import ConfigError
-from core.io import atomic_save_tensors
+from privaudit.audit.cli import main
+from privaudit.core.datasets import load_dataset, load_raw, locate, missing_files
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import atomic_save_tensors
 
 import user_classifier
 

@@ -1,5 +1,6 @@
-"""The import graph, built from the sources (AST, imports inside functions included): no cycle, and
-no import from a lower layer into a higher one.
+"""The import graph, built from the sources (AST, imports inside functions included): no cycle, no import
+from a lower layer into a higher one, and every import by the one installed name (``privaudit.core``, never a
+bare ``core``).
 
 Layers, lowest first; a module may import its own package and any package before it:
 
@@ -32,8 +33,16 @@ def module_files(root: Path, packages: tuple[str, ...] = LAYERS) -> dict[str, Pa
     return modules
 
 
+def _folder_name(name: str) -> str:
+    """``privaudit.core.io`` -> ``core.io``: the graph names modules by their folders (the front door stays
+    ``privaudit``)."""
+    head, _, rest = name.partition(".")
+    return rest if head == "privaudit" and rest.split(".")[0] in LAYERS[:-1] else name
+
+
 def _owner(name: str, modules: dict[str, Path]) -> str | None:
     """The longest prefix of ``name`` that is one of our modules (None for third-party names)."""
+    name = _folder_name(name)
     while name and name not in modules:
         name = name.rpartition(".")[0]
     return name or None
@@ -51,12 +60,12 @@ def import_graph(root: Path, packages: tuple[str, ...] = LAYERS) -> dict[str, se
             if isinstance(node, ast.Import):
                 targets.update(t for a in node.names if (t := _owner(a.name, modules)))
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
+                base = _folder_name(node.module or "")
                 if node.level:
                     prefix = package[: len(package) - node.level + 1]
                     base = ".".join(prefix + ([base] if base else []))
                 for alias in node.names:
-                    full = f"{base}.{alias.name}"
+                    full = _folder_name(f"{base}.{alias.name}")
                     target = full if full in modules else _owner(base, modules)
                     if target:
                         targets.add(target)
@@ -139,10 +148,36 @@ def test_front_door_reexports_only_our_modules_and_nothing_imports_it():
     import privaudit
 
     modules = module_files(ROOT)
-    assert {module for module, _ in privaudit._EXPORTS.values()} <= set(modules)
+    assert {_folder_name(module) for module, _ in privaudit._EXPORTS.values()} <= set(modules)
+    assert all(module.startswith("privaudit.") for module, _ in privaudit._EXPORTS.values())
     graph = import_graph(ROOT)
     assert "privaudit" in graph
     assert [m for m, ts in graph.items() if not m.startswith("privaudit") and any(t.startswith("privaudit") for t in ts)] == []
+
+
+def bare_layer_imports(root: Path) -> list[str]:
+    """``file:line`` of each absolute import of a layer by its folder name (``from core.io import ...``): such an
+    import works only from a checkout; installed, the layers exist only as ``privaudit.<layer>``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if {".venv", ".git", "build"} & set(path.relative_to(root).parts):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n.split(".")[0] in LAYERS[:-1] for n in names):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_every_import_uses_the_installed_name():
+    assert bare_layer_imports(ROOT) == []
+
+
+def test_detects_a_planted_bare_layer_import(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "t.py").write_text("import os\nfrom privaudit.core import io\nfrom core.io import read_json\n")
+    assert bare_layer_imports(tmp_path) == ["tests/t.py:3"]
 
 
 def _copy_tree(tmp_path: Path) -> Path:
@@ -154,8 +189,8 @@ def _copy_tree(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("where, line", [
-    ("defenses/sampling.py", "from audit.runner import run_suite\n"),                 # module level
-    ("core/errors.py", "def f():\n    import defenses.base\n"),                        # inside a function
+    ("defenses/sampling.py", "from privaudit.audit.runner import run_suite\n"),       # module level
+    ("core/errors.py", "def f():\n    import privaudit.defenses.base\n"),              # inside a function
     ("accountants/rdp.py", "def f():\n    from ..attacks import bounds\n"),          # relative, deferred
 ])
 def test_detects_a_planted_upward_import(tmp_path, where, line):
@@ -169,5 +204,5 @@ def test_detects_a_planted_upward_import(tmp_path, where, line):
 def test_detects_a_planted_cycle(tmp_path):
     root = _copy_tree(tmp_path)
     with open(root / "defenses/seeding.py", "a") as handle:
-        handle.write("\ndef f():\n    from defenses.training import run_training\n")
+        handle.write("\ndef f():\n    from privaudit.defenses.training import run_training\n")
     assert any({"defenses.seeding", "defenses.training"} <= set(c) for c in cycles(import_graph(root)))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from core import io
+from privaudit.core import io
 
 
 def test_atomic_json_round_trip(tmp_path):
@@ -42,7 +42,7 @@ def test_atomic_files_get_ordinary_permissions(tmp_path):
     import os
     import stat
 
-    from core.io import atomic_write_text
+    from privaudit.core.io import atomic_write_text
 
     mask = os.umask(0o022)
     try:

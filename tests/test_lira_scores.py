@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from attacks import metrics
-from attacks.lira import (GaussianFit, fit_gaussians, lira_scores, offline_reference_scores, offline_scores,
+from privaudit.attacks import metrics
+from privaudit.attacks.lira import (GaussianFit, fit_gaussians, lira_scores, offline_reference_scores, offline_scores,
                           online_scores)
-from attacks.shadow_models import balanced_masks
+from privaudit.attacks.shadow_models import balanced_masks
 
 
 def synthetic(n=300, k=2000, q=2, seed=0, homoscedastic=False):

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from defenses.dp import Embedder, Source, all_unit_gradients, pair_units
-from defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_norms
-from defenses.logit_dp import cosine_pair
-from defenses.losses import info_nce_from_logits, spreadout_from_similarity
-from defenses.nn.model import ModelSpec, build_model
+from privaudit.defenses.dp import Embedder, Source, all_unit_gradients, pair_units
+from privaudit.defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_norms
+from privaudit.defenses.logit_dp import cosine_pair
+from privaudit.defenses.losses import info_nce_from_logits, spreadout_from_similarity
+from privaudit.defenses.nn.model import ModelSpec, build_model
 
 
 def setup(n=6, tau=1.0, loss="infonce", encoder="cnn", proj_dim=4):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from defenses.losses import (barlow_twins, cross_correlation, cosine_similarity_matrix, feature_sse, feature_stats, info_nce,
+from privaudit.defenses.losses import (barlow_twins, cross_correlation, cosine_similarity_matrix, feature_sse, feature_stats, info_nce,
                              make_objective, nt_xent, spreadout)
 
 def _randn(*shape, seed=0):
@@ -115,7 +115,7 @@ def test_cosine_similarity_matrix():
 
 
 def test_make_objective_rejects_unknown_loss():
-    from core.errors import ConfigError
+    from privaudit.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="loss: unknown value 'triplet'; accepted: simclr"):
         make_objective("triplet")
@@ -123,7 +123,7 @@ def test_make_objective_rejects_unknown_loss():
 
 def test_nt_xent_batch_dimensions_equal_one_call_per_batch():
     """The ensemble's stacked NT-Xent (leading model axis) gives each model's own loss terms."""
-    from defenses.losses import nt_xent
+    from privaudit.defenses.losses import nt_xent
 
     g = torch.Generator().manual_seed(0)
     z1, z2 = torch.randn(3, 5, 4, generator=g), torch.randn(3, 5, 4, generator=g)

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from accountants.events import (GaussianDpEvent, LaplaceDpEvent, PoissonSampledDpEvent,
+from privaudit.accountants.events import (GaussianDpEvent, LaplaceDpEvent, PoissonSampledDpEvent,
                                 SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
-from attacks.gradient_canary import simulate_canary_scores, step_llr
-from attacks.mechanism_bound import (METHOD, mechanism_epsilon, mechanism_one_run_bound, scale_noise,
+from privaudit.attacks.gradient_canary import simulate_canary_scores, step_llr
+from privaudit.attacks.mechanism_bound import (METHOD, mechanism_epsilon, mechanism_one_run_bound, scale_noise,
                                      unsupported_reason, _epsilon_optimistic, _key)
-from audit.gate import compare, family_bound
-from core.errors import ConfigError
-from defenses.seeding import numpy_rng
+from privaudit.audit.gate import compare, family_bound
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.seeding import numpy_rng
 
 Q, T = 0.344, 6
 BETA, DELTA = 0.05, 1e-5

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from attacks.bounds import (best_one_run_bound, check_relation_unit, fdp_one_run_bound, gdp_epsilon,
+from privaudit.attacks.bounds import (best_one_run_bound, check_relation_unit, fdp_one_run_bound, gdp_epsilon,
                             one_run_bound, paired_one_run_bound, pool_pairs)
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 BETA = 0.05
 DELTA = 1e-5
@@ -129,7 +129,7 @@ def test_unsupported_relation_or_unit_is_an_error_naming_both():
 
 def test_fdp_bound_matches_the_closed_form_when_every_guess_is_right():
     """r of r correct, delta = 0: both one-run bounds reject exactly eps < logit(beta^(1/r)) (closed form)."""
-    from attacks.bounds import fdp_one_run_parameter, one_run_epsilon
+    from privaudit.attacks.bounds import fdp_one_run_parameter, one_run_epsilon
 
     q = 0.05 ** (1 / 100)
     closed = math.log(q / (1 - q))

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from accountants import all_epsilons
-from core.datasets import load_dataset
-from core.errors import ConfigError
-from defenses import Budget, make_defense
+from privaudit.accountants import all_epsilons
+from privaudit.core.datasets import load_dataset
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget, make_defense
 
 ROOT = Path(__file__).resolve().parents[1]
 

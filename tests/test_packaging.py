@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli import main
-from audit.shipped import resolve_suite, shipped_suites
-from audit.suite import load_suite
-from core.errors import ConfigError
+from privaudit.audit.cli import main
+from privaudit.audit.shipped import resolve_suite, shipped_suites
+from privaudit.audit.suite import load_suite
+from privaudit.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 

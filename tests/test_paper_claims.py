@@ -2,7 +2,7 @@
 
 import pytest
 
-from accountants.paper_claims import PAPERS, check_claim, paper_claims
+from privaudit.accountants.paper_claims import PAPERS, check_claim, paper_claims
 
 CLAIMS = {c.id: c for c in paper_claims()}
 
@@ -68,7 +68,7 @@ def test_logit_dp_corollary_drops_a_factor_two():
 
 
 def test_tight_verdict_taxonomy_on_fast_rows():
-    from accountants.paper_claims import VERDICTS
+    from privaudit.accountants.paper_claims import VERDICTS
 
     imagenet = check_claim(CLAIMS["dpgcl-imagenet"]).tight
     assert imagenet.verdict == "conservative" and imagenet.upper < 0.8 * 10
@@ -85,8 +85,8 @@ def test_tight_verdict_taxonomy_on_fast_rows():
 
 
 def test_only_an_upper_bound_is_undecided_never_false():
-    from accountants.paper_claims import PaperClaim, Reading, _sgd, tight_verdict
-    from accountants import all_epsilons
+    from privaudit.accountants.paper_claims import PaperClaim, Reading, _sgd, tight_verdict
+    from privaudit.accountants import all_epsilons
 
     build = _sgd(steps=50, delta=1e-5, sampling="poisson", relation="add-remove", dataset_size=1000, batch_size=100)
     claim = PaperClaim("t", "DP-GCL", "test", "test", "epsilon", "0.5", ("1.0",), Reading("r", build, "rdp"))
@@ -101,7 +101,7 @@ def test_only_an_upper_bound_is_undecided_never_false():
 
 @pytest.mark.slow
 def test_every_claim_evaluates():
-    from accountants.paper_claims import VERDICTS
+    from privaudit.accountants.paper_claims import VERDICTS
 
     for claim in paper_claims():
         check = check_claim(claim)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from core.datasets import SplitConfig, load_dataset
-from core.errors import ConfigError
-from defenses import Budget, make_defense
-from defenses import pretrain
-from defenses.evaluation import gap_closed
+from privaudit.core.datasets import SplitConfig, load_dataset
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget, make_defense
+from privaudit.defenses import pretrain
+from privaudit.defenses.evaluation import gap_closed
 
 SMALL = {"width": 4, "rep_dim": 8, "proj_hidden": 8, "proj_dim": 4, "epochs": 1, "batch_size": 64,
          "pretrain_epochs": 1}
@@ -73,7 +73,7 @@ def test_path_init_loads_a_saved_model_and_rejects_another_architecture(digits, 
 
 
 def test_pld_calibration_spends_the_whole_target():
-    from defenses.dp.accounting import claim_epsilon
+    from privaudit.defenses.dp.accounting import claim_epsilon
 
     data = load_dataset("digits", seed=0)
     for accountant in ("pld", "rdp"):
@@ -92,7 +92,7 @@ def test_pld_calibration_spends_the_whole_target():
 def test_pld_calibration_reaches_the_target_without_replacement_too():
     """RDP over-states DPCL's (without-replacement, replace-one) epsilon more than 2x at epsilon 1: the PLD search
     must look far below the RDP answer, not just in [z_rdp / 2, z_rdp]."""
-    from defenses.dp.accounting import claim_epsilon
+    from privaudit.defenses.dp.accounting import claim_epsilon
 
     d = make_defense("dpcl-simclr", {**SMALL, "epochs": 2})
     plan = d.plan(372)
@@ -108,7 +108,7 @@ def test_gap_closed_closed_form():
 
 
 def test_utility_panel_reports_init_random_and_a_same_steps_reference(digits):
-    from defenses.utility import utility_panel
+    from privaudit.defenses.utility import utility_panel
 
     trained = make_defense("dp-gcl", {**SMALL, "epochs": 2}).fit(digits, Budget(noise_multiplier=1.0), 0,
                                                                    progress=False)
@@ -129,7 +129,7 @@ def test_utility_panel_reports_init_random_and_a_same_steps_reference(digits):
 def test_paired_change_is_the_exact_mcnemar_test():
     from scipy import stats
 
-    from defenses.evaluation import paired_change
+    from privaudit.defenses.evaluation import paired_change
 
     base = torch.tensor([True] * 60 + [False] * 40)
     worse = base.clone()
@@ -148,8 +148,8 @@ def test_paired_change_is_the_exact_mcnemar_test():
 
 
 def test_report_shows_utility_beside_leakage():
-    from audit.report import markdown
-    from audit.report import summary as s
+    from privaudit.audit.report import markdown
+    from privaudit.audit.report import summary as s
 
     panel = {k: {"linear_probe_accuracy": v, "knn_accuracy": v} for k, v in
              (("trained", 0.9), ("init", 0.88), ("random", 0.7), ("nonprivate", 0.95))}

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from core.io import read_json
-from audit.report import TOP_LEVEL
+from privaudit.core.io import read_json
+from privaudit.audit.report import TOP_LEVEL
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def privaudit(*args, **kwargs):
-    return subprocess.Popen([sys.executable, "-m", "audit", "run", "suites/quickstart.toml", "--quiet", *args],
+    return subprocess.Popen([sys.executable, "-m", "privaudit", "run", "suites/quickstart.toml", "--quiet", *args],
                             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, **kwargs)
 
 
@@ -34,7 +34,7 @@ def test_quickstart_runs_in_under_ten_minutes_and_resumes_after_sigkill(tmp_path
     assert seconds < 600
     report = read_json(tmp_path / "full" / "report.json")
     assert list(report) == list(TOP_LEVEL) and report["gate"]["status"] == "pass"
-    from audit.report.summary import verdict
+    from privaudit.audit.report.summary import verdict
 
     verdicts = {c["id"]: verdict(c) for c in report["cells"]}
     assert not [cid for cid, v in verdicts.items() if v.startswith("not comparable")]  # every DP cell is checked

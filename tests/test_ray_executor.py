@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from core.io import read_json
+from privaudit.core.io import read_json
 
 ray = pytest.importorskip("ray")
 ROOT = Path(__file__).resolve().parents[1]
@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def local_ray():
-    from attacks.ray_executor import ensure_ray
+    from privaudit.attacks.ray_executor import ensure_ray
 
     if ray.is_initialized():
         ray.shutdown()
@@ -34,15 +34,15 @@ def _square(x):
 
 
 def test_ray_executor_maps_in_order(local_ray):
-    from attacks.executor import make_executor
+    from privaudit.attacks.executor import make_executor
 
     executor = make_executor("ray", num_cpus=1)
     assert executor.map(_square, list(range(7))) == [x * x for x in range(7)]
 
 
 def test_ray_run_equals_local_run(local_ray, tiny_suite, tiny_run, tmp_path):
-    from audit.runner import run_suite
-    from audit.suite import load_suite
+    from privaudit.audit.runner import run_suite
+    from privaudit.audit.suite import load_suite
 
     _, reference_out = tiny_run
     result = run_suite(load_suite(tiny_suite), out=tmp_path / "ray", executor="ray", progress=False)

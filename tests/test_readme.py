@@ -27,7 +27,7 @@ def test_ci_runs_the_readme_test_command_exactly():
 
 
 def test_main_command_uses_an_existing_subcommand():
-    from audit.cli import build_parser
+    from privaudit.audit.cli import build_parser
 
     main = quickstart_commands()[0].split("&& privaudit ", 1)[1].split()
     args = build_parser().parse_args(main)

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from core.errors import ConfigError
-from core.registry import Registry, load_reference
+from privaudit.core.errors import ConfigError
+from privaudit.core.registry import Registry, load_reference
 
 
 def test_load_and_create():
@@ -36,10 +36,10 @@ def test_load_reference_errors_name_the_field(ref, message):
 
 
 def test_the_four_families_share_the_mechanism():
-    from accountants.registry import ACCOUNTANTS
-    from attacks.executor import EXECUTORS
-    from attacks.registry import ATTACKS
-    from defenses.registry import DEFENSES
+    from privaudit.accountants.registry import ACCOUNTANTS
+    from privaudit.attacks.executor import EXECUTORS
+    from privaudit.attacks.registry import ATTACKS
+    from privaudit.defenses.registry import DEFENSES
 
     for reg, name in [(ACCOUNTANTS, "rdp"), (ATTACKS, "lira"), (DEFENSES, "dp-gcl"), (EXECUTORS, "local")]:
         assert isinstance(reg, Registry)
@@ -49,7 +49,7 @@ def test_the_four_families_share_the_mechanism():
 
 
 def test_listing_names_imports_nothing_heavy():
-    code = ("import sys; from accountants.registry import ACCOUNTANTS; names = list(ACCOUNTANTS); "
-            "print(int('accountants.prv' in sys.modules), int('opacus' in sys.modules))")
+    code = ("import sys; from privaudit.accountants.registry import ACCOUNTANTS; names = list(ACCOUNTANTS); "
+            "print(int('privaudit.accountants.prv' in sys.modules), int('opacus' in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", "0"]

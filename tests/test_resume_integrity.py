@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli import main
-from audit.runner import CACHE_SCHEMA, run_suite
-from audit.suite import load_suite
-from core.io import read_json
+from privaudit.audit.cli import main
+from privaudit.audit.runner import CACHE_SCHEMA, run_suite
+from privaudit.audit.suite import load_suite
+from privaudit.core.io import read_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -160,7 +160,7 @@ def test_a_failing_write_replaces_no_report_file(copy, monkeypatch, capsys):
             raise OSError(28, "No space left on device")
         return real_fsync(fd)
 
-    monkeypatch.setattr("core.io.os.fsync", full_disk)
+    monkeypatch.setattr("privaudit.core.io.os.fsync", full_disk)
     assert main(["report", str(out)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--out: cannot write the report" in err and "No space left on device" in err
@@ -191,7 +191,7 @@ def test_no_write_leaves_out_and_no_user_file_is_removed(reference, tmp_path, mo
     for i, f in enumerate(planted):
         f.write_text(f"user data {i}")
     monkeypatch.chdir(work)
-    import core.io
+    import privaudit.core.io
     import tempfile
 
     written = []
@@ -206,8 +206,8 @@ def test_no_write_leaves_out_and_no_user_file_is_removed(reference, tmp_path, mo
         written.append(Path(dst).resolve())
         return real_replace(src, dst)
 
-    monkeypatch.setattr(core.io.tempfile, "mkstemp", mkstemp)
-    monkeypatch.setattr(core.io.os, "replace", replace)
+    monkeypatch.setattr(privaudit.core.io.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(privaudit.core.io.os, "replace", replace)
     outside_before = {p for p in work.rglob("*") if not p.is_relative_to(out)}
     for resume in (False, True):
         run_suite(load_suite(path), out=Path("out"), resume=resume, progress=False)
@@ -227,7 +227,7 @@ def test_two_concurrent_runs_the_second_is_refused_the_first_report_intact(refer
     marker = tmp_path / "training"
     first_suite = write_suite(tmp_path, pause=1.0, marker=str(marker))
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "audit", "run", str(first_suite), "--out", str(out), "--quiet",
+    proc = subprocess.Popen([sys.executable, "-m", "privaudit", "run", str(first_suite), "--out", str(out), "--quiet",
                              "--jobs", "1"], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -289,7 +289,7 @@ def test_sigkill_at_three_points_then_resume_equals_an_uninterrupted_run(tmp_pat
     for name, ready in points.items():
         out = tmp_path / name.replace(" ", "-")
         marker.write_text("")
-        proc = subprocess.Popen([sys.executable, "-m", "audit", "run", str(path), "--out", str(out), "--quiet",
+        proc = subprocess.Popen([sys.executable, "-m", "privaudit", "run", str(path), "--out", str(out), "--quiet",
                                  "--jobs", "1"], cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         _kill_when(proc, lambda: marker.exists() and ready(out), name)
@@ -312,7 +312,7 @@ def test_an_edited_sensitivity_cache_or_witness_is_rechecked(tmp_path, monkeypat
         return [{"claim": "dpcl.mean", "source": "paper", "relation": "replace-one", "bound": 1.0, "config": {},
                  "observed": 0.9, "ratio": 0.9, "verdict": "holds", "witness": str(witness)}]
 
-    monkeypatch.setattr("audit.sensitivity.check_claims", check_claims)
+    monkeypatch.setattr("privaudit.audit.sensitivity.check_claims", check_claims)
     suite = tmp_path / "s.toml"
     suite.write_text(THREE.format(pause=0, marker="") + "[sensitivity]\nclaims = ['dpcl.mean']\nevaluations = 10\n")
     out = tmp_path / "out"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attacks.registry import make_attack
-from attacks.rmia import fit_a, prob_x, rmia_scores
-from core.errors import ConfigError
+from privaudit.attacks.registry import make_attack
+from privaudit.attacks.rmia import fit_a, prob_x, rmia_scores
+from privaudit.core.errors import ConfigError
 
 
 def naive(p_x, ref_x, keep, p_z, ref_z, gamma, a, online):
@@ -91,9 +91,9 @@ def test_bad_settings_are_one_clear_error(params, field):
 
 
 def test_too_few_population_samples_is_a_clear_error(tmp_path):
-    from attacks.base import Target
-    from attacks.references import population_rows
-    from core.datasets import load_dataset
+    from privaudit.attacks.base import Target
+    from privaudit.attacks.references import population_rows
+    from privaudit.core.datasets import load_dataset
 
     data = load_dataset("digits", seed=0)
     target = Target(None, data, "nonprivate")
@@ -115,7 +115,7 @@ def test_score_functions_reject_bad_inputs():
 
 
 def test_select_queries_drops_a_query_without_signal():
-    from attacks.rmia import select_queries
+    from privaudit.attacks.rmia import select_queries
 
     rng = np.random.default_rng(1)
     k, n = 6, 300
@@ -132,8 +132,8 @@ def test_leave_one_out_mean_is_balanced_and_mode_follows_reference_power():
     """The leave-one-out reference mean is 0.5 (mean IN + mean OUT) of the other models: with the plain mean,
     a reference's members are compared with fewer IN models than its non-members, which inflates the online
     test's power. auto picks the stronger test."""
-    from attacks.references import others_mean
-    from attacks.rmia import choose_mode, online_power
+    from privaudit.attacks.references import others_mean
+    from privaudit.attacks.rmia import choose_mode, online_power
 
     rng = np.random.default_rng(1)
     k, n = 8, 2000
@@ -146,7 +146,7 @@ def test_leave_one_out_mean_is_balanced_and_mode_follows_reference_power():
     np.testing.assert_allclose(mean, 0.45, atol=0.02)  # 0.5 (0.7 + 0.2), not 0.2 + 0.5 * 3/7 or 4/7
     # A weak signal under per-model noise: the plain mean of the others separates members by delta K/(K-1)
     # instead of delta, so its leave-one-out AUC is higher than the target's own test can reach.
-    from attacks.metrics import auc
+    from privaudit.attacks.metrics import auc
 
     noisy = 0.5 + 0.02 * keep + rng.normal(0, 0.05, (k, n))
     plain = np.mean([auc(noisy[j] / np.delete(noisy, j, 0).mean(0), keep[j]) for j in range(k)])

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from defenses.dp import Embedder
-from defenses.dp import row_grams
-from defenses.dp.pairs import per_sample_jacobians
-from defenses.dp.row_grams import jacobian_grams, layer_grams
-from defenses.nn.model import ModelSpec, build_model
+from privaudit.defenses.dp import Embedder
+from privaudit.defenses.dp import row_grams
+from privaudit.defenses.dp.pairs import per_sample_jacobians
+from privaudit.defenses.dp.row_grams import jacobian_grams, layer_grams
+from privaudit.defenses.nn.model import ModelSpec, build_model
 
 
 def problem(encoder: str, n: int = 5, m: int = 4, proj_dim: int = 3):
@@ -65,9 +65,9 @@ def test_conv_ghost_choice_follows_the_cost():
 def test_tangent_directions_give_the_same_pair_norms_and_sum():
     """Cosine pair cotangents lie in z^perp: D - 1 backpropagated directions per row give the same
     pair norms and clipped sum as all D, and as the direct reference."""
-    from defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_norms
-    from defenses.logit_dp import cosine_pair
-    from defenses.losses import info_nce_from_logits
+    from privaudit.defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_norms
+    from privaudit.defenses.logit_dp import cosine_pair
+    from privaudit.defenses.losses import info_nce_from_logits
 
     emb, params, x, y = problem("cnn", n=6, m=6, proj_dim=4)
     with torch.no_grad():

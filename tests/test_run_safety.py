@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from audit.cli import main
-from audit.lock import LOCK_NAME, output_lock
-from audit.runner import clean_temporaries
-from core.errors import ConfigError
-from core.io import atomic_write_json
+from privaudit.audit.cli import main
+from privaudit.audit.lock import LOCK_NAME, output_lock
+from privaudit.audit.runner import clean_temporaries
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +55,7 @@ def test_atomic_writes_leave_no_temporary_and_use_our_marker(tmp_path, monkeypat
         seen.append(Path(src).name)
         return real_replace(src, dst)
 
-    monkeypatch.setattr("core.io.os.replace", spy)
+    monkeypatch.setattr("privaudit.core.io.os.replace", spy)
     atomic_write_json(tmp_path / "report.json", {"a": 1})
     assert seen and seen[0].startswith(".report.json.privaudit-tmp-") and seen[0].endswith(".tmp")
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
@@ -65,7 +65,7 @@ def test_a_second_run_on_the_same_directory_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom audit.lock import output_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom privaudit.audit.lock import output_lock\n"
          f"with output_lock(Path({str(out)!r})):\n    print('locked', flush=True)\n    time.sleep(30)\n"],
         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""}, stdout=subprocess.PIPE, text=True)
     try:

@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attacks.bounds import one_run_bound
-from attacks.metrics import summarize
-from audit.cli import main
-from core.io import load_npz, read_json
-from audit.report import TOP_LEVEL
-from audit.runner import run_suite
-from audit.suite import load_suite
+from privaudit.attacks.bounds import one_run_bound
+from privaudit.attacks.metrics import summarize
+from privaudit.audit.cli import main
+from privaudit.core.io import load_npz, read_json
+from privaudit.audit.report import TOP_LEVEL
+from privaudit.audit.runner import run_suite
+from privaudit.audit.suite import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL_KEYS = {"id", "dataset", "defense", "target_epsilon", "delta", "seed", "claim", "epsilon", "utility", "attacks",
@@ -74,7 +74,7 @@ def test_sigkill_then_resume_reuses_finished_cells_and_equals_an_uninterrupted_r
     _, reference_out = tiny_run
     out = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    proc = subprocess.Popen([sys.executable, "-m", "audit", "run", str(tiny_suite), "--out", str(out), "--quiet"],
+    proc = subprocess.Popen([sys.executable, "-m", "privaudit", "run", str(tiny_suite), "--out", str(out), "--quiet"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     try:
@@ -188,7 +188,7 @@ def test_sensitivity_verdicts_gate_and_witnesses_are_kept(tmp_path, monkeypatch)
                 {"claim": "dpgcl.group[chunk]", **row, "observed": 2.0, "ratio": 2.0, "verdict": "violated",
                  "witness": str(witness)}]
 
-    monkeypatch.setattr("audit.sensitivity.check_claims", check_claims)
+    monkeypatch.setattr("privaudit.audit.sensitivity.check_claims", check_claims)
     witness = Path("sensitivity/witnesses/dpgcl.group-chunk.seed0.safetensors")
     base = LEAKY.format(out=tmp_path / "out").replace('label = "leaky"', 'label = "leaky"\nparams = { leak_factor = 1.0 }')
     suite = tmp_path / "s.toml"
@@ -216,7 +216,7 @@ def test_sensitivity_verdicts_gate_and_witnesses_are_kept(tmp_path, monkeypatch)
 
 def test_real_sensitivity_checks_gate_the_suite_and_their_witnesses_replay(tmp_path):
     """The register's checks themselves (no stand-in): DP-GCL's chunk grouping breaks Thm. 2."""
-    from audit.sensitivity import replay
+    from privaudit.audit.sensitivity import replay
 
     out = tmp_path / "out"
     body = (f'name = "sens"\nout = "{out.as_posix()}"\n[[defenses]]\nname = "nonprivate"\n'

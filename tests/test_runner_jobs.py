@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from audit.runner import run_suite
-from audit.suite import load_suite
+from privaudit.audit.runner import run_suite
+from privaudit.audit.suite import load_suite
 
 
 def _numbers(out):

@@ -14,13 +14,13 @@ import math
 import pytest
 import torch
 
-from audit.cli import main
-from core.errors import ConfigError
-from audit.sensitivity import RESULT_KEYS, check_claims, load_witness, replay
-from audit.sensitivity.domains import ImageDomain, Pair, VectorDomain
-from audit.sensitivity.register import CLAIMS, Context, Setting
-from audit.sensitivity.search import Clock, Evaluator, Target, gradient_ascent, zeroth_order_ascent
-from audit.sensitivity.verdict import is_violation, tolerance, verdict
+from privaudit.audit.cli import main
+from privaudit.core.errors import ConfigError
+from privaudit.audit.sensitivity import RESULT_KEYS, check_claims, load_witness, replay
+from privaudit.audit.sensitivity.domains import ImageDomain, Pair, VectorDomain
+from privaudit.audit.sensitivity.register import CLAIMS, Context, Setting
+from privaudit.audit.sensitivity.search import Clock, Evaluator, Target, gradient_ascent, zeroth_order_ascent
+from privaudit.audit.sensitivity.verdict import is_violation, tolerance, verdict
 
 TRUE = {  # claim -> true sensitivity as a function of the batch size N (C = 1)
     "reference.clipped-sum.add-remove": lambda n: 1.0,

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from audit.sensitivity import CLAIMS, Context, Setting, check_claims, replay
-from audit.sensitivity.extremal import antipodal_head, mean_supremum, similarity_supremum, sse_supremum
-from defenses.dp.contrastive import differentiable_quantities
+from privaudit.audit.sensitivity import CLAIMS, Context, Setting, check_claims, replay
+from privaudit.audit.sensitivity.extremal import antipodal_head, mean_supremum, similarity_supremum, sse_supremum
+from privaudit.defenses.dp.contrastive import differentiable_quantities
 
 
 def _unit_rows(m: int, d: int = 3, gen: torch.Generator | None = None) -> torch.Tensor:
@@ -54,7 +54,7 @@ def test_sse_and_mean_suprema_of_the_constructed_pair(n):
 
 
 def test_antipodal_head_maps_an_image_and_its_inversion_to_opposite_unit_vectors(digits):
-    from defenses.registry import make_defense
+    from privaudit.defenses.registry import make_defense
 
     d = make_defense("dpcl-barlow", {})
     net = d.build(d.model_spec(digits.info), 0).eval()
@@ -134,7 +134,7 @@ def test_growth_tables_and_logit_dp_at_temperature_one(tmp_path):
 
 def test_report_states_the_supremum_and_the_notes_beside_the_search():
     """A claim that holds below its bound is explained in the report: closed-form supremum and the register's notes."""
-    from audit.report import summary
+    from privaudit.audit.report import summary
 
     report = {"suite": {}, "sensitivity": [
         {"claim": "dpcl.sse", "source": "DPCL Thm. 3", "relation": "replace-one", "bound": 6.0, "observed": 3.0,

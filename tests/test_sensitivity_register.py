@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from audit.sensitivity.register import CLAIMS, PAPER_CLAIMS, select
+from privaudit.audit.sensitivity.register import CLAIMS, PAPER_CLAIMS, select
 
 E2 = math.e ** 2
 
@@ -112,9 +112,9 @@ DEFENSE_DIFFERS: dict[str, str] = {}
 def test_defense_states_the_same_bound_at_the_checked_parameters(claim, digits):
     """The defense's own ``bound`` (what it calibrates with in 'paper' mode) equals the register's at
     every setting's parameters, so the check and the training speak of the same claim."""
-    from defenses.registry import DEFENSES
+    from privaudit.defenses.registry import DEFENSES
 
-    from audit.sensitivity.register import Context
+    from privaudit.audit.sensitivity.register import Context
 
     spec = CLAIMS[claim]
     if spec.defense not in DEFENSES:

@@ -15,8 +15,8 @@ import torch
 from scipy.optimize import minimize_scalar
 from scipy.stats import binom
 
-from core.errors import ConfigError
-from defenses.sensitivity_sampling import (exceedance_bound, exhaustive_remove_one, fit_from_trainer, leave_one_out_fits,
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.sensitivity_sampling import (exceedance_bound, exhaustive_remove_one, fit_from_trainer, leave_one_out_fits,
                                        oracle_pairs,
                                        order_statistic, remove_one_pairs, rubinstein_alda_parameters,
                                        sample_sensitivity_alm, sample_sensitivity_rubinstein_alda)

@@ -10,8 +10,8 @@ import pytest
 import torch
 from scipy import stats
 
-from attacks.step_audit import KnownMechanism, additive_step_scores, gaussian_step_scores, step_bounds, step_mu
-from core.errors import ConfigError
+from privaudit.attacks.step_distinguisher import KnownMechanism, additive_step_scores, gaussian_step_scores, step_bounds, step_mu
+from privaudit.core.errors import ConfigError
 
 ALPHA = 0.05
 MECHANISMS = [(KnownMechanism("gaussian", 1.0), 1e-5), (KnownMechanism("laplace", 1.0), 0.0),
@@ -108,7 +108,7 @@ def test_logistic_known_mechanism():
 def _logistic(scale: float):
     from functools import partial
 
-    from defenses.alm.mechanisms import add_noise, log_density
+    from privaudit.defenses.alm.mechanisms import add_noise, log_density
 
     return (lambda m, g: add_noise(m, "logistic", scale, g)), partial(log_density, "logistic")
 
@@ -149,14 +149,14 @@ def test_additive_scores_are_sound_and_tight_at_delta_zero():
 # -- defenses ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def ctx():
-    from audit.sensitivity.register import Context
+    from privaudit.audit.sensitivity.register import Context
 
     torch.set_num_threads(1)
     return Context(0)
 
 
 def test_dp_clip_step_is_tight_and_not_refuted(ctx, tmp_path):
-    from audit.step_audit import audit_defense
+    from privaudit.audit.step_audit import audit_defense
 
     r = audit_defense("dp-clip", pair="canonical", draws=50000, context=ctx, out_dir=tmp_path)
     assert r["verdict"] == "not refuted"
@@ -169,7 +169,7 @@ def test_dp_clip_step_is_tight_and_not_refuted(ctx, tmp_path):
 def test_dp_fedemb_aggregation_step_is_tight_and_not_refuted(ctx):
     """DP-FedEmb's round aggregation (its own noised_mean) on replace-one rounds: user level, the claimed
     sensitivity 2 gamma met exactly by the canary pair, power >= 0.8 at epsilon 8 (measured 0.95-0.96)."""
-    from audit.step_audit import audit_defense
+    from privaudit.audit.step_audit import audit_defense
 
     r = audit_defense("dp-fedemb", params={"rounds": 10}, pair="all", draws=50000, context=ctx)
     assert (r["relation"], r["unit"], r["verdict"]) == ("replace-one", "user", "not refuted")
@@ -185,7 +185,7 @@ def test_dp_fedemb_aggregation_step_is_tight_and_not_refuted(ctx):
 def test_undernoised_control_is_refuted_with_witness(ctx, tmp_path):
     from safetensors import safe_open
 
-    from audit.step_audit import audit_defense
+    from privaudit.audit.step_audit import audit_defense
 
     r = audit_defense("control-undernoised", pair="canary", draws=20000, context=ctx, out_dir=tmp_path)
     assert r["verdict"] == "refuted"
@@ -196,8 +196,8 @@ def test_undernoised_control_is_refuted_with_witness(ctx, tmp_path):
 
 
 def test_pinned_conditioning_gives_identical_outputs_on_identical_batches(ctx):
-    from audit.step_audit import _Step, calibrated
-    from defenses.registry import make_defense
+    from privaudit.audit.step_audit import _Step, calibrated
+    from privaudit.defenses.registry import make_defense
 
     d = make_defense("dpcl-simclr", {"batch_size": 4})
     z = calibrated(d, ctx.data, 8.0, 1e-5)
@@ -213,7 +213,7 @@ def test_pinned_conditioning_gives_identical_outputs_on_identical_batches(ctx):
 
 
 def test_bad_input_names_the_field(ctx):
-    from audit.step_audit import audit_defense
+    from privaudit.audit.step_audit import audit_defense
 
     with pytest.raises(ConfigError, match="defense"):
         audit_defense("nonprivate", context=ctx)
@@ -224,8 +224,8 @@ def test_bad_input_names_the_field(ctx):
 
 
 def test_step_gate_documented_and_undocumented_refutations():
-    from audit.suite import StepAuditConfig
-    from audit.step_audit import step_gate
+    from privaudit.audit.suite import StepAuditConfig
+    from privaudit.audit.step_audit import step_gate
 
     def result(name, verdict):
         return {"defense": name, "verdict": verdict, "claim": {"mu": 0.3}, "power": 2.0,
@@ -241,7 +241,7 @@ def test_step_gate_documented_and_undocumented_refutations():
 
 
 def test_suite_step_audit_validation(tmp_path):
-    from audit.suite import load_suite
+    from privaudit.audit.suite import load_suite
 
     base = 'name = "s"\ndatasets = ["digits"]\nepsilons = [8.0]\n[[defenses]]\nname = "dp-clip"\n'
     p = tmp_path / "s.toml"
@@ -265,7 +265,7 @@ def test_suite_step_audit_validation(tmp_path):
 def test_cli_audit_step(capsys):
     import json
 
-    from audit.cli import main
+    from privaudit.audit.cli import main
 
     assert main(["audit-step", "--defense", "dp-clip", "--pair", "canary", "--draws", "20000", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
@@ -274,8 +274,8 @@ def test_cli_audit_step(capsys):
 
 
 def test_report_rows_and_markdown_section():
-    from audit.report import markdown
-    from audit.step_audit import STEP_HEADERS, step_rows
+    from privaudit.audit.report import markdown
+    from privaudit.audit.step_audit import STEP_HEADERS, step_rows
 
     result = {"defense": "dpcl-simclr", "relation": "replace-one", "claim": {"mu": 0.348, "epsilon": 1.33},
               "pairs": [{"pair": "witness", "mu_lower": 0.467, "epsilon_lower": 1.15, "power_mu": 1.34,
@@ -296,7 +296,7 @@ ALM_PARAMS = {"epochs": 1, "sensitivity_m": 20, "curve_draws": 2}
 def test_alm_release_canonical_pair_is_tight_and_not_refuted(ctx, tmp_path):
     """The canonical pair (one coordinate moved by exactly the sampled L1 sensitivity) through ALM's own
     release: eps_lb at delta 0 within [0.8, 1] of the claimed per-release eps at 1 and 8."""
-    from audit.step_audit import audit_defense
+    from privaudit.audit.step_audit import audit_defense
 
     for eps in (1.0, 8.0):
         r = audit_defense("alm", params=ALM_PARAMS, target_epsilon=eps, pair="canary", draws=100_000,
@@ -316,7 +316,7 @@ def test_alm_release_canonical_pair_is_tight_and_not_refuted(ctx, tmp_path):
 def test_alm_snapped_laplace_release_is_tight_and_not_refuted(ctx):
     """ALM's Laplace option (the snapping mechanism) on its canonical pair at eps 2, where the plain float64
     Laplace release was refuted (eps_lb 2.37 at 10^6 draws): below the claim, which includes the overhead."""
-    from audit.step_audit import audit_defense
+    from privaudit.audit.step_audit import audit_defense
 
     r = audit_defense("alm", params={**ALM_PARAMS, "mechanism": "laplace"}, target_epsilon=2.0, pair="canary",
                       draws=200_000, context=ctx)
@@ -334,9 +334,9 @@ def test_alm_release_with_less_noise_than_claimed_is_refuted(ctx, tmp_path, monk
     delta 0 above the claim), with its witness written."""
     from dataclasses import replace
 
-    from audit.step_audit import audit_defense, step_gate
-    from audit.suite import StepAuditConfig
-    from defenses.alm.defense import ALM
+    from privaudit.audit.step_audit import audit_defense, step_gate
+    from privaudit.audit.suite import StepAuditConfig
+    from privaudit.defenses.alm.defense import ALM
 
     honest = ALM.release_noise
 
@@ -361,7 +361,7 @@ def test_alm_release_witness_pair_exceeds_sampled_sensitivity(ctx):
     """The sensitivity search's pair moves the head by more than the sampled L1 sensitivity, so its exact
     pure epsilon (|d|_1 / s) exceeds the claim; measured, it is not refuted: the difference is spread over
     hundreds of coordinates, and the excess sits in their joint tails."""
-    from audit.step_audit import audit_defense
+    from privaudit.audit.step_audit import audit_defense
 
     r = audit_defense("alm", target_epsilon=8.0, pair="witness", draws=20000, witness_evaluations=30, context=ctx)
     p = r["pairs"][0]
@@ -373,7 +373,7 @@ def test_alm_release_witness_pair_exceeds_sampled_sensitivity(ctx):
 def test_cli_audit_step_alm(capsys):
     import json
 
-    from audit.cli import main
+    from privaudit.audit.cli import main
 
     args = ["audit-step", "--defense", "alm", "--pair", "canary", "--draws", "20000", "--target-epsilon", "1"]
     for kv in ("epochs=1", "sensitivity_m=20", "curve_draws=2"):
@@ -395,7 +395,7 @@ def test_float64_laplace_release_leaks_through_its_last_bits():
     the snapping mechanism (tests/test_alm_snapping.py: not refuted at these settings)."""
     from functools import partial
 
-    from defenses.alm.mechanisms import add_noise, log_density, standard_noise
+    from privaudit.defenses.alm.mechanisms import add_noise, log_density, standard_noise
 
     s, eps = 0.7, 2.0
     m0 = torch.full((1,), 0.3, dtype=torch.float64)

@@ -3,9 +3,9 @@
 
 import pytest
 
-from audit.cli import main
-from core.errors import ConfigError
-from audit.suite import load_suite, parse_suite
+from privaudit.audit.cli import main
+from privaudit.core.errors import ConfigError
+from privaudit.audit.suite import load_suite, parse_suite
 
 GOOD = """
 name = "grid"

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from defenses import Budget, Trained, make_defense
-from defenses.evaluation import encoder_utility
-from defenses.nn.model import build_model
-from core.errors import ConfigError
+from privaudit.defenses import Budget, Trained, make_defense
+from privaudit.defenses.evaluation import encoder_utility
+from privaudit.defenses.nn.model import build_model
+from privaudit.core.errors import ConfigError
 
 
 def test_simclr_beats_random_init_on_digits(digits):

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from audit.cli import main
-from core.datasets import load_dataset
-from core.errors import ConfigError
-from defenses.base import Budget
-from defenses.training_length import public_halves, usable_epochs
+from privaudit.audit.cli import main
+from privaudit.core.datasets import load_dataset
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.base import Budget
+from privaudit.defenses.training_length import public_halves, usable_epochs
 
 TINY = {"encoder": "mlp", "width": 8, "batch_size": 64}
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from attacks.base import Target
-from attacks.registry import make_attack
-from core.errors import ConfigError
-from defenses import Budget
+from privaudit.attacks.base import Target
+from privaudit.attacks.registry import make_attack
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget
 
 FAST = {"epochs": 1, "rounds": 6}
 
@@ -34,8 +34,8 @@ def test_unsupported_relation_or_defense_is_an_error(digits):
 
 def _claim_pld_epsilon(data, budget: Budget) -> float:
     """The PLD epsilon of DP-FedEmb's own claim (its event, replace-one per user) at FAST."""
-    from accountants.pld import build_pld
-    from defenses.registry import make_defense
+    from privaudit.accountants.pld import build_pld
+    from privaudit.defenses.registry import make_defense
 
     d = make_defense("dp-fedemb", FAST)
     users = d.users(data, 0)
@@ -58,7 +58,7 @@ def test_canary_users_give_a_mechanism_bound_below_the_claims_pld_epsilon(digits
 def test_undernoised_aggregation_is_refuted_by_the_mechanism_bound(digits, monkeypatch):
     """Positive control: the aggregation adds a fifth of the noise the claim accounts; the mechanism bound
     rejects the claim's own curve and exceeds its epsilon."""
-    import defenses.fedemb.defense as fed
+    import privaudit.defenses.fedemb.defense as fed
 
     honest = fed.noised_mean
     monkeypatch.setattr(fed, "noised_mean", lambda deltas, clip, z, gen, **kw: honest(deltas, clip, z / 5, gen, **kw))

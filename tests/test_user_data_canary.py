@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from attacks.base import Target
-from attacks.registry import make_attack
-from attacks.user_data_canary import UserCohesion, canary_users
-from core.errors import ConfigError
-from defenses import Budget
+from privaudit.attacks.base import Target
+from privaudit.attacks.registry import make_attack
+from privaudit.attacks.user_data_canary import UserCohesion, canary_users
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget
 
 FAST = {"epochs": 1, "rounds": 6}
 

@@ -1,1 +1,1 @@
-"""CLI subcommands, one module each (see ``audit.cli.COMMANDS``)."""
+"""CLI subcommands, one module each (see ``privaudit.audit.cli.COMMANDS``)."""

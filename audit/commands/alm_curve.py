@@ -11,11 +11,11 @@ from __future__ import annotations
 import argparse
 import time
 
-from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, integer, number, parse_params
-from core.datasets import load_dataset
-from audit.device import DEVICES, resolve_device
-from core.errors import ConfigError
-from defenses import Budget, make_defense
+from privaudit.audit.commands.common import add_data_args, add_output_args, emit_json, format_table, integer, number, parse_params
+from privaudit.core.datasets import load_dataset
+from privaudit.audit.device import DEVICES, resolve_device
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget, make_defense
 
 
 def _epsilons(text: str) -> tuple[float, ...]:

@@ -6,17 +6,17 @@ import argparse
 import time
 from pathlib import Path
 
-from attacks import ATTACKS, DataRef, Target, make_attack, make_executor
-from attacks.executor import EXECUTORS
-from attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
-from attacks.shadow_models import resolve_defense
-from audit.commands.common import (add_data_args, add_output_args, emit_json, format_table, integer, number,
+from privaudit.attacks import ATTACKS, DataRef, Target, make_attack, make_executor
+from privaudit.attacks.executor import EXECUTORS
+from privaudit.attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
+from privaudit.attacks.shadow_models import resolve_defense
+from privaudit.audit.commands.common import (add_data_args, add_output_args, emit_json, format_table, integer, number,
                                    parse_params)
-from core.datasets import load_dataset
-from audit.device import DEVICES, resolve_device
-from core.errors import ConfigError, one_of
-from core.io import check_output_dir
-from defenses import DEFENSES, Budget
+from privaudit.core.datasets import load_dataset
+from privaudit.audit.device import DEVICES, resolve_device
+from privaudit.core.errors import ConfigError, one_of
+from privaudit.core.io import check_output_dir
+from privaudit.defenses import DEFENSES, Budget
 
 # Attacks whose shadow/reference model count --shadow-models sets.
 SHADOW_PARAM = {"lira": "shadow_models", "rmia": "reference_models", "shadow": "shadow_models",
@@ -69,7 +69,7 @@ def target_utility(trained, data, device) -> dict[str, float]:
     accuracy when it releases one: the figures that show the audited model is a real model."""
     import torch
 
-    from defenses.evaluation import encoder_utility
+    from privaudit.defenses.evaluation import encoder_utility
 
     trained.model.eval()
     out = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     length = None
     if "epochs" not in params and "epochs" in defense.config_dict() and not defense.private:
-        from defenses.training_length import usable_epochs
+        from privaudit.defenses.training_length import usable_epochs
 
         length = usable_epochs(args.defense, params, data, budget, args.seed, device=device)
         params["epochs"] = length.epochs

@@ -1,11 +1,11 @@
 """``privaudit audit-model``: audit a user's own PyTorch classifier by LOSS, LiRA and RMIA, and its training
-function by a one-run canary audit (see :mod:`audit.model_audit`)."""
+function by a one-run canary audit (see :mod:`privaudit.audit.model_audit`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from audit.commands.common import add_data_args, add_output_args, emit_json, format_table
+from privaudit.audit.commands.common import add_data_args, add_output_args, emit_json, format_table
 
 HELP = ("audit your own PyTorch classifier (factory + weights) by LOSS, LiRA and RMIA on a membership split, and "
         "its training function by a canary audit")
@@ -39,8 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attacks.metrics import FPR_TARGETS, fpr_key
-    from audit.model_audit import audit_model
+    from privaudit.attacks.metrics import FPR_TARGETS, fpr_key
+    from privaudit.audit.model_audit import audit_model
 
     results = audit_model(args.factory, args.weights, dataset=args.dataset, train_fn=args.train_fn, seed=args.seed,
                           data_dir=args.data_dir, attacks=None if args.attacks is None else [a.strip() for a in args.attacks.split(",") if a.strip()],

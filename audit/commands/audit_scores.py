@@ -1,12 +1,12 @@
-"""``privaudit audit-scores``: audit member / non-member scores a user already has (see :mod:`audit.score_audit`)."""
+"""``privaudit audit-scores``: audit member / non-member scores a user already has (see :mod:`privaudit.audit.score_audit`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from audit.commands.common import add_output_args, emit_json, format_table
-from audit.score_inputs import KINDS
-from audit.score_audit import DESIGNS
+from privaudit.audit.commands.common import add_output_args, emit_json, format_table
+from privaudit.audit.score_inputs import KINDS
+from privaudit.audit.score_audit import DESIGNS
 
 HELP = "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"
 
@@ -31,11 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from core.errors import ConfigError
+    from privaudit.core.errors import ConfigError
 
     if args.tf_privacy is None and (args.members is None or args.nonmembers is None):
         raise ConfigError("--members and --nonmembers: both required (or --tf-privacy FILE.npz)")
-    from audit.score_audit import audit_scores
+    from privaudit.audit.score_audit import audit_scores
 
     a = audit_scores(args.members, args.nonmembers, kind=args.kind, tf_privacy=args.tf_privacy, delta=args.delta,
                      beta=args.beta, design=args.design, out=args.out)

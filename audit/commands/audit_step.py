@@ -1,4 +1,4 @@
-"""``privaudit audit-step``: audit one privatised training step of a defense (see :mod:`audit.step_audit`).
+"""``privaudit audit-step``: audit one privatised training step of a defense (see :mod:`privaudit.audit.step_audit`).
 
     privaudit audit-step --defense NAME [--draws N] [--pair all|canonical|canary|extreme|witness]
                          [--target-epsilon E | --noise-multiplier Z] [--delta D] [--param KEY=VALUE ...]
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import argparse
 
-from audit.commands.common import add_data_args, emit_json, format_table, parse_params
+from privaudit.audit.commands.common import add_data_args, emit_json, format_table, parse_params
 
 HEADERS = ["pair", "|d| / Delta", "mu pair", "mu_lb", "mu claim", "power", "eps pair", "eps_lb", "eps claim", "verdict",
            "seconds", "witness"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from audit.step_audit import DEFAULT_DRAWS, DEFAULT_WITNESS_EVALUATIONS, DEFENSES, PAIR_CHOICES
+    from privaudit.audit.step_audit import DEFAULT_DRAWS, DEFAULT_WITNESS_EVALUATIONS, DEFENSES, PAIR_CHOICES
 
     p = sub.add_parser("audit-step", help="audit one privatised step of a defense on neighbouring batches")
     p.add_argument("--defense", required=True, choices=DEFENSES, help="the defense whose step is audited")
@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from audit.step_audit import audit_defense, summary_line
+    from privaudit.audit.step_audit import audit_defense, summary_line
 
     torch.set_num_threads(1)
     r = audit_defense(args.defense, params=parse_params(args.param), target_epsilon=args.target_epsilon,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from accountants.calibrate import calibrate
-from accountants.registry import epsilon
-from audit.commands.common import emit_json, format_table, number
-from audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
+from privaudit.accountants.calibrate import calibrate
+from privaudit.accountants.registry import epsilon
+from privaudit.audit.commands.common import emit_json, format_table, number
+from privaudit.audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
                                       template, validate)
-from core.errors import ConfigError, check_positive
+from privaudit.core.errors import ConfigError, check_positive
 
 
 def register(sub: argparse._SubParsersAction) -> None:

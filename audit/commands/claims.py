@@ -7,9 +7,9 @@ import sys
 
 from tqdm import tqdm
 
-from accountants.paper_claims import PAPERS, ClaimCheck, check_claim, paper_claims
-from audit.commands.common import emit_json, format_table
-from core.errors import ConfigError, one_of
+from privaudit.accountants.paper_claims import PAPERS, ClaimCheck, check_claim, paper_claims
+from privaudit.audit.commands.common import emit_json, format_table
+from privaudit.core.errors import ConfigError, one_of
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -8,9 +8,9 @@ import sys
 import textwrap
 from typing import Any
 
-from core.config import MAX_SEED
-from core.errors import ConfigError
-from core.io import to_json
+from privaudit.core.config import MAX_SEED
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import to_json
 
 try:
     import tomllib
@@ -22,7 +22,7 @@ TABLE_WIDTH = 120  # columns: what a CI log or a terminal shows without wrapping
 
 
 def integer(lo: int | None = None, hi: int | None = None):
-    """An argparse type: an integer in [lo, hi] (defaults: the field's range in :data:`core.config.RANGES`)."""
+    """An argparse type: an integer in [lo, hi] (defaults: the field's range in :data:`privaudit.core.config.RANGES`)."""
     def parse(text: str) -> int:
         try:
             value = int(text)

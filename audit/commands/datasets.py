@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from audit.commands.common import emit_json, format_table
-from core.datasets import DATASETS, install_hint, locate, missing_files
+from privaudit.audit.commands.common import emit_json, format_table
+from privaudit.core.datasets import DATASETS, install_hint, locate, missing_files
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import math
 
-from accountants.registry import epsilon
-from audit.commands.common import emit_json, format_table
-from audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
+from privaudit.accountants.registry import epsilon
+from privaudit.audit.commands.common import emit_json, format_table
+from privaudit.audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
                                       json_number, template, validate)
-from core.errors import check_positive
+from privaudit.core.errors import check_positive
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from audit.commands.common import format_table
-from core.errors import ConfigError
-from core.io import read_json
+from privaudit.audit.commands.common import format_table
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import read_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,13 +11,13 @@ import argparse
 import math
 from typing import Any, Callable
 
-from accountants.claim import RELATIONS, PrivacyClaim
-from accountants.conversions import CONVERSIONS
-from accountants.dpsgd import COMPOSITIONS, SAMPLINGS, sampled_gaussian_template
-from accountants.registry import ACCOUNTANTS
-from audit.commands.common import integer, number
-from core.config import MAX_ACCOUNTED_STEPS, MAX_INT
-from core.errors import ConfigError, check_positive, check_probability, one_of
+from privaudit.accountants.claim import RELATIONS, PrivacyClaim
+from privaudit.accountants.conversions import CONVERSIONS
+from privaudit.accountants.sampled_gaussian import COMPOSITIONS, SAMPLINGS, sampled_gaussian_template
+from privaudit.accountants.registry import ACCOUNTANTS
+from privaudit.audit.commands.common import integer, number
+from privaudit.core.config import MAX_ACCOUNTED_STEPS, MAX_INT
+from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 
 
 def add_mechanism_args(parser: argparse.ArgumentParser, *, noise: bool) -> None:

@@ -12,7 +12,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from audit.report import render_from_json
+    from privaudit.audit.report import render_from_json
 
     paths = render_from_json(args.directory)
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

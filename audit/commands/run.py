@@ -6,8 +6,8 @@ import argparse
 import os
 import sys
 
-from audit.runner import EXECUTOR_CHOICES, run_suite
-from audit.suite import load_suite
+from privaudit.audit.runner import EXECUTOR_CHOICES, run_suite
+from privaudit.audit.suite import load_suite
 
 
 def register(sub: argparse._SubParsersAction) -> None:

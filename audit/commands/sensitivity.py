@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from audit.commands.common import SEED, emit_json, format_table, integer, number
-from core.config import MAX_BUDGET_SECONDS, MAX_INT
-from core.errors import ConfigError
-from audit.sensitivity.verdict import display
+from privaudit.audit.commands.common import SEED, emit_json, format_table, integer, number
+from privaudit.core.config import MAX_BUDGET_SECONDS, MAX_INT
+from privaudit.core.errors import ConfigError
+from privaudit.audit.sensitivity.verdict import display
 
 HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "closed form", "verdict", "witness"]
 
@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from audit.sensitivity import CLAIMS
+    from privaudit.audit.sensitivity import CLAIMS
 
     rows = [[c.id, c.source, c.relation, c.norm, c.formula, "closed form" if c.closed_form else "sampled",
              c.budget_seconds, "reference" if c.reference else "paper"] for c in CLAIMS.values()]
@@ -79,7 +79,7 @@ def _growth(results: list[dict]) -> None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from audit.sensitivity import replay
+    from privaudit.audit.sensitivity import replay
 
     r = replay(args.replay)
     if args.json:
@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--budget-seconds: must be > 0, got {args.budget_seconds!r}")
     if args.evaluations is not None and args.evaluations < 1:
         raise ConfigError(f"--evaluations: must be >= 1, got {args.evaluations!r}")
-    from audit.sensitivity import check_claims, select
+    from privaudit.audit.sensitivity import check_claims, select
 
     ids = None if args.all else list(args.claim)
     select(ids, include_reference=False)  # unknown ids fail here, before any work

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from audit.commands.common import add_output_args, emit_json, format_table
+from privaudit.audit.commands.common import add_output_args, emit_json, format_table
 
 HELP = "list the shipped audit suites (run one by name: privaudit run quickstart)"
 
@@ -16,7 +16,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _description(path) -> str:
-    from audit.commands.common import tomllib
+    from privaudit.audit.commands.common import tomllib
 
     try:
         text = tomllib.loads(path.read_text(encoding="utf-8")).get("description", "")
@@ -26,7 +26,7 @@ def _description(path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from audit.shipped import shipped_suites
+    from privaudit.audit.shipped import shipped_suites
 
     suites = shipped_suites()
     if args.json:

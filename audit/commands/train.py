@@ -6,14 +6,14 @@ import argparse
 import time
 from pathlib import Path
 
-from accountants import all_epsilons
-from audit.commands.common import add_data_args, add_output_args, emit_json, format_table, number, parse_params
-from core.datasets import load_dataset
-from audit.device import DEVICES, resolve_device
-from core.errors import ConfigError
-from core.io import check_output_dir
-from defenses import DEFENSES, Budget, make_defense
-from defenses.utility import utility_panel
+from privaudit.accountants import all_epsilons
+from privaudit.audit.commands.common import add_data_args, add_output_args, emit_json, format_table, number, parse_params
+from privaudit.core.datasets import load_dataset
+from privaudit.audit.device import DEVICES, resolve_device
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import check_output_dir
+from privaudit.defenses import DEFENSES, Budget, make_defense
+from privaudit.defenses.utility import utility_panel
 
 
 def register(sub: argparse._SubParsersAction) -> None:

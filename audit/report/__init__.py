@@ -33,8 +33,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from core.errors import ConfigError
-from core.io import atomic_write_group, strict
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import atomic_write_group, strict
 
 TOP_LEVEL = ("suite", "created", "version", "git_commit", "device", "cells", "sensitivity", "gate")
 
@@ -60,7 +60,7 @@ def device_description(name: str) -> str:
     """``cpu`` or ``cuda (<GPU name>)`` for the suite's device setting as resolved here."""
     import torch
 
-    from audit.device import resolve_device
+    from privaudit.audit.device import resolve_device
 
     device = resolve_device(name)
     if device.type == "cuda":
@@ -71,7 +71,7 @@ def device_description(name: str) -> str:
 def build_report(suite, cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]],
                  gate: dict[str, Any], *, only: Sequence[str] | None = None) -> dict[str, Any]:
     """The report object (see the module docstring)."""
-    from audit import __version__
+    from privaudit.audit import __version__
 
     created = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     return strict({
@@ -88,11 +88,11 @@ def build_report(suite, cells: Sequence[dict[str, Any]], sensitivity: Sequence[d
 
 def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
     """Render plots, ``report.md``, ``report.html`` and ``report.json`` in memory, then write them all-or-nothing
-    (:func:`core.io.atomic_write_group`): a write that fails (full disk, read-only directory) replaces none of
+    (:func:`privaudit.core.io.atomic_write_group`): a write that fails (full disk, read-only directory) replaces none of
     them and is one line (ConfigError naming ``--out``)."""
-    from audit.report import html, markdown
-    from audit.report.plots import all_plots
-    from core.io import to_json
+    from privaudit.audit.report import html, markdown
+    from privaudit.audit.report.plots import all_plots
+    from privaudit.core.io import to_json
 
     out = Path(out)
     figures = all_plots(report, out)
@@ -112,7 +112,7 @@ def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
 
 def read_report(out: str | Path) -> dict[str, Any]:
     """``out/report.json`` as written by :func:`write_report`, or a one-line ConfigError saying what is wrong."""
-    from core.io import read_json
+    from privaudit.core.io import read_json
 
     path = Path(out) / "report.json"
     if not path.is_file():

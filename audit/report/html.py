@@ -7,8 +7,8 @@ import base64
 import html
 from typing import Any
 
-from audit.report import summary as s
-from audit.report.markdown import ATTACK_EXPLAIN, EXPLAIN
+from privaudit.audit.report import summary as s
+from privaudit.audit.report.markdown import ATTACK_EXPLAIN, EXPLAIN
 
 CSS = """
 :root { --fg:#1f2328; --muted:#59636e; --line:#d1d9e0; --bg:#ffffff; --soft:#f6f8fa;
@@ -153,7 +153,7 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
         parts.append("<p>No sensitivity checks in this run.</p>")
 
     if report.get("step_audit"):
-        from audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
+        from privaudit.audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
 
         parts.append('<h2 id="step-audit">Step-level audit</h2>')
         parts.append(table(STEP_HEADERS, step_rows(report), table_id="step-audit-table", badge_cols=("verdict",)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from audit.report import summary as s
+from privaudit.audit.report import summary as s
 
 
 EXPLAIN = ("ε per accountant is the theoretical epsilon of the mechanism the defense actually implements (∞: no "
@@ -85,7 +85,7 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
     else:
         lines += ["No sensitivity checks in this run.", ""]
     if report.get("step_audit"):
-        from audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
+        from privaudit.audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
 
         lines += ["## Step-level audit", "", table(STEP_HEADERS, step_rows(report)), "", STEP_EXPLAIN, ""]
     lines += ["## Claims and caveats", ""]

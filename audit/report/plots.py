@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from audit.report.summary import shown_accountants, strongest_attack
+from privaudit.audit.report.summary import shown_accountants, strongest_attack
 
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
 # Okabe & Ito's colour-blind-safe palette; each series also gets its own marker (and baselines a dashed line),
@@ -76,8 +76,8 @@ def _label(cell: dict[str, Any], report: dict[str, Any]) -> str:
 
 def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
     """Log-log ROC curves of ``attack`` on every cell that ran it."""
-    from attacks.metrics import loglog_roc, roc
-    from core.io import load_npz
+    from privaudit.attacks.metrics import loglog_roc, roc
+    from privaudit.core.io import load_npz
 
     curves = []
     for cell in report["cells"]:
@@ -88,7 +88,7 @@ def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
             arrays = load_npz(out / a["scores"])
             scores, membership = arrays["scores"], arrays["membership"]
         except Exception as exc:  # noqa: BLE001 - a torn or edited file: one line, not a traceback
-            from core.errors import ConfigError
+            from privaudit.core.errors import ConfigError
 
             raise ConfigError(f"{a['scores']}: unreadable score file ({type(exc).__name__}); run privaudit run "
                               "--resume on this directory to recompute its cell") from None

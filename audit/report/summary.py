@@ -6,7 +6,7 @@ only format these rows.
 from __future__ import annotations
 
 from typing import Any
-from audit.sensitivity.verdict import display
+from privaudit.audit.sensitivity.verdict import display
 
 UTILITY_KEYS = ("knn_accuracy", "linear_probe_accuracy")
 

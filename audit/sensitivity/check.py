@@ -1,10 +1,10 @@
 """``check_claims``: search every registered claim for a violating neighbouring pair.
 
-For each claim, each of its settings (see :mod:`audit.sensitivity.register`) gets an equal share of
-what is left of the claim's budget; the search (:mod:`audit.sensitivity.search`) runs on the target
+For each claim, each of its settings (see :mod:`privaudit.audit.sensitivity.register`) gets an equal share of
+what is left of the claim's budget; the search (:mod:`privaudit.audit.sensitivity.search`) runs on the target
 the defense's privatized quantity gives at that setting. The claim's result is the setting with the
 largest observed / bound ratio; once a setting violates its bound the remaining settings are skipped.
-A violated claim's witness is written to ``witness_dir`` (:mod:`audit.sensitivity.witness`).
+A violated claim's witness is written to ``witness_dir`` (:mod:`privaudit.audit.sensitivity.witness`).
 
 Each result is a dict with exactly the keys ``claim, source, relation, bound, observed, ratio,
 verdict, witness, config`` (``config`` holds the setting, the bound's parameters, the defense's own
@@ -21,12 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.errors import ConfigError, check_positive
-from audit.sensitivity.register import ClaimSpec, Context, select
-from audit.sensitivity.search import MIN_PAIRS, SearchResult, Target, search
-from audit.sensitivity.verdict import is_violation, tolerance, verdict
-from audit.sensitivity.witness import num_threads, save_witness
-from defenses.seeding import torch_generator
+from privaudit.core.errors import ConfigError, check_positive
+from privaudit.audit.sensitivity.register import ClaimSpec, Context, select
+from privaudit.audit.sensitivity.search import MIN_PAIRS, SearchResult, Target, search
+from privaudit.audit.sensitivity.verdict import is_violation, tolerance, verdict
+from privaudit.audit.sensitivity.witness import num_threads, save_witness
+from privaudit.defenses.seeding import torch_generator
 
 RESULT_KEYS = ("claim", "source", "relation", "bound", "observed", "ratio", "verdict", "witness", "config")
 DEFAULT_WITNESS_DIR = Path("reports") / "sensitivity" / "witnesses"

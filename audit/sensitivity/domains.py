@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from core.errors import ConfigError, one_of
+from privaudit.core.errors import ConfigError, one_of
 
 Rows = dict[str, torch.Tensor]
 RELATIONS = ("replace-one", "add-remove")

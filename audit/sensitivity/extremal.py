@@ -1,6 +1,6 @@
 """Constructed extremal pairs and closed-form suprema of the checked quantities.
 
-The search (:mod:`audit.sensitivity.search`) starts from these pairs; the gradient ascent then moves
+The search (:mod:`privaudit.audit.sensitivity.search`) starts from these pairs; the gradient ascent then moves
 them to where the model actually realises the extreme embeddings. Derivations (z = the
 L2-normalised representation of a view, C the clip norm):
 
@@ -49,8 +49,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from audit.sensitivity.domains import ImageDomain, Pair, cat_rows, slice_rows
-from audit.sensitivity.search import SEED_RANGE, Target
+from privaudit.audit.sensitivity.domains import ImageDomain, Pair, cat_rows, slice_rows
+from privaudit.audit.sensitivity.search import SEED_RANGE, Target
 
 Params = Mapping[str, Any]
 
@@ -337,14 +337,14 @@ def _angle_directions(theta: torch.Tensor, tau: float, dtype: torch.dtype = torc
     """Per row, the clipped gradient's direction sign(dL/dtheta_r) t(theta_r) of unit rows at angles theta.
 
     ``theta`` (M, R): M configurations of R rows [view 1; view 2] on a circle; L = NT-Xent (DPCL Eq. 4,
-    :func:`defenses.losses.nt_xent_from_similarity`) of each configuration; t(theta) = (-sin, cos) the
+    :func:`privaudit.defenses.losses.nt_xent_from_similarity`) of each configuration; t(theta) = (-sin, cos) the
     tangent. The torques are computed in ``dtype``, the models' precision: at a small temperature the
     rows across the circle see each other through probabilities e^{-2/tau}, whose torques round away
     in float32; a configuration relying on them is not one the model realises. A torque below
     :data:`SPLIT_TORQUE_FLOOR` counts in proportion: the constructed heads clip every row whose torque
     is above it, not the others. Returns (M, R, 2).
     """
-    from defenses.losses import nt_xent_from_similarity
+    from privaudit.defenses.losses import nt_xent_from_similarity
 
     th = theta.detach().to(dtype).requires_grad_(True)
     z = torch.stack([torch.cos(th), torch.sin(th)], -1)
@@ -574,7 +574,7 @@ def chunk_seeds(target: Target, gen: torch.Generator, tries: int = 64) -> list[P
     """Add-remove pairs with constructed parameters for DP-GCL's chunked grouping (Algorithm 1 line 5).
 
     Derivation. Groups are consecutive chunks of S in the order of one uniform key per batch
-    position (position-stable, :class:`defenses.dp.randomness.StepRandomness`). Among the shared
+    position (position-stable, :class:`privaudit.defenses.dp.randomness.StepRandomness`). Among the shared
     seeds tried, take the one whose added example gets the smallest key, so it enters D' first and
     shifts every example one place. Give the examples two types by their rank in D, alternating
     per chunk: ranks 0..S-1 type P, S..2S-1 type Q, ... -- every group of D is homogeneous, every
@@ -585,7 +585,7 @@ def chunk_seeds(target: Target, gen: torch.Generator, tries: int = 64) -> list[P
     clipped gradient is C along nearly the same direction. ||Delta|| approaches (K - 1) C for
     K = ceil(|B| / S) groups, against the paper's 2C: a ratio of (K - 1) / 2, growing with |B|.
     """
-    from defenses.dp.randomness import StepRandomness
+    from privaudit.defenses.dp.randomness import StepRandomness
 
     dom, n = target.domain, target.units
     s = int(target.params.get("S", 0) or 0)
@@ -721,12 +721,12 @@ def _group_directions(theta: torch.Tensor, groups: torch.Tensor, k: int, tau: fl
     """Directions (M, K, 2) of the K groups' clipped gradients in the limit of :func:`split_flip_head`.
 
     Rows [u; v; a] (n each: anchors, positives, augmented positives; DP-GCL Eq. 12 with N_a = 1 and
-    full-batch negatives, :func:`defenses.losses.group_info_nce`) at angles ``theta`` (M, 3n). Group
+    full-batch negatives, :func:`privaudit.defenses.losses.group_info_nce`) at angles ``theta`` (M, 3n). Group
     j's unit is the gradient of its members' terms through every row; at the constructed head row r
     contributes (dS_j/dtheta_r) kappa_r sin(theta_r) t(theta_r) (x) e_0 (kappa_r = cot theta_r +
     beta_0, |y_r| = scale / sin theta_r), and clipping keeps the direction. An empty group is 0.
     """
-    from defenses.losses import group_info_nce
+    from privaudit.defenses.losses import group_info_nce
 
     n = theta.shape[1] // 3
     graph = theta.requires_grad  # differentiable in theta (the ascent of :func:`group_clip_limit`)
@@ -804,8 +804,8 @@ def group_clip_seeds(target: Target, gen: torch.Generator, tries: int = 64) -> l
     every group, the added example's included: the limit is 2K / (2K + 1) of Thm. 1's (2K + 1) C
     (0.8 at K = 2, 0.889 at K = 4), the closed-form supremum 2KC (:func:`group_clip_supremum`).
     """
-    from defenses.dp.randomness import StepRandomness
-    from defenses.dp_gcl import assign_groups
+    from privaudit.defenses.dp.randomness import StepRandomness
+    from privaudit.defenses.dp_gcl import assign_groups
 
     dom, b = target.domain, target.units
     s_size, tau = int(target.params.get("S", 0) or 0), target.params.get("tau")

@@ -1,6 +1,6 @@
 """Functions with known sensitivity, to calibrate the samplers (and a deliberately buggy one).
 
-Each is a :class:`~defenses.base.PrivatizedQuantity` like a defense's, on batches of free vectors
+Each is a :class:`~privaudit.defenses.base.PrivatizedQuantity` like a defense's, on batches of free vectors
 x (N, d) in float64:
 
 * ``clipped_sum`` — sum_i Clip_C(x_i), Clip_C(v) = v min(1, C / ||v||). Add/remove sensitivity C
@@ -21,7 +21,7 @@ from typing import Mapping
 
 import torch
 
-from defenses.base import PrivatizedQuantity
+from privaudit.defenses.base import PrivatizedQuantity
 
 SOURCE = "reference function with known sensitivity"
 

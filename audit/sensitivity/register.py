@@ -4,7 +4,7 @@ Each :class:`ClaimSpec` names its source (paper and theorem/equation), the neigh
 the norm, and the claimed bound **as the paper states it**, as a function of the parameters (batch
 size B, group size S, clip norm C, temperature tau, ...). The function it bounds is never
 re-implemented here: :meth:`ClaimSpec.target` instantiates the defense that implements it and takes
-the matching :class:`~defenses.base.PrivatizedQuantity` from ``privatized_quantities`` -- the code
+the matching :class:`~privaudit.defenses.base.PrivatizedQuantity` from ``privatized_quantities`` -- the code
 path the defense trains with. The defense's own bound is reported beside the register's; the
 register's is the claim that is checked (tests pin every formula to the paper's statement).
 
@@ -26,10 +26,10 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from core.errors import ConfigError
-from audit.sensitivity.domains import ImageDomain, VectorDomain
-from audit.sensitivity.search import Target
-from defenses.base import PrivatizedQuantity
+from privaudit.core.errors import ConfigError
+from privaudit.audit.sensitivity.domains import ImageDomain, VectorDomain
+from privaudit.audit.sensitivity.search import Target
+from privaudit.defenses.base import PrivatizedQuantity
 
 Params = Mapping[str, Any]
 
@@ -133,7 +133,7 @@ class Setting:
     value w, and a freshly initialised network maps all inputs to nearly the same direction (cosine
     similarities >= 0.7 on digits), which hides the worst cases; a briefly trained one spreads them
     over the sphere (cosines down to -0.9). ``antipodal`` -- the trained model with its last linear
-    layer replaced by the constructed rank-one head of :func:`audit.sensitivity.extremal.antipodal_head`,
+    layer replaced by the constructed rank-one head of :func:`privaudit.audit.sensitivity.extremal.antipodal_head`,
     which maps the training image 0 (and its copies) to one unit vector u and its inversion to -u:
     the parameter value at which the normalised-representation theorems (DPCL Thms. 1-3) are
     extreme. Inputs in [0, 1] cannot reach antipodal embeddings under the trained or initial
@@ -168,7 +168,7 @@ class Context:
 
     @cached_property
     def data(self):
-        from core.datasets import load_dataset
+        from privaudit.core.datasets import load_dataset
 
         return load_dataset(self.dataset, seed=self.seed, data_dir=self.data_dir)
 
@@ -187,7 +187,7 @@ class Context:
         key = (defense, tuple(sorted((k, repr(v)) for k, v in overrides.items())), model,
                None if state is None else id(state), noise_multiplier)
         if key not in self._quantities:
-            from defenses.registry import make_defense
+            from privaudit.defenses.registry import make_defense
 
             d = make_defense(defense, dict(overrides))
             method = d.privatized_quantities
@@ -221,7 +221,7 @@ class Context:
         if state is not None:
             net.load_state_dict(dict(state))
         elif kind in ("trained", "antipodal"):
-            from defenses.nonprivate import train_contrastive
+            from privaudit.defenses.nonprivate import train_contrastive
 
             cfg = dataclasses.replace(defense.config, epochs=TRAINED_EPOCHS, batch_size=128, lr=1e-3,
                                       optimizer="adam", weight_decay=0.0)
@@ -231,7 +231,7 @@ class Context:
                 self._trained[key] = {k: v.detach().clone() for k, v in trained.state_dict().items()}
             net.load_state_dict(self._trained[key])
             if kind == "antipodal":
-                from audit.sensitivity.extremal import antipodal_head
+                from privaudit.audit.sensitivity.extremal import antipodal_head
 
                 x = self.data.train.x[:1].float()
                 antipodal_head(net, x, 1.0 - x)
@@ -276,7 +276,7 @@ class ClaimSpec:
     @property
     def supremum(self) -> tuple[Callable[[Params], float], str] | None:
         """The quantity's closed-form supremum and its formula (:data:`extremal.SUPREMA`), if derived."""
-        from audit.sensitivity.extremal import SUPREMA
+        from privaudit.audit.sensitivity.extremal import SUPREMA
 
         return SUPREMA.get(self.id)
 
@@ -317,7 +317,7 @@ def _defense_bounds(q: PrivatizedQuantity, params: Params) -> dict[str, Any]:
 
 
 def reference_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
-    from audit.sensitivity.reference import reference_quantities
+    from privaudit.audit.sensitivity.reference import reference_quantities
 
     dim, clip = int(spec.base_overrides.get("dim", 16)), float(spec.base_overrides.get("clip", 1.0))
     [q] = [q for q in reference_quantities(dim, clip) if q.claim_id == spec.key]
@@ -330,7 +330,7 @@ def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, An
                   seeds: str = "gradient_seeds") -> Builder:
     """Builder for quantities of a batch of images (the DP training defenses).
 
-    ``seeds``: the name of the constructed-pair function of :mod:`audit.sensitivity.extremal` the
+    ``seeds``: the name of the constructed-pair function of :mod:`privaudit.audit.sensitivity.extremal` the
     search starts from (by name: that module imports this one's search types).
     """
 
@@ -339,7 +339,7 @@ def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, An
         params = param_fn(setting, q)
         data = ctx.data
         domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes)
-        from audit.sensitivity import extremal
+        from privaudit.audit.sensitivity import extremal
 
         return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
                       setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved,

@@ -2,11 +2,11 @@
 
 One :class:`Target` is a quantity at one configuration: its function ``fn(batch, randomness)``
 (taken from the defense's ``privatized_quantities``, the code it trains with), the input
-:class:`~audit.sensitivity.domains.Domain`, the relation, the norm and the claimed bound there.
+:class:`~privaudit.audit.sensitivity.domains.Domain`, the relation, the norm and the claimed bound there.
 :func:`search` spends a time budget on it in phases, each feeding the next its best pairs:
 
 0. **constructed** — the claim's extremal pairs (``seeds``: derived from the quantity's formula in
-   :mod:`audit.sensitivity.extremal`), evaluated first and always among the restarts;
+   :mod:`privaudit.audit.sensitivity.extremal`), evaluated first and always among the restarts;
 1. **random** — pairs drawn from the data distribution and from extremes (noise, binary, constant,
    repeated and inverted inputs; negated, tiny and huge vectors), each with a fresh shared seed;
 2. **ascent** — from the best pairs found so far (restarts), maximise the distance over the changed
@@ -14,7 +14,7 @@ One :class:`Target` is a quantity at one configuration: its function ``fn(batch,
    are differentiable in their inputs first get gradient ascent (Adam in unconstrained coordinates:
    images through a logit; all restarts step together on one backward pass of the summed
    objective). The DP defenses' quantities are differentiable inside
-   :func:`defenses.dp.contrastive.differentiable_quantities`: the embeddings keep their graph, the
+   :func:`privaudit.defenses.dp.contrastive.differentiable_quantities`: the embeddings keep their graph, the
    loss cotangents are built with ``create_graph`` and the per-unit ``vmap(grad(.))`` engine, the
    unit norms and the clipping factors min(1, C/||g||) (piecewise smooth; at a clipped unit the
    gradient is the one of C g/||g||, at an unclipped one of g) are differentiated by a double
@@ -23,7 +23,7 @@ One :class:`Target` is a quantity at one configuration: its function ``fn(batch,
    (Gaussian steps in the same coordinates with a 1/5-success-rule step size, resampled or
    inverted units, new labels, new shared seed, another position) and keeps the best;
 3. **rubinstein-alda** (black-box training algorithms only) — Rubinstein & Aldà's sampler from
-   :mod:`defenses.sensitivity_sampling` (databases D ~ P^(n-1) plus x or x', P uniform over the data
+   :mod:`privaudit.defenses.sensitivity_sampling` (databases D ~ P^(n-1) plus x or x', P uniform over the data
    pool): the order statistic G_(k) with its random-DP confidence gamma, reported beside the
    maximum. Its pairs are real neighbours, so its maximum also competes for the witness.
 
@@ -44,10 +44,10 @@ from typing import Any, Callable
 
 import torch
 
-from audit.sensitivity.domains import Domain, Pair, Rows, cat_rows, n_rows, slice_rows
-from audit.sensitivity.verdict import distance, vector_norm
-from defenses.dp.contrastive import differentiable_quantities
-from defenses.dp.params import parameter_values
+from privaudit.audit.sensitivity.domains import Domain, Pair, Rows, cat_rows, n_rows, slice_rows
+from privaudit.audit.sensitivity.verdict import distance, vector_norm
+from privaudit.defenses.dp.contrastive import differentiable_quantities
+from privaudit.defenses.dp.params import parameter_values
 
 QuantityFn = Callable[[Any, int], torch.Tensor]
 SEED_RANGE = 2 ** 31
@@ -64,7 +64,7 @@ class Target:
     the target for a replay. ``extra``: anything worth reporting (the defense's own bound, corrected
     bounds). ``model_state``: the parameters of the model ``fn`` evaluates (saved with a witness).
     ``module``: that model itself (the DP defenses'); with it a pair may carry its own parameter
-    values (``Pair.params``, evaluated through :func:`defenses.dp.params.parameter_values`) and the
+    values (``Pair.params``, evaluated through :func:`privaudit.defenses.dp.params.parameter_values`) and the
     gradient ascent moves the parameters too.
     """
 
@@ -494,11 +494,11 @@ def rubinstein_alda(target: Target, ev: Evaluator, pool: Rows, gen: torch.Genera
                     max_m: int = 500) -> dict[str, Any] | None:
     """R–A's sampler (Algorithm 1, P uniform over ``pool``) with as many pairs as the time left allows.
 
-    Uses :func:`defenses.sensitivity_sampling.oracle_pairs` for the draw and
-    :func:`~defenses.sensitivity_sampling.rubinstein_alda_parameters` / ``order_statistic`` for G_(k)
+    Uses :func:`privaudit.defenses.sensitivity_sampling.oracle_pairs` for the draw and
+    :func:`~privaudit.defenses.sensitivity_sampling.rubinstein_alda_parameters` / ``order_statistic`` for G_(k)
     and gamma. Each pair is D u {x} vs D u {x'} with x, x' last (replace-one at the last position).
     """
-    from defenses.sensitivity_sampling import oracle_pairs, order_statistic, rubinstein_alda_parameters
+    from privaudit.defenses.sensitivity_sampling import oracle_pairs, order_statistic, rubinstein_alda_parameters
 
     u = target.domain.unit_size
     pool_units = n_rows(pool) // u

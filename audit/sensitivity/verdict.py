@@ -32,7 +32,7 @@ import math
 
 import torch
 
-from core.errors import one_of
+from privaudit.core.errors import one_of
 
 NORMS = ("l1", "l2")
 VERDICTS = ("holds", "violated", "inconclusive")

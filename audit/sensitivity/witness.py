@@ -25,11 +25,11 @@ from typing import Any, Iterator
 
 import torch
 
-from core.errors import ConfigError
-from core.io import atomic_save_tensors, atomic_write_json
-from audit.sensitivity.domains import Rows
-from audit.sensitivity.search import Found, Target
-from audit.sensitivity.verdict import distance, is_violation, tolerance
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import atomic_save_tensors, atomic_write_json
+from privaudit.audit.sensitivity.domains import Rows
+from privaudit.audit.sensitivity.search import Found, Target
+from privaudit.audit.sensitivity.verdict import distance, is_violation, tolerance
 
 FORMAT = "privaudit-sensitivity-witness"
 VERSION = 1
@@ -107,7 +107,7 @@ def _rows(tensors: dict[str, torch.Tensor], side: str) -> Rows:
 
 def replay(path: str | Path) -> dict[str, Any]:
     """Recompute a witness; the result has the check's keys plus ``identical_outputs`` and ``reproduced``."""
-    from audit.sensitivity.register import CLAIMS, Context, Setting
+    from privaudit.audit.sensitivity.register import CLAIMS, Context, Setting
 
     tensors, meta = load_witness(path)
     claim = CLAIMS.get(meta["claim"])

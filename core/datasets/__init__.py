@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from core.datasets.registry import (
+from privaudit.core.datasets.registry import (
     DATA_DIR_ENV,
     DATASETS,
     DatasetInfo,
@@ -16,12 +16,12 @@ from core.datasets.registry import (
     missing_files,
     resolve_data_dir,
 )
-from core.datasets.splits import MembershipData, Split, SplitConfig, make_splits
+from privaudit.core.datasets.splits import MembershipData, Split, SplitConfig, make_splits
 
 
 def load_dataset(name: str, *, seed: int = 0, data_dir: str | os.PathLike[str] | None = None,
                  splits: SplitConfig | None = None) -> MembershipData:
-    """Load dataset ``name`` and split it for membership auditing (see :mod:`core.datasets.splits`)."""
+    """Load dataset ``name`` and split it for membership auditing (see :mod:`privaudit.core.datasets.splits`)."""
     return make_splits(load_raw(name, data_dir), seed, splits)
 
 

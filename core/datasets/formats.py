@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 _IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 

@@ -14,7 +14,7 @@ Where the files are looked for, first match wins (:func:`locate`):
    dataset-fashion-mnist`` is all Fashion-MNIST needs.
 
 ``imagefolder`` is the user's own images in torchvision's ImageFolder layout, the data root itself being
-the ImageFolder root (``DIR/<class name>/<image>.png|jpg``; :func:`core.datasets.formats.read_image_folder`):
+the ImageFolder root (``DIR/<class name>/<image>.png|jpg``; :func:`privaudit.core.datasets.formats.read_image_folder`):
 its shape and classes come from the files, and it has no official test split.
 """
 
@@ -27,8 +27,8 @@ from typing import Callable
 
 import numpy as np
 
-from core.errors import ConfigError, one_of
-from core.datasets import formats
+from privaudit.core.errors import ConfigError, one_of
+from privaudit.core.datasets import formats
 
 DATA_DIR_ENV = "PRIVAUDIT_DATA_DIR"
 # Where Debian's ``dataset-fashion-mnist`` package installs the four gzipped IDX files (``dpkg -L``).

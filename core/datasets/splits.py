@@ -19,8 +19,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from core.datasets.registry import DatasetInfo, RawDataset
-from core.errors import ConfigError, check_probability
+from privaudit.core.datasets.registry import DatasetInfo, RawDataset
+from privaudit.core.errors import ConfigError, check_probability
 
 
 @dataclass(frozen=True)

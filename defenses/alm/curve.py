@@ -5,7 +5,7 @@ evaluation queries, y the unprotected head's predictions and y_noisy the protect
 released head is random, so the curve reports the mean (and standard deviation) of L_util over
 ``draws`` independent noise draws. The same standard noise draws are scaled for every epsilon
 (common random numbers), so differences between epsilons are not noise in the estimate. Laplace rows are the
-snapped release ALM makes (:mod:`defenses.alm.snapping`): the same unit draws, snapped at each epsilon's lambda.
+snapped release ALM makes (:mod:`privaudit.defenses.alm.snapping`): the same unit draws, snapped at each epsilon's lambda.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Iterable
 
 import torch
 
-from core.errors import ConfigError, check_positive
-from defenses.alm.mechanisms import GAUSSIAN_CALIBRATIONS, MECHANISMS, calibrate_noise, standard_noise
-from defenses.alm.snapping import DEFAULT_CLAMP_FLOOR, snap, unit_laplace
+from privaudit.core.errors import ConfigError, check_positive
+from privaudit.defenses.alm.mechanisms import GAUSSIAN_CALIBRATIONS, MECHANISMS, calibrate_noise, standard_noise
+from privaudit.defenses.alm.snapping import DEFAULT_CLAMP_FLOOR, snap, unit_laplace
 
 
 def utility_loss(metric_protected: float | torch.Tensor, metric_unprotected: float) -> float | torch.Tensor:

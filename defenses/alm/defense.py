@@ -10,7 +10,7 @@ so, with m, and the epsilon it states holds only at that sampled sensitivity.
 Departures from the paper, each because the paper's version is not well defined or not correct:
 
 * The head is the unique minimiser of an L2-regularised multinomial logistic loss (see
-  :mod:`defenses.alm.head`) instead of a randomly initialised Keras fine-tuning, so the weights are
+  :mod:`privaudit.defenses.alm.head`) instead of a randomly initialised Keras fine-tuning, so the weights are
   a function of the data and the sampled "sensitivity" measures the data's influence, not two
   training runs' randomness.
 * Features are standardised with public-split statistics (folded into the released ``nn.Linear``,
@@ -18,7 +18,7 @@ Departures from the paper, each because the paper's version is not well defined 
 * Gaussian noise is calibrated exactly (analytic Gaussian mechanism) by default; the paper's
   sqrt(2 ln(1.25/delta)) Delta_2 / eps is only proven for eps < 1 (``gaussian_calibration=classical``
   reproduces it and flags it).
-* Laplace noise is released through Mironov's snapping mechanism (:mod:`defenses.alm.snapping`): the plain
+* Laplace noise is released through Mironov's snapping mechanism (:mod:`privaudit.defenses.alm.snapping`): the plain
   float64 Laplace release leaks through its last bits (Mironov 2012; measured by the release audit), and the
   claimed epsilon includes the snapping's overhead d 2^-49 B / lambda (Thm. 1).
 """
@@ -32,23 +32,23 @@ from typing import Any
 
 import torch
 
-from accountants.claim import PrivacyClaim
-from accountants.events import GaussianDpEvent, LogisticDpEvent, SnappingDpEvent
-from core.datasets import MembershipData
-from core.errors import ConfigError, check_positive, check_probability, one_of
-from defenses.sensitivity_sampling import (SampledSensitivity, exhaustive_remove_one, sample_sensitivity_alm,
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.events import GaussianDpEvent, LogisticDpEvent, SnappingDpEvent
+from privaudit.core.datasets import MembershipData
+from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
+from privaudit.defenses.sensitivity_sampling import (SampledSensitivity, exhaustive_remove_one, sample_sensitivity_alm,
                                        sample_sensitivity_rubinstein_alda)
-from defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
-from defenses.alm.head import HeadProblem, fit_heads, head_as_linear, newton_solve
-from defenses.alm.mechanisms import (GAUSSIAN_CALIBRATIONS, MECHANISMS, NoiseCalibration, add_noise, calibrate_noise,
+from privaudit.defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
+from privaudit.defenses.alm.head import HeadProblem, fit_heads, head_as_linear, newton_solve
+from privaudit.defenses.alm.mechanisms import (GAUSSIAN_CALIBRATIONS, MECHANISMS, NoiseCalibration, add_noise, calibrate_noise,
                                      epsilon_of_noise, noise_std, snapped_calibration)
-from defenses.alm.snapping import default_clamp_bound
-from defenses.base import Budget, Defense, PrivatizedQuantity, Trained
-from defenses.evaluation import embed
-from defenses.nn.model import ContrastiveModel, ModelSpec
-from defenses.nonprivate import train_contrastive
-from defenses.seeding import torch_generator
-from defenses.training import ContrastiveConfig
+from privaudit.defenses.alm.snapping import default_clamp_bound
+from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
+from privaudit.defenses.evaluation import embed
+from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec
+from privaudit.defenses.nonprivate import train_contrastive
+from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training import ContrastiveConfig
 
 SENSITIVITY_SAMPLERS = ("alm", "rubinstein-alda")
 ORACLE_POOLS = ("members", "public")
@@ -66,7 +66,7 @@ class ALMConfig(ContrastiveConfig):
     also compute the exact maximum over all remove-one pairs within the members (n head fits).
     ``curve_epsilons``/``curve_draws``: the privacy–utility curve (Sec. 6.1) stored in extras.
     ``clamp_bound``: B of the snapped Laplace release (``mechanism = "laplace"``), every released weight clamped
-    to [-B, B]; None (default): :func:`defenses.alm.snapping.default_clamp_bound` of the class count and
+    to [-B, B]; None (default): :func:`privaudit.defenses.alm.snapping.default_clamp_bound` of the class count and
     ``head_l2`` (public only; provably never binds on the fine-tuned head). Must exceed the noise scale lambda
     and stay below 2^46 lambda (Mironov 2012, Thm. 1).
     """

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from core.errors import check_positive
+from privaudit.core.errors import check_positive
 
 
 @dataclass(frozen=True)

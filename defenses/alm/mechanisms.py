@@ -7,7 +7,7 @@
   ~ 1.814 s, against sqrt(2) b ~ 1.414 b for Laplace noise of the same epsilon (b = s): at equal
   epsilon the logistic mechanism adds 28% more noise than Laplace.
 * Laplace (Remark 4.2): scale b = Delta_1 / eps, pure eps-DP over the reals. Released through Mironov's
-  snapping mechanism (:mod:`defenses.alm.snapping`): the plain float64 Laplace release leaks through its last bits
+  snapping mechanism (:mod:`privaudit.defenses.alm.snapping`): the plain float64 Laplace release leaks through its last bits
   (the release audit measured eps_lb 2.29-2.40 against a claimed 2), so it is no longer a release option. The
   snapped release clamps to [-B, B] (``clamp_bound``) and rounds to a power-of-two grid; its pure epsilon is
   Delta_1 / lambda + d 2^-49 B / lambda (Mironov 2012, Thm. 1, per coordinate), and lambda is calibrated so
@@ -29,10 +29,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from accountants.gaussian import (analytic_gaussian_epsilon, analytic_gaussian_noise_multiplier,
+from privaudit.accountants.gaussian import (analytic_gaussian_epsilon, analytic_gaussian_noise_multiplier,
                                   classical_gaussian_epsilon, classical_gaussian_noise_multiplier)
-from core.errors import ConfigError, check_positive, one_of
-from defenses.alm.snapping import grid_step, snapping_epsilon, snapping_overhead, snapping_release, snapping_scale
+from privaudit.core.errors import ConfigError, check_positive, one_of
+from privaudit.defenses.alm.snapping import grid_step, snapping_epsilon, snapping_overhead, snapping_release, snapping_scale
 
 MECHANISMS = ("logistic", "laplace", "gaussian")
 GAUSSIAN_CALIBRATIONS = ("analytic", "classical")
@@ -72,7 +72,7 @@ def add_noise(values: torch.Tensor, mechanism: str, scale: float, gen: torch.Gen
 
     Laplace: the snapping mechanism with lambda = ``scale`` and B = ``clamp_bound`` (required), outputs on the
     grid of multiples of the smallest power of two >= scale, within [-B, B]. The one implementation of the noise
-    ALM releases with (:meth:`defenses.alm.defense.ALM.fit`); the step audit draws its releases through it,
+    ALM releases with (:meth:`privaudit.defenses.alm.defense.ALM.fit`); the step audit draws its releases through it,
     with a leading batch dimension for many draws.
     """
     check_positive("scale", scale)
@@ -194,7 +194,7 @@ def epsilon_of_noise(mechanism: str, noise_multiplier: float, *, delta: float = 
     """Epsilon a mechanism achieves at noise multiplier scale / sensitivity (inverse of calibration).
 
     Laplace: the real-arithmetic Laplace mechanism's 1 / z, without the snapping overhead (which depends on B,
-    the sensitivity and the coordinate count: :func:`defenses.alm.snapping.snapping_epsilon`).
+    the sensitivity and the coordinate count: :func:`privaudit.defenses.alm.snapping.snapping_epsilon`).
     """
     check_positive("noise_multiplier", noise_multiplier)
     if mechanism in ("logistic", "laplace"):

@@ -48,7 +48,7 @@ from decimal import Context, Decimal
 import numpy as np
 import torch
 
-from core.errors import ConfigError, check_positive
+from privaudit.core.errors import ConfigError, check_positive
 
 #: the theorem's per-coordinate overhead factor: eps = Delta / lambda + OVERHEAD_FACTOR * B / lambda
 OVERHEAD_FACTOR = 2.0 ** -49
@@ -109,7 +109,7 @@ def snapping_scale(epsilon: float, sensitivity: float, clamp_bound: float, coord
 def default_clamp_bound(num_classes: int, head_l2: float) -> float:
     """B from public quantities only: max(2^10, a power of two >= sqrt(2 ln K / lambda_reg)).
 
-    ALM's head is the minimiser W* of F(W) = mean CE + (lambda_reg / 2) ||W||_F^2 (:mod:`defenses.alm.head`);
+    ALM's head is the minimiser W* of F(W) = mean CE + (lambda_reg / 2) ||W||_F^2 (:mod:`privaudit.defenses.alm.head`);
     F(W*) <= F(0) = ln K and CE >= 0, so ||W*||_F <= sqrt(2 ln K / lambda_reg): every weight lies in
     [-B, B] and the clamp never binds on the fine-tuned head (the Newton solution is within 2 tol / lambda_reg of
     W*; the power-of-two rounding leaves room for it). K and lambda_reg are public configuration. The floor 2^10

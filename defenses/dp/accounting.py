@@ -26,10 +26,10 @@ from typing import Any, Callable, Sequence
 from dp_accounting import (ComposedDpEvent, DpEvent, GaussianDpEvent, NonPrivateDpEvent, PoissonSampledDpEvent,
                            SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
 
-from accountants import PrivacyClaim, calibrate, epsilon
-from accountants.rdp import quiet_absl
-from core.errors import ConfigError, check_positive, one_of
-from defenses.sampling import steps_per_epoch
+from privaudit.accountants import PrivacyClaim, calibrate, epsilon
+from privaudit.accountants.rdp import quiet_absl
+from privaudit.core.errors import ConfigError, check_positive, one_of
+from privaudit.defenses.sampling import steps_per_epoch
 
 SAMPLERS = ("poisson", "without-replacement")
 

@@ -12,8 +12,8 @@ A method (DP-SGD on InfoNCE, batch clipping, DPCL, DP-GCL, Logit-DP) supplies fo
 * notes for the claim.
 
 This class owns the rest: the model, calibration of the noise to ``Budget.target_epsilon`` through
-:mod:`accountants`, the claim, the noisy release with the canary hook (:mod:`defenses.dp.step`), the
-training loop (:func:`defenses.training.run_training`), the history (loss, clipped fraction, gradient
+:mod:`accountants`, the claim, the noisy release with the canary hook (:mod:`privaudit.defenses.dp.step`), the
+training loop (:func:`privaudit.defenses.training.run_training`), the history (loss, clipped fraction, gradient
 SNR) and the privatized quantities, which call the same :meth:`compute` the training step calls.
 
 The history holds non-private diagnostics (true loss, norms, clipped fraction); they are not covered
@@ -30,24 +30,24 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 import torch.nn as nn
 
-from accountants import PrivacyClaim
-from accountants.registry import ACCOUNTANTS
-from core.datasets import DatasetInfo, MembershipData
-from core.errors import ConfigError, check_positive, one_of
-from defenses.augment import Augmentation, augmentation_for
-from defenses.base import Budget, Defense, PrivatizedQuantity, Trained
-from defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibrate_multiplier, noise_multipliers,
+from privaudit.accountants import PrivacyClaim
+from privaudit.accountants.registry import ACCOUNTANTS
+from privaudit.core.datasets import DatasetInfo, MembershipData
+from privaudit.core.errors import ConfigError, check_positive, one_of
+from privaudit.defenses.augment import Augmentation, augmentation_for
+from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
+from privaudit.defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibrate_multiplier, noise_multipliers,
                                     plan_sampling)
-from defenses.dp.contrastive import tracking
-from defenses.dp.embedder import Embedder
-from defenses.dp.gradients import ENGINES, ClippedSum, engine_reason, zero_sum
-from defenses.dp.randomness import StepRandomness
-from defenses.dp.step import CanarySource, canaries_at, release
-from defenses.nn.model import ContrastiveModel, ModelSpec, build_model
-from defenses.pretrain import check_init, initial_state, load_into
-from defenses.sampling import make_batches
-from defenses.seeding import derive_seed, torch_generator
-from defenses.training import ContrastiveConfig, make_optimizer, run_training
+from privaudit.defenses.dp.contrastive import tracking
+from privaudit.defenses.dp.embedder import Embedder
+from privaudit.defenses.dp.gradients import ENGINES, ClippedSum, engine_reason, zero_sum
+from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.step import CanarySource, canaries_at, release
+from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
+from privaudit.defenses.pretrain import check_init, initial_state, load_into
+from privaudit.defenses.sampling import make_batches
+from privaudit.defenses.seeding import derive_seed, torch_generator
+from privaudit.defenses.training import ContrastiveConfig, make_optimizer, run_training
 
 SENSITIVITY_MODES = ("paper", "sound")
 
@@ -80,10 +80,10 @@ class DPConfig(ContrastiveConfig):
     what the model learned from the effect of re-randomising the weights with noise.
     ``init`` is where training starts: ``public`` (SimCLR on the public split for ``pretrain_epochs``
     epochs, the papers' recipe, cached per dataset and split seed), ``random`` or a safetensors path
-    (:mod:`defenses.pretrain`). ``accountant`` calibrates the noise: ``pld`` (default) is the tightest
+    (:mod:`privaudit.defenses.pretrain`). ``accountant`` calibrates the noise: ``pld`` (default) is the tightest
     sound one for every sampler here (Poisson add/remove and without-replacement replace-one).
     ``engine`` computes the per-unit clipped sums: ``auto`` (the layerwise engine of
-    :mod:`defenses.dp.layerwise` where it applies, ``vmap`` otherwise), ``layerwise`` or ``vmap``
+    :mod:`privaudit.defenses.dp.layerwise` where it applies, ``vmap`` otherwise), ``layerwise`` or ``vmap``
     (the ``torch.func`` reference); the numbers agree to float tolerance, only the speed differs.
     """
 

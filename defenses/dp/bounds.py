@@ -2,7 +2,7 @@
 
 Every function returns an L2 sensitivity. ``n`` / ``batch`` is a batch size, ``clip`` a clip norm.
 Where a paper's bound is wrong or incomplete the docstring says why, and a ``*_sound`` function gives
-the bound the code can rely on. :mod:`defenses.dp.base` calibrates noise with one of them
+the bound the code can rely on. :mod:`privaudit.defenses.dp.base` calibrates noise with one of them
 (``sensitivity='paper'`` or ``'sound'``) and the claim records both.
 """
 

@@ -1,7 +1,7 @@
 """Pieces the DP methods share around the engine: views, embeddings, loss cotangents.
 
 The loss is always evaluated on *detached* embeddings, so its gradient with respect to the
-embeddings (the cotangents of :mod:`defenses.dp.units`) comes from one small autograd call and the
+embeddings (the cotangents of :mod:`privaudit.defenses.dp.units`) comes from one small autograd call and the
 encoder is differentiated only by the per-unit engine.
 """
 
@@ -14,9 +14,9 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch.func import jacrev
 
-from defenses.dp.embedder import Source
-from defenses.dp.randomness import StepRandomness
-from defenses.losses import barlow_twins, info_nce, nt_xent, spreadout
+from privaudit.defenses.dp.embedder import Source
+from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.losses import barlow_twins, info_nce, nt_xent, spreadout
 
 # The DP methods use summed losses (DP-GCL Eqs. 4-13, Logit-DP Eq. 1): the sum is what the
 # sensitivity analyses bound; a data-independent normaliser is applied after the noise.
@@ -76,7 +76,7 @@ def embed(ctx, sources: Sequence[Source], record: bool = True) -> tuple[torch.Te
     """
     if tracking():
         return ctx.embedder.embed_sources(ctx.params, sources)
-    from defenses.dp.layerwise import engine_model_reason, record
+    from privaudit.defenses.dp.layerwise import engine_model_reason, record
 
     if record and engine_model_reason(ctx.embedder) is None:
         # Record the forward pass once; the layerwise engine's clipped sum reuses it (no second forward).

@@ -15,8 +15,8 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call
 
-from defenses.dp.params import ParamSpace
-from defenses.nn.model import ContrastiveModel
+from privaudit.defenses.dp.params import ParamSpace
+from privaudit.defenses.nn.model import ContrastiveModel
 
 
 @dataclass(frozen=True)

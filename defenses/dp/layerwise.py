@@ -1,6 +1,6 @@
 """Per-unit clipping from layer activations and output gradients ("book-keeping", no ``vmap`` over units).
 
-The per-unit engine of :mod:`defenses.dp.gradients` differentiates the encoder once per unit
+The per-unit engine of :mod:`privaudit.defenses.dp.gradients` differentiates the encoder once per unit
 (``vmap(grad(.))``). For the layers small encoders are made of, a unit's gradient is a closed form of
 what one ordinary forward and backward pass already hold (Goodfellow 2015; Opacus' grad samplers;
 Li et al. 2022 ghost clipping; Bu et al. 2023 "book-keeping", Algorithm 1):
@@ -9,14 +9,14 @@ Li et al. 2022 ghost clipping; Bu et al. 2023 "book-keeping", Algorithm 1):
   for a unit of one row ||g|| = ||a_r|| ||b_r||, and for a unit of rows u the norm follows from the
   Grams without the gradient: ||g_u||^2 = sum_{r,s in u} (a_r . a_s)(b_r . b_s) (ghost norm, used
   where it is cheaper than materialising the unit's gradient);
-* ``nn.Conv2d`` (and :class:`~defenses.nn.encoders.WSConv2d`): the same with the unfolded input
+* ``nn.Conv2d`` (and :class:`~privaudit.defenses.nn.encoders.WSConv2d`): the same with the unfolded input
   patches, g = sum_r sum_l b_{r,l} unfold(a_r)_l^T; weight standardisation w_hat = (w - mu) / sigma
   (per filter) is a fixed map of the parameter, so the gradient with respect to w is its VJP,
   (1 / sigma) (g - mean(g) - w_hat mean(g w_hat)) applied to every unit's g;
 * ``nn.GroupNorm``: weight gradient sum_l b_{r,c,l} x_hat_{r,c,l} with x_hat the normalised input,
   bias gradient sum_l b_{r,c,l}.
 
-Units (:mod:`defenses.dp.units`) come in two shapes, and both need one forward pass:
+Units (:mod:`privaudit.defenses.dp.units`) come in two shapes, and both need one forward pass:
 
 * partitions of the rows (view / example / group / batch units): ONE backward pass with every row's
   own cotangent gives every b_r; unit u's gradient g_u = sum_{r in u} (row r's rule) is summed over
@@ -39,7 +39,7 @@ Units (:mod:`defenses.dp.units`) come in two shapes, and both need one forward p
 
 Then the clipped sum sum_u w_u min(1, C / ||g_u||) g_u is one product of the (U, p) unit gradients
 with the factors (no second backward pass). The maths is that of
-:func:`defenses.dp.gradients.clipped_sum` exactly (tests compare the two to float tolerance). A model
+:func:`privaudit.defenses.dp.gradients.clipped_sum` exactly (tests compare the two to float tolerance). A model
 with a trainable parameter outside these layers, a parameter shared between modules, or units that
 are neither a partition nor dense, is not supported: :func:`unsupported_reason` says why, and the
 caller uses the ``vmap`` engine instead.
@@ -55,9 +55,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from defenses.dp.embedder import Embedder, Source
-from defenses.dp.units import Units
-from defenses.nn.encoders import WSConv2d
+from privaudit.defenses.dp.embedder import Embedder, Source
+from privaudit.defenses.dp.units import Units
+from privaudit.defenses.nn.encoders import WSConv2d
 
 SUPPORTED_LAYERS = (nn.Linear, nn.Conv2d, WSConv2d, nn.GroupNorm)
 
@@ -319,7 +319,7 @@ def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor]
 
 def _clip(grads: torch.Tensor, units: Units, clip: float) -> LayerwiseSum:
     """sum_u w_u min(1, C / ||g_u||) g_u from the unit gradients (U, p)."""
-    from defenses.dp.clipping import clip_factors
+    from privaudit.defenses.dp.clipping import clip_factors
 
     nrm = torch.linalg.vector_norm(grads, dim=1)
     scale = clip_factors(nrm, clip)
@@ -602,7 +602,7 @@ def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source
 
     One forward/backward of the rows replicated D times with the basis cotangents e_1..e_D (copy d
     holds row r's Jacobian applied to e_d at every layer), then the per-row layer rules on the D x R
-    rows. Same numbers as :func:`defenses.dp.pairs.per_sample_jacobians` (``vmap`` of D VJPs per row).
+    rows. Same numbers as :func:`privaudit.defenses.dp.pairs.per_sample_jacobians` (``vmap`` of D VJPs per row).
     """
     space = embedder.space
     r = len(source)

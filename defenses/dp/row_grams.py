@@ -7,7 +7,7 @@ grad Z_ij = J_{x_i}^T a_ij + J_{y_j}^T b_ij has
     G_r = J_r J_r^T (D x D),  K_ij = J_{x_i} J_{y_j}^T (D x D),
 
 so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair gradient
-(:mod:`defenses.dp.pairs`). Two ways to get them (same numbers, tests compare them):
+(:mod:`privaudit.defenses.dp.pairs`). Two ways to get them (same numbers, tests compare them):
 
 * :func:`jacobian_grams` -- from materialised Jacobians (n, D, p): one (nD x p)(p x mD) product.
 * :func:`layer_grams` -- per layer, from one forward/backward of the rows replicated K times with basis
@@ -29,7 +29,7 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
 
 Every Gram is accumulated in float64 from float32 factors: the products are exact and the sums err by
 at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of |products|, which
-:func:`defenses.dp.pairs.rounding_slack` adds back so no computed pair norm falls below the true one.
+:func:`privaudit.defenses.dp.pairs.rounding_slack` adds back so no computed pair norm falls below the true one.
 The total gradient of sum_ij lambda_ij Z_ij is a pull-back of per-row cotangents through the same
 pieces (:attr:`PairGrams.pullback`), so no further backward pass runs.
 """
@@ -42,7 +42,7 @@ from typing import Callable, Mapping
 import torch
 import torch.nn as nn
 
-from defenses.dp.embedder import Embedder, Source
+from privaudit.defenses.dp.embedder import Embedder, Source
 
 
 @dataclass
@@ -54,7 +54,7 @@ class PairGrams:
     vector; ``length`` bounds the number of products summed in any Gram entry, and ``scale_x`` (n, D),
     ``scale_y`` (m, D) bound each row direction's contribution to those sums: every Gram entry
     <J_{r,d}, J_{s,e}> is computed as a sum of products whose absolute values add up to at most
-    scale_{r,d} scale_{s,e} (|J_{r,d}| for plain Grams; :func:`defenses.dp.pairs.rounding_slack`).
+    scale_{r,d} scale_{s,e} (|J_{r,d}| for plain Grams; :func:`privaudit.defenses.dp.pairs.rounding_slack`).
     """
 
     own_x: torch.Tensor
@@ -102,7 +102,7 @@ def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     WSConv2d uses w_hat = (w - mean) / sigma per filter o (fan-in f, sigma = sqrt(var + 1e-5)); the
     gradient with respect to w is J_o = (1 / sigma_o) P_o g_o with P_o = I - 1 1^T / f - w_hat w_hat^T / f
-    (:func:`defenses.dp.layerwise._ws_backward`). P_o is symmetric and, with rho = |w_hat|^2 / f and
+    (:func:`privaudit.defenses.dp.layerwise._ws_backward`). P_o is symmetric and, with rho = |w_hat|^2 / f and
     mu = 1^T w_hat / f (0 up to rounding), P_o^2 = I - 1 1^T / f - (2 - rho) w_hat w_hat^T / f
     + (mu / f)(1 w_hat^T + w_hat 1^T). So with g' = g / sigma, h1 = <g', 1>, h2 = <g', w_hat> (per filter)
 
@@ -217,8 +217,8 @@ def _conv_weight(acc: _Grams, mod: nn.Conv2d, name: str, params: Mapping[str, to
     """A convolution's weight (weight-standardised or not): ghost products over the output positions
     where they are cheaper, else the Gram of the rows' materialised weight gradients; WS by
     :func:`_ws_hat`'s corrections. ``b`` (R, D, out, H, W)."""
-    from defenses.dp.layerwise import _conv_patches, _ws_backward
-    from defenses.nn.encoders import WSConv2d
+    from privaudit.defenses.dp.layerwise import _conv_patches, _ws_backward
+    from privaudit.defenses.nn.encoders import WSConv2d
 
     w_name = f"{name}.weight"
     w = params[w_name]
@@ -276,7 +276,7 @@ def _conv_weight(acc: _Grams, mod: nn.Conv2d, name: str, params: Mapping[str, to
 def _materialised(acc: _Grams, mod: nn.Module, name: str, params: Mapping[str, torch.Tensor], a: torch.Tensor,
                   b: torch.Tensor) -> Pull:
     """Any other parameter of a supported layer (biases, group norm): the Gram of its per-row gradients."""
-    from defenses.dp.layerwise import _basis_row_grads
+    from privaudit.defenses.dp.layerwise import _basis_row_grads
 
     rows = _basis_row_grads(name, mod, params, a, b.transpose(0, 1), standardise=False)  # {param: (D, R, ...)}
     jac = {k_: v.transpose(0, 1).reshape(b.shape[0], b.shape[1], -1).double() for k_, v in rows.items()}
@@ -317,9 +317,9 @@ def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch
     says so). ``tangent`` is exact for cotangents orthogonal to z_r (cosine similarities) and falls back
     to e_1..e_D where an embedding is within 1e-6 of 0 (cosine_pair's eps regime).
 
-    Requires a model the layerwise engine supports (:func:`defenses.dp.layerwise.engine_model_reason`).
+    Requires a model the layerwise engine supports (:func:`privaudit.defenses.dp.layerwise.engine_model_reason`).
     """
-    from defenses.dp.layerwise import record
+    from privaudit.defenses.dp.layerwise import record
 
     n, m = len(x), len(y)
     r = n + m

@@ -9,7 +9,7 @@ Canary hook (Nasr et al. 2023, "Dirac canaries"; contract for the canary audits)
 ``canaries`` is a :class:`CanaryGradients` or :class:`DiracCanaries` (or a callable
 ``step -> canaries | None``, called once per step) holding
 
-* the canary gradients in the flat parameter layout of :class:`~defenses.dp.params.ParamSpace` (the
+* the canary gradients in the flat parameter layout of :class:`~privaudit.defenses.dp.params.ParamSpace` (the
   model's trainable ``named_parameters()`` in order; ``Trained`` records the names under
   ``extras['dp']['param_names']``): dense ``vectors`` (m, p), or Dirac ``coordinates`` (m,) with a
   common ``norm`` (Nasr et al. 2023), each of L2 norm at most the gradient mechanism's sensitivity
@@ -41,8 +41,8 @@ from typing import Callable, Optional, Union
 
 import torch
 
-from core.errors import ConfigError
-from defenses.dp.noise import gaussian
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.dp.noise import gaussian
 
 
 Observer = Callable[[torch.Tensor], None]

@@ -27,7 +27,7 @@ from typing import Callable
 
 import torch
 
-from core.errors import ConfigError
+from privaudit.core.errors import ConfigError
 
 Params = dict[str, torch.Tensor]
 
@@ -69,11 +69,11 @@ def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: 
                 canary: Params | None = None, observer: Callable[[Params, Params], None] | None = None) -> Aggregate:
     """Clip each client's delta, sum, add N(0, (noise_multiplier * clip_norm)^2) per coordinate, divide by |S|.
 
-    White-box canary hook (canary users, :mod:`attacks.user_canary`): ``canary`` (same keys and shapes
+    White-box canary hook (canary users, :mod:`privaudit.attacks.user_canary`): ``canary`` (same keys and shapes
     as the sum) is added to the sum of clipped deltas before the noise, as the clipped updates of the
     canary users taking part this round would be; ``observer(noisy_sum, data_sum)`` sees the privatised
     sum (before the division by the data-independent |S|) and the clipped sum of the real clients
-    (what an auditor who knows the rest of the data can compute; see :mod:`defenses.dp.step`). The noise
+    (what an auditor who knows the rest of the data can compute; see :mod:`privaudit.defenses.dp.step`). The noise
     draw does not depend on the canaries.
     """
     clipped, norms = clip_deltas(deltas, clip_norm)

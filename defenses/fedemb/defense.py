@@ -37,22 +37,22 @@ from typing import Any, ClassVar
 import torch
 import torch.nn as nn
 
-from accountants.calibrate import calibrate
-from accountants.claim import PrivacyClaim
-from accountants.events import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent
-from accountants.registry import epsilon as account
-from core.datasets import MembershipData
-from core.errors import ConfigError, check_positive, check_probability
-from defenses.base import Budget, Defense, PrivatizedQuantity, Trained
-from defenses.evaluation import embed, knn_accuracy, recall_at_far
-from defenses.fedemb.aggregate import (adaptive_clip_update, count_stddev_for, delta_noise_multiplier,
+from privaudit.accountants.calibrate import calibrate
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.events import GaussianDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent
+from privaudit.accountants.registry import epsilon as account
+from privaudit.core.datasets import MembershipData
+from privaudit.core.errors import ConfigError, check_positive, check_probability
+from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
+from privaudit.defenses.evaluation import embed, knn_accuracy, recall_at_far
+from privaudit.defenses.fedemb.aggregate import (adaptive_clip_update, count_stddev_for, delta_noise_multiplier,
                                        event_noise_multiplier, noised_mean, split_noise)
-from defenses.fedemb.local import client_minibatches, local_train, stack_params
-from defenses.fedemb.users import RoundPlan, Users, partition_users, plan_round
-from defenses.nn.model import ContrastiveModel, build_model
-from defenses.nonprivate import train_contrastive
-from defenses.seeding import torch_generator
-from defenses.training import ContrastiveConfig
+from privaudit.defenses.fedemb.local import client_minibatches, local_train, stack_params
+from privaudit.defenses.fedemb.users import RoundPlan, Users, partition_users, plan_round
+from privaudit.defenses.nn.model import ContrastiveModel, build_model
+from privaudit.defenses.nonprivate import train_contrastive
+from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training import ContrastiveConfig
 
 SOURCE = "DP-FedEmb (Xu et al.): Algorithm 1, Sec. 2.3, App. C"
 SOURCE_FEDAVG = "DP-FedEmb (Xu et al.): Algorithm 2 (DP-FedAvg with virtual clients), App. B-C"

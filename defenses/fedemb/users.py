@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from core.errors import ConfigError, check_positive
+from privaudit.core.errors import ConfigError, check_positive
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,14 @@ from typing import Callable
 
 import torch
 
-from core.errors import one_of
-from defenses.losses.barlow import (BARLOW_LAMBDA, barlow_twins, cross_correlation, feature_mean, feature_sse,
+from privaudit.core.errors import one_of
+from privaudit.defenses.losses.barlow import (BARLOW_LAMBDA, barlow_twins, cross_correlation, feature_mean, feature_sse,
                                     feature_stats)
-from defenses.losses.group_infonce import group_info_nce, group_info_nce_dual
-from defenses.losses.infonce import info_nce, info_nce_from_logits, nt_xent, nt_xent_from_similarity
-from defenses.losses.reduce import REDUCTIONS, reduce_terms
-from defenses.losses.similarity import cosine_similarity_matrix
-from defenses.losses.spreadout import spreadout, spreadout_from_similarity
+from privaudit.defenses.losses.group_infonce import group_info_nce, group_info_nce_dual
+from privaudit.defenses.losses.infonce import info_nce, info_nce_from_logits, nt_xent, nt_xent_from_similarity
+from privaudit.defenses.losses.reduce import REDUCTIONS, reduce_terms
+from privaudit.defenses.losses.similarity import cosine_similarity_matrix
+from privaudit.defenses.losses.spreadout import spreadout, spreadout_from_similarity
 
 Objective = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

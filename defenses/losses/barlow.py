@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from defenses.losses.reduce import reduce_terms
+from privaudit.defenses.losses.reduce import reduce_terms
 
 BARLOW_LAMBDA = 5e-3  # Zbontar et al. 2021 (about 1 / embedding dimension)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from defenses.losses.reduce import reduce_terms
-from defenses.losses.similarity import cosine_similarity_matrix
+from privaudit.defenses.losses.reduce import reduce_terms
+from privaudit.defenses.losses.similarity import cosine_similarity_matrix
 
 
 def group_info_nce(u: torch.Tensor, v: torch.Tensor, temperature: float, groups: torch.Tensor | None = None,

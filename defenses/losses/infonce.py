@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from defenses.losses.reduce import reduce_terms
-from defenses.losses.similarity import cosine_similarity_matrix
+from privaudit.defenses.losses.reduce import reduce_terms
+from privaudit.defenses.losses.similarity import cosine_similarity_matrix
 
 
 def info_nce_from_logits(logits: torch.Tensor, reduction: str = "none") -> torch.Tensor:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from core.errors import one_of
+from privaudit.core.errors import one_of
 
 REDUCTIONS = ("mean", "sum", "none")
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from defenses.losses.reduce import reduce_terms
-from defenses.losses.similarity import cosine_similarity_matrix
+from privaudit.defenses.losses.reduce import reduce_terms
+from privaudit.defenses.losses.similarity import cosine_similarity_matrix
 
 
 def spreadout_from_similarity(sim: torch.Tensor, reduction: str = "none") -> torch.Tensor:

@@ -9,8 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from core.errors import ConfigError, check_positive, one_of
-from defenses.nn.encoders import MLPEncoder, ProjectionHead, ResNet18GN, SmallCNN
+from privaudit.core.errors import ConfigError, check_positive, one_of
+from privaudit.defenses.nn.encoders import MLPEncoder, ProjectionHead, ResNet18GN, SmallCNN
 
 ENCODERS = ("mlp", "cnn", "resnet18")
 
@@ -96,7 +96,7 @@ def build_model(spec: ModelSpec, seed: int | None = None) -> ContrastiveModel:
     """Build (and, with ``seed``, deterministically initialise) the model described by ``spec``."""
     spec.validate()
     if seed is not None:
-        from defenses.seeding import derive_seed
+        from privaudit.defenses.seeding import derive_seed
 
         state = torch.random.get_rng_state()
         # The CPU generator the layers initialise from (the same state torch.manual_seed sets for it;

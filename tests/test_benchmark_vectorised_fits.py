@@ -6,9 +6,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-from defenses.alm.head import HeadProblem, fit_heads, newton_solve
-from defenses.fedemb.local import local_train, stack_params
-from defenses.nn.model import ModelSpec, build_model
+from privaudit.defenses.alm.head import HeadProblem, fit_heads, newton_solve
+from privaudit.defenses.fedemb.local import local_train, stack_params
+from privaudit.defenses.nn.model import ModelSpec, build_model
 
 
 def _timed(fn, repeat=1):

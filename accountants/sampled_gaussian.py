@@ -19,7 +19,7 @@ accounted is ``composition``:
   had its own independent sample. This is DPCL's recipe (Sec. 4.2.2 / 4.3.2: "the subsampled version
   eps'_1(alpha), eps'_2(alpha) ... overall RDP T (eps'_1(alpha) + eps'_2(alpha))"). It is *not* a valid
   bound for mechanisms that share a batch: at DPCL's parameters it understates epsilon by two orders of
-  magnitude (see :mod:`accountants.paper_claims`).
+  magnitude (see :mod:`privaudit.accountants.paper_claims`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-from accountants.claim import RELATIONS, PrivacyClaim
-from accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
+from privaudit.accountants.claim import RELATIONS, PrivacyClaim
+from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
                                 SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
-from core.errors import ConfigError, check_positive, check_probability, one_of
+from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 
 SAMPLINGS = ("poisson", "without-replacement")
 COMPOSITIONS = ("joint", "separate")
@@ -115,7 +115,7 @@ def sampled_gaussian_claim(noise_multiplier: float | list[float], steps: int, de
 
 
 def sampled_gaussian_template(**kwargs) -> Callable[[float], PrivacyClaim]:
-    """``z -> sampled_gaussian_claim(z, **kwargs)``, the template :func:`~accountants.calibrate.calibrate` takes."""
+    """``z -> sampled_gaussian_claim(z, **kwargs)``, the template :func:`~privaudit.accountants.calibrate.calibrate` takes."""
     kwargs = dict(kwargs)
     sampled_gaussian_claim(1.0, **kwargs)  # validate once, up front
     return lambda z: sampled_gaussian_claim(z, **kwargs)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from audit.cli import main
+from privaudit.audit.cli import main
 
 ALM_TINY = ["--param", "epochs=1", "--param", "width=8", "--param", "sensitivity_m=20", "--param",
             "exhaustive_pairs=false"]

@@ -1,0 +1,5 @@
+"""``python -m privaudit`` runs the privaudit command line."""
+
+from privaudit.audit.cli import entry
+
+entry()
