@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from privaudit.accountants.base import EpsilonResult
-from privaudit.accountants.calibrate import _smallest_passing
+from privaudit.accountants.calibrate import smallest_passing
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.paper_claims.readings import TOLERANCE, PaperClaim, Reading, half_unit
 from privaudit.accountants.registry import get_accountant
@@ -78,7 +78,7 @@ def scale_needed(reading: Reading, claim: PaperClaim, target: float) -> float:
         value, _ = reading.value([scale * z for z in claim.noise_values])
         return math.inf if value is None else value
 
-    return _smallest_passing(f, target, 1e-3, 1e3, 1e-6)
+    return smallest_passing(f, target, 1e-3, 1e3, 1e-6)
 
 
 def _noise_needed(claim: PaperClaim, reading: Reading, accountant: str, options: Mapping[str, Any],
@@ -89,7 +89,7 @@ def _noise_needed(claim: PaperClaim, reading: Reading, accountant: str, options:
         result = get_accountant(accountant, **dict(options)).upper_only().epsilon(built)
         return math.inf if result.epsilon is None else result.epsilon
 
-    return _smallest_passing(f, target, 1.0, 1e3, 1e-4) * claim.noise_values[0]
+    return smallest_passing(f, target, 1.0, 1e3, 1e-4) * claim.noise_values[0]
 
 
 def _tight_candidates(claim: PrivacyClaim, epsilons: Mapping[str, EpsilonResult],
