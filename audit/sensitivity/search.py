@@ -11,17 +11,11 @@ One :class:`Target` is a quantity at one configuration: its function ``fn(batch,
    repeated and inverted inputs; negated, tiny and huge vectors), each with a fresh shared seed;
 2. **ascent** — from the best pairs found so far (restarts), maximise the distance over the changed
    unit *and* the rest of the batch (unless the claim is about one fixed dataset). Quantities that
-   are differentiable in their inputs first get gradient ascent (Adam in unconstrained coordinates:
-   images through a logit; all restarts step together on one backward pass of the summed
-   objective). The DP defenses' quantities are differentiable inside
-   :func:`privaudit.defenses.dp.contrastive.differentiable_quantities`: the embeddings keep their graph, the
-   loss cotangents are built with ``create_graph`` and the per-unit ``vmap(grad(.))`` engine, the
-   unit norms and the clipping factors min(1, C/||g||) (piecewise smooth; at a clipped unit the
-   gradient is the one of C g/||g||, at an unclipped one of g) are differentiated by a double
-   backward. Then every quantity -- and only this for the non-differentiable ones (Logit-DP's pair
-   sums, fitted heads) -- gets a zeroth-order elitist search: each restart proposes mutations
-   (Gaussian steps in the same coordinates with a 1/5-success-rule step size, resampled or
-   inverted units, new labels, new shared seed, another position) and keeps the best;
+   are differentiable in their inputs first get gradient ascent (:func:`gradient_ascent`). Then every
+   quantity -- and only this for the non-differentiable ones (Logit-DP's pair sums, fitted heads) --
+   gets a zeroth-order elitist search: each restart proposes mutations (Gaussian steps in the same
+   coordinates with a 1/5-success-rule step size, resampled or inverted units, new labels, new shared
+   seed, another position) and keeps the best;
 3. **rubinstein-alda** (black-box training algorithms only) — Rubinstein & Aldà's sampler from
    :mod:`privaudit.defenses.sensitivity_sampling` (databases D ~ P^(n-1) plus x or x', P uniform over the data
    pool): the order statistic G_(k) with its random-DP confidence gamma, reported beside the
@@ -471,6 +465,13 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
     fixed) and, with ``parameters`` and a target ``module``, the model parameters (each tensor's step
     ``parameter_lr`` times its RMS): the claim must hold at every parameter value, so the ascent
     climbs ||f(D) - f(D')|| in (D, D', theta) jointly.
+
+    Adam runs in unconstrained coordinates (images through a logit). The DP defenses' quantities are
+    differentiable inside :func:`privaudit.defenses.dp.contrastive.differentiable_quantities`: the
+    embeddings keep their graph, the loss cotangents are built with ``create_graph`` and the per-unit
+    ``vmap(grad(.))`` engine, the unit norms and the clipping factors min(1, C/||g||) (piecewise smooth;
+    at a clipped unit the gradient is the one of C g/||g||, at an unclipped one of g) are differentiated
+    by a double backward.
 
     All restarts step together: restarts that share a seed and parameters are evaluated in one
     vmapped call of ``fn`` when it allows (one loop otherwise), and their summed distances are

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from privaudit.audit.sensitivity.domains import Pair, Rows
 from privaudit.audit.sensitivity.extremal.layer_inputs import last_linear, projector
 from privaudit.audit.sensitivity.search import Target
 
@@ -163,6 +164,18 @@ def split_flip_head(target: Target, reps: torch.Tensor, theta: torch.Tensor, big
     b2[0], b2[1] = -scale * beta0, scale * beta
     out = with_head(target.parameters(), prefix, head, w1, b1, w2, b2)
     return out if _places_rows(out, prefix, reps, theta) else None
+
+
+def line_head_pairs(target: Target, reps: torch.Tensor, theta: torch.Tensor, base: Rows, new: Rows,
+                    seed: int) -> list[Pair]:
+    """The pair (``base``, ``new``) at each head shape of :data:`SPLIT_SHAPES` whose :func:`split_flip_head`
+    places the rows at ``theta``."""
+    out = []
+    for big, scale in SPLIT_SHAPES:
+        params = split_flip_head(target, reps, theta, big, scale)
+        if params is not None:
+            out.append(Pair(base, new, 0, seed, params))
+    return out
 
 
 def _places_rows(params: dict[str, torch.Tensor], prefix: str, reps: torch.Tensor, theta: torch.Tensor) -> bool:

@@ -39,7 +39,7 @@ import torch
 
 from privaudit.audit.sensitivity.domains import ImageDomain, Pair
 from privaudit.audit.sensitivity.extremal.angles import SPLIT_MARGIN, evolve_angles
-from privaudit.audit.sensitivity.extremal.heads import SPLIT_SHAPES, split_flip_head
+from privaudit.audit.sensitivity.extremal.heads import line_head_pairs
 from privaudit.audit.sensitivity.extremal.layer_inputs import projector, projector_inputs, shared_seed
 from privaudit.audit.sensitivity.search import Target
 
@@ -148,9 +148,5 @@ def split_flip_seeds(target: Target, gen: torch.Generator, images: int = 2) -> l
         ra, rb = projector_inputs(target, a_rows, seed), projector_inputs(target, b_rows, seed)
         if ra is None or len(ra) != 2 * b or len(rb) != 2 * b:
             return out
-        reps = torch.cat([ra, rb[[0, b]]])
-        for big, scale in SPLIT_SHAPES:
-            params = split_flip_head(target, reps, theta, big, scale)
-            if params is not None:
-                out.append(Pair(base, new, 0, seed, params))
+        out += line_head_pairs(target, torch.cat([ra, rb[[0, b]]]), theta, base, new, seed)
     return out

@@ -17,7 +17,7 @@ import math
 import torch
 
 from privaudit.audit.sensitivity.domains import ImageDomain, Pair
-from privaudit.audit.sensitivity.extremal.heads import SPLIT_SHAPES, split_flip_head
+from privaudit.audit.sensitivity.extremal.heads import line_head_pairs
 from privaudit.audit.sensitivity.extremal.layer_inputs import projector, projector_inputs, shared_seed
 from privaudit.audit.sensitivity.search import Target
 
@@ -44,8 +44,5 @@ def spreadout_seeds(target: Target, gen: torch.Generator) -> list[Pair]:
     out = []
     for dx, dy in SPREADOUT_ANGLES:
         theta = torch.tensor([dx, dx, math.pi - dy, math.pi - dy], dtype=torch.float64)
-        for big, scale in SPLIT_SHAPES:
-            params = split_flip_head(target, reps, theta, big, scale)
-            if params is not None:
-                out.append(Pair(x, new, 0, seed, params))
+        out += line_head_pairs(target, reps, theta, x, new, seed)
     return out
