@@ -198,8 +198,53 @@ class LinearRule(LayerRule):
         return [acc.linear(params, a, b)]
 
 
+class ChannelRule(LayerRule):
+    """A layer with output (N, C, ...) and a per-channel bias, bias gradient sum_l b_{r,c,l} over the output
+    positions; subclasses give the weight's rules on b3, the output gradient with the positions flattened."""
+
+    def row_grads(self, mod, params, a, b):
+        b3 = b.reshape(b.shape[0], b.shape[1], -1)  # (R, C, positions)
+        out = {}
+        if "bias" in params:
+            out["bias"] = b3.sum(-1)
+        if "weight" in params:
+            out["weight"] = self.row_weight(mod, a, b3)
+        return out
+
+    def unit_grads(self, mod, params, a, b):
+        b3 = b.reshape(*b.shape[:3], -1)  # (U, R, C, positions)
+        out = {}
+        if "weight" in params:
+            out["weight"] = self.unit_weight(mod, a, b3)
+        if "bias" in params:
+            out["bias"] = b3.sum((-1, -3))
+        return out
+
+    def basis_row_grads(self, mod, params, a, b):
+        d, r = b.shape[:2]
+        b3 = b.reshape(d, r, b.shape[2], -1)  # (D, R, C, positions)
+        out = {}
+        if "weight" in params:
+            out["weight"] = self.basis_weight(mod, a, b3)
+        if "bias" in params:
+            out["bias"] = b3.sum(-1)
+        return out
+
+    def row_weight(self, mod: nn.Module, a: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
+        """Per-row weight gradients (R, *shape) (only for a weight that is not segmented)."""
+        raise TypeError(f"{type(mod).__name__}: no per-row weight rule")
+
+    @abstractmethod
+    def unit_weight(self, mod: nn.Module, a: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
+        """Per-unit weight gradients (U, *shape) for b3 (U, R, C, positions)."""
+
+    @abstractmethod
+    def basis_weight(self, mod: nn.Module, a: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
+        """Per-row weight gradients (D, R, *shape) for b3 (D, R, C, positions)."""
+
+
 @register_layer_rule(nn.Conv2d)
-class Conv2dRule(LayerRule):
+class Conv2dRule(ChannelRule):
     """g = sum_r sum_l b_{r,l} unfold(a_r)_l^T (groups = 1, zero numeric padding); bias sum_{r,l} b_{r,l}."""
 
     segmented = ("weight",)
@@ -209,9 +254,6 @@ class Conv2dRule(LayerRule):
         if mod.groups != 1 or mod.padding_mode != "zeros" or isinstance(mod.padding, str):
             return f"{where} (Conv2d): only groups=1, zero, numeric padding is supported"
         return None
-
-    def row_grads(self, mod, params, a, b):
-        return {"bias": b.reshape(b.shape[0], b.shape[1], -1).sum(-1)} if "bias" in params else {}
 
     def segment_grads(self, mod, params, name, a, b, index):
         """The weight gradient of a convolution with S groups over a batch of w: slot i of every segment
@@ -226,26 +268,14 @@ class Conv2dRule(LayerRule):
             list(mod.dilation), False, [0, 0], s, [False, True, False])
         return grads[1].reshape(s, *weight.shape)
 
-    def unit_grads(self, mod, params, a, b):
-        b3 = b.reshape(*b.shape[:3], -1)  # (U, R, out, L)
-        out = {}
-        if "weight" in params:
-            g = torch.einsum("urol,rkl->uok", b3, conv_patches(mod, a))
-            out["weight"] = g.reshape(*g.shape[:-2], *mod.weight.shape)
-        if "bias" in params:
-            out["bias"] = b3.sum((-1, -3))
-        return out
+    def unit_weight(self, mod, a, b3):
+        g = torch.einsum("urol,rkl->uok", b3, conv_patches(mod, a))
+        return g.reshape(*g.shape[:-2], *mod.weight.shape)
 
-    def basis_row_grads(self, mod, params, a, b):
-        d, r = b.shape[:2]
-        b3 = b.reshape(d, r, b.shape[2], -1)
-        out = {}
-        if "weight" in params:
-            g = torch.matmul(b3, conv_patches(mod, a).transpose(1, 2))  # (D, R, out, in*k*k)
-            out["weight"] = g.reshape(d, r, *mod.weight.shape)
-        if "bias" in params:
-            out["bias"] = b3.sum(-1)
-        return out
+    def basis_weight(self, mod, a, b3):
+        d, r = b3.shape[:2]
+        g = torch.matmul(b3, conv_patches(mod, a).transpose(1, 2))  # (D, R, out, in*k*k)
+        return g.reshape(d, r, *mod.weight.shape)
 
     def cost(self, mod, out, rows):
         return max(1, out[:rows].numel() // (rows * out.shape[1])), mod.in_channels * math.prod(mod.kernel_size)
@@ -273,36 +303,17 @@ class WSConv2dRule(Conv2dRule):
 
 
 @register_layer_rule(nn.GroupNorm)
-class GroupNormRule(LayerRule):
+class GroupNormRule(ChannelRule):
     """Weight sum_l b_{r,c,l} x_hat_{r,c,l} (x_hat the normalised input), bias sum_l b_{r,c,l}."""
 
-    def row_grads(self, mod, params, a, b):
-        b3 = b.reshape(b.shape[0], b.shape[1], -1)  # (R, C, positions)
-        out = {}
-        if "bias" in params:
-            out["bias"] = b3.sum(-1)
-        if "weight" in params:
-            x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape)
-            out["weight"] = (b3 * x_hat).sum(-1)
-        return out
+    def row_weight(self, mod, a, b3):
+        x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape)
+        return (b3 * x_hat).sum(-1)
 
-    def unit_grads(self, mod, params, a, b):
-        b3 = b.reshape(*b.shape[:3], -1)  # (U, R, C, L)
-        out = {}
-        if "weight" in params:
-            x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(a.shape[0], a.shape[1], -1)
-            out["weight"] = torch.einsum("urcl,rcl->uc", b3, x_hat)
-        if "bias" in params:
-            out["bias"] = b3.sum((-1, -3))
-        return out
+    def unit_weight(self, mod, a, b3):
+        x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(a.shape[0], a.shape[1], -1)
+        return torch.einsum("urcl,rcl->uc", b3, x_hat)
 
-    def basis_row_grads(self, mod, params, a, b):
-        d, r = b.shape[:2]
-        b3 = b.reshape(d, r, b.shape[2], -1)
-        out = {}
-        if "weight" in params:
-            x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(r, a.shape[1], -1)
-            out["weight"] = (b3 * x_hat).sum(-1)
-        if "bias" in params:
-            out["bias"] = b3.sum(-1)
-        return out
+    def basis_weight(self, mod, a, b3):
+        x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape[1], a.shape[1], -1)
+        return (b3 * x_hat).sum(-1)
