@@ -31,8 +31,7 @@ from torch.func import stack_module_state
 
 from privaudit.core.errors import one_of
 from privaudit.defenses.folding import batched_forward
-
-OPTIMIZERS = ("sgd", "adam")
+from privaudit.defenses.training import OPTIMIZERS
 
 
 class StackedOptimizer:
