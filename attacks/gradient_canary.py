@@ -412,20 +412,13 @@ class GradientCanaryAudit(Attack):
         from privaudit.defenses.dp import DPDefense, dirac_canaries
 
         cfg = self.config
-        defense = target.defense_ref.make()
-        if not isinstance(defense, DPDefense):
-            raise ConfigError(f"attack 'gradient-canary': defense {target.defense!r} has no DP-SGD engine to insert "
-                              "gradient canaries into; use it with dpsgd, dp-clip, dp-gcl, logit-dp or dpcl-*")
+        defense = self.audited_defense(target, DPDefense, "DP-SGD engine to insert gradient canaries into; use it with "
+                                                          "dpsgd, dp-clip, dp-gcl, logit-dp or dpcl-*")
         probe = defense.prepare(target.data, target.budget, target.seed, device=target.device)
         claim = probe.claim
-        relation = cfg.relation or claim.relation
         sampler = probe.plan.sampler
         supported = [(r, "example") for (smp, r) in SUPPORTED if smp == sampler]
-        check_relation_unit(relation, claim.unit, supported,
-                            what=f"attack 'gradient-canary' on {target.defense!r} ({sampler} batches)")
-        if relation != claim.relation:
-            raise ConfigError(f"relation/unit: attack 'gradient-canary' bound at relation={relation!r} cannot be "
-                              f"compared with the claim's relation={claim.relation!r}, unit={claim.unit!r}")
+        relation = self.audited_relation(target, claim.relation, claim.unit, supported, batches=sampler)
         paired = SUPPORTED[(sampler, relation)]
         dp = probe.extras["dp"]
         dim, bound, rate = int(dp["param_count"]), float(dp["canary_bound"]), probe.plan.sample_rate
