@@ -88,8 +88,7 @@ class DPCLSimCLRConfig(DPCLConfig):
 class DPCLBarlowConfig(DPCLConfig):
     loss: str = "barlow"
     stats_noise: bool = True
-    # fine-tuning the public init (defenses.dp.base.DEFAULTS_NOTE): the noised means/variances swamp the update,
-    # lr 3e-4 fell from 0.944 to 0.807 on the tuning split and 3e-5 to 0.941; 0.05 suited random init
+    # fine-tuning the public init (defenses.dp.base.DEFAULTS_NOTE): the noised means/variances swamp the update
     lr: float = 1e-5
     clip: float = 1.0
 
