@@ -93,7 +93,8 @@ class CanaryUsers:
     """
 
     def __init__(self, cfg: UserCanaryConfig, seed: int, *, paired: bool, rate: float, gamma: float, noise_std: float):
-        self.cfg, self.seed, self.paired, self.rate, self.gamma, self.noise_std = cfg, seed, paired, rate, gamma, noise_std
+        self.cfg, self.seed, self.paired = cfg, seed, paired
+        self.rate, self.gamma, self.noise_std = rate, gamma, noise_std
         self.sampling = torch_generator(seed, "rounds")
         self.canaries: GradientCanaries | None = None
         self.names: list[str] = []

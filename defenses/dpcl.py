@@ -220,7 +220,8 @@ class DPCLSimCLR(_DPCL):
 
     def true_loss(self, z: torch.Tensor, b: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         similarity = z @ z.T
-        return nt_xent_from_similarity(similarity, self.config.temperature, reduction="mean"), {"similarity": similarity}
+        true_loss = nt_xent_from_similarity(similarity, self.config.temperature, reduction="mean")
+        return true_loss, {"similarity": similarity}
 
     def notes(self, plan: SamplingPlan, mechanisms: list[Mechanism]) -> list[str]:
         notes = self.gradient_notes(plan, mechanisms[0], "similarity matrix")
