@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Callable, ClassVar, Mapping
+from typing import Callable, ClassVar, Mapping, Protocol
 
 import torch
 import torch.nn as nn
@@ -38,12 +38,21 @@ import torch.nn.functional as F
 
 from privaudit.defenses.nn.encoders import WSConv2d
 
-if TYPE_CHECKING:  # the Gram accumulator is passed in by row_grams; no import at run time
-    from privaudit.defenses.dp.row_grams import _Grams
-
 Params = Mapping[str, torch.Tensor]  # a layer's own trainable parameters, by local name
 Grads = dict[str, torch.Tensor]
 Pull = Callable[[torch.Tensor], Grads]  # per-row cotangents (R, K) -> the layer's parameter gradients
+
+
+class GramAccumulator(Protocol):
+    """What a rule adds its row Grams to (:class:`privaudit.defenses.dp.row_grams._Grams`); each method adds
+    one kind of contribution for rows with inputs a and output gradients b (R, K, ...) and returns its
+    pull-back of per-row cotangents."""
+
+    def linear(self, params: Params, a: torch.Tensor, b: torch.Tensor) -> Pull: ...
+
+    def conv_weight(self, mod: nn.Conv2d, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, ws: bool) -> Pull: ...
+
+    def materialised(self, rows: dict[str, torch.Tensor], params: Params) -> Pull: ...
 
 
 class LayerRule(ABC):
@@ -88,7 +97,7 @@ class LayerRule(ABC):
         """(output positions L, parameter columns k) of a call with output ``out`` for ``rows`` rows."""
         return max(1, out[:rows].numel() // (rows * out.shape[1])), 1
 
-    def grams(self, acc: _Grams, mod: nn.Module, params: Params, a: torch.Tensor, b: torch.Tensor) -> list[Pull]:
+    def grams(self, acc: GramAccumulator, mod: nn.Module, params: Params, a: torch.Tensor, b: torch.Tensor) -> list[Pull]:
         """Add the layer's contribution to the row Grams (b (R, K, ...): K directions per row); return the
         pull-backs of per-row cotangents. Default: the Gram of the materialised per-row gradients."""
         rows = self.basis_row_grads(mod, params, a, b.transpose(0, 1))
