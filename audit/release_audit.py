@@ -95,8 +95,8 @@ def _save_witness(out_dir: Path, name: str, kind: str, a: Mapping[str, torch.Ten
 @dataclass(frozen=True)
 class _ReleasePair:
     """A neighbouring pair of fine-tuning sets (a, b), their noiseless heads (m0, m1; the canary's m1 is m0
-    until the calibrated sensitivity shifts it), the sensitivity parameters the noise is calibrated to, the defense's hyper-parameters there,
-    and the witness search's summary (witness pair)."""
+    until the calibrated sensitivity shifts it), the sensitivity parameters the noise is calibrated to, the
+    defense's hyper-parameters there, and the witness search's summary (witness pair)."""
 
     a: Mapping[str, torch.Tensor]
     b: Mapping[str, torch.Tensor]

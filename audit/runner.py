@@ -70,8 +70,8 @@ def _log(message: str, progress: bool) -> None:
 
 
 def clean_temporaries(out: Path) -> int:
-    """Remove temporary files a killed run left behind: only privaudit's own (:data:`privaudit.core.io.TEMP_GLOB`), and only
-    under the output directory, whose lock this run holds (so no other run's in-flight file is touched)."""
+    """Remove temporary files a killed run left behind: only privaudit's own (:data:`privaudit.core.io.TEMP_GLOB`),
+    and only under the output directory, whose lock this run holds (so no other run's in-flight file is touched)."""
     removed = 0
     if out.is_dir():
         for tmp in out.rglob(TEMP_GLOB):
@@ -381,8 +381,8 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
               yes_large: bool = False) -> RunResult:
     """Run ``suite`` end to end and write its report; see the module docstring.
 
-    The output directory is locked for the whole run (:func:`privaudit.audit.lock.output_lock`): a second run on the same
-    directory is refused with one line instead of racing the first for its files."""
+    The output directory is locked for the whole run (:func:`privaudit.audit.lock.output_lock`): a second run on the
+    same directory is refused with one line instead of racing the first for its files."""
     if executor not in EXECUTOR_CHOICES:
         raise one_of("--executor", executor, EXECUTOR_CHOICES)
     if not (isinstance(jobs, int) and 1 <= jobs <= 256):
@@ -664,7 +664,8 @@ def _judge(plan: _RunPlan, records: dict[str, dict[str, Any]], sensitivity: list
 
 
 def _write_run_report(plan: _RunPlan, ordered: list[dict[str, Any]], sensitivity: list[dict[str, Any]],
-                      gate: dict[str, Any], step_results: list[dict[str, Any]], timings: dict[str, Any]) -> dict[str, Any]:
+                      gate: dict[str, Any], step_results: list[dict[str, Any]],
+                      timings: dict[str, Any]) -> dict[str, Any]:
     """Build and write the report, then ``timings.json``; return the report."""
     from privaudit.audit.report import build_report, write_report
 

@@ -7,11 +7,11 @@ largest observed / bound ratio; once a setting violates its bound the remaining 
 A violated claim's witness is written to ``witness_dir`` (:mod:`privaudit.audit.sensitivity.witness`).
 
 Each result is a :class:`SensitivityResult`, whose ``to_dict()`` has exactly the keys ``claim, source,
-relation, bound, observed, ratio, verdict, witness, config`` (``config`` holds the setting, the bound's parameters, the defense's own
-bound, the tolerance, the search phases, every setting's result and the claim's notes; ``budget``:
-pairs, restarts, the best ratio per phase and whether the search was still improving;
-``closed_form_supremum``: the quantity's derived supremum where known, with the search's share of
-it; ``growth``: for claims with a growth table, the ratio per |B| or temperature).
+relation, bound, observed, ratio, verdict, witness, config`` (``config`` holds the setting, the bound's
+parameters, the defense's own bound, the tolerance, the search phases, every setting's result and the
+claim's notes; ``budget``: pairs, restarts, the best ratio per phase and whether the search was still
+improving; ``closed_form_supremum``: the quantity's derived supremum where known, with the search's
+share of it; ``growth``: for claims with a growth table, the ratio per |B| or temperature).
 """
 
 from __future__ import annotations
