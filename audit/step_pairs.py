@@ -3,7 +3,6 @@ request, the result type, neighbouring pairs and the witness files."""
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,10 +113,7 @@ def witness_info(spec: Any, setting: Any, target: Any, res: Any) -> dict[str, An
 def write_witness(out_dir: Path, stem: str, tensors: Mapping[str, torch.Tensor], header: dict[str, Any]) -> str:
     """Save a refuting pair's tensors as safetensors (``header`` in its metadata) beside ``header`` as JSON,
     both atomically, under a file name made of ``stem``'s safe characters; the safetensors path."""
-    from privaudit.core.io import atomic_save_tensors, atomic_write_json
+    from privaudit.audit.sensitivity.witness import save_with_header
 
-    header = {"format": "privaudit-step-witness", "version": 1, **header}
     path = Path(out_dir) / f"{re.sub(r'[^A-Za-z0-9._-]+', '-', stem)}.safetensors"
-    atomic_save_tensors(path, tensors, metadata={"privaudit": json.dumps(header, default=float)})
-    atomic_write_json(path.with_suffix(".json"), header)
-    return str(path)
+    return str(save_with_header(path, dict(tensors), {"format": "privaudit-step-witness", "version": 1, **header}))
