@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 import torch
 
-from privaudit.attacks.bounds import EpsilonLowerBound, default_guesses, one_run_bound, paired_one_run_bound, pool_pairs
+from privaudit.attacks.bounds import (EpsilonLowerBound, check_relation_unit, default_guesses, one_run_bound,
+                                     paired_one_run_bound, pool_pairs)
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
 from privaudit.attacks.shadow_models import DataRef, DefenseRef, resolve_defense
@@ -161,6 +162,31 @@ class Attack(ABC):
 
     def delta_for(self, target: Target) -> float:
         return self.config.delta if self.config.delta is not None else target.claim_delta
+
+    # -- canary audits: the defense and relation they audit -----------------------------------------
+    def audited_defense(self, target: Target, kind: type, lacks: str) -> Any:
+        """The target's defense, made from its recipe; a ConfigError naming what it ``lacks`` unless it is a
+        ``kind`` (the audits that insert canaries into a defense's own mechanism)."""
+        defense = target.defense_ref.make()
+        if not isinstance(defense, kind):
+            raise ConfigError(f"attack {self.name!r}: defense {target.defense!r} has no {lacks}")
+        return defense
+
+    def audited_relation(self, target: Target, claim_relation: str, claim_unit: str,
+                         supported: Sequence[tuple[str, str]], *, batches: str | None = None,
+                         name_the_defense: bool = False) -> str:
+        """The relation the bound is stated at: the configured one, else the claim's. It must be one this audit
+        supports for the defense (``batches``: the sampler, named in the error) and the claim's own, since a bound
+        at another relation is not comparable with the claim (``name_the_defense``: the error says whose claim)."""
+        relation = self.config.relation or claim_relation
+        where = f"attack {self.name!r} on {target.defense!r}" + (f" ({batches} batches)" if batches else "")
+        check_relation_unit(relation, claim_unit, supported, what=where)
+        if relation != claim_relation:
+            bound_at, claim = ((f"relation={relation!r}, unit={claim_unit!r}", f"{target.defense!r}'s claim at")
+                               if name_the_defense else (f"relation={relation!r}", "the claim's"))
+            raise ConfigError(f"relation/unit: attack {self.name!r} bound at {bound_at} cannot be compared with "
+                              f"{claim} relation={claim_relation!r}, unit={claim_unit!r}")
+        return relation
 
 
 def relation_notes(target: Target) -> tuple[str, ...]:

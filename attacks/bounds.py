@@ -555,6 +555,31 @@ def _best_threshold(in_scores: np.ndarray, out_scores: np.ndarray, alpha: float,
 THRESHOLD_STRATEGIES = ("split", "bonferroni")
 
 
+def _multi_run_threshold(in_scores: np.ndarray, out_scores: np.ndarray, threshold: str | float, alpha: float,
+                         delta: float, seed: int) -> tuple[float, np.ndarray, np.ndarray, int, str]:
+    """(threshold, the runs it is evaluated on (in, out), the number of thresholds tested, how it was chosen)
+    for :func:`multi_run_bound`'s ``threshold`` strategy."""
+    from privaudit.defenses.seeding import numpy_rng
+
+    if not isinstance(threshold, str):
+        return float(threshold), in_scores, out_scores, 1, "threshold fixed in advance"
+    if threshold not in THRESHOLD_STRATEGIES:
+        raise ConfigError(f"threshold: unknown value {threshold!r}; accepted: "
+                          f"{', '.join(THRESHOLD_STRATEGIES)} or a number")
+    if threshold == "split":
+        if min(in_scores.size, out_scores.size) < 4:
+            raise ConfigError("multi-run bound: the split strategy needs at least 4 runs on each side")
+        rng = numpy_rng(seed, "multi-run-split")
+        pin, pout = rng.permutation(in_scores.size), rng.permutation(out_scores.size)
+        hin, hout = in_scores.size // 2, out_scores.size // 2
+        t, _ = _best_threshold(in_scores[pin[:hin]], out_scores[pout[:hout]], alpha, delta)
+        how = f"threshold chosen on a separate half ({hin}+{hout} runs)"
+        return t, in_scores[pin[hin:]], out_scores[pout[hout:]], 1, how
+    tests = int(np.unique(np.concatenate([in_scores, out_scores])).size + 1)  # thresholds tried
+    t, _ = _best_threshold(in_scores, out_scores, alpha, delta, tests)
+    return t, in_scores, out_scores, tests, f"best of {tests} thresholds with Bonferroni correction"
+
+
 def multi_run_bound(in_scores: np.ndarray, out_scores: np.ndarray, *, alpha: float = 0.05,
                     delta: float = 0.0, threshold: str | float = "split", method: str = "clopper-pearson",
                     seed: int = 0) -> EpsilonLowerBound:
@@ -565,8 +590,6 @@ def multi_run_bound(in_scores: np.ndarray, out_scores: np.ndarray, *, alpha: flo
     alpha / #thresholds; a number is a threshold fixed in advance. ``method``: ``clopper-pearson``
     (sound for any mechanism) or ``gdp`` (assumes a Gaussian trade-off curve).
     """
-    from privaudit.defenses.seeding import numpy_rng
-
     in_scores = np.asarray(in_scores, dtype=np.float64).ravel()
     out_scores = np.asarray(out_scores, dtype=np.float64).ravel()
     if method not in ("clopper-pearson", "gdp"):
@@ -574,29 +597,7 @@ def multi_run_bound(in_scores: np.ndarray, out_scores: np.ndarray, *, alpha: flo
     if method == "gdp" and delta <= 0:
         raise ConfigError("delta: the gdp method needs delta > 0")
     check_probability("alpha", alpha)
-    tests = 1
-    if isinstance(threshold, str):
-        if threshold not in THRESHOLD_STRATEGIES:
-            raise ConfigError(f"threshold: unknown value {threshold!r}; accepted: "
-                              f"{', '.join(THRESHOLD_STRATEGIES)} or a number")
-        if threshold == "split":
-            if min(in_scores.size, out_scores.size) < 4:
-                raise ConfigError("multi-run bound: the split strategy needs at least 4 runs on each side")
-            rng = numpy_rng(seed, "multi-run-split")
-            pin, pout = rng.permutation(in_scores.size), rng.permutation(out_scores.size)
-            hin, hout = in_scores.size // 2, out_scores.size // 2
-            t, _ = _best_threshold(in_scores[pin[:hin]], out_scores[pout[:hout]], alpha, delta)
-            in_eval, out_eval = in_scores[pin[hin:]], out_scores[pout[hout:]]
-            how = f"threshold chosen on a separate half ({hin}+{hout} runs)"
-        else:
-            tests = int(np.unique(np.concatenate([in_scores, out_scores])).size + 1)  # thresholds tried
-            t, _ = _best_threshold(in_scores, out_scores, alpha, delta, tests)
-            in_eval, out_eval = in_scores, out_scores
-            how = f"best of {tests} thresholds with Bonferroni correction"
-    else:
-        t = float(threshold)
-        in_eval, out_eval = in_scores, out_scores
-        how = "threshold fixed in advance"
+    t, in_eval, out_eval, tests, how = _multi_run_threshold(in_scores, out_scores, threshold, alpha, delta, seed)
     if min(in_eval.size, out_eval.size) < 1:
         raise ConfigError("multi-run bound: needs at least one run on each side")
     fn, fp = _counts(in_eval, out_eval, t)

@@ -8,59 +8,42 @@ its direction, summed over steps:
 
     score_i = sum_t < g~_t, u_i >,   g~_t = sum_{units u in batch t} clip_C(g_u) + N(0, sigma^2 C^2 I).
 
-Inserted canaries add about q T C to their score; the scores feed the one-run bound
-(:func:`privaudit.attacks.bounds.one_run_bound`). Directions are **Dirac** by default (distinct random
-coordinates of the flattened parameter vector: orthogonal, and cheap to score for any model size) or
-**Gaussian** (random unit vectors, dense; for small models).
+Inserted canaries add about q T C to their score. Directions are **Dirac** by default (distinct random
+coordinates of the flattened parameter vector: orthogonal, cheap to score for any model size, and each
+coordinate carries one canary, so the only interference is the model's own gradient there -- the barrier
+Keinan, Shenfeld & Ligett 2025 identify, removed by centring) or **Gaussian** (dense unit vectors).
 
 The audit (:class:`GradientCanaryAudit`, attack ``gradient-canary``) runs the target's own DP defense
-through the engine's canary hook (:mod:`privaudit.defenses.dp.step`):
-
-1. m Dirac canaries on distinct coordinates of the flat trainable-parameter vector, each inserted
-   with probability 1/2 (the one-run audit's coins);
-2. at every step, each inserted canary joins the step independently with the defense's own Poisson
-   rate q -- it is sampled exactly like an example -- and contributes Delta e_i to the sum before the
-   noise, Delta being the sensitivity the gradient noise is calibrated to (the most one example can
-   move the clipped sum; a canary is a worst-case example under the claim);
-3. the engine hands the privatised sum g~_t (before any normaliser, learning rate or optimizer state)
-   to the auditor, which accumulates <g~_t, e_i>.
-
-Because each canary is an example the claim covers, sampled as the accountant assumes, the one-run
-bound on these scores is a sound lower bound on the claim's example-level add/remove epsilon; a bound
-above the claim means the implementation leaks more than it claims (the noise, clipping or sampling
-do not do what the claim says).
+through the engine's canary hook (:mod:`privaudit.defenses.dp.step`): each inserted canary joins every step
+independently with the defense's own Poisson rate q, exactly like an example, and contributes Delta e_i
+to the sum before the noise, Delta the sensitivity the noise is calibrated to (a canary is a worst-case
+example under the claim); the engine hands the privatised sum g~_t (before any normaliser, learning rate
+or optimizer state) to the auditor. Each canary is an example the claim covers, sampled as the accountant
+assumes, so the one-run bound on these scores is a sound lower bound on the claim's example-level
+add/remove epsilon.
 
 Replace-one claims (DPCL: fixed-size batches without replacement) are audited with **paired** Dirac
 canaries (:func:`privaudit.attacks.bounds.paired_one_run_bound`): slot i holds the two candidate gradients
-+(Delta/2) e_i and -(Delta/2) e_i (each of norm Delta/2 <= C-type bound, their difference Delta, the
-replace-one sensitivity the noise is calibrated to); a fair coin picks which one is in the training
-set, so the dataset size never changes; the slot takes part in each step with the accountant's
-marginal rate q = |B|/n; its score is <sum_t g~_t, e_i>, positive for the + candidate. Given every other
-slot, the two outputs are (1 - q) P_0 + q N(s + a) and (1 - q) P_0 + q N(s - a) with ||2a|| = Delta:
-exactly the pair the replace-one without-replacement accountant bounds (the element is in the batch
-with probability q, and when it is, it is replaced), so the bound is sound against the replace-one
-claim (relation="replace-one", unit="example").
++(Delta/2) e_i and -(Delta/2) e_i (difference Delta, the replace-one sensitivity); a fair coin picks which
+one is in the training set, so the dataset size never changes; the slot takes part in each step with the
+accountant's marginal rate q = |B|/n. Given every other slot, the two outputs are (1 - q) P_0 + q N(s + a)
+and (1 - q) P_0 + q N(s - a) with ||2a|| = Delta: exactly the pair the replace-one without-replacement
+accountant bounds, so the bound is sound against the replace-one claim.
 
-Scores. ``score="llr"`` (the default of the attack) scores canary i by the idealised step's log-likelihood
-ratio summed over the centred steps, sum_t log(1 - q + q exp(mu y_t - mu^2 / 2)) with y_t = <g~_t, e_i> /
-(noise std) and mu = norm / (noise std) (:func:`step_llr`; paired slots: the + against the - mixture): the
-Neyman-Pearson ranking of one canary's inclusion when the auditor sees every step. Against the plain sum it
-lifts the idealised top-1% precision from 0.95 to 0.98 at Logit-DP's q = 0.17 over 10 steps. Any score fixed
-before the run gives a sound bound; ``score="sum"`` is the plain inner product above.
+Scores. ``score="llr"`` (the attack's default) is the idealised step's log-likelihood ratio summed over
+the centred steps, sum_t log(1 - q + q exp(mu y_t - mu^2 / 2)) with y_t = <g~_t, e_i> / (noise std) and
+mu = norm / (noise std) (:func:`step_llr`; paired slots: the + against the - mixture): the Neyman-Pearson
+ranking of one canary's inclusion when the auditor sees every step. ``score="sum"`` is the plain inner
+product. Any score fixed before the run gives a sound bound.
 
-Bounds. ``bound`` (``eps_lower_bound``) is the larger of Steinke et al. (k+ = k- planned) and the f-DP
+Bounds. ``bound`` (``eps_lower_bound``) is the larger of Steinke et al.'s (k+ = k- planned) and the f-DP
 one-run bound (Mahloujifar, Melis & Chaudhuri 2025; k+ planned, one-sided) against the (eps, delta) curve,
-each at beta / 2 (:func:`privaudit.attacks.bounds.best_one_run_bound`; the rule is fixed before scores exist): sound
-for any (eps, delta)-DP mechanism. ``mechanism_bound`` (``eps_lb_mechanism``, on by default) is the f-DP
-one-run bound against the claim's own mechanism at beta (:mod:`privaudit.attacks.mechanism_bound`): it refutes the
-mechanism the claim accounts, not every (eps, delta) one, and is the bound the gate compares. Against the
-(eps, delta) curve even the idealised subsampled Gaussian audit with 20000 canaries reaches only about 0.4
-of the PLD epsilon at epsilon 8 (the one-run ceiling, not the model); against the mechanism's own curve
-about 0.55-0.6. All guess counts come from :func:`planned_guesses`, a simulation of the claim. The
-canary count scales with the model: by default ``canaries_per_param`` of the trainable parameters,
-between 1000 and ``max_canaries`` (Dirac canaries on distinct coordinates do not interfere with each
-other's scores: each coordinate carries one canary, so the only interference is the model's own
-gradient on that coordinate, the barrier Keinan, Shenfeld & Ligett 2025 identify, removed by centring).
+each at beta / 2 (:func:`privaudit.attacks.bounds.best_one_run_bound`): sound for any (eps, delta)-DP
+mechanism. ``mechanism_bound`` (``eps_lb_mechanism``, on by default) is the f-DP one-run bound against the
+claim's own mechanism at beta (:mod:`privaudit.attacks.mechanism_bound`): it refutes the mechanism the claim
+accounts, and is the bound the gate compares. Guess counts come from :func:`planned_guesses`, a simulation
+of the claim; the canary count is ``canaries_per_param`` of the trainable parameters, between 1000 and
+``max_canaries``.
 
 :func:`gradient_canary_scores` is the same scoring for updates recorded any other way (a ``(T, d)``
 array of privatised sums, or parameter deltas of plain SGD, which are proportional to them).
@@ -412,20 +395,13 @@ class GradientCanaryAudit(Attack):
         from privaudit.defenses.dp import DPDefense, dirac_canaries
 
         cfg = self.config
-        defense = target.defense_ref.make()
-        if not isinstance(defense, DPDefense):
-            raise ConfigError(f"attack 'gradient-canary': defense {target.defense!r} has no DP-SGD engine to insert "
-                              "gradient canaries into; use it with dpsgd, dp-clip, dp-gcl, logit-dp or dpcl-*")
+        defense = self.audited_defense(target, DPDefense, "DP-SGD engine to insert gradient canaries into; use it with "
+                                                          "dpsgd, dp-clip, dp-gcl, logit-dp or dpcl-*")
         probe = defense.prepare(target.data, target.budget, target.seed, device=target.device)
         claim = probe.claim
-        relation = cfg.relation or claim.relation
         sampler = probe.plan.sampler
         supported = [(r, "example") for (smp, r) in SUPPORTED if smp == sampler]
-        check_relation_unit(relation, claim.unit, supported,
-                            what=f"attack 'gradient-canary' on {target.defense!r} ({sampler} batches)")
-        if relation != claim.relation:
-            raise ConfigError(f"relation/unit: attack 'gradient-canary' bound at relation={relation!r} cannot be "
-                              f"compared with the claim's relation={claim.relation!r}, unit={claim.unit!r}")
+        relation = self.audited_relation(target, claim.relation, claim.unit, supported, batches=sampler)
         paired = SUPPORTED[(sampler, relation)]
         dp = probe.extras["dp"]
         dim, bound, rate = int(dp["param_count"]), float(dp["canary_bound"]), probe.plan.sample_rate

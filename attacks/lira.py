@@ -170,10 +170,8 @@ class LiRA(Attack):
         classifier's logit; for encoder statistics the offline one-sided test (fixed variance below 64).
 
         On encoders the IN Gaussians are poorly estimated (the IN shift is small beside the spread across
-        models), and the online test then loses to the offline one: on digits' non-private SimCLR encoder
-        (400 epochs) offline-fixed / online-fixed AUC were 0.632 / 0.617 with 16 references, 0.62 / 0.526 with
-        4 and 0.581 / 0.544 with 2, and with 8 references on the quickstart's encoders online-fixed fell below
-        0.5 (0.46-0.47). The rule is fixed by the statistic's kind, before any target is scored.
+        models), and the online test then loses to the offline one (docs/notes/defenses-attacks.md). The rule
+        is fixed by the statistic's kind, before any target is scored.
         """
         if self.config.variant != "auto":
             return self.config.variant

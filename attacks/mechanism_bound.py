@@ -1,11 +1,11 @@
 """One-run f-DP audit against the claim's own mechanism: ``eps_lb_mechanism``.
 
 Why. A one-run audit against the (eps, delta) trade-off curve must beat *every* (eps, delta)-DP
-mechanism, including ones far easier to detect in one run than a subsampled Gaussian composition; at the
-quickstart's sizes (20000 canaries, q = 0.17-0.34, 6-10 steps) even the idealised mechanism, audited with
-the optimal score, gives only about 0.4 of the PLD epsilon at epsilon 8 against that curve. A PLD claim
-says more than (eps, delta): it says the training run is dominated by the pair the accountant composes,
-i.e. it has that pair's whole privacy profile. This module tests that statement.
+mechanism, including ones far easier to detect in one run than a subsampled Gaussian composition, so even
+the idealised mechanism audited with the optimal score stays well below its PLD epsilon against that
+curve (docs/notes/defenses-attacks.md). A PLD claim says more than (eps, delta): it says the training run
+is dominated by the pair the accountant composes, i.e. it has that pair's whole privacy profile. This
+module tests that statement.
 
 The null family. For the claim's event E (noise multipliers z_k) and a scale s > 0, E_s is E with every
 Gaussian noise multiplier multiplied by s (:func:`scale_noise`); delta_s(eps) is the hockey-stick profile

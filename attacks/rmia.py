@@ -32,9 +32,8 @@ classifier trained without augmentation gives shifted queries no signal, and the
 identity's). The classifier's statistic is read at a signal temperature, p = sigmoid(phi / T) with T = 8 by
 default (``signal_temperature``; encoders' statistics at T = 1): an overfit classifier's true-class
 probability saturates near 1, where a ratio of probabilities no longer tells 1 - 1e-3 from 1 - 1e-9 but the
-odds do; as T grows the test tends to the offset of the logit from its reference mean. Measured on the
-quickstart's overfit classifier (digits, 2 / 8 references): T = 1 gives AUC 0.729 / 0.716, T = 8 0.781 /
-0.827, T = 32 0.784 / 0.829 (LiRA: 0.751 / 0.813). Fixed before any target is scored; not tuned per target.
+odds do; as T grows the test tends to the offset of the logit from its reference mean. T is fixed before
+any target is scored, not tuned per target (how it was chosen: docs/notes/defenses-attacks.md).
 """
 
 from __future__ import annotations
@@ -178,8 +177,7 @@ def choose_mode(ref_x: np.ndarray, keep: np.ndarray, a: float) -> tuple[str, dic
     """``auto``'s test: the one with more leave-one-out power on the references, the target unseen.
 
     Online uses the IN models too, but with few of them their mean is noisy; the offline approximation uses
-    only the OUT models (measured on the quickstart's overfit classifier with 8 references: leave-one-out
-    online 0.835, offline 0.841; on the target 0.827 and 0.841; LiRA with 16: 0.845). With K = 2 no
+    only the OUT models, and can be the stronger test (docs/notes/defenses-attacks.md). With K = 2 no
     reference has a fair leave-one-out mean (:func:`privaudit.attacks.references.others_mean`): the paper's rule,
     online whenever IN models exist.
     """

@@ -83,6 +83,62 @@ class UserCanaryConfig(CanaryAuditConfig):
             check_relation_unit(self.relation, "user", SUPPORTED, what="attack 'user-canary'")
 
 
+class CanaryUsers:
+    """The canary users of one audit, inserted through the federated defense's aggregation hook.
+
+    ``hook(t)`` is the defense's ``canaries`` argument: in round t it samples each slot with rate q, adds the
+    sampled slots' updates (+-gamma e_j paired, gamma e_j for inserted add/remove users) to the sum of clipped
+    deltas, and observes the noisy sum (less the real clients' clipped sum with ``centred``). The canaries are
+    set up at the first round, when the aggregated parameters' shapes are known.
+    """
+
+    def __init__(self, cfg: UserCanaryConfig, seed: int, *, paired: bool, rate: float, gamma: float, noise_std: float):
+        self.cfg, self.seed, self.paired = cfg, seed, paired
+        self.rate, self.gamma, self.noise_std = rate, gamma, noise_std
+        self.sampling = torch_generator(seed, "rounds")
+        self.canaries: GradientCanaries | None = None
+        self.names: list[str] = []
+        self.shapes: list[tuple[int, ...]] = []
+
+    def setup(self, deltas: dict[str, torch.Tensor]) -> GradientCanaries:
+        if self.canaries is None:
+            self.names = list(deltas)
+            self.shapes = [tuple(deltas[n].shape[1:]) for n in self.names]
+            dim = int(sum(int(np.prod(s)) for s in self.shapes))
+            self.canaries = GradientCanaries(dim, self.cfg.count(dim), clip_norm=self.gamma, seed=self.seed,
+                                             paired=self.paired, score=self.cfg.score, rate=self.rate,
+                                             noise_std=self.noise_std)
+        return self.canaries
+
+    def hook(self, t: int):
+        return lambda deltas, clip_norm: self.insert(t, deltas, clip_norm)
+
+    def insert(self, t: int, deltas: dict[str, torch.Tensor], clip_norm: float):
+        """Round t: the canaries' sum by parameter, and the observer of the noisy sum."""
+        can = self.setup(deltas)
+        coords = torch.as_tensor(can.directions)
+        sampled = torch.rand(can.m, generator=self.sampling) < self.rate
+        inserted = torch.as_tensor(can.inserted)
+        flat = torch.zeros(can.dim, dtype=torch.float64)
+        if self.paired:
+            flat.index_add_(0, coords[sampled], clip_norm * (inserted[sampled].double() * 2 - 1))
+        else:
+            keep = sampled & inserted
+            flat.index_add_(0, coords[keep], torch.full((int(keep.sum()),), float(clip_norm), dtype=torch.float64))
+        parts, offset = {}, 0
+        for name, shape in zip(self.names, self.shapes):
+            size = int(np.prod(shape))
+            parts[name] = flat[offset:offset + size].view(shape)
+            offset += size
+        names, centred = self.names, self.cfg.centred
+
+        def observer(noisy: dict[str, torch.Tensor], data: dict[str, torch.Tensor]) -> None:
+            seen = {n: noisy[n] - data[n] if centred else noisy[n] for n in names}
+            can.observe(t, torch.cat([seen[n].flatten().double().cpu() for n in names]))
+
+        return parts, observer
+
+
 class UserCanaryAudit(Attack):
     """White-box one-run audit of DP-FedEmb / DP-FedAvg with canary users (module docstring)."""
 
@@ -94,68 +150,22 @@ class UserCanaryAudit(Attack):
         from privaudit.defenses.fedemb.defense import _Federated
 
         cfg = self.config
-        defense = target.defense_ref.make()
-        if not isinstance(defense, _Federated):
-            raise ConfigError(f"attack 'user-canary': defense {target.defense!r} has no federated aggregation to "
-                              "insert canary users into; use it with dp-fedemb or dp-fedavg")
-        claim_relation, claim_unit = "replace-one", "user"  # the federated defenses' claim (round_claim)
-        relation = cfg.relation or claim_relation
-        check_relation_unit(relation, "user", SUPPORTED, what=f"attack 'user-canary' on {target.defense!r}")
-        if (relation, "user") != (claim_relation, claim_unit):
-            raise ConfigError(f"relation/unit: attack 'user-canary' bound at relation={relation!r}, unit='user' "
-                              f"cannot be compared with {target.defense!r}'s claim at relation={claim_relation!r}, "
-                              f"unit={claim_unit!r}")
+        defense = self.audited_defense(target, _Federated, "federated aggregation to insert canary users into; use "
+                                                           "it with dp-fedemb or dp-fedavg")
+        # the federated defenses' claim (round_claim): replace-one, per user
+        relation = self.audited_relation(target, "replace-one", "user", SUPPORTED, name_the_defense=True)
         paired = relation == "replace-one"
         num_users = len(defense.users(target.data, target.seed))
         rate = min(1.0, defense.config.users_per_round / num_users)
-        seed = target.derive_seed("user-canary")
-        sampling = torch_generator(seed, "rounds")
         gamma = float(defense.config.clip_norm)
         noise_std = defense.noise_plan(target.budget, num_users).sigma * gamma
-        state: dict[str, object] = {}
-
-        def setup(deltas: dict[str, torch.Tensor]) -> GradientCanaries:
-            if "canaries" not in state:
-                names = list(deltas)
-                shapes = [tuple(deltas[n].shape[1:]) for n in names]
-                dim = int(sum(int(np.prod(s)) for s in shapes))
-                state.update(names=names, shapes=shapes,
-                             canaries=GradientCanaries(dim, cfg.count(dim), clip_norm=gamma, seed=seed, paired=paired,
-                                                       score=cfg.score, rate=rate, noise_std=noise_std))
-            return state["canaries"]  # type: ignore[return-value]
-
-        def hook(t: int):
-            def at(deltas: dict[str, torch.Tensor], clip_norm: float):
-                can = setup(deltas)
-                coords = torch.as_tensor(can.directions)
-                sampled = torch.rand(can.m, generator=sampling) < rate
-                inserted = torch.as_tensor(can.inserted)
-                flat = torch.zeros(can.dim, dtype=torch.float64)
-                if paired:
-                    flat.index_add_(0, coords[sampled], clip_norm * (inserted[sampled].double() * 2 - 1))
-                else:
-                    keep = sampled & inserted
-                    flat.index_add_(0, coords[keep], torch.full((int(keep.sum()),), float(clip_norm),
-                                                                dtype=torch.float64))
-                parts, offset = {}, 0
-                for name, shape in zip(state["names"], state["shapes"]):  # type: ignore[arg-type]
-                    size = int(np.prod(shape))
-                    parts[name] = flat[offset:offset + size].view(shape)
-                    offset += size
-                names = state["names"]
-
-                def observer(noisy: dict[str, torch.Tensor], data: dict[str, torch.Tensor]) -> None:
-                    seen = {n: noisy[n] - data[n] if cfg.centred else noisy[n] for n in names}  # type: ignore
-                    can.observe(t, torch.cat([seen[n].flatten().double().cpu() for n in names]))  # type: ignore
-
-                return parts, observer
-            return at
-
+        users = CanaryUsers(cfg, target.derive_seed("user-canary"), paired=paired, rate=rate, gamma=gamma,
+                            noise_std=noise_std)
         trained = defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
-                              canaries=hook)
-        if "canaries" not in state:
+                              canaries=users.hook)
+        if users.canaries is None:
             raise ConfigError("attack 'user-canary': the defense ran no aggregation round")
-        can: GradientCanaries = state["canaries"]  # type: ignore[assignment]
+        can = users.canaries
         delta = cfg.delta if cfg.delta is not None else float(trained.claim.delta)
         result = canary_audit_result(can, cfg, steps=defense.config.rounds, delta=delta,
                                      seed=target.derive_seed("planned-guesses"), unit="user", event=trained.claim.event)

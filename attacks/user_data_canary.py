@@ -107,17 +107,10 @@ class UserDataCanaryAudit(Attack):
         from privaudit.defenses.fedemb.defense import _Federated
 
         cfg = self.config
-        defense = target.defense_ref.make()
-        if not isinstance(defense, _Federated):
-            raise ConfigError(f"attack 'user-data-canary': defense {target.defense!r} has no users to add canary "
-                              "users to; use it with dp-fedemb or dp-fedavg")
-        claim_relation = "replace-one"  # the federated defenses' claim (round_claim): replace-one, per user
-        relation = cfg.relation or claim_relation
-        check_relation_unit(relation, "user", SUPPORTED, what=f"attack 'user-data-canary' on {target.defense!r}")
-        if relation != claim_relation:
-            raise ConfigError(f"relation/unit: attack 'user-data-canary' bound at relation={relation!r}, unit='user' "
-                              f"cannot be compared with {target.defense!r}'s claim at relation={claim_relation!r}, "
-                              "unit='user'")
+        defense = self.audited_defense(target, _Federated, "users to add canary users to; use it with dp-fedemb or "
+                                                           "dp-fedavg")
+        # the federated defenses' claim (round_claim): replace-one, per user
+        relation = self.audited_relation(target, "replace-one", "user", SUPPORTED, name_the_defense=True)
         paired = relation == "replace-one"
         members = target.data.train
         owner = defense.users(target.data, target.seed).owner(len(members))

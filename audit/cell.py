@@ -15,17 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from privaudit.attacks.result import AttackResult
+from privaudit.audit.failures import failure_line
 from privaudit.audit.suite import CellSpec
 
-# The attack summary keys every report carries first (issue 8's schema), in this order.
+# The attack summary keys every report carries first (the report's schema), in this order.
 ATTACK_KEYS = ("auc", "tpr_at_fpr", "eps_lower_bound", "eps_lb_method", "n_members", "n_nonmembers")
 MECHANISM_KEYS = ("eps_lb_mechanism", "eps_lb_mechanism_method")
 CLAIM_KEYS = ("mechanism", "relation", "unit", "paper_accountant", "delta", "sampler", "source", "notes")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CellOutcome:
-    """What running a cell produced: its record (no ``gate`` yet), attack results, timings, error."""
+    """What running a cell produced: its record (no ``gate`` yet), attack results, stage timings, error."""
 
     spec: CellSpec
     record: dict[str, Any]
@@ -74,6 +75,22 @@ def attack_record(result: AttackResult, scores_path: str | None = None) -> dict[
     return out
 
 
+class _StageClock:
+    """Times a cell's stages into ``timings`` and remembers the one running (an error names it)."""
+
+    def __init__(self, timings: dict[str, float], on_stage: Callable[[str], None] | None):
+        self.timings, self.on_stage, self.current = timings, on_stage, "setup"
+
+    def __call__(self, name: str, fn: Callable[[], Any]) -> Any:
+        self.current = name
+        if self.on_stage is not None:
+            self.on_stage(name)
+        start = time.perf_counter()
+        value = fn()
+        self.timings[name] = time.perf_counter() - start
+        return value
+
+
 def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: bool = False,
              on_stage: Callable[[str], None] | None = None) -> CellOutcome:
     """Run one cell; exceptions become an outcome with ``error`` set (the runner's gate reports them).
@@ -83,79 +100,88 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
     import torch
 
     record = base_record(spec)
-    outcome = CellOutcome(spec, record)
-    stage = "setup"
+    results: dict[str, AttackResult] = {}
+    clock = _StageClock({}, on_stage)
+    error = None
     threads = torch.get_num_threads()
     torch.set_num_threads(spec.threads)  # the same arithmetic in every executor (see audit.suite: threads)
     try:
-        from privaudit.accountants import all_epsilons
-        from privaudit.attacks import DataRef, Target
-        from privaudit.attacks.registry import make_attack
-        from privaudit.attacks.shadow_models import resolve_defense
-        from privaudit.core.datasets import SplitConfig, load_dataset
-        from privaudit.audit.device import resolve_device
-        from privaudit.defenses.base import Budget
-        from privaudit.defenses.evaluation import encoder_utility
-        from privaudit.defenses.utility import utility_panel
-
-        device = resolve_device(spec.device)
-        splits = SplitConfig(**spec.splits) if spec.splits else None
-        data = load_dataset(spec.dataset, seed=spec.seed, data_dir=spec.data_dir, splits=splits)
-        data_ref = DataRef(spec.dataset, spec.seed, spec.data_dir, splits)
-        defense = resolve_defense(spec.defense.name, spec.defense.params)
-        budget = Budget(target_epsilon=spec.target_epsilon, delta=spec.delta,
-                        noise_multiplier=spec.defense.noise_multiplier)
-
-        def timed(name: str, fn):
-            nonlocal stage
-            stage = name
-            if on_stage is not None:
-                on_stage(name)
-            start = time.perf_counter()
-            value = fn()
-            outcome.timings[name] = time.perf_counter() - start
-            return value
-
-        trained = timed("train", lambda: defense.fit(data, budget, spec.seed, device=device, progress=progress))
-        record["delta"] = float(trained.claim.delta)
-        record["claim"] = claim_record(trained.claim)
-
-        def utility() -> dict[str, Any]:
-            trained.model.eval()
-            if trained.classifier is None and "init" in trained.extras:
-                # beside the trained encoder: its init, a random encoder, non-private training with the same
-                # steps, and the fraction of the random -> non-private gap closed (defenses.utility)
-                panel = utility_panel(trained, data, k=spec.knn_k, device=device)
-                u = dict(panel["trained"])
-                u.update(trained.extras.get("utility", {}))
-                u["panel"] = panel
-                record["details"]["init"] = trained.extras["init"]
-                return u
-            u = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
-                                k=spec.knn_k, device=device)
-            u.update(trained.extras.get("utility", {}))
-            return u
-
-        record["utility"] = timed("utility", utility)
-        results = timed("epsilon", lambda: all_epsilons(trained.claim))
-        record["epsilon"] = {name: r.to_dict()["epsilon"] for name, r in results.items()}
-        record["details"]["epsilon"] = {name: r.to_dict() for name, r in results.items()}
-        record["details"]["n_train"] = len(data.train)
-        record["details"]["steps"] = len(trained.history.get("step", []))
-
-        target = Target(trained, data, spec.defense.name, dict(spec.defense.params), budget, spec.seed,
-                        str(device), data_ref)
-        attack_executor = executor.make(progress)
-        for entry in spec.attacks:
-            attack = make_attack(entry.name, entry.params)
-            result = timed(entry.label, lambda: attack.run(target, executor=attack_executor, progress=progress))
-            outcome.results[entry.label] = result
-            record["attacks"][entry.label] = attack_record(result)
+        _run_stages(spec, executor, progress, record, results, clock)
     except Exception as exc:  # noqa: BLE001 - a failing cell is reported, not fatal to the suite
-        message = f"{stage}: {type(exc).__name__}: {exc}".splitlines()[0]
-        outcome.error = message
-        record["details"]["error"] = message
+        error = failure_line(clock.current, exc)
+        record["details"]["error"] = error
         record["details"]["traceback"] = traceback.format_exc()
     finally:
         torch.set_num_threads(threads)
-    return outcome
+    return CellOutcome(spec, record, results, clock.timings, error)
+
+
+def _run_stages(spec: CellSpec, executor: ExecutorSpec, progress: bool, record: dict[str, Any],
+                results: dict[str, AttackResult], clock: _StageClock) -> None:
+    """Load the data, train the defense, then fill ``record`` stage by stage (utility, epsilon, each attack)."""
+    from privaudit.attacks import DataRef, Target
+    from privaudit.attacks.shadow_models import resolve_defense
+    from privaudit.audit.device import resolve_device
+    from privaudit.core.datasets import SplitConfig, load_dataset
+    from privaudit.defenses.base import Budget
+
+    device = resolve_device(spec.device)
+    splits = SplitConfig(**spec.splits) if spec.splits else None
+    data = load_dataset(spec.dataset, seed=spec.seed, data_dir=spec.data_dir, splits=splits)
+    data_ref = DataRef(spec.dataset, spec.seed, spec.data_dir, splits)
+    defense = resolve_defense(spec.defense.name, spec.defense.params)
+    budget = Budget(target_epsilon=spec.target_epsilon, delta=spec.delta,
+                    noise_multiplier=spec.defense.noise_multiplier)
+    trained = clock("train", lambda: defense.fit(data, budget, spec.seed, device=device, progress=progress))
+    record["delta"] = float(trained.claim.delta)
+    record["claim"] = claim_record(trained.claim)
+    record["utility"] = clock("utility", lambda: _utility(spec, trained, data, device, record))
+    _account(trained, data, record, clock)
+    target = Target(trained, data, spec.defense.name, dict(spec.defense.params), budget, spec.seed, str(device),
+                    data_ref)
+    _attack(spec, target, executor, progress, record, results, clock)
+
+
+def _utility(spec: CellSpec, trained: Any, data: Any, device: Any, record: dict[str, Any]) -> dict[str, Any]:
+    """The encoder's k-NN and linear-probe accuracy and the defense's own metrics; for an encoder trained from
+    an init, the utility panel beside it: its init, a random encoder, non-private training with the same steps,
+    and the fraction of the random -> non-private gap closed (:mod:`privaudit.defenses.utility`)."""
+    from privaudit.defenses.evaluation import encoder_utility
+    from privaudit.defenses.utility import utility_panel
+
+    trained.model.eval()
+    if trained.classifier is None and "init" in trained.extras:
+        panel = utility_panel(trained, data, k=spec.knn_k, device=device)
+        u = dict(panel["trained"])
+        u.update(trained.extras.get("utility", {}))
+        u["panel"] = panel
+        record["details"]["init"] = trained.extras["init"]
+        return u
+    u = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
+                        k=spec.knn_k, device=device)
+    u.update(trained.extras.get("utility", {}))
+    return u
+
+
+def _account(trained: Any, data: Any, record: dict[str, Any], clock: _StageClock) -> None:
+    """Every accountant's epsilon of the claim the training emitted, and the run's size."""
+    from privaudit.accountants import all_epsilons
+
+    results = clock("epsilon", lambda: all_epsilons(trained.claim))
+    record["epsilon"] = {name: r.to_dict()["epsilon"] for name, r in results.items()}
+    record["details"]["epsilon"] = {name: r.to_dict() for name, r in results.items()}
+    record["details"]["n_train"] = len(data.train)
+    record["details"]["steps"] = len(trained.history.get("step", []))
+
+
+def _attack(spec: CellSpec, target: Any, executor: ExecutorSpec, progress: bool, record: dict[str, Any],
+            results: dict[str, AttackResult], clock: _StageClock) -> None:
+    """Run the cell's attacks on the trained target, each a stage named by its label."""
+    from privaudit.attacks.registry import make_attack
+
+    attack_executor = executor.make(progress)
+    for entry in spec.attacks:
+        attack = make_attack(entry.name, entry.params)
+        result = clock(entry.label, lambda: attack.run(target, executor=attack_executor, progress=progress))
+        results[entry.label] = result
+        record["attacks"][entry.label] = attack_record(result)

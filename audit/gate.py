@@ -84,48 +84,19 @@ def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: flo
     The verdict of a comparable primary pair is ``pending`` until :func:`decide` knows the family size; a
     comparable bound that is not the cell's declared ``primary`` is ``secondary`` (reported, not gated).
     """
-    eps_lb = attack.get("eps_lower_bound")
-    bound = (attack.get("details") or {}).get("bound") or {}
-    mechanism = (attack.get("details") or {}).get("mechanism_bound")
+    eps_lb, bound, extra = _compared_bound(attack)
     claim = cell["claim"] or {}
-    extra: dict[str, Any] = {}
-    if mechanism and attack.get("eps_lb_mechanism") is not None:
-        # the attack's test of the claim's own mechanism is the more powerful sound test of the same claim: it is
-        # the one compared (and gated); the (eps, delta) bound stays beside it
-        extra = {"eps_lb_any_mechanism": eps_lb}
-        eps_lb, bound = attack["eps_lb_mechanism"], mechanism
     out: dict[str, Any] = {"attack": label, "eps_lower_bound": eps_lb, "method": bound.get("method"),
                            "epsilon": None, "accountant": None, "gate_eps_lower_bound": None,
                            "gate_confidence": None, "verdict": "not comparable", "reason": None, **extra}
-
-    def not_comparable(reason: str) -> dict[str, Any]:
+    reason = _unsound(cell, claim, eps_lb, bound)
+    if reason is None:
+        out.update(relation=bound.get("relation", "add-remove"), unit=bound.get("unit", "example"))
+        reason = _incomparable(cell, claim, bound)
+    if reason is not None:
         out["reason"] = reason
         return out
-
-    if eps_lb is None:
-        return not_comparable("the attack gives no sound lower bound")
-    details = (cell.get("details") or {}).get("epsilon") or {}
-    if any(d.get("infinite") for d in details.values()) or claim.get("paper_accountant") == "none":
-        return not_comparable("no privacy claim (epsilon is infinite)")
-    if bound.get("method") not in SOUND_METHODS:
-        return not_comparable(f"bound method {bound.get('method')!r} is not a sound lower bound in general")
-    b_rel, b_unit = bound.get("relation", "add-remove"), bound.get("unit", "example")
-    c_rel, c_unit = claim.get("relation"), claim.get("unit")
-    out.update(relation=b_rel, unit=b_unit)
-    if b_rel != c_rel:
-        return not_comparable(f"the claim is {c_rel}: the bound is on {b_rel} epsilon, which the claim does not "
-                              "bound")
-    if b_unit != c_unit:
-        return not_comparable(f"the claim protects a {c_unit}; the bound's coin is one {b_unit}, not a whole "
-                              f"{c_unit}" if c_unit == "user" else f"the claim protects a {c_unit}; the bound is per "
-                              f"{b_unit}")
     applicable = {k: v for k, v in cell["epsilon"].items() if v is not None}
-    if not applicable:
-        return not_comparable("no accountant gives an epsilon for this claim")
-    claim_delta = float(claim.get("delta") or 0.0)
-    bound_delta = float(bound.get("delta", 0.0))
-    if bound_delta < claim_delta:
-        return not_comparable(f"the bound is at delta={bound_delta:g} < the claim's delta={claim_delta:g}")
     accountant = min(applicable, key=lambda k: applicable[k])
     out.update(epsilon=applicable[accountant], accountant=accountant, verdict="pending",
                confidence=bound.get("confidence"), bound=bound)
@@ -134,6 +105,49 @@ def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: flo
                                                f"{primary!r}")
         out.pop("bound"), out.pop("confidence")
     return out
+
+
+def _compared_bound(attack: dict[str, Any]) -> tuple[float | None, dict[str, Any], dict[str, Any]]:
+    """(bound, its details, extra fields): the attack's test of the claim's own mechanism where it reports one --
+    the more powerful sound test of the same claim, so the one compared (and gated) -- with its (eps, delta)
+    bound beside it; else its (eps, delta) bound."""
+    eps_lb = attack.get("eps_lower_bound")
+    bound = (attack.get("details") or {}).get("bound") or {}
+    mechanism = (attack.get("details") or {}).get("mechanism_bound")
+    if mechanism and attack.get("eps_lb_mechanism") is not None:
+        return attack["eps_lb_mechanism"], mechanism, {"eps_lb_any_mechanism": eps_lb}
+    return eps_lb, bound, {}
+
+
+def _unsound(cell: dict[str, Any], claim: dict[str, Any], eps_lb: float | None, bound: dict[str, Any]) -> str | None:
+    """Why there is nothing sound to compare (no bound, no claim, an unsound method), or None."""
+    if eps_lb is None:
+        return "the attack gives no sound lower bound"
+    details = (cell.get("details") or {}).get("epsilon") or {}
+    if any(d.get("infinite") for d in details.values()) or claim.get("paper_accountant") == "none":
+        return "no privacy claim (epsilon is infinite)"
+    if bound.get("method") not in SOUND_METHODS:
+        return f"bound method {bound.get('method')!r} is not a sound lower bound in general"
+    return None
+
+
+def _incomparable(cell: dict[str, Any], claim: dict[str, Any], bound: dict[str, Any]) -> str | None:
+    """Why a sound bound does not test this claim (another relation or unit, no applicable accountant, a
+    smaller delta than the claim's), or None."""
+    b_rel, b_unit = bound.get("relation", "add-remove"), bound.get("unit", "example")
+    c_rel, c_unit = claim.get("relation"), claim.get("unit")
+    if b_rel != c_rel:
+        return f"the claim is {c_rel}: the bound is on {b_rel} epsilon, which the claim does not bound"
+    if b_unit != c_unit:
+        return (f"the claim protects a {c_unit}; the bound's coin is one {b_unit}, not a whole {c_unit}"
+                if c_unit == "user" else f"the claim protects a {c_unit}; the bound is per {b_unit}")
+    if not any(v is not None for v in cell["epsilon"].values()):
+        return "no accountant gives an epsilon for this claim"
+    claim_delta = float(claim.get("delta") or 0.0)
+    bound_delta = float(bound.get("delta", 0.0))
+    if bound_delta < claim_delta:
+        return f"the bound is at delta={bound_delta:g} < the claim's delta={claim_delta:g}"
+    return None
 
 
 def decide(comparison: dict[str, Any], family: int, slack: float) -> dict[str, Any]:

@@ -24,8 +24,9 @@ training functions are code that privaudit imports and runs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn as nn
@@ -64,28 +65,73 @@ def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
     return state
 
 
+@dataclass(frozen=True)
+class ModelAudit:
+    """The result of :func:`audit_model`: what was audited (the factory, the training function, the dataset and
+    seed of its membership split) and each attack's report object by attack name (``auc``, ``tpr_at_fpr``,
+    ``eps_lower_bound``, ``eps_lb_method``, ``n_members``, ``n_nonmembers``, ...)."""
+
+    factory: str
+    train_fn: str | None
+    dataset: str
+    seed: int
+    attacks: dict[str, dict[str, Any]]
+
+    def to_dict(self) -> dict[str, Any]:
+        """``audit.json``'s content."""
+        return {"factory": self.factory, "train_fn": self.train_fn, "dataset": self.dataset, "seed": self.seed,
+                "attacks": self.attacks}
+
+
 def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], *, dataset: str = "digits",
                 train_fn: str | None = None, seed: int = 0, data_dir: str | None = None,
                 attacks: Sequence[str] | None = None, reference_models: int = 8, canaries: int | None = None,
                 epochs: int = 20,
                 batch_size: int = 64, lr: float = 0.05, delta: float | None = None,
-                out: str | Path | None = None, progress: bool = False) -> dict[str, Any]:
+                out: str | Path | None = None, progress: bool = False) -> ModelAudit:
     """Audit the classifier ``factory()`` with ``weights`` (LOSS, LiRA, RMIA) and ``train_fn`` (canary).
 
-    Each summary is the attack's report object (``auc``, ``tpr_at_fpr``, ``eps_lower_bound``,
-    ``eps_lb_method``, ``n_members``, ``n_nonmembers``, ...). ``factory`` and ``train_fn`` are
-    ``module:function`` strings (importable in worker processes). ``attacks``: from :data:`ATTACKS_RUN`
-    (None: loss, lira, rmia, and canary when ``train_fn`` is given). ``reference_models``: LiRA's and
-    RMIA's (even, >= 4; shared). ``canaries``: the canary audit's m (None: min(200, the shadow split's size)).
-    ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with ``train_fn``). ``delta``: of the
-    lower bound (default: 1 / (n ln n) for the n members). ``out``: write each attack's ``scores.npz`` and
-    ``result.json`` in ``out/<attack>/`` and ``out/audit.json``.
+    ``factory`` and ``train_fn`` are ``module:function`` strings (importable in worker processes). ``attacks``:
+    from :data:`ATTACKS_RUN` (None: loss, lira, rmia, and canary when ``train_fn`` is given).
+    ``reference_models``: LiRA's and RMIA's (even, >= 4; shared). ``canaries``: the canary audit's m (None:
+    min(200, the shadow split's size)). ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with
+    ``train_fn``). ``delta``: of the lower bound (default: 1 / (n ln n) for the n members). ``out``: write each
+    attack's ``scores.npz`` and ``result.json`` in ``out/<attack>/`` and ``out/audit.json``.
     """
     from privaudit.attacks import DataRef, Target, make_attack
     from privaudit.core.datasets import load_dataset
     from privaudit.defenses.base import Budget, default_delta
-    from privaudit.defenses.user_model import UserModel, build, wrap
+    from privaudit.defenses.user_model import UserModel, wrap
 
+    attacks = _attack_names(attacks, train_fn, canaries)
+    params = {"factory": factory, "train_fn": train_fn or "", "epochs": epochs, "batch_size": batch_size, "lr": lr}
+    UserModel(params)  # validates the settings up front
+    state = load_state_dict(weights) if isinstance(weights, (str, Path)) else dict(weights)
+    data = load_dataset(dataset, seed=seed, data_dir=data_dir)
+    trained = wrap(_loaded_model(factory, state, data), data, params, seed)
+    if delta is None:
+        delta = default_delta(len(data.train))
+    target = Target(trained, data, "user-model", params, Budget(), seed, "cpu", DataRef(dataset, seed, data_dir))
+    results: dict[str, Any] = {}
+    for name in attacks:
+        result = make_attack(name, _attack_settings(name, delta, reference_models, canaries, data)).run(
+            target, progress=progress)
+        if out is not None:
+            result.save(Path(out) / name)
+        results[name] = result.summary()
+        if name == "canary":
+            results[name]["audited"] = ("train_fn, run once on the members plus the canaries each inserted by a "
+                                        "fair coin (not the given weights)")
+    audit = ModelAudit(factory, train_fn, dataset, seed, results)
+    if out is not None:
+        from privaudit.core.io import atomic_write_json
+
+        atomic_write_json(Path(out) / "audit.json", audit.to_dict())
+    return audit
+
+
+def _attack_names(attacks: Sequence[str] | None, train_fn: str | None, canaries: int | None) -> Sequence[str]:
+    """The attacks to run (None: the default, with the canary audit when there is a training function)."""
     if attacks is None:
         attacks = DEFAULT_ATTACKS + (("canary",) if train_fn else ())
     unknown = [a for a in attacks if a not in ATTACKS_RUN]
@@ -96,10 +142,13 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
                           "(train_fn=...)")
     if canaries is not None and canaries < 1:
         raise ConfigError(f"canaries: must be >= 1, got {canaries!r}")
-    params = {"factory": factory, "train_fn": train_fn or "", "epochs": epochs, "batch_size": batch_size, "lr": lr}
-    UserModel(params)  # validates the settings up front
-    state = load_state_dict(weights) if isinstance(weights, (str, Path)) else dict(weights)
-    data = load_dataset(dataset, seed=seed, data_dir=data_dir)
+    return attacks
+
+
+def _loaded_model(factory: str, state: Mapping[str, torch.Tensor], data: Any) -> nn.Module:
+    """``factory()`` with ``state`` loaded, checked to map the dataset's images to its classes' logits."""
+    from privaudit.defenses.user_model import build
+
     net = build(factory)
     try:
         net.load_state_dict(state, strict=True)
@@ -112,33 +161,21 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     if probe.ndim != 2 or probe.shape[1] != data.info.num_classes:
         raise ConfigError(f"factory {factory!r}: the model maps {tuple(data.pool.x[:2].shape)} to "
                           f"{tuple(probe.shape)}, expected (2, {data.info.num_classes}) class logits")
-    trained = wrap(net, data, params, seed)
-    if delta is None:
-        delta = default_delta(len(data.train))
-    target = Target(trained, data, "user-model", params, Budget(), seed, "cpu", DataRef(dataset, seed, data_dir))
-    results: dict[str, Any] = {}
-    for name in attacks:
-        attack_params: dict[str, Any] = {"delta": delta}
-        # LiRA and RMIA share their references (one cache key): one query, and RMIA's population samples z
-        # capped by the shadow split (a user's small image folder may hold fewer than the default 256).
-        shared = {"queries": 1, "n_population": min(256, len(data.shadow))}
-        if name == "lira":
-            attack_params.update(shadow_models=reference_models, **shared)
-        elif name == "rmia":
-            attack_params.update(reference_models=reference_models, **shared)
-        elif name == "canary":
-            attack_params.update(mode="one-run", kind="mislabel",
-                                 canaries=canaries if canaries is not None else min(200, len(data.shadow)))
-        result = make_attack(name, attack_params).run(target, progress=progress)
-        if out is not None:
-            result.save(Path(out) / name)
-        results[name] = result.summary()
-        if name == "canary":
-            results[name]["audited"] = ("train_fn, run once on the members plus the canaries each inserted by a "
-                                        "fair coin (not the given weights)")
-    if out is not None:
-        from privaudit.core.io import atomic_write_json
+    return net
 
-        atomic_write_json(Path(out) / "audit.json", {"factory": factory, "train_fn": train_fn, "dataset": dataset,
-                                                     "seed": seed, "attacks": results})
-    return results
+
+def _attack_settings(name: str, delta: float, reference_models: int, canaries: int | None,
+                     data: Any) -> dict[str, Any]:
+    """An attack's settings: LiRA and RMIA share their references (one cache key: one query, and RMIA's
+    population samples z capped by the shadow split, which a user's small image folder may hold fewer than the
+    default 256 of); the canary audit runs one-run with mislabelled canaries."""
+    settings: dict[str, Any] = {"delta": delta}
+    shared = {"queries": 1, "n_population": min(256, len(data.shadow))}
+    if name == "lira":
+        settings.update(shadow_models=reference_models, **shared)
+    elif name == "rmia":
+        settings.update(reference_models=reference_models, **shared)
+    elif name == "canary":
+        settings.update(mode="one-run", kind="mislabel",
+                        canaries=canaries if canaries is not None else min(200, len(data.shadow)))
+    return settings

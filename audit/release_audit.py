@@ -25,18 +25,17 @@ turns the scores into the step audit's sound lower bounds (:func:`privaudit.atta
   pure-DP statement, and the one-coordinate pair is not shown to be the worst of the L1 ball for f-DP).
 
 Floating point. The bound is about the release as computed, and every score is a function of the released
-value, so it stays sound for the code as run. The plain float64 Laplace release (m + b xi, 53-bit uniforms) leaks
-through its last bits: its log-likelihood ratio is flat (+-eps) in both tails, a threshold can land on that
-plateau and then separates draws by the release's low-order bits (near m0, releases from D and from D' fall on
-different float grids); the measured epsilon exceeded the claim (eps_lb 2.29-2.40 against eps = 2 at 10^5 draws,
-an event with ratio e^2.41 at 10^6): Mironov 2012, "On significance of the least significant bits for
-differential privacy". ``mechanism = "laplace"`` is therefore released through Mironov's snapping mechanism
+value, so it stays sound for the code as run. A plain float64 Laplace release (m + b xi) leaks through its
+last bits (Mironov 2012, "On significance of the least significant bits for differential privacy"): its
+log-likelihood ratio is flat (+-eps) in both tails, and a threshold on that plateau separates draws by the
+release's low-order bits (near m0, releases from D and from D' fall on different float grids).
+``mechanism = "laplace"`` is therefore released through Mironov's snapping mechanism
 (:mod:`privaudit.defenses.alm.snapping`): outputs on the grid of multiples of Lambda (the smallest power of two >= lambda)
 within [-B, B], claimed eps = Delta_1 / lambda + d 2^-49 B / lambda (Thm. 1). Its scorer is the exact log-mass
 of the released grid point (:func:`privaudit.defenses.alm.snapping.snapped_log_mass`: the real Laplace mass of the
 point's rounding cell), the likelihood ratio of the discrete release; the Clopper-Pearson bound is sound for it
 as for any statistic of the release (mass at the clamp's +-B is not modelled: a choice of statistic, not a
-condition of soundness). The logistic ratio (the default) has no plateau and shows no leak at these draw counts.
+condition of soundness). The logistic ratio (the default) has no plateau.
 
 Pairs: ``canary`` -- the canonical pair at the claimed sensitivity: m0 = theta(members) and m1 = m0 +
 Delta_1 e_0 (difference exactly the sampled L1 sensitivity along one coordinate: the worst case the claim
@@ -48,17 +47,17 @@ register's setting), at which the heads differ by more than the sampled Delta_1 
 
 from __future__ import annotations
 
-import json
-import re
 import time
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
 
-from privaudit.attacks.step_distinguisher import KnownMechanism, additive_step_scores, step_bounds
-from privaudit.audit.step_pairs import dirac_image, search_witness
+from privaudit.attacks.step_distinguisher import KnownMechanism, additive_step_scores
+from privaudit.audit.step_pairs import (StepAudit, StepRequest, dirac_image, search_witness, witness_info,
+                                        write_witness)
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.alm.mechanisms import add_noise, log_density
 from privaudit.defenses.alm.snapping import snapped_log_mass
@@ -66,6 +65,8 @@ from privaudit.defenses.alm.snapping import snapped_log_mass
 #: defenses whose privatised step is one additive release, and their sensitivity register entry
 RELEASE_CLAIMS = {"alm": "alm.head-weights"}
 RELEASE_PAIRS = ("canary", "extreme", "witness")
+#: the row's fields a release's witness header repeats
+WITNESS_META = ("epsilon_lower", "mu_lower", "difference_norm", "sensitivity_claimed", "noise_scale")
 
 
 def _claim_mu(mechanism: str, eps: float, noise_multiplier: float) -> float:
@@ -85,115 +86,124 @@ def _quantity(ctx: Any, name: str, overrides: Mapping[str, Any]) -> Any:
 
 def _save_witness(out_dir: Path, name: str, kind: str, a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor],
                   m0: torch.Tensor, m1: torch.Tensor, meta: dict[str, Any]) -> str:
-    from privaudit.core.io import atomic_save_tensors, atomic_write_json
-
     tensors = {**{f"a.{k}": v.detach().cpu().clone().contiguous() for k, v in a.items()},
                **{f"b.{k}": v.detach().cpu().clone().contiguous() for k, v in b.items()},
                "out.a": m0.detach().cpu().clone(), "out.b": m1.detach().cpu().clone()}
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{name}.{kind}")
-    path = Path(out_dir) / f"{safe}.safetensors"
-    header = {"format": "privaudit-step-witness", "version": 1, "defense": name, "pair": kind, **meta}
-    atomic_save_tensors(path, tensors, metadata={"privaudit": json.dumps(header, default=float)})
-    atomic_write_json(path.with_suffix(".json"), header)
-    return str(path)
+    return write_witness(out_dir, f"{name}.{kind}", tensors, {"defense": name, "pair": kind, **meta})
 
 
-def audit_release(name: str, ctx: Any, *, params: Mapping[str, Any] | None, target_epsilon: float | None,
-                  noise_multiplier: float | None, delta: float, draws: int, kinds: tuple[str, ...], alpha: float,
-                  seed: int, noise: str, dataset: str, witness_evaluations: int,
-                  out_dir: str | Path | None = None) -> dict[str, Any]:
-    """Audit ``name``'s one release on each pair of ``kinds`` (see module doc); a JSON-able result."""
+@dataclass(frozen=True)
+class _ReleasePair:
+    """A neighbouring pair of fine-tuning sets (a, b), their noiseless heads (m0, m1; the canary's m1 is m0
+    until the calibrated sensitivity shifts it), the sensitivity parameters the noise is calibrated to, the
+    defense's hyper-parameters there, and the witness search's summary (witness pair)."""
+
+    a: Mapping[str, torch.Tensor]
+    b: Mapping[str, torch.Tensor]
+    m0: torch.Tensor
+    m1: torch.Tensor
+    sensitivity: Mapping[str, Any]
+    overrides: Mapping[str, Any]
+    info: dict[str, Any]
+
+
+def _release_pair(name: str, kind: str, ctx: Any, request: StepRequest,
+                  members: Mapping[str, torch.Tensor]) -> _ReleasePair:
     from privaudit.audit.sensitivity.register import CLAIMS
+
+    if kind == "witness":
+        spec = CLAIMS[RELEASE_CLAIMS[name]]
+        setting, target, res = search_witness(spec, ctx, request.witness_evaluations, request.seed)
+        overrides = {**spec.base_overrides, **setting.overrides}
+        a, b = res.best.pair.neighbours(target.relation, target.domain.unit_size)
+        return _ReleasePair(a, b, res.best.fa.double().reshape(-1), res.best.fb.double().reshape(-1), target.params,
+                            overrides, witness_info(spec, setting, target, res))
+    q = _quantity(ctx, name, request.params)
+    m0 = q.fn((members["x"], members["y"])).double().reshape(-1)
+    if kind == "canary":  # the claim's worst case: + Delta e_0 (L1 and L2 alike along one coordinate), once calibrated
+        return _ReleasePair(members, members, m0, m0, q.params, request.params, {})
+    b = {"x": torch.cat([dirac_image(members["x"][:1]), members["x"][1:]]), "y": members["y"]}
+    return _ReleasePair(members, b, m0, q.fn((b["x"], b["y"])).double().reshape(-1), q.params, request.params, {})
+
+
+def _release_claim(cal: Any, eps_claim: float, mu_claim: float, request: StepRequest) -> dict[str, Any]:
+    return {"mechanism": cal.mechanism, "epsilon": eps_claim, "delta": cal.delta, "mu": mu_claim,
+            "noise_multiplier": cal.noise_multiplier, "norm": cal.norm, "pure": cal.delta == 0,
+            "target_epsilon": request.target_epsilon, "calibration": cal.calibration,
+            "clamp_bound": cal.clamp_bound, "grid": cal.grid, "coordinates": cal.coordinates,
+            "snapping_overhead": cal.overhead,
+            "what": "one release of the fine-tuned head plus i.i.d. noise at the scale calibrated to the "
+                    f"sampled {cal.norm.upper()} sensitivity (ALM Thm. 4.1, Prop. 4.1); mu: the tightest "
+                    "mu of its canonical pair (one coordinate shifted by the claimed sensitivity)"}
+
+
+def _release_row(kind: str, index: int, m0: torch.Tensor, m1: torch.Tensor, cal: Any, request: StepRequest,
+                 n: int) -> dict[str, Any]:
+    """One pair's row: ALM's release of m0 and m1 drawn many times per side, scored by the likelihood ratio of
+    its noise, and its sound bounds against the per-release claim."""
+    eps_claim = float(cal.epsilon)
+    mu_claim = _claim_mu(cal.mechanism, eps_claim, cal.noise_multiplier)
+    diff = m1 - m0
+    if not bool(torch.isfinite(diff).all()):
+        raise ConfigError(f"pair {kind}: the release's noiseless output is not finite")
+    release = partial(_release, mechanism=cal.mechanism, scale=cal.scale, clamp_bound=cal.clamp_bound)
+    s0, s1 = additive_step_scores(m0, m1, release, release_log_likelihood(cal.mechanism, cal.scale, cal.grid),
+                                  cal.scale, int(request.draws), request.generator(index), noise=request.noise)
+    bd = request.bounds(s0, s1, index, cal.delta)
+    dist = float(torch.linalg.vector_norm(diff, ord=1 if cal.norm == "l1" else 2))
+    refuted = bd.epsilon_lower > eps_claim or (cal.mechanism == "gaussian" and bd.mu_lower > mu_claim)
+    return {"pair": kind, "difference_norm": dist, "difference_l2": float(torch.linalg.vector_norm(diff)),
+            "difference_linf": float(diff.abs().max()), "coordinates_differing": int((diff != 0).sum()),
+            "sensitivity_claimed": cal.sensitivity, "noise_scale": cal.scale,
+            "difference_over_sensitivity": dist / cal.sensitivity,
+            "epsilon_pair": dist / cal.scale if cal.delta == 0 else None,
+            "epsilon_claim": eps_claim, "mu_claim": mu_claim,
+            "mu_lower": bd.mu_lower, "epsilon_lower": bd.epsilon_lower, "epsilon_from_mu": bd.epsilon_from_mu,
+            "power": bd.epsilon_lower / eps_claim, "power_epsilon": bd.epsilon_lower / eps_claim,
+            "power_mu": bd.mu_lower / mu_claim, "verdict": "refuted" if refuted else "not refuted",
+            "bounds": bd.to_dict(), "conditioned_on": [], "batch": [n, n]}
+
+
+def audit_release(name: str, ctx: Any, request: StepRequest) -> StepAudit:
+    """Audit ``name``'s one release on each pair of ``request.kinds`` (see module doc)."""
     from privaudit.defenses.base import Budget
     from privaudit.defenses.registry import make_defense
 
     if name not in RELEASE_CLAIMS:
         raise ConfigError(f"defense: {name!r} has no one-shot release to audit; accepted: {', '.join(RELEASE_CLAIMS)}")
     data = ctx.data
-    params = dict(params or {})
-    budget = Budget(target_epsilon=target_epsilon, delta=delta, noise_multiplier=noise_multiplier)
+    budget = Budget(target_epsilon=request.target_epsilon, delta=request.delta,
+                    noise_multiplier=request.noise_multiplier)
     members = {"x": data.train.x, "y": data.train.y.long()}
     n = int(members["x"].shape[0])
-    alpha_each = alpha / (2 * len(kinds))
-    spec = CLAIMS[RELEASE_CLAIMS[name]]
     rows: list[dict[str, Any]] = []
     claim: dict[str, Any] | None = None
-    for i, kind in enumerate(kinds):
+    for i, kind in enumerate(request.kinds):
         start = time.perf_counter()
-        info: dict[str, Any] = {}
-        if kind == "witness":
-            setting, target, res = search_witness(spec, ctx, witness_evaluations, seed)
-            overrides = {**spec.base_overrides, **setting.overrides}
-            a, b = res.best.pair.neighbours(target.relation, target.domain.unit_size)
-            m0, m1 = res.best.fa.double().reshape(-1), res.best.fb.double().reshape(-1)
-            sens = target.params
-            info = {"claim": spec.id, "setting": setting.to_dict(), "evaluations": res.evaluations,
-                    "sensitivity_observed": res.observed, "sensitivity_bound": target.bound,
-                    "sensitivity_ratio": res.observed / target.bound if target.bound else None}
-        else:
-            overrides = params
-            q = _quantity(ctx, name, overrides)
-            sens = q.params
-            a = members
-            m0 = q.fn((a["x"], a["y"])).double().reshape(-1)
-            if kind == "canary":  # the claim's worst case: + Delta e_0 (L1 and L2 alike along one coordinate)
-                b = a
-                m1 = m0.clone()
-            else:
-                b = {"x": torch.cat([dirac_image(a["x"][:1]), a["x"][1:]]), "y": a["y"]}
-                m1 = q.fn((b["x"], b["y"])).double().reshape(-1)
-        defense = make_defense(name, dict(overrides))
-        cal = defense.release_noise(budget, float(sens["sensitivity_l1"]), float(sens["sensitivity_l2"]), n,
-                                    num_classes=int(data.info.num_classes), coordinates=int(m0.numel()))
+        pair = _release_pair(name, kind, ctx, request, members)
+        defense = make_defense(name, dict(pair.overrides))
+        cal = defense.release_noise(budget, float(pair.sensitivity["sensitivity_l1"]),
+                                    float(pair.sensitivity["sensitivity_l2"]), n,
+                                    num_classes=int(data.info.num_classes), coordinates=int(pair.m0.numel()))
         if cal is None:
             raise ConfigError(f"defense {name!r}: no noise to audit (non-private budget)")
+        m1 = pair.m1
         if kind == "canary":
+            m1 = m1.clone()
             m1[0] += cal.sensitivity
-        eps_claim = float(cal.epsilon)
-        mu_claim = _claim_mu(cal.mechanism, eps_claim, cal.noise_multiplier)
+        row = {**_release_row(kind, i, pair.m0, m1, cal, request, n), **pair.info}
         if claim is None:
-            claim = {"mechanism": cal.mechanism, "epsilon": eps_claim, "delta": cal.delta, "mu": mu_claim,
-                     "noise_multiplier": cal.noise_multiplier, "norm": cal.norm, "pure": cal.delta == 0,
-                     "target_epsilon": target_epsilon, "calibration": cal.calibration,
-                     "clamp_bound": cal.clamp_bound, "grid": cal.grid, "coordinates": cal.coordinates,
-                     "snapping_overhead": cal.overhead,
-                     "what": "one release of the fine-tuned head plus i.i.d. noise at the scale calibrated to the "
-                             f"sampled {cal.norm.upper()} sensitivity (ALM Thm. 4.1, Prop. 4.1); mu: the tightest "
-                             "mu of its canonical pair (one coordinate shifted by the claimed sensitivity)"}
-        diff = m1 - m0
-        if not bool(torch.isfinite(diff).all()):
-            raise ConfigError(f"pair {kind}: the release's noiseless output is not finite")
-        gen = torch.Generator().manual_seed(int(seed) * 1000 + i)
-        release = partial(_release, mechanism=cal.mechanism, scale=cal.scale, clamp_bound=cal.clamp_bound)
-        s0, s1 = additive_step_scores(m0, m1, release, release_log_likelihood(cal.mechanism, cal.scale, cal.grid),
-                                      cal.scale, int(draws), gen, noise=noise)
-        bd = step_bounds(s0, s1, alpha=alpha_each, delta=cal.delta, seed=seed + i)
-        dist = float(torch.linalg.vector_norm(diff, ord=1 if cal.norm == "l1" else 2))
-        refuted = bd.epsilon_lower > eps_claim or (cal.mechanism == "gaussian" and bd.mu_lower > mu_claim)
-        row = {"pair": kind, "difference_norm": dist, "difference_l2": float(torch.linalg.vector_norm(diff)),
-               "difference_linf": float(diff.abs().max()), "coordinates_differing": int((diff != 0).sum()),
-               "sensitivity_claimed": cal.sensitivity, "noise_scale": cal.scale,
-               "difference_over_sensitivity": dist / cal.sensitivity,
-               "epsilon_pair": dist / cal.scale if cal.delta == 0 else None,
-               "epsilon_claim": eps_claim, "mu_claim": mu_claim,
-               "mu_lower": bd.mu_lower, "epsilon_lower": bd.epsilon_lower, "epsilon_from_mu": bd.epsilon_from_mu,
-               "power": bd.epsilon_lower / eps_claim, "power_epsilon": bd.epsilon_lower / eps_claim,
-               "power_mu": bd.mu_lower / mu_claim, "verdict": "refuted" if refuted else "not refuted",
-               "bounds": bd.to_dict(), "conditioned_on": [], "batch": [n, n], **info}
-        if refuted and out_dir is not None:
-            row["witness"] = _save_witness(Path(out_dir), name, kind, a, b, m0, m1, {
-                k: row[k] for k in ("epsilon_lower", "mu_lower", "difference_norm", "sensitivity_claimed",
-                                    "noise_scale")} | {"claim": claim, "config": defense.config_dict()})
+            claim = _release_claim(cal, row["epsilon_claim"], row["mu_claim"], request)
+        if row["verdict"] == "refuted" and request.out_dir is not None:
+            row["witness"] = _save_witness(request.out_dir, name, kind, pair.a, pair.b, pair.m0, m1, {
+                k: row[k] for k in WITNESS_META} | {"claim": claim, "config": defense.config_dict()})
         row["seconds"] = round(time.perf_counter() - start, 3)
         rows.append(row)
     assert claim is not None
     best = max(rows, key=lambda r: r["epsilon_lower"])
-    return {"defense": name, "relation": "replace-one", "unit": "example", "claim": claim,
-            "settings": {"draws_per_side": int(draws), "alpha": alpha, "alpha_per_bound": alpha_each, "noise": noise,
-                         "seed": seed, "dataset": dataset, "pairs": list(kinds)},
-            "pairs": rows, "verdict": "refuted" if any(r["verdict"] == "refuted" for r in rows) else "not refuted",
-            "best_pair": best["pair"], "mu_lower": max(r["mu_lower"] for r in rows),
-            "epsilon_lower": best["epsilon_lower"], "power": best["epsilon_lower"] / claim["epsilon"]}
+    return StepAudit(name, "replace-one", "example", claim, request.settings(), tuple(rows),
+                     "refuted" if any(r["verdict"] == "refuted" for r in rows) else "not refuted", best["pair"],
+                     max(r["mu_lower"] for r in rows), best["epsilon_lower"], best["epsilon_lower"] / claim["epsilon"])
 
 
 def release_log_likelihood(mechanism: str, scale: float, grid: float | None):

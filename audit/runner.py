@@ -30,12 +30,13 @@ import json
 import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from privaudit.audit.cell import CellOutcome, ExecutorSpec, run_cell
+from privaudit.audit.cell import CellOutcome, ExecutorSpec, base_record, run_cell
+from privaudit.audit.failures import failure_line
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.audit.gate import gate_cells, suite_gate
 from privaudit.audit.lock import output_lock
@@ -47,9 +48,11 @@ EXECUTOR_CHOICES = ("local", "ray")
 EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_ERROR = 0, 1, 3
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
-    """What :func:`run_suite` did: the report, the exit code, which cells ran and which were reused."""
+    """What :func:`run_suite` did: the report it wrote (``report.json``'s content), the exit code (0 pass, 1 the
+    gate failed, 3 a cell or check errored), the output directory, the ids of the cells it ran (in finishing
+    order) and of those it reused, and the wall-clock timings (``timings.json``'s content)."""
 
     report: dict[str, Any]
     exit_code: int
@@ -67,8 +70,8 @@ def _log(message: str, progress: bool) -> None:
 
 
 def clean_temporaries(out: Path) -> int:
-    """Remove temporary files a killed run left behind: only privaudit's own (:data:`privaudit.core.io.TEMP_GLOB`), and only
-    under the output directory, whose lock this run holds (so no other run's in-flight file is touched)."""
+    """Remove temporary files a killed run left behind: only privaudit's own (:data:`privaudit.core.io.TEMP_GLOB`),
+    and only under the output directory, whose lock this run holds (so no other run's in-flight file is touched)."""
     removed = 0
     if out.is_dir():
         for tmp in out.rglob(TEMP_GLOB):
@@ -210,12 +213,7 @@ def _run_pool(cells: Sequence[CellSpec], pool: ProcessPoolExecutor, heartbeat: H
         try:
             yield future.result()
         except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
-            from privaudit.audit.cell import base_record
-
-            record = base_record(spec)
-            message = f"worker: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            record["details"]["error"] = message
-            yield CellOutcome(spec, record, error=message)
+            yield _lost_cell(spec, "worker", exc)
 
 
 def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
@@ -233,13 +231,15 @@ def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
             try:
                 yield ray.get(ref)
             except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
-                spec = refs[ref]
-                from privaudit.audit.cell import base_record
+                yield _lost_cell(refs[ref], "ray", exc)
 
-                record = base_record(spec)
-                message = f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                record["details"]["error"] = message
-                yield CellOutcome(spec, record, error=message)
+
+def _lost_cell(spec: CellSpec, where: str, exc: BaseException) -> CellOutcome:
+    """The outcome of a cell whose worker was lost (``where``: ``worker`` or ``ray``): a failed cell."""
+    record = base_record(spec)
+    message = failure_line(where, exc)
+    record["details"]["error"] = message
+    return CellOutcome(spec, record, error=message)
 
 
 WALL_CLOCK_KEYS = ("seconds", "setup_seconds", "search_seconds")
@@ -269,12 +269,19 @@ def _step_audit_key(suite: Suite) -> str:
                         "delta": [d.delta for d in suite.defenses]})
 
 
-def _cached_step_audit(suite: Suite, out: Path, notice: bool = True) -> list[dict[str, Any]] | None:
-    saved, problem = read_keyed(out / "step_audit" / "results.json", _step_audit_key(suite), out)
+def _read_results(path: Path, key: str, out: Path, what: str, notice: bool) -> dict[str, Any] | None:
+    """A cached side check's content (:func:`read_keyed`) when it holds a list of results; else None, and with
+    ``notice`` the line that says why it is recomputed."""
+    saved, problem = read_keyed(path, key, out)
     if saved is not None and not isinstance(saved.get("results"), list):
-        saved, problem = None, "results.json holds no results"
+        saved, problem = None, f"{path.name} holds no results"
     if problem and notice:
-        recompute_notice("step audit", problem)
+        recompute_notice(what, problem)
+    return saved
+
+
+def _cached_step_audit(suite: Suite, out: Path, notice: bool = True) -> list[dict[str, Any]] | None:
+    saved = _read_results(out / "step_audit" / "results.json", _step_audit_key(suite), out, "step audit", notice)
     return None if saved is None else saved["results"]
 
 
@@ -298,11 +305,7 @@ def recompute_notice(what: str, why: str) -> None:
 
 def _cached_sensitivity(config: SensitivityConfig, out: Path,
                         notice: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    saved, problem = read_keyed(out / "sensitivity.json", _sensitivity_key(config), out)
-    if saved is not None and not isinstance(saved.get("results"), list):
-        saved, problem = None, "sensitivity.json holds no results"
-    if problem and notice:
-        recompute_notice("sensitivity checks", problem)
+    saved = _read_results(out / "sensitivity.json", _sensitivity_key(config), out, "sensitivity checks", notice)
     return None if saved is None else (saved["results"], saved.get("timings", {}))
 
 
@@ -313,8 +316,9 @@ def check_sensitivity_claims(config: SensitivityConfig, out: Path, claim_ids: li
     from privaudit.audit.sensitivity import check_claims
 
     ids = claim_ids if claim_ids is not None else (None if config.claims is None else list(config.claims))
-    return check_claims(ids, budget_seconds=config.budget_seconds, evaluations=config.evaluations,
-                        seed=config.seed, progress=progress, witness_dir=out / "sensitivity" / "witnesses")
+    return [r.to_dict() for r in check_claims(ids, budget_seconds=config.budget_seconds,
+                                              evaluations=config.evaluations, seed=config.seed, progress=progress,
+                                              witness_dir=out / "sensitivity" / "witnesses")]
 
 
 def finish_sensitivity(config: SensitivityConfig, out: Path,
@@ -346,8 +350,30 @@ def run_sensitivity(suite: Suite, out: Path, resume: bool,
     try:
         results = check_sensitivity_claims(config, out, None, progress)
     except Exception as exc:  # noqa: BLE001 - reported through the gate
-        return [], {}, f"sensitivity checks errored: {type(exc).__name__}: {exc}".splitlines()[0]
+        return [], {}, failure_line("sensitivity checks errored", exc)
     return (*finish_sensitivity(config, out, results), None)
+
+
+def _selected(only: Sequence[str], what: str) -> bool:
+    """Whether ``--only`` (empty: everything) selects the suite's ``what`` (``sensitivity``, ``step_audit``)."""
+    return not only or any(p in (what, "*") for p in only)
+
+
+@dataclass(frozen=True)
+class _RunPlan:
+    """One run's settings, fixed before the output directory is locked."""
+
+    suite: Suite
+    out: Path
+    cells: list[CellSpec]  # the cells --only selects (every cell without it)
+    only: list[str]
+    run_sens: bool  # the sensitivity checks run (or are reused) in this run
+    run_step: bool  # the step audits run (or are reused) in this run
+    resume: bool
+    executor: str
+    progress: bool
+    started: float
+    jobs: int
 
 
 def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "local", resume: bool = False,
@@ -355,8 +381,8 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
               yes_large: bool = False) -> RunResult:
     """Run ``suite`` end to end and write its report; see the module docstring.
 
-    The output directory is locked for the whole run (:func:`privaudit.audit.lock.output_lock`): a second run on the same
-    directory is refused with one line instead of racing the first for its files."""
+    The output directory is locked for the whole run (:func:`privaudit.audit.lock.output_lock`): a second run on the
+    same directory is refused with one line instead of racing the first for its files."""
     if executor not in EXECUTOR_CHOICES:
         raise one_of("--executor", executor, EXECUTOR_CHOICES)
     if not (isinstance(jobs, int) and 1 <= jobs <= 256):
@@ -364,9 +390,9 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     only = list(only or [])
     suite.check_size(yes_large)
     cells = suite.cells(only or None)
-    run_sens = suite.sensitivity is not None and (not only or any(p in ("sensitivity", "*") for p in only))
-    wants_step = suite.step_audit is not None and (not only or any(p in ("step_audit", "*") for p in only))
-    if only and not cells and not run_sens and not wants_step:
+    run_sens = suite.sensitivity is not None and _selected(only, "sensitivity")
+    run_step = suite.step_audit is not None and _selected(only, "step_audit")
+    if only and not cells and not run_sens and not run_step:
         ids = ", ".join(c.id for c in suite.cells()[:5])
         raise ConfigError(f"--only: no cell matches {' '.join(only)!r}; cell ids look like: {ids}")
     if executor == "ray":
@@ -382,174 +408,280 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
         raise ConfigError(f"--out: cannot create {str(out)!r}: {exc.strerror or exc}") from None
     from privaudit.defenses.pretrain import cache_in
 
+    plan = _RunPlan(suite, out, cells, only, run_sens, run_step, resume, executor, progress, started, jobs)
     # public-pretrained encoders are cached in OUT/cache/pretrained (shared by cells, workers and --resume)
     with output_lock(out), cache_in(out / "cache"):
-        return _run_locked(suite, out, cells, only, run_sens, resume, executor, progress, started, jobs)
+        return _run_locked(plan)
 
 
-def _run_locked(suite: Suite, out: Path, cells: list[CellSpec], only: list[str], run_sens: bool, resume: bool,
-                executor: str, progress: bool, started: float, jobs: int) -> RunResult:
-    from tqdm.auto import tqdm
+@dataclass(frozen=True)
+class _Finished:
+    """The finished cells a run starts from (reused, or kept outside --only) and the cells it still runs."""
 
-    from privaudit.audit.report import build_report, write_report
+    records: dict[str, dict[str, Any]]
+    reused: list[str]
+    pending: list[CellSpec]
 
-    clean_temporaries(out)
+
+@dataclass(frozen=True)
+class _SideChecks:
+    """The sensitivity checks and step audits: reused from the cache, or submitted to the pool beside the cells."""
+
+    cached_sens: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
+    cached_step: list[dict[str, Any]] | None = None
+    sens_futures: list[Future] | None = None
+    step_futures: list[Future] | None = None
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """What the run computed under its progress display: the cells' records, the sensitivity results, the
+    step audits gathered from the pool (None: not run there) and the error lines for the gate."""
+
+    records: dict[str, dict[str, Any]]
+    ran: list[str]
+    sensitivity: list[dict[str, Any]]
+    errors: list[str]
+    step_raw: tuple[list[dict[str, Any]], list[str]] | None
+
+
+def _run_locked(plan: _RunPlan) -> RunResult:
+    """The run itself, under the output directory's lock: cells, side checks, gate, report, exit code."""
+    clean_temporaries(plan.out)
+    finished = _finished_cells(plan)
+    timings: dict[str, Any] = {"executor": plan.executor, "jobs": plan.jobs, "cells": {}}
+    parallel = plan.executor == "local" and plan.jobs > 1 and (len(finished.pending) + plan.run_sens) > 1
+    pool = (ProcessPoolExecutor(max_workers=plan.jobs, mp_context=multiprocessing.get_context("spawn"))
+            if parallel else None)
+    try:
+        side = _submit_side_checks(plan, pool)
+        ran = _run_with_progress(plan, finished.pending, side, pool, timings)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+    sensitivity = ran.sensitivity
+    if not plan.run_sens and plan.suite.sensitivity is not None and plan.only:  # --only left them out: keep them
+        cached = _cached_sensitivity(plan.suite.sensitivity, plan.out, notice=False)
+        sensitivity = cached[0] if cached is not None else []
+    step_results, step_errors = _step_audit_results(plan, side.cached_step, ran.step_raw, timings)
+    errors = ran.errors + step_errors
+    ordered, gate = _judge(plan, {**finished.records, **ran.records}, sensitivity, step_results, errors)
+    report = _write_run_report(plan, ordered, sensitivity, gate, step_results, timings)
+    return RunResult(report, _exit_code(ordered, errors, gate), plan.out, ran.ran, finished.reused, timings)
+
+
+def _finished_cells(plan: _RunPlan) -> _Finished:
+    """Split the selected cells into those ``--resume`` reuses and those still to run (a cache that is not
+    trusted says why on stderr); with ``--only``, add the finished cells outside the selection."""
     records: dict[str, dict[str, Any]] = {}
-    result = RunResult({}, EXIT_OK, out)
-    pending = []
-    for spec in cells:
-        cached, problem = load_cached(out, spec) if resume else (None, None)
+    reused, pending = [], []
+    for spec in plan.cells:
+        cached, problem = load_cached(plan.out, spec) if plan.resume else (None, None)
         if cached is not None:
             records[spec.id] = cached
-            result.reused.append(spec.id)
+            reused.append(spec.id)
         else:
             if problem:
                 recompute_notice(spec.id, problem)
             pending.append(spec)
-    # --only: the cells left out keep their finished results, so the report stays whole (merged, never partial)
-    selected = {spec.id for spec in cells}
-    kept = []
-    for spec in suite.cells() if only else []:
-        if spec.id not in selected:
-            cached, problem = load_cached(out, spec)
-            if cached is not None:
-                records[spec.id] = cached
-                kept.append(spec)
-            elif problem:
-                print(f"privaudit: --only: {spec.id}: {problem}; left out of the report until it runs again",
-                      file=sys.stderr, flush=True)
+    kept = _keep_unselected(plan, records)
     if kept:
-        _log(f"--only: {len(kept)} finished cells outside the selection kept in the report", progress)
-    if result.reused:
-        _log(f"resume: {len(result.reused)} finished cells reused, {len(pending)} to run", progress)
-    timings: dict[str, Any] = {"executor": executor, "jobs": jobs, "cells": {}}
-    parallel = executor == "local" and jobs > 1 and (len(pending) + run_sens) > 1
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) if parallel else None
+        _log(f"--only: {kept} finished cells outside the selection kept in the report", plan.progress)
+    if reused:
+        _log(f"resume: {len(reused)} finished cells reused, {len(pending)} to run", plan.progress)
+    return _Finished(records, reused, pending)
+
+
+def _keep_unselected(plan: _RunPlan, records: dict[str, dict[str, Any]]) -> int:
+    """--only: the cells left out keep their finished results, so the report stays whole (merged, never
+    partial). Adds them to ``records``; returns how many."""
+    selected = {spec.id for spec in plan.cells}
+    kept = 0
+    for spec in plan.suite.cells() if plan.only else []:
+        if spec.id in selected:
+            continue
+        cached, problem = load_cached(plan.out, spec)
+        if cached is not None:
+            records[spec.id] = cached
+            kept += 1
+        elif problem:
+            print(f"privaudit: --only: {spec.id}: {problem}; left out of the report until it runs again",
+                  file=sys.stderr, flush=True)
+    return kept
+
+
+def _submit_side_checks(plan: _RunPlan, pool: ProcessPoolExecutor | None) -> _SideChecks:
+    """Reuse the cached sensitivity checks and step audits (``--resume``), or, with a pool, submit them first:
+    one task per claim and per defense, so the long searches start early and spread over the workers."""
+    suite, out = plan.suite, plan.out
+    cached_sens = _cached_sensitivity(suite.sensitivity, out) if plan.run_sens and plan.resume else None
     sens_futures = None
-    cached_sens = _cached_sensitivity(suite.sensitivity, out) if run_sens and resume else None
-    if pool is not None and run_sens and cached_sens is None:
-        # one task per claim, submitted first: the long searches start early and spread over the workers
+    if pool is not None and plan.run_sens and cached_sens is None:
         from privaudit.audit.sensitivity import select
 
         ids = [spec.id for spec in select(None if suite.sensitivity.claims is None
                                           else list(suite.sensitivity.claims))]
-        _log(f"sensitivity: checking {len(ids)} claims beside the cells ({jobs} processes)", progress)
+        _log(f"sensitivity: checking {len(ids)} claims beside the cells ({plan.jobs} processes)", plan.progress)
         sens_futures = [pool.submit(check_sensitivity_claims, suite.sensitivity, out, [i], False) for i in ids]
-    run_step = suite.step_audit is not None and (not only or any(p in ("step_audit", "*") for p in only))
-    cached_step = _cached_step_audit(suite, out) if run_step and resume else None
+    cached_step = _cached_step_audit(suite, out) if plan.run_step and plan.resume else None
     step_futures = None
-    if pool is not None and run_step and cached_step is None:
+    if pool is not None and plan.run_step and cached_step is None:
         from privaudit.audit.step_audit import run_suite_step_audits
 
         step_futures = [pool.submit(run_suite_step_audits, suite, out, False, [name])
                         for name in suite.step_audit.defenses]
-    try:
-        with tqdm(total=len(pending), desc=f"cells ({suite.name})", disable=None if progress else True,
-                  dynamic_ncols=True) as bar, \
-                Heartbeat(total=len(pending), jobs=jobs if parallel else 1, enabled=progress) as heartbeat:
-            if executor == "ray":
-                outcomes = _run_ray(pending, suite)
-            elif pool is not None:
-                outcomes = _run_pool(pending, pool, heartbeat)
-            else:
-                outcomes = _run_local(pending, progress, bar, heartbeat)
-            for i, outcome in enumerate(outcomes, 1):
-                records[outcome.spec.id] = persist(out, outcome)
-                result.ran.append(outcome.spec.id)
-                timings["cells"][outcome.spec.id] = outcome.timings
-                heartbeat.done = i
-                if progress:
-                    bar.write(_stage_line(outcome.spec, outcome, i, len(pending)))
-                bar.update(1)
+    return _SideChecks(cached_sens, cached_step, sens_futures, step_futures)
 
-            errors: list[str] = []
-            sensitivity: list[dict[str, Any]] = []
-            if run_sens:
-                start = time.perf_counter()
-                heartbeat.status = "sensitivity checks"
-                if sens_futures is not None:
-                    try:
-                        raw = [r for f in sens_futures for r in f.result()]
-                        sensitivity, timings["sensitivity_claims"] = finish_sensitivity(suite.sensitivity, out, raw)
-                        error = None
-                    except Exception as exc:  # noqa: BLE001 - reported through the gate
-                        sensitivity, error = [], f"sensitivity checks errored: {type(exc).__name__}: {exc}"
-                        error = error.splitlines()[0]
-                elif cached_sens is not None:
-                    (sensitivity, timings["sensitivity_claims"]), error = cached_sens, None
-                else:
-                    _log("sensitivity: checking " + ("every registered claim" if suite.sensitivity.claims is None
-                                                     else ", ".join(suite.sensitivity.claims)), progress)
-                    sensitivity, timings["sensitivity_claims"], error = run_sensitivity(suite, out, False, progress)
-                timings["sensitivity"] = time.perf_counter() - start
-                if error:
-                    errors.append(error)
-                where = " (checked beside the cells)" if sens_futures is not None else ""
-                _log(f"sensitivity: {len(sensitivity)} claims, {timings['sensitivity']:.1f}s after the cells{where}",
-                     progress)
-            step_raw: tuple[list[dict[str, Any]], list[str]] | None = None
-            if step_futures is not None:  # gathered before the pool shuts down (it cancels what has not started)
-                heartbeat.status = "step audit"
-                step_raw = ([], [])
-                for future in step_futures:
-                    try:
-                        part, part_errors = future.result()
-                    except Exception as exc:  # noqa: BLE001 - reported through the gate
-                        part, part_errors = [], [f"step audit errored: {type(exc).__name__}: {exc}".splitlines()[0]]
-                    step_raw[0].extend(part)
-                    step_raw[1].extend(part_errors)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
 
-    if not run_sens and suite.sensitivity is not None and only:  # --only left them out: keep the finished ones
-        cached = _cached_sensitivity(suite.sensitivity, out, notice=False)
-        sensitivity = cached[0] if cached is not None else []
-    step_results: list[dict[str, Any]] = []
-    if run_step:
-        start = time.perf_counter()
-        if cached_step is not None:
-            step_results = cached_step
+def _run_with_progress(plan: _RunPlan, pending: list[CellSpec], side: _SideChecks, pool: ProcessPoolExecutor | None,
+                       timings: dict[str, Any]) -> _Ran:
+    """Run the pending cells, then finish the sensitivity checks and gather the pool's step audits, under a
+    progress bar and the heartbeat (before the pool shuts down: that cancels what has not started)."""
+    from tqdm.auto import tqdm
+
+    with tqdm(total=len(pending), desc=f"cells ({plan.suite.name})", disable=None if plan.progress else True,
+              dynamic_ncols=True) as bar, \
+            Heartbeat(total=len(pending), jobs=plan.jobs if pool is not None else 1,
+                      enabled=plan.progress) as heartbeat:
+        if plan.executor == "ray":
+            outcomes = _run_ray(pending, plan.suite)
+        elif pool is not None:
+            outcomes = _run_pool(pending, pool, heartbeat)
         else:
-            if step_raw is not None:
-                raw, step_errors = step_raw
-            else:
-                from privaudit.audit.step_audit import run_suite_step_audits
+            outcomes = _run_local(pending, plan.progress, bar, heartbeat)
+        records, ran = _persist_outcomes(plan, outcomes, len(pending), timings, bar, heartbeat)
+        sensitivity, errors = _sensitivity_results(plan, side, timings, heartbeat)
+        step_raw = _gather_step_audits(side.step_futures, heartbeat)
+    return _Ran(records, ran, sensitivity, errors, step_raw)
 
-                raw, step_errors = run_suite_step_audits(suite, out, progress)
-            step_results, timings["step_audit_defenses"] = finish_step_audit(suite, out, raw, step_errors)
-            errors += step_errors
-        timings["step_audit"] = time.perf_counter() - start
-    elif suite.step_audit is not None and only:  # --only left it out: keep the finished results
-        step_results = _cached_step_audit(suite, out, notice=False) or []
+
+def _persist_outcomes(plan: _RunPlan, outcomes: Iterator[CellOutcome], total: int, timings: dict[str, Any], bar,
+                      heartbeat: Heartbeat) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """Persist each cell as it finishes (:func:`persist`); its record by id, and the ids in finishing order."""
+    records: dict[str, dict[str, Any]] = {}
+    ran: list[str] = []
+    for i, outcome in enumerate(outcomes, 1):
+        records[outcome.spec.id] = persist(plan.out, outcome)
+        ran.append(outcome.spec.id)
+        timings["cells"][outcome.spec.id] = outcome.timings
+        heartbeat.done = i
+        if plan.progress:
+            bar.write(_stage_line(outcome.spec, outcome, i, total))
+        bar.update(1)
+    return records, ran
+
+
+def _sensitivity_results(plan: _RunPlan, side: _SideChecks, timings: dict[str, Any],
+                         heartbeat: Heartbeat) -> tuple[list[dict[str, Any]], list[str]]:
+    """The sensitivity results (from the pool, the cache, or checked now) and their error line, if any."""
+    if not plan.run_sens:
+        return [], []
+    config, out = plan.suite.sensitivity, plan.out
+    start = time.perf_counter()
+    heartbeat.status = "sensitivity checks"
+    if side.sens_futures is not None:
+        try:
+            raw = [r for f in side.sens_futures for r in f.result()]
+            sensitivity, timings["sensitivity_claims"] = finish_sensitivity(config, out, raw)
+            error = None
+        except Exception as exc:  # noqa: BLE001 - reported through the gate
+            sensitivity, error = [], failure_line("sensitivity checks errored", exc)
+    elif side.cached_sens is not None:
+        (sensitivity, timings["sensitivity_claims"]), error = side.cached_sens, None
+    else:
+        _log("sensitivity: checking " + ("every registered claim" if config.claims is None
+                                         else ", ".join(config.claims)), plan.progress)
+        sensitivity, timings["sensitivity_claims"], error = run_sensitivity(plan.suite, out, False, plan.progress)
+    timings["sensitivity"] = time.perf_counter() - start
+    where = " (checked beside the cells)" if side.sens_futures is not None else ""
+    _log(f"sensitivity: {len(sensitivity)} claims, {timings['sensitivity']:.1f}s after the cells{where}",
+         plan.progress)
+    return sensitivity, [error] if error else []
+
+
+def _gather_step_audits(futures: list[Future] | None,
+                        heartbeat: Heartbeat) -> tuple[list[dict[str, Any]], list[str]] | None:
+    """The step audits the pool ran (results and error lines), or None when none were submitted."""
+    if futures is None:
+        return None
+    heartbeat.status = "step audit"
+    results: list[dict[str, Any]] = []
+    errors: list[str] = []
+    for future in futures:
+        try:
+            part, part_errors = future.result()
+        except Exception as exc:  # noqa: BLE001 - reported through the gate
+            part, part_errors = [], [failure_line("step audit errored", exc)]
+        results.extend(part)
+        errors.extend(part_errors)
+    return results, errors
+
+
+def _step_audit_results(plan: _RunPlan, cached: list[dict[str, Any]] | None,
+                        step_raw: tuple[list[dict[str, Any]], list[str]] | None,
+                        timings: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The step audits' results for the report (cached, gathered from the pool, or run now) and error lines;
+    with ``--only`` leaving them out, the finished results."""
+    suite, out = plan.suite, plan.out
+    if not plan.run_step:
+        kept = _cached_step_audit(suite, out, notice=False) if suite.step_audit is not None and plan.only else None
+        return kept or [], []
+    start = time.perf_counter()
+    errors: list[str] = []
+    if cached is not None:
+        results = cached
+    else:
+        if step_raw is not None:
+            raw, errors = step_raw
+        else:
+            from privaudit.audit.step_audit import run_suite_step_audits
+
+            raw, errors = run_suite_step_audits(suite, out, plan.progress)
+        results, timings["step_audit_defenses"] = finish_step_audit(suite, out, raw, errors)
+    timings["step_audit"] = time.perf_counter() - start
+    return results, errors
+
+
+def _judge(plan: _RunPlan, records: dict[str, dict[str, Any]], sensitivity: list[dict[str, Any]],
+           step_results: list[dict[str, Any]], errors: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The cells' records in the suite's order, each with its gate, and the suite's gate (cells, sensitivity
+    verdicts, step audits, errors)."""
+    suite = plan.suite
     ordered = [dict(records[spec.id]) for spec in suite.cells() if spec.id in records]
     roles = {d.label: (d.primary, d.control) for d in suite.defenses}
     for record, gate in zip(ordered, gate_cells(ordered, suite.gate, roles)):
         record["gate"] = gate
-    gate = suite_gate(ordered, sensitivity, suite.sensitivity if (run_sens or sensitivity) else None, suite.gate,
+    gate = suite_gate(ordered, sensitivity, suite.sensitivity if (plan.run_sens or sensitivity) else None, suite.gate,
                       errors)
-    if step_results or run_step:
+    if step_results or plan.run_step:
         from privaudit.audit.step_audit import step_gate
 
         step_reasons, step_notes = step_gate(step_results, suite.step_audit)
         gate["reasons"] += step_reasons
         gate["notes"] += step_notes
         gate["status"] = "fail" if gate["reasons"] else "pass"
+    return ordered, gate
+
+
+def _write_run_report(plan: _RunPlan, ordered: list[dict[str, Any]], sensitivity: list[dict[str, Any]],
+                      gate: dict[str, Any], step_results: list[dict[str, Any]],
+                      timings: dict[str, Any]) -> dict[str, Any]:
+    """Build and write the report, then ``timings.json``; return the report."""
+    from privaudit.audit.report import build_report, write_report
+
     start = time.perf_counter()
-    report = build_report(suite, ordered, sensitivity, gate, only=only or None)
-    if step_results or run_step:
+    report = build_report(plan.suite, ordered, sensitivity, gate, only=plan.only or None)
+    if step_results or plan.run_step:
         report["step_audit"] = step_results
-    write_report(out, report)
+    write_report(plan.out, report)
     timings["report"] = time.perf_counter() - start
-    timings["total"] = time.perf_counter() - started
-    atomic_write_json(out / "timings.json", timings)
+    timings["total"] = time.perf_counter() - plan.started
+    atomic_write_json(plan.out / "timings.json", timings)
+    return report
 
-    failed_cells = any((c.get("details") or {}).get("error") for c in ordered)
-    result.report = report
-    result.timings = timings
-    if failed_cells or errors:
-        result.exit_code = EXIT_RUN_ERROR
-    elif gate["status"] == "fail":
-        result.exit_code = EXIT_GATE_FAILED
-    return result
 
+def _exit_code(ordered: list[dict[str, Any]], errors: list[str], gate: dict[str, Any]) -> int:
+    """3 when a cell or a side check errored, else 1 when the gate failed, else 0."""
+    if errors or any((c.get("details") or {}).get("error") for c in ordered):
+        return EXIT_RUN_ERROR
+    return EXIT_GATE_FAILED if gate["status"] == "fail" else EXIT_OK

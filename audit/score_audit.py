@@ -26,6 +26,7 @@ design does not apply to them.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,9 +64,10 @@ def one_run_grid(m: int) -> list[tuple[int, int]]:
     return grid
 
 
-@dataclass
+@dataclass(frozen=True)
 class ScoreAudit:
-    """The result of :func:`audit_scores`."""
+    """The result of :func:`audit_scores`: the two sides' scores, the design, the sound epsilon lower bound, the
+    attack's summary (AUC, TPR at low FPR, counts), its ROC and where the inputs came from."""
 
     members: np.ndarray
     nonmembers: np.ndarray
@@ -221,6 +223,22 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     check_probability("beta", beta)
     if not 0 <= delta < 1:
         raise ConfigError(f"delta: must lie in [0, 1), got {delta!r}")
+    m_side, n_side = _sides(members, nonmembers, kind, member_labels, nonmember_labels, tf_privacy)
+    mem, non = m_side.values, n_side.values
+    scores = np.concatenate([mem, non])
+    membership = np.concatenate([np.ones(mem.size, bool), np.zeros(non.size, bool)])
+    summary = metrics.summarize(scores, membership)
+    bound = _bound(mem, non, scores, membership, design, beta, delta)
+    audit = ScoreAudit(mem, non, design, bound, summary, metrics.roc(scores, membership),
+                       {"members": m_side.source, "nonmembers": n_side.source, "kind": m_side.kind})
+    if out is not None:
+        audit.write(out)
+    return audit
+
+
+def _sides(members: Any, nonmembers: Any, kind: str, member_labels: Any, nonmember_labels: Any,
+           tf_privacy: str | Path | None) -> tuple[Scores, Scores]:
+    """The members' and non-members' scores, from a TF-Privacy file or from each side, of the same kind."""
     if tf_privacy is not None:
         if members is not None or nonmembers is not None:
             raise ConfigError("tf_privacy: give either a TF-Privacy file or members and nonmembers, not both")
@@ -231,10 +249,12 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     if m_side.kind != n_side.kind:
         raise ConfigError(f"members and nonmembers: different kinds ({m_side.kind} vs {n_side.kind}); "
                           "give both sides the same kind of values")
-    mem, non = m_side.values, n_side.values
-    scores = np.concatenate([mem, non])
-    membership = np.concatenate([np.ones(mem.size, bool), np.zeros(non.size, bool)])
-    summary = metrics.summarize(scores, membership)
+    return m_side, n_side
+
+
+def _bound(mem: np.ndarray, non: np.ndarray, scores: np.ndarray, membership: np.ndarray, design: str, beta: float,
+           delta: float) -> EpsilonLowerBound:
+    """The design's sound epsilon lower bound (see the module docstring), its assumption among its notes."""
     if design == "one-run":
         # The guesses break ties by position; the members come first here, so put the examples in a random
         # order (independent of membership) first, or tied scores would be guessed "member" and inflate the bound.
@@ -245,11 +265,4 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
         if min(mem.size, non.size) < 4:
             raise ConfigError("multi-run design: needs at least 4 runs on each side")
         bound = multi_run_bound(mem, non, alpha=beta, delta=delta, threshold="split")
-    import dataclasses
-
-    bound = dataclasses.replace(bound, notes=bound.notes + (ASSUMPTIONS[design],))
-    audit = ScoreAudit(mem, non, design, bound, summary, metrics.roc(scores, membership),
-                       {"members": m_side.source, "nonmembers": n_side.source, "kind": m_side.kind})
-    if out is not None:
-        audit.write(out)
-    return audit
+    return dataclasses.replace(bound, notes=bound.notes + (ASSUMPTIONS[design],))

@@ -35,7 +35,7 @@ the pins, the model) is saved as safetensors beside a JSON header.
 
 from __future__ import annotations
 
-import re
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -43,8 +43,10 @@ from typing import Any, Callable, Mapping
 import torch
 
 from privaudit.attacks.bounds import gdp_epsilon
-from privaudit.attacks.step_distinguisher import NOISE_MODES, gaussian_step_scores, step_bounds, step_mu
-from privaudit.audit.step_pairs import dirac_image, search_witness
+from privaudit.attacks.step_distinguisher import NOISE_MODES, gaussian_step_scores, step_mu
+from privaudit.audit.failures import failure_line
+from privaudit.audit.step_pairs import (StepAudit, StepRequest, dirac_image, search_witness, witness_info,
+                                        write_witness)
 from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 from privaudit.defenses.dp import bounds as dp_bounds
 from privaudit.defenses.dp.randomness import StepRandomness
@@ -166,30 +168,56 @@ def _witness_pair(defense_name: str, ctx: Any, evaluations: int, seed: int):
     if state is not None and res.best.pair.params is not None:
         state = {**state, **res.best.pair.params}  # the parameter value the search found the pair at
     d = make_defense(defense_name, overrides)
-    info = {"claim": spec.id, "setting": setting.to_dict(), "evaluations": res.evaluations,
-            "sensitivity_observed": res.observed, "sensitivity_bound": target.bound,
-            "sensitivity_ratio": (res.observed / target.bound) if target.bound and res.observed is not None else None}
-    return d, state, a["x"], b["x"], int(res.best.pair.randomness), info
+    return d, state, a["x"], b["x"], int(res.best.pair.randomness), witness_info(spec, setting, target, res)
 
 
 def _save_witness(out_dir: Path, defense: str, pair: str, step: _Step, xa, xb, ga, gb, pins, seed: int,
                   meta: dict[str, Any]) -> str:
-    import json
-
-    from privaudit.core.io import atomic_save_tensors, atomic_write_json
-
     tensors = {"a.x": xa.detach().cpu().clone(), "b.x": xb.detach().cpu().clone(),
                "out.a": ga.clone(), "out.b": gb.clone()}
     tensors.update({f"pin.{k}": v.clone() for k, v in pins.items()})
     # clones: tensors may share storage (the canary pair's batches; tied weights), which safetensors refuses
     tensors.update({f"model.{k}": v.detach().cpu().clone().contiguous() for k, v in step.model.state_dict().items()})
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", f"{defense}.{pair}.seed{seed}")
-    path = out_dir / f"{safe}.safetensors"
-    header = {"format": "privaudit-step-witness", "version": 1, "defense": defense, "pair": pair,
-              "randomness": seed, "config": step.defense.config_dict(), **meta}
-    atomic_save_tensors(path, tensors, metadata={"privaudit": json.dumps(header, default=float)})
-    atomic_write_json(path.with_suffix(".json"), header)
-    return str(path)
+    header = {"defense": defense, "pair": pair, "randomness": seed, "config": step.defense.config_dict(), **meta}
+    return write_witness(out_dir, f"{defense}.{pair}.seed{seed}", tensors, header)
+
+
+def _gaussian_claim(z: float, z_added: float, z_effective: float, request: StepRequest, what: str) -> dict[str, Any]:
+    """A per-step Gaussian claim at multiplier ``z``: mu = 1 / z, and its epsilon at the request's delta."""
+    mu = 1.0 / z
+    return {"noise_multiplier": z, "noise_multiplier_added": z_added, "effective_noise_multiplier": z_effective,
+            "mu": mu, "epsilon": gdp_epsilon(mu, request.delta), "delta": request.delta,
+            "target_epsilon": request.target_epsilon, "what": what}
+
+
+def _gaussian_pair(kind: str, index: int, diff: torch.Tensor, sensitivity: float, std: float, request: StepRequest,
+                   claim: Mapping[str, Any], conditioned_on: list[str], batch: list[int]) -> dict[str, Any]:
+    """One pair's row: the noiseless difference ``diff`` of a Gaussian step with noise std ``std`` drawn many
+    times per side, scored by the optimal test, and its sound bounds against the claim's mu and epsilon."""
+    s0, s1 = gaussian_step_scores([diff], [std], int(request.draws), request.generator(index), noise=request.noise)
+    b = request.bounds(s0, s1, index, request.delta)
+    mu_claim, eps_claim = claim["mu"], claim["epsilon"]
+    norm = float(torch.linalg.vector_norm(diff))
+    refuted = b.mu_lower > mu_claim or b.epsilon_lower > eps_claim
+    return {"pair": kind, "difference_norm": norm, "sensitivity_claimed": sensitivity, "noise_std": std,
+            "difference_over_sensitivity": norm / sensitivity, "mu_pair": step_mu([diff], [std]),
+            "mu_lower": b.mu_lower, "epsilon_lower": b.epsilon_lower, "epsilon_from_mu": b.epsilon_from_mu,
+            "power_mu": b.mu_lower / mu_claim, "power_epsilon": b.epsilon_lower / eps_claim if eps_claim > 0 else None,
+            "verdict": "refuted" if refuted else "not refuted", "bounds": b.to_dict(),
+            "conditioned_on": conditioned_on, "batch": batch}
+
+
+def _gaussian_result(name: str, relation: str, unit: str, claim: dict[str, Any], settings: dict[str, Any],
+                     pairs: list[dict[str, Any]]) -> StepAudit:
+    """The defense's verdict from its pairs' (refuted when any pair is), with the largest bounds and the power
+    mu_lb / mu_claim of the pair with the largest mu_lb."""
+    done = [r for r in pairs if r["verdict"] != "error"]
+    verdict = "refuted" if any(r["verdict"] == "refuted" for r in done) else "not refuted" if done else "error"
+    if not done:
+        return StepAudit(name, relation, unit, claim, settings, tuple(pairs), verdict)
+    best = max(done, key=lambda r: r["mu_lower"])
+    return StepAudit(name, relation, unit, claim, settings, tuple(pairs), verdict, best["pair"], best["mu_lower"],
+                     max(r["epsilon_lower"] for r in done), best["mu_lower"] / claim["mu"])
 
 
 def _aggregate_sums(deltas: torch.Tensor, clip_norm: float) -> torch.Tensor:
@@ -203,9 +231,7 @@ def _aggregate_sums(deltas: torch.Tensor, clip_norm: float) -> torch.Tensor:
     return seen["sum"]
 
 
-def _federated_step(name: str, defense: Any, data: Any, *, target_epsilon: float | None,
-                    noise_multiplier: float | None, delta: float, draws: int, kinds: tuple[str, ...], alpha: float,
-                    seed: int, noise: str, dataset: str) -> dict[str, Any]:
+def _federated_step(name: str, defense: Any, data: Any, request: StepRequest) -> StepAudit:
     """The step audit of a federated defense: one round's aggregation on replace-one neighbouring rounds.
 
     The released quantity is the sum over the round's virtual clients of their deltas clipped to gamma, plus
@@ -220,37 +246,27 @@ def _federated_step(name: str, defense: Any, data: Any, *, target_epsilon: float
     from privaudit.defenses.base import Budget
     from privaudit.defenses.seeding import torch_generator
 
-    if "witness" in kinds:
+    if "witness" in request.kinds:
         raise ConfigError(f"pair: the step audit of {name!r} (its aggregation) supports the pairs canary, extreme "
                           "and canonical; the witness pair is the sensitivity register's, not this step's")
     cfg = defense.config
     if cfg.adaptive_clipping:
         raise ConfigError(f"defense {name!r}: the step audit covers the fixed-clip aggregation; set "
                           "adaptive_clipping = false")
-    num_users = len(defense.users(data, seed))
-    plan = defense.noise_plan(Budget(target_epsilon=target_epsilon, delta=delta, noise_multiplier=noise_multiplier),
-                              num_users)
+    num_users = len(defense.users(data, request.seed))
+    plan = defense.noise_plan(Budget(target_epsilon=request.target_epsilon, delta=request.delta,
+                                     noise_multiplier=request.noise_multiplier), num_users)
     if plan.event_z <= 0:
         raise ConfigError(f"defense {name!r}: no noise to audit (non-private budget)")
     gamma = float(cfg.clip_norm)
-    std, sensitivity = plan.sigma * gamma, 2.0 * gamma
-    mu_claim = 1.0 / plan.event_z
-    eps_claim = gdp_epsilon(mu_claim, delta)
-    alpha_each = alpha / (2 * len(kinds))
-    result: dict[str, Any] = {
-        "defense": name, "relation": "replace-one", "unit": "user",
-        "claim": {"noise_multiplier": plan.event_z, "noise_multiplier_added": plan.sigma,
-                  "effective_noise_multiplier": plan.event_z, "mu": mu_claim, "epsilon": eps_claim, "delta": delta,
-                  "target_epsilon": target_epsilon,
-                  "what": "one round's aggregation (before user sampling): Gaussian sum of clipped client deltas, "
-                          "replace-one sensitivity 2 gamma, mu = 1 / z"},
-        "settings": {"draws_per_side": int(draws), "alpha": alpha, "alpha_per_bound": alpha_each, "noise": noise,
-                     "seed": seed, "dataset": dataset, "pairs": list(kinds), "clients": int(cfg.clients_per_round),
-                     "delta_dim": FEDERATED_DIM},
-        "pairs": []}
-    base = torch.randn(int(cfg.clients_per_round), FEDERATED_DIM, generator=torch_generator(seed, "step-audit-fed"))
+    claim = _gaussian_claim(plan.event_z, plan.sigma, plan.event_z, request,
+                            "one round's aggregation (before user sampling): Gaussian sum of clipped client deltas, "
+                            "replace-one sensitivity 2 gamma, mu = 1 / z")
+    base = torch.randn(int(cfg.clients_per_round), FEDERATED_DIM,
+                       generator=torch_generator(request.seed, "step-audit-fed"))
     base = base * (4.0 * gamma / base.norm(dim=1, keepdim=True))  # every client far outside the clip ball
-    for i, kind in enumerate(kinds):
+    pairs = []
+    for i, kind in enumerate(request.kinds):
         start = time.perf_counter()
         a, b = base.clone(), base.clone()
         if kind == "canary":
@@ -260,24 +276,87 @@ def _federated_step(name: str, defense: Any, data: Any, *, target_epsilon: float
         else:
             b[0] = -a[0]
         diff = _aggregate_sums(b, gamma) - _aggregate_sums(a, gamma)
-        gen = torch.Generator().manual_seed(int(seed) * 1000 + i)
-        s0, s1 = gaussian_step_scores([diff], [std], int(draws), gen, noise=noise)
-        bd = step_bounds(s0, s1, alpha=alpha_each, delta=delta, seed=seed + i)
-        norm = float(torch.linalg.vector_norm(diff))
-        refuted = bd.mu_lower > mu_claim or bd.epsilon_lower > eps_claim
-        result["pairs"].append({
-            "pair": kind, "difference_norm": norm, "sensitivity_claimed": sensitivity, "noise_std": std,
-            "difference_over_sensitivity": norm / sensitivity, "mu_pair": step_mu([diff], [std]),
-            "mu_lower": bd.mu_lower, "epsilon_lower": bd.epsilon_lower, "epsilon_from_mu": bd.epsilon_from_mu,
-            "power_mu": bd.mu_lower / mu_claim, "power_epsilon": bd.epsilon_lower / eps_claim if eps_claim > 0 else None,
-            "verdict": "refuted" if refuted else "not refuted", "bounds": bd.to_dict(), "conditioned_on": [],
-            "batch": [int(a.shape[0]), int(b.shape[0])], "seconds": round(time.perf_counter() - start, 3)})
-    done = result["pairs"]
-    result["verdict"] = "refuted" if any(r["verdict"] == "refuted" for r in done) else "not refuted"
-    best = max(done, key=lambda r: r["mu_lower"])
-    result.update({"best_pair": best["pair"], "mu_lower": best["mu_lower"],
-                   "epsilon_lower": max(r["epsilon_lower"] for r in done), "power": best["mu_lower"] / mu_claim})
-    return result
+        row = _gaussian_pair(kind, i, diff, 2.0 * gamma, plan.sigma * gamma, request, claim, [],
+                             [int(a.shape[0]), int(b.shape[0])])
+        pairs.append({**row, "seconds": round(time.perf_counter() - start, 3)})
+    settings = request.settings(clients=int(cfg.clients_per_round), delta_dim=FEDERATED_DIM)
+    return _gaussian_result(name, "replace-one", "user", claim, settings, pairs)
+
+
+class _GradientAudit:
+    """The audit of one defense's DP-SGD-style step: its noise calibrated as training does, its model (built
+    once, for the canary and extreme pairs) and one row per pair."""
+
+    def __init__(self, name: str, ctx: Any, request: StepRequest):
+        from privaudit.defenses.registry import make_defense
+
+        self.name, self.ctx, self.request, self.data = name, ctx, request, ctx.data
+        self.defense = make_defense(name, dict(request.params))
+        if not getattr(self.defense, "private", False) or not hasattr(self.defense, "quantity_function"):
+            raise ConfigError(f"defense: {name!r} has no DP-SGD-style privatised step to audit")
+        self.z = calibrated(self.defense, self.data, request.target_epsilon, request.delta, request.noise_multiplier)
+        self.relation = self.defense.plan(len(self.data.train)).relation
+        self.claim = _gaussian_claim(
+            self.z["z_claimed"], self.z["z_actual"], self.z["z_effective"], request,
+            "the gradient mechanism of one step (batch level, before subsampling): Gaussian with the claimed "
+            "sensitivity, mu = 1 / z")
+        self._base: _Step | None = None
+
+    def run(self) -> StepAudit:
+        pairs = [self.pair(i, kind) for i, kind in enumerate(self.request.kinds)]
+        return _gaussian_result(self.name, self.relation, "example", self.claim, self.request.settings(), pairs)
+
+    def base_step(self) -> _Step:
+        if self._base is None:
+            d, seed = self.defense, self.request.seed
+            self._base = _Step(d, self.data, d.build(d.model_spec(self.data.info), seed).eval(), self.z["z_actual"],
+                               seed)
+        return self._base
+
+    def inputs(self, kind: str) -> tuple[_Step, torch.Tensor, torch.Tensor, int, dict[str, Any]]:
+        """(step, D, D', randomness seed, the witness search's summary) of a pair."""
+        seed = self.request.seed
+        if kind == "witness":
+            d, state, xa, xb, rseed, info = _witness_pair(self.name, self.ctx, self.request.witness_evaluations, seed)
+            model = d.build(d.model_spec(self.data.info), seed)
+            if state is not None:
+                model.load_state_dict(dict(state))
+            return _Step(d, self.data, model.eval(), self.z["z_actual"], seed), xa, xb, rseed, info
+        step = self.base_step()
+        xa = _batch(self.data, step.plan.batch_size, seed)
+        if kind == "extreme":
+            dirac = dirac_image(xa[:1])
+            return step, xa, torch.cat([xa, dirac]) if self.relation == "add-remove" else torch.cat([dirac, xa[1:]]), \
+                seed, {}
+        return step, xa, xa, seed, {}
+
+    def pair(self, index: int, kind: str) -> dict[str, Any]:
+        """One pair's row (an ``error`` row when it fails for any reason but bad input)."""
+        start = time.perf_counter()
+        try:
+            step, xa, xb, rseed, info = self.inputs(kind)
+            ga, gb, pins = step.outputs(xa, xb, rseed)
+            if kind == "canary":  # the worst-case unit the claim allows: + Delta e_0 on D'
+                gb = gb.clone()
+                gb[0] += step.sensitivity
+            diff = gb.double() - ga.double()
+            if not bool(torch.isfinite(diff).all()):
+                raise ConfigError(f"pair {kind}: the step's output is not finite")
+            row = {**_gaussian_pair(kind, index, diff, step.sensitivity, step.sigma, self.request, self.claim,
+                                    sorted(pins), [int(xa.shape[0]), int(xb.shape[0])]), **info}
+            if row["verdict"] == "refuted" and self.request.out_dir is not None:
+                row["witness"] = _save_witness(self.request.out_dir, self.name, kind, step, xa, xb, ga, gb, pins,
+                                               rseed, {k: row[k] for k in WITNESS_META} | {"claim": self.claim})
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one pair failing leaves the others
+            row = {"pair": kind, "verdict": "error", "error": f"{type(exc).__name__}: {exc}"}
+        row["seconds"] = round(time.perf_counter() - start, 3)
+        return row
+
+
+#: the row's fields a gradient step's witness header repeats
+WITNESS_META = ("mu_lower", "epsilon_lower", "mu_pair", "difference_norm", "sensitivity_claimed", "noise_std")
 
 
 def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_epsilon: float | None = 8.0,
@@ -285,10 +364,10 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
                   pair: str = "all", alpha: float = 0.05, seed: int = 0, dataset: str = "digits",
                   data_dir: str | None = None, noise: str = "projected",
                   witness_evaluations: int = DEFAULT_WITNESS_EVALUATIONS, out_dir: str | Path | None = None,
-                  context: Any = None) -> dict[str, Any]:
-    """Audit one defense's privatised step (see module doc); returns a JSON-able result."""
+                  context: Any = None) -> StepAudit:
+    """Audit one defense's privatised step (see module doc). ``context``: a sensitivity register
+    :class:`~privaudit.audit.sensitivity.register.Context` to reuse (its data and built quantities)."""
     from privaudit.audit.sensitivity.register import Context
-    from privaudit.defenses.registry import make_defense
 
     if name not in DEFENSES:
         raise one_of("defense", name, DEFENSES)
@@ -300,114 +379,36 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
     check_probability("delta", delta)
     if noise not in NOISE_MODES:
         raise one_of("noise", noise, NOISE_MODES)
+    if name in FEDERATED and kinds == PAIRS and pair == "all":
+        kinds = ("canary", "extreme")  # the aggregation has no witness pair (see _federated_step)
+    request = StepRequest(dict(params or {}), target_epsilon, noise_multiplier, delta, draws, kinds, alpha, seed,
+                          noise, dataset, witness_evaluations, Path(out_dir) if out_dir is not None else None)
     if name in FEDERATED:
         from privaudit.core.datasets import load_dataset
+        from privaudit.defenses.registry import make_defense
 
-        if kinds == PAIRS and pair == "all":
-            kinds = ("canary", "extreme")  # the aggregation has no witness pair (see _federated_step)
         data = context.data if context is not None else load_dataset(dataset, seed=seed, data_dir=data_dir)
-        return _federated_step(name, make_defense(name, dict(params or {})), data, target_epsilon=target_epsilon,
-                               noise_multiplier=noise_multiplier, delta=delta, draws=draws, kinds=kinds, alpha=alpha,
-                               seed=seed, noise=noise, dataset=dataset)
+        return _federated_step(name, make_defense(name, dict(request.params)), data, request)
     ctx = context or Context(seed, dataset, data_dir)
     if name in RELEASES:
         from privaudit.audit.release_audit import audit_release
 
-        return audit_release(name, ctx, params=params, target_epsilon=target_epsilon, noise_multiplier=noise_multiplier,
-                             delta=delta, draws=draws, kinds=kinds, alpha=alpha, seed=seed, noise=noise,
-                             dataset=dataset, witness_evaluations=witness_evaluations, out_dir=out_dir)
-    data = ctx.data
-    defense = make_defense(name, dict(params or {}))
-    if not getattr(defense, "private", False) or not hasattr(defense, "quantity_function"):
-        raise ConfigError(f"defense: {name!r} has no DP-SGD-style privatised step to audit")
-    z = calibrated(defense, data, target_epsilon, delta, noise_multiplier)
-    mu_claim = 1.0 / z["z_claimed"]
-    eps_claim = gdp_epsilon(mu_claim, delta)
-    alpha_each = alpha / (2 * len(kinds))
-    result: dict[str, Any] = {
-        "defense": name, "relation": defense.plan(len(data.train)).relation, "unit": "example",
-        "claim": {"noise_multiplier": z["z_claimed"], "noise_multiplier_added": z["z_actual"],
-                  "effective_noise_multiplier": z["z_effective"], "mu": mu_claim, "epsilon": eps_claim,
-                  "delta": delta, "target_epsilon": target_epsilon,
-                  "what": "the gradient mechanism of one step (batch level, before subsampling): Gaussian with the "
-                          "claimed sensitivity, mu = 1 / z"},
-        "settings": {"draws_per_side": int(draws), "alpha": alpha, "alpha_per_bound": alpha_each, "noise": noise,
-                     "seed": seed, "dataset": dataset, "pairs": list(kinds)},
-        "pairs": []}
-    base_step: _Step | None = None
-    out_path = Path(out_dir) if out_dir is not None else None
-    for i, kind in enumerate(kinds):
-        start = time.perf_counter()
-        info: dict[str, Any] = {}
-        try:
-            if kind == "witness":
-                d, state, xa, xb, rseed, info = _witness_pair(name, ctx, witness_evaluations, seed)
-                model = d.build(d.model_spec(data.info), seed)
-                if state is not None:
-                    model.load_state_dict(dict(state))
-                step = _Step(d, data, model.eval(), z["z_actual"], seed)
-            else:
-                if base_step is None:
-                    base_step = _Step(defense, data, defense.build(defense.model_spec(data.info), seed).eval(),
-                                      z["z_actual"], seed)
-                step, rseed = base_step, seed
-                xa = _batch(data, step.plan.batch_size, seed)
-                if kind == "extreme":
-                    dirac = dirac_image(xa[:1])
-                    xb = torch.cat([xa, dirac]) if result["relation"] == "add-remove" else torch.cat([dirac, xa[1:]])
-                else:
-                    xb = xa
-            ga, gb, pins = step.outputs(xa, xb, rseed)
-            if kind == "canary":  # the worst-case unit the claim allows: + Delta e_0 on D'
-                gb = gb.clone()
-                gb[0] += step.sensitivity
-            diff = gb.double() - ga.double()
-            if not bool(torch.isfinite(diff).all()):
-                raise ConfigError(f"pair {kind}: the step's output is not finite")
-            gen = torch.Generator().manual_seed(int(seed) * 1000 + i)
-            s0, s1 = gaussian_step_scores([diff], [step.sigma], int(draws), gen, noise=noise)
-            b = step_bounds(s0, s1, alpha=alpha_each, delta=delta, seed=seed + i)
-            mu_pair = step_mu([diff], [step.sigma])
-            refuted = b.mu_lower > mu_claim or b.epsilon_lower > eps_claim
-            row = {"pair": kind, "difference_norm": float(torch.linalg.vector_norm(diff)),
-                   "sensitivity_claimed": step.sensitivity, "noise_std": step.sigma,
-                   "difference_over_sensitivity": float(torch.linalg.vector_norm(diff)) / step.sensitivity,
-                   "mu_pair": mu_pair, "mu_lower": b.mu_lower, "epsilon_lower": b.epsilon_lower,
-                   "epsilon_from_mu": b.epsilon_from_mu, "power_mu": b.mu_lower / mu_claim,
-                   "power_epsilon": b.epsilon_lower / eps_claim if eps_claim > 0 else None,
-                   "verdict": "refuted" if refuted else "not refuted", "bounds": b.to_dict(),
-                   "conditioned_on": sorted(pins), "batch": [int(xa.shape[0]), int(xb.shape[0])], **info}
-            if refuted and out_path is not None:
-                row["witness"] = _save_witness(out_path, name, kind, step, xa, xb, ga, gb, pins, rseed, {
-                    k: row[k] for k in ("mu_lower", "epsilon_lower", "mu_pair", "difference_norm",
-                                        "sensitivity_claimed", "noise_std")} | {"claim": result["claim"]})
-        except ConfigError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one pair failing leaves the others
-            row = {"pair": kind, "verdict": "error", "error": f"{type(exc).__name__}: {exc}"}
-        row["seconds"] = round(time.perf_counter() - start, 3)
-        result["pairs"].append(row)
-    done = [r for r in result["pairs"] if r["verdict"] != "error"]
-    result["verdict"] = ("refuted" if any(r["verdict"] == "refuted" for r in done)
-                         else "not refuted" if done else "error")
-    if done:
-        best = max(done, key=lambda r: r["mu_lower"])
-        result.update({"best_pair": best["pair"], "mu_lower": best["mu_lower"], "epsilon_lower": max(
-            r["epsilon_lower"] for r in done), "power": best["mu_lower"] / mu_claim})
-    return result
+        return audit_release(name, ctx, request)
+    return _GradientAudit(name, ctx, request).run()
 
 
-def summary_line(r: Mapping[str, Any]) -> str:
-    c = r["claim"]
-    if r.get("verdict") == "error":
-        return f"{r['defense']}: error ({'; '.join(p.get('error', '') for p in r['pairs'])})"
+def summary_line(r: StepAudit) -> str:
+    """The audit in one line: the claim, the measured bounds, the power and the verdict."""
+    c = r.claim
+    if r.verdict == "error":
+        return f"{r.defense}: error ({'; '.join(p.get('error', '') for p in r.pairs)})"
     if c.get("pure"):
-        return (f"{r['defense']} ({r['relation']}): per-release claim eps = {c['epsilon']:.3g} (pure DP, delta 0; "
-                f"canonical mu {c['mu']:.3f}); measured eps_lb = {r['epsilon_lower']:.3g} ({r['best_pair']} pair), "
-                f"mu_lb = {r['mu_lower']:.3f}; power (eps) {r['power']:.2f}: {r['verdict']}")
-    return (f"{r['defense']} ({r['relation']}): per-step claim mu = {c['mu']:.3f} (eps {c['epsilon']:.3g} at delta "
-            f"{c['delta']:g}); measured mu_lb = {r['mu_lower']:.3f} ({r['best_pair']} pair), eps_lb = "
-            f"{r['epsilon_lower']:.3g}; power {r['power']:.2f}: {r['verdict']}")
+        return (f"{r.defense} ({r.relation}): per-release claim eps = {c['epsilon']:.3g} (pure DP, delta 0; "
+                f"canonical mu {c['mu']:.3f}); measured eps_lb = {r.epsilon_lower:.3g} ({r.best_pair} pair), "
+                f"mu_lb = {r.mu_lower:.3f}; power (eps) {r.power:.2f}: {r.verdict}")
+    return (f"{r.defense} ({r.relation}): per-step claim mu = {c['mu']:.3f} (eps {c['epsilon']:.3g} at delta "
+            f"{c['delta']:g}); measured mu_lb = {r.mu_lower:.3f} ({r.best_pair} pair), eps_lb = "
+            f"{r.epsilon_lower:.3g}; power {r.power:.2f}: {r.verdict}")
 
 
 def validate_defenses(names: Any, where: str = "defenses") -> tuple[str, ...]:
@@ -419,7 +420,7 @@ def validate_defenses(names: Any, where: str = "defenses") -> tuple[str, ...]:
     return tuple(names)
 
 
-__all__ = ["audit_defense", "summary_line", "DEFENSES", "PAIRS", "PAIR_CHOICES", "DEFAULT_DRAWS"]
+__all__ = ["audit_defense", "summary_line", "StepAudit", "DEFENSES", "PAIRS", "PAIR_CHOICES", "DEFAULT_DRAWS"]
 
 
 # -- suite glue ---------------------------------------------------------------------------------------
@@ -429,10 +430,6 @@ def run_suite_step_audits(suite: Any, out: Path, progress: bool = True,
     from the suite's entry of that defense, if any), witnesses under ``out/step_audit/witnesses``; plus error
     lines. Each defense's audit is seeded by the suite's step-audit seed alone, so running the defenses one
     by one (in parallel workers) gives the numbers one pass gives."""
-    import sys
-
-    import torch
-
     cfg = suite.step_audit
     params = {d.name: dict(d.params) for d in suite.defenses if d.name in cfg.defenses}
     delta = next((d.delta for d in suite.defenses if d.delta is not None), None) or 1e-5
@@ -442,20 +439,22 @@ def run_suite_step_audits(suite: Any, out: Path, progress: bool = True,
     for name in (cfg.defenses if names is None else names):
         start = time.perf_counter()
         try:
-            r = audit_defense(name, params=params.get(name), target_epsilon=cfg.target_epsilon, delta=delta,
-                              draws=cfg.draws, seed=cfg.seed,
-                              pair=cfg.pair if isinstance(cfg.pair, str) else cfg.pair.get(name, "canonical"), dataset=suite.datasets[0],
-                              data_dir=suite.data_dir, witness_evaluations=cfg.witness_evaluations, out_dir=wdir)
+            audit = audit_defense(name, params=params.get(name), target_epsilon=cfg.target_epsilon, delta=delta,
+                                  draws=cfg.draws, seed=cfg.seed,
+                                  pair=cfg.pair if isinstance(cfg.pair, str) else cfg.pair.get(name, "canonical"),
+                                  dataset=suite.datasets[0], data_dir=suite.data_dir,
+                                  witness_evaluations=cfg.witness_evaluations, out_dir=wdir)
         except Exception as exc:  # noqa: BLE001 - reported through the gate
-            errors.append(f"step audit of {name} errored: {type(exc).__name__}: {exc}".splitlines()[0])
+            errors.append(failure_line(f"step audit of {name} errored", exc))
             continue
+        r = audit.to_dict()
         r["seconds"] = round(time.perf_counter() - start, 3)
         for p in r["pairs"]:
             if p.get("witness"):
                 p["witness"] = str(Path(p["witness"]).relative_to(Path(out)))
         results.append(r)
         if progress:
-            print(f"step audit: {summary_line(r)} ({r['seconds']:.1f}s)", file=sys.stderr, flush=True)
+            print(f"step audit: {summary_line(audit)} ({r['seconds']:.1f}s)", file=sys.stderr, flush=True)
     return results, errors
 
 

@@ -319,6 +319,10 @@ class _Where:
     def wrap(self, key: str, exc: ConfigError) -> ConfigError:
         return ConfigError(f"{self.path}: {key}: {exc}")
 
+    def prefix(self, exc: ConfigError) -> ConfigError:
+        """``exc``, whose message already names its key, prefixed with the file name."""
+        return ConfigError(f"{self.path}: {exc}")
+
 
 def _unknown(where: _Where, key: str, table: Mapping[str, Any], accepted: tuple[str, ...]) -> None:
     for k in table:
@@ -447,11 +451,9 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
 
 def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None = None,
                 allow_plugins: bool = False) -> Suite:
-    """Validate a parsed suite (a dict as TOML gives it)."""
-    from privaudit.attacks.registry import ATTACKS, attack_class
-    from privaudit.core.datasets import DATASETS, SplitConfig, missing_files
-    from privaudit.audit.device import DEVICES, resolve_device
-
+    """Validate a parsed suite (a dict as TOML gives it), one table at a time in the file's order of keys
+    (top-level settings, datasets, seeds and device, [[attacks]], [[defenses]], [sensitivity], [gate], [ray],
+    [step_audit]), so the first error is the one an earlier key raises."""
     where = _Where(path)
     _unknown(where, "", raw, TOP_KEYS)
     name = _typed(where, "name", raw.get("name", Path(path).stem), str, "a string")
@@ -460,6 +462,41 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
     description = _typed(where, "description", raw.get("description", ""), str, "a string")
     out_dir = out if out is not None else _typed(where, "out", raw.get("out", DEFAULT_OUT.format(name=name)),
                                                 str, "a directory path")
+    datasets, data_dir = _datasets(where, raw)
+    splits = _splits(where, raw)
+    seeds = _seeds(where, raw)
+    device = _device(where, raw)
+    knn_k = _typed(where, "knn_k", raw.get("knn_k", 5), int, "an integer")
+    if knn_k < 1:
+        raise where.error("knn_k", f"must be >= 1, got {knn_k}")
+    threads = _typed(where, "threads", raw.get("threads", 1), int, "an integer")
+    if not 1 <= threads <= 256:
+        raise where.error("threads", f"must lie in [1, 256], got {threads}")
+    defaults = _BudgetDefaults(_epsilons(where, "epsilons", raw["epsilons"]) if "epsilons" in raw else None,
+                               _delta(where, "delta", raw.get("delta")))
+    attacks = _attacks(where, raw)  # first: defenses refer to them by label
+    defenses = _defenses(where, raw, tuple(a.label for a in attacks), defaults, allow_plugins)
+    sensitivity = _sensitivity(where, raw.get("sensitivity"))
+    gate = _table_config(where, raw, "gate", GateConfig)
+    ray = _table_config(where, raw, "ray", RayConfig)
+    return Suite(path=path, name=name, description=description, out=out_dir, datasets=datasets,
+                 data_dir=data_dir, splits=splits, seeds=seeds, device=device, knn_k=knn_k, threads=threads,
+                 defenses=defenses, attacks=attacks, sensitivity=sensitivity, gate=gate, ray=ray,
+                 step_audit=_step_audit(where, raw.get("step_audit")))
+
+
+def _table_config(where: _Where, raw: Mapping[str, Any], key: str, cls: type) -> Any:
+    """The table ``key`` (absent: empty) built into the config dataclass ``cls`` (its own range checks)."""
+    table = _typed(where, key, raw.get(key, {}), dict, "a table")
+    try:
+        return build_config(cls, table, owner=key, prefix=key)
+    except ConfigError as exc:
+        raise where.prefix(exc) from None
+
+
+def _datasets(where: _Where, raw: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
+    """``datasets`` (known names whose files are present) and ``data_dir``."""
+    from privaudit.core.datasets import DATASETS, missing_files
 
     datasets = tuple(_list(where, "datasets", raw.get("datasets", ["digits"]), str, "dataset names"))
     data_dir = raw.get("data_dir")
@@ -472,137 +509,170 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
         if missing:
             raise where.error(f"datasets[{i}]", f"dataset {ds!r} is missing {missing[0]}; set data_dir in the "
                                                 "suite, --data-dir, or PRIVAUDIT_DATA_DIR")
-    splits = raw.get("splits")
-    if splits is not None:
-        _typed(where, "splits", splits, dict, "a table")
-        try:
-            splits = asdict(build_config(SplitConfig, splits, owner="splits", prefix="splits"))
-        except ConfigError as exc:
-            raise ConfigError(f"{path}: {exc}") from None
+    return datasets, data_dir
 
+
+def _splits(where: _Where, raw: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``splits``: the membership split's sizes (:class:`privaudit.core.datasets.SplitConfig`), or None."""
+    from privaudit.core.datasets import SplitConfig
+
+    if raw.get("splits") is None:
+        return None
+    return asdict(_table_config(where, raw, "splits", SplitConfig))
+
+
+def _seeds(where: _Where, raw: Mapping[str, Any]) -> tuple[int, ...]:
     seeds = _list(where, "seeds", raw.get("seeds", [0]), int, "integers")
     for i, seed in enumerate(seeds):
         if not 0 <= seed < 2 ** 32:
             raise where.error(f"seeds[{i}]", f"must lie in [0, 2^32), got {seed!r}")
     if len(set(seeds)) != len(seeds):
         raise where.error("seeds", f"duplicate values in {seeds!r}")
+    return tuple(seeds)
+
+
+def _device(where: _Where, raw: Mapping[str, Any]) -> str:
+    """``device``: a known name or ``cuda:N``, and present here (a run that would fail in every cell is refused
+    before the first)."""
+    from privaudit.audit.device import DEVICES, resolve_device
+
     device = _typed(where, "device", raw.get("device", "auto"), str, "a string")
     if device not in DEVICES and not re.fullmatch(r"cuda:\d{1,3}", device):
         raise where.error("device", f"unknown value {device!r}; accepted: {', '.join(DEVICES)}, cuda:N")
-    try:  # the device must exist here: a run that would fail in every cell is refused before the first
+    try:
         resolve_device(device)
     except ConfigError as exc:
         raise where.error("device", str(exc).removeprefix("device: ")) from None
-    knn_k = _typed(where, "knn_k", raw.get("knn_k", 5), int, "an integer")
-    if knn_k < 1:
-        raise where.error("knn_k", f"must be >= 1, got {knn_k}")
-    threads = _typed(where, "threads", raw.get("threads", 1), int, "an integer")
-    if not 1 <= threads <= 256:
-        raise where.error("threads", f"must lie in [1, 256], got {threads}")
-    suite_eps = _epsilons(where, "epsilons", raw["epsilons"]) if "epsilons" in raw else None
-    suite_delta = _delta(where, "delta", raw.get("delta"))
+    return device
 
-    # Attacks first: defenses refer to them by label.
+
+def _attacks(where: _Where, raw: Mapping[str, Any]) -> tuple[AttackEntry, ...]:
+    """``[[attacks]]``: registry names with settings, each under a distinct label."""
     attacks: list[AttackEntry] = []
     for i, entry in enumerate(_list(where, "attacks", raw.get("attacks", []), dict, "tables")
                               if "attacks" in raw else []):
-        key = f"attacks[{i}]"
-        _unknown(where, key, entry, ATTACK_KEYS)
-        if "name" not in entry:
-            raise where.error(f"{key}.name", f"missing; accepted: {', '.join(ATTACKS)}")
-        aname = _typed(where, f"{key}.name", entry["name"], str, "a string")
-        if aname not in ATTACKS:
-            raise where.error(f"{key}.name", f"unknown attack {aname!r}; accepted: {', '.join(ATTACKS)}")
-        label = _label(where, f"{key}.label", entry.get("label", aname))
-        params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
-        try:
-            attack = attack_class(aname)(params)
-        except ConfigError as exc:
-            raise where.wrap(f"{key}.params", exc) from None
-        if any(a.label == label for a in attacks):
-            raise where.error(f"{key}.label", f"duplicate label {label!r} (give each entry a distinct label)")
-        attacks.append(AttackEntry(aname, label, params, attack.config_dict()))
-    labels = tuple(a.label for a in attacks)
+        attack = _attack(where, f"attacks[{i}]", entry)
+        if any(a.label == attack.label for a in attacks):
+            raise where.error(f"attacks[{i}].label", f"duplicate label {attack.label!r} (give each entry a distinct "
+                                                     "label)")
+        attacks.append(attack)
+    return tuple(attacks)
 
-    defenses: list[DefenseEntry] = []
+
+def _attack(where: _Where, key: str, entry: Mapping[str, Any]) -> AttackEntry:
+    from privaudit.attacks.registry import ATTACKS, attack_class
+
+    _unknown(where, key, entry, ATTACK_KEYS)
+    if "name" not in entry:
+        raise where.error(f"{key}.name", f"missing; accepted: {', '.join(ATTACKS)}")
+    name = _typed(where, f"{key}.name", entry["name"], str, "a string")
+    if name not in ATTACKS:
+        raise where.error(f"{key}.name", f"unknown attack {name!r}; accepted: {', '.join(ATTACKS)}")
+    label = _label(where, f"{key}.label", entry.get("label", name))
+    params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
+    try:
+        attack = attack_class(name)(params)
+    except ConfigError as exc:
+        raise where.wrap(f"{key}.params", exc) from None
+    return AttackEntry(name, label, params, attack.config_dict())
+
+
+@dataclass(frozen=True)
+class _BudgetDefaults:
+    """The suite's top-level ``epsilons`` and ``delta``: what a private defense without its own gets."""
+
+    epsilons: tuple[float, ...] | None
+    delta: float | None
+
+
+def _defenses(where: _Where, raw: Mapping[str, Any], labels: tuple[str, ...], defaults: _BudgetDefaults,
+              allow_plugins: bool) -> tuple[DefenseEntry, ...]:
+    """``[[defenses]]`` (at least one), each under a distinct label."""
     entries = _list(where, "defenses", raw.get("defenses"), dict, "tables") if "defenses" in raw else None
     if not entries:
         raise where.error("defenses", "missing; give at least one [[defenses]] table with a name")
+    defenses: list[DefenseEntry] = []
     for i, entry in enumerate(entries):
-        key = f"defenses[{i}]"
-        _unknown(where, key, entry, DEFENSE_KEYS)
-        if "name" not in entry:
-            raise where.error(f"{key}.name", "missing")
-        dname = _typed(where, f"{key}.name", entry["name"], str, "a string")
-        cls = _defense_class(where, f"{key}.name", dname, allow_plugins)
-        label = _label(where, f"{key}.label", entry.get("label", dname.rsplit(":", 1)[-1]))
-        if any(d.label == label for d in defenses):
-            raise where.error(f"{key}.label", f"duplicate label {label!r} (give each entry a distinct label)")
-        params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
-        try:
-            defense = cls(params)
-        except ConfigError as exc:
-            raise where.wrap(f"{key}.params", exc) from None
-        private = bool(cls.private)
-        noise = entry.get("noise_multiplier")
-        if noise is not None:
-            _typed(where, f"{key}.noise_multiplier", noise, (int, float), "a number")
-            if not (noise >= 0 and math.isfinite(noise)):
-                raise where.error(f"{key}.noise_multiplier", f"must be a finite number >= 0, got {noise!r}")
-        if not private:
-            for k in ("epsilons", "noise_multiplier", "delta"):
-                if k in entry:
-                    raise where.error(f"{key}.{k}", f"defense {dname!r} is not private; remove {k}")
-            eps: tuple[float | None, ...] = (None,)
-        elif noise is not None:
-            if "epsilons" in entry:
-                raise where.error(f"{key}.epsilons", "give either epsilons or noise_multiplier, not both")
-            eps = (None,)
-        elif "epsilons" in entry:
-            eps = _epsilons(where, f"{key}.epsilons", entry["epsilons"])
-        elif suite_eps is not None:
-            eps = suite_eps
-        else:
-            raise where.error(f"{key}.epsilons", f"defense {dname!r} is private: give epsilons (here or at the "
-                                                 "top level) or noise_multiplier")
-        delta = _delta(where, f"{key}.delta", entry["delta"]) if "delta" in entry else (
-            suite_delta if private else None)
-        chosen = labels
-        if "attacks" in entry:
-            chosen = tuple(_list(where, f"{key}.attacks", entry["attacks"], str, "attack labels")) \
-                if entry["attacks"] else ()
-            for j, a in enumerate(chosen):
-                if a not in labels:
-                    raise where.error(f"{key}.attacks[{j}]", f"unknown attack label {a!r}; accepted: "
-                                                             f"{', '.join(labels) or '(no [[attacks]] defined)'}")
-        primary = entry.get("primary")
-        if primary is not None:
-            primary = _typed(where, f"{key}.primary", primary, str, "an attack label")
-            if primary not in chosen:
-                raise where.error(f"{key}.primary", f"unknown value {primary!r}; accepted: the defense's attacks "
-                                                    f"({', '.join(chosen) or 'none'})")
-        control = _typed(where, f"{key}.control", entry.get("control", False), bool, "true or false")
-        if control and not private:
-            raise where.error(f"{key}.control", f"a positive control needs a privacy claim; {dname!r} makes none")
-        defenses.append(DefenseEntry(dname, label, params, defense.config_dict(), private, eps, delta,
-                                     None if noise is None else float(noise), chosen, primary, control))
+        defenses.append(_defense(where, f"defenses[{i}]", entry, {d.label for d in defenses}, labels, defaults,
+                                 allow_plugins))
+    return tuple(defenses)
 
-    sensitivity = _sensitivity(where, raw.get("sensitivity"))
-    gate_raw = _typed(where, "gate", raw.get("gate", {}), dict, "a table")
-    try:
-        gate = build_config(GateConfig, gate_raw, owner="gate", prefix="gate")
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
-    ray_raw = _typed(where, "ray", raw.get("ray", {}), dict, "a table")
-    try:
-        ray = build_config(RayConfig, ray_raw, owner="ray", prefix="ray")
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from None
 
-    return Suite(path=path, name=name, description=description, out=out_dir, datasets=datasets,
-                 data_dir=data_dir, splits=splits, seeds=tuple(seeds), device=device, knn_k=knn_k, threads=threads,
-                 defenses=tuple(defenses), attacks=tuple(attacks), sensitivity=sensitivity, gate=gate, ray=ray,
-                 step_audit=_step_audit(where, raw.get("step_audit")))
+def _defense(where: _Where, key: str, entry: Mapping[str, Any], taken: set[str], labels: tuple[str, ...],
+             defaults: _BudgetDefaults, allow_plugins: bool) -> DefenseEntry:
+    """One ``[[defenses]]`` table: name (or plugin), label, parameters, budget axis, attacks and gate role."""
+    _unknown(where, key, entry, DEFENSE_KEYS)
+    if "name" not in entry:
+        raise where.error(f"{key}.name", "missing")
+    name = _typed(where, f"{key}.name", entry["name"], str, "a string")
+    cls = _defense_class(where, f"{key}.name", name, allow_plugins)
+    label = _label(where, f"{key}.label", entry.get("label", name.rsplit(":", 1)[-1]))
+    if label in taken:
+        raise where.error(f"{key}.label", f"duplicate label {label!r} (give each entry a distinct label)")
+    params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
+    try:
+        defense = cls(params)
+    except ConfigError as exc:
+        raise where.wrap(f"{key}.params", exc) from None
+    private = bool(cls.private)
+    noise = _noise_multiplier(where, key, entry)
+    eps = _defense_epsilons(where, key, entry, name, private, noise, defaults.epsilons)
+    delta = _delta(where, f"{key}.delta", entry["delta"]) if "delta" in entry else (
+        defaults.delta if private else None)
+    chosen = _defense_attacks(where, key, entry, labels)
+    primary = entry.get("primary")
+    if primary is not None:
+        primary = _typed(where, f"{key}.primary", primary, str, "an attack label")
+        if primary not in chosen:
+            raise where.error(f"{key}.primary", f"unknown value {primary!r}; accepted: the defense's attacks "
+                                                f"({', '.join(chosen) or 'none'})")
+    control = _typed(where, f"{key}.control", entry.get("control", False), bool, "true or false")
+    if control and not private:
+        raise where.error(f"{key}.control", f"a positive control needs a privacy claim; {name!r} makes none")
+    return DefenseEntry(name, label, params, defense.config_dict(), private, eps, delta,
+                        None if noise is None else float(noise), chosen, primary, control)
+
+
+def _noise_multiplier(where: _Where, key: str, entry: Mapping[str, Any]) -> float | int | None:
+    noise = entry.get("noise_multiplier")
+    if noise is not None:
+        _typed(where, f"{key}.noise_multiplier", noise, (int, float), "a number")
+        if not (noise >= 0 and math.isfinite(noise)):
+            raise where.error(f"{key}.noise_multiplier", f"must be a finite number >= 0, got {noise!r}")
+    return noise
+
+
+def _defense_epsilons(where: _Where, key: str, entry: Mapping[str, Any], name: str, private: bool,
+                      noise: float | None, suite_eps: tuple[float, ...] | None) -> tuple[float | None, ...]:
+    """A defense's budget axis: its own ``epsilons``, else the suite's; ``(None,)`` for a non-private defense
+    or a fixed ``noise_multiplier``."""
+    if not private:
+        for k in ("epsilons", "noise_multiplier", "delta"):
+            if k in entry:
+                raise where.error(f"{key}.{k}", f"defense {name!r} is not private; remove {k}")
+        return (None,)
+    if noise is not None:
+        if "epsilons" in entry:
+            raise where.error(f"{key}.epsilons", "give either epsilons or noise_multiplier, not both")
+        return (None,)
+    if "epsilons" in entry:
+        return _epsilons(where, f"{key}.epsilons", entry["epsilons"])
+    if suite_eps is not None:
+        return suite_eps
+    raise where.error(f"{key}.epsilons", f"defense {name!r} is private: give epsilons (here or at the top level) "
+                                         "or noise_multiplier")
+
+
+def _defense_attacks(where: _Where, key: str, entry: Mapping[str, Any], labels: tuple[str, ...]) -> tuple[str, ...]:
+    """The attack labels a defense is attacked by (default: every attack of the suite)."""
+    if "attacks" not in entry:
+        return labels
+    chosen = tuple(_list(where, f"{key}.attacks", entry["attacks"], str, "attack labels")) if entry["attacks"] else ()
+    for j, a in enumerate(chosen):
+        if a not in labels:
+            raise where.error(f"{key}.attacks[{j}]", f"unknown attack label {a!r}; accepted: "
+                                                     f"{', '.join(labels) or '(no [[attacks]] defined)'}")
+    return chosen
 
 
 def _step_audit(where: _Where, raw: Any) -> StepAuditConfig | None:
@@ -615,7 +685,7 @@ def _step_audit(where: _Where, raw: Any) -> StepAuditConfig | None:
     try:
         defenses = validate_defenses(raw.get("defenses"), "step_audit.defenses")
     except ConfigError as exc:
-        raise ConfigError(f"{where.path}: {exc}") from None
+        raise where.prefix(exc) from None
     draws = _typed(where, "step_audit.draws", raw.get("draws", DEFAULT_DRAWS), int, "an integer >= 8")
     if draws < 8:
         raise where.error("step_audit.draws", f"must be >= 8, got {draws!r}")

@@ -14,15 +14,14 @@ from dataclasses import dataclass
 
 import torch
 
-from privaudit.core.errors import one_of
 from privaudit.defenses.dp import bounds
 from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan
 from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from privaudit.defenses.dp.contrastive import BATCH_OBJECTIVES, batch_objective, embed, loss_cotangents, two_views
-from privaudit.defenses.dp.embedder import Source
+from privaudit.defenses.dp.contrastive import embed_views, loss_cotangents
 from privaudit.defenses.dp.gradients import clipped_sum
 from privaudit.defenses.dp.randomness import StepRandomness
 from privaudit.defenses.dp.units import dense_units
+from privaudit.defenses.losses import make_objective
 
 
 @dataclass(frozen=True)
@@ -33,11 +32,6 @@ class DPClipConfig(DPConfig):
     epochs: int = 20
     lr: float = 3e-4  # fine-tuning the public init (defenses.dp.base.DEFAULTS_NOTE)
     clip: float = 1.0
-
-    def validate(self) -> None:
-        super().validate()
-        if self.loss not in BATCH_OBJECTIVES:
-            raise one_of("loss", self.loss, BATCH_OBJECTIVES)
 
 
 class DPClip(DPDefense):
@@ -58,10 +52,9 @@ class DPClip(DPDefense):
     def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
         cfg = self.config
         b = x.shape[0]
-        v1, v2 = two_views(ctx, x, rnd)
-        sources = (Source(torch.cat([v1, v2])),)
-        (z,) = embed(ctx, sources)
-        objective = batch_objective(cfg.loss, cfg.temperature, cfg.barlow_lambda)
+        sources, z = embed_views(ctx, x, rnd)
+        objective = make_objective(cfg.loss, temperature=cfg.temperature, barlow_lambda=cfg.barlow_lambda,
+                                   reduction="sum")
         loss, (cot,) = loss_cotangents(lambda zz: objective(zz[:b], zz[b:]), (z,))
         units = dense_units("batch", (cot[None],))
         clipped = clipped_sum(ctx.embedder, ctx.params, sources, units, cfg.clip, ctx.chunk)

@@ -34,6 +34,7 @@ example together (2C claimed, 2|B|C sound).
 from __future__ import annotations
 
 import dataclasses
+from abc import abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -42,8 +43,7 @@ from privaudit.core.errors import ConfigError, one_of
 from privaudit.defenses.dp import bounds
 from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan, claim_epsilon, separately_sampled_event
 from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from privaudit.defenses.dp.contrastive import embed, loss_cotangents, two_views
-from privaudit.defenses.dp.embedder import Source
+from privaudit.defenses.dp.contrastive import embed_views, loss_cotangents
 from privaudit.defenses.dp.gradients import clipped_sum
 from privaudit.defenses.dp.randomness import StepRandomness
 from privaudit.defenses.dp.units import partition_units
@@ -88,8 +88,7 @@ class DPCLSimCLRConfig(DPCLConfig):
 class DPCLBarlowConfig(DPCLConfig):
     loss: str = "barlow"
     stats_noise: bool = True
-    # fine-tuning the public init (defenses.dp.base.DEFAULTS_NOTE): the noised means/variances swamp the update,
-    # lr 3e-4 fell from 0.944 to 0.807 on the tuning split and 3e-5 to 0.941; 0.05 suited random init
+    # fine-tuning the public init (defenses.dp.base.DEFAULTS_NOTE): the noised means/variances swamp the update
     lr: float = 1e-5
     clip: float = 1.0
 
@@ -135,9 +134,25 @@ class _DPCL(DPDefense):
         rows = torch.arange(2 * b, device=device)
         return rows if self.config.clip_unit == "view" else rows % b
 
-    def per_unit_sum(self, ctx: StepContext, sources, cot: torch.Tensor, b: int):
+    def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
+        """Both views' embeddings Z (2|B| rows); the per-unit clipped gradients of the loss computed through
+        the noised connection point (:meth:`noisy_loss`); the true loss and the privatized statistics
+        (:meth:`true_loss`)."""
+        b = x.shape[0]
+        sources, z = embed_views(ctx, x, rnd)
+        _, (cot,) = loss_cotangents(lambda zz: self.noisy_loss(ctx, zz, b, rnd), (z,))
         units = partition_units(self.config.clip_unit, (cot,), (self.owners(b, cot.device),))
-        return clipped_sum(ctx.embedder, ctx.params, sources, units, self.config.clip, ctx.chunk)
+        clipped = clipped_sum(ctx.embedder, ctx.params, sources, units, self.config.clip, ctx.chunk)
+        true_loss, quantities = self.true_loss(z, b)
+        return StepOutput(clipped, float(true_loss.detach()), quantities)
+
+    @abstractmethod
+    def noisy_loss(self, ctx: StepContext, z: torch.Tensor, b: int, rnd: StepRandomness) -> torch.Tensor:
+        """The loss of the 2|B| embeddings [view 1; view 2] through the noised statistics."""
+
+    @abstractmethod
+    def true_loss(self, z: torch.Tensor, b: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The loss without noise (the history's) and the statistics the noise privatizes, before noise."""
 
     def prepare(self, data, budget, seed, *, device="cpu", canaries=None):
         run = super().prepare(data, budget, seed, device=device, canaries=canaries)
@@ -195,24 +210,18 @@ class DPCLSimCLR(_DPCL):
         return [self.gradient_mechanism(plan, 0.5, "DPCL Sec. 3.2.2"),
                 Mechanism("similarity", bounds.dpcl_similarity(2 * plan.batch_size), 0.5, "DPCL Thm. 1")]
 
-    def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
-        cfg, b = self.config, x.shape[0]
-        v1, v2 = two_views(ctx, x, rnd)
-        sources = (Source(torch.cat([v1, v2])),)
-        (z,) = embed(ctx, sources)  # L2-normalised rows
+    def noisy_loss(self, ctx: StepContext, z: torch.Tensor, b: int, rnd: StepRandomness) -> torch.Tensor:
+        """NT-Xent (Eqs. 3-4) on S~ = Z Z^T + N(0, (z_S Delta_S)^2) entrywise (Thm. 1); rows L2-normalised."""
+        s = z @ z.T  # S(Z) = Z^T Z
+        if self.with_noise:
+            std = ctx.multipliers["similarity"] * bounds.dpcl_similarity(2 * b)
+            s = s + std * rnd.normal(s.shape, "similarity", device=s.device, dtype=s.dtype)
+        return nt_xent_from_similarity(s, self.config.temperature, reduction="mean")
 
-        def noisy_loss(zz: torch.Tensor) -> torch.Tensor:
-            s = zz @ zz.T  # S(Z) = Z^T Z
-            if self.with_noise:
-                std = ctx.multipliers["similarity"] * bounds.dpcl_similarity(2 * b)
-                s = s + std * rnd.normal(s.shape, "similarity", device=s.device, dtype=s.dtype)
-            return nt_xent_from_similarity(s, cfg.temperature, reduction="mean")
-
-        _, (cot,) = loss_cotangents(noisy_loss, (z,))
-        clipped = self.per_unit_sum(ctx, sources, cot, b)
+    def true_loss(self, z: torch.Tensor, b: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         similarity = z @ z.T
-        true_loss = nt_xent_from_similarity(similarity, cfg.temperature, reduction="mean")
-        return StepOutput(clipped, float(true_loss.detach()), {"similarity": similarity})
+        true_loss = nt_xent_from_similarity(similarity, self.config.temperature, reduction="mean")
+        return true_loss, {"similarity": similarity}
 
     def notes(self, plan: SamplingPlan, mechanisms: list[Mechanism]) -> list[str]:
         notes = self.gradient_notes(plan, mechanisms[0], "similarity matrix")
@@ -262,33 +271,28 @@ class DPCLBarlow(_DPCL):
                 Mechanism("sse[view1]", bounds.dpcl_sse(), 1 / 6, "DPCL Thm. 3"),
                 Mechanism("sse[view2]", bounds.dpcl_sse(), 1 / 6, "DPCL Thm. 3")]
 
-    def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
-        cfg, b = self.config, x.shape[0]
-        v1, v2 = two_views(ctx, x, rnd)
-        sources = (Source(torch.cat([v1, v2])),)
-        (z,) = embed(ctx, sources)
+    def noisy_stats(self, ctx: StepContext, zv: torch.Tensor, view: str, b: int, rnd: StepRandomness):
+        """One view's per-feature mean + noise (Thm. 2) and variance max(0, SSE + noise) / (|B| - 1) (Thm. 3)."""
+        mean, sse = feature_mean(zv), feature_sse(zv)
+        if self.with_noise:
+            d = zv.shape[1]
+            mean = mean + (ctx.multipliers[f"mean[{view}]"] * bounds.dpcl_mean(b)) * rnd.normal(
+                (d,), f"mean[{view}]", device=zv.device, dtype=zv.dtype)
+            sse = sse + (ctx.multipliers[f"sse[{view}]"] * bounds.dpcl_sse()) * rnd.normal(
+                (d,), f"sse[{view}]", device=zv.device, dtype=zv.dtype)
+        return mean, sse.clamp_min(0) / (b - 1)  # M_sigma = max(0, SSE + noise) / (N - 1)
 
-        def stats(zv: torch.Tensor, view: str):
-            mean, sse = feature_mean(zv), feature_sse(zv)
-            if self.with_noise:
-                d = zv.shape[1]
-                mean = mean + (ctx.multipliers[f"mean[{view}]"] * bounds.dpcl_mean(b)) * rnd.normal(
-                    (d,), f"mean[{view}]", device=zv.device, dtype=zv.dtype)
-                sse = sse + (ctx.multipliers[f"sse[{view}]"] * bounds.dpcl_sse()) * rnd.normal(
-                    (d,), f"sse[{view}]", device=zv.device, dtype=zv.dtype)
-            return mean, sse.clamp_min(0) / (b - 1)  # M_sigma = max(0, SSE + noise) / (N - 1)
+    def noisy_loss(self, ctx: StepContext, z: torch.Tensor, b: int, rnd: StepRandomness) -> torch.Tensor:
+        """Barlow Twins (Eq. 5) with each view's noised mean and variance."""
+        za, zb = z[:b], z[b:]
+        return barlow_twins(za, zb, self.config.barlow_lambda, self.noisy_stats(ctx, za, "view1", b, rnd),
+                            self.noisy_stats(ctx, zb, "view2", b, rnd), reduction="sum")
 
-        def noisy_loss(zz: torch.Tensor) -> torch.Tensor:
-            za, zb = zz[:b], zz[b:]
-            return barlow_twins(za, zb, cfg.barlow_lambda, stats(za, "view1"), stats(zb, "view2"), reduction="sum")
-
-        _, (cot,) = loss_cotangents(noisy_loss, (z,))
-        clipped = self.per_unit_sum(ctx, sources, cot, b)
-        za = z[:b]
-        true_loss = barlow_twins(za, z[b:], cfg.barlow_lambda, reduction="sum")
-        zb = z[b:]
-        return StepOutput(clipped, float(true_loss.detach()), {"mean": feature_mean(za), "sse": feature_sse(za),
-                                                      "mean[view2]": feature_mean(zb), "sse[view2]": feature_sse(zb)})
+    def true_loss(self, z: torch.Tensor, b: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        za, zb = z[:b], z[b:]
+        true_loss = barlow_twins(za, zb, self.config.barlow_lambda, reduction="sum")
+        return true_loss, {"mean": feature_mean(za), "sse": feature_sse(za), "mean[view2]": feature_mean(zb),
+                           "sse[view2]": feature_sse(zb)}
 
     def notes(self, plan: SamplingPlan, mechanisms: list[Mechanism]) -> list[str]:
         notes = self.gradient_notes(plan, mechanisms[0], "mean and variance")

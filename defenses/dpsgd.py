@@ -21,8 +21,7 @@ from privaudit.core.errors import one_of
 from privaudit.defenses.dp import bounds
 from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan
 from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from privaudit.defenses.dp.contrastive import embed, term_cotangents, two_views
-from privaudit.defenses.dp.embedder import Source
+from privaudit.defenses.dp.contrastive import embed_views, term_cotangents
 from privaudit.defenses.dp.gradients import clipped_sum
 from privaudit.defenses.dp.randomness import StepRandomness
 from privaudit.defenses.dp.units import dense_units
@@ -82,9 +81,7 @@ class DPSGD(DPDefense):
 
     def compute(self, ctx: StepContext, x: torch.Tensor, rnd: StepRandomness) -> StepOutput:
         b = x.shape[0]
-        v1, v2 = two_views(ctx, x, rnd)
-        sources = (Source(torch.cat([v1, v2])),)
-        (z,) = embed(ctx, sources, record=False)  # term units are dense: the engine replicates the rows
+        sources, z = embed_views(ctx, x, rnd, record=False)  # term units are dense: the engine replicates the rows
         terms, (cot,) = term_cotangents(lambda zz: self.terms(zz, b), (z,))
         units = dense_units("term", (cot,))
         clipped = clipped_sum(ctx.embedder, ctx.params, sources, units, self.config.clip, ctx.chunk)

@@ -31,8 +31,7 @@ from torch.func import stack_module_state
 
 from privaudit.core.errors import one_of
 from privaudit.defenses.folding import batched_forward
-
-OPTIMIZERS = ("sgd", "adam")
+from privaudit.defenses.training import OPTIMIZERS
 
 
 class StackedOptimizer:
@@ -169,49 +168,18 @@ class StackedTrainer:
 
         histories: list[dict[str, list[float]]] = [{"step": [], "seconds": [], "loss": []} for _ in range(self.k)]
         last: list[tuple[torch.Tensor, ...] | None] = [None] * self.k
+        inputs: list[torch.Tensor] | None = None
         start = time.perf_counter()
         bar = tqdm(total=total, desc=desc, disable=None if progress else True, leave=False, dynamic_ncols=True)
         try:
-            for i in range(total):
+            for _ in range(total):
                 active = torch.zeros(self.k, dtype=torch.bool)
                 if make_batch is not None:
-                    ks, idxs = [], []
-                    for k, stream in enumerate(streams):
-                        idx = next(stream, None)
-                        if idx is not None:
-                            active[k] = True
-                            ks.append(k)
-                            idxs.append(idx)
-                    if not ks:
-                        break
-                    fresh = make_batch(ks, idxs)
-                    if len(ks) == self.k:
-                        inputs = list(fresh)
-                    else:  # finished models see their last inputs (their parameters are not updated)
-                        inputs = [t.clone() for t in inputs]
-                        for part, new in zip(inputs, fresh):
-                            part[ks] = new
-                    losses = self.step(loss_fn, inputs, active)
-                    now = time.perf_counter() - start
-                    for k in ks:
-                        h = histories[k]
-                        h["step"].append(len(h["step"]))
-                        h["seconds"].append(now)
-                        h["loss"].append(float(losses[k]))
-                    bar.update(1)
-                    continue
-                per_model = []
-                for k, stream in enumerate(streams):
-                    idx = next(stream, None)
-                    if idx is not None:
-                        active[k] = True
-                        last[k] = make_inputs(k, idx)
-                    per_model.append(last[k])
-                if not active.any():
+                    inputs = self._batched_inputs(streams, make_batch, active, inputs)
+                else:
+                    inputs = self._stacked_inputs(streams, make_inputs, active, last)
+                if inputs is None:  # every stream is exhausted
                     break
-                fill = next(x for x in per_model if x is not None)
-                per_model = [x if x is not None else fill for x in per_model]
-                inputs = [torch.stack(parts) for parts in zip(*per_model)]
                 losses = self.step(loss_fn, inputs, active)
                 now = time.perf_counter() - start
                 for k in torch.nonzero(active).flatten().tolist():
@@ -223,6 +191,47 @@ class StackedTrainer:
         finally:
             bar.close()
         return histories
+
+    def _batched_inputs(self, streams: Sequence[Iterator[torch.Tensor]],
+                        make_batch: Callable[[list[int], list[torch.Tensor]], tuple[torch.Tensor, ...]],
+                        active: torch.Tensor, previous: list[torch.Tensor] | None) -> list[torch.Tensor] | None:
+        """The next stacked inputs from ``make_batch`` of the models with a batch left (marked in ``active``);
+        finished models see their last inputs (their parameters are not updated). None when all are done."""
+        ks, idxs = [], []
+        for k, stream in enumerate(streams):
+            idx = next(stream, None)
+            if idx is not None:
+                active[k] = True
+                ks.append(k)
+                idxs.append(idx)
+        if not ks:
+            return None
+        fresh = make_batch(ks, idxs)
+        if len(ks) == self.k:
+            return list(fresh)
+        inputs = [t.clone() for t in previous]
+        for part, new in zip(inputs, fresh):
+            part[ks] = new
+        return inputs
+
+    @staticmethod
+    def _stacked_inputs(streams: Sequence[Iterator[torch.Tensor]],
+                        make_inputs: Callable[[int, torch.Tensor], tuple[torch.Tensor, ...]], active: torch.Tensor,
+                        last: list[tuple[torch.Tensor, ...] | None]) -> list[torch.Tensor] | None:
+        """Each model's next inputs from ``make_inputs``, stacked (models with a batch left marked in
+        ``active``; finished models repeat their ``last`` inputs). None when every stream is exhausted."""
+        per_model = []
+        for k, stream in enumerate(streams):
+            idx = next(stream, None)
+            if idx is not None:
+                active[k] = True
+                last[k] = make_inputs(k, idx)
+            per_model.append(last[k])
+        if not active.any():
+            return None
+        fill = next(x for x in per_model if x is not None)
+        per_model = [x if x is not None else fill for x in per_model]
+        return [torch.stack(parts) for parts in zip(*per_model)]
 
     @torch.no_grad()
     def unstack(self) -> list[nn.Module]:

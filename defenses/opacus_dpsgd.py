@@ -94,18 +94,7 @@ class OpacusDPSGD(Defense):
             else:
                 private, dp_opt, dp_loader = engine.make_private_with_epsilon(
                     target_epsilon=budget.target_epsilon, target_delta=delta, epochs=cfg.epochs, **common)
-            steps = 0
-            private.train()
-            for _ in range(cfg.epochs):
-                for xb, yb in dp_loader:
-                    steps += 1
-                    if len(xb) == 0:
-                        continue
-                    dp_opt.zero_grad()
-                    loss = F.cross_entropy(private(xb.to(device)), yb.to(device))
-                    loss.backward()
-                    dp_opt.step()
-                    history["loss"].append(loss.item())
+            steps = _train(private, dp_opt, dp_loader, cfg.epochs, device, history)
             opacus_eps = float(engine.get_epsilon(delta))
             private._close()  # removes Opacus' hooks; ``net`` keeps the trained parameters
         z = float(dp_opt.noise_multiplier)
@@ -124,3 +113,21 @@ class OpacusDPSGD(Defense):
         return Trained(self.name, model, spec, claim, history, self.config_dict(), seed, classifier=head,
                        extras={"utility": utility, "opacus_epsilon": opacus_eps, "noise_multiplier": z,
                                "sample_rate": q, "steps": steps})
+
+
+def _train(private: torch.nn.Module, optimizer, loader, epochs: int, device, history: dict[str, list[float]]) -> int:
+    """Opacus' private training loop: mean cross-entropy on each Poisson batch; returns the steps taken
+    (an empty batch is a step: the accountant counts it)."""
+    steps = 0
+    private.train()
+    for _ in range(epochs):
+        for xb, yb in loader:
+            steps += 1
+            if len(xb) == 0:
+                continue
+            optimizer.zero_grad()
+            loss = F.cross_entropy(private(xb.to(device)), yb.to(device))
+            loss.backward()
+            optimizer.step()
+            history["loss"].append(loss.item())
+    return steps

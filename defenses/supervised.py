@@ -18,48 +18,35 @@ import torch.nn.functional as F
 
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.core.datasets import DatasetInfo, MembershipData
-from privaudit.core.errors import ConfigError, check_positive, one_of
+from privaudit.core.errors import ConfigError
 from privaudit.defenses.augment import AUGMENTATIONS, augmentation_for
 from privaudit.defenses.base import Budget, Defense, Trained
-from privaudit.defenses.ensemble import OPTIMIZERS, StackedTrainer
+from privaudit.defenses.ensemble import StackedTrainer
 from privaudit.defenses.nn.classifier import ClassifierNet
 from privaudit.defenses.nn.model import ENCODERS, ModelSpec, build_model
 from privaudit.defenses.sampling import make_batches
 from privaudit.defenses.seeding import derive_seed, torch_generator
+from privaudit.defenses.training import OPTIMIZERS, EncoderFields, OptimisationFields, validate_fields
 
 AUGMENT_CHOICES = ("none", "default", *AUGMENTATIONS)
 
 
 @dataclass(frozen=True)
-class SupervisedConfig:
+class SupervisedConfig(OptimisationFields, EncoderFields):
     """Hyper-parameters of the supervised baseline (defaults overfit a small training set)."""
 
-    encoder: str = "cnn"
-    width: int = 16
-    rep_dim: int = 64
-    pool: int = 1  # the CNN's final average pooling side (ModelSpec.pool)
     epochs: int = 60
     batch_size: int = 64
     lr: float = 2e-3
-    optimizer: str = "adam"
-    momentum: float = 0.9
-    weight_decay: float = 0.0
     augmentation: str = "none"  # none, default (the dataset's family), or a family name
 
     def validate(self) -> None:
-        if self.encoder not in ENCODERS:
-            raise one_of("encoder", self.encoder, ENCODERS)
-        if self.optimizer not in OPTIMIZERS:
-            raise one_of("optimizer", self.optimizer, OPTIMIZERS)
-        if self.augmentation not in AUGMENT_CHOICES:
-            raise one_of("augmentation", self.augmentation, AUGMENT_CHOICES)
-        for name in ("width", "rep_dim", "epochs", "batch_size", "lr"):
-            check_positive(name, getattr(self, name))
-        check_positive("weight_decay", self.weight_decay, allow_zero=True)
+        validate_fields(self, choices=[("encoder", ENCODERS), ("optimizer", OPTIMIZERS),
+                                       ("augmentation", AUGMENT_CHOICES)],
+                        positive=("width", "rep_dim", "epochs", "batch_size", "lr"), nonnegative=("weight_decay",))
 
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
-        return ModelSpec(encoder=self.encoder, in_shape=info.shape, width=self.width, rep_dim=self.rep_dim,
-                         pool=self.pool)
+        return self.encoder_spec(info)
 
 
 def build_head(in_features: int, num_classes: int, seed: int) -> nn.Linear:

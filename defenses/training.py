@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -24,19 +24,50 @@ OPTIMIZERS = ("sgd", "adam")
 StepFn = Callable[[torch.Tensor], dict[str, float]]
 
 
+def validate_fields(cfg: object, *, choices: Sequence[tuple[str, Sequence[str]]] = (), positive: Sequence[str] = (),
+                    nonnegative: Sequence[str] = ()) -> None:
+    """Check, in this order, that each named field is one of its choices, then positive, then non-negative
+    (the first failure is the ConfigError raised)."""
+    for name, allowed in choices:
+        value = getattr(cfg, name)
+        if value not in allowed:
+            raise one_of(name, value, allowed)
+    for name in positive:
+        check_positive(name, getattr(cfg, name))
+    for name in nonnegative:
+        check_positive(name, getattr(cfg, name), allow_zero=True)
+
+
 @dataclass(frozen=True)
-class ContrastiveConfig:
-    """Hyper-parameters shared by every contrastive defense (defense configs extend this)."""
+class EncoderFields:
+    """The encoder's shape (:class:`~privaudit.defenses.nn.model.ModelSpec`'s encoder fields)."""
 
     encoder: str = "cnn"
     width: int = 16
     rep_dim: int = 64
     pool: int = 1  # the CNN's final average pooling side (ModelSpec.pool)
+
+    def encoder_spec(self, info: DatasetInfo, **projector) -> ModelSpec:
+        """The model spec of this encoder on ``info``'s inputs (``projector``: the projection head's fields)."""
+        return ModelSpec(encoder=self.encoder, in_shape=info.shape, width=self.width, rep_dim=self.rep_dim,
+                         pool=self.pool, **projector)
+
+
+@dataclass(frozen=True)
+class ObjectiveFields:
+    """The projection head and the contrastive objective (:data:`privaudit.defenses.losses.OBJECTIVES`)."""
+
     proj_hidden: int = 128
     proj_dim: int = 32
     loss: str = "simclr"
     temperature: float = 0.5
     barlow_lambda: float = BARLOW_LAMBDA
+
+
+@dataclass(frozen=True)
+class OptimisationFields:
+    """Minibatch training: length, optimizer and augmentation (defaults: contrastive training's)."""
+
     epochs: int = 30
     batch_size: int = 128
     lr: float = 1e-3
@@ -45,24 +76,24 @@ class ContrastiveConfig:
     weight_decay: float = 0.0
     augmentation: str | None = None  # None: the dataset's default family
 
+
+# Dataclass fields follow the bases from the last one: encoder, objective, then optimisation fields.
+@dataclass(frozen=True)
+class ContrastiveConfig(OptimisationFields, ObjectiveFields, EncoderFields):
+    """Hyper-parameters shared by every contrastive defense (defense configs extend this)."""
+
     def validate(self) -> None:
-        if self.encoder not in ENCODERS:
-            raise one_of("encoder", self.encoder, ENCODERS)
-        if self.loss not in OBJECTIVES:
-            raise one_of("loss", self.loss, OBJECTIVES)
-        if self.optimizer not in OPTIMIZERS:
-            raise one_of("optimizer", self.optimizer, OPTIMIZERS)
-        if self.augmentation is not None and self.augmentation not in AUGMENTATIONS:
-            raise one_of("augmentation", self.augmentation, AUGMENTATIONS)
-        for name in ("width", "rep_dim", "proj_hidden", "proj_dim", "epochs", "batch_size", "lr", "temperature"):
-            check_positive(name, getattr(self, name))
-        check_positive("weight_decay", self.weight_decay, allow_zero=True)
-        check_positive("barlow_lambda", self.barlow_lambda, allow_zero=True)
+        choices = [("encoder", ENCODERS), ("loss", OBJECTIVES), ("optimizer", OPTIMIZERS)]
+        if self.augmentation is not None:
+            choices.append(("augmentation", AUGMENTATIONS))
+        validate_fields(self, choices=choices, nonnegative=("weight_decay", "barlow_lambda"),
+                        positive=("width", "rep_dim", "proj_hidden", "proj_dim", "epochs", "batch_size", "lr",
+                                  "temperature"))
 
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
         # Barlow Twins' loss standardises features itself (DPCL Eq. 6); SimCLR-style losses use cosine.
-        return ModelSpec(encoder=self.encoder, in_shape=info.shape, width=self.width, rep_dim=self.rep_dim,
-                         pool=self.pool, proj_hidden=self.proj_hidden, proj_dim=self.proj_dim, normalize=self.loss != "barlow")
+        return self.encoder_spec(info, proj_hidden=self.proj_hidden, proj_dim=self.proj_dim,
+                                 normalize=self.loss != "barlow")
 
 
 def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float, momentum: float = 0.9,

@@ -98,7 +98,7 @@ def main() -> dict:
     report = {"claimed_epsilon": run["epsilon"], "delta": run["delta"], "opacus": run,
               "privaudit_epsilon": accountants,
               "measured": {name: {"eps_lower_bound": s["eps_lower_bound"], "auc": s["auc"],
-                                  "method": s["eps_lb_method"]} for name, s in audit.items()}}
+                                  "method": s["eps_lb_method"]} for name, s in audit.attacks.items()}}
     if args.json:
         print(json.dumps(report, indent=2))
         return report

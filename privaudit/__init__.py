@@ -71,6 +71,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "audit_scores": ("privaudit.audit.score_audit", "audit_scores"),
     "ScoreAudit": ("privaudit.audit.score_audit", "ScoreAudit"),
     "audit_model": ("privaudit.audit.model_audit", "audit_model"),
+    "ModelAudit": ("privaudit.audit.model_audit", "ModelAudit"),
     # defenses
     "make_defense": ("privaudit.defenses", "make_defense"),
     "Budget": ("privaudit.defenses", "Budget"),
@@ -96,9 +97,12 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "load_dataset": ("privaudit.core.datasets", "load_dataset"),
     # sensitivity checks
     "check_claims": ("privaudit.audit.sensitivity", "check_claims"),
+    "SensitivityResult": ("privaudit.audit.sensitivity", "SensitivityResult"),
     # suites and reports
     "load_suite": ("privaudit.audit.suite", "load_suite"),
+    "Suite": ("privaudit.audit.suite", "Suite"),
     "run_suite": ("privaudit.audit.runner", "run_suite"),
+    "RunResult": ("privaudit.audit.runner", "RunResult"),
     "shipped_suites": ("privaudit.audit.shipped", "shipped_suites"),
     "write_report": ("privaudit.audit.report", "write_report"),
     "render_report": ("privaudit.audit.report", "render_from_json"),

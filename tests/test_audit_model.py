@@ -33,7 +33,7 @@ def test_audits_a_user_model_end_to_end(weights, tmp_path):
     torch.set_num_threads(1)
     out = tmp_path / "audit"
     results = audit_model("user_classifier:make_net", weights / "net.safetensors", dataset="digits",
-                          train_fn="user_classifier:train", reference_models=4, out=out)
+                          train_fn="user_classifier:train", reference_models=4, out=out).attacks
     assert set(results) == {"loss", "lira", "rmia", "canary"}  # the default with a training function
     for name, s in results.items():
         assert 0.5 < s["auc"] <= 1.0, (name, s["auc"])   # an overfit MLP leaks membership

@@ -43,7 +43,7 @@ def test_a_bare_name_resolves_from_any_directory(tmp_path, monkeypatch):
 def test_license_and_dependency_floors():
     assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["license"] == {"text": "Apache-2.0"}
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
     deps = {re.split(r"[<>=;\[ ]", d, maxsplit=1)[0]: d for d in project["dependencies"]}
     assert "torchvision" not in deps  # not imported anywhere: dataset formats are read by core/datasets/formats.py
     assert deps["numpy"].startswith("numpy>=1.26")
@@ -55,13 +55,24 @@ def test_license_and_dependency_floors():
     assert offenders == []
 
 
-@pytest.mark.slow  # builds the wheel (about 15 s)
-def test_the_wheel_carries_the_suites_license_and_front_door(tmp_path):
+def built_wheel(tmp_path: Path) -> set[str]:
+    """The file names in a wheel built from this checkout (no isolation: the venv's setuptools)."""
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(ROOT),
                     "-w", str(tmp_path)], check=True, cwd=tmp_path, capture_output=True)
     (wheel,) = tmp_path.glob("privaudit-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    assert {f"audit/suites/{p.name}" for p in (ROOT / "suites").glob("*.toml")} <= names
+    return set(zipfile.ZipFile(wheel).namelist())
+
+
+def test_the_wheel_installs_one_import_name_with_the_suites_license_and_front_door(tmp_path):
+    """Everything the wheel installs lies under ``privaudit/`` (the layers as ``privaudit.core``, ...) or its
+    dist-info: nothing else lands at the top of site-packages."""
+    names = built_wheel(tmp_path)
+    assert {n.split("/")[0] for n in names} == {"privaudit", "privaudit-0.1.0.dist-info"}
+    layers = ("core", "accountants", "defenses", "attacks", "audit")
+    assert {f"privaudit/{layer}/__init__.py" for layer in layers} <= names
+    sources = {str(p.relative_to(ROOT)) for layer in layers for p in (ROOT / layer).rglob("*.py")}
+    assert {f"privaudit/{s}" for s in sources} <= names  # every module of every layer, subpackages included
+    assert {f"privaudit/audit/suites/{p.name}" for p in (ROOT / "suites").glob("*.toml")} <= names
     assert "privaudit/__init__.py" in names and any(n.endswith("licenses/LICENSE") for n in names)
 
 

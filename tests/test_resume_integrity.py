@@ -302,6 +302,8 @@ def test_sigkill_at_three_points_then_resume_equals_an_uninterrupted_run(tmp_pat
 
 
 def test_an_edited_sensitivity_cache_or_witness_is_rechecked(tmp_path, monkeypatch, capsys):
+    from privaudit.audit.sensitivity import SensitivityResult
+
     calls = []
 
     def check_claims(claim_ids, *, budget_seconds, evaluations, seed, progress, witness_dir):
@@ -309,8 +311,8 @@ def test_an_edited_sensitivity_cache_or_witness_is_rechecked(tmp_path, monkeypat
         witness = Path(witness_dir) / "w.safetensors"
         witness.parent.mkdir(parents=True, exist_ok=True)
         witness.write_bytes(b"planted witness")
-        return [{"claim": "dpcl.mean", "source": "paper", "relation": "replace-one", "bound": 1.0, "config": {},
-                 "observed": 0.9, "ratio": 0.9, "verdict": "holds", "witness": str(witness)}]
+        return [SensitivityResult(claim="dpcl.mean", source="paper", relation="replace-one", bound=1.0, config={},
+                                  observed=0.9, ratio=0.9, verdict="holds", witness=str(witness))]
 
     monkeypatch.setattr("privaudit.audit.sensitivity.check_claims", check_claims)
     suite = tmp_path / "s.toml"

@@ -174,6 +174,8 @@ def test_a_failing_cell_is_a_run_error_named_in_the_gate(tmp_path, capsys):
 
 
 def test_sensitivity_verdicts_gate_and_witnesses_are_kept(tmp_path, monkeypatch):
+    from privaudit.audit.sensitivity import SensitivityResult
+
     calls = []
 
     def check_claims(claim_ids, *, budget_seconds, evaluations, seed, progress, witness_dir):
@@ -182,11 +184,12 @@ def test_sensitivity_verdicts_gate_and_witnesses_are_kept(tmp_path, monkeypatch)
         witness.parent.mkdir(parents=True, exist_ok=True)
         witness.write_bytes(b"planted witness")
         row = {"source": "paper", "relation": "replace-one", "bound": 1.0, "config": {}}
-        return [{"claim": "dpcl.mean", **row, "observed": 0.9, "ratio": 0.9, "verdict": "holds", "witness": None},
-                {"claim": "dpgcl.group[random]", **row, "observed": 0.8, "ratio": 0.8, "verdict": "holds",
-                 "witness": None},
-                {"claim": "dpgcl.group[chunk]", **row, "observed": 2.0, "ratio": 2.0, "verdict": "violated",
-                 "witness": str(witness)}]
+        return [SensitivityResult(**{"claim": "dpcl.mean", **row, "observed": 0.9, "ratio": 0.9, "verdict": "holds",
+                                     "witness": None}),
+                SensitivityResult(**{"claim": "dpgcl.group[random]", **row, "observed": 0.8, "ratio": 0.8,
+                                     "verdict": "holds", "witness": None}),
+                SensitivityResult(**{"claim": "dpgcl.group[chunk]", **row, "observed": 2.0, "ratio": 2.0,
+                                     "verdict": "violated", "witness": str(witness)})]
 
     monkeypatch.setattr("privaudit.audit.sensitivity.check_claims", check_claims)
     witness = Path("sensitivity/witnesses/dpgcl.group-chunk.seed0.safetensors")

@@ -32,10 +32,10 @@ TRUE = {  # claim -> true sensitivity as a function of the batch size N (C = 1)
 @pytest.mark.parametrize("claim", sorted(TRUE))
 def test_samplers_reach_95_percent_of_known_sensitivity_within_default_budget(claim, tmp_path):
     [r] = check_claims([claim], seed=0, witness_dir=tmp_path)
-    assert set(r) == set(RESULT_KEYS)
-    assert r["verdict"] == "holds"
-    assert r["witness"] is None
-    settings = r["config"]["settings"]
+    assert set(r.to_dict()) == set(RESULT_KEYS)
+    assert r.verdict == "holds"
+    assert r.witness is None
+    settings = r.config["settings"]
     assert len(settings) == len(CLAIMS[claim].settings)
     for s in settings:
         true = TRUE[claim](s["setting"]["units"])
@@ -43,19 +43,19 @@ def test_samplers_reach_95_percent_of_known_sensitivity_within_default_budget(cl
         assert s["observed"] >= 0.95 * true
         assert s["observed"] <= true * (1 + 1e-12)  # a sound lower bound never exceeds the truth
         assert s["covered"]
-    assert r["config"]["budget_seconds"] == CLAIMS[claim].budget_seconds
+    assert r.config["budget_seconds"] == CLAIMS[claim].budget_seconds
 
 
 def test_buggy_clip_is_violated_with_a_witness_that_replays(tmp_path, capsys):
     [r] = check_claims(["reference.buggy-clip"], seed=0, witness_dir=tmp_path)
-    assert r["verdict"] == "violated"
-    assert r["observed"] > r["bound"] * 1.01
-    assert r["ratio"] == pytest.approx(r["observed"] / r["bound"])
-    path = r["witness"]
+    assert r.verdict == "violated"
+    assert r.observed > r.bound * 1.01
+    assert r.ratio == pytest.approx(r.observed / r.bound)
+    path = r.witness
     assert path is not None and path.endswith(".safetensors")
     tensors, meta = load_witness(path)
     assert meta["claim"] == "reference.buggy-clip" and meta["verdict"] == "violated"
-    assert meta["observed"] == r["observed"] and meta["bound"] == r["bound"]
+    assert meta["observed"] == r.observed and meta["bound"] == r.bound
     # D' is D with one row appended (add/remove, appended last)
     assert tensors["b.x"].shape[0] == tensors["a.x"].shape[0] + 1
     assert torch.equal(tensors["b.x"][:-1], tensors["a.x"])
@@ -63,7 +63,7 @@ def test_buggy_clip_is_violated_with_a_witness_that_replays(tmp_path, capsys):
         == "reference.buggy-clip"
     again = replay(path)
     assert again["identical_outputs"] and again["reproduced"]
-    assert again["observed"] == r["observed"] and again["verdict"] == "violated"
+    assert again["observed"] == r.observed and again["verdict"] == "violated"
     assert main(["sensitivity", "--replay", path]) == 0
     out = capsys.readouterr().out
     assert "bit-identical: yes" in out and "reproduced" in out
@@ -73,7 +73,7 @@ def test_replay_notices_a_tampered_witness(tmp_path):
     from safetensors.torch import load_file, save_file
 
     [r] = check_claims(["reference.buggy-clip"], seed=1, witness_dir=tmp_path, evaluations=50)
-    path = r["witness"]
+    path = r.witness
     tensors = load_file(path)
     _, meta = load_witness(path)
     tensors["out.b"] = tensors["out.b"] * 0.5
@@ -124,7 +124,7 @@ def test_gradient_ascent_climbs_from_an_orthogonal_pair_to_antipodal():
 
 def test_gradient_restarts_are_vmapped_when_the_quantity_allows(tmp_path):
     [r] = check_claims(["reference.clipped-sum.replace-one"], seed=0, witness_dir=tmp_path, evaluations=200)
-    for s in r["config"]["settings"]:
+    for s in r.config["settings"]:
         assert s["phases"]["ascent"]["gradient_steps"] >= 1
         assert s["phases"]["ascent"]["vmapped"] is True
 
@@ -142,15 +142,15 @@ def test_zeroth_order_ascent_climbs_without_gradients():
 
 def test_a_budget_too_small_to_cover_the_settings_is_inconclusive(tmp_path):
     [r] = check_claims(["reference.unit-mean"], seed=0, witness_dir=tmp_path, evaluations=10)
-    assert r["verdict"] == "inconclusive"
-    assert "did not cover" in r["config"]["reason"]
+    assert r.verdict == "inconclusive"
+    assert "did not cover" in r.config["reason"]
 
 
 def test_evaluation_budget_is_reproducible(tmp_path):
     a = check_claims(["reference.unit-mean"], seed=3, witness_dir=tmp_path, evaluations=120)
     b = check_claims(["reference.unit-mean"], seed=3, witness_dir=tmp_path, evaluations=120)
-    assert a[0]["observed"] == b[0]["observed"]
-    assert a[0]["config"]["evaluations"] == b[0]["config"]["evaluations"]
+    assert a[0].observed == b[0].observed
+    assert a[0].config["evaluations"] == b[0].config["evaluations"]
 
 
 # -- verdicts and tolerance -------------------------------------------------------------------------
@@ -222,11 +222,11 @@ def test_vector_domain_sources():
 # -- FedEmb: the implemented bound holds, the paper's accounting does not ---------------------------
 def test_fedemb_virtual_client_exceeds_clip_norm_but_not_twice(tmp_path):
     [r] = check_claims(["fedemb.virtual-client"], seed=0, witness_dir=tmp_path, evaluations=40)
-    clip = r["config"]["params"]["clip_norm"]
-    assert r["bound"] == clip
-    assert r["verdict"] == "violated" and r["observed"] > clip
-    assert r["observed"] <= r["config"]["implemented_bound"] + r["config"]["tolerance"]
-    again = replay(r["witness"])
+    clip = r.config["params"]["clip_norm"]
+    assert r.bound == clip
+    assert r.verdict == "violated" and r.observed > clip
+    assert r.observed <= r.config["implemented_bound"] + r.config["tolerance"]
+    again = replay(r.witness)
     assert again["reproduced"]
 
 
@@ -261,11 +261,11 @@ def test_cli_bad_input(capsys):
 @pytest.mark.slow
 def test_alm_sampled_bound_is_refuted_by_an_outside_record(tmp_path):
     [r] = check_claims(["alm.head-weights"], seed=0, witness_dir=tmp_path)
-    assert r["relation"] == "replace-one"
-    assert r["verdict"] == "violated" and r["observed"] > r["bound"]
-    ra = r["config"]["settings"][0]["phases"]["rubinstein-alda"]
+    assert r.relation == "replace-one"
+    assert r.verdict == "violated" and r.observed > r.bound
+    ra = r.config["settings"][0]["phases"]["rubinstein-alda"]
     assert ra["m"] >= 1 and 0 < ra["gamma"] < 1
-    assert replay(r["witness"])["reproduced"]
+    assert replay(r.witness)["reproduced"]
 
 
 # -- DP-GCL's groupings: App. A's coupling holds for per-example groups, not for chunks -------------
@@ -273,27 +273,27 @@ def test_alm_sampled_bound_is_refuted_by_an_outside_record(tmp_path):
 def test_dpgcl_chunk_grouping_breaks_theorem_2_and_random_grouping_does_not(tmp_path):
     chunk, random_ = check_claims(["dpgcl.group[chunk]", "dpgcl.group[random]"], seed=2, witness_dir=tmp_path,
                                   evaluations=240)
-    assert chunk["verdict"] == "violated" and chunk["observed"] > 2.0 * chunk["config"]["params"]["C"]
-    assert chunk["observed"] <= chunk["config"]["corrected_bound"]  # (2K + 1) C still holds
-    assert replay(chunk["witness"])["reproduced"]
-    assert random_["verdict"] != "violated"
+    assert chunk.verdict == "violated" and chunk.observed > 2.0 * chunk.config["params"]["C"]
+    assert chunk.observed <= chunk.config["corrected_bound"]  # (2K + 1) C still holds
+    assert replay(chunk.witness)["reproduced"]
+    assert random_.verdict != "violated"
 
 
 @pytest.mark.slow
 def test_all_paper_claims_verdicts(tmp_path):
     """The whole register at a fixed evaluation budget: the claims known to be wrong are caught."""
-    results = {r["claim"]: r for r in check_claims(None, seed=0, witness_dir=tmp_path, evaluations=400)}
-    violated = {c for c, r in results.items() if r["verdict"] == "violated"}
+    results = {r.claim: r for r in check_claims(None, seed=0, witness_dir=tmp_path, evaluations=400)}
+    violated = {c for c, r in results.items() if r.verdict == "violated"}
     assert {"dpcl.simclr-gradient", "dpcl.barlow-gradient", "dpgcl.group[chunk]", "fedemb.virtual-client",
             "alm.head-weights"} <= violated
     # Lemma 4.5's excess is small (observed/bound 1.04-1.08 at n = 2, tau = 0.1): 400 evaluations reach
     # about 0.84 of the bound, 1600 find it (3 of 4 seeds; seed 0 in about 25 s)
     infonce = check_claims(["logitdp.infonce"], seed=0, witness_dir=tmp_path, evaluations=1600)[0]
-    assert infonce["verdict"] == "violated" and 1.0 < infonce["ratio"] < 1.2
+    assert infonce.verdict == "violated" and 1.0 < infonce.ratio < 1.2
     results["logitdp.infonce"] = infonce
     for c in ("dpcl.similarity-matrix", "dpcl.mean", "dpcl.sse", "dpcl.simclr-gradient-plain", "dpgcl.sample-level",
               "dpgcl.batch-level", "dpgcl.group-clip", "dpgcl.group[random]", "logitdp.spreadout"):
-        assert results[c]["verdict"] == "holds", (c, results[c]["observed"], results[c]["bound"])
+        assert results[c].verdict == "holds", (c, results[c].observed, results[c].bound)
     for r in results.values():
-        if r["verdict"] == "violated":
-            assert replay(r["witness"])["reproduced"], r["claim"]
+        if r.verdict == "violated":
+            assert replay(r.witness)["reproduced"], r.claim

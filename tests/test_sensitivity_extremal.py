@@ -82,7 +82,7 @@ def test_clipped_gradient_sum_is_differentiable_in_the_inputs_and_unchanged_in_v
 
 def test_budget_account_and_phases_are_reported(tmp_path):
     [r] = check_claims(["reference.unit-mean"], seed=0, witness_dir=tmp_path, evaluations=120)
-    acct = r["config"]["budget"]
+    acct = r.config["budget"]
     assert acct["pairs"] >= 100 and acct["restarts"] >= 1
     assert {"random", "mutation"} <= set(acct["phases"])
     assert all(p["best_ratio"] is not None and p["best_ratio"] <= 1 + 1e-9 for p in acct["phases"].values())
@@ -92,21 +92,21 @@ def test_budget_account_and_phases_are_reported(tmp_path):
 @pytest.mark.slow
 def test_dpcl_theorems_reach_their_closed_form_suprema(tmp_path):
     """Issue 16 acceptance: Thm. 2 reaches >= 0.99 of its bound, Thms. 1 and 3 >= 0.9 of the supremum."""
-    results = {r["claim"]: r for r in check_claims(["dpcl.mean", "dpcl.sse", "dpcl.similarity-matrix"], seed=0,
+    results = {r.claim: r for r in check_claims(["dpcl.mean", "dpcl.sse", "dpcl.similarity-matrix"], seed=0,
                                                    witness_dir=tmp_path, evaluations=400)}
-    assert results["dpcl.mean"]["ratio"] >= 0.99
+    assert results["dpcl.mean"].ratio >= 0.99
     for c in ("dpcl.sse", "dpcl.similarity-matrix"):
-        sup = results[c]["config"]["closed_form_supremum"]
-        assert sup["search_ratio"] >= 0.9 and sup["value"] <= results[c]["bound"], (c, sup)
-        assert results[c]["verdict"] == "holds"
+        sup = results[c].config["closed_form_supremum"]
+        assert sup["search_ratio"] >= 0.9 and sup["value"] <= results[c].bound, (c, sup)
+        assert results[c].verdict == "holds"
 
 
 @pytest.mark.slow
 def test_plain_simclr_gradient_reaches_its_tight_bound(tmp_path):
     """Issue 16 acceptance (a claim that holds reaches >= 0.9 of its bound): DPCL Sec. 3.2.1's 4|B|C."""
     [r] = check_claims(["dpcl.simclr-gradient-plain"], seed=0, witness_dir=tmp_path, evaluations=200)
-    assert r["verdict"] == "holds" and 0.99 <= r["ratio"] <= 1.0, r["ratio"]
-    by_b = {s["setting"]["units"]: s["ratio"] for s in r["config"]["settings"] if not s["setting"]["overrides"]}
+    assert r.verdict == "holds" and 0.99 <= r.ratio <= 1.0, r.ratio
+    by_b = {s["setting"]["units"]: s["ratio"] for s in r.config["settings"] if not s["setting"]["overrides"]}
     assert by_b[2] >= 0.99 and by_b[4] >= 0.99, by_b
 
 
@@ -115,21 +115,21 @@ def test_growth_tables_and_logit_dp_at_temperature_one(tmp_path):
     """Issue 16 acceptance: at |B| = 32 each growth ratio is >= 3x the issue's original (SimCLR 1.4,
     chunked grouping 1.3), growing with |B|; Lemma 4.5 violated at tau = 1 on seeds 0, 1, 2."""
     claims = ["dpcl.simclr-gradient", "dpcl.barlow-gradient", "dpgcl.group[chunk]", "logitdp.infonce"]
-    results = {r["claim"]: r for r in check_claims(claims, seed=0, witness_dir=tmp_path, evaluations=400)}
+    results = {r.claim: r for r in check_claims(claims, seed=0, witness_dir=tmp_path, evaluations=400)}
     for c, floor in (("dpcl.simclr-gradient", 4.2), ("dpcl.barlow-gradient", 4.2), ("dpgcl.group[chunk]", 3.9)):
-        rows = results[c]["config"]["growth"]["rows"]
+        rows = results[c].config["growth"]["rows"]
         assert [r["B"] for r in rows] == [2, 4, 8, 16, 32]
         ratios = [r["ratio"] for r in rows]
         assert ratios == sorted(ratios) and ratios[-1] >= floor, (c, ratios)
     for seed in (1, 2):
         [other] = check_claims(["logitdp.infonce"], seed=seed, witness_dir=tmp_path / str(seed), evaluations=400)
-        assert other["config"]["growth"]["rows"][-1]["violated"], seed
+        assert other.config["growth"]["rows"][-1]["violated"], seed
     infonce = results["logitdp.infonce"]
-    rows = infonce["config"]["growth"]["rows"]
+    rows = infonce.config["growth"]["rows"]
     assert [r["tau"] for r in rows] == [0.1, 0.5, 1.0]
-    assert rows[-1]["violated"] and infonce["verdict"] == "violated"
+    assert rows[-1]["violated"] and infonce.verdict == "violated"
     for r in results.values():
-        assert replay(r["witness"])["reproduced"], r["claim"]
+        assert replay(r.witness)["reproduced"], r.claim
 
 
 def test_report_states_the_supremum_and_the_notes_beside_the_search():

@@ -159,8 +159,8 @@ def test_dp_clip_step_is_tight_and_not_refuted(ctx, tmp_path):
     from privaudit.audit.step_audit import audit_defense
 
     r = audit_defense("dp-clip", pair="canonical", draws=50000, context=ctx, out_dir=tmp_path)
-    assert r["verdict"] == "not refuted"
-    canary = next(p for p in r["pairs"] if p["pair"] == "canary")
+    assert r.verdict == "not refuted"
+    canary = next(p for p in r.pairs if p["pair"] == "canary")
     assert canary["difference_over_sensitivity"] == pytest.approx(1.0)
     assert 0.8 <= canary["power_mu"] <= 1.0
     assert not list(tmp_path.iterdir())  # no witness without a refutation
@@ -172,11 +172,11 @@ def test_dp_fedemb_aggregation_step_is_tight_and_not_refuted(ctx):
     from privaudit.audit.step_audit import audit_defense
 
     r = audit_defense("dp-fedemb", params={"rounds": 10}, pair="all", draws=50000, context=ctx)
-    assert (r["relation"], r["unit"], r["verdict"]) == ("replace-one", "user", "not refuted")
-    assert [p["pair"] for p in r["pairs"]] == ["canary", "extreme"]  # no witness pair for the aggregation
-    for p in r["pairs"]:
+    assert (r.relation, r.unit, r.verdict) == ("replace-one", "user", "not refuted")
+    assert [p["pair"] for p in r.pairs] == ["canary", "extreme"]  # no witness pair for the aggregation
+    for p in r.pairs:
         assert p["difference_over_sensitivity"] == pytest.approx(1.0)
-        assert p["mu_pair"] == pytest.approx(r["claim"]["mu"], rel=1e-6)
+        assert p["mu_pair"] == pytest.approx(r.claim["mu"], rel=1e-6)
         assert 0.8 <= p["power_mu"] <= 1.0
     with pytest.raises(ConfigError, match="witness pair is the sensitivity register's"):
         audit_defense("dp-fedemb", pair="witness", context=ctx)
@@ -188,9 +188,9 @@ def test_undernoised_control_is_refuted_with_witness(ctx, tmp_path):
     from privaudit.audit.step_audit import audit_defense
 
     r = audit_defense("control-undernoised", pair="canary", draws=20000, context=ctx, out_dir=tmp_path)
-    assert r["verdict"] == "refuted"
-    assert r["mu_lower"] > 5 * r["claim"]["mu"]
-    path = r["pairs"][0]["witness"]
+    assert r.verdict == "refuted"
+    assert r.mu_lower > 5 * r.claim["mu"]
+    path = r.pairs[0]["witness"]
     with safe_open(path, framework="pt") as f:
         assert {"a.x", "b.x", "out.a", "out.b"} <= set(f.keys())
 
@@ -301,10 +301,10 @@ def test_alm_release_canonical_pair_is_tight_and_not_refuted(ctx, tmp_path):
     for eps in (1.0, 8.0):
         r = audit_defense("alm", params=ALM_PARAMS, target_epsilon=eps, pair="canary", draws=100_000,
                           context=ctx, out_dir=tmp_path)
-        assert (r["relation"], r["unit"], r["verdict"]) == ("replace-one", "example", "not refuted")
-        c = r["claim"]
+        assert (r.relation, r.unit, r.verdict) == ("replace-one", "example", "not refuted")
+        c = r.claim
         assert c["pure"] and c["delta"] == 0.0 and c["epsilon"] == pytest.approx(eps)
-        canary = next(p for p in r["pairs"] if p["pair"] == "canary")
+        canary = next(p for p in r.pairs if p["pair"] == "canary")
         assert canary["difference_over_sensitivity"] == pytest.approx(1.0)
         assert canary["coordinates_differing"] == 1
         assert canary["epsilon_pair"] == pytest.approx(eps)
@@ -320,7 +320,7 @@ def test_alm_snapped_laplace_release_is_tight_and_not_refuted(ctx):
 
     r = audit_defense("alm", params={**ALM_PARAMS, "mechanism": "laplace"}, target_epsilon=2.0, pair="canary",
                       draws=200_000, context=ctx)
-    c, p = r["claim"], r["pairs"][0]
+    c, p = r.claim, r.pairs[0]
     assert (c["mechanism"], c["calibration"], c["clamp_bound"], c["epsilon"]) == ("laplace", "snapping", 1024.0, 2.0)
     lam = p["noise_scale"]
     assert c["coordinates"] == 650  # 10 classes x (64 features + bias): the overhead is paid on every weight
@@ -347,12 +347,12 @@ def test_alm_release_with_less_noise_than_claimed_is_refuted(ctx, tmp_path, monk
     monkeypatch.setattr(ALM, "release_noise", undernoised)
     r = audit_defense("alm", params=ALM_PARAMS, target_epsilon=1.0, pair="canary", draws=20000, context=ctx,
                       out_dir=tmp_path)
-    p = r["pairs"][0]
-    assert r["verdict"] == "refuted" and p["epsilon_lower"] > 2.0
+    p = r.pairs[0]
+    assert r.verdict == "refuted" and p["epsilon_lower"] > 2.0
     assert p["witness"] and {"out.a", "out.b", "a.x", "a.y"} <= set(__import__("safetensors").safe_open(
         p["witness"], framework="pt").keys())
     cfg = StepAuditConfig(("alm",), 1000, "canary", 1.0, 10, 0, {})
-    reasons, _ = step_gate([r], cfg)
+    reasons, _ = step_gate([r.to_dict()], cfg)
     assert len(reasons) == 1 and "eps = 1 (pure DP)" in reasons[0] and "eps_lb" in reasons[0]
 
 
@@ -364,10 +364,10 @@ def test_alm_release_witness_pair_exceeds_sampled_sensitivity(ctx):
     from privaudit.audit.step_audit import audit_defense
 
     r = audit_defense("alm", target_epsilon=8.0, pair="witness", draws=20000, witness_evaluations=30, context=ctx)
-    p = r["pairs"][0]
-    assert p["difference_over_sensitivity"] > 1.0 and p["epsilon_pair"] > r["claim"]["epsilon"]
+    p = r.pairs[0]
+    assert p["difference_over_sensitivity"] > 1.0 and p["epsilon_pair"] > r.claim["epsilon"]
     assert p["coordinates_differing"] > 100
-    assert p["verdict"] == "not refuted" and p["epsilon_lower"] < r["claim"]["epsilon"]
+    assert p["verdict"] == "not refuted" and p["epsilon_lower"] < r.claim["epsilon"]
 
 
 def test_cli_audit_step_alm(capsys):

@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from privaudit.attacks import ATTACKS, DataRef, Target, make_attack, make_executor
 from privaudit.attacks.executor import EXECUTORS
 from privaudit.attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
 from privaudit.attacks.shadow_models import resolve_defense
-from privaudit.audit.commands.common import (add_data_args, add_output_args, emit_json, format_table, integer, number,
-                                   parse_params)
+from privaudit.audit.commands.common import (add_budget_args, add_data_args, add_output_args, budget_from_args,
+                                             emit_json, format_table, integer, parse_params)
 from privaudit.core.datasets import load_dataset
 from privaudit.audit.device import DEVICES, resolve_device
 from privaudit.core.errors import ConfigError, one_of
@@ -29,10 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--attack", default="rmia",
                    help=f"one of: {', '.join(ATTACKS)} (default rmia: the strongest at a small reference budget)")
     add_data_args(p)
-    p.add_argument("--target-epsilon", type=number(), default=None,
-                   help="privacy budget epsilon (DP defenses)")
-    p.add_argument("--delta", type=number(), default=None, help="delta (default 1/(N ln N))")
-    p.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
+    add_budget_args(p)
     p.add_argument("--shadow-models", type=integer(1, 10 ** 5), default=None,
                    help="shadow/reference models (lira, rmia, shadow, encodermi)")
     p.add_argument("--epochs", default="auto",
@@ -83,13 +81,59 @@ def target_utility(trained, data, device) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    attack = make_attack(args.attack, _attack_params(args))
+    params = _defense_params(args)
+    defense = resolve_defense(args.defense, params)
+    budget = budget_from_args(args, defense)
+    executor = make_executor(args.executor, progress=not args.json)
+    device = resolve_device(args.device)
+    if args.out:
+        check_output_dir(args.out)  # before training: a bad --out loses no work
+    if args.plot:
+        check_plot_path(args.plot)
+    data = load_dataset(args.dataset, seed=args.seed, data_dir=args.data_dir)
+
+    start = time.perf_counter()
+    trained, target, length = _train_target(args, defense, params, data, budget, device)
+    result = attack.run(target, executor=executor, progress=not args.json)
+    seconds = time.perf_counter() - start
+    _save(args, result)
+    summary = result.summary()
+    utility = target_utility(trained, data, device)
+    if args.json:
+        claim = trained.claim
+        emit_json({**summary, "defense": args.defense, "dataset": args.dataset, "seed": args.seed,
+                   "target_epsilon": args.target_epsilon, "seconds": seconds,
+                   "training_length": None if length is None else length.to_dict(), "utility": utility,
+                   "claim": {"mechanism": claim.mechanism, "relation": claim.relation, "unit": claim.unit,
+                             "delta": claim.delta}})
+        return 0
+    print(f"{args.attack} on {args.defense} ({args.dataset}): {summary['n_members']} members, "
+          f"{summary['n_nonmembers']} non-members, {seconds:.1f}s on {device}")
+    if length is not None:
+        print(f"target trained {length.epochs} epochs: the {length.rule}")
+    print("target utility: " + ", ".join(f"{k} {v:.3f}" for k, v in utility.items()))
+    _print_leakage(result, summary)
+    claim = trained.claim
+    print(f"claim: {claim.mechanism} ({claim.relation}, per {claim.unit}, delta={claim.delta:.3g})")
+    if args.out:
+        print(f"saved: {args.out}")
+    return 0
+
+
+def _attack_params(args: argparse.Namespace) -> dict[str, Any]:
+    """``--attack-param`` settings, with ``--shadow-models`` as the attack's own count of shadow models."""
     attack_params = parse_params(args.attack_param)
     if args.shadow_models is not None:
         if args.attack not in SHADOW_PARAM:
             raise ConfigError(f"--shadow-models: attack {args.attack!r} trains no shadow models "
                               f"(accepted with: {', '.join(SHADOW_PARAM)})")
         attack_params[SHADOW_PARAM[args.attack]] = args.shadow_models
-    attack = make_attack(args.attack, attack_params)
+    return attack_params
+
+
+def _defense_params(args: argparse.Namespace) -> dict[str, Any]:
+    """``--param`` hyper-parameters, with ``--epochs`` when it is a number (a plugin needs --allow-plugins)."""
     params = parse_params(args.param)
     if ":" in args.defense and args.defense not in DEFENSES and not args.allow_plugins:
         raise ConfigError(f"--defense: {args.defense!r} is a plugin: importing it runs its code; pass --allow-plugins "
@@ -99,20 +143,13 @@ def run(args: argparse.Namespace) -> int:
             params["epochs"] = int(args.epochs)
         except ValueError:
             raise ConfigError(f"--epochs: a positive integer or 'auto', got {args.epochs!r}") from None
-    defense = resolve_defense(args.defense, params)
-    budget = Budget(target_epsilon=args.target_epsilon, delta=args.delta, noise_multiplier=args.noise_multiplier)
-    if budget.private and not defense.private:
-        raise ConfigError(f"--target-epsilon/--noise-multiplier: defense {args.defense!r} is not private")
-    executor = make_executor(args.executor, progress=not args.json)
-    device = resolve_device(args.device)
-    if args.out:
-        check_output_dir(args.out)  # before training: a bad --out loses no work
-    if args.plot:
-        check_plot_path(args.plot)
-    data = load_dataset(args.dataset, seed=args.seed, data_dir=args.data_dir)
-    data_ref = DataRef(args.dataset, args.seed, args.data_dir)
+    return params
 
-    start = time.perf_counter()
+
+def _train_target(args: argparse.Namespace, defense: Any, params: dict[str, Any], data: Any, budget: Budget,
+                  device: Any) -> tuple[Any, Target, Any]:
+    """Train the target (a non-private defense without an epoch count first picks its usable length on the
+    public split; ``params`` gets it); (trained, target, training length or None)."""
     length = None
     if "epochs" not in params and "epochs" in defense.config_dict() and not defense.private:
         from privaudit.defenses.training_length import usable_epochs
@@ -121,10 +158,12 @@ def run(args: argparse.Namespace) -> int:
         params["epochs"] = length.epochs
         defense = resolve_defense(args.defense, params)
     trained = defense.fit(data, budget, args.seed, device=device, progress=not args.json)
-    target = Target(trained, data, args.defense, params, budget, args.seed, str(device), data_ref)
-    result = attack.run(target, executor=executor, progress=not args.json)
-    seconds = time.perf_counter() - start
+    data_ref = DataRef(args.dataset, args.seed, args.data_dir)
+    return trained, Target(trained, data, args.defense, params, budget, args.seed, str(device), data_ref), length
 
+
+def _save(args: argparse.Namespace, result: Any) -> None:
+    """``--out``: the scores and result; ``--plot``: the log-log ROC of every variant."""
     if args.out:
         result.save(args.out)
     if args.plot:
@@ -132,22 +171,9 @@ def run(args: argparse.Namespace) -> int:
         curves.update({name: result.roc(name) for name in result.variants})
         plot_roc(curves, args.plot, title=f"{args.attack} on {args.defense} ({args.dataset})")
 
-    summary = result.summary()
-    claim = trained.claim
-    utility = target_utility(trained, data, device)
-    if args.json:
-        emit_json({**summary, "defense": args.defense, "dataset": args.dataset, "seed": args.seed,
-                   "target_epsilon": args.target_epsilon, "seconds": seconds,
-                   "training_length": None if length is None else length.to_dict(), "utility": utility,
-                   "claim": {"mechanism": claim.mechanism, "relation": claim.relation, "unit": claim.unit,
-                             "delta": claim.delta}})
-        return 0
 
-    print(f"{args.attack} on {args.defense} ({args.dataset}): {summary['n_members']} members, "
-          f"{summary['n_nonmembers']} non-members, {seconds:.1f}s on {device}")
-    if length is not None:
-        print(f"target trained {length.epochs} epochs: the {length.rule}")
-    print("target utility: " + ", ".join(f"{k} {v:.3f}" for k, v in utility.items()))
+def _print_leakage(result: Any, summary: dict[str, Any]) -> None:
+    """The table of AUC and TPR at low FPR per variant, the FPR resolution note and the epsilon lower bound."""
     headers = ["variant", "AUC", *[f"TPR@{100 * t:g}%FPR" for t in FPR_TARGETS], "bal. acc"]
     rows = [[result.variant, summary["auc"], *[summary["tpr_at_fpr"][fpr_key(t)] for t in FPR_TARGETS],
              summary["balanced_accuracy"]]]
@@ -160,7 +186,3 @@ def run(args: argparse.Namespace) -> int:
               f"TPR at FPR {', '.join(unresolved)} is read at FPR = 0")
     if result.bound is not None:
         print(f"epsilon lower bound: {result.bound.epsilon:.4g}  [{result.bound.label}]")
-    print(f"claim: {claim.mechanism} ({claim.relation}, per {claim.unit}, delta={claim.delta:.3g})")
-    if args.out:
-        print(f"saved: {args.out}")
-    return 0

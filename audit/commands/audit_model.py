@@ -42,10 +42,11 @@ def run(args: argparse.Namespace) -> int:
     from privaudit.attacks.metrics import FPR_TARGETS, fpr_key
     from privaudit.audit.model_audit import audit_model
 
+    attacks = None if args.attacks is None else [a.strip() for a in args.attacks.split(",") if a.strip()]
     results = audit_model(args.factory, args.weights, dataset=args.dataset, train_fn=args.train_fn, seed=args.seed,
-                          data_dir=args.data_dir, attacks=None if args.attacks is None else [a.strip() for a in args.attacks.split(",") if a.strip()],
-                          reference_models=args.reference_models, canaries=args.canaries, epochs=args.epochs, delta=args.delta,
-                          out=args.out, progress=not args.json)
+                          data_dir=args.data_dir, attacks=attacks, reference_models=args.reference_models,
+                          canaries=args.canaries, epochs=args.epochs, delta=args.delta, out=args.out,
+                          progress=not args.json).attacks
     if args.json:
         emit_json(results)
         return 0

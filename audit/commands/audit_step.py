@@ -53,13 +53,13 @@ def run(args: argparse.Namespace) -> int:
                       alpha=args.alpha, seed=args.seed, dataset=args.dataset, data_dir=args.data_dir,
                       noise=args.noise, witness_evaluations=args.witness_evaluations, out_dir=args.out)
     if args.json:
-        emit_json(r)
+        emit_json(r.to_dict())
     else:
-        c = r["claim"]
+        c = r.claim
         rows = [[p["pair"], p.get("difference_over_sensitivity"), p.get("mu_pair"), p.get("mu_lower"), c["mu"],
                  p.get("power", p.get("power_mu")), p.get("epsilon_pair"), p.get("epsilon_lower"), c["epsilon"],
                  p["verdict"] if p["verdict"] != "error" else f"error: {p['error']}", p["seconds"], p.get("witness")]
-                for p in r["pairs"]]
+                for p in r.pairs]
         print(format_table(HEADERS, rows))
         print(summary_line(r))
-    return 1 if r["verdict"] == "refuted" else 0
+    return 1 if r.verdict == "refuted" else 0

@@ -61,6 +61,25 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=SEED, default=0, help="seed for splits, initialisation and noise")
 
 
+def add_budget_args(parser: argparse.ArgumentParser) -> None:
+    """``--target-epsilon``, ``--delta``, ``--noise-multiplier``: the privacy budget of a DP defense."""
+    parser.add_argument("--target-epsilon", type=number(), default=None,
+                        help="privacy budget epsilon (DP defenses)")
+    parser.add_argument("--delta", type=number(), default=None, help="delta (default 1/(N ln N))")
+    parser.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
+
+
+def budget_from_args(args: argparse.Namespace, defense: Any) -> Any:
+    """The :class:`privaudit.defenses.Budget` of :func:`add_budget_args`' options; a private budget for a
+    non-private ``defense`` is bad input."""
+    from privaudit.defenses import Budget
+
+    budget = Budget(target_epsilon=args.target_epsilon, delta=args.delta, noise_multiplier=args.noise_multiplier)
+    if budget.private and not defense.private:
+        raise ConfigError(f"--target-epsilon/--noise-multiplier: defense {args.defense!r} is not private")
+    return budget
+
+
 def add_output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 

@@ -107,9 +107,10 @@ def run(args: argparse.Namespace) -> int:
 
     ids = None if args.all else list(args.claim)
     select(ids, include_reference=False)  # unknown ids fail here, before any work
-    results = check_claims(ids, budget_seconds=args.budget_seconds, seed=args.seed, progress=args.progress,
-                           witness_dir=args.witness_dir, dataset=args.dataset, data_dir=args.data_dir,
-                           evaluations=args.evaluations)
+    results = [r.to_dict() for r in check_claims(ids, budget_seconds=args.budget_seconds, seed=args.seed,
+                                                 progress=args.progress, witness_dir=args.witness_dir,
+                                                 dataset=args.dataset, data_dir=args.data_dir,
+                                                 evaluations=args.evaluations)]
     if args.json:
         emit_json(results)
     else:

@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from privaudit.accountants import all_epsilons
-from privaudit.audit.commands.common import add_data_args, add_output_args, emit_json, format_table, number, parse_params
+from privaudit.audit.commands.common import (add_budget_args, add_data_args, add_output_args, budget_from_args,
+                                             emit_json, format_table, parse_params)
 from privaudit.core.datasets import load_dataset
 from privaudit.audit.device import DEVICES, resolve_device
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import check_output_dir
-from privaudit.defenses import DEFENSES, Budget, make_defense
+from privaudit.defenses import DEFENSES, make_defense
 from privaudit.defenses.utility import utility_panel
 
 
@@ -27,10 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="any other hyper-parameter of the defense (repeatable)")
-    p.add_argument("--target-epsilon", type=number(), default=None,
-                   help="privacy budget epsilon (DP defenses)")
-    p.add_argument("--delta", type=number(), default=None, help="delta (default 1/(N ln N))")
-    p.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
+    add_budget_args(p)
     p.add_argument("--knn-k", type=int, default=5, help="k of the k-NN evaluation (default 5)")
     p.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICES)}")
     p.add_argument("--out", default=None, help="checkpoint directory (default checkpoints/<defense>-<dataset>-s<seed>)")
@@ -61,9 +60,7 @@ def run(args: argparse.Namespace) -> int:
     if args.knn_k <= 0:
         raise ConfigError(f"--knn-k: must be > 0, got {args.knn_k}")
     defense = make_defense(args.defense, params)
-    budget = Budget(target_epsilon=args.target_epsilon, delta=args.delta, noise_multiplier=args.noise_multiplier)
-    if budget.private and not defense.private:
-        raise ConfigError(f"--target-epsilon/--noise-multiplier: defense {args.defense!r} is not private")
+    budget = budget_from_args(args, defense)
     device = resolve_device(args.device)
     out = None if args.no_save else Path(args.out or f"checkpoints/{args.defense}-{args.dataset}-s{args.seed}")
     if out is not None:
@@ -96,6 +93,16 @@ def run(args: argparse.Namespace) -> int:
     steps = len(trained.history.get("step", []))
     print(f"{args.defense} on {args.dataset}: {len(data.train)} members, {steps} steps in {seconds:.1f}s "
           f"on {device}")
+    _print_utility(trained, panel, utility, random_init)
+    _print_claim(trained, epsilons)
+    if checkpoint:
+        print(f"saved: {checkpoint}")
+    return 0
+
+
+def _print_utility(trained: Any, panel: dict[str, Any], utility: dict[str, Any], random_init: dict[str, Any]) -> None:
+    """The utility panel's table (random init, init, non-private with the same steps, trained), the gap closed
+    and the trained-versus-init test."""
     metrics = [k for k in utility if k in random_init] + [k for k in utility if k not in random_init]
     print(format_table(["encoder", *metrics],
                        [[name, *[panel[key].get(k) for k in metrics]] for name, key in
@@ -106,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
             f"{k} {v:.2f}" if v is not None else f"{k} n/a" for k, v in panel["gap_closed"].items()))
     print("trained vs init (exact McNemar, one-sided p of a drop): " + ", ".join(
         f"{k} {c['gained'] - c['lost']:+d}/{c['n']} (p {c['p_drop']:.2g})" for k, c in panel["vs_init"].items()))
+
+
+def _print_claim(trained: Any, epsilons: dict[str, dict[str, Any]]) -> None:
+    """The claim, each accountant's epsilon, the noise the DP engine added and the claim's notes."""
     print(f"claim: {trained.claim.mechanism} ({trained.claim.relation}, per {trained.claim.unit}, "
           f"delta={trained.claim.delta:.3g})")
     for name, r in epsilons.items():
@@ -125,6 +136,3 @@ def run(args: argparse.Namespace) -> int:
               + ("-" if frac is None else f"{frac:.3f}"))
     for note in trained.claim.notes:
         print(f"  note: {note}")
-    if checkpoint:
-        print(f"saved: {checkpoint}")
-    return 0

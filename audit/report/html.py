@@ -96,8 +96,24 @@ CAPTIONS = {
 
 
 def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
+    """The HTML report of ``report``, its figures (PNG bytes by name) embedded."""
     suite = report["suite"]
-    gate = report["gate"]
+    status = report["gate"]["status"]
+    parts = (_header(report) + _summary(report) + _measurement(report, plots) + _sensitivity(report)
+             + _step_audit(report) + _caveats(report))
+    parts.append(f'<h2 id="reproduce">Reproduce</h2><p><code>privaudit run {e(suite["path"])}</code> with privaudit '
+                 f"{e(report['version'])}; every number is recomputable from <code>report.json</code> and the "
+                 "per-example scores in <code>cells/*/attacks/*/scores.npz</code>.</p>")
+    body = "\n".join(parts)
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>privaudit report: {e(suite['name'])} ({'PASS' if status == 'pass' else 'FAIL'})</title>"
+            f"<style>{CSS}</style></head><body><main>\n{body}\n</main></body></html>\n")
+
+
+def _header(report: dict[str, Any]) -> list[str]:
+    """Title, provenance, the suite's description and the gate's verdict with its reasons and notes."""
+    suite, gate = report["suite"], report["gate"]
     status = gate["status"]
     parts = [f"<h1>privaudit report: {e(suite['name'])}</h1>",
              f"<p class=\"meta\">suite <code>{e(suite['path'])}</code> · privaudit {e(report['version'])} · commit "
@@ -109,10 +125,14 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
     items += "".join(f'<li class="note">{e(n)}</li>' for n in gate.get("notes", []))
     parts.append(f'<section class="gate {status}" id="gate"><strong>Gate: {"PASS" if status == "pass" else "FAIL"}'
                  f"</strong>{f'<ul>{items}</ul>' if items else ''}</section>")
+    return parts
 
-    parts.append('<h2 id="summary">Summary</h2>')
-    parts.append(table(s.summary_headers(report), s.summary_rows(report), table_id="summary-table",
-                       badge_cols=("verdict",)))
+
+def _summary(report: dict[str, Any]) -> list[str]:
+    """The summary table, the utility panel beside leakage, and the errors."""
+    parts = ['<h2 id="summary">Summary</h2>',
+             table(s.summary_headers(report), s.summary_rows(report), table_id="summary-table",
+                   badge_cols=("verdict",))]
     grid = s.grid_line(report)
     parts.append(f"<p><small>{e((grid + '. ') if grid else '')}{e(EXPLAIN)}</small></p>")
     panel = s.panel_rows(report)
@@ -124,13 +144,16 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
     if errors:
         parts.append('<h2 id="errors">Errors</h2><ul class="notes">' + "".join(f"<li>{e(x)}</li>" for x in errors)
                      + "</ul>")
+    return parts
 
-    parts.append('<h2 id="measurement">Theory versus measurement</h2>')
+
+def _measurement(report: dict[str, Any], plots: dict[str, bytes]) -> list[str]:
+    """Theory versus measurement (figure and attack table), the ROC curves and the privacy-utility figure."""
+    parts = ['<h2 id="measurement">Theory versus measurement</h2>']
     if "epsilon" in plots:
         parts.append('<div class="figs">' + figure("epsilon", plots["epsilon"], CAPTIONS["epsilon"]) + "</div>")
     parts.append(table(s.ATTACK_HEADERS, s.attack_rows(report), table_id="attack-table"))
     parts.append(f"<p><small>{e(ATTACK_EXPLAIN)}</small></p>")
-
     rocs = [k for k in plots if k.startswith("roc-")]
     if rocs:
         parts.append('<h2 id="roc">ROC curves</h2><div class="figs">' + "".join(
@@ -139,26 +162,37 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
     if "privacy-utility" in plots:
         parts.append('<h2 id="privacy-utility">Privacy–utility</h2><div class="figs">'
                      + figure("privacy-utility", plots["privacy-utility"], CAPTIONS["privacy-utility"]) + "</div>")
+    return parts
 
-    parts.append('<h2 id="sensitivity">Sensitivity claims</h2>')
+
+def _sensitivity(report: dict[str, Any]) -> list[str]:
+    parts = ['<h2 id="sensitivity">Sensitivity claims</h2>']
     rows = s.sensitivity_rows(report)
-    if rows:
-        parts.append(table(s.SENSITIVITY_HEADERS, rows, table_id="sensitivity-table", badge_cols=("verdict",)))
-        parts.append("<p><small>Witness paths are relative to this report's directory; "
-                     "<code>privaudit sensitivity --replay FILE</code> reproduces a violation.</small></p>")
-        notes = s.sensitivity_notes(report)
-        if notes:
-            parts.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
-    else:
-        parts.append("<p>No sensitivity checks in this run.</p>")
+    if not rows:
+        return parts + ["<p>No sensitivity checks in this run.</p>"]
+    parts.append(table(s.SENSITIVITY_HEADERS, rows, table_id="sensitivity-table", badge_cols=("verdict",)))
+    parts.append("<p><small>Witness paths are relative to this report's directory; "
+                 "<code>privaudit sensitivity --replay FILE</code> reproduces a violation.</small></p>")
+    notes = s.sensitivity_notes(report)
+    if notes:
+        parts.append('<ul class="notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
+    return parts
 
-    if report.get("step_audit"):
-        from privaudit.audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
 
-        parts.append('<h2 id="step-audit">Step-level audit</h2>')
-        parts.append(table(STEP_HEADERS, step_rows(report), table_id="step-audit-table", badge_cols=("verdict",)))
-        parts.append(f"<p><small>{e(STEP_EXPLAIN)}</small></p>")
-    parts.append('<h2 id="caveats">Claims and caveats</h2><ul class="notes">')
+def _step_audit(report: dict[str, Any]) -> list[str]:
+    if not report.get("step_audit"):
+        return []
+    from privaudit.audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
+
+    return ['<h2 id="step-audit">Step-level audit</h2>',
+            table(STEP_HEADERS, step_rows(report), table_id="step-audit-table", badge_cols=("verdict",)),
+            f"<p><small>{e(STEP_EXPLAIN)}</small></p>"]
+
+
+def _caveats(report: dict[str, Any]) -> list[str]:
+    """Each defense's claim (mechanisms, relation, unit, sampler, paper accountant, source, notes), then the
+    accountants that do not apply and the bounds' notes."""
+    parts = ['<h2 id="caveats">Claims and caveats</h2><ul class="notes">']
     for entry in s.claim_notes(report):
         notes = "".join(f"<li>{e(n)}</li>" for n in entry["notes"])
         parts.append(f"<li><strong>{e(entry['defense'])}</strong>: {e('; '.join(entry['mechanisms']))} "
@@ -167,11 +201,4 @@ def render(report: dict[str, Any], plots: dict[str, bytes]) -> str:
                      f"{f'<ul>{notes}</ul>' if notes else ''}</li>")
     parts += [f"<li>{e(n)}</li>" for n in s.not_applicable(report) + s.bound_notes(report)]
     parts.append("</ul>")
-    parts.append(f'<h2 id="reproduce">Reproduce</h2><p><code>privaudit run {e(suite["path"])}</code> with privaudit '
-                 f"{e(report['version'])}; every number is recomputable from <code>report.json</code> and the "
-                 "per-example scores in <code>cells/*/attacks/*/scores.npz</code>.</p>")
-    body = "\n".join(parts)
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>privaudit report: {e(suite['name'])} ({'PASS' if status == 'pass' else 'FAIL'})</title>"
-            f"<style>{CSS}</style></head><body><main>\n{body}\n</main></body></html>\n")
+    return parts

@@ -159,19 +159,7 @@ def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
     cells = [c for c in report["cells"] if not (c.get("details") or {}).get("error")]
     if not cells:
         return None
-    names = {a["label"]: a["name"] for a in (report.get("suite") or {}).get("attacks", []) if "label" in a}
-    points: dict[str, dict[float, list[tuple[float, float, float]]]] = defaultdict(lambda: defaultdict(list))
-    baselines: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
-    for cell in cells:
-        utility = (cell.get("utility") or {}).get("linear_probe_accuracy")
-        finite = [v for v in cell.get("epsilon", {}).values() if v is not None]
-        eps = cell.get("target_epsilon") if cell.get("target_epsilon") is not None else (min(finite) if finite else None)
-        entry = (math.nan if utility is None else utility, _strongest_auc(cell, names, False),
-                 _strongest_auc(cell, names, True))
-        if eps is None:
-            baselines[cell["defense"]].append(entry)
-        else:
-            points[cell["defense"]][eps].append(entry)
+    points, baselines = _privacy_utility_points(report, cells)
     if not points and not baselines:
         return None
     plt = _pyplot()
@@ -188,19 +176,7 @@ def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
             value = _mean([p[k] for p in entries])
             if np.isfinite(value):
                 ax.axhline(value, ls="--", lw=1, color=style["color"], label=f"{defense} (ε = ∞)")
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
-
-    ticks = sorted({x for by_eps in points.values() for x in by_eps})
-    for ax, ylabel in zip(axes, ("linear-probe accuracy", "strongest black-box AUC", "strongest white-box AUC")):
-        ax.set(xlabel="target ε (log scale)", ylabel=ylabel)
-        if points:
-            ax.set_xscale("log")
-            ax.xaxis.set_major_locator(FixedLocator(ticks))
-            ax.xaxis.set_major_formatter(ScalarFormatter())
-            ax.xaxis.set_minor_locator(NullLocator())
-            ax.xaxis.set_minor_formatter(NullFormatter())
-            if len(ticks) == 1:
-                ax.set_xlim(ticks[0] / 2, ticks[0] * 2)
+    _epsilon_axes(axes, sorted({x for by_eps in points.values() for x in by_eps}) if points else None)
     for ax in axes[1:]:
         ax.axhline(0.5, ls=":", lw=1, color="grey", label="chance")
     axes[0].set_title("privacy–utility")
@@ -215,6 +191,45 @@ def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
     fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.86, 0.5))
     fig.tight_layout(rect=(0, 0, 0.85, 1))
     return _png(fig)
+
+
+_Entry = tuple[float, float, float]  # (linear-probe accuracy, strongest black-box AUC, strongest white-box AUC)
+
+
+def _privacy_utility_points(report: dict[str, Any], cells: list[dict[str, Any]]) -> tuple[
+        dict[str, dict[float, list[_Entry]]], dict[str, list[_Entry]]]:
+    """Each defense's entries by target epsilon (a fixed-noise cell at its smallest finite epsilon), and the
+    entries of the cells with no epsilon (non-private baselines)."""
+    names = {a["label"]: a["name"] for a in (report.get("suite") or {}).get("attacks", []) if "label" in a}
+    points: dict[str, dict[float, list[_Entry]]] = defaultdict(lambda: defaultdict(list))
+    baselines: dict[str, list[_Entry]] = defaultdict(list)
+    for cell in cells:
+        utility = (cell.get("utility") or {}).get("linear_probe_accuracy")
+        finite = [v for v in cell.get("epsilon", {}).values() if v is not None]
+        eps = cell.get("target_epsilon") if cell.get("target_epsilon") is not None else (min(finite) if finite else None)
+        entry = (math.nan if utility is None else utility, _strongest_auc(cell, names, False),
+                 _strongest_auc(cell, names, True))
+        if eps is None:
+            baselines[cell["defense"]].append(entry)
+        else:
+            points[cell["defense"]][eps].append(entry)
+    return points, baselines
+
+
+def _epsilon_axes(axes: Any, ticks: list[float] | None) -> None:
+    """Label the axes; with points (``ticks``: their epsilons), a log epsilon axis ticked at exactly those."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, ScalarFormatter
+
+    for ax, ylabel in zip(axes, ("linear-probe accuracy", "strongest black-box AUC", "strongest white-box AUC")):
+        ax.set(xlabel="target ε (log scale)", ylabel=ylabel)
+        if ticks is not None:
+            ax.set_xscale("log")
+            ax.xaxis.set_major_locator(FixedLocator(ticks))
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_minor_locator(NullLocator())
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            if len(ticks) == 1:
+                ax.set_xlim(ticks[0] / 2, ticks[0] * 2)
 
 
 def all_plots(report: dict[str, Any], out: Path) -> dict[str, bytes]:

@@ -6,21 +6,23 @@ the defense's privatized quantity gives at that setting. The claim's result is t
 largest observed / bound ratio; once a setting violates its bound the remaining settings are skipped.
 A violated claim's witness is written to ``witness_dir`` (:mod:`privaudit.audit.sensitivity.witness`).
 
-Each result is a dict with exactly the keys ``claim, source, relation, bound, observed, ratio,
-verdict, witness, config`` (``config`` holds the setting, the bound's parameters, the defense's own
-bound, the tolerance, the search phases, every setting's result and the claim's notes; ``budget``:
-pairs, restarts, the best ratio per phase and whether the search was still improving;
-``closed_form_supremum``: the quantity's derived supremum where known, with the search's share of
-it; ``growth``: for claims with a growth table, the ratio per |B| or temperature).
+Each result is a :class:`SensitivityResult`, whose ``to_dict()`` has exactly the keys ``claim, source,
+relation, bound, observed, ratio, verdict, witness, config`` (``config`` holds the setting, the bound's
+parameters, the defense's own bound, the tolerance, the search phases, every setting's result and the
+claim's notes; ``budget``: pairs, restarts, the best ratio per phase and whether the search was still
+improving; ``closed_form_supremum``: the quantity's derived supremum where known, with the search's
+share of it; ``growth``: for claims with a growth table, the ratio per |B| or temperature).
 """
 
 from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from privaudit.audit.failures import failure_line
 from privaudit.core.errors import ConfigError, check_positive
 from privaudit.audit.sensitivity.register import ClaimSpec, Context, select
 from privaudit.audit.sensitivity.search import MIN_PAIRS, SearchResult, Target, search
@@ -98,42 +100,79 @@ def growth_table(spec: ClaimSpec, per_setting: list[dict[str, Any]]) -> dict[str
                                               "text": f"observed <= {max(ks):.3g} {unit} at every setting tried"}}
 
 
-def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None = None,
-                evaluations: int | None = None, witness_dir: str | Path | None = DEFAULT_WITNESS_DIR) -> dict[str, Any]:
-    """Search one claim (all its settings) and return its result dict (see module doc)."""
-    budget = float(spec.budget_seconds if budget_seconds is None else budget_seconds)
+@dataclass(frozen=True)
+class SensitivityResult:
+    """One claim's check (see the module doc): the claim, its source and relation, the bound at the reported
+    setting, the largest distance observed there and their ratio, the verdict (``holds``, ``violated`` or
+    ``inconclusive``), the witness file of a violation (None otherwise) and the ``config`` details."""
+
+    claim: str
+    source: str
+    relation: str
+    bound: float | None
+    observed: float | None
+    ratio: float | None
+    verdict: str
+    witness: str | None
+    config: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object (``privaudit sensitivity --json``, the report's ``sensitivity``), keys in
+        :data:`RESULT_KEYS` order."""
+        return {k: getattr(self, k) for k in RESULT_KEYS}
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """What searching a claim's settings gave: one summary per searched setting, the best (target, result) by
+    observed / bound, the settings that could not be built, the wall-clock spent and the settings skipped
+    after a violation."""
+
+    per_setting: list[dict[str, Any]]
+    best: tuple[Target, SearchResult] | None
+    errors: list[str]
+    setup_seconds: float
+    search_seconds: float
+    skipped: int
+
+
+def _rubinstein_pool(spec: ClaimSpec, target: Target) -> dict[str, Any] | None:
+    """A black-box claim's candidate units for the Rubinstein-Alda phase (the domain's pool), if it has one."""
+    if not spec.black_box or not hasattr(target.domain, "pool_x"):
+        return None
+    pool = {k: v for k, v in (("x", target.domain.pool_x), ("y", getattr(target.domain, "pool_y", None)))
+            if v is not None}
+    if "y" in pool:
+        pool["y"] = pool["y"].long()
+    return pool
+
+
+def _search_settings(spec: ClaimSpec, ctx: Context, budget: float, evaluations: int | None) -> _Searched:
+    """Search each setting in turn, each with an equal share of what is left of the budget (or of the
+    evaluations); without a growth table, stop after the first violated setting."""
     settings = list(spec.settings)
     per_setting: list[dict[str, Any]] = []
     best: tuple[Target, SearchResult] | None = None
     best_ratio = -math.inf
     errors: list[str] = []
-    setup_seconds = 0.0
-    spent = 0.0
-    skipped = 0
+    setup_seconds = spent = 0.0
     for index, setting in enumerate(settings):
         if not spec.growth and best is not None and per_setting and any(s.get("violated") for s in per_setting):
-            skipped = len(settings) - index
-            break
+            return _Searched(per_setting, best, errors, setup_seconds, spent, len(settings) - index)
         start = time.perf_counter()
         try:
             target = spec.target(setting, ctx)
         except Exception as exc:  # noqa: BLE001 - a quantity that cannot be built makes the claim inconclusive
-            errors.append(f"setting {setting.to_dict()}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            errors.append(failure_line(f"setting {setting.to_dict()}", exc))
             setup_seconds += time.perf_counter() - start
             continue
         setup_seconds += time.perf_counter() - start
         gen = torch_generator(ctx.seed, "sensitivity", spec.id, index)
-        pool = None
-        if spec.black_box:
-            pool = {k: v for k, v in (("x", target.domain.pool_x), ("y", getattr(target.domain, "pool_y", None)))
-                    if v is not None} if hasattr(target.domain, "pool_x") else None
-            if pool is not None and "y" in pool:
-                pool["y"] = pool["y"].long()
-        left = len(settings) - index
+        pool = _rubinstein_pool(spec, target)
         if evaluations is not None:
             res = search(target, gen, evaluations=max(evaluations // len(settings), 4), rubinstein_pool=pool)
         else:
-            share = max((budget - spent) / left, 0.05 * budget / len(settings))
+            share = max((budget - spent) / (len(settings) - index), 0.05 * budget / len(settings))
             res = search(target, gen, seconds=share, rubinstein_pool=pool)
         spent += res.seconds
         summary = _setting_summary(target, res)
@@ -141,62 +180,81 @@ def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None =
         ratio = summary["ratio"] if summary["ratio"] is not None else -math.inf
         if best is None or ratio > best_ratio:
             best, best_ratio = (target, res), ratio
+    return _Searched(per_setting, best, errors, setup_seconds, spent, 0)
 
+
+STILL_IMPROVING = ("the search was still improving at its budget (its last phase raised the best in its final "
+                   "quarter): the observed value is a lower bound that more budget would likely raise")
+
+
+def _best_details(spec: ClaimSpec, target: Target, res: SearchResult, tol: float, v: str,
+                  searched: _Searched) -> dict[str, Any]:
+    """The ``config`` entries of the reported (best) setting: its parameters and tolerance, every setting's
+    summary, the budget account, the closed-form supremum, the growth table and any reason or warning."""
+    found, per_setting = res.best, searched.per_setting
+    details: dict[str, Any] = {"setting": target.setting, "params": target.params, "tolerance": tol,
+                               "evaluations": sum(s["evaluations"] for s in per_setting), "settings": per_setting,
+                               **target.extra}
+    if found is not None:
+        details["randomness"] = int(found.pair.randomness)
+    if searched.errors:
+        details["errors"] = searched.errors
+    if searched.skipped:
+        details["skipped_settings"] = searched.skipped
+    if v == "inconclusive":
+        details["reason"] = ("the bound is sampled (no closed form): the search can refute it but not confirm it"
+                             if not spec.closed_form else
+                             "; ".join(searched.errors) if searched.errors else
+                             f"the budget did not cover every setting (each needs {MIN_PAIRS} pairs and both phases)")
+    details["budget"] = budget_account(per_setting, best_index=per_setting.index(next(
+        s for s in per_setting if s["setting"] == target.setting)))
+    value = None if spec.supremum is None else spec.supremum[0](target.params)
+    if value is not None:
+        value = float(value)
+        observed = found.distance if found is not None else None
+        details["closed_form_supremum"] = {"value": value, "formula": spec.supremum[1],
+                                           "bound_ratio": value / target.bound,
+                                           "search_ratio": None if observed is None else observed / value}
+    if spec.growth:
+        details["growth"] = growth_table(spec, per_setting)
+    if details["budget"]["still_improving"]:
+        details["still_improving"] = STILL_IMPROVING
+    return details
+
+
+def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None = None,
+                evaluations: int | None = None,
+                witness_dir: str | Path | None = DEFAULT_WITNESS_DIR) -> SensitivityResult:
+    """Search one claim (all its settings) and return its result (see module doc)."""
+    budget = float(spec.budget_seconds if budget_seconds is None else budget_seconds)
+    searched = _search_settings(spec, ctx, budget, evaluations)
     config: dict[str, Any] = {"defense": spec.defense, "variant": spec.variant or None, "formula": spec.formula,
                               "norm": spec.norm, "closed_form": spec.closed_form, "context": ctx.describe(),
                               "budget_seconds": None if evaluations is not None else budget,
-                              "budget_evaluations": evaluations, "setup_seconds": round(setup_seconds, 3),
-                              "search_seconds": round(spent, 3), "notes": list(spec.notes)}
-    if best is None:
-        config["reason"] = "; ".join(errors) or "no setting could be searched"
-        return dict(zip(RESULT_KEYS, (spec.id, spec.source, spec.relation, None, None, None, "inconclusive", None,
-                                      config)))
-    target, res = best
+                              "budget_evaluations": evaluations, "setup_seconds": round(searched.setup_seconds, 3),
+                              "search_seconds": round(searched.search_seconds, 3), "notes": list(spec.notes)}
+    if searched.best is None:
+        config["reason"] = "; ".join(searched.errors) or "no setting could be searched"
+        return SensitivityResult(spec.id, spec.source, spec.relation, None, None, None, "inconclusive", None, config)
+    target, res = searched.best
     found = res.best
     observed = found.distance if found is not None else None
     tol = tolerance(found.fa, found.fb, target.bound, target.norm) if found is not None else 0.0
-    covered = all(s["covered"] for s in per_setting) and not errors and not skipped
+    covered = all(s["covered"] for s in searched.per_setting) and not searched.errors and not searched.skipped
     v = verdict(observed, target.bound, tol, closed_form=spec.closed_form, covered=covered)
-    config.update({"setting": target.setting, "params": target.params, "tolerance": tol,
-                   "evaluations": sum(s["evaluations"] for s in per_setting), "settings": per_setting,
-                   **target.extra})
-    if found is not None:
-        config["randomness"] = int(found.pair.randomness)
-    if errors:
-        config["errors"] = errors
-    if skipped:
-        config["skipped_settings"] = skipped
-    if v == "inconclusive":
-        config["reason"] = ("the bound is sampled (no closed form): the search can refute it but not confirm it"
-                            if not spec.closed_form else
-                            "; ".join(errors) if errors else
-                            f"the budget did not cover every setting (each needs {MIN_PAIRS} pairs and both phases)")
-    config["budget"] = budget_account(per_setting, best_index=per_setting.index(next(
-        s for s in per_setting if s["setting"] == target.setting)))
-    sup = spec.supremum
-    value = None if sup is None else sup[0](target.params)
-    if value is not None:
-        value = float(value)
-        config["closed_form_supremum"] = {"value": value, "formula": sup[1], "bound_ratio": value / target.bound,
-                                          "search_ratio": None if observed is None else observed / value}
-    if spec.growth:
-        config["growth"] = growth_table(spec, per_setting)
-    if config["budget"]["still_improving"]:
-        config["still_improving"] = ("the search was still improving at its budget (its last phase raised the best "
-                                     "in its final quarter): the observed value is a lower bound that more budget "
-                                     "would likely raise")
-    result = dict(zip(RESULT_KEYS, (spec.id, spec.source, spec.relation, target.bound, observed,
-                                    _ratio(observed, target.bound), v, None, config)))
+    config.update(_best_details(spec, target, res, tol, v, searched))
+    ratio = _ratio(observed, target.bound)
+    witness = None
     if v == "violated" and witness_dir is not None and found is not None:
-        result["witness"] = str(save_witness(witness_dir, spec, target, found, ctx.describe(), {
-            "bound": target.bound, "observed": observed, "tolerance": tol, "ratio": result["ratio"], "verdict": v}))
-    return result
+        witness = str(save_witness(witness_dir, spec, target, found, ctx.describe(), {
+            "bound": target.bound, "observed": observed, "tolerance": tol, "ratio": ratio, "verdict": v}))
+    return SensitivityResult(spec.id, spec.source, spec.relation, target.bound, observed, ratio, v, witness, config)
 
 
 def check_claims(claim_ids: list[str] | None = None, *, budget_seconds: float | None = None, seed: int = 0,
                  progress: bool = False, witness_dir: str | Path | None = DEFAULT_WITNESS_DIR,
                  dataset: str = "digits", data_dir: str | None = None, evaluations: int | None = None,
-                 include_reference: bool = False, threads: int | None = 1) -> list[dict[str, Any]]:
+                 include_reference: bool = False, threads: int | None = 1) -> list[SensitivityResult]:
     """Check the claims ``claim_ids`` (None: every paper claim in the register).
 
     ``budget_seconds`` is the search time **per claim** (None: each claim's default, chosen so all
@@ -205,9 +263,8 @@ def check_claims(claim_ids: list[str] | None = None, *, budget_seconds: float | 
     ``seed`` fixes the dataset split, the defenses' models and the search. A bare claim key (e.g.
     ``dpgcl.group``) selects all its variants; ``reference.*`` claims are included only when named
     (or with ``include_reference``). ``threads``: torch intra-op threads during the checks (None:
-    leave as is). The default 1 is the fast choice for these tiny batches -- on a shared 2-core
-    machine two threads made a DP-FedEmb evaluation 40x slower -- and witnesses record the count
-    so the replay runs with the same one (reductions may round differently with another).
+    leave as is). The default 1 is the fast choice for these tiny batches, and witnesses record the
+    count so the replay runs with the same one (reductions may round differently with another).
     """
     if budget_seconds is not None:
         check_positive("budget_seconds", budget_seconds)

@@ -63,9 +63,14 @@ def save_witness(directory: str | Path, claim: Any, target: Target, found: Found
         "ratio": result["ratio"], "verdict": result["verdict"], "torch": torch.__version__,
         "num_threads": torch.get_num_threads(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    path = Path(directory) / witness_name(claim.id, int(context.get("seed", 0)))
-    atomic_save_tensors(path, tensors, metadata={METADATA_KEY: json.dumps(meta, default=float)})
-    atomic_write_json(path.with_suffix(".json"), meta)
+    return save_with_header(Path(directory) / witness_name(claim.id, int(context.get("seed", 0))), tensors, meta)
+
+
+def save_with_header(path: Path, tensors: dict[str, torch.Tensor], header: dict[str, Any]) -> Path:
+    """A witness file: ``tensors`` as safetensors with ``header`` in their metadata (:data:`METADATA_KEY`), and
+    ``header`` beside them as JSON (same name, ``.json``), each written atomically."""
+    atomic_save_tensors(path, tensors, metadata={METADATA_KEY: json.dumps(header, default=float)})
+    atomic_write_json(path.with_suffix(".json"), header)
     return path
 
 

@@ -8,7 +8,7 @@
   epsilon the logistic mechanism adds 28% more noise than Laplace.
 * Laplace (Remark 4.2): scale b = Delta_1 / eps, pure eps-DP over the reals. Released through Mironov's
   snapping mechanism (:mod:`privaudit.defenses.alm.snapping`): the plain float64 Laplace release leaks through its last bits
-  (the release audit measured eps_lb 2.29-2.40 against a claimed 2), so it is no longer a release option. The
+  (the release audit refutes it: docs/notes/defenses-attacks.md), so it is no longer a release option. The
   snapped release clamps to [-B, B] (``clamp_bound``) and rounds to a power-of-two grid; its pure epsilon is
   Delta_1 / lambda + d 2^-49 B / lambda (Mironov 2012, Thm. 1, per coordinate), and lambda is calibrated so
   that this total, overhead included, is the claimed epsilon.

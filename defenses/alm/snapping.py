@@ -2,8 +2,8 @@
 
 Why. The textbook float64 Laplace release m + b * log(u) (u a 53-bit uniform) leaks through the last bits of
 its output: which doubles can occur near an output y depends on m, so the output's low-order bits identify the
-input (Mironov 2012, "On significance of the least significant bits for differential privacy", CCS, Sec. 4).
-The release audit measured it on ALM's old Laplace option: eps_lb 2.29-2.40 against a claimed pure eps of 2.
+input (Mironov 2012, "On significance of the least significant bits for differential privacy", CCS, Sec. 4);
+the release audit refutes ALM's plain float Laplace option this way (docs/notes/defenses-attacks.md).
 
 The mechanism (Mironov 2012, Sec. 5.2, eq. of the snapping mechanism), per coordinate::
 

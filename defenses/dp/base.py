@@ -281,6 +281,26 @@ class DPDefense(Defense):
         return StepContext(model, embedder, embedder.params(), augment, plan, dict(multipliers),
                            {m.name: m.sensitivity for m in mechanisms}, self.config.unit_chunk)
 
+    def starting_model(self, data: MembershipData, seed: int, device: str | torch.device) -> tuple[nn.Module, dict]:
+        """The model at the configured ``init`` (public pretraining, random or a file) and the record of it."""
+        cfg = self.config
+        spec = self.model_spec(data.info)
+        model = self.build(spec, seed).to(device)
+        state, init_record = initial_state(cfg.init, data, cfg, cfg.pretrain_epochs, device=device)
+        init_record = {**init_record, "defaults": DEFAULTS_NOTE}
+        if state is not None:
+            load_into(model, state, f"{cfg.init!r}")
+        return model, init_record
+
+    def make_embedder(self, model: nn.Module) -> Embedder:
+        """The model's embedder with the configured engine; 'layerwise' where it does not apply is an error."""
+        embedder = Embedder(model)
+        embedder.engine = self.config.engine
+        if self.config.engine == "layerwise" and engine_reason(embedder) is not None:
+            raise ConfigError(f"engine: 'layerwise' does not apply to this model ({engine_reason(embedder)}); "
+                              "use 'auto' or 'vmap'")
+        return embedder
+
     def prepare(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
                 canaries: CanarySource | None = None) -> PreparedRun:
         """Build the model, calibrate the noise, and return the step function and the claim."""
@@ -294,12 +314,7 @@ class DPDefense(Defense):
         multipliers = noise_multipliers(mechanisms, z_grad)
         claim = self.claim_for(plan, mechanisms, z_grad, delta)
 
-        spec = self.model_spec(data.info)
-        model = self.build(spec, seed).to(device)
-        state, init_record = initial_state(cfg.init, data, cfg, cfg.pretrain_epochs, device=device)
-        init_record = {**init_record, "defaults": DEFAULTS_NOTE}
-        if state is not None:
-            load_into(model, state, f"{cfg.init!r}")
+        model, init_record = self.starting_model(data, seed, device)
         augment = augmentation_for(data.info, cfg.augmentation)
         optimizer = make_optimizer(cfg.optimizer, [p for p in model.parameters() if p.requires_grad], cfg.lr,
                                    cfg.momentum, cfg.weight_decay)
@@ -311,11 +326,7 @@ class DPDefense(Defense):
         canary_bound = gradient.sensitivity
         run_seed = derive_seed(seed, "dp-step")
         counter = {"t": 0, "overflowed": 0, "engines": {}}
-        embedder = Embedder(model)
-        embedder.engine = cfg.engine
-        if cfg.engine == "layerwise" and engine_reason(embedder) is not None:
-            raise ConfigError(f"engine: 'layerwise' does not apply to this model ({engine_reason(embedder)}); "
-                              "use 'auto' or 'vmap'")
+        embedder = self.make_embedder(model)
         engine_note = self.engine_note(embedder)
 
         def step(idx: torch.Tensor) -> dict[str, float]:

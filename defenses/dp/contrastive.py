@@ -8,7 +8,6 @@ encoder is differentiated only by the per-unit engine.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from functools import partial
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -16,28 +15,21 @@ from torch.func import jacrev
 
 from privaudit.defenses.dp.embedder import Source
 from privaudit.defenses.dp.randomness import StepRandomness
-from privaudit.defenses.losses import barlow_twins, info_nce, nt_xent, spreadout
-
-# The DP methods use summed losses (DP-GCL Eqs. 4-13, Logit-DP Eq. 1): the sum is what the
-# sensitivity analyses bound; a data-independent normaliser is applied after the noise.
-BATCH_OBJECTIVES = ("infonce", "simclr", "barlow", "spreadout")
-
-
-def batch_objective(name: str, temperature: float, barlow_lambda: float) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    if name == "infonce":
-        return partial(info_nce, temperature=temperature, reduction="sum")
-    if name == "simclr":
-        return partial(nt_xent, temperature=temperature, reduction="sum")
-    if name == "barlow":
-        return partial(barlow_twins, lambd=barlow_lambda, reduction="sum")
-    if name == "spreadout":
-        return partial(spreadout, reduction="sum")
-    raise ValueError(f"no batch objective {name!r}")
 
 
 def two_views(ctx, x: torch.Tensor, rnd: StepRandomness) -> tuple[torch.Tensor, torch.Tensor]:
     """The positive pair of every example: two independent augmentations (position-stable draws)."""
     return rnd.views(ctx.augment, x, "view1"), rnd.views(ctx.augment, x, "view2")
+
+
+def embed_views(ctx, x: torch.Tensor, rnd: StepRandomness, record: bool = True
+                ) -> tuple[tuple[Source, ...], torch.Tensor]:
+    """The batch's two views stacked as one source [view 1; view 2] (2B rows) and their embeddings
+    (:func:`embed`; ``record`` as there)."""
+    v1, v2 = two_views(ctx, x, rnd)
+    sources = (Source(torch.cat([v1, v2])),)
+    (z,) = embed(ctx, sources, record=record)
+    return sources, z
 
 
 _TRACKING = [0]

@@ -1,20 +1,10 @@
 """Per-unit clipping from layer activations and output gradients ("book-keeping", no ``vmap`` over units).
 
 The per-unit engine of :mod:`privaudit.defenses.dp.gradients` differentiates the encoder once per unit
-(``vmap(grad(.))``). For the layers small encoders are made of, a unit's gradient is a closed form of
-what one ordinary forward and backward pass already hold (Goodfellow 2015; Opacus' grad samplers;
-Li et al. 2022 ghost clipping; Bu et al. 2023 "book-keeping", Algorithm 1):
-
-* ``nn.Linear`` with input a_r and output gradient b_r of row r: g = sum_r b_r a_r^T (bias: sum_r b_r);
-  for a unit of one row ||g|| = ||a_r|| ||b_r||, and for a unit of rows u the norm follows from the
-  Grams without the gradient: ||g_u||^2 = sum_{r,s in u} (a_r . a_s)(b_r . b_s) (ghost norm, used
-  where it is cheaper than materialising the unit's gradient);
-* ``nn.Conv2d`` (and :class:`~privaudit.defenses.nn.encoders.WSConv2d`): the same with the unfolded input
-  patches, g = sum_r sum_l b_{r,l} unfold(a_r)_l^T; weight standardisation w_hat = (w - mu) / sigma
-  (per filter) is a fixed map of the parameter, so the gradient with respect to w is its VJP,
-  (1 / sigma) (g - mean(g) - w_hat mean(g w_hat)) applied to every unit's g;
-* ``nn.GroupNorm``: weight gradient sum_l b_{r,c,l} x_hat_{r,c,l} with x_hat the normalised input,
-  bias gradient sum_l b_{r,c,l}.
+(``vmap(grad(.))``). For the layers small encoders are made of, a row's gradient is a closed form of
+its layer input a_r and output gradient b_r (Bu et al. 2023 "book-keeping", Algorithm 1), one rule
+per layer type (:mod:`privaudit.defenses.dp.layer_rules`); for a unit of rows u the norm follows from the
+Grams without the gradient: ||g_u||^2 = sum_{r,s in u} (a_r . a_s)(b_r . b_s) (Li et al. 2022 ghost norm).
 
 Units (:mod:`privaudit.defenses.dp.units`) come in two shapes, and both need one forward pass:
 
@@ -40,48 +30,60 @@ Units (:mod:`privaudit.defenses.dp.units`) come in two shapes, and both need one
 Then the clipped sum sum_u w_u min(1, C / ||g_u||) g_u is one product of the (U, p) unit gradients
 with the factors (no second backward pass). The maths is that of
 :func:`privaudit.defenses.dp.gradients.clipped_sum` exactly (tests compare the two to float tolerance). A model
-with a trainable parameter outside these layers, a parameter shared between modules, or units that
+with a trainable parameter in a layer without a rule, a parameter shared between modules, or units that
 are neither a partition nor dense, is not supported: :func:`unsupported_reason` says why, and the
 caller uses the ``vmap`` engine instead.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from privaudit.defenses.dp.embedder import Embedder, Source
+from privaudit.defenses.dp.layer_rules import Grads, LayerRule, layer_rule
 from privaudit.defenses.dp.units import Units
-from privaudit.defenses.nn.encoders import WSConv2d
-
-SUPPORTED_LAYERS = (nn.Linear, nn.Conv2d, WSConv2d, nn.GroupNorm)
 
 
-def _layers(model: nn.Module, names: Sequence[str]) -> tuple[list[tuple[str, nn.Module]], str | None]:
+class Layer(NamedTuple):
+    """A module with trainable parameters, its rule, and its parameters' full names by local name."""
+
+    name: str
+    module: nn.Module
+    rule: LayerRule
+    names: Mapping[str, str]  # local ("weight") -> full ("encoder.net.1.weight")
+
+    def own(self, params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The layer's parameters in ``params``, by local name."""
+        return {local: params[full] for local, full in self.names.items() if full in params}
+
+    def qualify(self, grads: Grads) -> Grads:
+        """Gradients by local name -> by full name."""
+        return {self.names[local]: g for local, g in grads.items()}
+
+
+def _layers(model: nn.Module, names: Sequence[str]) -> tuple[list[Layer], str | None]:
     """The modules owning trainable parameters, or the reason the layerwise engine cannot serve ``model``."""
     wanted, seen, layers = set(names), set(), []
     for mod_name, mod in model.named_modules():
-        own = [(f"{mod_name}.{p}" if mod_name else p, t) for p, t in mod.named_parameters(recurse=False)]
-        trainable = [(n, t) for n, t in own if t.requires_grad]
+        own = [(p, f"{mod_name}.{p}" if mod_name else p, t) for p, t in mod.named_parameters(recurse=False)]
+        trainable = [(p, n) for p, n, t in own if t.requires_grad]
         if not trainable:
             continue
-        for n, _ in trainable:
+        for _, n in trainable:
             if n not in wanted:
                 return [], f"parameter {n!r} is shared with another module"
             seen.add(n)
-        if type(mod) not in SUPPORTED_LAYERS:
+        rule = layer_rule(mod)
+        if rule is None:
             return [], f"{mod_name or 'model'} ({type(mod).__name__}) has trainable parameters and no per-unit rule"
-        if isinstance(mod, nn.Conv2d) and (mod.groups != 1 or mod.padding_mode != "zeros"
-                                           or isinstance(mod.padding, str)):
-            return [], f"{mod_name} (Conv2d): only groups=1, zero, numeric padding is supported"
-        if isinstance(mod, nn.GroupNorm) and not mod.affine:
-            continue
-        layers.append((mod_name, mod))
+        reason = rule.unsupported(mod, mod_name)
+        if reason is not None:
+            return [], reason
+        layers.append(Layer(mod_name, mod, rule, dict(trainable)))
     if seen != wanted:
         return [], f"parameters {sorted(wanted - seen)} are not owned by a module"
     return layers, None
@@ -122,8 +124,7 @@ def units_reason(units: Units, n_params: int | None = None, auto: bool = False) 
                         "exceed the layerwise engine's memory bound")
             if auto:
                 # Rows through the backward: layerwise R_own + min(U, D) R_shared (_dense_unit_grads), vmap
-                # U R. Measured on CPU: layerwise is faster below about 3/4 of vmap's rows (DP-SGD's default
-                # D = U = 32 with half the rows own: 0.52, 1.5x faster; every row shared at D = U: slower).
+                # U R; layerwise is the faster below about 3/4 of vmap's rows (CPU, docs/notes/defenses-attacks.md).
                 shared = sum(int((c.ne(0).any(-1).sum(0) > 1).sum()) for c in units.cotangents)
                 own_rows = rows - shared
                 if 4 * (own_rows + replicas * shared) > 3 * len(units) * rows:
@@ -158,13 +159,25 @@ class Tape:
     params: Mapping[str, torch.Tensor]
     sources: tuple[Source, ...]
     zs: tuple[torch.Tensor, ...]
-    layers: list[tuple[str, nn.Module]]
+    layers: list[Layer]
     calls: dict[str, list[_Call]] = field(default_factory=dict)
 
     def matches(self, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> bool:
         return (len(sources) == len(self.sources) and all(a.x is b.x and a.tower == b.tower
                                                            for a, b in zip(sources, self.sources))
                 and all(params[n] is self.params[n] for n in self.params) and len(params) == len(self.params))
+
+    def outputs(self) -> list[torch.Tensor]:
+        """Every recorded layer output, layer by layer and call by call."""
+        return [call.out for layer in self.layers for call in self.calls[layer.name]]
+
+    def output_grads(self, grad_outputs: Sequence[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
+        """One backward pass from the embeddings with ``grad_outputs`` (one per source): every layer's
+        output gradients, call by call (zeros where a call does not reach the embeddings)."""
+        outs = self.outputs()
+        bs = torch.autograd.grad(list(self.zs), outs, grad_outputs=list(grad_outputs), allow_unused=True)
+        it = iter(torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs))
+        return {layer.name: [next(it) for _ in self.calls[layer.name]] for layer in self.layers}
 
 
 def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> Tape:
@@ -179,7 +192,7 @@ def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequ
     # The parameters stay out of the graph (their gradients come from the layer rules): the graph starts
     # at the first recorded layer's output, so backward computes input gradients only.
     leaves = {n: p.detach() for n, p in params.items()}
-    calls: dict[str, list[_Call]] = {name: [] for name, _ in layers}
+    calls: dict[str, list[_Call]] = {layer.name: [] for layer in layers}
     current = [0]
 
     def hook(name):
@@ -189,7 +202,7 @@ def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequ
             calls[name].append(_Call(current[0], inputs[0].detach(), output))
         return fn
 
-    handles = [mod.register_forward_hook(hook(name)) for name, mod in layers]
+    handles = [layer.module.register_forward_hook(hook(layer.name)) for layer in layers]
     try:
         zs = []
         with torch.enable_grad():
@@ -200,79 +213,6 @@ def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequ
         for h in handles:
             h.remove()
     return Tape(dict(params), tuple(sources), tuple(zs), layers, calls)
-
-
-# -- per-layer gradients -------------------------------------------------------------------------------
-# ``b`` carries a leading unit dim in the dense case ('u...'), none in the per-row case.
-
-def _conv_patches(mod: nn.Conv2d, a: torch.Tensor) -> torch.Tensor:
-    return F.unfold(a, mod.kernel_size, mod.dilation, mod.padding, mod.stride)  # (R, in*k*k, L)
-
-
-def _ws_backward(w: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """VJP of weight standardisation w -> (w - mean) / sqrt(var + 1e-5) per filter, for gradients g (..., *w.shape)."""
-    wf = w.reshape(w.shape[0], -1)
-    mean = wf.mean(1, keepdim=True)
-    var = wf.var(1, keepdim=True, unbiased=False)
-    inv = torch.rsqrt(var + 1e-5)
-    w_hat = (wf - mean) * inv
-    gf = g.reshape(*g.shape[:-w.dim()], w.shape[0], -1)
-    out = inv * (gf - gf.mean(-1, keepdim=True) - w_hat * (gf * w_hat).mean(-1, keepdim=True))
-    return out.reshape(g.shape)
-
-
-def _layer_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], calls: list[_Call],
-                 bs: list[torch.Tensor], dense: bool, standardise: bool = True,
-                 inputs: list[torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """Per-row (dense=False: (R, *shape)) or per-unit (dense=True: (U, *shape)) gradients of one layer.
-
-    Per-row gradients are stacked over the layer's calls in call order (rows of the calls' sources).
-    """
-    lead = "u" if dense else ""
-    w_name, b_name = f"{name}.weight", f"{name}.bias"
-    out: dict[str, list[torch.Tensor]] = {}
-
-    def add(key, value):
-        out.setdefault(key, []).append(value)
-
-    for k, (call, b) in enumerate(zip(calls, bs)):
-        a = call.inp if inputs is None else inputs[k]
-        if isinstance(mod, nn.Linear):
-            a3 = a.reshape(a.shape[0], -1, a.shape[-1])
-            b3 = b.reshape(*b.shape[:len(lead) + 1], -1, b.shape[-1])
-            if w_name in params:
-                if dense:
-                    add(w_name, torch.einsum("urpo,rpi->uoi", b3, a3))
-                else:  # batched product, no einsum permutations (small layers are overhead-bound)
-                    add(w_name, torch.bmm(b3.transpose(1, 2), a3))
-            if b_name in params:
-                add(b_name, b3.sum((1, 2)) if dense else b3.sum(1))
-        elif isinstance(mod, nn.Conv2d):
-            b3 = b.reshape(*b.shape[:len(lead) + 2], -1)  # (..., R, out, L)
-            if w_name in params:
-                patches = _conv_patches(mod, a)  # (R, in*k*k, L)
-                if dense:
-                    g = torch.einsum("urol,rkl->uok", b3, patches)
-                else:
-                    g = torch.bmm(b3, patches.transpose(1, 2))
-                g = g.reshape(*g.shape[:-2], *mod.weight.shape)
-                if standardise and isinstance(mod, WSConv2d):
-                    g = _ws_backward(params[w_name], g)
-                add(w_name, g)
-            if b_name in params:
-                add(b_name, b3.sum((-1, -3)) if dense else b3.sum(-1))
-        elif isinstance(mod, nn.GroupNorm):
-            b3 = b.reshape(*b.shape[:len(lead) + 2], -1)  # (..., R, C, L)
-            if w_name in params:
-                x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(a.shape[0], a.shape[1], -1)
-                add(w_name, torch.einsum("urcl,rcl->uc", b3, x_hat) if dense else (b3 * x_hat).sum(-1))
-            if b_name in params:
-                add(b_name, b3.sum((-1, -3)) if dense else b3.sum(-1))
-        else:  # pragma: no cover - excluded by _layers
-            raise TypeError(type(mod).__name__)
-    if dense:
-        return {k: torch.stack(v).sum(0) if len(v) > 1 else v[0] for k, v in out.items()}
-    return {k: torch.cat(v) if len(v) > 1 else v[0] for k, v in out.items()}
 
 
 # -- the clipped sum -----------------------------------------------------------------------------------
@@ -336,12 +276,9 @@ def _partition_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor]
     ref = next(iter(params.values()))
     if tape is None or not tape.matches(params, sources):
         tape = record(embedder, params, sources)
-    outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
-    if n_units == 0 or not outs:
+    if n_units == 0 or not tape.outputs():
         return torch.zeros(n_units, embedder.space.size, dtype=ref.dtype, device=ref.device)
-    bs = torch.autograd.grad(list(tape.zs), outs, grad_outputs=list(cots), allow_unused=True)
-    it = iter(torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs))
-    per = {name: [next(it) for _ in tape.calls[name]] for name, _ in tape.layers}
+    per = tape.output_grads(cots)
     return _partition_grads(tape, params, embedder.space.names, per, owners, n_units)
 
 
@@ -392,107 +329,64 @@ def segments(owners: torch.Tensor, n_units: int, width: int | None = None) -> Se
     return Segments(index, seg_unit, owners.numel(), total == n_units and bool((n_seg == 1).all()))
 
 
-def _segment_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], a: torch.Tensor,
-                   b: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """Weight gradients (S, *shape) of the segments ``index`` (S, w) of R rows with layer inputs a and
-    output gradients b, one of which has an extra zero last row R (the padding: it adds exactly zero).
-
-    Linear: G_s = sum_{r in s} b_r a_r^T; Conv2d: G_s = sum_{r in s} sum_l b_{r,l} unfold(a_r)_l^T, which
-    is the weight gradient of a convolution with S groups over a batch of w: slot i of every segment forms
-    batch element i, segment s's rows its channel group s (the grouped-convolution trick of Opacus' grad
-    samplers, with the batch summed within a segment). Weight standardisation is left to the caller (it
-    is linear, so it applies to the unit sums); biases come from per-row sums (:func:`_unit_sums`).
-    """
-    s, w = index.shape
-    flat = index.T.reshape(-1)  # slot-major: element i * S + s is slot i of segment s
-    # The unpadded tensor reads any row at the padding slots: the other one's zero row cancels them.
-    ag = a.index_select(0, flat.clamp(max=a.shape[0] - 1))
-    bg = b.index_select(0, flat.clamp(max=b.shape[0] - 1))
-    if isinstance(mod, nn.Linear):
-        k, o = a.shape[-1], b.shape[-1]
-        return torch.einsum("wspo,wspk->sok", bg.reshape(w, s, -1, o), ag.reshape(w, s, -1, k))
-    if isinstance(mod, nn.Conv2d):
-        o, weight = b.shape[1], params[f"{name}.weight"]
-        grads = torch.ops.aten.convolution_backward(
-            bg.reshape(w, s * o, *bg.shape[2:]), ag.reshape(w, s * ag.shape[1], *ag.shape[2:]),
-            weight.new_empty(s * o, *weight.shape[1:]), None, list(mod.stride), list(mod.padding),
-            list(mod.dilation), False, [0, 0], s, [False, True, False])
-        return grads[1].reshape(s, *weight.shape)
-    raise TypeError(type(mod).__name__)  # pragma: no cover - GroupNorm has per-row rules, others are excluded
-
-
 def _unit_sums(rows: torch.Tensor, slot: torch.Tensor, n_units: int) -> torch.Tensor:
     """(U, ...): per-row quantities (R, ...) summed into units; ``slot`` (R,) is each row's unit, or
     ``n_units`` for rows in no unit (a dropped slot)."""
     return rows.new_zeros(n_units + 1, *rows.shape[1:]).index_add_(0, slot, rows)[:n_units]
 
 
-def _group_norm_rows(mod: nn.GroupNorm, a: torch.Tensor, b3: torch.Tensor) -> torch.Tensor:
-    """GroupNorm's per-row weight gradients (R, C): sum_l b_{r,c,l} x_hat_{r,c,l}, x_hat the normalised input."""
-    x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape)
-    return (b3 * x_hat).sum(-1)
-
-
 def _partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequence[str],
                      per: Mapping[str, list[torch.Tensor]], owners: Sequence[torch.Tensor], n_units: int
                      ) -> torch.Tensor:
-    """Partition units: every unit's gradient (U, p) straight from segments of its rows, per layer.
-
-    Unit u's gradient at a layer is sum_{r in u} (row r's layer rule). Weights of linear and convolution
-    layers: sums over segments of u's rows (:func:`segments`), one batched product per layer, no per-row
-    gradients (R x p) materialised; the padding is a zero row appended to the smaller of the layer's
-    inputs and output gradients. Biases and GroupNorm: per-row (R, C) rules summed into units directly.
-    """
+    """Partition units: every unit's gradient (U, p) straight from the rows' layer inputs and output
+    gradients ``per`` (by layer, call by call), layer by layer (:func:`_layer_partition_grads`)."""
     ref = next(iter(params.values()))
     grads: dict[str, torch.Tensor] = {}
     cache: dict[tuple[int, ...], tuple[Segments, torch.Tensor]] = {}
-    for name, mod in tape.layers:
-        calls = tape.calls[name]
+    for layer in tape.layers:
+        calls = tape.calls[layer.name]
         key = tuple(c.source for c in calls)
         if key not in cache:
             own = torch.cat([owners[k] for k in key])
             cache[key] = segments(own, n_units), torch.where(own >= 0, own, n_units)
         seg, slot = cache[key]
         a = torch.cat([c.inp for c in calls]) if len(calls) > 1 else calls[0].inp
-        bs = per[name]
+        bs = per[layer.name]
         b = torch.cat(bs) if len(bs) > 1 else bs[0]
-        w_name, b_name = f"{name}.weight", f"{name}.bias"
-        b3 = b.reshape(b.shape[0], b.shape[1], -1)  # (R, out or C, positions); Linear: per-row sums below
-        if b_name in params:
-            grads[b_name] = _unit_sums(b.reshape(b.shape[0], -1, b.shape[-1]).sum(1) if isinstance(mod, nn.Linear)
-                                       else b3.sum(-1), slot, n_units)
-        if w_name not in params:
-            continue
-        if isinstance(mod, nn.GroupNorm):
-            grads[w_name] = _unit_sums(_group_norm_rows(mod, a, b3), slot, n_units)
-            continue
-        n_seg, width = seg.index.shape
-        if n_seg == 0:  # no unit has a row through this layer: its gradients are zero
-            continue
-        if a[:1].numel() <= b[:1].numel():  # pad the smaller one with the zero row
-            a = torch.cat([a, a.new_zeros(1, *a.shape[1:])])
-        else:
-            b = torch.cat([b, b.new_zeros(1, *b.shape[1:])])
-        step = max(1, SEGMENT_LIMIT // max(1, a[:1].numel() * width))  # segments per chunk
-        parts = [_segment_grads(name, mod, params, a, b, seg.index[lo:lo + step]) for lo in range(0, n_seg, step)]
-        v = torch.cat(parts) if len(parts) > 1 else parts[0]
-        if not seg.one_per_unit:
-            v = v.new_zeros(n_units, *v.shape[1:]).index_add_(0, seg.unit, v)
-        if isinstance(mod, WSConv2d):
-            v = _ws_backward(params[w_name], v)
-        grads[w_name] = v
+        grads.update(layer.qualify(_layer_partition_grads(layer, layer.own(params), a, b, seg, slot, n_units)))
     return torch.cat([grads[n].reshape(n_units, -1) if n in grads else ref.new_zeros(n_units, params[n].numel())
                       for n in names], dim=1)
 
 
-def _layer_cost(mod: nn.Module, call: _Call, rows: int) -> tuple[int, int]:
-    """(output positions L, parameter columns k) of one call, for choosing how to contract."""
-    out = call.out
-    if isinstance(mod, nn.Linear):
-        return max(1, out[:rows].numel() // (rows * out.shape[-1])), mod.in_features
-    if isinstance(mod, nn.Conv2d):
-        return max(1, out[:rows].numel() // (rows * out.shape[1])), mod.in_channels * math.prod(mod.kernel_size)
-    return max(1, out[:rows].numel() // (rows * out.shape[1])), 1
+def _layer_partition_grads(layer: Layer, own: Mapping[str, torch.Tensor], a: torch.Tensor, b: torch.Tensor,
+                           seg: Segments, slot: torch.Tensor, n_units: int) -> Grads:
+    """One layer's unit gradients (U, *shape) by local name, for rows with inputs a and output gradients b.
+
+    Unit u's gradient is sum_{r in u} (row r's layer rule). The rule's segmented parameters (the weights
+    of linear and convolution layers): sums over segments of u's rows (:func:`segments`), one batched
+    product per chunk of segments, no per-row gradients (R x p) materialised; the padding is a zero row
+    appended to the smaller of a and b. The other parameters (biases, group norm): per-row rules summed
+    into units directly. A parameter left out (no unit has a row through the layer) has gradient zero.
+    """
+    rule, mod = layer.rule, layer.module
+    per_row = {k: v for k, v in own.items() if k not in rule.segmented}
+    out = {k: _unit_sums(g, slot, n_units) for k, g in rule.row_grads(mod, per_row, a, b).items()} if per_row else {}
+    segmented = [k for k in rule.segmented if k in own]
+    n_seg, width = seg.index.shape
+    if not segmented or n_seg == 0:
+        return out
+    if a[:1].numel() <= b[:1].numel():  # pad the smaller one with the zero row
+        a = torch.cat([a, a.new_zeros(1, *a.shape[1:])])
+    else:
+        b = torch.cat([b, b.new_zeros(1, *b.shape[1:])])
+    step = max(1, SEGMENT_LIMIT // max(1, a[:1].numel() * width))  # segments per chunk
+    for k in segmented:
+        parts = [rule.segment_grads(mod, own, k, a, b, seg.index[lo:lo + step]) for lo in range(0, n_seg, step)]
+        v = torch.cat(parts) if len(parts) > 1 else parts[0]
+        if not seg.one_per_unit:
+            v = v.new_zeros(n_units, *v.shape[1:]).index_add_(0, seg.unit, v)
+        out[k] = rule.parametrisation_vjp(mod, own, k, v)
+    return out
 
 
 def _dense_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
@@ -537,14 +431,11 @@ def _replicated_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor
     """Dense units: the rows' Jacobians from one forward/backward of the rows replicated V = min(U, D) times.
 
     With V = D the copies carry the basis cotangents e_1..e_D, so copy d's output gradient at a layer
-    is M_{r,d} (row r's Jacobian of the layer output, applied to e_d). Unit t's gradient at the layer
-    is then either sum_r (sum_d c_{t,r,d} M_{r,d}) a_r^T (contract the cotangents first) or
-    sum_{r,d} c_{t,r,d} (M_{r,d} a_r^T) (per-row Jacobians first), whichever needs fewer products.
-    With V = U the copies carry the units' own cotangents.
+    is M_{r,d} (row r's Jacobian of the layer output, applied to e_d); with V = U the copies carry the
+    units' own cotangents (:func:`_call_unit_grads`).
     (A batched backward, ``is_grads_batched``, gives the same numbers but loops over the batch in
     convolution and group-norm backward on CPU.)
     """
-    space = embedder.space
     n_units = int(cotangents[0].shape[0])
     dim = cotangents[0].shape[-1]
     basis = dim < n_units
@@ -559,42 +450,44 @@ def _replicated_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor
             grad_out.append(eye[:, None, :].expand(dim, r_s, dim).reshape(dim * r_s, dim))
         else:
             grad_out.append(c.reshape(n_units * r_s, dim))
-    outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
-    bs = torch.autograd.grad(tape.zs, outs, grad_outputs=grad_out, allow_unused=True)
-    bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
-    it = iter(bs)
+    per = tape.output_grads(grad_out)
     grads: dict[str, torch.Tensor] = {}
-    for name, mod in tape.layers:
-        calls = tape.calls[name]
-        layer_bs = [next(it) for _ in calls]
+    for layer in tape.layers:
+        own = layer.own(params)
         per_unit: dict[str, torch.Tensor] = {}
-        for call, b in zip(calls, layer_bs):
+        for call, b in zip(tape.calls[layer.name], per[layer.name]):
             r_s = len(sources[call.source])
-            c = cotangents[call.source]  # (U, R, D)
-            a0 = call.inp[:r_s]
-            b = b.reshape(v, r_s, *b.shape[1:])
-            if not basis:
-                g = _layer_grads(name, mod, params, [call], [b], dense=True, standardise=False, inputs=[a0])
-            else:
-                positions, cols = _layer_cost(mod, call, r_s * v)
-                numel = b[0, 0].numel() // positions  # output channels
-                contract_first = n_units * r_s * dim * numel * positions + n_units * r_s * positions * numel * cols
-                jacobian_first = dim * r_s * numel * positions * cols + n_units * dim * r_s * numel * cols
-                if contract_first <= jacobian_first:
-                    bt = torch.einsum("trd,dr...->tr...", c, b)
-                    g = _layer_grads(name, mod, params, [call], [bt], dense=True, standardise=False, inputs=[a0])
-                else:
-                    rows_j = _basis_row_grads(name, mod, params, a0, b, standardise=False)  # (D, R, ...)
-                    coef = c.permute(0, 2, 1).reshape(n_units, dim * r_s)
-                    g = {k: torch.tensordot(coef, j.reshape(dim * r_s, *j.shape[2:]), dims=1)
-                         for k, j in rows_j.items()}
+            g = _call_unit_grads(layer, own, call, b.reshape(v, r_s, *b.shape[1:]), cotangents[call.source], basis)
             for k, val in g.items():
                 per_unit[k] = per_unit[k] + val if k in per_unit else val
-        w_name = f"{name}.weight"
-        if isinstance(mod, WSConv2d) and w_name in per_unit:
-            per_unit[w_name] = _ws_backward(params[w_name], per_unit[w_name])
-        grads.update(per_unit)
-    return space.flatten(grads, lead=1)
+        grads.update(layer.qualify({k: layer.rule.parametrisation_vjp(layer.module, own, k, g)
+                                    for k, g in per_unit.items()}))
+    return embedder.space.flatten(grads, lead=1)
+
+
+def _call_unit_grads(layer: Layer, own: Mapping[str, torch.Tensor], call: _Call, b: torch.Tensor, c: torch.Tensor,
+                     basis: bool) -> Grads:
+    """Unit gradients (U, *shape) of one call's R rows from their replicated output gradients b (V, R, ...)
+    and the units' cotangents c (U, R, D).
+
+    Copies carrying the units' cotangents: the rule's per-unit sums. Copies carrying the basis: unit t's
+    gradient is either sum_r (sum_d c_{t,r,d} M_{r,d}) a_r^T (contract the cotangents first) or
+    sum_{r,d} c_{t,r,d} (M_{r,d} a_r^T) (per-row Jacobians first), whichever needs fewer products.
+    """
+    rule, mod = layer.rule, layer.module
+    n_units, r_s, dim = c.shape
+    a0 = call.inp[:r_s]
+    if not basis:
+        return rule.unit_grads(mod, own, a0, b)
+    positions, cols = rule.cost(mod, call.out, r_s * dim)
+    numel = b[0, 0].numel() // positions  # output channels
+    contract_first = n_units * r_s * dim * numel * positions + n_units * r_s * positions * numel * cols
+    jacobian_first = dim * r_s * numel * positions * cols + n_units * dim * r_s * numel * cols
+    if contract_first <= jacobian_first:
+        return rule.unit_grads(mod, own, a0, torch.einsum("trd,dr...->tr...", c, b))
+    rows_j = rule.basis_row_grads(mod, own, a0, b)  # (D, R, ...)
+    coef = c.permute(0, 2, 1).reshape(n_units, dim * r_s)
+    return {k: torch.tensordot(coef, j.reshape(dim * r_s, *j.shape[2:]), dims=1) for k, j in rows_j.items()}
 
 
 def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source: Source) -> torch.Tensor:
@@ -612,46 +505,13 @@ def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source
     tape = record(embedder, params, (rep,))
     (z,) = tape.zs
     eye = torch.eye(dim, dtype=z.dtype, device=z.device)
-    grad_out = eye[:, None, :].expand(dim, r, dim).reshape(dim * r, dim)
-    outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
-    bs = torch.autograd.grad([z], outs, grad_outputs=[grad_out], allow_unused=True)
-    bs = [torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs)]
-    it = iter(bs)
+    per = tape.output_grads([eye[:, None, :].expand(dim, r, dim).reshape(dim * r, dim)])
     per_param: dict[str, torch.Tensor] = {}
-    for name, mod in tape.layers:
-        (call,) = tape.calls[name]
-        b = next(it).reshape(dim, r, *call.out.shape[1:])
-        per_param.update(_basis_row_grads(name, mod, params, call.inp[:r], b))
+    for layer in tape.layers:
+        (call,) = tape.calls[layer.name]
+        (b,) = per[layer.name]
+        own, rule = layer.own(params), layer.rule
+        rows = rule.basis_row_grads(layer.module, own, call.inp[:r], b.reshape(dim, r, *call.out.shape[1:]))
+        per_param.update(layer.qualify({k: rule.parametrisation_vjp(layer.module, own, k, g) for k, g in rows.items()}))
     flat = torch.cat([per_param[n].reshape(dim, r, -1) for n in space.names], dim=-1)  # (D, R, p)
     return flat.transpose(0, 1).contiguous()
-
-
-def _basis_row_grads(name: str, mod: nn.Module, params: Mapping[str, torch.Tensor], a: torch.Tensor,
-                     b: torch.Tensor, standardise: bool = True) -> dict[str, torch.Tensor]:
-    """Per-row gradients (D, R, *shape) for output gradients b (D, R, ...) of D basis cotangents, input a (R, ...)."""
-    w_name, b_name = f"{name}.weight", f"{name}.bias"
-    out: dict[str, torch.Tensor] = {}
-    d, r = b.shape[:2]
-    if isinstance(mod, nn.Linear):
-        a3 = a.reshape(r, -1, a.shape[-1])
-        b3 = b.reshape(d, r, -1, b.shape[-1])
-        if w_name in params:
-            out[w_name] = torch.matmul(b3.transpose(-1, -2), a3)
-        if b_name in params:
-            out[b_name] = b3.sum(-2)
-    elif isinstance(mod, nn.Conv2d):
-        b3 = b.reshape(d, r, b.shape[2], -1)
-        if w_name in params:
-            g = torch.matmul(b3, _conv_patches(mod, a).transpose(1, 2))  # (D, R, out, in*k*k)
-            g = g.reshape(d, r, *mod.weight.shape)
-            out[w_name] = _ws_backward(params[w_name], g) if standardise and isinstance(mod, WSConv2d) else g
-        if b_name in params:
-            out[b_name] = b3.sum(-1)
-    elif isinstance(mod, nn.GroupNorm):
-        b3 = b.reshape(d, r, b.shape[2], -1)
-        if w_name in params:
-            x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(r, a.shape[1], -1)
-            out[w_name] = (b3 * x_hat).sum(-1)
-        if b_name in params:
-            out[b_name] = b3.sum(-1)
-    return out

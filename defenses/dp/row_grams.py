@@ -24,8 +24,8 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
   used where (nKL)(mKL) d_out beats materialising the rows' weight gradients (:func:`_conv_ghost_cheaper`;
   on Logit-DP's default encoder the last convolution, 2 x 2 outputs); weight standardisation enters as
   per-filter rank-2 corrections of that Gram (:func:`_ws_hat`); group norm and biases contribute the
-  Gram of their materialised per-row gradients. At Logit-DP's defaults (D = 8, 64 pairs of views, 25672
-  parameters) a step went from 865 ms to about 175 ms (CPU, one thread).
+  Gram of their materialised per-row gradients. Each layer type's rule
+  (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the products live on :class:`_Grams`.
 
 Every Gram is accumulated in float64 from float32 factors: the products are exact and the sums err by
 at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of |products|, which
@@ -37,12 +37,14 @@ pieces (:attr:`PairGrams.pullback`), so no further backward pass runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 import torch
 import torch.nn as nn
 
 from privaudit.defenses.dp.embedder import Embedder, Source
+from privaudit.defenses.dp.layer_rules import Params, Pull, conv_patches, ws_backward
+from privaudit.defenses.dp.layerwise import Layer, Tape, record
 
 
 @dataclass
@@ -102,7 +104,7 @@ def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     WSConv2d uses w_hat = (w - mean) / sigma per filter o (fan-in f, sigma = sqrt(var + 1e-5)); the
     gradient with respect to w is J_o = (1 / sigma_o) P_o g_o with P_o = I - 1 1^T / f - w_hat w_hat^T / f
-    (:func:`privaudit.defenses.dp.layerwise._ws_backward`). P_o is symmetric and, with rho = |w_hat|^2 / f and
+    (:func:`privaudit.defenses.dp.layer_rules.ws_backward`). P_o is symmetric and, with rho = |w_hat|^2 / f and
     mu = 1^T w_hat / f (0 up to rounding), P_o^2 = I - 1 1^T / f - (2 - rho) w_hat w_hat^T / f
     + (mu / f)(1 w_hat^T + w_hat 1^T). So with g' = g / sigma, h1 = <g', 1>, h2 = <g', w_hat> (per filter)
 
@@ -186,109 +188,103 @@ class _Grams:
         gamma = self.length * u / (1 - self.length * u)
         return (self.scale2.clamp_min(0) * (1 + gamma)).sqrt()
 
+    # -- the layers' contributions (called by the layer rules, :meth:`LayerRule.grams`) ---------------
 
-Pull = Callable[[torch.Tensor], dict[str, torch.Tensor]]
+    def linear(self, params: Params, a: torch.Tensor, b: torch.Tensor) -> Pull:
+        """Ghost products of a Linear layer: <J_{r,d}, J_{s,e}> = <M_{r,d}, M_{s,e}> (<a_r, a_s> + 1)."""
+        r = a.shape[0]
+        md, ad = b.double(), a.double()  # (R, D, out), (R, in)
+        inner = ad @ ad.T if "weight" in params else torch.zeros(r, r, dtype=torch.float64, device=a.device)
+        if "bias" in params:
+            inner = inner + 1
+        self.scale2.add_(self.add_ghost(md[:, :, None, :], inner[:, None, :, None]))
+        self.length = max(self.length, b.shape[-1] * (a.shape[-1] + 1))
 
+        def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
+            v = torch.einsum("rd,rdo->ro", c, b)
+            g = {}
+            if "weight" in params:
+                g["weight"] = v.T @ a
+            if "bias" in params:
+                g["bias"] = v.sum(0)
+            return g
+        return pull
 
-def _linear(acc: _Grams, name: str, params: Mapping[str, torch.Tensor], a: torch.Tensor, b: torch.Tensor) -> Pull:
-    """Ghost products of a Linear layer: <J_{r,d}, J_{s,e}> = <M_{r,d}, M_{s,e}> (<a_r, a_s> + 1)."""
-    w_name, b_name = f"{name}.weight", f"{name}.bias"
-    r = a.shape[0]
-    md, ad = b.double(), a.double()  # (R, D, out), (R, in)
-    inner = ad @ ad.T if w_name in params else torch.zeros(r, r, dtype=torch.float64, device=a.device)
-    if b_name in params:
-        inner = inner + 1
-    acc.scale2.add_(acc.add_ghost(md[:, :, None, :], inner[:, None, :, None]))
-    acc.length = max(acc.length, b.shape[-1] * (a.shape[-1] + 1))
+    def conv_weight(self, mod: nn.Conv2d, w: torch.Tensor, a: torch.Tensor, b: torch.Tensor, ws: bool) -> Pull:
+        """A convolution's weight ``w`` (weight-standardised with ``ws``): ghost products over the output
+        positions where they are cheaper (:func:`_conv_ghost_cheaper`), else the Gram of the rows' materialised
+        weight gradients; WS by :func:`_ws_hat`'s corrections. ``b`` (R, D, out, H, W)."""
+        r, d, out = b.shape[:3]
+        if ws:  # fold 1 / sigma_o into the output gradients: the rows' weight gradients come out as g'
+            inv = torch.rsqrt(w.detach().reshape(out, -1).var(1, unbiased=False) + 1e-5)
+            b = b * inv.view(1, 1, -1, 1, 1)
+        delta = b.reshape(r, d, out, -1).double()  # (R, D, out, L)
+        patches = conv_patches(mod, a).double()  # (R, in k^2, L)
+        positions = delta.shape[-1]
+        if _conv_ghost_cheaper(mod, positions, self.n, self.m, d):
+            rows, mag2 = None, self._conv_ghost(delta, patches, w.numel())
+        else:
+            # the rows' weight gradients (exact products of the float32 factors, float64 sums), what the pull-back
+            # contracts too; h1, h2 below come from the same factors
+            rows = torch.bmm(delta.reshape(r, d * out, positions), patches.transpose(1, 2)).view(r, d, out, -1)
+            mag2 = self.add(rows.view(r, d, -1), rows.view(r, d, -1)).clamp_min(0)
+            self.length = max(self.length, w.numel())
+        self.scale2.add_(mag2)
+        if ws:
+            self._ws_corrections(w, delta, patches, mag2)
 
-    def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
-        v = torch.einsum("rd,rdo->ro", c, b)
-        g = {}
-        if w_name in params:
-            g[w_name] = v.T @ a
-        if b_name in params:
-            g[b_name] = v.sum(0)
-        return g
-    return pull
+        def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
+            cd = c.double()
+            if rows is None:
+                g = torch.einsum("rol,rkl->ok", torch.einsum("rd,rdol->rol", cd, delta), patches)
+            else:
+                g = cd.reshape(1, -1) @ rows.view(r * d, -1)
+            g = g.to(w.dtype).reshape(w.shape)
+            if ws:  # g' = g / sigma: undo the fold, then the standardisation's VJP
+                g = ws_backward(w, g / inv.view(-1, 1, 1, 1))
+            return {"weight": g}
+        return pull
 
-
-def _conv_weight(acc: _Grams, mod: nn.Conv2d, name: str, params: Mapping[str, torch.Tensor], a: torch.Tensor,
-                 b: torch.Tensor) -> Pull:
-    """A convolution's weight (weight-standardised or not): ghost products over the output positions
-    where they are cheaper, else the Gram of the rows' materialised weight gradients; WS by
-    :func:`_ws_hat`'s corrections. ``b`` (R, D, out, H, W)."""
-    from privaudit.defenses.dp.layerwise import _conv_patches, _ws_backward
-    from privaudit.defenses.nn.encoders import WSConv2d
-
-    w_name = f"{name}.weight"
-    w = params[w_name]
-    r, d, out = b.shape[:3]
-    ws = isinstance(mod, WSConv2d)
-    if ws:  # fold 1 / sigma_o into the output gradients: the rows' weight gradients come out as g'
-        inv = torch.rsqrt(w.detach().reshape(out, -1).var(1, unbiased=False) + 1e-5)
-        b = b * inv.view(1, 1, -1, 1, 1)
-    delta = b.reshape(r, d, out, -1).double()  # (R, D, out, L)
-    patches = _conv_patches(mod, a).double()  # (R, in k^2, L)
-    positions = delta.shape[-1]
-    if _conv_ghost_cheaper(mod, positions, acc.n, acc.m, d):
-        # <g_{r,d}, g_{s,e}> = sum_{l,l'} <delta_{r,d,l}, delta_{s,e,l'}> <P_{r,l}, P_{s,l'}>
+    def _conv_ghost(self, delta: torch.Tensor, patches: torch.Tensor, numel: int) -> torch.Tensor:
+        """<g_{r,d}, g_{s,e}> = sum_{l,l'} <delta_{r,d,l}, delta_{s,e,l'}> <P_{r,l}, P_{s,l'}>; returns the
+        row directions' scales^2: the products' absolute values add up to |G~|^2, G~ = |delta| |P|^T."""
+        r, positions = delta.shape[0], delta.shape[-1]
         pt = patches.transpose(1, 2).reshape(r * positions, -1)
         inner = (pt @ pt.T).view(r, positions, r, positions)
-        acc.add_ghost(delta.transpose(2, 3).contiguous(), inner)
-        # the products' absolute values add up to |G~|^2, G~ = |delta| |P|^T per row direction
+        self.add_ghost(delta.transpose(2, 3).contiguous(), inner)
         pa = patches.abs()
         mag2 = torch.einsum("rdol,rlk,rdok->rd", delta.abs(), torch.bmm(pa.transpose(1, 2), pa), delta.abs())
-        acc.length = max(acc.length, w.numel() * positions ** 2)
-        rows = None
-    else:
-        # the rows' weight gradients (exact products of the float32 factors, float64 sums), what the pull-back
-        # contracts too; h1, h2 below come from the same factors
-        rows = torch.bmm(delta.reshape(r, d * out, positions), patches.transpose(1, 2)).view(r, d, out, -1)
-        mag2 = acc.add(rows.view(r, d, -1), rows.view(r, d, -1)).clamp_min(0)
-        acc.length = max(acc.length, w.numel())
-    acc.scale2.add_(mag2)
-    if ws:
+        self.length = max(self.length, numel * positions ** 2)
+        return mag2
+
+    def _ws_corrections(self, w: torch.Tensor, delta: torch.Tensor, patches: torch.Tensor, mag2: torch.Tensor) -> None:
+        """Weight standardisation's per-filter rank-2 corrections of the Gram of g' (:func:`_ws_hat`)."""
+        r, out = delta.shape[0], delta.shape[2]
         w_hat, coef = _ws_hat(w)
         # h1 = sum_l delta_l <P_l, 1>, h2 = sum_l delta_l <P_l, w_hat_o>: no pass over the rows' gradients
         h1 = torch.einsum("rdol,rl->rdo", delta, patches.sum(1))
         h2 = (delta * torch.bmm(w_hat.expand(r, -1, -1), patches)[:, None]).sum(-1)
-        acc.add(h1, h1, coef[0])
-        acc.add(h2, h2, coef[1])
-        acc.add(h1, h2, coef[2])
-        acc.add(h2, h1, coef[2])
+        self.add(h1, h1, coef[0])
+        self.add(h2, h2, coef[1])
+        self.add(h1, h2, coef[2])
+        self.add(h2, h1, coef[2])
         # the corrections' products add up to at most 3 |G~|^2 (Cauchy-Schwarz per filter)
-        acc.scale2.add_(4 * mag2)
-        acc.length += 3 * out
+        self.scale2.add_(4 * mag2)
+        self.length += 3 * out
 
-    def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
-        cd = c.double()
-        if rows is None:
-            g = torch.einsum("rol,rkl->ok", torch.einsum("rd,rdol->rol", cd, delta), patches)
-        else:
-            g = cd.reshape(1, -1) @ rows.view(r * d, -1)
-        g = g.to(w.dtype).reshape(w.shape)
-        if ws:  # g' = g / sigma: undo the fold, then the standardisation's VJP
-            g = _ws_backward(w, g / inv.view(-1, 1, 1, 1))
-        return {w_name: g}
-    return pull
+    def materialised(self, rows: dict[str, torch.Tensor], params: Params) -> Pull:
+        """Parameters without ghost products (biases, group norm): the Gram of their per-row gradients
+        ``rows`` {name: (K, R, ...)}."""
+        jac = {k_: v.transpose(0, 1).reshape(v.shape[1], v.shape[0], -1).double() for k_, v in rows.items()}
+        for k_, j in jac.items():
+            self.scale2.add_(self.add(j, j).clamp_min(0))
+            self.length = max(self.length, j.shape[-1])
 
-
-def _materialised(acc: _Grams, mod: nn.Module, name: str, params: Mapping[str, torch.Tensor], a: torch.Tensor,
-                  b: torch.Tensor) -> Pull:
-    """Any other parameter of a supported layer (biases, group norm): the Gram of its per-row gradients."""
-    from privaudit.defenses.dp.layerwise import _basis_row_grads
-
-    rows = _basis_row_grads(name, mod, params, a, b.transpose(0, 1), standardise=False)  # {param: (D, R, ...)}
-    jac = {k_: v.transpose(0, 1).reshape(b.shape[0], b.shape[1], -1).double() for k_, v in rows.items()}
-    for k_, j in jac.items():
-        acc.scale2.add_(acc.add(j, j).clamp_min(0))
-        acc.length = max(acc.length, j.shape[-1])
-
-    def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
-        cd = c.double()
-        return {k_: torch.einsum("rd,rdp->p", cd, j).to(params[k_].dtype).reshape(params[k_].shape)
-                for k_, j in jac.items()}
-    return pull
+        def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
+            cd = c.double()
+            return {k_: torch.einsum("rd,rdp->p", cd, j).to(params[k_].dtype).reshape(params[k_].shape)
+                    for k_, j in jac.items()}
+        return pull
 
 
 def tangent_basis(z: torch.Tensor) -> torch.Tensor:
@@ -308,22 +304,22 @@ def tangent_basis(z: torch.Tensor) -> torch.Tensor:
     return h[:, :, 1:]
 
 
-def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
-                cross: bool = True, tangent: bool = False) -> PairGrams:
-    """The Grams per layer (ghost products for Linear layers and small convolution outputs), from one
-    forward/backward of the rows replicated K times (row-major: copy c of row r is row r K + c) with
-    the basis cotangents: e_1..e_D (K = D), or with ``tangent`` an orthonormal basis Q_r of z_r^perp
-    (K = D - 1, :func:`tangent_basis`; the Grams are then those of J_r Q_r, and :attr:`PairGrams.basis`
-    says so). ``tangent`` is exact for cotangents orthogonal to z_r (cosine similarities) and falls back
-    to e_1..e_D where an embedding is within 1e-6 of 0 (cosine_pair's eps regime).
+class _Directions(NamedTuple):
+    """One forward/backward of the rows replicated K times with K cotangent directions each."""
 
-    Requires a model the layerwise engine supports (:func:`privaudit.defenses.dp.layerwise.engine_model_reason`).
-    """
-    from privaudit.defenses.dp.layerwise import record
+    tape: Tape
+    grads: dict[str, list[torch.Tensor]]  # every layer's output gradients (one call each)
+    copies: int  # K
+    zs: torch.Tensor  # (R, D) the rows' embeddings
+    basis: torch.Tensor | None  # (R, D, K) float64 tangent directions, None for e_1..e_D
 
-    n, m = len(x), len(y)
-    r = n + m
-    xy = torch.cat([x, y])
+
+def _backward_directions(embedder: Embedder, params: Mapping[str, torch.Tensor], xy: torch.Tensor,
+                         tangent: bool) -> _Directions | None:
+    """The rows ``xy`` replicated K times (row-major: copy c of row r is row r K + c) through the model,
+    copy c carrying direction c: e_1..e_D (K = D), or with ``tangent`` the columns of an orthonormal
+    basis of z_r^perp (K = D - 1); None where ``tangent`` meets an embedding within 1e-6 of 0."""
+    r = len(xy)
     with torch.no_grad():
         dim = embedder.embed(params, xy[:1]).shape[-1]
     copies = dim - 1 if tangent and dim > 1 else dim
@@ -333,39 +329,48 @@ def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch
     basis = None
     if copies < dim:
         if bool((zs.norm(dim=-1) <= 1e-6).any()):
-            return layer_grams(embedder, params, x, y, cross, tangent=False)
+            return None
         basis = tangent_basis(zs)
         grad_out = basis.to(z.dtype).transpose(1, 2).reshape(r * copies, dim)
         basis = basis.to(z.dtype).double()  # the directions actually backpropagated
     else:
         grad_out = torch.eye(dim, dtype=z.dtype, device=z.device).repeat(r, 1)
-    outs = [call.out for name, _ in tape.layers for call in tape.calls[name]]
-    bs = torch.autograd.grad([z], outs, grad_outputs=[grad_out], allow_unused=True)
-    acc = _Grams(n, m, copies, cross, z.device)
-    pulls: list[Pull] = []
-    for (name, mod), b_out in zip(tape.layers, bs):
-        (call,) = tape.calls[name]
-        a = call.inp[::copies]  # (R, ...): every row's input once
-        b = (torch.zeros_like(call.out) if b_out is None else b_out).reshape(r, copies, *call.out.shape[1:])
-        w_name = f"{name}.weight"
-        if isinstance(mod, nn.Linear) and a.dim() == 2:
-            pulls.append(_linear(acc, name, params, a, b))
-            continue
-        rest = dict(params)
-        if isinstance(mod, nn.Conv2d) and w_name in params:
-            pulls.append(_conv_weight(acc, mod, name, params, a, b))
-            rest.pop(w_name)
-        own_params = {k_: v for k_, v in rest.items() if k_ in (w_name, f"{name}.bias")}
-        if own_params:
-            pulls.append(_materialised(acc, mod, name, own_params, a, b))
-    scale = acc.scales(len(tape.layers))
+    return _Directions(tape, tape.output_grads([grad_out]), copies, zs, basis)
+
+
+def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                cross: bool = True, tangent: bool = False) -> PairGrams:
+    """The Grams per layer, each layer's rule adding its part (:meth:`LayerRule.grams`: ghost products for
+    Linear layers and small convolution outputs), from one forward/backward of the rows replicated K times
+    with the basis cotangents (:func:`_backward_directions`): e_1..e_D (K = D), or with ``tangent`` an
+    orthonormal basis Q_r of z_r^perp (K = D - 1, :func:`tangent_basis`; the Grams are then those of
+    J_r Q_r, and :attr:`PairGrams.basis` says so). ``tangent`` is exact for cotangents orthogonal to z_r
+    (cosine similarities) and falls back to e_1..e_D where an embedding is within 1e-6 of 0
+    (cosine_pair's eps regime).
+
+    Requires a model the layerwise engine supports (:func:`privaudit.defenses.dp.layerwise.engine_model_reason`).
+    """
+    n, m = len(x), len(y)
+    run = _backward_directions(embedder, params, torch.cat([x, y]), tangent)
+    if run is None:
+        return layer_grams(embedder, params, x, y, cross, tangent=False)
+    zs, basis = run.zs, run.basis
+    acc = _Grams(n, m, run.copies, cross, zs.device)
+    pulls: list[tuple[Layer, Pull]] = []
+    for layer in run.tape.layers:
+        (call,) = run.tape.calls[layer.name]
+        (b,) = run.grads[layer.name]
+        a = call.inp[::run.copies]  # (R, ...): every row's input once
+        b = b.reshape(n + m, run.copies, *call.out.shape[1:])
+        pulls.extend((layer, pull) for pull in layer.rule.grams(acc, layer.module, layer.own(params), a, b))
+    scale = acc.scales(len(run.tape.layers))
     space = embedder.space
 
     def pullback(cx: torch.Tensor, cy: torch.Tensor) -> torch.Tensor:
-        c = torch.cat([cx, cy]).to(z.dtype)  # (R, K)
+        c = torch.cat([cx, cy]).to(zs.dtype)  # (R, K)
         grads: dict[str, torch.Tensor] = {}
-        for pull in pulls:
-            grads.update(pull(c))
+        for layer, pull in pulls:
+            grads.update(layer.qualify(pull(c)))
         return space.flatten(grads)
 
     return PairGrams(acc.own[:n], acc.own[n:], acc.cross, pullback, acc.length, scale[:n], scale[n:],

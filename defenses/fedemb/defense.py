@@ -134,6 +134,31 @@ def round_claim(event_z: float, num_users: int, users_per_round: int, rounds: in
                         sampler="without-replacement", source=source, notes=notes, params=params or {})
 
 
+ROUND_HISTORY = ("step", "seconds", "loss", "clip_norm", "clipped_fraction", "update_norm", "delta_norm_median",
+                 "diverged_fraction")
+
+
+def record_round(history: dict[str, list[float]], t: int, seconds: float, loss: float, clip: float, aggregate) -> None:
+    """Append round t's entries (:data:`ROUND_HISTORY`) from its aggregate (:func:`.aggregate.noised_mean`)."""
+    history["step"].append(t)
+    history["seconds"].append(seconds)
+    history["loss"].append(loss)
+    history["clip_norm"].append(clip)
+    history["clipped_fraction"].append(aggregate.clipped_fraction)
+    history["update_norm"].append(float(torch.sqrt(sum(u.pow(2).sum() for u in aggregate.update.values()))))
+    history["delta_norm_median"].append(float(aggregate.norms.nan_to_num(float("inf")).median()))
+    history["diverged_fraction"].append(aggregate.nonfinite_fraction)
+
+
+def released_head(head: torch.Tensor, rep_dim: int, num_classes: int, device) -> nn.Linear:
+    """DP-FedAvg's aggregated head as the released classifier (bias fixed at zero)."""
+    classifier = torch.nn.utils.skip_init(nn.Linear, rep_dim, num_classes, device=device)
+    with torch.no_grad():
+        classifier.weight.copy_(head.detach())
+        classifier.bias.zero_()
+    return classifier.eval()
+
+
 class _Federated(Defense):
     """The federated loop shared by DP-FedEmb and DP-FedAvg; ``aggregate_head`` tells them apart."""
 
@@ -271,59 +296,75 @@ class _Federated(Defense):
             progress: bool = True, canaries=None) -> Trained:
         """Train; ``canaries`` is the white-box canary-user hook: ``canaries(round) -> None | f`` with
         ``f(deltas, clip_norm) -> (canary sum, observer)`` (see :func:`.aggregate.noised_mean`)."""
-        from tqdm.auto import tqdm
-
-        cfg = self.config
         start = time.perf_counter()
         users = self.users(data, seed)
         num_users = len(users)
-        if cfg.users_per_round > num_users:
-            raise ConfigError(f"clients_per_round x users_per_client: {cfg.users_per_round} users per round exceed "
-                              f"the {num_users} users of the members")
+        if self.config.users_per_round > num_users:
+            raise ConfigError(f"clients_per_round x users_per_client: {self.config.users_per_round} users per round "
+                              f"exceed the {num_users} users of the members")
         delta = budget.resolve_delta(num_users)
         noise = self.noise_plan(budget, num_users)
         model, spec, pre_history = self.initial_model(data, seed, device, progress)
         pretrain_seconds = time.perf_counter() - start
         pretrained_utility = self.evaluate(model, data, device)
-
-        encoder = model.encoder
         num_classes = data.info.num_classes
-        head = None
-        params = list(encoder.parameters())
-        if self.aggregate_head:
-            bound = 1.0 / math.sqrt(spec.rep_dim)
-            init = (torch.rand(num_classes, spec.rep_dim, generator=torch_generator(seed, "fedemb", "global-head")) * 2
-                    - 1) * bound
-            head = nn.Parameter(init.to(device))
-            params.append(head)
-        server = torch.optim.SGD(params, lr=cfg.server_lr, momentum=cfg.server_momentum)
+        head = self.global_head(num_classes, spec.rep_dim, seed, device) if self.aggregate_head else None
+        t0 = time.perf_counter()
+        history = self.train_rounds(model.encoder, head, data, users, noise, seed, device=device, progress=progress,
+                                    canaries=canaries)
+        train_seconds = time.perf_counter() - t0
+        claim, paper_epsilon = self.claim(noise, num_users, delta, users)
+        classifier = None if head is None else released_head(head, spec.rep_dim, num_classes, device)
+        utility = self.evaluate(model, data, device)
+        extras = {
+            "utility": {"recall_at_far": utility["recall_at_far"], "far": utility["far"],
+                        "recall_at_far_pretrained": pretrained_utility["recall_at_far"]},
+            "evaluation": {"trained": utility, "pretrained": pretrained_utility},
+            "users": {"num_users": num_users, "source": users.source, "examples_per_user_min": int(users.sizes().min()),
+                      "examples_per_user_max": int(users.sizes().max())},
+            "noise": {"sigma": noise.sigma, "event_noise_multiplier": noise.event_z,
+                      "clip_count_stddev": noise.count_stddev, "delta": delta},
+            "paper_epsilon": paper_epsilon,
+            "pretrain_history": pre_history,
+            "seconds": {"pretrain": pretrain_seconds, "federated": train_seconds},
+        }
+        return Trained(self.name, model, spec, claim, history, self.config_dict(), seed, classifier=classifier,
+                       extras=extras)
+
+    @staticmethod
+    def global_head(num_classes: int, dim: int, seed: int, device) -> nn.Parameter:
+        """DP-FedAvg's global head (C, E), drawn as nn.Linear draws its weights (U(-1/sqrt(E), 1/sqrt(E)))."""
+        bound = 1.0 / math.sqrt(dim)
+        init = (torch.rand(num_classes, dim, generator=torch_generator(seed, "fedemb", "global-head")) * 2 - 1) * bound
+        return nn.Parameter(init.to(device))
+
+    def train_rounds(self, encoder: nn.Module, head: nn.Parameter | None, data: MembershipData, users: Users,
+                     noise: NoisePlan, seed: int, *, device, progress: bool, canaries) -> dict[str, list[float]]:
+        """The federated rounds (Algorithm 1 / 2): each round's noised mean delta is the server optimizer's
+        negative gradient; adaptive clipping (Andrew et al. 2021) moves the clip norm after each round."""
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        server = torch.optim.SGD(list(encoder.parameters()) + ([] if head is None else [head]), lr=cfg.server_lr,
+                                 momentum=cfg.server_momentum)
         gens = {k: torch_generator(seed, "fedemb", k) for k in ("batches", "heads", "noise", "clip")}
         x, y = data.train.x.to(device), data.train.y.to(device)
         clip = cfg.clip_norm
-        history: dict[str, list[float]] = {"step": [], "seconds": [], "loss": [], "clip_norm": [],
-                                           "clipped_fraction": [], "update_norm": [], "delta_norm_median": [],
-                                           "diverged_fraction": []}
+        history: dict[str, list[float]] = {key: [] for key in ROUND_HISTORY}
         encoder.train()
         t0 = time.perf_counter()
         bar = tqdm(total=cfg.rounds, desc=self.name, disable=None if progress else True, leave=False)
         try:
-            for t, plan in enumerate(self.round_plans(num_users, seed)):
-                aggregate, loss = self.run_round(encoder, head, plan, users, x, y, num_classes, clip, noise.sigma, gens,
-                                                 canary=None if canaries is None else canaries(t))
+            for t, plan in enumerate(self.round_plans(len(users), seed)):
+                aggregate, loss = self.run_round(encoder, head, plan, users, x, y, data.info.num_classes, clip,
+                                                 noise.sigma, gens, canary=None if canaries is None else canaries(t))
                 server.zero_grad(set_to_none=True)
                 for name, p in encoder.named_parameters():
                     p.grad = -aggregate.update[name]
                 if head is not None:
                     head.grad = -aggregate.update["head"]
                 server.step()
-                history["step"].append(t)
-                history["seconds"].append(time.perf_counter() - t0)
-                history["loss"].append(loss)
-                history["clip_norm"].append(clip)
-                history["clipped_fraction"].append(aggregate.clipped_fraction)
-                history["update_norm"].append(float(torch.sqrt(sum(u.pow(2).sum() for u in aggregate.update.values()))))
-                history["delta_norm_median"].append(float(aggregate.norms.nan_to_num(float("inf")).median()))
-                history["diverged_fraction"].append(aggregate.nonfinite_fraction)
+                record_round(history, t, time.perf_counter() - t0, loss, clip, aggregate)
                 if cfg.adaptive_clipping:
                     clip, _ = adaptive_clip_update(clip, aggregate.norms, target_quantile=cfg.target_unclipped_quantile,
                                                    learning_rate=cfg.clip_learning_rate,
@@ -334,31 +375,7 @@ class _Federated(Defense):
         finally:
             bar.close()
         encoder.eval()
-        train_seconds = time.perf_counter() - t0
-
-        claim, paper_epsilon = self.claim(noise, num_users, delta, users)
-        classifier = None
-        if head is not None:
-            classifier = torch.nn.utils.skip_init(nn.Linear, spec.rep_dim, num_classes, device=device)
-            with torch.no_grad():
-                classifier.weight.copy_(head.detach())
-                classifier.bias.zero_()
-            classifier.eval()
-        utility = self.evaluate(model, data, device)
-        extras = {
-            "utility": {"recall_at_far": utility["recall_at_far"], "far": utility["far"],
-                        "recall_at_far_pretrained": pretrained_utility["recall_at_far"]},
-            "evaluation": {"trained": utility, "pretrained": pretrained_utility},
-            "users": {"num_users": num_users, "source": users.source,
-                      "examples_per_user_min": int(users.sizes().min()), "examples_per_user_max": int(users.sizes().max())},
-            "noise": {"sigma": noise.sigma, "event_noise_multiplier": noise.event_z,
-                      "clip_count_stddev": noise.count_stddev, "delta": delta},
-            "paper_epsilon": paper_epsilon,
-            "pretrain_history": pre_history,
-            "seconds": {"pretrain": pretrain_seconds, "federated": train_seconds},
-        }
-        return Trained(self.name, model, spec, claim, history, self.config_dict(), seed, classifier=classifier,
-                       extras=extras)
+        return history
 
     def evaluate(self, model: ContrastiveModel, data: MembershipData, device) -> dict[str, float]:
         """Recall at FAR (Sec. 3.2) over all test pairs, identities = labels; k-NN accuracy (members -> test)."""

@@ -21,20 +21,24 @@ Objective = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 OBJECTIVES = ("simclr", "infonce", "barlow", "spreadout")
 
 
-def make_objective(name: str, *, temperature: float = 0.5, barlow_lambda: float = BARLOW_LAMBDA) -> Objective:
-    """The batch objective L(z1, z2) named ``name``, averaged over the batch for optimisation.
+def make_objective(name: str, *, temperature: float = 0.5, barlow_lambda: float = BARLOW_LAMBDA,
+                   reduction: str = "mean") -> Objective:
+    """The batch objective L(z1, z2) named ``name``, its per-example terms reduced by ``reduction``.
 
-    ``simclr``: NT-Xent (DPCL Eq. 3); ``infonce``: DP-GCL Eq. 4 (mean over rows); ``barlow``: DPCL Eq. 5;
-    ``spreadout``: Logit-DP Def. 2.3 (mean over rows).
+    ``simclr``: NT-Xent (DPCL Eq. 3); ``infonce``: DP-GCL Eq. 4; ``barlow``: DPCL Eq. 5, a sum over the
+    D x D cross-correlation terms whatever ``reduction`` says (its terms are not per example);
+    ``spreadout``: Logit-DP Def. 2.3. ``mean`` is the batch average training optimises; the DP methods use
+    ``sum`` (DP-GCL Eqs. 4-13, Logit-DP Eq. 1): the sum is what the sensitivity analyses bound, and a
+    data-independent normaliser is applied after the noise.
     """
     if name == "simclr":
-        return partial(nt_xent, temperature=temperature, reduction="mean")
+        return partial(nt_xent, temperature=temperature, reduction=reduction)
     if name == "infonce":
-        return partial(info_nce, temperature=temperature, reduction="mean")
+        return partial(info_nce, temperature=temperature, reduction=reduction)
     if name == "barlow":
         return partial(barlow_twins, lambd=barlow_lambda, reduction="sum")
     if name == "spreadout":
-        return partial(spreadout, reduction="mean")
+        return partial(spreadout, reduction=reduction)
     raise one_of("loss", name, OBJECTIVES)
 
 
