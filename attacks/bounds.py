@@ -524,7 +524,9 @@ def _counts(in_scores: np.ndarray, out_scores: np.ndarray, threshold: float) -> 
     return int(np.sum(in_scores < threshold)), int(np.sum(out_scores >= threshold))
 
 
-def _cp_upper_vec(k: np.ndarray, n: int, alpha: float) -> np.ndarray:
+def cp_upper_vec(k: np.ndarray | int, n: np.ndarray | int, alpha: float) -> np.ndarray:
+    """:func:`clopper_pearson_upper` vectorised over counts ``k`` of ``n`` (1 where k >= n)."""
+    k, n = np.asarray(k), np.asarray(n)
     return np.where(k >= n, 1.0, stats.beta.ppf(1.0 - alpha, k + 1, np.maximum(n - k, 1)))
 
 
@@ -541,8 +543,8 @@ def _best_threshold(in_scores: np.ndarray, out_scores: np.ndarray, alpha: float,
     fn = np.searchsorted(np.sort(in_scores), candidates, side="left")
     fp = out_scores.size - np.searchsorted(np.sort(out_scores), candidates, side="left")
     level = alpha / (2 * tests)
-    fpr_hi = _cp_upper_vec(fp, out_scores.size, level)
-    fnr_hi = _cp_upper_vec(fn, in_scores.size, level)
+    fpr_hi = cp_upper_vec(fp, out_scores.size, level)
+    fnr_hi = cp_upper_vec(fn, in_scores.size, level)
     with np.errstate(divide="ignore", invalid="ignore"):
         a = np.where((1 - delta - fpr_hi > 0) & (fnr_hi > 0), np.log((1 - delta - fpr_hi) / fnr_hi), 0.0)
         b = np.where((1 - delta - fnr_hi > 0) & (fpr_hi > 0), np.log((1 - delta - fnr_hi) / fpr_hi), 0.0)

@@ -64,6 +64,8 @@ from privaudit.attacks.base import Attack, AttackConfig, Target
 from privaudit.attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses, one_run_bound
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
+from privaudit.attacks.trajectory_bound import TrajectoryCounts, plan_threshold, step_multiplier, trajectory_bound
+from privaudit.attacks.trajectory_bound import unsupported_reason as trajectory_unsupported
 from privaudit.core.errors import ConfigError, check_probability, one_of
 from privaudit.defenses.seeding import numpy_rng, torch_generator
 
@@ -158,6 +160,15 @@ class GradientCanaries:
         self.paired = paired  # replace-one slots: inserted = the + candidate (else the - one) is trained on
         self.scores = np.zeros(m)
         self.steps = 0
+        self.trajectory: TrajectoryCounts | None = None
+
+    def track_trajectory(self, threshold: float) -> TrajectoryCounts:
+        """Count every step's trials at ``threshold`` (:mod:`privaudit.attacks.trajectory_bound`); :meth:`observe`
+        then needs each step's ``sampled`` mask. Call before the first step."""
+        if self.steps:
+            raise ConfigError("gradient canaries: the trajectory must be tracked from the first step")
+        self.trajectory = TrajectoryCounts(float(threshold))
+        return self.trajectory
 
     def unit_gradient(self, i: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Canary i's per-unit gradient C u_i (flat, length d)."""
@@ -170,23 +181,44 @@ class GradientCanaries:
     def inserted_indices(self) -> np.ndarray:
         return np.flatnonzero(self.inserted)
 
-    def observe(self, step: int, noisy_sum: torch.Tensor) -> None:
-        """Accumulate <g~_t, u_i> for every canary (O(m) memory whatever the number of steps)."""
+    def observe(self, step: int, noisy_sum: torch.Tensor, sampled: np.ndarray | torch.Tensor | None = None) -> None:
+        """Accumulate <g~_t, u_i> for every canary (O(m) memory whatever the number of steps); with a tracked
+        trajectory, also count the step's trials (``sampled``: which canaries took part in this step)."""
         if torch.as_tensor(noisy_sum).numel() != self.dim:
             raise ConfigError(f"noisy_sum: expected {self.dim} entries, got {torch.as_tensor(noisy_sum).numel()}")
         proj = _project(noisy_sum, self.directions)
+        if self.trajectory is not None:
+            self._count_trials(proj, sampled)
         if self.score == "llr":
             proj = step_llr(proj / self.noise_std, self.clip_norm / self.noise_std, self.rate, self.paired)
         self.scores += proj
         self.steps += 1
 
+    def _count_trials(self, proj: np.ndarray, sampled: np.ndarray | torch.Tensor | None) -> None:
+        """The step's trials in units of the hypotheses' mean difference D (trajectory_bound's module docstring):
+        add/remove x = y / C, present where inserted and sampled; paired x = y / (2 C) + 1/2 on the sampled slots,
+        present for the + candidate."""
+        if sampled is None:
+            raise ConfigError("gradient canaries: a tracked trajectory needs each step's sampled canaries")
+        took_part = np.asarray(sampled, dtype=bool).ravel()
+        if self.paired:
+            x = proj[took_part] / (2 * self.clip_norm) + 0.5
+            present = self.inserted[took_part]
+        else:
+            x = proj / self.clip_norm
+            present = self.inserted & took_part
+        self.trajectory.add(x[~present], x[present])
+
     def result(self, *, beta: float = 0.05, delta: float = 0.0, k_pos: int | None = None,
                k_neg: int | None = None, k_fraction: float = 0.1, k_fdp_fraction: float | None = None,
-               unit: str = "example", k_mechanism: int | None = None, event=None) -> AttackResult:
+               unit: str = "example", k_mechanism: int | None = None, event=None,
+               trajectory_claim: tuple | None = None) -> AttackResult:
         """Scores and bound. ``k_fdp_fraction`` None: Steinke only (method ``one-run``); else the best of
         Steinke and f-DP at beta / 2 each (``one-run-best``). Paired canaries give a replace-one bound.
         ``event`` (the claim's DpEvent) with ``k_mechanism`` guesses adds ``mechanism_bound``, the one-run
-        f-DP bound against the claim's own mechanism (:mod:`privaudit.attacks.mechanism_bound`), at its own beta."""
+        f-DP bound against the claim's own mechanism (:mod:`privaudit.attacks.mechanism_bound`), at its own beta.
+        ``trajectory_claim`` (the claim's event, its per-step noise multiplier) with a tracked trajectory adds
+        ``trajectory_bound`` (:mod:`privaudit.attacks.trajectory_bound`), at its own beta."""
         if self.steps == 0:
             raise ConfigError("gradient canaries: no step was observed")
         kp, kn = default_guesses(self.m, k_fraction)
@@ -206,12 +238,18 @@ class GradientCanaries:
             k_m = k_mechanism if k_mechanism is not None else max(1, int(round(0.02 * self.m)))
             mechanism = mechanism_one_run_bound(self.scores, self.inserted, k_pos=k_m, event=event,
                                                 relation=relation, unit=unit, beta=beta, delta=delta)
+        trajectory = None
+        if self.trajectory is not None and trajectory_claim is not None:
+            trajectory = trajectory_bound(self.trajectory, event=trajectory_claim[0],
+                                          claimed_multiplier=trajectory_claim[1], relation=relation, unit=unit,
+                                          beta=beta, delta=delta, steps=self.steps, canaries=self.m,
+                                          scores=self.scores, membership=self.inserted)
         return AttackResult(attack="gradient-canary", variant=self.kind + ("-paired" if self.paired else ""),
                             scores=self.scores.copy(), membership=self.inserted.copy(), index=np.arange(self.m),
                             config={"kind": self.kind, "clip_norm": self.clip_norm, "seed": self.seed,
                                     "paired": self.paired, "score": self.score},
                             counts={"n_canaries": self.m, "n_steps": self.steps, "dim": self.dim}, bound=bound,
-                            mechanism_bound=mechanism)
+                            mechanism_bound=mechanism, trajectory_bound=trajectory)
 
 
 GUESS_FRACTIONS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
@@ -296,6 +334,8 @@ class CanaryAuditConfig(AttackConfig):
     or ``llr`` (sum over steps of the idealised step's log-likelihood ratio, :func:`step_llr`; needs
     ``centred``). ``mechanism``: also report ``eps_lb_mechanism``, the one-run f-DP bound against the
     claim's own mechanism (:mod:`privaudit.attacks.mechanism_bound`), beside the (eps, delta) bound.
+    ``trajectory``: also report ``eps_lb_trajectory``, the white-box bound from every step's centred canary
+    observation (:mod:`privaudit.attacks.trajectory_bound`; needs ``centred``).
     """
 
     canaries: int | None = None
@@ -307,6 +347,7 @@ class CanaryAuditConfig(AttackConfig):
     centred: bool = True
     score: str = "sum"
     mechanism: bool = False
+    trajectory: bool = False
 
     def validate(self) -> None:
         super().validate()
@@ -330,24 +371,53 @@ class CanaryAuditConfig(AttackConfig):
         return int(min(dim, max(min(1000, dim), min(self.max_canaries, round(self.canaries_per_param * dim)))))
 
 
+def track_claimed_trajectory(canaries: GradientCanaries, cfg: CanaryAuditConfig, *, multiplier: float,
+                             steps: int) -> None:
+    """Count the per-step trials (``cfg.trajectory`` with centred scores) at the threshold planned from the claim's
+    per-step noise multiplier and the expected trial counts (:func:`privaudit.attacks.trajectory_bound.plan_threshold`)."""
+    if not (cfg.trajectory and cfg.centred) or canaries.rate is None:
+        return
+    trials = canaries.m * canaries.rate * steps
+    n1, n0 = (trials / 2, trials / 2) if canaries.paired else (trials / 2, canaries.m * steps - trials / 2)
+    canaries.track_trajectory(plan_threshold(noise_multiplier=multiplier, n0=n0, n1=n1, beta=cfg.beta))
+
+
+def _trajectory_claim(canaries: GradientCanaries, cfg: CanaryAuditConfig, event, params) -> tuple[tuple | None, str]:
+    """(the claim's event and per-step multiplier, or None; a note saying why there is no trajectory bound)."""
+    if not cfg.trajectory or event is None:
+        return None, ""
+    if canaries.trajectory is None:
+        return None, "no trajectory bound: it needs centred scores (the privatised sums less the data's clipped sums)"
+    reason = trajectory_unsupported(event, "replace-one" if canaries.paired else "add-remove")
+    if reason is None:
+        try:
+            return (event, step_multiplier(event, params)), ""
+        except ConfigError as err:
+            reason = str(err)
+    return None, f"no trajectory bound: {reason}"
+
+
 def canary_audit_result(canaries: GradientCanaries, cfg: CanaryAuditConfig, *, steps: int, delta: float,
-                        seed: int, unit: str, event=None) -> AttackResult:
+                        seed: int, unit: str, event=None, claim_params: dict | None = None) -> AttackResult:
     """The bounds of a finished canary audit with the guesses planned from the claim (:func:`planned_guesses`).
 
     The one place the canary audits turn scores into bounds: explicit ``k_pos`` / ``k_neg`` win over the
     plan; ``k_fdp_fraction`` None turns the f-DP bound off; with ``cfg.mechanism`` and the claim's ``event``
-    the mechanism bound is added. The simulation uses the canaries' own rate, norm, noise and score.
+    the mechanism bound is added; with ``cfg.trajectory`` and a tracked trajectory the trajectory bound (the claim's
+    per-step multiplier read from ``claim_params`` or the event). The simulation uses the canaries' own rate, norm,
+    noise and score.
     """
     if canaries.rate is None or canaries.noise_std is None:
         raise ConfigError("canary audit: the canaries need their sampling rate and noise std to plan guesses")
-    notes: tuple[str, ...] = ()
+    trajectory, why_not = _trajectory_claim(canaries, cfg, event, claim_params)
+    notes: tuple[str, ...] = (why_not,) if why_not else ()
     event = event if cfg.mechanism else None
     if event is not None:
         from privaudit.attacks.mechanism_bound import unsupported_reason
 
         reason = unsupported_reason(event, "replace-one" if canaries.paired else "add-remove")
         if reason is not None:
-            event, notes = None, (f"no mechanism bound: {reason}",)
+            event, notes = None, notes + (f"no mechanism bound: {reason}",)
     k_pos, k_neg, k_fdp, k_mech = cfg.k_pos, cfg.k_neg, cfg.k_fdp_fraction, None
     if cfg.plan_guesses:
         plan = planned_guesses(canaries.m, rate=canaries.rate, steps=steps, norm=canaries.clip_norm,
@@ -359,7 +429,8 @@ def canary_audit_result(canaries: GradientCanaries, cfg: CanaryAuditConfig, *, s
         k_fdp = plan.k_fdp / canaries.m if k_fdp is not None else None
         k_mech = plan.k_mechanism
     result = canaries.result(beta=cfg.beta, delta=delta, k_pos=k_pos, k_neg=k_neg, k_fraction=cfg.k_fraction,
-                             k_fdp_fraction=k_fdp, unit=unit, k_mechanism=k_mech, event=event)
+                             k_fdp_fraction=k_fdp, unit=unit, k_mechanism=k_mech, event=event,
+                             trajectory_claim=trajectory)
     if notes:
         result.bound = dataclasses.replace(result.bound, notes=result.bound.notes + notes)
     return result
@@ -367,11 +438,12 @@ def canary_audit_result(canaries: GradientCanaries, cfg: CanaryAuditConfig, *, s
 
 @dataclass(frozen=True)
 class GradientCanaryConfig(CanaryAuditConfig):
-    """:class:`CanaryAuditConfig` for Dirac gradient canaries: the idealised step's likelihood-ratio score and
-    the mechanism bound on by default."""
+    """:class:`CanaryAuditConfig` for Dirac gradient canaries: the idealised step's likelihood-ratio score, the
+    mechanism bound and the trajectory bound on by default."""
 
     score: str = "llr"
     mechanism: bool = True
+    trajectory: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -418,10 +490,12 @@ class GradientCanaryAudit(Attack):
         inserted = torch.as_tensor(canaries.inserted)
         signs = inserted.double() * 2 - 1
         sampling = torch_generator(target.derive_seed("gradient-canary"), "poisson")
+        track_claimed_trajectory(canaries, cfg, multiplier=step_multiplier(claim.event, claim.params),
+                                 steps=probe.plan.steps)
 
         def source(t: int):
             sampled = torch.rand(m, generator=sampling) < rate
-            observer = lambda noisy: canaries.observe(t, noisy)  # noqa: E731
+            observer = lambda noisy: canaries.observe(t, noisy, sampled)  # noqa: E731
             if paired:  # every slot holds one candidate; it joins the step with the marginal rate q
                 return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs, centred=cfg.centred)
             return dirac_canaries(coords, norm, inserted & sampled, observer=observer, centred=cfg.centred)
@@ -430,7 +504,8 @@ class GradientCanaryAudit(Attack):
                     canaries=source)
         delta = cfg.delta if cfg.delta is not None else claim.delta
         result = canary_audit_result(canaries, cfg, steps=probe.plan.steps, delta=delta,
-                                     seed=target.derive_seed("planned-guesses"), unit="example", event=claim.event)
+                                     seed=target.derive_seed("planned-guesses"), unit="example", event=claim.event,
+                                     claim_params=claim.params)
         if paired:
             what = (f"white-box: {m} paired replace-one Dirac slots (+-Delta/2 e_j, Delta={bound:.4g} the replace-one "
                     f"gradient sensitivity; a fair coin picks the sign), each taking part with the sampler's marginal "

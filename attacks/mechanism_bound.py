@@ -121,6 +121,11 @@ def _epsilon_optimistic(event_key: str, relation: str, s: float, delta: float) -
     return max(0.0, float(pld.get_epsilon_for_delta(delta)))
 
 
+def optimistic_epsilon(event: DpEvent, relation: str, delta: float) -> float:
+    """The optimistic PLD epsilon of ``event`` at ``delta`` (at most its exact epsilon; cached per event)."""
+    return _epsilon_optimistic(_key(event), relation, 1.0, float(delta))
+
+
 def blow_up_inverse(event: DpEvent, relation: str, s: float) -> Callable[[float], float]:
     """x -> f_s(1 - x), f_s(a) = max(0, max_j max(1 - delta_j - e^eps_j a, e^-eps_j (1 - delta_j - a)))."""
     d, e, ei = _null_curve(_key(event), relation, float(s))

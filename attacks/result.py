@@ -37,6 +37,8 @@ class AttackResult:
         extras: plain-data details (decision threshold and accuracy, timings, notes).
         mechanism_bound: the lower bound against the claim's own mechanism (``eps_lb_mechanism``,
             :mod:`privaudit.attacks.mechanism_bound`; refutes that mechanism, not every (eps, delta) one), or None.
+        trajectory_bound: the white-box bound from every step's canary observation (``eps_lb_trajectory``,
+            :mod:`privaudit.attacks.trajectory_bound`; refutes the claim's per-step release, composed), or None.
     """
 
     attack: str
@@ -50,6 +52,7 @@ class AttackResult:
     bound: EpsilonLowerBound | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     mechanism_bound: EpsilonLowerBound | None = None
+    trajectory_bound: EpsilonLowerBound | None = None
 
     def __post_init__(self) -> None:
         self.scores = np.asarray(self.scores, dtype=np.float64).ravel()
@@ -109,6 +112,10 @@ class AttackResult:
             out["eps_lb_mechanism"] = self.mechanism_bound.epsilon
             out["eps_lb_mechanism_method"] = self.mechanism_bound.label
             out["mechanism_bound"] = self.mechanism_bound.to_dict()
+        if self.trajectory_bound is not None:
+            out["eps_lb_trajectory"] = self.trajectory_bound.epsilon
+            out["eps_lb_trajectory_method"] = self.trajectory_bound.label
+            out["trajectory_bound"] = self.trajectory_bound.to_dict()
         if self.extras:
             out["extras"] = dict(self.extras)
         return out
@@ -126,6 +133,7 @@ class AttackResult:
             "attack": self.attack, "variant": self.variant, "config": self.config, "counts": self.counts,
             "bound": None if self.bound is None else self.bound.to_dict(), "extras": self.extras,
             "mechanism_bound": None if self.mechanism_bound is None else self.mechanism_bound.to_dict(),
+            "trajectory_bound": None if self.trajectory_bound is None else self.trajectory_bound.to_dict(),
             "summary": self.summary(),
         })
         return directory
@@ -146,4 +154,5 @@ class AttackResult:
         return cls(attack=meta["attack"], variant=meta["variant"], scores=arrays["scores"],
                    membership=arrays["membership"], index=arrays.get("index"), config=meta["config"],
                    counts=meta["counts"], variants={k[8:]: v for k, v in arrays.items() if k.startswith("variant.")},
-                   bound=bound, extras=meta.get("extras", {}), mechanism_bound=bound_from(meta.get("mechanism_bound")))
+                   bound=bound, extras=meta.get("extras", {}), mechanism_bound=bound_from(meta.get("mechanism_bound")),
+                   trajectory_bound=bound_from(meta.get("trajectory_bound")))

@@ -20,7 +20,7 @@ from privaudit.audit.suite import CellSpec
 
 # The attack summary keys every report carries first (the report's schema), in this order.
 ATTACK_KEYS = ("auc", "tpr_at_fpr", "eps_lower_bound", "eps_lb_method", "n_members", "n_nonmembers")
-MECHANISM_KEYS = ("eps_lb_mechanism", "eps_lb_mechanism_method")
+MECHANISM_KEYS = ("eps_lb_mechanism", "eps_lb_mechanism_method", "eps_lb_trajectory", "eps_lb_trajectory_method")
 CLAIM_KEYS = ("mechanism", "relation", "unit", "paper_accountant", "delta", "sampler", "source", "notes")
 
 
@@ -66,7 +66,7 @@ def attack_record(result: AttackResult, scores_path: str | None = None) -> dict[
     """The report object of one attack: the schema's keys first, then where the scores are, then details."""
     summary = result.summary()
     out = {k: summary[k] for k in ATTACK_KEYS}
-    for k in MECHANISM_KEYS:  # the bound against the claim's own mechanism, beside the (eps, delta) one
+    for k in MECHANISM_KEYS:  # the bounds against the claim's own mechanism, beside the (eps, delta) one
         if k in summary:
             out[k] = summary[k]
     out["variant"] = result.variant

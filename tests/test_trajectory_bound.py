@@ -1,0 +1,155 @@
+"""The white-box trajectory bound (``eps_lb_trajectory``): soundness over many seeds on the idealised mechanism
+(with an inflated variant that the same test rejects), power at epsilon 1 and 8 at the quickstart's sizes, the
+canaries' trial counting, and the gate's recomputation from saved counts."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from privaudit.accountants.events import (ComposedDpEvent, GaussianDpEvent, LaplaceDpEvent, PoissonSampledDpEvent,
+                                          SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_to_dict)
+from privaudit.attacks.gradient_canary import GradientCanaries
+from privaudit.attacks.mechanism_bound import optimistic_epsilon
+from privaudit.attacks.trajectory_bound import (METHOD, TrajectoryCounts, gradient_event, mu_lower, plan_threshold,
+                                                step_multiplier, trajectory_bound, trajectory_epsilon,
+                                                trajectory_epsilon_from_counts, unsupported_reason)
+from privaudit.core.errors import ConfigError
+
+BETA, DELTA = 0.05, 1e-5
+# The quickstart's DP-GCL and Logit-DP cells: (sampling rate, steps, calibrated multiplier), m = 20000 canaries.
+QUICKSTART = {"dp-gcl eps 1": (0.344, 6, 3.603), "dp-gcl eps 8": (0.344, 6, 0.8527),
+              "logit-dp eps 1": (0.172, 10, 2.518), "logit-dp eps 8": (0.172, 10, 0.7285)}
+M = 20000
+
+
+def event(q: float, steps: int, z: float):
+    return SelfComposedDpEvent(PoissonSampledDpEvent(q, GaussianDpEvent(z)), steps)
+
+
+def idealised_counts(rng, seeds: int, q: float, steps: int, z: float, tau: float, m: int = M):
+    """Counts of the idealised audit (m canaries, each inserted by a fair coin and sampled with rate q at each of
+    ``steps`` steps; x = label + N(0, z^2)) for ``seeds`` independent runs at once: the counts are sufficient, and
+    given the labels FP and FN are binomial."""
+    n1 = rng.binomial(steps * (m // 2), q, size=seeds)  # present trials: inserted and sampled
+    n0 = m * steps - n1
+    fp = rng.binomial(n0, stats.norm.sf(tau / z))
+    fn = rng.binomial(n1, stats.norm.cdf((tau - 1.0) / z))
+    return fp, n0, fn, n1
+
+
+def over_claims_acceptably(over: int, seeds: int, beta: float = BETA) -> bool:
+    """One-sided binomial test at 1%: are ``over`` over-claims in ``seeds`` runs consistent with a rate <= beta?"""
+    return stats.binom.sf(over - 1, seeds, beta) > 0.01
+
+
+@pytest.mark.parametrize("cell", sorted(QUICKSTART))
+def test_sound_over_500_seeds_and_an_inflated_variant_fails(cell):
+    """P[mu_lb > mu] <= beta on the idealised mechanism (the epsilon is monotone in mu_lb, so the same runs
+    over-claim epsilon exactly when they over-claim mu); 1.2 mu_lb, an unsound variant, fails the same test."""
+    q, steps, z = QUICKSTART[cell]
+    rng = np.random.default_rng(7)
+    tau = plan_threshold(noise_multiplier=z, n0=M * steps * (1 - q / 2), n1=M * steps * q / 2, beta=BETA)
+    fp, n0, fn, n1 = idealised_counts(rng, 500, q, steps, z, tau)
+    mu = mu_lower(fp, n0, fn, n1, beta=BETA)
+    assert mu.shape == (500,)
+    assert over_claims_acceptably(int(np.sum(mu > 1.0 / z)), 500)
+    assert not over_claims_acceptably(int(np.sum(1.2 * mu > 1.0 / z)), 500)
+
+
+def test_sound_when_steps_add_more_noise_than_claimed():
+    """Independent but not identical trials (some steps noisier than the claim): still sound (Hoeffding)."""
+    rng = np.random.default_rng(3)
+    z_claim, tau, per_step = 1.0, 0.5, 4000
+    zs = np.array([1.0, 1.0, 1.5, 3.0, 1.0, 10.0])
+    fp = sum(rng.binomial(per_step, stats.norm.sf(tau / zt), size=500) for zt in zs)
+    fn = sum(rng.binomial(per_step // 4, stats.norm.cdf((tau - 1) / zt), size=500) for zt in zs)
+    mu = mu_lower(fp, per_step * len(zs), fn, per_step // 4 * len(zs), beta=BETA)
+    assert over_claims_acceptably(int(np.sum(mu > 1.0 / z_claim)), 500)
+
+
+@pytest.mark.parametrize("cell", sorted(QUICKSTART))
+def test_power_at_epsilon_1_and_8(cell):
+    """At the quickstart's sizes the bound reaches at least 0.8 of the claim's epsilon at 95% (median of 5 runs),
+    and catches a 1.25x noise shortfall (the per-step mu bound exceeds the claim's)."""
+    q, steps, z = QUICKSTART[cell]
+    ev, rng = event(q, steps, z), np.random.default_rng(11)
+    tau = plan_threshold(noise_multiplier=z, n0=M * steps * (1 - q / 2), n1=M * steps * q / 2, beta=BETA)
+    mu = np.median(mu_lower(*idealised_counts(rng, 5, q, steps, z, tau), beta=BETA))
+    tight = optimistic_epsilon(ev, "add-remove", DELTA)
+    assert trajectory_epsilon(float(mu), ev, "add-remove", DELTA) >= 0.8 * tight
+    short = mu_lower(*idealised_counts(rng, 10, q, steps, z / 1.25, tau), beta=BETA / 20)
+    assert np.all(short > 1.0 / z)
+
+
+def test_epsilon_is_the_claims_steps_at_the_measured_noise():
+    ev = event(0.2, 10, 1.5)
+    assert trajectory_epsilon(1 / 1.5, ev, "add-remove", DELTA) == pytest.approx(optimistic_epsilon(ev, "add-remove",
+                                                                                                    DELTA))
+    eps = [trajectory_epsilon(mu, ev, "add-remove", DELTA) for mu in (0.0, 0.3, 0.6, 1.2)]
+    assert eps[0] == 0.0 and eps == sorted(eps) and eps[-1] > eps[-2]
+    assert trajectory_epsilon(math.inf, ev, "add-remove", DELTA) == math.inf
+
+
+def test_gradient_event_and_step_multiplier():
+    wor = SelfComposedDpEvent(SampledWithoutReplacementDpEvent(100, 10, GaussianDpEvent(0.7)), 5)
+    assert gradient_event(wor, 2.0).event.event.noise_multiplier == 2.0
+    assert step_multiplier(wor) == 0.7
+    assert step_multiplier(wor, {"noise_multipliers": {"gradient": 1.3, "similarity": 0.9}}) == 1.3
+    assert unsupported_reason(wor, "replace-one") is None
+    assert "LaplaceDpEvent" in unsupported_reason(LaplaceDpEvent(1.0), "add-remove")
+    two = ComposedDpEvent([GaussianDpEvent(1.0), GaussianDpEvent(2.0)])
+    with pytest.raises(ConfigError, match="2 distinct Gaussian multipliers"):
+        step_multiplier(two)
+    with pytest.raises(ConfigError, match="no single-Gaussian step"):
+        gradient_event(two, 1.0)
+
+
+def test_plan_threshold_reads_the_claim_only():
+    balanced = plan_threshold(noise_multiplier=1.0, n0=1e5, n1=1e5, beta=BETA)
+    assert balanced == pytest.approx(0.5)
+    assert plan_threshold(noise_multiplier=1.0, n0=1e5, n1=2e4, beta=BETA) > 0.5  # few present trials: tau toward 1
+
+
+@pytest.mark.parametrize("paired", [False, True])
+def test_canaries_count_their_trials(paired):
+    """Through :class:`GradientCanaries`: the counts of a simulated run match the labels, and the bound is close to
+    the true per-step mu and below it (add/remove, and paired replace-one slots)."""
+    m, steps, rate, std, norm = 4000, 8, 0.3, 1.0, 0.8  # mu = D / sigma = 0.8 (both designs: D = norm, 2 * norm/2)
+    can = GradientCanaries(m, m, clip_norm=norm if not paired else norm / 2, paired=paired, score="sum")
+    can.track_trajectory(0.5)
+    gen = torch.Generator().manual_seed(0)
+    total = 0
+    for t in range(steps):
+        sampled = torch.rand(m, generator=gen) < rate
+        sign = torch.as_tensor(can.inserted).double() * 2 - 1
+        value = (sign * norm / 2 * sampled) if paired else (torch.as_tensor(can.inserted) & sampled).double() * norm
+        noisy = torch.zeros(m, dtype=torch.float64)
+        noisy[torch.as_tensor(can.directions)] = value
+        can.observe(t, noisy + std * torch.randn(m, generator=gen, dtype=torch.float64), sampled.numpy())
+        total += int(sampled.sum()) if paired else m
+    tr = can.trajectory
+    assert tr.n0 + tr.n1 == total
+    mu = float(mu_lower(tr.fp, tr.n0, tr.fn, tr.n1, beta=BETA))
+    assert 0.7 < mu < 0.8 and tr.moment_mu() == pytest.approx(0.8, rel=0.1)
+    with pytest.raises(ConfigError, match="sampled"):
+        can.observe(steps, torch.zeros(m))
+
+
+def test_bound_record_and_recomputation():
+    """The bound's counts recompute it at another beta (the gate's family-wise level): lower at a smaller beta,
+    equal at its own; the estimates are labelled as such."""
+    q, steps, z = QUICKSTART["dp-gcl eps 8"]
+    ev = event(q, steps, z)
+    counts = TrajectoryCounts(0.65, n0=99349, fp=22128, n1=20651, fn=7081)
+    b = trajectory_bound(counts, event=ev, claimed_multiplier=z, relation="add-remove", beta=BETA, delta=DELTA,
+                         steps=steps, canaries=M)
+    assert b.method == METHOD and b.counts["event"] == event_to_dict(ev) and not b.counts["claim_rejected"]
+    assert 0.9 * 8 < b.epsilon < 8.0
+    again = trajectory_epsilon_from_counts(b.counts, beta=BETA, delta=DELTA, relation="add-remove")
+    assert again == pytest.approx(b.epsilon)
+    assert trajectory_epsilon_from_counts(b.counts, beta=BETA / 20, delta=DELTA, relation="add-remove") < b.epsilon
+    assert set(b.counts["estimates"]) == {"per_step_point", "gaussian_moments"}
+    assert "not bounds" in " ".join(b.notes)
