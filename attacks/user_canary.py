@@ -60,7 +60,8 @@ import torch
 from privaudit.attacks.base import Attack, AttackConfig, Target
 from privaudit.attacks.bounds import check_relation_unit
 from privaudit.attacks.executor import Executor
-from privaudit.attacks.gradient_canary import CanaryAuditConfig, GradientCanaries, canary_audit_result
+from privaudit.attacks.gradient_canary import (CanaryAuditConfig, GradientCanaries, canary_audit_result,
+                                              track_claimed_trajectory)
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.seeding import torch_generator
@@ -76,6 +77,7 @@ class UserCanaryConfig(CanaryAuditConfig):
     default (module docstring)."""
 
     mechanism: bool = True
+    trajectory: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -92,8 +94,9 @@ class CanaryUsers:
     set up at the first round, when the aggregated parameters' shapes are known.
     """
 
-    def __init__(self, cfg: UserCanaryConfig, seed: int, *, paired: bool, rate: float, gamma: float, noise_std: float):
-        self.cfg, self.seed, self.paired = cfg, seed, paired
+    def __init__(self, cfg: UserCanaryConfig, seed: int, *, paired: bool, rate: float, gamma: float, noise_std: float,
+                 rounds: int):
+        self.cfg, self.seed, self.paired, self.rounds = cfg, seed, paired, rounds
         self.rate, self.gamma, self.noise_std = rate, gamma, noise_std
         self.sampling = torch_generator(seed, "rounds")
         self.canaries: GradientCanaries | None = None
@@ -108,6 +111,8 @@ class CanaryUsers:
             self.canaries = GradientCanaries(dim, self.cfg.count(dim), clip_norm=self.gamma, seed=self.seed,
                                              paired=self.paired, score=self.cfg.score, rate=self.rate,
                                              noise_std=self.noise_std)
+            spread = 2 * self.gamma if self.paired else self.gamma  # the hypotheses' mean difference D
+            track_claimed_trajectory(self.canaries, self.cfg, multiplier=self.noise_std / spread, steps=self.rounds)
         return self.canaries
 
     def hook(self, t: int):
@@ -134,7 +139,7 @@ class CanaryUsers:
 
         def observer(noisy: dict[str, torch.Tensor], data: dict[str, torch.Tensor]) -> None:
             seen = {n: noisy[n] - data[n] if centred else noisy[n] for n in names}
-            can.observe(t, torch.cat([seen[n].flatten().double().cpu() for n in names]))
+            can.observe(t, torch.cat([seen[n].flatten().double().cpu() for n in names]), sampled.numpy())
 
         return parts, observer
 
@@ -160,7 +165,7 @@ class UserCanaryAudit(Attack):
         gamma = float(defense.config.clip_norm)
         noise_std = defense.noise_plan(target.budget, num_users).sigma * gamma
         users = CanaryUsers(cfg, target.derive_seed("user-canary"), paired=paired, rate=rate, gamma=gamma,
-                            noise_std=noise_std)
+                            noise_std=noise_std, rounds=defense.config.rounds)
         trained = defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
                               canaries=users.hook)
         if users.canaries is None:
@@ -168,7 +173,8 @@ class UserCanaryAudit(Attack):
         can = users.canaries
         delta = cfg.delta if cfg.delta is not None else float(trained.claim.delta)
         result = canary_audit_result(can, cfg, steps=defense.config.rounds, delta=delta,
-                                     seed=target.derive_seed("planned-guesses"), unit="user", event=trained.claim.event)
+                                     seed=target.derive_seed("planned-guesses"), unit="user", event=trained.claim.event,
+                                     claim_params=trained.claim.params)
         bound = dataclasses.replace(result.bound, notes=result.bound.notes + (
             (f"white-box: {can.m} paired canary-user slots (+-gamma e_j, a fair coin picks the sign) "
              if paired else f"white-box: {can.m} canary users (gamma e_j, each in the population with probability "

@@ -53,6 +53,9 @@ def test_canary_users_give_a_mechanism_bound_below_the_claims_pld_epsilon(digits
     assert mb is not None and (mb.relation, mb.unit, mb.method) == ("replace-one", "user", "one-run-fdp-mechanism")
     assert mb.counts["k_neg"] == 0 and mb.counts["event"]["type"] == "SelfComposedDpEvent"
     assert 0 < mb.epsilon <= _claim_pld_epsilon(digits, budget) and not mb.counts["claim_rejected"]
+    tb = result.trajectory_bound  # every round's paired slots: sound, and tighter than the one-run bound
+    assert (tb.relation, tb.unit, tb.method) == ("replace-one", "user", "white-box-trajectory")
+    assert mb.epsilon < tb.epsilon <= _claim_pld_epsilon(digits, budget) and not tb.counts["claim_rejected"]
 
 
 def test_undernoised_aggregation_is_refuted_by_the_mechanism_bound(digits, monkeypatch):
@@ -67,3 +70,4 @@ def test_undernoised_aggregation_is_refuted_by_the_mechanism_bound(digits, monke
     result = make_attack("user-canary", canaries=2000).run(target)
     mb = result.mechanism_bound
     assert mb.counts["claim_rejected"] and mb.epsilon > _claim_pld_epsilon(digits, budget)
+    assert result.trajectory_bound.counts["claim_rejected"] and result.trajectory_bound.epsilon > mb.epsilon
