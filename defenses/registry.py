@@ -17,7 +17,13 @@ DEFENSES: Registry[type[Defense]] = Registry("defense", {
     "dpcl-barlow": "privaudit.defenses.dpcl:DPCLBarlow",
     "dp-gcl": "privaudit.defenses.dp_gcl:DPGCL",
     "logit-dp": "privaudit.defenses.logit_dp:LogitDP",
-    "control-undernoised": "privaudit.defenses.controls:UnderNoisedControl",  # a positive control, not a defense
+    # positive controls, not defenses: a DP defense with a planted bug (defenses.controls)
+    "control-undernoised": "privaudit.defenses.controls:UnderNoisedControl",
+    "control-dpsgd": "privaudit.defenses.controls:DPSGDControl",
+    "control-dp-clip": "privaudit.defenses.controls:DPClipControl",
+    "control-logit-dp": "privaudit.defenses.controls:LogitDPControl",
+    "control-dpcl-simclr": "privaudit.defenses.controls:DPCLSimCLRControl",
+    "control-dpcl-barlow": "privaudit.defenses.controls:DPCLBarlowControl",
     "opacus-dpsgd": "privaudit.defenses.opacus_dpsgd:OpacusDPSGD",  # plain DP-SGD classifier on Opacus' PrivacyEngine
     "user-model": "privaudit.defenses.user_model:UserModel",  # a user's own classifier (factory + training function)
 })

@@ -32,12 +32,13 @@ import torch.nn as nn
 
 from privaudit.accountants import PrivacyClaim
 from privaudit.accountants.registry import ACCOUNTANTS
+from privaudit.accountants.trace import TrainingTrace
 from privaudit.core.datasets import DatasetInfo, MembershipData
 from privaudit.core.errors import ConfigError, check_positive, one_of
 from privaudit.defenses.augment import Augmentation, augmentation_for
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
-from privaudit.defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibrate_multiplier, noise_multipliers,
-                                    plan_sampling)
+from privaudit.defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibrate_multiplier,
+                                              effective_multiplier, noise_multipliers, plan_sampling)
 from privaudit.defenses.dp.contrastive import tracking
 from privaudit.defenses.dp.embedder import Embedder
 from privaudit.defenses.dp.gradients import ENGINES, ClippedSum, engine_reason, zero_sum
@@ -207,6 +208,16 @@ class DPDefense(Defense):
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
         return self.config.model_spec(info)
 
+    def step_noise_std(self, step: int, noise_std: float) -> float:
+        """The gradient noise std step ``step`` adds (recorded in the trace): the calibrated one. Positive controls
+        (:mod:`privaudit.defenses.controls`) override it to plant a bug."""
+        return noise_std
+
+    def added_noise_scale(self) -> float:
+        """The fraction of the drawn noise the release adds (1: all of it). Only positive controls change it, to
+        plant a shortfall that no record shows (:mod:`privaudit.defenses.controls`)."""
+        return 1.0
+
     def engine_note(self, embedder: Embedder) -> str:
         """Which engine computes the step's per-unit gradients (recorded in ``extras['dp']['engine']``)."""
         reason = engine_reason(embedder)
@@ -345,12 +356,16 @@ class DPDefense(Defense):
             engines = counter["engines"]
             engines[out.clipped.engine] = engines.get(out.clipped.engine, 0) + 1
             total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
-            rel = release(total, noise_std, rnd.generator("noise", gradient.name), normalizer=normalizer,
-                          canaries=canaries_at(canaries, t), canary_bound=canary_bound)
+            std = self.step_noise_std(t, noise_std)
+            rel = release(total, std, rnd.generator("noise", gradient.name), normalizer=normalizer,
+                          canaries=canaries_at(canaries, t), canary_bound=canary_bound,
+                          added_scale=self.added_noise_scale())
             embedder.space.write_grad(model, rel.gradient)
+            used = effective_multiplier({**multipliers, gradient.name: std / gradient.sensitivity})
             return {"loss": out.loss, "clipped_fraction": out.clipped.clipped_fraction, "grad_snr": rel.snr,
                     "signal_norm": rel.signal_norm, "noise_norm": rel.noise_norm, "batch_size": float(len(idx)),
-                    "units": float(out.clipped.n_units), "canaries": float(rel.canaries)}
+                    "units": float(out.clipped.n_units), "canaries": float(rel.canaries), "noise_std": std,
+                    "sensitivity": gradient.sensitivity, "multiplier": used}
 
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
                          "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
@@ -376,8 +391,13 @@ class DPDefense(Defense):
         frac = [v for v in history.get("clipped_fraction", []) if not math.isnan(v)]
         dp["mean_clipped_fraction"] = sum(frac) / len(frac) if frac else None
         released = self.released(run.model)
+        trace = TrainingTrace.from_history(history, unit=self.unit_kind, sampler=run.plan.sampler,
+                                           population=run.plan.n, sample_rate=run.plan.sample_rate,
+                                           batch_size_configured=run.plan.batch_size, dim=int(dp["param_count"]),
+                                           clip=float(self.config.clip))
         return Trained(self.name, released, self.model_spec(data.info), run.claim, history, self.config_dict(), seed,
-                       extras={"dp": dp, "init": run.extras.get("init", {"init": self.config.init})})
+                       extras={"dp": dp, "init": run.extras.get("init", {"init": self.config.init}),
+                               "trace": trace.to_dict()})
 
     # -- privatized quantities ------------------------------------------------------------------------
     def quantity_function(self, data: MembershipData, model: nn.Module | None = None, *,

@@ -144,10 +144,12 @@ class Release:
 
 
 def release(clipped_total: torch.Tensor, noise_std: float, generator: torch.Generator, *, normalizer: float = 1.0,
-            canaries: Canaries | None = None, canary_bound: float | None = None) -> Release:
+            canaries: Canaries | None = None, canary_bound: float | None = None, added_scale: float = 1.0) -> Release:
     """Add the included canaries and N(0, noise_std^2 I) to the clipped sum, divide by ``normalizer``.
 
     ``canary_bound`` is the largest canary norm allowed: the gradient mechanism's sensitivity Delta.
+    ``added_scale`` (1 but in positive controls) scales the noise as it is added, after its norm is recorded: a
+    planted shortfall only an end-to-end measurement (the canaries' observations) can see.
     """
     if normalizer <= 0:
         raise ValueError(f"normalizer: must be > 0, got {normalizer}")
@@ -159,7 +161,7 @@ def release(clipped_total: torch.Tensor, noise_std: float, generator: torch.Gene
         signal = signal + canaries.total(signal.numel(), canary_bound, device=signal.device, dtype=signal.dtype)
         n_canaries = int(canaries.include.sum())
     noise = gaussian(signal.shape, noise_std, generator, device=signal.device, dtype=signal.dtype)
-    noisy = signal + noise
+    noisy = signal + (noise if added_scale == 1.0 else added_scale * noise)
     if canaries is not None and canaries.observer is not None:
         centred = getattr(canaries, "centred", False)
         canaries.observer((noisy - clipped_total).detach() if centred else noisy.detach())
