@@ -144,6 +144,12 @@ def _mu_at(fpr_hi: np.ndarray, fnr_hi: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(mu), mu, np.where(mu > 0, np.inf, 0.0))
 
 
+def _mu_counts(fp: int, n_out: int, fn: int, n_in: int, level: float) -> float:
+    """Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi) with one-sided Clopper-Pearson bounds at ``level`` each."""
+    fpr_hi, fnr_hi = clopper_pearson_upper(fp, n_out, level), clopper_pearson_upper(fn, n_in, level)
+    return float(_mu_at(np.array([fpr_hi]), np.array([fnr_hi]))[0])
+
+
 def gdp_bound(out_scores: np.ndarray, in_scores: np.ndarray, *, alpha: float = 0.05, seed: int = 0,
               thresholds: int = GDP_THRESHOLDS) -> dict[str, Any]:
     """Sound mu lower bound: thresholds picked on one half, Bonferroni over ``thresholds`` on the other.
@@ -177,15 +183,22 @@ def gdp_bound(out_scores: np.ndarray, in_scores: np.ndarray, *, alpha: float = 0
     for t in chosen:
         fp_e = int(ev_out.size - np.searchsorted(ev_out, t, side="left"))
         fn_e = int(np.searchsorted(ev_in, t, side="left"))
-        fpr_hi = clopper_pearson_upper(fp_e, ev_out.size, level)
-        fnr_hi = clopper_pearson_upper(fn_e, ev_in.size, level)
-        mu = float(_mu_at(np.array([fpr_hi]), np.array([fnr_hi]))[0])
+        mu = _mu_counts(fp_e, ev_out.size, fn_e, ev_in.size, level)
         best = max(best, mu)
-        points.append({"threshold": float(t), "fpr": fp_e / ev_out.size, "fnr": fn_e / ev_in.size,
-                       "fpr_ci": _cp_two_sided(fp_e, ev_out.size, alpha / k),
+        points.append({"threshold": float(t), "fp": fp_e, "fn": fn_e, "fpr": fp_e / ev_out.size,
+                       "fnr": fn_e / ev_in.size, "fpr_ci": _cp_two_sided(fp_e, ev_out.size, alpha / k),
                        "fnr_ci": _cp_two_sided(fn_e, ev_in.size, alpha / k), "mu_lower": max(mu, 0.0)})
     return {"mu_lower": max(best, 0.0), "thresholds": len(chosen), "alpha": alpha,
             "selection": [int(ho), int(hi)], "evaluation": [int(ev_out.size), int(ev_in.size)], "tradeoff": points}
+
+
+def gdp_mu_recomputed(gdp: dict[str, Any], alpha: float) -> float:
+    """:func:`gdp_bound`'s mu_lb recomputed from its saved evaluation counts at another ``alpha`` (the same
+    thresholds, chosen on the selection half, with the same Bonferroni over them): the gate's family-wise level."""
+    check_probability("alpha", alpha)
+    n_out, n_in = (int(v) for v in gdp["evaluation"])
+    level = alpha / (2 * max(1, int(gdp["thresholds"])))
+    return max([0.0] + [_mu_counts(int(p["fp"]), n_out, int(p["fn"]), n_in, level) for p in gdp["tradeoff"]])
 
 
 @dataclass(frozen=True)

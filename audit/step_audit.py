@@ -35,6 +35,7 @@ the pins, the model) is saved as safetensors beside a JSON header.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -287,20 +288,25 @@ class _GradientAudit:
     """The audit of one defense's DP-SGD-style step: its noise calibrated as training does, its model (built
     once, for the canary and extreme pairs) and one row per pair."""
 
-    def __init__(self, name: str, ctx: Any, request: StepRequest):
+    def __init__(self, name: str, ctx: Any, request: StepRequest, *, z: Mapping[str, float] | None = None,
+                 model: torch.nn.Module | None = None):
+        """``z`` (z_actual, z_claimed, z_effective): the multipliers of a run that happened (default: calibrated as
+        training does); ``model``: the model the canonical pairs run at (default: the seeded initial model)."""
         from privaudit.defenses.registry import make_defense
 
         self.name, self.ctx, self.request, self.data = name, ctx, request, ctx.data
         self.defense = make_defense(name, dict(request.params))
         if not getattr(self.defense, "private", False) or not hasattr(self.defense, "quantity_function"):
             raise ConfigError(f"defense: {name!r} has no DP-SGD-style privatised step to audit")
-        self.z = calibrated(self.defense, self.data, request.target_epsilon, request.delta, request.noise_multiplier)
+        self.z = dict(z) if z is not None else calibrated(self.defense, self.data, request.target_epsilon,
+                                                          request.delta, request.noise_multiplier)
         self.relation = self.defense.plan(len(self.data.train)).relation
         self.claim = _gaussian_claim(
             self.z["z_claimed"], self.z["z_actual"], self.z["z_effective"], request,
             "the gradient mechanism of one step (batch level, before subsampling): Gaussian with the claimed "
             "sensitivity, mu = 1 / z")
         self._base: _Step | None = None
+        self._model = model
 
     def run(self) -> StepAudit:
         pairs = [self.pair(i, kind) for i, kind in enumerate(self.request.kinds)]
@@ -309,8 +315,8 @@ class _GradientAudit:
     def base_step(self) -> _Step:
         if self._base is None:
             d, seed = self.defense, self.request.seed
-            self._base = _Step(d, self.data, d.build(d.model_spec(self.data.info), seed).eval(), self.z["z_actual"],
-                               seed)
+            model = self._model if self._model is not None else d.build(d.model_spec(self.data.info), seed)
+            self._base = _Step(d, self.data, model.eval(), self.z["z_actual"], seed)
         return self._base
 
     def inputs(self, kind: str) -> tuple[_Step, torch.Tensor, torch.Tensor, int, dict[str, Any]]:
@@ -395,6 +401,52 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
 
         return audit_release(name, ctx, request)
     return _GradientAudit(name, ctx, request).run()
+
+
+def trained_multipliers(claim: Any, trace: Mapping[str, Any]) -> dict[str, float]:
+    """(z_actual, z_claimed, z_effective) of a run that happened: the smallest gradient multiplier any step of its
+    trace used (noise std over sensitivity), and the claim's gradient and effective multipliers."""
+    stds, sens = trace["noise_std"], trace["sensitivity"]
+    if not stds:
+        raise ConfigError("step audit: the run's trace has no step")
+    params = claim.params
+    claimed = params.get("noise_multipliers") or {}
+    if not claimed:
+        raise ConfigError("step audit: the claim records no noise multipliers (not a DP-SGD-style claim)")
+    return {"z_actual": min(float(s) / float(d) for s, d in zip(stds, sens)),
+            "z_claimed": float(next(iter(claimed.values()))),
+            "z_effective": float(params.get("effective_noise_multiplier", 0.0)), "epsilon_run": None}
+
+
+def trained_model(defense: Any, trained: Any, data: Any, seed: int) -> tuple[torch.nn.Module, str]:
+    """The model a run's last step ran at (its trained parameters), and where they came from. The released model
+    is the trained one for every defense here but DP-GCL's two towers (only the first is released): there the
+    seeded initial model stands in, and the note says so."""
+    model = defense.build(defense.model_spec(data.info), seed)
+    try:
+        model.load_state_dict(trained.model.state_dict())
+    except RuntimeError:
+        return model, "the seeded initial model (the released model is only part of the trained one)"
+    return model, "the trained parameters"
+
+
+def audit_trained_step(name: str, params: Mapping[str, Any], trained: Any, data: Any, *, target_epsilon: float | None,
+                       delta: float, draws: int = DEFAULT_DRAWS, alpha: float = 0.05, seed: int = 0,
+                       noise: str = "projected") -> StepAudit:
+    """The step a run actually ran, audited on the canonical pairs (canary, extreme): its configuration
+    (``params``: clip, batch size or sampling rate, grouping), the noise its trace records (the smallest of any
+    step), its claim's per-step mu and its trained parameters. A planted under-noising shows as mu_lb > mu."""
+    from types import SimpleNamespace
+
+    check_positive("draws", draws)
+    check_probability("alpha", alpha)
+    request = StepRequest(dict(params), target_epsilon, None, delta, draws, ("canary", "extreme"), alpha, seed, noise,
+                          data.info.name, DEFAULT_WITNESS_EVALUATIONS, None)
+    z = trained_multipliers(trained.claim, trained.extras["trace"])
+    audit = _GradientAudit(name, SimpleNamespace(data=data), request, z=z)
+    audit._model, where = trained_model(audit.defense, trained, data, seed)
+    result = audit.run()
+    return dataclasses.replace(result, settings={**result.settings, "model": where, "noise_from": "the run's trace"})
 
 
 def summary_line(r: StepAudit) -> str:
