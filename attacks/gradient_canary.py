@@ -287,13 +287,13 @@ def planned_guesses(m: int, *, rate: float, steps: int, norm: float, noise_std: 
 
     The rule: simulate the idealised canary audit of the mechanism the claim describes
     (:func:`simulate_canary_scores`, with the audit's own score function) and take, for each bound, the
-    guess fraction (:data:`GUESS_FRACTIONS`; :data:`MECHANISM_FRACTIONS` for the mechanism bound, computed
+    guess fraction (:data:`GUESS_FRACTIONS`; :data:`MECHANISM_FRACTIONS` for the mechanism bound's first rung, computed
     only when the claim's ``event`` is given) with the largest mean bound over ``replicates`` simulations
     (Steinke's and the f-DP bound at beta / 2 each, as reported; the mechanism bound at beta). The real
     scores are never read, so k is fixed in advance and the bounds need no correction for the choice.
     """
     from privaudit.attacks.bounds import fdp_one_run_parameter, one_run_epsilon
-    from privaudit.attacks.mechanism_bound import mechanism_epsilon
+    from privaudit.attacks.mechanism_bound import LADDER, mechanism_epsilon
 
     rng = numpy_rng(seed, "planned-guesses")
     ks = sorted({max(1, min(m // 2, int(round(f * m)))) for f in GUESS_FRACTIONS})
@@ -311,7 +311,7 @@ def planned_guesses(m: int, *, rate: float, steps: int, norm: float, noise_std: 
             fd[j] += fdp_one_run_parameter(m, k, int(correct_top[k - 1]), beta=beta / 2, delta=delta)
         if event is not None:
             for j, k in enumerate(km):
-                me[j] += mechanism_epsilon(m, k, int(correct_top[k - 1]), event, relation, beta=beta,
+                me[j] += mechanism_epsilon(m, k, int(correct_top[k - 1]), event, relation, beta=beta / LADDER,
                                            delta=delta)[0]
     return GuessPlan(ks[int(np.argmax(st))], ks[int(np.argmax(fd))],
                      km[int(np.argmax(me))] if event is not None else None)

@@ -35,6 +35,13 @@ Soundness argument.
    eps_claim (eps_opt(1) <= the exact epsilon <= any sound accountant's), and more generally a run with
    E_s's profile over-claims eps(E_s) with probability at most beta.
 
+5. Guesses come as a ladder k+, 4 k+, 16 k+ (fixed before the scores; :func:`guess_ladder`), each rung a test of
+   the same hypotheses at beta / rungs; the largest rung's bound is reported, so by the union bound a run with
+   E_s's profile over-claims eps(E_s) with probability at most beta. Why a ladder: one k+ saturates -- once all
+   its guesses are right the counts no longer change however leaky the run is, and the bound stops at the
+   design's ceiling (v = r), which for a few hundred guesses among 20000 canaries lies below an epsilon-8 claim.
+   Larger rungs, all right, are stronger evidence and lift the ceiling; the ceiling is reported beside the bound.
+
 What it refutes. eps_lb_mechanism > eps_claim means the run is **not as private as the mechanism the
 claim accounts** (the noise, clipping, sampling or sensitivity differ from what the accountant composes);
 it is not a lower bound on the (eps, delta) epsilon of an arbitrary mechanism, so it is kept in its own
@@ -68,6 +75,8 @@ EPS_GRID = np.concatenate([np.arange(0.0, 4.0, 0.02), np.arange(4.0, 40.0 + 1e-9
 #: PLD discretisation of the null (pessimistic: coarser only lowers f_s, still sound) and of the reported
 #: epsilon (optimistic: a lower bound on the scaled event's exact epsilon).
 NULL_INTERVAL, EPS_INTERVAL = 1e-2, 1e-3
+#: Rungs of the guess ladder (:func:`guess_ladder`).
+LADDER = 3
 
 
 def scale_noise(event: DpEvent, s: float) -> DpEvent:
@@ -174,21 +183,52 @@ def mechanism_epsilon(m: int, r: int, v: int, event: DpEvent, relation: str, *, 
     return eps, s_star, claim_rejected
 
 
+def guess_ladder(k_pos: int, m: int) -> list[int]:
+    """The guess counts tested: k+, 4 k+, 16 k+ (:data:`LADDER` rungs), capped at m / 2 and deduplicated. It depends
+    on k+ and m alone, so it is fixed before any score exists."""
+    cap = max(1, m // 2)
+    return sorted({max(1, min(cap, k_pos * 4 ** j)) for j in range(LADDER)})
+
+
+def _ladder_epsilons(m: int, rungs: list[tuple[int, int]], event: DpEvent, relation: str, *, beta: float,
+                     delta: float) -> list[tuple[float, float | None, bool]]:
+    """:func:`mechanism_epsilon` of every rung's (r, v) at beta / (number of rungs) (the union bound)."""
+    level = beta / len(rungs)
+    return [mechanism_epsilon(m, r, v, event, relation, beta=level, delta=delta) for r, v in rungs]
+
+
 def mechanism_one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos: int, event: DpEvent,
                             relation: str, unit: str = "example", beta: float = 0.05, delta: float,
                             m: int | None = None) -> EpsilonLowerBound:
     """``eps_lb_mechanism`` from scores (higher = member; paired slots: higher = the first candidate) with
-    k+ one-sided guesses fixed in advance, against the claim's own event (module docstring)."""
+    the guess ladder of k+ (:func:`guess_ladder`) fixed in advance, against the claim's own event (module docstring).
+
+    Each rung is a test at beta / rungs and the largest of their bounds is reported (a union bound: sound at
+    1 - beta). A single k+ saturates: once every one of its guesses is right, the counts are the same however
+    leaky the run, and the bound stops at the design's *ceiling* (the bound with v = r), which can lie below the
+    claim -- a run far less private than claimed then reads "consistent". The larger rungs lift the ceiling
+    (more guesses, all right, are stronger evidence); the ceiling of the ladder is reported (``ceiling``) and
+    ``saturated`` says the reported bound is that ceiling (the run may be less private than any rung can show)."""
     check_relation_unit(relation, unit)
-    m, r, v = one_sided_counts(scores, membership, k_pos, m)
-    eps, s_star, claim_rejected = mechanism_epsilon(m, r, v, event, relation, beta=beta, delta=delta)
-    counts: dict[str, Any] = {"m": m, "r": r, "v": v, "k_pos": k_pos, "k_neg": 0, "noise_scale": s_star,
-                              "claim_rejected": claim_rejected, "event": event_to_dict(event)}
+    n = m if m is not None else np.asarray(scores).size
+    ks = guess_ladder(k_pos, n)
+    rungs = [one_sided_counts(scores, membership, k, m)[1:] for k in ks]
+    results = _ladder_epsilons(n, rungs, event, relation, beta=beta, delta=delta)
+    best = int(np.argmax([e for e, _, _ in results]))
+    eps, s_star = results[best][:2]
+    ceiling = max(e for e, _, _ in _ladder_epsilons(n, [(k, k) for k in ks], event, relation, beta=beta, delta=delta))
+    (r, v), claim_rejected = rungs[best], any(rej for _, _, rej in results)
+    counts: dict[str, Any] = {"m": n, "r": r, "v": v, "k_pos": ks[best], "k_neg": 0, "noise_scale": s_star,
+                              "claim_rejected": claim_rejected, "event": event_to_dict(event),
+                              "ladder": [{"k": k, "r": rr, "v": vv} for k, (rr, vv) in zip(ks, rungs)],
+                              "ceiling": ceiling, "saturated": bool(eps >= ceiling)}
     scale = "none rejected" if s_star is None else f"smallest rejected noise scale s*={s_star:.3g}"
     label = (f"one-run f-DP against the claim's mechanism (Mahloujifar et al. 2025 with the claim's own PLD "
-             f"trade-off curve; {relation}, per {unit}): k+={k_pos} fixed in advance, {v}/{r} correct of m={m}, "
-             f"{scale}, eps = optimistic PLD epsilon of that mechanism at delta={delta:g}, "
-             f"{100 * (1 - beta):.0f}% confidence; refutes the claim's mechanism, not every (eps, delta) one")
+             f"trade-off curve; {relation}, per {unit}): guesses k+ in {ks} fixed in advance, each at "
+             f"{100 * (1 - beta / len(ks)):.4g}%, best k+={ks[best]}: {v}/{r} correct of m={n}, {scale}, eps = "
+             f"optimistic PLD epsilon of that mechanism at delta={delta:g}, {100 * (1 - beta):.0f}% confidence; "
+             f"ceiling {ceiling:.4g}{' (saturated)' if counts['saturated'] else ''}; refutes the claim's mechanism, "
+             "not every (eps, delta) one")
     return EpsilonLowerBound(eps, METHOD, label, 1 - beta, delta, counts, relation=relation, unit=unit,
                              notes=("lower bound on the PLD epsilon of the claim's own mechanism family (its noise "
                                     "scaled): a value above the claim means the run is less private than the "
@@ -196,7 +236,8 @@ def mechanism_one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos
 
 
 def mechanism_one_run_epsilon(counts: dict[str, Any], *, beta: float, delta: float, relation: str) -> float:
-    """The bound recomputed from its counts at another ``beta`` (the gate's family-wise level)."""
+    """The bound recomputed from its counts at another ``beta`` (the gate's family-wise level): every rung of its
+    ladder at beta / rungs (a bound saved without a ladder: its one (r, v) at beta)."""
     event = event_from_dict(counts["event"])
-    return mechanism_epsilon(int(counts["m"]), int(counts["r"]), int(counts["v"]), event, relation, beta=beta,
-                             delta=delta)[0]
+    rungs = [(int(c["r"]), int(c["v"])) for c in counts.get("ladder") or [counts]]
+    return max(e for e, _, _ in _ladder_epsilons(int(counts["m"]), rungs, event, relation, beta=beta, delta=delta))

@@ -110,8 +110,11 @@ def test_gate_recomputes_and_compares_the_mechanism_bound():
     assert b.method == METHOD and 0 < b.epsilon <= claim_epsilon(event(0.8))
     d = b.to_dict()
     assert family_bound(d, 1) == pytest.approx(b.epsilon)
-    assert family_bound(d, 10) == pytest.approx(mechanism_epsilon(4000, b.counts["r"], b.counts["v"], event(0.8),
-                                                                  "add-remove", beta=BETA / 10, delta=DELTA)[0])
+    rungs = b.counts["ladder"]
+    assert [c["k"] for c in rungs] == [80, 320, 1280]
+    assert family_bound(d, 10) == pytest.approx(max(
+        mechanism_epsilon(4000, c["r"], c["v"], event(0.8), "add-remove", beta=BETA / 30, delta=DELTA)[0]
+        for c in rungs))
     assert family_bound(d, 10) <= b.epsilon
     cell = {"claim": {"relation": "add-remove", "unit": "example", "delta": DELTA}, "epsilon": {"pld": 9.0},
             "details": {"epsilon": {}}}
@@ -121,3 +124,19 @@ def test_gate_recomputes_and_compares_the_mechanism_bound():
     c = compare(cell, "gradient-canary", attack, 0.0)
     assert c["method"] == METHOD and c["eps_lower_bound"] == b.epsilon and c["eps_lb_any_mechanism"] == 0.5
     assert c["verdict"] == "pending" and not math.isnan(c["epsilon"])
+
+
+def test_the_guess_ladder_lifts_the_ceiling_of_one_k():
+    """One k+ saturates: with every guess right the bound is the design's ceiling, the same at 2x and 3x too little
+    noise. The ladder (k+, 4 k+, 16 k+ at beta / 3 each) keeps growing with the leak and reports its ceiling."""
+    z_claim, m, k = 0.8, 4000, 80
+    single = mechanism_epsilon(m, k, k, event(z_claim), "add-remove", beta=BETA, delta=DELTA)[0]
+    bounds = []
+    for factor in (2.0, 3.0):
+        coin, scores = simulate_canary_scores(m, rate=Q, steps=T, norm=1.0, noise_std=z_claim / factor, paired=False,
+                                              score="llr", rng=numpy_rng(1, "ladder"))
+        b = mechanism_one_run_bound(scores, coin, k_pos=k, event=event(z_claim), relation="add-remove", beta=BETA,
+                                    delta=DELTA)
+        bounds.append(b.epsilon)
+        assert b.counts["ceiling"] > single and b.counts["ladder"][0]["v"] == k  # the first rung is saturated
+    assert single < bounds[0] < bounds[1]
