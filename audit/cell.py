@@ -33,6 +33,7 @@ class CellOutcome:
     results: dict[str, AttackResult] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
+    evidence: dict[str, Any] | None = None  # the claim checks' evidence (claim and trace), saved beside the record
 
 
 @dataclass(frozen=True)
@@ -102,23 +103,25 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
     record = base_record(spec)
     results: dict[str, AttackResult] = {}
     clock = _StageClock({}, on_stage)
-    error = None
+    error, evidence = None, None
     threads = torch.get_num_threads()
     torch.set_num_threads(spec.threads)  # the same arithmetic in every executor (see audit.suite: threads)
     try:
-        _run_stages(spec, executor, progress, record, results, clock)
+        evidence = _run_stages(spec, executor, progress, record, results, clock)
     except Exception as exc:  # noqa: BLE001 - a failing cell is reported, not fatal to the suite
         error = failure_line(clock.current, exc)
         record["details"]["error"] = error
         record["details"]["traceback"] = traceback.format_exc()
     finally:
         torch.set_num_threads(threads)
-    return CellOutcome(spec, record, results, clock.timings, error)
+    return CellOutcome(spec, record, results, clock.timings, error, evidence)
 
 
 def _run_stages(spec: CellSpec, executor: ExecutorSpec, progress: bool, record: dict[str, Any],
-                results: dict[str, AttackResult], clock: _StageClock) -> None:
-    """Load the data, train the defense, then fill ``record`` stage by stage (utility, epsilon, each attack)."""
+                results: dict[str, AttackResult], clock: _StageClock) -> dict[str, Any] | None:
+    """Load the data, train the defense, then fill ``record`` stage by stage (utility, epsilon, the claim checks,
+    each attack); return the claim checks' evidence (None for a run without a trace)."""
+    from privaudit.audit.claim_checks import run_claim_checks
     from privaudit.attacks import DataRef, Target
     from privaudit.attacks.shadow_models import resolve_defense
     from privaudit.audit.device import resolve_device
@@ -137,9 +140,15 @@ def _run_stages(spec: CellSpec, executor: ExecutorSpec, progress: bool, record: 
     record["claim"] = claim_record(trained.claim)
     record["utility"] = clock("utility", lambda: _utility(spec, trained, data, device, record))
     _account(trained, data, record, clock)
+    checks = clock("claim checks", lambda: run_claim_checks(
+        spec.defense.name, dict(spec.defense.params), trained, data, target_epsilon=spec.target_epsilon,
+        delta=float(trained.claim.delta), seed=spec.seed))
+    if checks is not None:
+        record["claim_checks"] = checks[0]
     target = Target(trained, data, spec.defense.name, dict(spec.defense.params), budget, spec.seed, str(device),
                     data_ref)
     _attack(spec, target, executor, progress, record, results, clock)
+    return None if checks is None else checks[1]
 
 
 def _utility(spec: CellSpec, trained: Any, data: Any, device: Any, record: dict[str, Any]) -> dict[str, Any]:

@@ -176,6 +176,12 @@ def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
         record["details"].pop("traceback", None)
         return strict(record)
     files = []
+    if outcome.evidence is not None:  # the claim checks' evidence, for the gate to recompute them
+        from privaudit.audit.claim_checks import EVIDENCE_FILE
+
+        atomic_write_json(directory / EVIDENCE_FILE, outcome.evidence)
+        record["claim_checks"]["evidence"] = (directory / EVIDENCE_FILE).relative_to(out).as_posix()
+        files.append(directory / EVIDENCE_FILE)
     for label, result in outcome.results.items():
         result.save(directory / "attacks" / label)
         scores = directory / "attacks" / label / "scores.npz"

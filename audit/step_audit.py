@@ -292,10 +292,10 @@ class _GradientAudit:
                  model: torch.nn.Module | None = None):
         """``z`` (z_actual, z_claimed, z_effective): the multipliers of a run that happened (default: calibrated as
         training does); ``model``: the model the canonical pairs run at (default: the seeded initial model)."""
-        from privaudit.defenses.registry import make_defense
+        from privaudit.attacks.shadow_models import resolve_defense
 
         self.name, self.ctx, self.request, self.data = name, ctx, request, ctx.data
-        self.defense = make_defense(name, dict(request.params))
+        self.defense = resolve_defense(name, dict(request.params))
         if not getattr(self.defense, "private", False) or not hasattr(self.defense, "quantity_function"):
             raise ConfigError(f"defense: {name!r} has no DP-SGD-style privatised step to audit")
         self.z = dict(z) if z is not None else calibrated(self.defense, self.data, request.target_epsilon,

@@ -1,0 +1,66 @@
+"""Each DP cell's claim checked as its run happened: the trace against the claim, the step as it ran.
+
+A claim composes T per-step mechanisms. Two checks, run on every cell whose training records a trace
+(:class:`privaudit.accountants.trace.TrainingTrace`: the DP-SGD-style defenses), make "per-step audit plus a
+verified composition" the whole-training claim:
+
+* **Trace.** :func:`privaudit.accountants.trace.check_trace`: training ran no more steps than the claim composes,
+  each with at least the claimed noise multiplier, the claimed sampler and at most the claimed rate; the realised
+  noise norms and batch sizes agree with the recorded stds and the claimed rate. A mismatch names the step and the
+  field. The exact checks cannot fail a correct run; the measured ones fail one with probability at most
+  :data:`~privaudit.accountants.trace.TRACE_ALPHA` per cell.
+* **The step as it ran.** :func:`privaudit.audit.step_audit.audit_trained_step`: the cell's own configuration,
+  the smallest noise any step of its trace used, its trained parameters; the canary pair (a unit at exactly the
+  claimed sensitivity) and the extreme pair (a Dirac-like image), each a sound GDP lower bound mu_lb on the step's
+  mu against the claim's per-step mu = 1 / z. The gate recomputes each pair's mu_lb from its saved counts at its
+  family-wise level (:func:`step_pair_mu`).
+
+The evidence (the claim with its event, and the trace) is saved beside the cell (``claim_checks.json``) so that the
+gate recomputes every verdict from it; the record keeps the findings and the step audit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.trace import TRACE_ALPHA, TraceMismatch, check_trace
+from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
+from privaudit.core.errors import ConfigError
+
+EVIDENCE_FILE = "claim_checks.json"
+#: Draws per side of each per-cell step-audit pair.
+CELL_STEP_DRAWS = 100_000
+
+
+def run_claim_checks(name: str, params: Mapping[str, Any], trained: Any, data: Any, *, target_epsilon: float | None,
+                     delta: float, seed: int, draws: int = CELL_STEP_DRAWS
+                     ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(the record's ``claim_checks``, the evidence to save) of a trained run with a trace; None without one."""
+    from privaudit.audit.step_audit import audit_trained_step
+
+    trace = (trained.extras or {}).get("trace")
+    if trace is None:
+        return None
+    found = check_trace(trained.claim, trace)
+    audit = audit_trained_step(name, params, trained, data, target_epsilon=target_epsilon, delta=delta, draws=draws,
+                               seed=seed)
+    record = {"trace": {"steps": len(trace["batch_size"]), "alpha": TRACE_ALPHA,
+                        "mismatches": [m.to_dict() for m in found]},
+              "step_audit": audit.to_dict()}
+    return record, {"claim": trained.claim.to_dict(), "trace": trace}
+
+
+def trace_findings(evidence: Mapping[str, Any]) -> list[TraceMismatch]:
+    """The trace check recomputed from the saved evidence (claim and trace)."""
+    try:
+        claim = PrivacyClaim.from_dict(evidence["claim"])
+        trace = evidence["trace"]
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"{EVIDENCE_FILE}: not the evidence of a claim check ({type(exc).__name__}: {exc})") from None
+    return check_trace(claim, trace)
+
+
+def step_pair_mu(pair: Mapping[str, Any], beta: float) -> float:
+    """A saved step-audit pair's GDP mu_lb recomputed at level ``beta`` (the gate's family-wise level)."""
+    return gdp_mu_recomputed(pair["bounds"]["gdp"], beta)
