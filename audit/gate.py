@@ -45,7 +45,9 @@ from typing import Any, Sequence
 from privaudit.audit.suite import GateConfig, SensitivityConfig
 
 SOUND_METHODS = ("one-run", "one-run-search", "one-run-paired", "one-run-fdp", "one-run-best", "clopper-pearson",
-                 "one-run-fdp-mechanism")
+                 "one-run-fdp-mechanism", "white-box-trajectory")
+#: The per-cell step audit's pairs are gated at this base confidence (before the family-wise correction).
+STEP_CONFIDENCE = 0.95
 
 
 def _fmt(x: float | None) -> str:
@@ -66,6 +68,14 @@ def family_bound(bound: dict[str, Any], family: int) -> float | None:
         from privaudit.attacks.mechanism_bound import mechanism_one_run_epsilon
 
         return mechanism_one_run_epsilon(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
+    if method == "white-box-trajectory":
+        from privaudit.attacks.trajectory_bound import trajectory_epsilon_from_counts
+
+        return trajectory_epsilon_from_counts(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
+    if method == "step-gdp":  # a per-cell step-audit pair: its mu_lb (compared with the per-step claim's mu)
+        from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
+
+        return gdp_mu_recomputed(bound["gdp"], beta)
     if method == "one-run-fdp":
         return fdp_one_run_parameter(int(c["m"]), int(c["r"]), int(c["v"]), beta=beta, delta=delta)
     if method in ("one-run", "one-run-search", "one-run-paired"):
@@ -108,15 +118,54 @@ def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: flo
 
 
 def _compared_bound(attack: dict[str, Any]) -> tuple[float | None, dict[str, Any], dict[str, Any]]:
-    """(bound, its details, extra fields): the attack's test of the claim's own mechanism where it reports one --
-    the more powerful sound test of the same claim, so the one compared (and gated) -- with its (eps, delta)
-    bound beside it; else its (eps, delta) bound."""
+    """(bound, its details, extra fields): the attack's white-box trajectory bound where it reports one (every
+    step's observation: the most powerful test of the claim's steps), else its test of the claim's own mechanism
+    (one-run, against the claim's curve), else its (eps, delta) bound; the others beside it. The order is fixed
+    before any bound exists, so one bound per attack is gated."""
     eps_lb = attack.get("eps_lower_bound")
-    bound = (attack.get("details") or {}).get("bound") or {}
-    mechanism = (attack.get("details") or {}).get("mechanism_bound")
+    details = attack.get("details") or {}
+    bound, mechanism, trajectory = details.get("bound") or {}, details.get("mechanism_bound"), \
+        details.get("trajectory_bound")
+    if trajectory and attack.get("eps_lb_trajectory") is not None:
+        return attack["eps_lb_trajectory"], trajectory, {"eps_lb_any_mechanism": eps_lb,
+                                                         "eps_lb_mechanism": attack.get("eps_lb_mechanism")}
     if mechanism and attack.get("eps_lb_mechanism") is not None:
         return attack["eps_lb_mechanism"], mechanism, {"eps_lb_any_mechanism": eps_lb}
     return eps_lb, bound, {}
+
+
+def step_comparisons(cell: dict[str, Any]) -> list[dict[str, Any]]:
+    """The cell's own step audit (:mod:`privaudit.audit.claim_checks`) as comparisons: each pair's GDP mu_lb against
+    the per-step claim mu = 1 / z the accountant composes, pending the family-wise level; an errored pair is
+    ``not comparable`` with its error (and a reason to fail, :func:`claim_check_reasons`)."""
+    audit = (cell.get("claim_checks") or {}).get("step_audit")
+    if not audit:
+        return []
+    out = []
+    for p in audit.get("pairs") or []:
+        row: dict[str, Any] = {"attack": f"step audit ({p.get('pair')} pair)", "eps_lower_bound": p.get("mu_lower"),
+                               "method": "step-gdp", "quantity": "mu", "epsilon": audit["claim"]["mu"],
+                               "accountant": "per-step claim mu = 1/z", "gate_eps_lower_bound": None,
+                               "gate_confidence": None, "verdict": "not comparable", "reason": None}
+        if p.get("verdict") == "error" or not (p.get("bounds") or {}).get("gdp"):
+            row["reason"] = f"the pair errored: {p.get('error') or 'no bound recorded'}"
+        else:
+            row.update(verdict="pending", confidence=STEP_CONFIDENCE,
+                       bound={"method": "step-gdp", "confidence": STEP_CONFIDENCE, "gdp": p["bounds"]["gdp"]})
+        out.append(row)
+    return out
+
+
+def claim_check_reasons(cell: dict[str, Any]) -> list[str]:
+    """Reasons from the cell's claim checks that need no family correction: every trace mismatch (exact, or a
+    measured check at its own stated level) and every errored step-audit pair."""
+    checks = cell.get("claim_checks") or {}
+    cid = cell["id"]
+    reasons = [f"cell {cid}: its trace does not match its claim: {m['message']}"
+               for m in (checks.get("trace") or {}).get("mismatches") or []]
+    reasons += [f"cell {cid}: its step audit's {p.get('pair')} pair errored: {p.get('error')}"
+                for p in (checks.get("step_audit") or {}).get("pairs") or [] if p.get("verdict") == "error"]
+    return reasons
 
 
 def _unsound(cell: dict[str, Any], claim: dict[str, Any], eps_lb: float | None, bound: dict[str, Any]) -> str | None:
@@ -168,55 +217,74 @@ def decide(comparison: dict[str, Any], family: int, slack: float) -> dict[str, A
 
 
 def gate_cells(cells: Sequence[dict[str, Any]], config: GateConfig,
-               roles: dict[str, tuple[str | None, bool]] | None = None) -> list[dict[str, Any]]:
+               roles: dict[str, tuple[str | None, bool]] | None = None, *, family: int | None = None
+               ) -> list[dict[str, Any]]:
     """Every cell's gate: its comparisons (bounds at family-wise confidence over all cells) and reasons.
 
-    ``roles`` maps a defense label to (primary attack label or None, is a positive control)."""
+    ``roles`` maps a defense label to (primary attack label or None, is a positive control). The family is every
+    pending comparison of ``cells`` (their primary bounds and their own step audits' pairs), or ``family`` when
+    that is larger (a cell judged as if it sat in a larger suite: ``privaudit gate-power``)."""
     roles = roles or {}
     pending = []
     for cell in cells:
         error = (cell.get("details") or {}).get("error")
         primary, _ = roles.get(cell.get("defense"), (None, False))
         pending.append(None if error else [compare(cell, label, a, config.epsilon_slack, primary)
-                                           for label, a in cell["attacks"].items()])
-    family = max(1, sum(c["verdict"] == "pending" for cs in pending if cs for c in cs))
+                                           for label, a in cell["attacks"].items()] + step_comparisons(cell))
+    family = max(1, sum(c["verdict"] == "pending" for cs in pending if cs for c in cs), family or 0)
     gates = []
     for cell, comparisons in zip(cells, pending):
-        cid = cell["id"]
         if comparisons is None:
-            reasons = [f"cell {cid} errored: {cell['details']['error']}"] if config.fail_on_error else []
+            reasons = [f"cell {cell['id']} errored: {cell['details']['error']}"] if config.fail_on_error else []
             gates.append({"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": []})
             continue
         comparisons = [decide(c, family, config.epsilon_slack) for c in comparisons]
-        claim = cell["claim"] or {}
-        reasons = []
         _, control = roles.get(cell.get("defense"), (None, False))
-        if control:
-            caught = [c for c in comparisons if c["verdict"] == "exceeds"]
-            for c in caught:
-                c["verdict"] = "caught"
-            if not caught:
-                reasons.append(f"cell {cid}: positive control not caught: no gated bound exceeds its false claim "
-                               f"(epsilon {_fmt(next((c['epsilon'] for c in comparisons if c['epsilon']), None))}); "
-                               "the gate has no power at this suite's size")
-            gates.append({"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons,
-                          "control": True, "caught": bool(caught)})
-            continue
-        for c in comparisons:
-            if c["verdict"] == "exceeds":
-                reasons.append(
-                    f"cell {cid}: {c['attack']}'s sound lower bound eps_lb = {_fmt(c['gate_eps_lower_bound'])} "
-                    f"({100 * c['gate_confidence']:.4g}% confidence, family-wise over {family}) exceeds the "
-                    f"smallest applicable epsilon {_fmt(c['epsilon'])} ({c['accountant']}, {claim.get('relation')}, "
-                    f"per {claim.get('unit')}, delta={claim.get('delta'):.3g})")
-        private = not any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())
-        if config.max_auc is not None and private and claim.get("paper_accountant") != "none":
-            for label, a in cell["attacks"].items():
-                if a.get("auc") is not None and a["auc"] >= config.max_auc:
-                    reasons.append(f"cell {cid}: {label} reaches AUC {a['auc']:.4g} >= gate.max_auc "
-                                   f"{config.max_auc:g}")
-        gates.append({"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons})
+        gates.append(_control_gate(cell, comparisons) if control else _claim_gate(cell, comparisons, family, config))
     return gates
+
+
+def _control_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]]) -> dict[str, Any]:
+    """A positive control's gate: caught (passes) when a gated comparison exceeds its claim or its trace does not
+    match it; else it fails (the gate has no power at this suite's size)."""
+    caught = [c for c in comparisons if c["verdict"] == "exceeds"]
+    for c in caught:
+        c["verdict"] = "caught"
+    trace = ((cell.get("claim_checks") or {}).get("trace") or {}).get("mismatches") or []
+    by = sorted({c["attack"] for c in caught} | ({"trace"} if trace else set()))
+    reasons = [] if by else [
+        f"cell {cell['id']}: positive control not caught: no gated bound exceeds its false claim (epsilon "
+        f"{_fmt(next((c['epsilon'] for c in comparisons if c['epsilon'] and c.get('quantity') != 'mu'), None))}) "
+        "and its trace matches it; the gate has no power at this suite's size"]
+    return {"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons, "control": True,
+            "caught": bool(by), "caught_by": by}
+
+
+def _claim_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]], family: int,
+                config: GateConfig) -> dict[str, Any]:
+    """A claim's gate: a reason for every gated bound above its claim, every claim-check finding and, with
+    ``max_auc``, every attack reaching it."""
+    cid, claim = cell["id"], cell["claim"] or {}
+    reasons = []
+    for c in comparisons:
+        if c["verdict"] != "exceeds":
+            continue
+        level = f"({100 * c['gate_confidence']:.4g}% confidence, family-wise over {family})"
+        if c.get("quantity") == "mu":
+            reasons.append(f"cell {cid}: {c['attack']}'s sound lower bound mu_lb = {_fmt(c['gate_eps_lower_bound'])} "
+                           f"{level} exceeds the per-step claim mu = {_fmt(c['epsilon'])} (1/z: the step its "
+                           "accountant composes)")
+        else:
+            reasons.append(f"cell {cid}: {c['attack']}'s sound lower bound eps_lb = {_fmt(c['gate_eps_lower_bound'])} "
+                           f"{level} exceeds the smallest applicable epsilon {_fmt(c['epsilon'])} ({c['accountant']}, "
+                           f"{claim.get('relation')}, per {claim.get('unit')}, delta={claim.get('delta'):.3g})")
+    reasons += claim_check_reasons(cell)
+    private = not any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())
+    if config.max_auc is not None and private and claim.get("paper_accountant") != "none":
+        for label, a in cell["attacks"].items():
+            if a.get("auc") is not None and a["auc"] >= config.max_auc:
+                reasons.append(f"cell {cid}: {label} reaches AUC {a['auc']:.4g} >= gate.max_auc {config.max_auc:g}")
+    return {"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons}
 
 
 def sensitivity_gate(results: Sequence[dict[str, Any]], config: SensitivityConfig | None,
@@ -253,6 +321,20 @@ def sensitivity_gate(results: Sequence[dict[str, Any]], config: SensitivityConfi
     return reasons, notes
 
 
+def _caught_note(cell: dict[str, Any]) -> str:
+    """How a positive control was caught: its largest caught comparison (bound over claim) and its trace."""
+    caught = [c for c in cell["gate"]["comparisons"] if c["verdict"] == "caught"]
+    parts = []
+    if caught:
+        best = max(caught, key=lambda c: c["gate_eps_lower_bound"] / c["epsilon"])
+        stat = "mu_lb" if best.get("quantity") == "mu" else "eps_lb"
+        parts.append(f"{stat} = {_fmt(best['gate_eps_lower_bound'])} > claimed {_fmt(best['epsilon'])} "
+                     f"({best['attack']})")
+    if "trace" in cell["gate"].get("caught_by", ()):
+        parts.append("its trace does not match its claim")
+    return f"positive control {cell['id']} caught, as expected: " + "; ".join(parts)
+
+
 def suite_gate(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]],
                sensitivity_config: SensitivityConfig | None, config: GateConfig,
                errors: Sequence[str] = ()) -> dict[str, Any]:
@@ -268,20 +350,20 @@ def suite_gate(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, 
                if c["verdict"] == "not comparable" and c["eps_lower_bound"] is not None
                and c["reason"] != "no privacy claim (epsilon is infinite)"]
     fwer = None
+    traced = sum(bool((c.get("claim_checks") or {}).get("trace")) for c in cells)
     if comparisons:
+        from privaudit.accountants.trace import TRACE_ALPHA
+
         level = min(c["gate_confidence"] for c in comparisons)
-        fwer = len(comparisons) * (1 - level)
-        notes.append(f"{len(comparisons)} gated bound-versus-claim comparisons (the suite's primary statistics); "
-                     f"each bound is recomputed at {100 * level:.4g}% confidence (Bonferroni over the "
-                     f"{len(comparisons)}): family-wise error rate {100 * fwer:.3g}%, the chance that a true claim "
-                     "fails this gate")
+        fwer = len(comparisons) * (1 - level) + traced * TRACE_ALPHA
+        notes.append(f"{len(comparisons)} gated bound-versus-claim comparisons (the suite's primary statistics and "
+                     f"the cells' own step audits); each bound is recomputed at {100 * level:.4g}% confidence "
+                     f"(Bonferroni over the {len(comparisons)})"
+                     + (f", and {traced} training traces checked with measured checks at {TRACE_ALPHA:g} each"
+                        if traced else "")
+                     + f": family-wise error rate {100 * fwer:.3g}%, the chance that a true claim fails this gate")
     controls = [c for c in cells if c["gate"].get("control")]
-    for cell in controls:
-        if cell["gate"]["caught"]:
-            best = max((c for c in cell["gate"]["comparisons"] if c["verdict"] == "caught"),
-                       key=lambda c: c["gate_eps_lower_bound"])
-            notes.append(f"positive control {cell['id']} caught, as expected: eps_lb = "
-                         f"{_fmt(best['gate_eps_lower_bound'])} > claimed {_fmt(best['epsilon'])} ({best['attack']})")
+    notes += [_caught_note(cell) for cell in controls if cell["gate"]["caught"]]
     if secondary:
         notes.append(f"{len(secondary)} secondary bounds reported at their own confidence, not gated")
     if skipped:
