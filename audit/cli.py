@@ -39,6 +39,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit-scores": ("privaudit.audit.commands.audit_scores",
                      "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
     "audit-step": ("privaudit.audit.commands.audit_step", "audit one privatised step of a defense on neighbouring batches"),
+    "gate-power": ("privaudit.audit.commands.gate_power",
+                   "plant noise shortfalls into a suite's DP defenses and report the smallest one its gate catches, "
+                   "per epsilon"),
 }
 
 # Two examples per command, shown under its --help.
@@ -69,6 +72,9 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                      "privaudit audit-scores --tf-privacy attack_input.npz --delta 1e-5 --json"),
     "audit-step": ("privaudit audit-step --defense dpcl-simclr",
                    "privaudit audit-step --defense dp-gcl --pair canonical --draws 1000000 --json"),
+    "gate-power": ("privaudit gate-power quickstart",
+                   "privaudit gate-power suites/quickstart.toml --defenses dp-gcl --epsilons 8 --plants noise --seeds 5 "
+                   "--needed 5"),
 }
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3

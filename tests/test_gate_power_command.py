@@ -1,0 +1,108 @@
+"""``privaudit gate-power``: which defenses are planted, the family size, the early stop, the statements, and one
+small planted run through the real gate."""
+
+import json
+
+import pytest
+
+from privaudit.audit.cli import main
+from privaudit.audit.gate_power import (NEEDED, PLANTED_COMPARISONS, FactorRow, judge_planted, plantable, statements,
+                                        suite_family)
+from privaudit.audit.suite import GateConfig, load_suite
+
+SUITE = """
+name = "power"
+description = "gate-power test"
+datasets = ["digits"]
+seeds = [0]
+epsilons = [8.0]
+delta = 1e-5
+
+[[defenses]]
+name = "dp-gcl"
+attacks = ["gradient-canary"]
+primary = "gradient-canary"
+params = { epochs = 1, batch_size = 128 }
+
+[[defenses]]
+name = "alm"
+attacks = ["loss"]
+primary = "loss"
+params = { epochs = 1 }
+
+[[defenses]]
+name = "nonprivate"
+attacks = ["loss"]
+params = { epochs = 1 }
+
+[[attacks]]
+name = "gradient-canary"
+params = { canaries = 2000 }
+
+[[attacks]]
+name = "loss"
+"""
+
+
+@pytest.fixture()
+def suite_file(tmp_path):
+    path = tmp_path / "power.toml"
+    path.write_text(f'out = "{tmp_path / "out"}"\n' + SUITE)
+    return path
+
+
+def test_plantable_defenses_and_the_family(suite_file):
+    suite = load_suite(str(suite_file))
+    planted, skipped = plantable(suite)
+    assert [(p.label, p.control, p.attack.label) for p in planted] == [("dp-gcl", "control-undernoised",
+                                                                         "gradient-canary")]
+    assert any("alm" in s and "no planted control" in s for s in skipped)
+    assert suite_family(suite) == 3 + 1  # dp-gcl: its primary and two step pairs; alm: its primary
+    assert PLANTED_COMPARISONS == 3
+
+
+def test_statements_say_the_largest_smallest_caught_factor():
+    smallest = [{"defense": "a", "epsilon": 8.0, "plant": "noise", "smallest_caught": 1.25},
+                {"defense": "b", "epsilon": 8.0, "plant": "claim", "smallest_caught": 1.1},
+                {"defense": "a", "epsilon": 1.0, "plant": "noise", "smallest_caught": None}]
+    out = statements(smallest, [1.1, 1.25, 3.0], 10, NEEDED)
+    assert out[0].startswith("at epsilon 1 this gate misses a noise shortfall of up to 3x in a (noise)")
+    assert out[1].startswith("this gate detects a noise shortfall of 1.25x or more at epsilon 8")
+
+
+def test_a_planted_record_is_judged_as_a_control_at_the_family_size():
+    trace = {"steps": 3, "alpha": 1e-6, "mismatches": [{"step": 2, "field": "noise_multiplier",
+                                                         "message": "step 2: noise multiplier 0.5 is below 1"}]}
+    record = {"id": "x", "defense": "dp-gcl", "claim": {"relation": "add-remove", "unit": "example", "delta": 1e-5,
+                                                        "paper_accountant": "pld"},
+              "epsilon": {"pld": 8.0}, "details": {"epsilon": {"pld": {"infinite": False}}},
+              "attacks": {"canary": {"eps_lower_bound": None, "details": {}}}, "claim_checks": {"trace": trace}}
+    assert judge_planted(record, 20, GateConfig()) == (True, ["trace"])
+    record["claim_checks"]["trace"]["mismatches"] = []
+    assert judge_planted(record, 20, GateConfig()) == (False, [])
+    row = FactorRow("dp-gcl", 8.0, "noise", 1.25, runs=2, caught=1, caught_by={"trace": 1})
+    assert row.to_dict()["caught_by"] == {"trace": 1}
+
+
+def test_one_small_planted_run_end_to_end(suite_file, tmp_path, capsys):
+    out = tmp_path / "gp"
+    code = main(["gate-power", str(suite_file), "--plants", "claim", "--factors", "3", "--seeds", "1", "--needed",
+                 "1", "--workers", "1", "--out", str(out), "--quiet"])
+    assert code == 0
+    result = json.loads((out / "gate_power.json").read_text())
+    assert result["rows"][0]["caught"] == 1 and "trace" in result["rows"][0]["caught_by"]
+    assert "this gate detects a noise shortfall of 3x or more at epsilon 8" in capsys.readouterr().out
+    assert (out / "gate_power.md").read_text().startswith("# Gate power: power")
+
+
+def test_bad_arguments_are_one_line(suite_file):
+    from privaudit.core.errors import ConfigError
+    from privaudit.audit.gate_power import measure
+
+    suite = load_suite(str(suite_file))
+    with pytest.raises(ConfigError, match="--factors: every factor must be > 1"):
+        measure(suite, factors=[0.5])
+    with pytest.raises(ConfigError, match="--plants"):
+        measure(suite, plants=["nope"])
+    with pytest.raises(ConfigError, match="--needed"):
+        measure(suite, seeds=3, needed=4)
