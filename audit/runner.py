@@ -21,6 +21,10 @@ schema version :data:`CACHE_SCHEMA`, the cell's key, a SHA-256 digest of their o
 every file they reference (``scores.npz`` and ``result.json`` of each attack, the witnesses). A torn, corrupt or
 edited cache is recomputed, and one line on stderr says which and why. ``--only`` runs the selected cells and
 merges every other finished cell into the report, so a partial report never replaces a whole one.
+
+``--jobs N`` runs cells and side checks in worker processes that never outlive the run and never write after it
+(:mod:`privaudit.audit.workers`): a run stopped early (SIGTERM, Ctrl-C, a full disk) terminates and reaps them
+before it releases the output directory's lock, and a killed run's workers die with it.
 """
 
 from __future__ import annotations
