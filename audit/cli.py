@@ -149,17 +149,18 @@ TERMINATING = (signal.SIGTERM, signal.SIGHUP)
 def _terminate_on_signals() -> Iterator[None]:
     """While a command runs (in the main thread), a terminating signal raises :class:`Terminated` (the first
     one: later ones are ignored while the command stops its workers), so it unwinds like Ctrl-C does; the
-    previous handlers come back afterwards."""
+    previous handlers come back afterwards. A signal the caller ignores stays ignored (``nohup``)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    caught = [sig for sig in TERMINATING if signal.getsignal(sig) is not signal.SIG_IGN]
 
     def stop(signum: int, frame: object) -> None:
-        for sig in TERMINATING:
+        for sig in caught:
             signal.signal(sig, lambda *_: None)
         raise Terminated(signum)
 
-    previous = {sig: signal.signal(sig, stop) for sig in TERMINATING}
+    previous = {sig: signal.signal(sig, stop) for sig in caught}
     try:
         yield
     finally:

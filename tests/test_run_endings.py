@@ -153,6 +153,24 @@ def test_ten_seconds_after_sigterm_or_sigkill_nothing_is_left_and_resume_equals_
         assert comparable(read_json(out / "report.json")) == expected, sig.name
 
 
+def test_sigterm_raises_terminated_while_a_command_runs_and_an_ignored_hangup_stays_ignored():
+    from privaudit.audit.cli import _terminate_on_signals
+    from privaudit.core.errors import Terminated
+
+    before = signal.getsignal(signal.SIGTERM)
+    hangup = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with pytest.raises(Terminated) as caught, _terminate_on_signals():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            os.kill(os.getpid(), signal.SIGHUP)  # ignored
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+        assert caught.value.exit_code == 143 and "terminated by SIGTERM" in str(caught.value)
+        assert signal.getsignal(signal.SIGTERM) is before and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, hangup)
+
+
 # -- the workers ---------------------------------------------------------------------------------------------------
 def _lock_seen_by_worker(lock_path: str) -> tuple[bool, bool]:
     """In a worker: whether it holds a descriptor of the lock file, and whether that descriptor holds the lock
