@@ -1,9 +1,11 @@
 """One run per output directory: an advisory lock (``fcntl.flock``) on ``<out>/.privaudit.lock``.
 
-The lock is held by the process that runs the suite for as long as it runs; its worker processes (the local
-executor's threads, Ray tasks) write only inside cell directories the runner assigned them and never take it.
-The kernel releases the lock when the process dies (kill -9 included), so a killed run never leaves a stale
-lock behind; ``--resume`` simply takes it again. The file holds the owner's pid for the error message.
+The lock is held by the process that runs the suite for as long as it runs. Its worker processes inherit the
+lock's file descriptor (:func:`privaudit.audit.workers.worker_pool`), and a ``flock`` lock belongs to the open
+file that every copy of the descriptor shares: the kernel releases it only when the last of those processes
+has closed it or died. So the directory stays locked until the last process that could write into it is
+gone (kill -9 of the main process included), and a killed run never leaves a stale lock behind: ``--resume``
+simply takes it again. The file holds the owner's pid for the error message.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -19,8 +22,16 @@ from privaudit.core.errors import ConfigError
 LOCK_NAME = ".privaudit.lock"
 
 
+@dataclass(frozen=True)
+class HeldLock:
+    """The lock file and its open descriptor (which worker processes inherit to hold the lock with the run)."""
+
+    path: Path
+    fd: int
+
+
 @contextlib.contextmanager
-def output_lock(out: Path) -> Iterator[Path]:
+def output_lock(out: Path) -> Iterator[HeldLock]:
     """Hold the output directory's lock, or raise ConfigError naming the run that holds it."""
     path = Path(out) / LOCK_NAME
     try:
@@ -36,6 +47,6 @@ def output_lock(out: Path) -> Iterator[Path]:
                               "or choose another output directory") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
-        yield path
+        yield HeldLock(path, fd)
     finally:
-        os.close(fd)  # releases the lock
+        os.close(fd)  # releases the lock once no worker holds a copy of the descriptor

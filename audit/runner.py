@@ -21,13 +21,17 @@ schema version :data:`CACHE_SCHEMA`, the cell's key, a SHA-256 digest of their o
 every file they reference (``scores.npz`` and ``result.json`` of each attack, the witnesses). A torn, corrupt or
 edited cache is recomputed, and one line on stderr says which and why. ``--only`` runs the selected cells and
 merges every other finished cell into the report, so a partial report never replaces a whole one.
+
+``--jobs N`` runs cells and side checks in worker processes that never outlive the run and never write after it
+(:mod:`privaudit.audit.workers`): a run stopped early (SIGTERM, Ctrl-C, a full disk) terminates and reaps them
+before it releases the output directory's lock, and a killed run's workers die with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import multiprocessing
 import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -41,6 +45,7 @@ from privaudit.core.errors import ConfigError, one_of
 from privaudit.audit.gate import gate_cells, suite_gate
 from privaudit.audit.lock import output_lock
 from privaudit.audit.progress import Heartbeat
+from privaudit.audit.workers import worker_pool
 from privaudit.core.io import TEMP_GLOB, atomic_write_json, check_output_dir, read_json, strict, to_json
 from privaudit.audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
 
@@ -231,13 +236,17 @@ def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
     refs = {submit(run_cell, spec, executor, False, num_cpus=suite.ray.cpus_per_cell,
                    num_gpus=suite.ray.gpus_per_cell, threads=suite.threads): spec for spec in cells}
     pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        for ref in done:
-            try:
-                yield ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
-                yield _lost_cell(refs[ref], "ray", exc)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    yield ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
+                    yield _lost_cell(refs[ref], "ray", exc)
+    finally:  # the run stopped early (SIGTERM, Ctrl-C, an error): its tasks stop with it
+        for ref in pending:
+            ray.cancel(ref, force=True)
 
 
 def _lost_cell(spec: CellSpec, where: str, exc: BaseException) -> CellOutcome:
@@ -401,6 +410,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     if only and not cells and not run_sens and not run_step:
         ids = ", ".join(c.id for c in suite.cells()[:5])
         raise ConfigError(f"--only: no cell matches {' '.join(only)!r}; cell ids look like: {ids}")
+    suite.check_knn_k(cells)
     if executor == "ray":
         from privaudit.attacks.ray_executor import ensure_ray
 
@@ -416,8 +426,8 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
 
     plan = _RunPlan(suite, out, cells, only, run_sens, run_step, resume, executor, progress, started, jobs)
     # public-pretrained encoders are cached in OUT/cache/pretrained (shared by cells, workers and --resume)
-    with output_lock(out), cache_in(out / "cache"):
-        return _run_locked(plan)
+    with output_lock(out) as lock, cache_in(out / "cache"):
+        return _run_locked(plan, lock.fd)
 
 
 @dataclass(frozen=True)
@@ -451,20 +461,16 @@ class _Ran:
     step_raw: tuple[list[dict[str, Any]], list[str]] | None
 
 
-def _run_locked(plan: _RunPlan) -> RunResult:
-    """The run itself, under the output directory's lock: cells, side checks, gate, report, exit code."""
+def _run_locked(plan: _RunPlan, lock_fd: int) -> RunResult:
+    """The run itself, under the output directory's lock (``lock_fd``, which worker processes hold with the
+    run): cells, side checks, gate, report, exit code."""
     clean_temporaries(plan.out)
     finished = _finished_cells(plan)
     timings: dict[str, Any] = {"executor": plan.executor, "jobs": plan.jobs, "cells": {}}
     parallel = plan.executor == "local" and plan.jobs > 1 and (len(finished.pending) + plan.run_sens) > 1
-    pool = (ProcessPoolExecutor(max_workers=plan.jobs, mp_context=multiprocessing.get_context("spawn"))
-            if parallel else None)
-    try:
+    with worker_pool(plan.jobs, lock_fd) if parallel else contextlib.nullcontext() as pool:
         side = _submit_side_checks(plan, pool)
         ran = _run_with_progress(plan, finished.pending, side, pool, timings)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
     sensitivity = ran.sensitivity
     if not plan.run_sens and plan.suite.sensitivity is not None and plan.only:  # --only left them out: keep them
         cached = _cached_sensitivity(plan.suite.sensitivity, plan.out, notice=False)
@@ -555,7 +561,8 @@ def _run_with_progress(plan: _RunPlan, pending: list[CellSpec], side: _SideCheck
             outcomes = _run_pool(pending, pool, heartbeat)
         else:
             outcomes = _run_local(pending, plan.progress, bar, heartbeat)
-        records, ran = _persist_outcomes(plan, outcomes, len(pending), timings, bar, heartbeat)
+        with contextlib.closing(outcomes):  # closed at once when the run stops early (Ray cancels its tasks)
+            records, ran = _persist_outcomes(plan, outcomes, len(pending), timings, bar, heartbeat)
         sensitivity, errors = _sensitivity_results(plan, side, timings, heartbeat)
         step_raw = _gather_step_audits(side.step_futures, heartbeat)
     return _Ran(records, ran, sensitivity, errors, step_raw)

@@ -383,6 +383,11 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
         raise ConfigError(f"draws: need at least 8 per side, got {draws}")
     check_probability("alpha", alpha)
     check_probability("delta", delta)
+    for field, value in (("target_epsilon", target_epsilon), ("noise_multiplier", noise_multiplier)):
+        if value is not None:  # inf: a claim of nothing, zero: division by zero; neither is a step to audit
+            check_positive(field, value, finite=True)
+    if not (isinstance(witness_evaluations, int) and witness_evaluations >= 1):
+        raise ConfigError(f"witness_evaluations: must be an integer >= 1, got {witness_evaluations!r}")
     if noise not in NOISE_MODES:
         raise one_of("noise", noise, NOISE_MODES)
     if name in FEDERATED and kinds == PAIRS and pair == "all":

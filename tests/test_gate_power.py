@@ -88,7 +88,11 @@ def test_gate_command_prints_margins_and_exits_with_the_gate(tmp_path, capsys):
     roles = {"control": ("canary", True), "dp": ("canary", False)}
     for c, g in zip(cells, gate_cells(cells, GateConfig(), roles)):
         c["gate"] = g
-    report = {"cells": cells, "gate": suite_gate(cells, [], None, GateConfig())}
+    report = {"suite": {"name": "power", "path": "power.toml"}, "created": "2024-01-01T00:00:00Z", "version": "0",
+              "git_commit": None, "device": "cpu",  # a whole report: the gate reads it through the report's schema
+              "cells": [{**c, "dataset": "digits", "seed": 0, "claim": {**c["claim"], "mechanism": "RR"}}
+                        for c in cells],
+              "sensitivity": [], "gate": suite_gate(cells, [], None, GateConfig())}
     (tmp_path / "report.json").write_text(json.dumps(report))
     code = main(["gate", str(tmp_path)])
     out = capsys.readouterr().out
@@ -101,7 +105,7 @@ def test_gate_command_prints_margins_and_exits_with_the_gate(tmp_path, capsys):
     assert main(["gate", str(tmp_path)]) == 1
     (tmp_path / "report.json").write_text("{garbled")
     assert main(["gate", str(tmp_path)]) == 2
-    assert "not a privaudit report" in capsys.readouterr().err
+    assert "not a readable report" in capsys.readouterr().err
 
 
 def test_heartbeat_prints_in_a_ci_log():

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import Any
 
 from privaudit.audit.commands.common import format_table
-from privaudit.core.errors import ConfigError
-from privaudit.core.io import read_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,14 +35,10 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = Path(args.directory) / "report.json"
-    if not path.is_file():
-        raise ConfigError(f"{args.directory}: no report.json here (give the output directory of privaudit run)")
-    try:
-        report = read_json(path)
-        gate = report["gate"]
-    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not a privaudit report ({type(exc).__name__})") from None
+    from privaudit.audit.report.schema import load_report
+
+    report = load_report(args.directory)
+    gate = report["gate"]
     print(format_table(["cell", "attack", "role", "ε_lb (gate)", "claimed ε (accountant)", "margin", "verdict"],
                        rows(report)))
     print(f"\ngate: {gate['status'].upper()}")

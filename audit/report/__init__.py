@@ -33,7 +33,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from privaudit.core.errors import ConfigError
+from privaudit.core.errors import ConfigError, DiskFull
 from privaudit.core.io import atomic_write_group, strict
 
 TOP_LEVEL = ("suite", "created", "version", "git_commit", "device", "cells", "sensitivity", "gate")
@@ -104,32 +104,15 @@ def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
     files["report.json"] = (out / "report.json", (to_json(report) + "\n").encode("utf-8"))
     try:
         atomic_write_group({path: data for path, data in files.values()})
-    except OSError as exc:
+    except (OSError, DiskFull) as exc:
         raise ConfigError(f"--out: cannot write the report to {str(out)!r}: {exc.strerror or exc}; "
                           "no report file was replaced") from None
     return {name: path for name, (path, _) in files.items()}
 
 
-def read_report(out: str | Path) -> dict[str, Any]:
-    """``out/report.json`` as written by :func:`write_report`, or a one-line ConfigError saying what is wrong."""
-    from privaudit.core.io import read_json
-
-    path = Path(out) / "report.json"
-    if not path.is_file():
-        raise ConfigError(f"{out}: no report.json here (give the output directory of privaudit run)")
-    try:
-        report = read_json(path)
-    except (OSError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else "empty"
-        raise ConfigError(f"{path}: not a readable report ({type(exc).__name__}: {reason}); "
-                          "rerun privaudit run --resume to rebuild it") from None
-    missing = [k for k in TOP_LEVEL if not isinstance(report, dict) or k not in report]
-    if missing or not isinstance(report["cells"], list) or not all(isinstance(c, dict) for c in report["cells"]):
-        what = f"missing {', '.join(missing)}" if missing else "cells is not a list of objects"
-        raise ConfigError(f"{path}: not a privaudit report ({what}); rerun privaudit run --resume to rebuild it")
-    return report
-
-
 def render_from_json(out: str | Path) -> dict[str, Path]:
-    """Regenerate the Markdown, HTML and plots of ``out/report.json``."""
-    return write_report(out, read_report(out))
+    """Regenerate the Markdown, HTML and plots of ``out/report.json`` (read by the one checked reader,
+    :func:`privaudit.audit.report.schema.load_report`)."""
+    from privaudit.audit.report.schema import load_report
+
+    return write_report(out, load_report(out))
