@@ -1,0 +1,93 @@
+"""The gate on a DP cell's claim checks and white-box trajectory bound: the trajectory bound is the one gated, the
+cell's own step-audit pairs join the family and are recomputed at its level, a trace mismatch fails naming the
+step, and a control is caught by any of them."""
+
+import numpy as np
+import pytest
+import torch
+
+from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
+from privaudit.attacks.step_distinguisher import gaussian_step_scores, gdp_bound, gdp_mu_recomputed
+from privaudit.attacks.trajectory_bound import TrajectoryCounts, trajectory_bound
+from privaudit.audit.gate import gate_cells, suite_gate
+from privaudit.audit.suite import GateConfig
+
+Z, Q, T, DELTA = 0.8527, 0.344, 6, 1e-5
+EVENT = SelfComposedDpEvent(PoissonSampledDpEvent(Q, GaussianDpEvent(Z)), T)
+
+
+def step_pair(mu_true: float, seed: int = 0) -> dict:
+    s0, s1 = gaussian_step_scores([torch.tensor([mu_true])], [1.0], 100000, torch.Generator().manual_seed(seed))
+    g = gdp_bound(s0, s1, alpha=0.025)
+    return {"pair": "canary", "verdict": "not refuted", "mu_lower": g["mu_lower"], "bounds": {"gdp": g}}
+
+
+def cell(cid: str, *, trajectory_fp: int = 22128, mismatches=(), mu_true: float = 1 / Z, defense: str = "dp-gcl"):
+    counts = TrajectoryCounts(0.65, n0=99349, fp=trajectory_fp, n1=20651, fn=7081)
+    tb = trajectory_bound(counts, event=EVENT, claimed_multiplier=Z, relation="add-remove", delta=DELTA, steps=T,
+                          canaries=20000).to_dict()
+    mech = {"method": "one-run-fdp-mechanism", "relation": "add-remove", "unit": "example", "delta": DELTA,
+            "confidence": 0.95, "counts": {}}
+    attack = {"auc": 0.6, "eps_lower_bound": 1.0, "eps_lb_mechanism": 4.0, "eps_lb_trajectory": tb["epsilon"],
+              "details": {"bound": None, "mechanism_bound": mech, "trajectory_bound": tb}}
+    return {"id": cid, "defense": defense,
+            "claim": {"relation": "add-remove", "unit": "example", "delta": DELTA, "paper_accountant": "rdp"},
+            "epsilon": {"pld": 8.0}, "details": {"epsilon": {"pld": {"infinite": False}}},
+            "attacks": {"gradient-canary": attack},
+            "claim_checks": {"trace": {"steps": T, "alpha": 1e-6, "mismatches": list(mismatches)},
+                             "step_audit": {"claim": {"mu": 1 / Z}, "pairs": [step_pair(mu_true)]}}}
+
+
+def judge(cells, roles=None, **kw):
+    gates = gate_cells(cells, GateConfig(), roles or {"dp-gcl": ("gradient-canary", False)}, **kw)
+    for c, g in zip(cells, gates):
+        c["gate"] = g
+    return gates, suite_gate(cells, [], None, GateConfig())
+
+
+def test_a_correct_cell_passes_and_the_family_counts_its_step_pairs():
+    gates, suite = judge([cell("a"), cell("b")])
+    assert [g["status"] for g in gates] == ["pass", "pass"]
+    rows = gates[0]["comparisons"]
+    assert [r["method"] for r in rows] == ["white-box-trajectory", "step-gdp"]
+    assert rows[0]["eps_lb_mechanism"] == 4.0 and rows[1]["quantity"] == "mu"
+    assert rows[0]["gate_confidence"] == pytest.approx(1 - 0.05 / 4)  # 2 cells x (trajectory + one step pair)
+    assert suite["family_wise_error"] == pytest.approx(0.05 + 2e-6)
+    assert "2 training traces checked" in " ".join(suite["notes"])
+
+
+def test_a_step_pair_above_the_per_step_claim_fails_at_the_family_level():
+    gates, _ = judge([cell("a", mu_true=1.3 / Z)])
+    assert gates[0]["status"] == "fail"
+    assert "step audit (canary pair)'s sound lower bound mu_lb" in gates[0]["reasons"][0]
+    pair = cell("x")["claim_checks"]["step_audit"]["pairs"][0]
+    again = gdp_mu_recomputed(pair["bounds"]["gdp"], 0.05 / 10)
+    assert again < pair["mu_lower"]
+
+
+def test_a_trace_mismatch_fails_naming_the_step():
+    m = {"step": 7, "field": "steps", "message": "training ran 7 steps; the claim composes 6: steps 7-7 are not "
+                                                 "accounted"}
+    gates, suite = judge([cell("a", mismatches=[m])])
+    assert suite["status"] == "fail" and "steps 7-7 are not accounted" in gates[0]["reasons"][0]
+
+
+def test_a_control_is_caught_by_its_trajectory_its_step_or_its_trace():
+    roles = {"ctl": ("gradient-canary", True)}
+    leaky = cell("c", trajectory_fp=12000, defense="ctl")  # far fewer false positives: a much larger per-step mu
+    gates, suite = judge([leaky], roles)
+    assert gates[0]["caught"] and gates[0]["caught_by"] == ["gradient-canary"]
+    traced = cell("c", defense="ctl", mismatches=[{"step": 2, "field": "noise_multiplier", "message": "step 2"}])
+    gates, suite = judge([traced], roles)
+    assert gates[0]["caught_by"] == ["trace"] and "its trace does not match its claim" in " ".join(suite["notes"])
+    gates, _ = judge([cell("c", defense="ctl")], roles)
+    assert gates[0]["status"] == "fail" and "positive control not caught" in gates[0]["reasons"][0]
+
+
+def test_a_larger_family_lowers_every_gated_bound():
+    alone, _ = judge([cell("a")])
+    larger, _ = judge([cell("a")], family=40)
+    for a, b in zip(alone[0]["comparisons"], larger[0]["comparisons"]):
+        assert b["gate_eps_lower_bound"] < a["gate_eps_lower_bound"]
+        assert b["gate_confidence"] == pytest.approx(1 - 0.05 / 40)
+    assert np.isfinite(larger[0]["comparisons"][0]["gate_eps_lower_bound"])
