@@ -181,12 +181,21 @@ class _Rows:
 def _select(tape: Tape, per: Mapping[str, list[torch.Tensor]], rows: Sequence[torch.Tensor],
             owners: Sequence[torch.Tensor], lo: int) -> tuple[Tape, dict[str, list[torch.Tensor]], list[torch.Tensor]]:
     """The recorded pass and output gradients restricted to ``rows`` of each source, owners shifted by -lo."""
-    calls = {layer.name: [Call(c.source, c.inp.index_select(0, rows[c.source]), c.out)
-                          for c in tape.calls[layer.name]] for layer in tape.layers}
-    grads = {layer.name: [b.index_select(0, rows[c.source]) for c, b in zip(tape.calls[layer.name], per[layer.name])]
+    pick = [_picker(r) for r in rows]
+    calls = {layer.name: [Call(c.source, pick[c.source](c.inp), c.out) for c in tape.calls[layer.name]]
+             for layer in tape.layers}
+    grads = {layer.name: [pick[c.source](b) for c, b in zip(tape.calls[layer.name], per[layer.name])]
              for layer in tape.layers}
     view = Tape(tape.params, tape.sources, tape.zs, tape.layers, calls)
-    return view, grads, [o[r] - lo for o, r in zip(owners, rows)]
+    return view, grads, [pick_(o) - lo for pick_, o in zip(pick, owners)]
+
+
+def _picker(rows: torch.Tensor):
+    """Rows ``rows`` (increasing) of a tensor: a view where they are consecutive, else a copy."""
+    if rows.numel() and int(rows[-1]) - int(rows[0]) + 1 == rows.numel():
+        start, count = int(rows[0]), rows.numel()
+        return lambda t: t.narrow(0, start, count)
+    return lambda t: t.index_select(0, rows)
 
 
 class _SharedRows:

@@ -149,7 +149,10 @@ def ws_backward(w: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     inv = torch.rsqrt(var + 1e-5)
     w_hat = (wf - mean) * inv
     gf = g.reshape(*g.shape[:-w.dim()], w.shape[0], -1)
-    out = inv * (gf - gf.mean(-1, keepdim=True) - w_hat * (gf * w_hat).mean(-1, keepdim=True))
+    along = (gf * w_hat).mean(-1, keepdim=True)
+    out = gf - gf.mean(-1, keepdim=True)  # in place from here: g may be (units, *w.shape), the size of a model
+    out.sub_(w_hat * along)
+    out.mul_(inv)
     return out.reshape(g.shape)
 
 
