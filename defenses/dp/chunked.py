@@ -17,10 +17,11 @@ per-example clipping: physical batches inside a logical one).
   where all the step's rows fit in one row chunk, one recorded forward and one backward serve every
   unit chunk (each takes its units' rows of the recorded pass);
 * dense units (DP-SGD's terms, Eq. 6 of DP-GCL): a term's own row joins the partition above; the rows
-  shared by every term go through one backward per unit with that unit's cotangents, on one recorded
+  shared by every term go through one autograd backward per unit with that unit's cotangents, on one
   forward per row chunk (no replicated forward). That is U backward passes of the shared rows, against
   min(U, D) in the single pass's basis form, whose (D x rows) layer gradients would not fit: the price
-  of bounded memory for exact per-term clipping.
+  of bounded memory for exact per-term clipping. Each unit's gradient is materialised once, into its
+  chunk's (|T|, p) block.
 
 :func:`chunk_plan` sizes the chunks from :data:`GRAD_BYTES` and :data:`ROW_BYTES` and the model's
 measured bytes per recorded row (:func:`row_bytes`); :func:`single_pass` says whether the layerwise
@@ -35,8 +36,8 @@ from typing import Mapping, Sequence
 
 import torch
 
-from privaudit.defenses.dp.embedder import Embedder, Source
 from privaudit.defenses.dp import layerwise
+from privaudit.defenses.dp.embedder import Embedder, Source
 from privaudit.defenses.dp.layerwise import (Call, LayerwiseSum, Tape, clip_unit_grads, model_layers, partition_grads,
                                              partition_unit_grads, record, row_owners, split_dense)
 from privaudit.defenses.dp.units import Units
@@ -199,12 +200,13 @@ def _picker(rows: torch.Tensor):
 
 
 class _SharedRows:
-    """Rows in several dense units: each unit's gradient over them is one backward pass with its own
-    cotangents, on one recorded forward per chunk of rows (recorded once where they all fit)."""
+    """Rows in several dense units: each unit's gradient over them is one autograd backward pass with its
+    own cotangents (every parameter's gradient at once, the encoder's own backward kernels), on one forward
+    per chunk of rows (made once where they all fit)."""
 
     def __init__(self, embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
                  cots: Sequence[torch.Tensor], plan: ChunkPlan):
-        self.embedder, self.params, self.plan = embedder, params, plan
+        self.embedder, self.params = embedder, params
         self.pieces: list[tuple[tuple[Source, ...], tuple[torch.Tensor, ...]]] = []
         if sum(len(s) for s in sources) <= plan.rows:
             if sources:
@@ -214,12 +216,19 @@ class _SharedRows:
                 for start in range(0, len(s), plan.rows):
                     self.pieces.append(((Source(s.x[start:start + plan.rows], s.tower),),
                                         (c[:, start:start + plan.rows],)))
-        self.tape = record(embedder, params, self.pieces[0][0]) if len(self.pieces) == 1 else None
+        self.graph = self._forward(self.pieces[0][0]) if len(self.pieces) == 1 else None
+
+    def _forward(self, sources: Sequence[Source]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The parameters as leaves that require grad and the sources' embeddings in their graph."""
+        leaves = {n: p.detach().requires_grad_(True) for n, p in self.params.items()}
+        with torch.enable_grad():
+            zs = [self.embedder.embed(leaves, s.x, s.tower) for s in sources]
+        return [leaves[n] for n in self.embedder.space.names], zs
 
     def add(self, lo: int, hi: int, out: torch.Tensor) -> None:
         for sources, cots in self.pieces:
-            tape = self.tape if self.tape is not None else record(self.embedder, self.params, sources)
-            zero = [torch.zeros(len(s), dtype=torch.long, device=c.device) for s, c in zip(sources, cots)]
+            leaves, zs = self.graph if self.graph is not None else self._forward(sources)
             for u in range(lo, hi):
-                partition_unit_grads(self.embedder, self.params, sources, [c[u] for c in cots], zero, 1, tape,
-                                     out=out[u - lo:u - lo + 1], retain=True)
+                grads = torch.autograd.grad(zs, leaves, [c[u] for c in cots], retain_graph=True, allow_unused=True)
+                out[u - lo] += torch.cat([torch.zeros_like(p).reshape(-1) if g is None else g.reshape(-1)
+                                          for p, g in zip(leaves, grads)])
