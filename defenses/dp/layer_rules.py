@@ -44,7 +44,7 @@ Pull = Callable[[torch.Tensor], Grads]  # per-row cotangents (R, K) -> the layer
 
 
 class GramAccumulator(Protocol):
-    """What a rule adds its row Grams to (:class:`privaudit.defenses.dp.row_grams._Grams`); each method adds
+    """What a rule adds its row Grams to (:class:`privaudit.defenses.dp.row_grams.Grams`); each method adds
     one kind of contribution for rows with inputs a and output gradients b (R, K, ...) and returns its
     pull-back of per-row cotangents."""
 
@@ -293,7 +293,7 @@ class Conv2dRule(ChannelRule):
         return max(1, out[:rows].numel() // (rows * out.shape[1])), mod.in_channels * math.prod(mod.kernel_size)
 
     def grams(self, acc, mod, params, a, b):
-        """The weight by ghost products or materialised gradients (:meth:`_Grams.conv_weight`), the bias
+        """The weight by ghost products or materialised gradients (:meth:`Grams.conv_weight`), the bias
         by its materialised per-row gradients."""
         pulls = []
         if "weight" in params:

@@ -102,6 +102,10 @@ def pair_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.
     Jacobians. Both give the same numbers (tests). ``tangent``: the pair cotangents are orthogonal to their
     rows' embeddings (cosine similarities), so D - 1 directions per row suffice (:func:`tangent_basis`)."""
     if grams_engine(embedder) == "layerwise":
+        from privaudit.defenses.dp.pair_blocks import blocked_layer_grams, fits
+
+        if not fits(embedder, params, x, y, tangent):  # a large encoder: rows in blocks, bounded memory
+            return blocked_layer_grams(embedder, params, x, y, cross, tangent)
         return layer_grams(embedder, params, x, y, cross, tangent)
     return jacobian_grams(row_jacobians(embedder, params, x, chunk), row_jacobians(embedder, params, y, chunk), cross)
 

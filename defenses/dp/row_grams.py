@@ -25,7 +25,7 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
   on Logit-DP's default encoder the last convolution, 2 x 2 outputs); weight standardisation enters as
   per-filter rank-2 corrections of that Gram (:func:`_ws_hat`); group norm and biases contribute the
   Gram of their materialised per-row gradients. Each layer type's rule
-  (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the products live on :class:`_Grams`.
+  (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the products live on :class:`Grams`.
 
 Every Gram is accumulated in float64 from float32 factors: the products are exact and the sums err by
 at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of |products|, which
@@ -143,7 +143,7 @@ def _conv_ghost_cheaper(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int
 GHOST_LIMIT = 1 << 22  # float64 entries of one ghost product block (32 MB); larger cross Grams go in chunks
 
 
-class _Grams:
+class Grams:
     """Accumulates own (R, D, D), cross (n, D, m, D) and the row-direction scales^2 (R, D), in float64."""
 
     def __init__(self, n: int, m: int, dim: int, cross: bool, device: torch.device):
@@ -318,7 +318,7 @@ def tangent_basis(z: torch.Tensor) -> torch.Tensor:
     return h[:, :, 1:]
 
 
-class _Directions(NamedTuple):
+class Directions(NamedTuple):
     """One forward of the rows and K backward passes, pass c carrying cotangent direction c of every row."""
 
     tape: Tape
@@ -327,13 +327,14 @@ class _Directions(NamedTuple):
     zs: torch.Tensor  # (R, D) the rows' embeddings
     basis: torch.Tensor | None  # (R, D, K) float64 tangent directions, None for e_1..e_D
 
-    def layer_grads(self, name: str) -> torch.Tensor:
-        """Layer ``name``'s output gradients (R, K, ...) (row r, direction c), released from ``grads``."""
-        return torch.stack(self.grads.pop(name), dim=1)
+    def layer_grads(self, name: str, keep: bool = False) -> torch.Tensor:
+        """Layer ``name``'s output gradients (R, K, ...) (row r, direction c), released from ``grads`` unless
+        ``keep``."""
+        return torch.stack(self.grads[name] if keep else self.grads.pop(name), dim=1)
 
 
-def _backward_directions(embedder: Embedder, params: Mapping[str, torch.Tensor], xy: torch.Tensor,
-                         tangent: bool) -> _Directions | None:
+def backward_directions(embedder: Embedder, params: Mapping[str, torch.Tensor], xy: torch.Tensor,
+                         tangent: bool) -> Directions | None:
     """The rows ``xy`` through the model once, then K backward passes, pass c carrying direction c: e_1..e_D
     (K = D), or with ``tangent`` the columns of an orthonormal basis of z_r^perp (K = D - 1); None where
     ``tangent`` meets an embedding within 1e-6 of 0. (K passes over one recorded forward cost the same
@@ -356,14 +357,14 @@ def _backward_directions(embedder: Embedder, params: Mapping[str, torch.Tensor],
     for c in range(copies):
         for name, (g,) in tape.output_grads([directions[:, :, c]], retain=c < copies - 1).items():
             grads[name].append(g)
-    return _Directions(tape, grads, copies, zs, basis)
+    return Directions(tape, grads, copies, zs, basis)
 
 
 def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                 cross: bool = True, tangent: bool = False) -> PairGrams:
     """The Grams per layer, each layer's rule adding its part (:meth:`LayerRule.grams`: ghost products for
     Linear layers and small convolution outputs), from one forward of the rows and K backward passes with
-    the basis cotangents (:func:`_backward_directions`): e_1..e_D (K = D), or with ``tangent`` an
+    the basis cotangents (:func:`backward_directions`): e_1..e_D (K = D), or with ``tangent`` an
     orthonormal basis Q_r of z_r^perp (K = D - 1, :func:`tangent_basis`; the Grams are then those of
     J_r Q_r, and :attr:`PairGrams.basis` says so). ``tangent`` is exact for cotangents orthogonal to z_r
     (cosine similarities) and falls back to e_1..e_D where an embedding is within 1e-6 of 0
@@ -372,11 +373,11 @@ def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch
     Requires a model the layerwise engine supports (:func:`privaudit.defenses.dp.layerwise.engine_model_reason`).
     """
     n, m = len(x), len(y)
-    run = _backward_directions(embedder, params, torch.cat([x, y]), tangent)
+    run = backward_directions(embedder, params, torch.cat([x, y]), tangent)
     if run is None:
         return layer_grams(embedder, params, x, y, cross, tangent=False)
     zs, basis = run.zs, run.basis
-    acc = _Grams(n, m, run.copies, cross, zs.device)
+    acc = Grams(n, m, run.copies, cross, zs.device)
     pulls: list[tuple[Layer, Pull]] = []
     for layer in run.tape.layers:
         (call,) = run.tape.calls[layer.name]
