@@ -64,6 +64,8 @@ class LayerRule(ABC):
     segmented: ClassVar[tuple[str, ...]] = ()
     #: whether :func:`layer_rule` may use this rule for subclasses of the registered type
     serves_subclasses: ClassVar[bool] = False
+    #: how the partition engine gets this layer's unit gradients (for engine reports)
+    summary: ClassVar[str] = "per-row gradients summed into units"
 
     def unsupported(self, mod: nn.Module, where: str) -> str | None:
         """Why this instance (at module path ``where``) has no per-row rule after all, or None."""
@@ -170,6 +172,7 @@ class LinearRule(LayerRule):
     """g = sum_r b_r a_r^T over every position of row r's input (R, ..., in); bias sum_r b_r."""
 
     segmented = ("weight",)
+    summary = "weight: segment sums as one batched product; bias: per-row sums into units"
 
     def row_grads(self, mod, params, a, b):
         return {"bias": b.reshape(b.shape[0], -1, b.shape[-1]).sum(1)} if "bias" in params else {}
@@ -261,6 +264,7 @@ class Conv2dRule(ChannelRule):
 
     segmented = ("weight",)
     standardised: ClassVar[bool] = False  # weight standardisation (WSConv2d)
+    summary = "weight: segment sums as one grouped-convolution backward (a group per segment); bias: per-row sums"
 
     def unsupported(self, mod, where):
         if mod.groups != 1 or mod.padding_mode != "zeros" or isinstance(mod.padding, str):
@@ -309,6 +313,7 @@ class WSConv2dRule(Conv2dRule):
     """A weight-standardised convolution: the convolution's rule, then the standardisation's VJP."""
 
     standardised = True
+    summary = Conv2dRule.summary + "; then weight standardisation's VJP on the unit sums"
 
     def parametrisation_vjp(self, mod, params, name, g):
         return ws_backward(params["weight"], g) if name == "weight" else g
@@ -317,6 +322,8 @@ class WSConv2dRule(Conv2dRule):
 @register_layer_rule(nn.GroupNorm)
 class GroupNormRule(ChannelRule):
     """Weight sum_l b_{r,c,l} x_hat_{r,c,l} (x_hat the normalised input), bias sum_l b_{r,c,l}."""
+
+    summary = "per-row products with the normalised input, summed into units"
 
     def row_weight(self, mod, a, b3):
         x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape)

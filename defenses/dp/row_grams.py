@@ -121,8 +121,7 @@ def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 GHOST_PENALTY = 12  # CPU time of a ghost product's multiply-add (inner width out + 1, then weighted) vs a wide one's
-ROWS_LIMIT = 1 << 25  # float64 entries of one convolution's materialised row gradients (R D x out in k^2: 256 MB)
-ROWS_CHUNK = 1 << 21  # ... of the block of filters materialised at once (16 MB)
+ROWS_CHUNK = 1 << 21  # float64 entries of a convolution's row gradients materialised at once (a block of filters)
 
 
 def _conv_ghost_cheaper(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int) -> bool:
@@ -130,11 +129,9 @@ def _conv_ghost_cheaper(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int
     GHOST_PENALTY (nDL)(mDL)(out + 1) + (nL)(mL) in k^2 against (nD)(mD) out in k^2 multiply-adds (L output
     positions). The ghost form's products are narrow (inner width out + 1) and each block is then weighted
     and summed elementwise, so on CPU a multiply-add of it costs about :data:`GHOST_PENALTY` (measured 10-30)
-    times one of the materialised form's wide product. Where the materialised rows would exceed
-    :data:`ROWS_LIMIT` entries, the ghost form (whose blocks go in chunks) is used whatever the cost."""
+    times one of the materialised form's wide product. Both forms hold bounded blocks (:data:`ROWS_CHUNK`,
+    :data:`GHOST_LIMIT`), so only the cost decides."""
     out, fan = mod.weight.shape[0], mod.weight[0].numel()
-    if (n + m) * dim * out * fan > ROWS_LIMIT:
-        return True
     ghost = GHOST_PENALTY * (n * dim * positions) * (m * dim * positions) * (out + 1) \
         + (n * positions) * (m * positions) * fan
     return ghost < (n * dim) * (m * dim) * out * fan
