@@ -105,11 +105,11 @@ def nonprivate_step(digits, model_fields, idx):
     return step
 
 
-def gcl_objective_step(digits, idx):
-    """One non-private step of DP-GCL's OWN objective at its defaults: the same views (N_a = 1: three per
-    example), groups, group InfoNCE and optimizer as its DP step (``DPGCL.objective``), differentiated once
-    with autograd -- no per-group clipping, no noise."""
-    defense = make_defense("dp-gcl", {"init": "random"})
+def gcl_objective_step(digits, idx, params=None):
+    """One non-private step of DP-GCL's OWN objective at its defaults (or ``params``): the same views (N_a = 1:
+    three per example), groups, group InfoNCE and optimizer as its DP step (``DPGCL.objective``), differentiated
+    once with autograd -- no per-group clipping, no noise."""
+    defense = make_defense("dp-gcl", params or {"init": "random"})
     cfg = defense.config
     model = defense.build(defense.model_spec(digits.info), 0)
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay)

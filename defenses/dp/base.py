@@ -344,6 +344,9 @@ class DPDefense(Defense):
                 out = self.compute(ctx, x[idx.to(x.device)], rnd)
             engines = counter["engines"]
             engines[out.clipped.engine] = engines.get(out.clipped.engine, 0) + 1
+            if out.clipped.detail:  # the layerwise engine cut the step into chunks (memory): say how, per step
+                chunks = counter.setdefault("chunks", {})
+                chunks[out.clipped.detail] = chunks.get(out.clipped.detail, 0) + 1
             total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
             rel = release(total, noise_std, rnd.generator("noise", gradient.name), normalizer=normalizer,
                           canaries=canaries_at(canaries, t), canary_bound=canary_bound)
@@ -371,6 +374,8 @@ class DPDefense(Defense):
         counter = dp.pop("overflow_counter")
         dp["overflowed_steps"] = counter["overflowed"]
         dp["engine_steps"] = dict(counter["engines"])  # steps per engine (auto picks per step, see gradients)
+        if "chunks" in counter:  # steps the layerwise engine ran in chunks, by plan (defenses.dp.chunked)
+            dp["engine_chunks"] = dict(counter["chunks"])
         snr = history.get("grad_snr", [])
         dp["grad_snr_first"] = snr[0] if snr else None
         frac = [v for v in history.get("clipped_fraction", []) if not math.isnan(v)]

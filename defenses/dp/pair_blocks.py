@@ -96,7 +96,9 @@ def blocked_layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], 
     def pullback(cx: torch.Tensor, cy: torch.Tensor) -> torch.Tensor:
         return _pullback(embedder, params, rows, torch.cat([cx, cy]), directions, bx)
 
-    return PairGrams(out.own[:n], out.own[n:], out.cross, pullback, out.length, scale[:n], scale[n:], (zx, zy), basis)
+    detail = f"row blocks: {-(-n // bx)} x blocks of <= {bx} rows, {-(-m // by)} y blocks of <= {by} rows"
+    return PairGrams(out.own[:n], out.own[n:], out.cross, pullback, out.length, scale[:n], scale[n:], (zx, zy), basis,
+                     detail)
 
 
 def _collect(zs: list, bases: list, side: int, run: Directions) -> None:

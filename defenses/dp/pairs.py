@@ -192,7 +192,8 @@ def efficient_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x
     lam64 = lam.double()
     total = grams.pullback(torch.einsum("ij,ijd->id", lam64, ca), torch.einsum("ij,ijd->jd", lam64, cb))
     return ClippedSum(total, nrm.reshape(-1), pair_clip, "pair",
-                      "layerwise (ghost Grams)" if grams_engine(embedder) == "layerwise" else "vmap (row Jacobians)")
+                      "layerwise (ghost Grams)" if grams_engine(embedder) == "layerwise" else "vmap (row Jacobians)",
+                      grams.detail)
 
 
 def direct_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,

@@ -69,6 +69,7 @@ class PairGrams:
     embeddings: tuple[torch.Tensor, torch.Tensor] | None = None  # (zx, zy) where the Grams' forward gave them
     # (Q_x (n, D, K), Q_y (m, D, K)) float64: the Grams are of J_r Q_r, and cotangents enter as Q_r^T c
     basis: tuple[torch.Tensor, torch.Tensor] | None = None
+    detail: str = ""  # how the rows were cut into blocks, where memory required it (defenses.dp.pair_blocks)
 
     def coordinates(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Pair cotangents a (n, m, D), b (n, m, D) in the Grams' directions (float64): Q^T a, Q^T b."""
