@@ -287,10 +287,11 @@ class Grams:
     def materialised(self, rows: dict[str, torch.Tensor], params: Params) -> Pull:
         """Parameters without ghost products (biases, group norm): the Gram of their per-row gradients
         ``rows`` {name: (K, R, ...)}."""
-        jac = {k_: v.transpose(0, 1).reshape(v.shape[1], v.shape[0], -1).double() for k_, v in rows.items()}
-        for k_, j in jac.items():
-            self.scale2.add_(self.add(j, j).clamp_min(0))
-            self.length = max(self.length, j.shape[-1])
+        parts = [v.transpose(0, 1).reshape(v.shape[1], v.shape[0], -1).double() for v in rows.values()]
+        whole = torch.cat(parts, -1) if len(parts) > 1 else parts[0]  # (R, K, q): one product for every parameter
+        self.scale2.add_(self.add(whole, whole).clamp_min(0))
+        self.length = max(self.length, whole.shape[-1])
+        jac = dict(zip(rows, whole.split([j.shape[-1] for j in parts], -1)))
 
         def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
             cd = c.double()
