@@ -10,8 +10,8 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
 (:mod:`privaudit.defenses.dp.pairs`). Two ways to get them (same numbers, tests compare them):
 
 * :func:`jacobian_grams` -- from materialised Jacobians (n, D, p): one (nD x p)(p x mD) product.
-* :func:`layer_grams` -- per layer, from one forward/backward of the rows replicated K times with basis
-  cotangents (copy c of row r carries M_{r,c} = row r's output gradient at the layer for direction c):
+* :func:`layer_grams` -- per layer, from one forward of the rows and K backward passes with basis
+  cotangents (pass c gives M_{r,c} = row r's output gradient at the layer for direction c):
   e_1..e_D, or for cosine similarities an orthonormal basis of z_r^perp (K = D - 1, :func:`tangent_basis`:
   the pair cotangents are orthogonal to their row's embedding). A ``nn.Linear`` layer with input a_r
   contributes J_{r,c} = M_{r,c} a_r^T (+ M_{r,c} for the bias), so its Gram entries are the ghost
@@ -21,8 +21,8 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
 
   costing (nK)(mK)(d_out) + nm d_in instead of (nK)(mK)(d_in d_out). A convolution with L output
   positions and patches P_{r,l} has <g_{r,c}, g_{s,e}> = sum_{l,l'} <M_{r,c,l}, M_{s,e,l'}> <P_{r,l}, P_{s,l'}>,
-  used where (nKL)(mKL) d_out beats materialising the rows' weight gradients (:func:`_conv_ghost_cheaper`;
-  on Logit-DP's default encoder the last convolution, 2 x 2 outputs); weight standardisation enters as
+  used where (nKL)(mKL) d_out beats materialising the rows' weight gradients, a block of filters at a time,
+  at CPU speeds (:func:`_conv_ghost_cheaper`: on a ResNet-18 the 4 x 4 last stage); weight standardisation enters as
   per-filter rank-2 corrections of that Gram (:func:`_ws_hat`); group norm and biases contribute the
   Gram of their materialised per-row gradients. Each layer type's rule
   (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the products live on :class:`Grams`.
@@ -31,7 +31,8 @@ Every Gram is accumulated in float64 from float32 factors: the products are exac
 at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of |products|, which
 :func:`privaudit.defenses.dp.pairs.rounding_slack` adds back so no computed pair norm falls below the true one.
 The total gradient of sum_ij lambda_ij Z_ij is a pull-back of per-row cotangents through the same
-pieces (:attr:`PairGrams.pullback`), so no further backward pass runs.
+pieces (:attr:`PairGrams.pullback`), so no further backward pass runs. A large encoder's Grams come in
+blocks of rows instead (:mod:`privaudit.defenses.dp.pair_blocks`), with the pull-back a backward pass.
 """
 
 from __future__ import annotations
