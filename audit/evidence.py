@@ -17,10 +17,10 @@ schema version, key, a SHA-256 digest of its content and the SHA-256 of every fi
 1. every evidence file is checked against its hash and digest; a missing, torn or edited one is a reason;
 2. each cell's epsilons are re-accounted from its saved claim through every accountant
    (:func:`privaudit.accountants.all_epsilons`);
-3. each attack's guess counts are re-derived from its saved scores where the guesses are on those scores
-   (one-run, f-DP, best-of and mechanism bounds on canaries or candidates; not the replace-one pairs a
-   black-box attack draws from its candidates, nor a multi-run split), and each bound is recomputed from its
-   counts (:func:`privaudit.audit.gate.family_bound` at the bound's own confidence);
+3. each attack's AUC is recomputed from its saved scores, and its guess counts where the guesses are on those
+   scores (one-run, f-DP, best-of and mechanism bounds on canaries or candidates; not the replace-one pairs a
+   black-box attack draws from its candidates, nor a multi-run split); each bound is recomputed from its counts
+   (:func:`privaudit.audit.gate.family_bound` at the bound's own confidence);
 4. each sensitivity verdict is recomputed from its observed distance, bound, tolerance, closed form and
    coverage, and each step-audit pair's from its bounds and the claim;
 5. the gate is :func:`privaudit.audit.gate.judge_run` (the runner's own) on that evidence; every discrepancy
@@ -64,8 +64,8 @@ def render_report(out: str | Path) -> dict[str, Path]:
 
 
 def read_manifest(out: Path) -> tuple[dict[str, Any] | None, str | None]:
-    """``run.json`` when intact (its key is the hash of the suite it holds, its evidence files unchanged), or (None,
-    why not)."""
+    """``run.json`` when intact (its key is the hash of the suite it holds and its digest matches its content; the
+    evidence files it lists are checked by :func:`changed_evidence`), or (None, why not)."""
     path = out / MANIFEST
     if not path.is_file():
         return None, f"{MANIFEST} is missing: there is no evidence of what ran in {out} (run the suite into it)"
@@ -266,7 +266,9 @@ def recount(bound: dict[str, Any], scores: np.ndarray, membership: np.ndarray) -
 
 
 def rebound(out: Path, cell: dict[str, Any]) -> list[str]:
-    """Each attack's bounds re-derived from its saved scores and counts (module doc, 3); the differences found."""
+    """Each attack's AUC and bounds re-derived from its saved scores and counts (module doc, 3); the differences
+    found."""
+    from privaudit.attacks.metrics import summarize
     from privaudit.core.io import load_npz
 
     problems = []
@@ -274,6 +276,11 @@ def rebound(out: Path, cell: dict[str, Any]) -> list[str]:
         where = f"cell {cell['id']}: {label}"
         details = attack.get("details") or {}
         arrays = load_npz(out / attack["scores"]) if attack.get("scores") else None
+        if arrays is not None:  # the AUC a gate's max_auc reads
+            auc = summarize(arrays["scores"], arrays["membership"])["auc"]
+            if not _same(auc, attack.get("auc")):
+                problems.append(f"{where}: its AUC recomputes to {auc:.6g} from the saved scores, the evidence says "
+                                f"{attack.get('auc')!r}")
         for field, key in (("eps_lower_bound", "bound"), ("eps_lb_mechanism", "mechanism_bound")):
             bound = details.get(key)
             if not bound:

@@ -168,6 +168,10 @@ def test_an_edited_epsilon_or_score_file_fails(copy, capsys):
     assert main(["gate", str(out)]) == 1
     assert f"cell {HONEST}: accountant rdp re-accounts the claim to" in capsys.readouterr().out
     out = copy(0)
+    _forge(out, _cell_json(out, HONEST), lambda c: c["record"]["attacks"]["loss"].update(auc=0.5))
+    assert main(["gate", str(out)]) == 1
+    assert f"cell {HONEST}: loss: its AUC recomputes to" in capsys.readouterr().out
+    out = copy(0)
     saved, _ = read_keyed(out / _cell_json(out, HONEST), read_json(out / _cell_json(out, HONEST))["key"], out)
     scores = out / saved["record"]["attacks"]["loss"]["scores"]
     arrays = dict(np.load(scores))
