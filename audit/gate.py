@@ -36,6 +36,13 @@ sound bound of the cell is primary. Positive controls (``control = true``: a cla
 :class:`privaudit.defenses.controls.UnderNoisedControl`) are judged the other way round: a control whose claim the
 gate catches passes ("caught, as expected"), one it does not catch fails the gate, because a gate that
 cannot catch a tenfold under-noising at this suite's size has no power and its PASS would mean nothing.
+
+Strict expectations. A documented known-broken finding (a sensitivity ``expect = "violated"``, a step audit
+``expect = "refuted"``) that does not reproduce fails the gate: the auditor lost power. An ``error`` verdict (a
+setting or pair that raised) fails it, naming the exception; an ``inconclusive`` one fails it unless the suite
+allows it (``sensitivity.allow_inconclusive``); a grid cell without a result fails it (:func:`judge_run`, the one
+gate of a run, which the runner applies and ``privaudit gate`` recomputes from the run's evidence:
+:mod:`privaudit.audit.evidence`; docs/gate.md).
 """
 
 from __future__ import annotations
@@ -353,7 +360,8 @@ def gate_settings(suite: Mapping[str, Any], grid: Sequence[str]) -> GateSettings
 
 
 def judge_run(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]],
-              step_results: Sequence[dict[str, Any]], settings: GateSettings, errors: Sequence[str] = ()) -> dict[str, Any]:
+              step_results: Sequence[dict[str, Any]], settings: GateSettings,
+              errors: Sequence[str] = ()) -> dict[str, Any]:
     """The gate of a whole run, the one implementation the runner and ``privaudit gate`` share: each cell's gate
     (set as ``cell["gate"]``), then the suite's: the cells', every grid cell without a result (a run of part of the
     suite does not pass its gate), the sensitivity verdicts and the step audits (strict expectations: see

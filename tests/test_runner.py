@@ -239,7 +239,8 @@ def test_real_sensitivity_checks_gate_the_suite_and_their_witnesses_replay(tmp_p
     assert chunk["verdict"] == "violated" and chunk["observed"] > chunk["bound"]
     assert failed.exit_code == 1
     assert failed.report["gate"]["reasons"][0] == NOT_RUN.format("digits/nonprivate/seed=0")
-    assert failed.report["gate"]["reasons"][1].startswith("sensitivity claim dpgcl.group[chunk] (DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)) violated: observed ")
+    assert failed.report["gate"]["reasons"][1].startswith(
+        "sensitivity claim dpgcl.group[chunk] (DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)) violated: observed ")
     assert replay(out / chunk["witness"])["reproduced"]
     # wall-clock fields stay out of the report (reruns with the same seed give the same report.json)
     assert "search_seconds" not in chunk["config"] and all("seconds" not in s for s in chunk["config"]["settings"])
