@@ -32,7 +32,9 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
     [sensitivity]
     claims = ["dpcl.mean"]    # or: all = true
     evaluations = 200         # pairs per claim (reproducible); or budget_seconds = 20 per claim
-    expect = { "dpcl.mean" = "holds" }   # or "violated": claims the suite documents as known-broken
+    expect = { "dpcl.mean" = "holds" }   # or "violated": claims the suite documents as known-broken (a
+    #                         # documented violation that is not found fails the gate: the auditor lost power)
+    # allow_inconclusive = ["alm.head-weights"]  # claims whose "inconclusive" verdict passes (any other fails)
 
     [gate]
     epsilon_slack = 0.0       # fail when eps_lb > (1 + slack) * smallest applicable epsilon
@@ -71,7 +73,7 @@ TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "see
             "step_audit")
 DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks", "primary", "control")
 ATTACK_KEYS = ("name", "label", "params")
-SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect")
+SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect", "allow_inconclusive")
 EXPECTATIONS = ("holds", "violated")
 RAY_KEYS = ("address", "cpus_per_cell", "gpus_per_cell", "cpus_per_task", "gpus_per_task")
 DEFAULT_OUT = "reports/{name}"
@@ -146,11 +148,16 @@ class AttackEntry:
 
 @dataclass(frozen=True)
 class SensitivityConfig:
+    """``[sensitivity]``: the claims checked and the budget; ``expect`` documents known-broken claims
+    (``"violated"``: a violation is a note, and not finding it fails the gate); ``allow_inconclusive`` lists the
+    claims whose ``inconclusive`` verdict the gate accepts (any other inconclusive verdict fails it)."""
+
     claims: tuple[str, ...] | None  # None: every registered claim
     budget_seconds: float | None  # per claim; None: each claim's default
     evaluations: int | None  # pairs per claim (reproducible); replaces budget_seconds
     seed: int
     expect: dict[str, str]
+    allow_inconclusive: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -307,7 +314,8 @@ class Suite:
                 "claims": None if self.sensitivity.claims is None else list(self.sensitivity.claims),
                 "budget_seconds": self.sensitivity.budget_seconds, "evaluations": self.sensitivity.evaluations,
                 "seed": self.sensitivity.seed,
-                "expect": dict(self.sensitivity.expect)},
+                "expect": dict(self.sensitivity.expect),
+                "allow_inconclusive": list(self.sensitivity.allow_inconclusive)},
             "gate": asdict(self.gate),
             **({"step_audit": asdict(self.step_audit)} if self.step_audit is not None else {}),
         }
@@ -768,4 +776,23 @@ def _sensitivity(where: _Where, raw: Any) -> SensitivityConfig | None:
             raise where.error(f"sensitivity.expect.{c}", f"unknown claim; accepted: {', '.join(CLAIMS)}")
         if c not in checked:
             raise where.error(f"sensitivity.expect.{c}", "not among the claims this suite checks")
-    return SensitivityConfig(claims, budget, evaluations, seed, expect)
+    allowed = _allow_inconclusive(where, raw, checked, expect)
+    return SensitivityConfig(claims, budget, evaluations, seed, expect, allowed)
+
+
+def _allow_inconclusive(where: _Where, raw: Mapping[str, Any], checked: set[str],
+                        expect: Mapping[str, str]) -> tuple[str, ...]:
+    """``sensitivity.allow_inconclusive``: checked claim ids whose inconclusive verdict the gate accepts (none
+    documented as violated: such a claim must be found violated)."""
+    if "allow_inconclusive" not in raw:
+        return ()
+    key = "sensitivity.allow_inconclusive"
+    ids = _list(where, key, raw["allow_inconclusive"], str, "claim ids")
+    for i, c in enumerate(ids):
+        if c not in checked:
+            raise where.error(f"{key}[{i}]", f"{c!r} is not among the claims this suite checks; accepted: "
+                                             f"{', '.join(sorted(checked))}")
+        if expect.get(c) == "violated":
+            raise where.error(f"{key}[{i}]", f"{c!r} is expected violated (sensitivity.expect): it must be found "
+                                             "violated, not allowed to be inconclusive")
+    return tuple(dict.fromkeys(ids))

@@ -406,3 +406,28 @@ def test_a_whole_report_loads_and_the_gate_reads_it(finished, capsys):
     assert load_report(finished[1]) == _valid_report(finished)
     assert main(["gate", str(finished[1])]) == 0
     assert "gate: PASS" in capsys.readouterr().out
+
+
+def test_lock_waits_for_the_workers_of_a_dead_run_but_not_for_a_live_one(tmp_path):
+    import fcntl
+    import threading
+
+    from privaudit.audit.lock import LOCK_NAME, output_lock
+    from privaudit.core.errors import ConfigError
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    holder = os.open(tmp_path / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)  # a worker still holding the lock
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    os.pwrite(holder, dead.stdout.strip().encode(), 0)
+    threading.Timer(0.5, os.close, args=(holder,)).start()  # the worker exits half a second later
+    with output_lock(tmp_path) as held:
+        assert os.pread(held.fd, 32, 0).decode() == str(os.getpid())
+    holder = os.open(tmp_path / LOCK_NAME, os.O_RDWR, 0o644)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    os.pwrite(holder, str(os.getpid()).encode(), 0)  # a live owner: refused at once, naming it
+    try:
+        with pytest.raises(ConfigError, match=f"in use by another privaudit run \\(pid {os.getpid()}\\)"):
+            with output_lock(tmp_path):
+                pass
+    finally:
+        os.close(holder)

@@ -5,13 +5,16 @@
                          [--alpha A] [--noise projected|full] [--witness-evaluations N] [--out DIR] [--json]
 
 Exit status: 0 when the step is not refuted, 1 when a measured per-step lower bound exceeds the
-per-step privacy the defense's accountant assumes (witness written under --out), 2 on bad input.
+per-step privacy the defense's accountant assumes (witness written under --out), 2 on bad input (an
+``--out`` that cannot be a directory is refused before any work), 3 when a pair errored (the audit is
+incomplete, whatever the other pairs found; the pair's row names the exception).
 """
 
 from __future__ import annotations
 
 import argparse
 
+from privaudit.audit.cli import EXIT_RUN_ERROR
 from privaudit.audit.commands.common import add_data_args, emit_json, format_table, integer, number, parse_params
 from privaudit.core.config import MAX_INT
 from privaudit.core.io import check_output_dir
@@ -69,4 +72,6 @@ def run(args: argparse.Namespace) -> int:
                 for p in r.pairs]
         print(format_table(HEADERS, rows))
         print(summary_line(r))
+    if any(p["verdict"] == "error" for p in r.pairs):
+        return EXIT_RUN_ERROR
     return 1 if r.verdict == "refuted" else 0

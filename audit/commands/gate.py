@@ -1,4 +1,6 @@
-"""``privaudit gate DIR``: the gate of a finished run, per cell: bound, claim, margin, verdict; exit 0 or 1."""
+"""``privaudit gate DIR``: the gate of a finished run, recomputed from its evidence (:mod:`privaudit.audit.evidence`),
+per cell: bound, claim, margin, verdict; exit 0 when the recomputed gate passes, 1 when it fails (report.json's
+own status is never read as the answer), 2 when DIR holds no report."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from privaudit.audit.commands.common import format_table
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gate", help="print a run's gate per cell (bound, claim, margin) and exit 1 if it failed")
-    p.add_argument("directory", help="the run's output directory (holding report.json)")
+    p.add_argument("directory", help="the run's output directory (holding report.json and the cells' evidence)")
     p.set_defaults(func=run)
 
 
@@ -35,13 +37,13 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from privaudit.audit.report.schema import load_report
+    from privaudit.audit.evidence import recompute
 
-    report = load_report(args.directory)
-    gate = report["gate"]
+    recomputed = recompute(args.directory)
+    gate = recomputed.gate
     print(format_table(["cell", "attack", "role", "ε_lb (gate)", "claimed ε (accountant)", "margin", "verdict"],
-                       rows(report)))
-    print(f"\ngate: {gate['status'].upper()}")
+                       rows(recomputed.report)))
+    print(f"\ngate: {gate['status'].upper()} (recomputed from the evidence in {args.directory})")
     for line in gate.get("notes", []):
         print(f"  note: {line}")
     for line in gate.get("reasons", []):

@@ -18,7 +18,8 @@
         gate       {status, reasons, comparisons: [{attack, eps_lower_bound, method, epsilon,
                                                     accountant, verdict, reason, [eps_lb_any_mechanism]}]}
                    (where an attack reports eps_lb_mechanism, that is the compared bound)
-        details    cache key, defense name and resolved parameters, every accountant's full result, error
+        details    cache key, defense name and resolved parameters, the claim in full (its event: what
+                   ``privaudit gate`` re-accounts), every accountant's full result, error
     sensitivity  the objects ``privaudit sensitivity --json`` prints (claim, source, relation, bound,
                  observed, ratio, verdict, witness, config)
     gate         {status: "pass" | "fail", reasons, notes}
@@ -86,10 +87,10 @@ def build_report(suite, cells: Sequence[dict[str, Any]], sensitivity: Sequence[d
     })
 
 
-def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
-    """Render plots, ``report.md``, ``report.html`` and ``report.json`` in memory, then write them all-or-nothing
-    (:func:`privaudit.core.io.atomic_write_group`): a write that fails (full disk, read-only directory) replaces none of
-    them and is one line (ConfigError naming ``--out``)."""
+def write_report(out: str | Path, report: dict[str, Any], *, with_json: bool = True) -> dict[str, Path]:
+    """Render plots, ``report.md``, ``report.html`` and (``with_json``) ``report.json`` in memory, then write them
+    all-or-nothing (:func:`privaudit.core.io.atomic_write_group`): a write that fails (full disk, read-only
+    directory) replaces none of them and is one line (ConfigError naming ``--out``)."""
     from privaudit.audit.report import html, markdown
     from privaudit.audit.report.plots import all_plots
     from privaudit.core.io import to_json
@@ -101,7 +102,8 @@ def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
     rel = {name: str(p.relative_to(out)) for name, (p, _) in files.items()}
     files["report.md"] = (out / "report.md", markdown.render(report, rel).encode("utf-8"))
     files["report.html"] = (out / "report.html", html.render(report, figures).encode("utf-8"))
-    files["report.json"] = (out / "report.json", (to_json(report) + "\n").encode("utf-8"))
+    if with_json:
+        files["report.json"] = (out / "report.json", (to_json(report) + "\n").encode("utf-8"))
     try:
         atomic_write_group({path: data for path, data in files.values()})
     except (OSError, DiskFull) as exc:
@@ -110,9 +112,3 @@ def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
     return {name: path for name, (path, _) in files.items()}
 
 
-def render_from_json(out: str | Path) -> dict[str, Path]:
-    """Regenerate the Markdown, HTML and plots of ``out/report.json`` (read by the one checked reader,
-    :func:`privaudit.audit.report.schema.load_report`)."""
-    from privaudit.audit.report.schema import load_report
-
-    return write_report(out, load_report(out))
