@@ -10,7 +10,8 @@ of the noise vector. :func:`check_trace` compares the trace with the claim step 
 
 Exact checks (no error probability): the trace has no more steps than the claim composes; every step's
 sampler is the claim's; its noise multiplier is at least the claim's for that step (more noise is only more
-private); a Poisson step's configured rate is at most the claim's, a without-replacement step's population is
+private; the step's multiplier is the smaller of its recorded effective multiplier and its gradient release's
+noise std over sensitivity: composing releases only lowers the effective multiplier, 1 / z^2 = sum 1 / z_i^2); a Poisson step's configured rate is at most the claim's, a without-replacement step's population is
 the claim's and its batch at most the claim's. A per-step claim the trace cannot be read against (an event that
 is not a sampled Gaussian) is itself a mismatch.
 
@@ -147,7 +148,7 @@ def _exact_step(t: int, claimed: ClaimedStep | str, trace: TrainingTrace) -> lis
     if claimed.sampler not in ("none", trace.sampler):
         out.append(TraceMismatch(n, "sampler", claimed.sampler, trace.sampler,
                                  f"step {n}: sampled {trace.sampler}, the claim accounts {claimed.sampler}"))
-    z = float(row["multiplier"])
+    z = min(float(row["multiplier"]), float(row["noise_std"]) / float(row["sensitivity"]))
     if z < claimed.multiplier * (1 - _REL_TOL):
         out.append(TraceMismatch(n, "noise_multiplier", claimed.multiplier, z,
                                  f"step {n}: noise multiplier {z:.6g} (noise std {row['noise_std']:.6g} at "

@@ -61,6 +61,48 @@ def trace_findings(evidence: Mapping[str, Any]) -> list[TraceMismatch]:
     return check_trace(claim, trace)
 
 
+def recheck(checks: dict[str, Any], claim: Mapping[str, Any], evidence: Mapping[str, Any]) -> list[str]:
+    """A saved cell's claim checks recomputed from its evidence: the trace check re-run on the saved trace against
+    the cell's own claim (the one its epsilons are re-accounted from; the evidence's copy must be it), and its step
+    audit's claim (per-step mu = 1 / z of the claim, the trace's smallest noise) re-derived from the two. The
+    recomputed values replace ``checks``'; the pairs' bounds and verdicts are the step audits' own recomputation
+    (:func:`privaudit.audit.evidence.restep`). Returns the differences."""
+    problems = [] if evidence.get("claim") == claim else [f"{EVIDENCE_FILE}'s claim is not the cell's claim"]
+    try:
+        found = [m.to_dict() for m in trace_findings({**evidence, "claim": claim})]
+    except (ConfigError, KeyError, TypeError, ValueError) as exc:
+        return problems + [f"its trace cannot be checked ({type(exc).__name__}: {exc})"]
+    saved = checks.get("trace") or {}
+    if [m["message"] for m in found] != [m.get("message") for m in saved.get("mismatches") or []]:
+        problems.append(f"its trace check recomputes to {len(found)} mismatch(es) from {EVIDENCE_FILE}, the evidence "
+                        f"says {len(saved.get('mismatches') or [])}")
+    checks["trace"] = {**saved, "steps": len(evidence["trace"]["batch_size"]), "alpha": TRACE_ALPHA,
+                       "mismatches": found}
+    audit = checks.get("step_audit")
+    if audit:
+        problems += _restep_claim(audit, PrivacyClaim.from_dict(claim), evidence["trace"])
+    return problems
+
+
+def _restep_claim(audit: dict[str, Any], claim: PrivacyClaim, trace: Mapping[str, Any]) -> list[str]:
+    """The cell step audit's claim re-derived from the cell's claim and trace (:func:`privaudit.audit.step_audit.
+    trained_multipliers`); it replaces the saved one. Returns the differences."""
+    import math
+
+    from privaudit.attacks.bounds import gdp_epsilon
+    from privaudit.audit.step_audit import trained_multipliers
+
+    z = trained_multipliers(claim, trace)
+    saved = dict(audit.get("claim") or {})
+    again = {"noise_multiplier": z["z_claimed"], "noise_multiplier_added": z["z_actual"], "mu": 1.0 / z["z_claimed"]}
+    again["epsilon"] = gdp_epsilon(again["mu"], float(saved.get("delta", claim.delta)))
+    changed = [k for k, v in again.items() if not (isinstance(saved.get(k), (int, float))
+                                                    and math.isclose(v, saved[k], rel_tol=1e-9))]
+    audit["claim"] = {**saved, **again}
+    return [f"its step audit's claim {k} recomputes to {again[k]:.6g} from its claim and trace, the evidence says "
+            f"{saved.get(k)!r}" for k in changed]
+
+
 def step_pair_mu(pair: Mapping[str, Any], beta: float) -> float:
     """A saved step-audit pair's GDP mu_lb recomputed at level ``beta`` (the gate's family-wise level)."""
     return gdp_mu_recomputed(pair["bounds"]["gdp"], beta)

@@ -9,6 +9,7 @@ schema version, key, a SHA-256 digest of its content and the SHA-256 of every fi
     cells/<dir>/cell.json      a finished cell: its record (the claim in full, with its event), the hashes of its
                                attacks' scores.npz and result.json
     cells/<dir>/error.json     a cell that errored, with its error
+    cells/<dir>/claim_checks.json  a DP cell's claim and training trace (:mod:`privaudit.audit.claim_checks`)
     sensitivity.json           the sensitivity verdicts, the hashes of their witnesses
     step_audit/results.json    the step audits, the hashes of their witnesses
 
@@ -20,9 +21,13 @@ schema version, key, a SHA-256 digest of its content and the SHA-256 of every fi
 3. each attack's AUC is recomputed from its saved scores, and its guess counts where the guesses are on those
    scores (one-run, f-DP, best-of and mechanism bounds on canaries or candidates; not the replace-one pairs a
    black-box attack draws from its candidates, nor a multi-run split); each bound is recomputed from its counts
-   (:func:`privaudit.audit.gate.family_bound` at the bound's own confidence);
+   (:func:`privaudit.audit.gate.family_bound` at the bound's own confidence), the white-box trajectory bound from
+   its trial counts over the cell's claim's event (the per-step observations themselves are not kept);
+   each DP cell's claim checks: the trace check re-run on its saved trace against its claim, its own step audit's
+   per-step claim re-derived from the two, and each of its pairs' bounds recomputed from their counts (the gate
+   then recomputes each pair's mu_lb at the family-wise level);
 4. each sensitivity verdict is recomputed from its observed distance, bound, tolerance, closed form and
-   coverage, and each step-audit pair's from its bounds and the claim;
+   coverage, and each step-audit pair's bounds from their counts and its verdict from them and the claim;
 5. the gate is :func:`privaudit.audit.gate.judge_run` (the runner's own) on that evidence; every discrepancy
    found above, every difference between ``report.json`` and the evidence, and a ``report.json`` status that
    differs from the recomputed one is a reason to fail.
@@ -124,7 +129,7 @@ def recompute(out: str | Path) -> Recomputed:
                                      settings.step_audit is not None, "step audits")
     problems += s_problems + t_problems
     problems += report_differences(report, manifest["suite"], cells, sensitivity, steps)
-    problems += [p for cell in cells for p in reaccount(cell) + rebound(out, cell)]
+    problems += [p for cell in cells for p in reaccount(cell) + rebound(out, cell) + recheck_claims(out, cell)]
     problems += [p for r in sensitivity for p in resensitivity(r)] + [p for r in steps for p in restep(r)]
     gate = judge_run(cells, sensitivity, steps, settings, problems)
     claimed = (report.get("gate") or {}).get("status") if isinstance(report.get("gate"), dict) else None
@@ -282,10 +287,13 @@ def rebound(out: Path, cell: dict[str, Any]) -> list[str]:
             if not _same(auc, attack.get("auc")):
                 problems.append(f"{where}: its AUC recomputes to {auc:.6g} from the saved scores, the evidence says "
                                 f"{attack.get('auc')!r}")
-        for field, key in (("eps_lower_bound", "bound"), ("eps_lb_mechanism", "mechanism_bound")):
+        for field, key in (("eps_lower_bound", "bound"), ("eps_lb_mechanism", "mechanism_bound"),
+                           ("eps_lb_trajectory", "trajectory_bound")):
             bound = details.get(key)
             if not bound:
                 continue
+            if key == "trajectory_bound":
+                problems += _trajectory_event(where, bound, cell)
             if arrays is not None:
                 counts = recount(bound, np.asarray(arrays["scores"], np.float64),
                                  np.asarray(arrays["membership"], bool))
@@ -301,6 +309,50 @@ def rebound(out: Path, cell: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _trajectory_event(where: str, bound: dict[str, Any], cell: dict[str, Any]) -> list[str]:
+    """The trajectory bound composes its per-step mu_lb over the claim's event: the event its counts record must be
+    the cell's claim's. A different one is a difference, and the claim's replaces it (the gate then composes over
+    the claim's steps)."""
+    from privaudit.accountants.events import event_from_dict, event_to_dict
+
+    claim = ((cell.get("details") or {}).get("claim") or {}).get("event")
+    counts = bound.get("counts") or {}
+    if claim is None:
+        return []
+    try:
+        same = event_to_dict(event_from_dict(counts["event"])) == event_to_dict(event_from_dict(claim))
+    except (ConfigError, KeyError, TypeError, ValueError):
+        same = False
+    if same:
+        return []
+    bound["counts"] = {**counts, "event": claim}
+    return [f"{where}: trajectory_bound was composed over another event than the cell's claim"]
+
+
+def recheck_claims(out: Path, cell: dict[str, Any]) -> list[str]:
+    """A DP cell's claim checks recomputed from its evidence (its ``claim_checks.json``, hashed in cell.json and
+    run.json): the trace check and the step audit's claim (:func:`privaudit.audit.claim_checks.recheck`), then each
+    step-audit pair's bounds and verdicts (:func:`restep`). The recomputed values replace the record's; returns the
+    differences."""
+    from privaudit.audit.claim_checks import recheck
+
+    checks = cell.get("claim_checks")
+    if not checks or (cell.get("details") or {}).get("error"):
+        return []
+    where, rel = f"cell {cell['id']}", str(checks.get("evidence"))
+    path = (out / rel).resolve()
+    try:
+        if not path.is_relative_to(out.resolve()):
+            raise ValueError("it lies outside the output directory")
+        evidence = read_json(path)
+        problems = recheck(checks, cell["details"]["claim"], evidence)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        return [f"{where}: its claim checks' evidence {rel} cannot be read ({type(exc).__name__}: {exc})"]
+    audit = checks.get("step_audit")
+    problems += restep({**audit, "defense": "the cell's own step"}) if audit else []
+    return [f"{where}: {p}" for p in problems]
+
+
 def resensitivity(result: dict[str, Any]) -> list[str]:
     """A sensitivity verdict recomputed from the saved numbers (:func:`~privaudit.audit.sensitivity.verdict.
     recorded_verdict`); the difference, if any."""
@@ -313,6 +365,25 @@ def resensitivity(result: dict[str, Any]) -> list[str]:
             f"{result.get('verdict')!r}"]
 
 
+def pair_bound_differences(pair: dict[str, Any]) -> list[str]:
+    """A step-audit pair's sound bounds (GDP mu_lb, Clopper-Pearson epsilon_lb) recomputed from their saved counts
+    at the pair's own confidence; the differences from the saved values."""
+    from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
+
+    b = pair.get("bounds") or {}
+    if pair.get("verdict") == "error" or not b:
+        return []
+    try:
+        level = float(b["confidence"])
+        again = {"mu_lower": gdp_mu_recomputed(b["gdp"], 1.0 - level),
+                 "epsilon_lower": family_bound({"method": "clopper-pearson", "confidence": level,
+                                                "delta": float(b["delta"]), "counts": b["clopper_pearson"]}, 1)}
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"bounds cannot be recomputed from its counts ({type(exc).__name__}: {exc})"]
+    return [f"{k} recomputes to {v:.6g} from its counts, the evidence says {pair.get(k)!r}"
+            for k, v in again.items() if not _same(v, pair.get(k))]
+
+
 def restep(result: dict[str, Any]) -> list[str]:
     """A step audit's pair and defense verdicts recomputed from the saved bounds and claim; the differences."""
     from privaudit.audit.step_pairs import audit_verdict, recorded_pair_verdict
@@ -320,6 +391,7 @@ def restep(result: dict[str, Any]) -> list[str]:
     name, claim, problems = result.get("defense"), result.get("claim") or {}, []
     pairs = [dict(p) for p in result.get("pairs") or []]
     for p in pairs:
+        problems += [f"step audit of {name}: pair {p.get('pair')}'s {d}" for d in pair_bound_differences(p)]
         try:
             again = recorded_pair_verdict(p, claim)
         except (KeyError, TypeError) as exc:

@@ -10,6 +10,7 @@ Layout of the output directory::
     cells/<id>-<key>/cell.json                            a finished cell's record (written last)
     cells/<id>-<key>/attacks/<attack>/scores.npz          per-example scores, membership, variants
     cells/<id>-<key>/attacks/<attack>/result.json         the attack's configuration, counts and bound
+    cells/<id>-<key>/claim_checks.json                    a DP cell's claim (its event) and training trace
     sensitivity.json  sensitivity/witnesses/*             the sensitivity verdicts and their witnesses
 
 A cell's key hashes its resolved configuration (:meth:`privaudit.audit.suite.CellSpec.resolved`). Every file is
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from privaudit.audit.cell import CellOutcome, ExecutorSpec, base_record, run_cell
+from privaudit.audit.claim_checks import EVIDENCE_FILE as CLAIM_EVIDENCE
 from privaudit.audit.failures import failure_line
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.audit.gate import gate_settings, judge_run
@@ -93,7 +95,7 @@ def cell_dir(out: Path, spec: CellSpec) -> Path:
 
 
 #: Version of the cached artifacts' layout (cell.json, sensitivity.json); a cache of another version is recomputed.
-CACHE_SCHEMA = 3
+CACHE_SCHEMA = 4
 
 
 def file_sha256(path: Path) -> str:
@@ -190,11 +192,9 @@ def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
         return strict(record)
     files = []
     if outcome.evidence is not None:  # the claim checks' evidence, for the gate to recompute them
-        from privaudit.audit.claim_checks import EVIDENCE_FILE
-
-        atomic_write_json(directory / EVIDENCE_FILE, outcome.evidence)
-        record["claim_checks"]["evidence"] = (directory / EVIDENCE_FILE).relative_to(out).as_posix()
-        files.append(directory / EVIDENCE_FILE)
+        atomic_write_json(directory / CLAIM_EVIDENCE, outcome.evidence)
+        record["claim_checks"]["evidence"] = (directory / CLAIM_EVIDENCE).relative_to(out).as_posix()
+        files.append(directory / CLAIM_EVIDENCE)
     for label, result in outcome.results.items():
         result.save(directory / "attacks" / label)
         scores = directory / "attacks" / label / "scores.npz"
@@ -213,13 +213,15 @@ MANIFEST, SENSITIVITY, STEP_AUDIT = "run.json", "sensitivity.json", "step_audit/
 
 def write_manifest(out: Path, suite: Suite, sensitivity_key: str | None, step_key: str | None) -> None:
     """Write ``run.json``, the manifest of the run's evidence (:mod:`privaudit.audit.evidence`): the resolved suite,
-    the grid, the side checks' keys and the SHA-256 of the evidence files present."""
+    the grid, the side checks' keys and the SHA-256 of the evidence files present (each cell's record, error and
+    claim checks' evidence, the side checks' results)."""
     suite_dict = strict(suite.to_dict())
     grid, files = [], []
     for spec in suite.cells():
         directory = cell_dir(out, spec)
         grid.append({"id": spec.id, "key": spec.key, "dir": directory.relative_to(out).as_posix()})
-        files += [directory / name for name in ("cell.json", "error.json") if (directory / name).is_file()]
+        files += [directory / name for name in ("cell.json", "error.json", CLAIM_EVIDENCE)
+                  if (directory / name).is_file()]
     files += [out / rel for rel in (SENSITIVITY, STEP_AUDIT) if (out / rel).is_file()]
     evidence = {f.relative_to(out).as_posix(): file_sha256(f) for f in files}
     write_keyed(out / MANIFEST, out, config_hash(suite_dict),

@@ -85,7 +85,7 @@ def _forge(out, rel: str, edit) -> None:
     write_keyed(path, out, saved["key"], content, [out / f for f in saved["files"]])
     manifest = read_json(out / MANIFEST)
     body = {k: v for k, v in manifest.items() if k not in ("schema", "key", "files", "digest")}
-    body["evidence"][rel] = file_sha256(path)
+    body["evidence"] = {f: file_sha256(out / f) for f in body["evidence"]}  # every listed file, as it is now
     write_keyed(out / MANIFEST, out, config_hash(manifest["suite"]), body, [])
 
 
@@ -190,3 +190,82 @@ def test_report_renders_the_recomputed_gate(copy):
     assert "**Gate: FAIL**" in md and "Gate: PASS" not in md and "Gate: PASS" not in html
     assert "report.json says the gate is 'pass'" in md
     assert (out / "report.json").read_text() == edited  # report.json is left as it is
+
+
+# -- a DP cell's claim checks (its trace, its own step audit) and its trajectory bound -----------------------------
+DP = "digits/dp-gcl/eps=8/seed=0"
+
+
+@pytest.fixture(scope="module")
+def dp_run(tmp_path_factory):
+    """One DP-GCL cell (one epoch from a random init, 2000 gradient canaries): its claim checks and its trajectory
+    bound saved as evidence; the gate passes."""
+    from privaudit.audit.suite import parse_suite
+
+    raw = {"name": "claimed", "datasets": ["digits"], "delta": 1e-5, "epsilons": [8.0],
+           "defenses": [{"name": "dp-gcl", "primary": "gradient-canary",
+                         "params": {"epochs": 1, "init": "random", "batch_size": 128}}],
+           "attacks": [{"name": "gradient-canary", "params": {"canaries": 2000}}]}
+    out = tmp_path_factory.mktemp("claimed") / "out"
+    assert run_suite(parse_suite(raw), out=out, progress=False).exit_code == 0
+    return out
+
+
+@pytest.fixture
+def dp_copy(dp_run, tmp_path):
+    def make():
+        out = tmp_path / f"dp{len(list(tmp_path.iterdir()))}"
+        shutil.copytree(dp_run, out)
+        return out
+    return make
+
+
+def _evidence_rel(out) -> str:
+    return read_json(out / _cell_json(out, DP))["record"]["claim_checks"]["evidence"]
+
+
+def test_claim_checks_are_evidence_the_gate_recomputes(dp_run, capsys):
+    rel = _evidence_rel(dp_run)
+    assert rel in read_json(dp_run / MANIFEST)["evidence"]
+    again = recompute(dp_run)
+    assert again.gate["status"] == "pass" and again.gate == read_json(dp_run / "report.json")["gate"]
+    methods = [c["method"] for c in again.report["cells"][0]["gate"]["comparisons"]]
+    assert "white-box-trajectory" in methods and methods.count("step-gdp") == 2
+    assert main(["gate", str(dp_run)]) == 0
+
+
+def test_an_edited_trace_fails_naming_the_file_or_the_step(dp_copy, capsys):
+    out = dp_copy()
+    rel = _evidence_rel(out)
+    evidence = read_json(out / rel)
+    evidence["trace"]["noise_std"][1] /= 2
+    (out / rel).write_text(json.dumps(evidence))  # edited: its hash in run.json and cell.json no longer matches
+    assert main(["gate", str(out)]) == 1
+    assert f"{rel} was changed since the run (sha256 mismatch)" in capsys.readouterr().out
+    _forge(out, _cell_json(out, DP), lambda c: None)  # ... re-hashed by a forger: the trace check is re-run on it
+    assert main(["gate", str(out)]) == 1
+    text = capsys.readouterr().out
+    assert f"cell {DP}: its trace does not match its claim: step 2: noise multiplier" in text
+    assert "its trace check recomputes to 1 mismatch(es)" in text
+    assert "its step audit's claim noise_multiplier_added recomputes to" in text
+
+
+def test_edited_counts_of_the_trajectory_and_step_bounds_fail(dp_copy, capsys):
+    def trajectory(content):  # fewer false negatives: a larger bound than the run's
+        attack = content["record"]["attacks"]["gradient-canary"]
+        attack["details"]["trajectory_bound"]["counts"]["fn"] //= 2
+
+    def step_pair(content):
+        pair = content["record"]["claim_checks"]["step_audit"]["pairs"][0]
+        pair["mu_lower"] *= 0.5
+
+    def step_claim(content):  # a larger per-step claim hides a refutation
+        content["record"]["claim_checks"]["step_audit"]["claim"]["mu"] *= 2
+
+    for edit, said in ((trajectory, "gradient-canary: trajectory_bound recomputes to"),
+                       (step_pair, "pair canary's mu_lower recomputes to"),
+                       (step_claim, "its step audit's claim mu recomputes to")):
+        out = dp_copy()
+        _forge(out, _cell_json(out, DP), edit)
+        assert main(["gate", str(out)]) == 1
+        assert said in capsys.readouterr().out, said

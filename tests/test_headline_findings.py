@@ -74,5 +74,7 @@ def test_undernoised_control_is_caught_by_the_gate(tmp_path):
            "attacks": [{"name": "gradient-canary", "params": {"canaries": 2000}}]}
     result = run_suite(parse_suite(raw), out=tmp_path / "out", progress=False)
     assert result.exit_code == 0 and result.report["gate"]["controls_caught"] == 1
-    [comparison] = result.report["cells"][0]["gate"]["comparisons"]
+    gate = result.report["cells"][0]["gate"]
+    [comparison] = [c for c in gate["comparisons"] if c["attack"] == "gradient-canary"]
+    assert "gradient-canary" in gate["caught_by"]
     assert comparison["verdict"] == "caught" and comparison["gate_eps_lower_bound"] > 2 * comparison["epsilon"]

@@ -122,13 +122,15 @@ def test_bound_is_the_epsilon_of_its_rejected_scale(z_true):
     rejected noise scale s* (capped at the claim's own unless the claim is rejected). For a one-step Gaussian
     claim that epsilon is analytic, gdp_epsilon(1 / (z s*), delta): the bound lies within the PLD's
     discretisation below it, so any inflation (x1.2) fails here, whatever the mechanism's one-run ceiling. The
-    gate's recomputation and the attack-side bound give the same number."""
+    gate's recomputation and the attack-side bound give the same number. The bound is its best rung's, tested at
+    beta / rungs (the guess ladder's union bound)."""
     z, m, k = 1.0, 20000, 400
     ev = SelfComposedDpEvent(GaussianDpEvent(z), 1)
     coin, scores = simulate_canary_scores(m, rate=1.0, steps=1, norm=1.0, noise_std=z_true, paired=False,
                                           score="llr", rng=numpy_rng(31, "mechanism-exact", z_true))
     b = mechanism_one_run_bound(scores, coin, k_pos=k, event=ev, relation="add-remove", beta=BETA, delta=DELTA)
-    eps, s_star, rejected = mechanism_epsilon(m, b.counts["r"], b.counts["v"], ev, "add-remove", beta=BETA,
+    level = BETA / len(b.counts["ladder"])
+    eps, s_star, rejected = mechanism_epsilon(m, b.counts["r"], b.counts["v"], ev, "add-remove", beta=level,
                                               delta=DELTA)
     exact = gdp_epsilon(1.0 / (z * s_star), DELTA)
     cap = exact if rejected else min(exact, gdp_epsilon(1.0 / z, DELTA))
