@@ -133,10 +133,34 @@ def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) 
     tail = float(stats.binom.sf(v - 1, r, q))  # P[Binomial(r, q) >= v]
     if delta == 0 or v == 0:
         return min(tail, 1.0)
-    i = np.arange(1, v + 1)
-    window = stats.binom.sf(v - i - 1, r, q) - tail  # P[v - i <= Binomial(r, q) < v]
-    alpha_star = float(np.max(window / i))
-    return min(tail + 2.0 * m * delta * alpha_star, 1.0)
+    return min(tail + 2.0 * m * delta * _alpha_star(r, v, q), 1.0)
+
+
+def _alpha_star(r: int, v: int, q: float) -> float:
+    """alpha* = max_{1 <= i <= v} a_i, a_i = (1/i) P[v - i <= B < v], B ~ Bin(r, q), in O(log v) tail evaluations.
+
+    a_{i+1} - a_i = (p_{v-1-i} - a_i) / (i + 1) with p the binomial pmf, which is unimodal (mode M). While
+    v - 1 - i > M the new term p_{v-1-i} exceeds every term already in the window, so a rises; once
+    v - 1 - i <= M and p_{v-1-i} <= a_i, a_{i+1} (a weighted mean of the two) is >= p_{v-1-i} >= p_{v-2-i}, so
+    a falls from then on. The maximum is at the first i >= v - 1 - M where a stops rising, found by bisection;
+    a_i is computed from binomial tails as (P[B >= v - i] - P[B >= v]) / i.
+    """
+    tail = float(stats.binom.sf(v - 1, r, q))
+
+    def a(i: int) -> float:
+        return (float(stats.binom.sf(v - i - 1, r, q)) - tail) / i
+
+    def falling(i: int) -> bool:
+        return i >= v or float(stats.binom.pmf(v - 1 - i, r, q)) <= a(i)
+
+    lo, hi = max(1, v - 1 - math.floor((r + 1) * q)), v
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if falling(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return max(a(i) for i in range(max(1, lo - 2), min(v, lo + 2) + 1))
 
 
 def one_run_epsilon(m: int, r: int, v: int, *, beta: float = 0.05, delta: float = 0.0) -> float:

@@ -23,6 +23,7 @@ sorted sides, in chunks of non-member values, so memory stays near the two sorte
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -156,24 +157,34 @@ class SortedScores:
         """#non-members >= t (> t with ``strict``), for each t."""
         return self.n_nonmembers - np.searchsorted(self.nonmembers, t, side="right" if strict else "left")
 
-    def _chunks(self, values: np.ndarray):
-        for i in range(0, values.size, CHUNK):
-            yield values[i:i + CHUNK]
+    @cached_property
+    def _scan(self) -> tuple[float, float]:
+        """(AUC, advantage) from one merge of the members into the non-members, in chunks of :data:`CHUNK`.
+
+        For the member at sorted position i with score m: below = #non-members < m, tied = #non-members = m.
+        AUC = sum(below + tied / 2) / (n_m n_n). At threshold m, TPR >= (n_m - i) / n_m with equality at the first
+        of a tie, FPR = (n_n - below) / n_n, so max_i of their difference is the advantage (0 at threshold +inf).
+        """
+        twice_u, best = 0, 0.0
+        for start in range(0, self.n_members, CHUNK):
+            m = self.members[start:start + CHUNK]
+            below = np.searchsorted(self.nonmembers, m, side="left")
+            hit = below < self.n_nonmembers
+            hit[hit] = self.nonmembers[below[hit]] == m[hit]  # a non-member ties this member's score
+            tied = np.zeros(m.size, dtype=np.int64)
+            tied[hit] = np.searchsorted(self.nonmembers, m[hit], side="right") - below[hit]
+            twice_u += 2 * int(below.sum()) + int(tied.sum())
+            tpr = (self.n_members - start - np.arange(m.size)) / self.n_members
+            best = max(best, float(np.max(tpr - (self.n_nonmembers - below) / self.n_nonmembers)))
+        return twice_u / (2.0 * self.n_members * self.n_nonmembers), best
 
     def auc(self) -> float:
         """P[member score > non-member score] + P[equal] / 2 (the trapezoidal ROC area, ties one half)."""
-        twice = 0
-        for v in self._chunks(self.nonmembers):
-            twice += int(self.members_at_least(v, strict=True).sum()) + int(self.members_at_least(v).sum())
-        return twice / (2.0 * self.n_members * self.n_nonmembers)
+        return self._scan[0]
 
     def advantage(self) -> float:
         """max over thresholds of TPR - FPR (thresholds at every member score, and +infinity: 0)."""
-        best = 0.0
-        for v in self._chunks(self.members):
-            gap = self.members_at_least(v) / self.n_members - self.nonmembers_at_least(v) / self.n_nonmembers
-            best = max(best, float(gap.max()))
-        return best
+        return self._scan[1]
 
     def tpr_at_fpr(self, target: float) -> float:
         """TPR of the last ROC point with FPR <= ``target``: the members strictly above the (k+1)-th highest
@@ -190,11 +201,13 @@ class SortedScores:
         """The ROC polyline: at each distinct non-member value v (descending), the point with v excluded then
         included (ties are diagonal segments). With more than ``max_points`` distinct values, the vertices at
         ``max_points`` non-member values spread evenly on a log scale of FPR (for plots and reports)."""
-        values = self.nonmembers[::-1]
-        distinct = values[np.r_[True, values[1:] != values[:-1]]] if values.size else values
-        if distinct.size > max_points:
-            fp = np.unique(np.geomspace(1, self.n_nonmembers, max_points).astype(np.int64)) - 1
-            distinct = np.unique(values[fp])[::-1]
+        n = self.n_nonmembers
+        if n > max_points:  # vertices at non-member ranks spread evenly in log FPR
+            ranks = np.unique(np.geomspace(1, n, max_points).astype(np.int64))
+            distinct = np.unique(self.nonmembers[n - ranks])[::-1]
+        else:
+            values = self.nonmembers[::-1]
+            distinct = values[np.r_[True, values[1:] != values[:-1]]]
         before = (self.nonmembers_at_least(distinct, strict=True), self.members_at_least(distinct, strict=True))
         after = (self.nonmembers_at_least(distinct), self.members_at_least(distinct))
         fp = np.r_[0, np.column_stack([before[0], after[0]]).ravel(), self.n_nonmembers]
