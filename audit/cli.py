@@ -37,8 +37,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "audit your own PyTorch classifier (factory + weights) by LOSS, LiRA and RMIA on a membership "
                     "split, and its training function by a canary audit"),
     "audit-scores": ("privaudit.audit.commands.audit_scores",
-                     "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
+                     "audit your own member / non-member scores: ROC, AUC, advantage, TPR at low FPR, an epsilon lower "
+                     "bound, and a verdict on your claim with the design's ceiling"),
     "audit-step": ("privaudit.audit.commands.audit_step", "audit one privatised step of a defense on neighbouring batches"),
+    "plan": ("privaudit.audit.commands.plan",
+             "size an audit before training: the candidates, guesses or runs a design needs to refute a claimed "
+             "epsilon"),
 }
 
 # Two examples per command, shown under its --help.
@@ -66,9 +70,11 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                     "privaudit audit-model --factory mypkg.models:make_net --weights net.pt --train-fn mypkg.train:fit "
                     "--out audit/ --json"),
     "audit-scores": ("privaudit audit-scores --members train_loss.npy --nonmembers test_loss.npy --kind loss --out r/",
-                     "privaudit audit-scores --tf-privacy attack_input.npz --delta 1e-5 --json"),
+                     "privaudit audit-scores --tf-privacy attack_input.npz --claimed-epsilon 8 --delta 1e-5 --json"),
     "audit-step": ("privaudit audit-step --defense dpcl-simclr",
                    "privaudit audit-step --defense dp-gcl --pair canonical --draws 1000000 --json"),
+    "plan": ("privaudit plan --claimed-epsilon 8 --delta 1e-5",
+             "privaudit plan --opacus-state accountant.pt --delta 1e-5 --json"),
 }
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3
