@@ -34,8 +34,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "search each paper's sensitivity claim for a violating neighbouring pair"),
     "suites": ("privaudit.audit.commands.suites", "list the shipped audit suites (run one by name: privaudit run quickstart)"),
     "audit-model": ("privaudit.audit.commands.audit_model",
-                    "audit your own PyTorch classifier (factory + weights) by LOSS, LiRA and RMIA on a membership "
-                    "split, and its training function by a canary audit"),
+                    "audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
+                    "training function by canary runs: a verdict on your claim and the design's ceiling"),
     "audit-scores": ("privaudit.audit.commands.audit_scores",
                      "audit your own member / non-member scores: ROC, AUC, advantage, TPR at low FPR, an epsilon lower "
                      "bound, and a verdict on your claim with the design's ceiling"),
@@ -65,10 +65,10 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "alm-curve": ("privaudit alm-curve --dataset digits", "privaudit alm-curve --epsilons 1,8 --draws 5 --json"),
     "sensitivity": ("privaudit sensitivity --all", "privaudit sensitivity --claim dpcl.mean --evaluations 400 --json"),
     "suites": ("privaudit suites", "privaudit suites --json"),
-    "audit-model": ("privaudit audit-model --factory mypkg.models:make_net --weights net.safetensors --dataset imagefolder "
-                    "--data-dir my-images/",
-                    "privaudit audit-model --factory mypkg.models:make_net --weights net.pt --train-fn mypkg.train:fit "
-                    "--out audit/ --json"),
+    "audit-model": ("privaudit audit-model --factory mypkg.models:make_net --weights net.pt --members members.npz "
+                    "--nonmembers nonmembers.npz --claimed-epsilon 8 --delta 1e-5 --out audit/",
+                    "privaudit audit-model --factory mypkg.models:make_net --weights net.safetensors --members train/ "
+                    "--nonmembers held-out/ --train-fn mypkg.train:fit --opacus-state accountant.pt --delta 1e-5"),
     "audit-scores": ("privaudit audit-scores --members train_loss.npy --nonmembers test_loss.npy --kind loss --out r/",
                      "privaudit audit-scores --tf-privacy attack_input.npz --claimed-epsilon 8 --delta 1e-5 --json"),
     "audit-step": ("privaudit audit-step --defense dpcl-simclr",

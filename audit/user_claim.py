@@ -88,19 +88,14 @@ def read_opacus_state(path: str | Path) -> tuple[str, list[tuple[float, float, i
 
 
 def _load_state(path: Path) -> Any:
-    import pickle
-    import zipfile
+    from privaudit.core.datasets.arrays import read_torch
 
+    if path.suffix.lower() != ".json":
+        return read_torch(path, "--opacus-state")
     try:
-        if path.suffix.lower() == ".json":
-            return json.loads(path.read_text(encoding="utf-8-sig"))
-        import torch
-
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except (ValueError, OSError, RuntimeError, EOFError, pickle.UnpicklingError, zipfile.BadZipFile) as exc:
-        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        raise ConfigError(f"--opacus-state: {path}: not a readable saved state_dict ({type(exc).__name__}"
-                          f"{': ' + detail if detail else ''})") from None
+        return json.loads(path.read_text(encoding="utf-8-sig"))
+    except (ValueError, OSError) as exc:
+        raise ConfigError(f"--opacus-state: {path}: not a readable JSON file ({exc})") from None
 
 
 def _entry(path: Path, i: int, entry: Any) -> tuple[float, float, int]:

@@ -138,6 +138,13 @@ def _defense_params(args: argparse.Namespace) -> dict[str, Any]:
     if ":" in args.defense and args.defense not in DEFENSES and not args.allow_plugins:
         raise ConfigError(f"--defense: {args.defense!r} is a plugin: importing it runs its code; pass --allow-plugins "
                           "to allow it")
+    if args.defense in DEFENSES and not args.allow_plugins:
+        from privaudit.defenses.registry import defense_class
+
+        for name in getattr(defense_class(args.defense), "code_params", ()):
+            if params.get(name):
+                raise ConfigError(f"--param {name}: {params[name]!r} is a plugin: importing it runs its code; pass "
+                                  "--allow-plugins to allow it")
     if args.epochs != "auto":
         try:
             params["epochs"] = int(args.epochs)

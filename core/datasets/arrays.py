@@ -106,13 +106,13 @@ def _parse_csv(reader, where: str, text_column: str | None) -> tuple[list[str] |
     header: list[str] | None = None
     values = array.array("d")
     width = rows = 0
-    for row in reader:
+    for row in _rows(reader, where):
         if not row or not any(c.strip() for c in row):
             continue
         long = next((c for c in row if len(c) > MAX_FIELD), None)
         if long is not None:
-            raise ConfigError(f"{where}: line {reader.line_num}: a field of {len(long)} characters (at most "
-                              f"{MAX_FIELD})")
+            raise ConfigError(f"{where}: line {reader.line_num}: a field longer than {MAX_FIELD} characters "
+                              f"({len(long)})")
         if rows == 0 and header is None and not _is_number(row[0]):
             header = [c.strip().lower() for c in row]
             width = len(header)
@@ -125,6 +125,19 @@ def _parse_csv(reader, where: str, text_column: str | None) -> tuple[list[str] |
     if rows == 0:
         raise ConfigError(f"{where}: no data rows (needs at least one example)")
     return header, np.array(values, dtype=np.float64).reshape(rows, width)
+
+
+def _rows(reader, where: str):
+    """The reader's rows; its own field limit (131072 characters) reported like ours, with the line."""
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            raise ConfigError(f"{where}: line {reader.line_num}: a field longer than the CSV reader's limit "
+                              f"(at most {MAX_FIELD} characters; {exc})") from None
+        yield row
 
 
 def _is_number(text: str) -> bool:
@@ -146,3 +159,22 @@ def _numbers(row: list[str], where: str, line: int, header: list[str] | None,
             raise ConfigError(f"{where}: line {line}: label {row[j].strip()!r} is not a number; labels must be integer "
                               "class indices 0..C-1 in the model's logit order") from None
         raise ConfigError(f"{where}: line {line}: {name}: {row[j].strip()[:40]!r} is not a number") from None
+
+
+def read_torch(path: str | Path, field: str):
+    """What ``torch.save`` wrote to ``path``, loaded with ``weights_only=True`` (tensors, numbers, strings, lists,
+    dicts: no code runs); anything else -- not a zip archive, a foreign pickle -- is one line naming ``field``."""
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    if not zipfile.is_zipfile(path):
+        raise ConfigError(f"{field}: {path}: not a readable file of torch.save (expected its zip archive)")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, ValueError, OSError, EOFError, KeyError, IndexError, pickle.UnpicklingError,
+            zipfile.BadZipFile) as exc:
+        detail = (str(exc).strip().splitlines() or [""])[0][:200]
+        raise ConfigError(f"{field}: {path}: not a readable file of torch.save ({type(exc).__name__}: {detail})") \
+            from None

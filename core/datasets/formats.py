@@ -184,12 +184,13 @@ def _open_image(path: Path, Image, UnidentifiedImageError):
         with img:
             width, height = img.size
             if width * height > MAX_PIXELS:
-                raise ConfigError(f"{path}: the header claims {width}x{height} pixels, more than the "
+                raise ConfigError(f"{path}: the header claims {width}x{height} pixels, more pixels than the "
                                   f"{MAX_PIXELS} an image may have")
             img.load()
             return img.copy()
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ConfigError(f"{path}: {exc}") from None
+        raise ConfigError(f"{path}: the header claims more pixels than the {MAX_PIXELS} an image may have "
+                          f"({exc})") from None
     except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
         raise ConfigError(f"{path}: not a readable image ({exc})") from None
     finally:
