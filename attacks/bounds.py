@@ -130,10 +130,21 @@ def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) 
         raise ConfigError(f"epsilon: must be >= 0, got {epsilon!r}")
     _check_delta(delta)
     q = float(special.expit(epsilon))
-    tail = float(stats.binom.sf(v - 1, r, q))  # P[Binomial(r, q) >= v]
+    tail = _binom_sf(v - 1, r, q)  # P[Binomial(r, q) >= v]
     if delta == 0 or v == 0:
         return min(tail, 1.0)
     return min(tail + 2.0 * m * delta * _alpha_star(r, v, q), 1.0)
+
+
+def _binom_sf(k: int, n: int, q: float) -> float:
+    """P[Binomial(n, q) > k] (scipy.special's incomplete-beta tail: no per-call argument checks)."""
+    return 1.0 if k < 0 else float(special.bdtrc(k, n, q))
+
+
+def _binom_pmf(k: int, n: int, q: float) -> float:
+    """P[Binomial(n, q) = k] from log-gamma (0 <= k <= n, 0 < q < 1)."""
+    log = special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+    return float(math.exp(log + k * math.log(q) + (n - k) * math.log1p(-q))) if q < 1 else float(k == n)
 
 
 def _alpha_star(r: int, v: int, q: float) -> float:
@@ -145,13 +156,13 @@ def _alpha_star(r: int, v: int, q: float) -> float:
     a falls from then on. The maximum is at the first i >= v - 1 - M where a stops rising, found by bisection;
     a_i is computed from binomial tails as (P[B >= v - i] - P[B >= v]) / i.
     """
-    tail = float(stats.binom.sf(v - 1, r, q))
+    tail = _binom_sf(v - 1, r, q)
 
     def a(i: int) -> float:
-        return (float(stats.binom.sf(v - i - 1, r, q)) - tail) / i
+        return (_binom_sf(v - i - 1, r, q) - tail) / i
 
     def falling(i: int) -> bool:
-        return i >= v or float(stats.binom.pmf(v - 1 - i, r, q)) <= a(i)
+        return i >= v or _binom_pmf(v - 1 - i, r, q) <= a(i)
 
     lo, hi = max(1, v - 1 - math.floor((r + 1) * q)), v
     while lo < hi:

@@ -190,17 +190,24 @@ def mechanism_one_run_bound_counts(m: int, r: int, v: int, *, k_pos: int, event:
                                    unit: str = "example", beta: float = 0.05, delta: float) -> EpsilonLowerBound:
     """:func:`mechanism_one_run_bound` from its one-sided counts (r = k+ guesses "in", v correct, of m)."""
     check_relation_unit(relation, unit)
-    eps, s_star, claim_rejected = mechanism_epsilon(m, r, v, event, relation, beta=beta, delta=delta)
-    counts: dict[str, Any] = {"m": m, "r": r, "v": v, "k_pos": k_pos, "k_neg": 0, "noise_scale": s_star,
-                              "claim_rejected": claim_rejected, "event": event_to_dict(event)}
+    search = mechanism_epsilon(m, r, v, event, relation, beta=beta, delta=delta)
+    what = (f"one-run f-DP against the claim's mechanism (Mahloujifar et al. 2025 with the claim's own PLD trade-off "
+            f"curve; {relation}, per {unit}): k+={k_pos} fixed in advance, {v}/{r} correct of m={m}")
+    return _result(METHOD, what, search, {"m": m, "r": r, "v": v, "k_pos": k_pos, "k_neg": 0}, event, relation, unit,
+                   beta, delta)
+
+
+def _result(method: str, what: str, search: tuple[float, float | None, bool], counts: dict[str, Any], event: DpEvent,
+            relation: str, unit: str, beta: float, delta: float) -> EpsilonLowerBound:
+    """The bound of a scale search (:func:`scale_search`'s result), labelled with ``what`` was counted."""
+    eps, s_star, claim_rejected = search
+    counts = {**counts, "noise_scale": s_star, "claim_rejected": claim_rejected, "event": event_to_dict(event)}
     scale = "none rejected" if s_star is None else f"smallest rejected noise scale s*={s_star:.3g}"
-    label = (f"one-run f-DP against the claim's mechanism (Mahloujifar et al. 2025 with the claim's own PLD "
-             f"trade-off curve; {relation}, per {unit}): k+={k_pos} fixed in advance, {v}/{r} correct of m={m}, "
-             f"{scale}, eps = optimistic PLD epsilon of that mechanism at delta={delta:g}, "
+    label = (f"{what}, {scale}, eps = optimistic PLD epsilon of that mechanism at delta={delta:g}, "
              f"{100 * (1 - beta):.0f}% confidence; refutes the claim's mechanism, not every (eps, delta) one")
-    return EpsilonLowerBound(eps, METHOD, label, 1 - beta, delta, counts, relation=relation, unit=unit,
+    return EpsilonLowerBound(eps, method, label, 1 - beta, delta, counts, relation=relation, unit=unit,
                              notes=("lower bound on the PLD epsilon of the claim's own mechanism family (its noise "
-                                    "scaled): a value above the claim means the run is less private than the "
+                                    "scaled): a value above the claim means the training is less private than the "
                                     "mechanism the claim accounts",))
 
 
@@ -266,17 +273,10 @@ def multi_run_mechanism_ceiling(runs_in: int, runs_out: int, *, event: DpEvent, 
 
 def _multi_run_result(fp: int, n_out: int, fn: int, n_in: int, threshold: float, how: str, event: DpEvent,
                       relation: str, unit: str, beta: float, delta: float) -> EpsilonLowerBound:
-    eps, s_star, claim_rejected = scale_search(
-        lambda s: multi_run_rejects(fp, n_out, fn, n_in, event, relation, s, beta=beta), event, relation, delta)
-    counts: dict[str, Any] = {"runs_in": n_in, "runs_out": n_out, "false_negatives": fn, "false_positives": fp,
-                              "threshold": threshold, "noise_scale": s_star, "claim_rejected": claim_rejected,
-                              "event": event_to_dict(event)}
-    scale = "none rejected" if s_star is None else f"smallest rejected noise scale s*={s_star:.3g}"
-    label = (f"multi-run f-DP against the claim's mechanism (Clopper-Pearson FPR/FNR tested against the claim's own "
-             f"PLD trade-off curve; {relation}, per {unit}): {fp} FP / {n_out} and {fn} FN / {n_in} runs, {how}, "
-             f"{scale}, eps = optimistic PLD epsilon of that mechanism at delta={delta:g}, "
-             f"{100 * (1 - beta):.0f}% confidence; refutes the claim's mechanism, not every (eps, delta) one")
-    return EpsilonLowerBound(eps, MULTI_RUN_METHOD, label, 1 - beta, delta, counts, relation=relation, unit=unit,
-                             notes=("lower bound on the PLD epsilon of the claim's own mechanism family (its noise "
-                                    "scaled): a value above the claim means the runs are less private than the "
-                                    "mechanism the claim accounts",))
+    search = scale_search(lambda s: multi_run_rejects(fp, n_out, fn, n_in, event, relation, s, beta=beta), event,
+                          relation, delta)
+    what = (f"multi-run f-DP against the claim's mechanism (Clopper-Pearson FPR/FNR tested against the claim's own "
+            f"PLD trade-off curve; {relation}, per {unit}): {fp} FP / {n_out} and {fn} FN / {n_in} runs, {how}")
+    counts = {"runs_in": n_in, "runs_out": n_out, "false_negatives": fn, "false_positives": fp,
+              "threshold": threshold}
+    return _result(MULTI_RUN_METHOD, what, search, counts, event, relation, unit, beta, delta)

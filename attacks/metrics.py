@@ -111,7 +111,7 @@ def summarize(scores: np.ndarray, membership: np.ndarray,
 
 
 #: Non-member values processed per chunk by :class:`SortedScores` (bounds its temporary arrays).
-CHUNK = 1 << 20
+CHUNK = 1 << 16
 
 
 @dataclass(frozen=True)

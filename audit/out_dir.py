@@ -22,14 +22,6 @@ MANIFEST = ".privaudit-manifest.json"
 Content = Union[bytes, memoryview]
 
 
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def read_manifest(out: Path) -> dict[str, str]:
     """File name (relative to ``out``) -> SHA-256 of what privaudit last wrote there (empty when none)."""
     path = out / MANIFEST
@@ -47,6 +39,7 @@ def prepare(out: str | Path, names: Sequence[str], *, force: bool = False, field
     out = check_output_dir(out, field)
     if force or not out.is_dir():
         return out
+    from privaudit.audit.runner import file_sha256  # only when --out exists: a fresh directory needs no suite machinery
     ours = read_manifest(out)
     for name in (*names, MANIFEST):
         path = out / name
@@ -57,7 +50,7 @@ def prepare(out: str | Path, names: Sequence[str], *, force: bool = False, field
                               "pass --force")
         if name == MANIFEST:
             continue
-        if ours.get(name) != _sha256_file(path):
+        if ours.get(name) != file_sha256(path):
             what = "changed since privaudit wrote it" if name in ours else "was not written by privaudit"
             raise ConfigError(f"{field}: {str(path)!r} exists and {what}; pass --force to overwrite it, or choose "
                               "another --out")
