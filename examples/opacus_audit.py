@@ -6,8 +6,8 @@ What a user of Opacus has after training, on scikit-learn's digits (64 pixel fea
 
 * ``members.npz`` / ``nonmembers.npz`` (arrays ``x``, ``y``): the user's own split, each example in the training
   set by a fair coin (the design the one-run bound needs);
-* ``net.pt``: the trained ``make_net()``'s state_dict: DP-SGD through Opacus' ``PrivacyEngine``, calibrated by
-  ``make_private_with_epsilon`` to epsilon 8 at delta 1e-5 (Poisson sampling, RDP accountant);
+* ``net.pt``: the trained ``make_net()``'s state_dict: DP-SGD through Opacus' ``PrivacyEngine``, its noise
+  calibrated by Opacus to epsilon 8 at delta 1e-5 (Poisson sampling, RDP accountant);
 * ``accountant.pt``: ``torch.save(engine.accountant.state_dict())``, Opacus' record of the noise it says it
   added: the claim.
 
@@ -21,6 +21,7 @@ Set it for both this script and ``privaudit audit-model`` (privaudit imports ``t
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 from pathlib import Path
 
@@ -55,6 +56,15 @@ def _scaled_noise(optimizer) -> None:
     optimizer.add_noise = buggy
 
 
+@functools.lru_cache(maxsize=None)
+def noise_multiplier(sample_rate: float) -> float:
+    """Opacus' calibration to epsilon 8 at this sample rate (what ``make_private_with_epsilon`` does), once."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return get_noise_multiplier(target_epsilon=TARGET_EPSILON, target_delta=DELTA, sample_rate=sample_rate,
+                                epochs=EPOCHS, accountant="rdp")
+
+
 def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, seed: int):
     """Train ``model`` in place with Opacus at epsilon 8 (the recipe); return Opacus' accountant."""
     from opacus import PrivacyEngine
@@ -62,9 +72,9 @@ def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, seed: int):
     torch.manual_seed(seed)
     engine = PrivacyEngine(accountant="rdp")
     loader = DataLoader(TensorDataset(x, y), batch_size=min(BATCH_SIZE, len(x)))
-    private, optimizer, batches = engine.make_private_with_epsilon(
+    private, optimizer, batches = engine.make_private(
         module=model, optimizer=torch.optim.SGD(model.parameters(), lr=LR), data_loader=loader,
-        target_epsilon=TARGET_EPSILON, target_delta=DELTA, epochs=EPOCHS, max_grad_norm=MAX_GRAD_NORM)
+        noise_multiplier=noise_multiplier(1 / len(loader)), max_grad_norm=MAX_GRAD_NORM, poisson_sampling=True)
     if NOISE_SCALE != 1:
         _scaled_noise(optimizer)
     for _ in range(EPOCHS):
