@@ -17,7 +17,7 @@ Conventions (Carlini et al. 2022, Sec. III-D; field notes "LiRA ... Metrics"):
 
 The summary is computed from the two sides' scores, each sorted once (:class:`SortedScores`): every
 figure above is a count of members / non-members at or above a threshold, read by binary search in the
-sorted sides, in chunks of non-member values, so memory stays near the two sorted copies.
+sorted sides (the members merged into the non-members in chunks), so memory stays near the two sorted copies.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def summarize(scores: np.ndarray, membership: np.ndarray,
     return SortedScores.of(scores[membership], scores[~membership]).summary(targets)
 
 
-#: Non-member values processed per chunk by :class:`SortedScores` (bounds its temporary arrays).
+#: Members merged per chunk by :class:`SortedScores` (bounds its temporary arrays).
 CHUNK = 1 << 16
 
 

@@ -97,3 +97,36 @@ def test_error_free_runs_refute_a_much_noisier_claim():
     ceiling = mb.multi_run_mechanism_ceiling(40, 40, event=claim.event, relation="add-remove", delta=1e-5)
     assert b.epsilon == pytest.approx(ceiling)
     assert clopper_pearson_upper(0, 20, 0.025) < 0.2
+
+
+def test_alpha_star_by_bisection_is_the_maximum_over_every_window():
+    """The one-run p-value's alpha* (max over i of the mean pmf on [v - i, v - 1]) found in O(log v) equals the
+    maximum over all windows, so the faster p-value is the same sound p-value."""
+    from scipy import special, stats
+
+    from privaudit.attacks.bounds import _alpha_star
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        r = int(rng.integers(1, 2000))
+        v = int(rng.integers(1, r + 1))
+        q = float(special.expit(rng.uniform(0, 10)))
+        i = np.arange(1, v + 1)
+        brute = float(np.max((stats.binom.sf(v - i - 1, r, q) - stats.binom.sf(v - 1, r, q)) / i))
+        assert _alpha_star(r, v, q) == pytest.approx(brute, rel=1e-8, abs=1e-15), (r, v, q)
+
+
+def test_guess_counts_from_sorted_sides_match_a_random_order():
+    """Without ties the counts equal the argsort guesses'; with ties they are distributed as after a random order
+    (a tie broken in the members' favour, the unsound variant, would not be)."""
+    from privaudit.attacks.bounds import one_run_guesses, sorted_guess_counts
+    from privaudit.attacks.metrics import SortedScores
+
+    rng = np.random.default_rng(1)
+    scores, inside = rng.normal(size=500), rng.random(500) < 0.5
+    g = one_run_guesses(scores, 60, 40)
+    v = int(np.sum((g == 1) & inside) + np.sum((g == -1) & ~inside))
+    assert sorted_guess_counts(SortedScores.of(scores[inside], scores[~inside]), 60, 40, rng) == (100, v)
+    tied = SortedScores.of(np.zeros(100), np.zeros(100))  # a constant attack: every guess a coin flip
+    draws = [sorted_guess_counts(tied, 50, 50, rng)[1] for _ in range(400)]
+    assert abs(np.mean(draws) - 50) < 1.0 and np.std(draws) > 2
