@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.events import DpEvent, NonPrivateDpEvent
@@ -14,6 +14,14 @@ from privaudit.core.errors import ConfigError
 
 class NotApplicable(Exception):
     """The accountant cannot account for this claim; the message says why."""
+
+
+def refuse(event: DpEvent, reasons: Mapping[type, str]) -> None:
+    """Raise :class:`NotApplicable` with ``reasons[kind]`` when ``event`` is of a kind an accountant cannot
+    account for (e.g. the logistic and snapping mechanisms, which only the ``pure`` accountant covers)."""
+    for kind, reason in reasons.items():
+        if isinstance(event, kind):
+            raise NotApplicable(reason)
 
 
 @dataclass(frozen=True)

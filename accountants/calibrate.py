@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from scipy.optimize import brentq
 
@@ -27,6 +27,9 @@ from privaudit.accountants.conversions import epsilon_at_order
 from privaudit.accountants.events import ComposedDpEvent, DpEvent
 from privaudit.accountants.registry import get_accountant
 from privaudit.core.errors import ConfigError, check_positive
+
+if TYPE_CHECKING:
+    from privaudit.accountants.rdp import RdpAccountant
 
 _BIG = 1e300
 
@@ -46,7 +49,7 @@ def _epsilon_fn(acc: Accountant, template: Callable[[float], PrivacyClaim], name
     return eps
 
 
-def _smallest_passing(f: Callable[[float], float], target: float, low: float, high: float, rel_tol: float,
+def smallest_passing(f: Callable[[float], float], target: float, low: float, high: float, rel_tol: float,
                       start: float = 1.0) -> float:
     """Smallest z in [low, high] with f(z) <= target for f decreasing in z.
 
@@ -97,7 +100,19 @@ def calibrate(template: Callable[[float], PrivacyClaim], target_epsilon: float, 
     """
     check_positive("target_epsilon", target_epsilon)
     acc = get_accountant(accountant, **options).upper_only()
-    return _smallest_passing(_epsilon_fn(acc, template, accountant), target_epsilon, low, high, rel_tol)
+    return smallest_passing(_epsilon_fn(acc, template, accountant), target_epsilon, low, high, rel_tol)
+
+
+def _split_at_order(single: RdpAccountant, claims: Sequence[Callable[[float], PrivacyClaim]], shares: Sequence[float],
+                    budget: float, low: float, high: float, rel_tol: float) -> list[float]:
+    """Per mechanism k, the smallest z_k with rho_k(z_k) <= shares[k] x ``budget`` at the one order of the
+    ``rdp`` accountant ``single`` (``claims[k]`` maps z to mechanism k's claim over the whole run)."""
+    zs = []
+    for claim_of, share in zip(claims, shares):
+        def rho(z: float, claim_of=claim_of) -> float:
+            return float(single.rdp_curve(claim_of(z))[0])
+        zs.append(smallest_passing(rho, share * budget, low, high, rel_tol))
+    return zs
 
 
 @dataclass(frozen=True)
@@ -150,11 +165,8 @@ def calibrate_rdp_shares(mechanisms: Sequence[Callable[[float], DpEvent]], share
         if budget <= 0:
             continue
         single = RdpAccountant(orders=(alpha,), conversion=acc.conversion, wor_bound=acc.wor_bound)
-        zs = []
-        for mech, share in zip(mechanisms, shares):
-            def rho(z: float, mech=mech) -> float:
-                return float(single.rdp_curve(claim_of(mech(z)))[0])
-            zs.append(_smallest_passing(rho, share * budget, low, high, rel_tol))
+        zs = _split_at_order(single, [lambda z, m=m: claim_of(m(z)) for m in mechanisms], shares, budget, low, high,
+                             rel_tol)
         if best is None or sum(zs) < best[0]:
             best = (sum(zs), alpha, tuple(zs))
     if best is None:

@@ -34,7 +34,7 @@ import dp_accounting
 import numpy as np
 from dp_accounting import rdp as dp_rdp
 
-from privaudit.accountants.base import Accountant, NotApplicable
+from privaudit.accountants.base import Accountant, NotApplicable, refuse
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.conversions import check_conversion, rdp_to_dp
 from privaudit.accountants.events import (ComposedDpEvent, DpEvent, LogisticDpEvent, NonPrivateDpEvent, NoOpDpEvent,
@@ -57,7 +57,7 @@ _RELATIONS = {
 @functools.lru_cache(maxsize=1)
 def _opacus_rdp_analysis() -> ModuleType:
     """Opacus' RDP analysis (``opacus/accountants/analysis/rdp.py``, NumPy and SciPy only), loaded from its file so
-    that the accountant commands do not import the ``opacus`` package, which imports torch (about 2.5 s here)."""
+    that the accountant commands do not import the ``opacus`` package, which imports torch."""
     loaded = sys.modules.get("opacus.accountants.analysis.rdp")
     if loaded is not None:
         return loaded
@@ -83,10 +83,17 @@ def quiet_absl() -> Iterator[None]:
         logger.setLevel(level)
 
 
-# RDP curves of leaf events (a sampled step, a Gaussian) repeat across compositions and calibration steps;
-# the without-replacement bound costs ~0.2 s per curve, so keep the recent ones.
+# RDP curves of leaf events (a sampled step, a Gaussian) repeat across compositions and calibration steps,
+# and the without-replacement bound is slow to evaluate, so keep the recent ones.
 _LEAF_CACHE: dict[tuple, np.ndarray] = {}
 _LEAF_CACHE_SIZE = 512
+
+_NO_CURVE = {
+    LogisticDpEvent: "rdp: no RDP curve for the logistic mechanism; use the 'pure' accountant "
+                     "(epsilon = 1 / noise_multiplier, ALM Thm. 4.1)",
+    SnappingDpEvent: "rdp: no RDP curve for the snapping mechanism; use the 'pure' accountant "
+                     "(epsilon = 1 / noise_multiplier + overhead, Mironov 2012 Thm. 1)",
+}
 
 
 class RdpAccountant(Accountant):
@@ -110,6 +117,8 @@ class RdpAccountant(Accountant):
             return self._rdp(claim.event, claim.relation)
 
     def _rdp(self, event: DpEvent, relation: str) -> np.ndarray:
+        """rho(alpha) of ``event``: compositions add up (Mironov 2017, Prop. 1), leaves come from the tree
+        accountant, WBK19 Thm. 9 (``wor_bound="thm9"``) or dp-accounting."""
         orders = self.orders
         if isinstance(event, NoOpDpEvent):
             return np.zeros(len(orders))
@@ -121,12 +130,7 @@ class RdpAccountant(Accountant):
             return sum((self._rdp(e, relation) for e in event.events), np.zeros(len(orders)))
         if isinstance(event, (TreeAggregationDpEvent, SingleEpochTreeAggregationDpEvent)):
             return tree_rdp(event, orders)
-        if isinstance(event, LogisticDpEvent):
-            raise NotApplicable("rdp: no RDP curve for the logistic mechanism; use the 'pure' accountant "
-                                "(epsilon = 1 / noise_multiplier, ALM Thm. 4.1)")
-        if isinstance(event, SnappingDpEvent):
-            raise NotApplicable("rdp: no RDP curve for the snapping mechanism; use the 'pure' accountant "
-                                "(epsilon = 1 / noise_multiplier + overhead, Mironov 2012 Thm. 1)")
+        refuse(event, _NO_CURVE)
         if (isinstance(event, SampledWithoutReplacementDpEvent) and self.wor_bound == "thm9"
                 and relation == "replace-one"):
             z = effective_gaussian_noise(event.event)
@@ -134,6 +138,12 @@ class RdpAccountant(Accountant):
                 raise NotApplicable(f"rdp: without-replacement sampling of {describe(event.event)} "
                                     "(only Gaussian noise is supported)")
             return wor_gaussian_rdp_thm9(event.sample_size / event.source_dataset_size, z, orders)
+        return self._leaf_rdp(event, relation)
+
+    def _leaf_rdp(self, event: DpEvent, relation: str) -> np.ndarray:
+        """dp-accounting's curve of a leaf event (Poisson-subsampled Gaussians re-evaluated by
+        :meth:`_poisson_exact`), kept in :data:`_LEAF_CACHE`."""
+        orders = self.orders
         key = (event, relation, orders)
         try:
             cached = _LEAF_CACHE.get(key)

@@ -6,7 +6,8 @@ Each declares what it supports and answers "not applicable: <reason>" for the re
 |------------|-----------------------------------------------------------------------------------|
 | `rdp`      | Rényi DP via dp-accounting (Poisson/add-remove, without replacement/replace-one,  |
 |            | Gaussian, Laplace, tree), conversion mironov / balle2020 / cks2020                |
-| `pld`      | dp-accounting's privacy loss distributions (Poisson, add/remove; no WOR)          |
+| `pld`      | dp-accounting's privacy loss distributions (Poisson/add-remove, without           |
+|            | replacement/replace-one, Gaussian, Laplace, tree), reported as a bracket          |
 | `prv`      | Opacus' PRV accountant (Poisson-subsampled Gaussian, add/remove)                  |
 | `pure`     | pure eps-DP of Laplace / logistic noise and their composition                     |
 | `gaussian` | one-shot Gaussian: exact (Balle & Wang 2018), classical bound flagged             |

@@ -1,16 +1,12 @@
 """The register of sensitivity claims: one entry per theorem or stated bound.
 
-Each :class:`ClaimSpec` names its source (paper and theorem/equation), the neighbouring relation,
-the norm, and the claimed bound **as the paper states it**, as a function of the parameters (batch
-size B, group size S, clip norm C, temperature tau, ...). The function it bounds is never
-re-implemented here: :meth:`ClaimSpec.target` instantiates the defense that implements it and takes
-the matching :class:`~privaudit.defenses.base.PrivatizedQuantity` from ``privatized_quantities`` -- the code
-path the defense trains with. The defense's own bound is reported beside the register's; the
-register's is the claim that is checked (tests pin every formula to the paper's statement).
-
-Each entry lists the *settings* the search tries: small, extreme configurations (tiny batches,
-temperatures, group sizes) as defense hyper-parameter overrides plus the batch size in units. The
-bound is evaluated at each setting's realised parameters.
+Each entry (a :class:`~privaudit.audit.sensitivity.claim_spec.ClaimSpec`) names its source (paper and
+theorem/equation), the neighbouring relation, the norm, the claimed bound **as the paper states it** (the
+functions below, each pinned by tests to the paper's statement), the parameters it reads, the notes that
+reach every report, and the *settings* the search tries: small, extreme configurations (tiny batches,
+temperatures, group sizes) as defense hyper-parameter overrides plus the batch size in units. The bound is
+evaluated at each setting's realised parameters. How an entry becomes a search target is
+:mod:`privaudit.audit.sensitivity.builders`; the defenses' code it checks, their ``privatized_quantities``.
 
 Reference entries (``reference.*``) are functions with known sensitivity used to calibrate the
 samplers; they are not paper claims and are left out of "all claims".
@@ -18,20 +14,17 @@ samplers; they are not paper claims and are left out of "all claims".
 
 from __future__ import annotations
 
-import inspect
 import math
-from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Callable, Mapping
-
-import torch
+from typing import Any
 
 from privaudit.core.errors import ConfigError
-from privaudit.audit.sensitivity.domains import ImageDomain, VectorDomain
-from privaudit.audit.sensitivity.search import Target
-from privaudit.defenses.base import PrivatizedQuantity
+from privaudit.audit.sensitivity.builders import (alm_builder, fedemb_builder, group_params, image_builder,
+                                                  logit_params, params_with, reference_builder)
+from privaudit.audit.sensitivity.claim_spec import MODEL_STATES, NOISE_MULTIPLIER, ClaimSpec, Params, Setting
+from privaudit.audit.sensitivity.context import TRAINED_EPOCHS, Context
 
-Params = Mapping[str, Any]
+__all__ = ["CLAIMS", "MODEL_STATES", "NOISE_MULTIPLIER", "PAPER_CLAIMS", "TRAINED_EPOCHS", "ClaimSpec", "Context",
+           "Setting", "select"]
 
 
 # -- the papers' bounds (each pinned by tests to the paper's statement) --------------------------------
@@ -111,299 +104,6 @@ def alm_bound(p: Params) -> float:
     return float(p["sensitivity_l1"])
 
 
-# -- entries -----------------------------------------------------------------------------------------
-MODEL_STATES = ("init", "trained", "antipodal")
-# A setting override that is not a defense hyper-parameter: the noise multiplier of the mechanisms
-# released *before* the gradient (DPCL's similarity matrix and batch statistics), which the gradient
-# quantity is computed from. The claims hold (or not) at every multiplier; a small one (a large
-# epsilon) lets every view's gradient see every other example, the regime where the paper's 4C is
-# furthest from the truth.
-NOISE_MULTIPLIER = "noise_multiplier"
-TRAINED_EPOCHS = 3
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One configuration to search: the size of D in units, defense hyper-parameter overrides, and the
-    model state the quantity is evaluated at.
-
-    ``model``: ``init`` -- the defense's seeded initial model (what ``privatized_quantities`` uses by
-    default); ``trained`` -- the same architecture after :data:`TRAINED_EPOCHS` epochs of non-private
-    contrastive training on the public split. The theorems bound the quantity at *every* parameter
-    value w, and a freshly initialised network maps all inputs to nearly the same direction (cosine
-    similarities >= 0.7 on digits), which hides the worst cases; a briefly trained one spreads them
-    over the sphere (cosines down to -0.9). ``antipodal`` -- the trained model with its last linear
-    layer replaced by the constructed rank-one head of :func:`privaudit.audit.sensitivity.extremal.antipodal_head`,
-    which maps the training image 0 (and its copies) to one unit vector u and its inversion to -u:
-    the parameter value at which the normalised-representation theorems (DPCL Thms. 1-3) are
-    extreme. Inputs in [0, 1] cannot reach antipodal embeddings under the trained or initial
-    parameters (the search stops near cos = 0.4), so the extreme needs a searched parameter value.
-    """
-
-    units: int
-    overrides: Mapping[str, Any] = field(default_factory=dict)
-    model: str = "init"
-
-    def __post_init__(self) -> None:
-        if self.model not in MODEL_STATES:
-            raise ConfigError(f"model: unknown model state {self.model!r}; accepted: {', '.join(MODEL_STATES)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"units": self.units, "overrides": dict(self.overrides), "model": self.model}
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Setting":
-        return cls(int(d["units"]), dict(d.get("overrides", {})), str(d.get("model", "init")))
-
-
-class Context:
-    """Shared inputs of the checks: the seed, the dataset (loaded once) and built quantities."""
-
-    def __init__(self, seed: int = 0, dataset: str = "digits", data_dir: str | None = None):
-        self.seed = int(seed)
-        self.dataset = dataset
-        self.data_dir = data_dir
-        self._quantities: dict[tuple, tuple] = {}
-        self._trained: dict[tuple, dict[str, torch.Tensor]] = {}
-
-    @cached_property
-    def data(self):
-        from privaudit.core.datasets import load_dataset
-
-        return load_dataset(self.dataset, seed=self.seed, data_dir=self.data_dir)
-
-    def describe(self) -> dict[str, Any]:
-        return {"seed": self.seed, "dataset": self.dataset, "data_dir": self.data_dir}
-
-    def quantities(self, defense: str, overrides: Mapping[str, Any], model: str = "init",
-                   state: Mapping[str, torch.Tensor] | None = None, noise_multiplier: float | None = None
-                   ) -> tuple[list[PrivatizedQuantity], dict[str, torch.Tensor] | None, torch.nn.Module | None]:
-        """``privatized_quantities`` of ``defense`` built with ``overrides`` at a model state (cached).
-
-        Returns the quantities, the state dict of the model they were built with and that model
-        (None, None when the defense builds its own model internally). ``state`` loads given
-        parameters (a witness's).
-        """
-        key = (defense, tuple(sorted((k, repr(v)) for k, v in overrides.items())), model,
-               None if state is None else id(state), noise_multiplier)
-        if key not in self._quantities:
-            from privaudit.defenses.registry import make_defense
-
-            d = make_defense(defense, dict(overrides))
-            method = d.privatized_quantities
-            kwargs: dict[str, Any] = {}
-            sig = inspect.signature(method).parameters
-            if "seed" in sig:
-                kwargs["seed"] = self.seed
-            if "progress" in sig:
-                kwargs["progress"] = False
-            if noise_multiplier is not None:
-                if "noise_multiplier" not in sig:
-                    raise ConfigError(f"noise_multiplier: defense {defense!r} has no pre-gradient noise to scale")
-                kwargs["noise_multiplier"] = float(noise_multiplier)
-            net = None
-            if "model" in sig and hasattr(d, "build") and hasattr(d, "model_spec"):
-                net = self._model(d, model, state)
-                kwargs["model"] = net
-            elif model != "init" or state is not None:
-                raise ConfigError(f"model: defense {defense!r} builds its own model; only 'init' applies")
-            qs = list(method(self.data, **kwargs))
-            saved = None if net is None else {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
-            self._quantities[key] = (qs, saved, net)
-        return self._quantities[key]
-
-    def _model(self, defense: Any, kind: str, state: Mapping[str, torch.Tensor] | None) -> torch.nn.Module:
-        """The defense's model at the seed: as initialised, briefly trained, or loaded from ``state``."""
-        import dataclasses
-
-        spec = defense.model_spec(self.data.info)
-        net = defense.build(spec, self.seed)
-        if state is not None:
-            net.load_state_dict(dict(state))
-        elif kind in ("trained", "antipodal"):
-            from privaudit.defenses.nonprivate import train_contrastive
-
-            cfg = dataclasses.replace(defense.config, epochs=TRAINED_EPOCHS, batch_size=128, lr=1e-3,
-                                      optimizer="adam", weight_decay=0.0)
-            key = (type(defense).__name__, repr(spec), cfg.loss, cfg.temperature, cfg.barlow_lambda)
-            if key not in self._trained:
-                trained, _, _ = train_contrastive(self.data.public.x, self.data.info, cfg, self.seed, progress=False)
-                self._trained[key] = {k: v.detach().clone() for k, v in trained.state_dict().items()}
-            net.load_state_dict(self._trained[key])
-            if kind == "antipodal":
-                from privaudit.audit.sensitivity.extremal import antipodal_head
-
-                x = self.data.train.x[:1].float()
-                antipodal_head(net, x, 1.0 - x)
-        return net.eval()
-
-
-Builder = Callable[["ClaimSpec", Setting, Context, Any], Target]
-
-
-@dataclass(frozen=True)
-class ClaimSpec:
-    """A claimed sensitivity bound (see module doc).
-
-    ``key``: the claim id (``claim_id`` of the quantity); ``variant`` tells apart implementations of
-    one claim (``id`` = ``key[variant]``). ``bound(params)`` is the paper's bound; ``formula`` states
-    it in words; ``parameters`` are the names it reads. ``closed_form`` False: the bound is sampled,
-    so the search can refute it but never confirm it. ``black_box``: a training algorithm, also
-    checked with Rubinstein–Aldà's sampler. ``budget_seconds``: default search time over all settings.
-    ``growth``: the parameters (``B``, ``tau``) a growth table reports the measured ratio against;
-    such a claim searches every setting even after one is violated.
-    """
-
-    key: str
-    source: str
-    relation: str
-    norm: str
-    formula: str
-    bound: Callable[[Params], float]
-    parameters: tuple[str, ...]
-    builder: Builder
-    settings: tuple[Setting, ...]
-    defense: str | None = None
-    variant: str = ""
-    base_overrides: Mapping[str, Any] = field(default_factory=dict)
-    closed_form: bool = True
-    black_box: bool = False
-    budget_seconds: float = 10.0
-    notes: tuple[str, ...] = ()
-    reference: bool = False
-    growth: tuple[str, ...] = ()
-
-    @property
-    def supremum(self) -> tuple[Callable[[Params], float], str] | None:
-        """The quantity's closed-form supremum and its formula (:data:`extremal.SUPREMA`), if derived."""
-        from privaudit.audit.sensitivity.extremal import SUPREMA
-
-        return SUPREMA.get(self.id)
-
-    @property
-    def id(self) -> str:
-        return f"{self.key}[{self.variant}]" if self.variant else self.key
-
-    def target(self, setting: Setting, ctx: Context, state: Mapping[str, torch.Tensor] | None = None) -> Target:
-        """The search target at ``setting`` (``state``: model parameters to load, from a witness)."""
-        return self.builder(self, setting, ctx, state)
-
-    def quantity(self, setting: Setting, ctx: Context, state: Mapping[str, torch.Tensor] | None = None
-                 ) -> tuple[PrivatizedQuantity, dict[str, torch.Tensor] | None, torch.nn.Module | None]:
-        """The defense's privatized quantity for this claim at ``setting``, with its model's state and model."""
-        overrides = {**self.base_overrides, **setting.overrides}
-        z = overrides.pop(NOISE_MULTIPLIER, None)
-        qs, saved, net = ctx.quantities(self.defense, overrides, setting.model, state, z)
-        found = [q for q in qs if q.claim_id == self.key and getattr(q, "variant", "") == self.variant]
-        if len(found) != 1:
-            raise ConfigError(f"claim {self.id}: defense {self.defense!r} exposes {len(found)} quantities with this "
-                              "claim id and variant (expected 1)")
-        return found[0], saved, net
-
-
-# -- builders ----------------------------------------------------------------------------------------
-def _defense_bounds(q: PrivatizedQuantity, params: Params) -> dict[str, Any]:
-    """The defense's own bound (and corrected bound) evaluated at the setting's parameters."""
-    merged = {**dict(q.params), **dict(params)}
-    out: dict[str, Any] = {}
-    for name, fn in (("defense_bound", q.bound), ("corrected_bound", getattr(q, "corrected_bound", None))):
-        if fn is None:
-            continue
-        try:
-            out[name] = float(fn(merged))
-        except (KeyError, TypeError, ValueError) as exc:
-            out[name] = f"not evaluable: {exc}"
-    return out
-
-
-def reference_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
-    from privaudit.audit.sensitivity.reference import reference_quantities
-
-    dim, clip = int(spec.base_overrides.get("dim", 16)), float(spec.base_overrides.get("clip", 1.0))
-    [q] = [q for q in reference_quantities(dim, clip) if q.claim_id == spec.key]
-    params = {"C": clip, "N": setting.units, "d": dim}
-    return Target(q.fn, VectorDomain(dim, clip), spec.relation, spec.norm, setting.units, spec.bound(params), params,
-                  setting.to_dict())
-
-
-def image_builder(param_fn: Callable[[Setting, PrivatizedQuantity], dict[str, Any]],
-                  seeds: str = "gradient_seeds") -> Builder:
-    """Builder for quantities of a batch of images (the DP training defenses).
-
-    ``seeds``: the name of the constructed-pair function of :mod:`privaudit.audit.sensitivity.extremal` the
-    search starts from (by name: that module imports this one's search types).
-    """
-
-    def build(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
-        q, saved, net = spec.quantity(setting, ctx, state)
-        params = param_fn(setting, q)
-        data = ctx.data
-        domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes)
-        from privaudit.audit.sensitivity import extremal
-
-        return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
-                      setting.to_dict(), extra=_defense_bounds(q, params), model_state=saved,
-                      seeds=getattr(extremal, seeds), module=net)
-
-    return build
-
-
-def alm_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
-    """ALM: replace one record of the fine-tuning set (the members) by any labelled image."""
-    q, _, _ = spec.quantity(setting, ctx, state)
-    data = ctx.data
-    params = {k: v for k, v in q.params.items()}
-    pool_x = torch.cat([data.train.x, data.public.x, data.test.x])
-    pool_y = torch.cat([data.train.y, data.public.y, data.test.y])
-    domain = ImageDomain(pool_x, pool_y, num_classes=data.info.num_classes, labels=True)
-    base = {"x": data.train.x.clone(), "y": data.train.y.clone().long()}
-    return Target(q.fn, domain, spec.relation, spec.norm, len(data.train.x), spec.bound(params), params,
-                  setting.to_dict(), fixed_base=base, extra=_defense_bounds(q, params))
-
-
-def fedemb_builder(spec: ClaimSpec, setting: Setting, ctx: Context, state: Any = None) -> Target:
-    """DP-FedEmb: one user's examples (``examples_per_user`` rows) replaced inside one virtual client.
-
-    The replacement keeps the user's labels: the implementation sizes every client's fresh local
-    head by the largest class count among the clients and draws all heads in one call, so a label
-    change that altered that count would re-draw every other client's head from the shared seed --
-    a change of coupling, not of data, which no proof (nor DP) cares about.
-    """
-    q, _, _ = spec.quantity(setting, ctx, state)
-    data = ctx.data
-    per_user = int(setting.overrides.get("examples_per_user", 2))
-    per_client = int(setting.overrides.get("users_per_client", 1))
-    params = {**dict(q.params), "users_per_client": per_client, "examples_per_user": per_user}
-    domain = ImageDomain(data.train.x, data.train.y, num_classes=data.info.num_classes, labels=True,
-                         unit_size=per_user, users_per_client=per_client, fixed_labels=True)
-    return Target(q.fn, domain, spec.relation, spec.norm, setting.units, spec.bound(params), params,
-                  setting.to_dict(), extra={**_defense_bounds(q, params),
-                                            "implemented_bound": q.params.get("implemented_bound")})
-
-
-def _with(*names: str) -> Callable[[Setting, PrivatizedQuantity], dict[str, Any]]:
-    """Parameters: the realised batch size B = setting.units plus ``names`` read from the quantity's params."""
-
-    def fn(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
-        out: dict[str, Any] = {"B": setting.units}
-        for n in names:
-            if n not in q.params:
-                raise ConfigError(f"quantity {q.claim_id}: parameter {n!r} missing from its params "
-                                  f"({', '.join(map(str, q.params))})")
-            out[n] = q.params[n]
-        return out
-
-    return fn
-
-
-def _logit_params(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
-    return {"B": setting.units, "n": setting.units + 1, "C": q.params["C"], "tau": q.params.get("tau", 1.0)}
-
-
-def _group_params(setting: Setting, q: PrivatizedQuantity) -> dict[str, Any]:
-    return {"B": setting.units, "S": q.params["S"], "C": q.params["C"], "tau": q.params["tau"]}
-
-
 # -- the register ------------------------------------------------------------------------------------
 S = Setting
 
@@ -419,7 +119,7 @@ def A(units: int, **overrides: Any) -> Setting:
 
 
 _GROUPS = (T(8, group_size=2, batch_size=8), T(4, group_size=2, batch_size=4), S(6, {"group_size": 3, "batch_size": 6}))
-GROWTH_BATCHES = (2, 4, 8, 16, 32)  # |B| of the growth tables (issue 16)
+GROWTH_BATCHES = (2, 4, 8, 16, 32)  # |B| of the growth tables
 GROWTH_TEMPERATURES = (0.1, 0.5, 1.0)
 # SATURATED_CLIP: a clip norm far below the gradients' scale, so every unit is clipped ("all
 # clipped"): each clipped unit is C times a unit vector and observed / C is scale-free. There the
@@ -453,18 +153,18 @@ _ENTRIES: list[ClaimSpec] = [
               (S(3), S(8)), reference=True, budget_seconds=4),
     # DPCL (Li et al.), replace-one, fixed-size batches
     ClaimSpec("dpcl.similarity-matrix", "DPCL Thm. 1 (Sec. 3.2.2)", "replace-one", "l2", "4 sqrt(2B - 1)",
-              dpcl_similarity_bound, ("B",), image_builder(_with()), (A(2), T(4), A(8)), defense="dpcl-simclr"),
+              dpcl_similarity_bound, ("B",), image_builder(params_with()), (A(2), T(4), A(8)), defense="dpcl-simclr"),
     ClaimSpec("dpcl.mean", "DPCL Thm. 2 (Sec. 3.3.2)", "replace-one", "l2", "2 / B", dpcl_mean_bound, ("B",),
-              image_builder(_with()), (A(2), T(4), A(8)), defense="dpcl-barlow"),
+              image_builder(params_with()), (A(2), T(4), A(8)), defense="dpcl-barlow"),
     ClaimSpec("dpcl.sse", "DPCL Thm. 3 (Sec. 3.3.2)", "replace-one", "l2", "6", dpcl_sse_bound, (),
-              image_builder(_with()), (A(8), T(4), A(2)), defense="dpcl-barlow",
+              image_builder(params_with()), (A(8), T(4), A(2)), defense="dpcl-barlow",
               notes=("the L2 norm of the vector of per-feature SSEs; for unit rows its supremum is 4 (1 - 1/B) "
                      "(one row e1 replaced by -e1 among copies of e1), so 6 holds, loosely, in this reading",)),
     ClaimSpec("dpcl.simclr-gradient", "DPCL Sec. 3.2.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
-              image_builder(_with("C")), _GROWTH, defense="dpcl-simclr",
+              image_builder(params_with("C")), _GROWTH, defense="dpcl-simclr",
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     ClaimSpec("dpcl.simclr-gradient-plain", "DPCL Sec. 3.2.1", "replace-one", "l2", "4 B C",
-              dpcl_gradient_plain_bound, ("B", "C"), image_builder(_with("C", "tau"), seeds="plain_simclr_seeds"),
+              dpcl_gradient_plain_bound, ("B", "C"), image_builder(params_with("C", "tau"), seeds="plain_simclr_seeds"),
               (T(2), T(4), T(3, temperature=0.1), S(4)), defense="dpcl-simclr", base_overrides={"clip_unit": "view"},
               notes=("tight: the supremum is the bound 4|B|C (approached, not attained). The split-flip "
                      "construction (extremal.split_flip_seeds) turns every view's clipped gradient around, the "
@@ -475,20 +175,20 @@ _ENTRIES: list[ClaimSpec] = [
                      "float32 rounds away, and the model realises 0.74 at |B| = 3 (0.997 in exact arithmetic). The "
                      "earlier flip construction (extremal.flip_seeds) stopped at (|B| - 1) / |B|",)),
     ClaimSpec("dpcl.barlow-gradient", "DPCL Sec. 3.3.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
-              image_builder(_with("C")), _SATURATED_GROWTH, defense="dpcl-barlow",
+              image_builder(params_with("C")), _SATURATED_GROWTH, defense="dpcl-barlow",
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
     # DP-GCL (add/remove)
     ClaimSpec("dpgcl.sample-level", "DP-GCL Sec. 2.3.1 (Eq. 6)", "add-remove", "l2", "(2B + 1) t C (t = 1 in Eq. 6)",
-              dpgcl_sample_level_bound, ("B", "C", "t"), image_builder(_with("C", "t")), (T(1), T(2), S(4)),
+              dpgcl_sample_level_bound, ("B", "C", "t"), image_builder(params_with("C", "t")), (T(1), T(2), S(4)),
               defense="dpsgd",
               notes=("at |B| = 1 the bound is loose: D's t terms are softmaxes over one candidate, constant, so their "
                      "gradients are 0 and Delta <= 2 t C, 2/3 of (2|B| + 1) t C (the supremum at |B| = 1: the t new "
                      "terms and the t old ones, each clipped to C); at |B| = 2, 4 the add-flip construction "
                      "(extremal.add_flip_seeds) reaches 0.96 (quickstart budget, seed 0)",)),
     ClaimSpec("dpgcl.batch-level", "DP-GCL Eq. 7 (Sec. 2.3.2)", "add-remove", "l2", "2C", dpgcl_batch_level_bound,
-              ("C",), image_builder(_with("C")), (T(1), T(2), S(4)), defense="dp-clip"),
+              ("C",), image_builder(params_with("C")), (T(1), T(2), S(4)), defense="dp-clip"),
     ClaimSpec("dpgcl.group-clip", "DP-GCL Thm. 1 (Eq. 8)", "add-remove", "l2", "(2 ceil(B/S) + 1) C",
-              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(_group_params, seeds="group_clip_pairs"), _GROUPS,
+              dpgcl_group_clip_bound, ("B", "S", "C"), image_builder(group_params, seeds="group_clip_pairs"), _GROUPS,
               defense="dp-gcl",
               notes=("the implementation's K groups are fixed (random grouping), so the added example joins one of "
                      "them and no group appears: Delta <= 2KC, the closed-form supremum (2K / (2K + 1) of "
@@ -497,20 +197,20 @@ _ENTRIES: list[ClaimSpec] = [
                      "the bound at K = 2, 0.88 at K = 4 on the model); Thm. 1's extra C is a group that cannot "
                      "appear",)),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
-              ("C",), image_builder(_group_params), _GROUPS, defense="dp-gcl", variant="random"),
+              ("C",), image_builder(group_params), _GROUPS, defense="dp-gcl", variant="random"),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
-              ("C",), image_builder(_group_params), _CHUNK_GROWTH, defense="dp-gcl", variant="chunk", growth=("B",),
+              ("C",), image_builder(group_params), _CHUNK_GROWTH, defense="dp-gcl", variant="chunk", growth=("B",),
               budget_seconds=16),
     # Logit-DP (add/remove)
     ClaimSpec("logitdp.infonce", "Logit-DP Lemma 4.5 (Thm. 4.2, Cor. 4.3)", "add-remove", "l2",
               "2 (1 + (n - 2) e^(2/tau) / (e^(2/tau) + n - 1)) C, n = B + 1", logitdp_infonce_bound,
-              ("n", "C", "tau"), image_builder(_logit_params),
+              ("n", "C", "tau"), image_builder(logit_params),
               _LOGIT_GROWTH, defense="logit-dp", budget_seconds=30, growth=("tau",),
               notes=("n = 2 (one pair added to one) is where the proof's shared p_n hurts most: the new row's "
                      "diagonal probability and the new column's probability in the old row are different "
                      "entries and can be small and large together",)),
     ClaimSpec("logitdp.spreadout", "Logit-DP Lemma 4.6", "add-remove", "l2", "6C", logitdp_spreadout_bound, ("C",),
-              image_builder(_logit_params, seeds="spreadout_pairs"), (T(1), T(2), S(4)), defense="logit-dp",
+              image_builder(logit_params, seeds="spreadout_pairs"), (T(1), T(2), S(4)), defense="logit-dp",
               notes=("at n = 2 the bound is loose, its supremum is 4C (2/3 of 6C): D (one example) is below the "
                      "spreadout loss's minimum batch and releases 0, and the two new terms carry |dL/dZ_ij| = "
                      "2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, approached by extremal.spreadout_seeds (both logits "

@@ -11,17 +11,11 @@ One :class:`Target` is a quantity at one configuration: its function ``fn(batch,
    repeated and inverted inputs; negated, tiny and huge vectors), each with a fresh shared seed;
 2. **ascent** — from the best pairs found so far (restarts), maximise the distance over the changed
    unit *and* the rest of the batch (unless the claim is about one fixed dataset). Quantities that
-   are differentiable in their inputs first get gradient ascent (Adam in unconstrained coordinates:
-   images through a logit; all restarts step together on one backward pass of the summed
-   objective). The DP defenses' quantities are differentiable inside
-   :func:`privaudit.defenses.dp.contrastive.differentiable_quantities`: the embeddings keep their graph, the
-   loss cotangents are built with ``create_graph`` and the per-unit ``vmap(grad(.))`` engine, the
-   unit norms and the clipping factors min(1, C/||g||) (piecewise smooth; at a clipped unit the
-   gradient is the one of C g/||g||, at an unclipped one of g) are differentiated by a double
-   backward. Then every quantity -- and only this for the non-differentiable ones (Logit-DP's pair
-   sums, fitted heads) -- gets a zeroth-order elitist search: each restart proposes mutations
-   (Gaussian steps in the same coordinates with a 1/5-success-rule step size, resampled or
-   inverted units, new labels, new shared seed, another position) and keeps the best;
+   are differentiable in their inputs first get gradient ascent (:func:`gradient_ascent`). Then every
+   quantity -- and only this for the non-differentiable ones (Logit-DP's pair sums, fitted heads) --
+   gets a zeroth-order elitist search: each restart proposes mutations (Gaussian steps in the same
+   coordinates with a 1/5-success-rule step size, resampled or inverted units, new labels, new shared
+   seed, another position) and keeps the best;
 3. **rubinstein-alda** (black-box training algorithms only) — Rubinstein & Aldà's sampler from
    :mod:`privaudit.defenses.sensitivity_sampling` (databases D ~ P^(n-1) plus x or x', P uniform over the data
    pool): the order statistic G_(k) with its random-DP confidence gamma, reported beside the
@@ -414,22 +408,12 @@ def _parameter_free(target: Target, pair: Pair) -> dict[str, torch.Tensor] | Non
     return {n: v.detach().clone().requires_grad_(True) for n, v in start.items()}
 
 
-def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Clock, deadline: float,
-                    lr: float = 0.05, info: dict[str, Any] | None = None, parameters: bool = True,
-                    parameter_lr: float = 0.02) -> int:
-    """Adam on every start's free coordinates until the deadline: the changed unit, the base (unless
-    fixed) and, with ``parameters`` and a target ``module``, the model parameters (each tensor's step
-    ``parameter_lr`` times its RMS): the claim must hold at every parameter value, so the ascent
-    climbs ||f(D) - f(D')|| in (D, D', theta) jointly.
-
-    All restarts step together: restarts that share a seed and parameters are evaluated in one
-    vmapped call of ``fn`` when it allows (one loop otherwise), and their summed distances are
-    differentiated in one backward pass. A step whose distance beats the best seen is re-evaluated
-    exactly (no grad) and kept with its parameters.
-    """
+def _ascent_states(target: Target, starts: list[Pair], lr: float, parameters: bool, parameter_lr: float
+                   ) -> tuple[list[dict[str, Any]], list[tuple[Pair, dict[str, torch.Tensor], Any, Any]]]:
+    """Adam's parameter groups and, per start, (pair, free coordinates of the new unit, of the base or None,
+    free model parameters or None). Restarts that start from the same parameters share one ascending copy
+    (and one vmap)."""
     dom = target.domain
-    if not starts:
-        return 0
     groups, states = [], []
     thetas: dict[int, dict[str, torch.Tensor]] = {}
     for p in starts:
@@ -442,7 +426,6 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
         groups.append({"params": tensors, "lr": lr * scale})
         theta = None
         if parameters:
-            # restarts that start from the same parameters share one ascending copy (and one vmap)
             theta = thetas.get(id(p.params))
             if theta is None:
                 theta = _parameter_free(target, p)
@@ -452,24 +435,59 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
                         rms = float(t.detach().pow(2).mean().sqrt()) if t.numel() else 0.0
                         groups.append({"params": [t], "lr": parameter_lr * max(rms, 1e-3)})
         states.append((p, new_free, base_free, theta))
+    return groups, states
+
+
+def _ascent_pairs(target: Target, states: list[tuple[Pair, dict[str, torch.Tensor], Any, Any]]
+                  ) -> tuple[list[tuple[Rows, Rows, int, Any]], list[Pair]]:
+    """The decoded (D, D', seed, parameters) of every ascent state, and each as a detached pair (with a
+    snapshot of its parameters) for exact re-evaluation."""
+    dom = target.domain
+    kept_by: dict[int, dict[str, torch.Tensor]] = {}
+    pairs, candidates = [], []
+    for p, new_free, base_free, theta in states:
+        base = _decode(dom, p.base, base_free) if base_free else p.base
+        new = _decode(dom, p.new, new_free)
+        a, b = Pair(base, new, p.position, p.randomness).neighbours(target.relation, dom.unit_size)
+        params = theta if theta is not None else p.params
+        pairs.append((a, b, p.randomness, params))
+        if params is not None and id(params) not in kept_by:
+            kept_by[id(params)] = {n: v.detach().clone() for n, v in params.items()}
+        kept = None if params is None else kept_by[id(params)]
+        candidates.append(Pair(_detach_rows(base), _detach_rows(new), p.position, p.randomness, kept))
+    return pairs, candidates
+
+
+def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Clock, deadline: float,
+                    lr: float = 0.05, info: dict[str, Any] | None = None, parameters: bool = True,
+                    parameter_lr: float = 0.02) -> int:
+    """Adam on every start's free coordinates until the deadline: the changed unit, the base (unless
+    fixed) and, with ``parameters`` and a target ``module``, the model parameters (each tensor's step
+    ``parameter_lr`` times its RMS): the claim must hold at every parameter value, so the ascent
+    climbs ||f(D) - f(D')|| in (D, D', theta) jointly.
+
+    Adam runs in unconstrained coordinates (images through a logit). The DP defenses' quantities are
+    differentiable inside :func:`privaudit.defenses.dp.contrastive.differentiable_quantities`: the
+    embeddings keep their graph, the loss cotangents are built with ``create_graph`` and the per-unit
+    ``vmap(grad(.))`` engine, the unit norms and the clipping factors min(1, C/||g||) (piecewise smooth;
+    at a clipped unit the gradient is the one of C g/||g||, at an unclipped one of g) are differentiated
+    by a double backward.
+
+    All restarts step together: restarts that share a seed and parameters are evaluated in one
+    vmapped call of ``fn`` when it allows (one loop otherwise), and their summed distances are
+    differentiated in one backward pass. A step whose distance beats the best seen is re-evaluated
+    exactly (no grad) and kept with its parameters.
+    """
+    if not starts:
+        return 0
+    groups, states = _ascent_states(target, starts, lr, parameters, parameter_lr)
     opt = torch.optim.Adam(groups)
     vectorised = [True]
     steps = 0
     while steps == 0 or clock.now() < deadline:
         opt.zero_grad(set_to_none=True)
-        kept_by: dict[int, dict[str, torch.Tensor]] = {}
         with differentiable_quantities():
-            pairs, candidates = [], []
-            for p, new_free, base_free, theta in states:
-                base = _decode(dom, p.base, base_free) if base_free else p.base
-                new = _decode(dom, p.new, new_free)
-                a, b = Pair(base, new, p.position, p.randomness).neighbours(target.relation, dom.unit_size)
-                params = theta if theta is not None else p.params
-                pairs.append((a, b, p.randomness, params))
-                if params is not None and id(params) not in kept_by:
-                    kept_by[id(params)] = {n: v.detach().clone() for n, v in params.items()}
-                kept = None if params is None else kept_by[id(params)]
-                candidates.append(Pair(_detach_rows(base), _detach_rows(new), p.position, p.randomness, kept))
+            pairs, candidates = _ascent_pairs(target, states)
             dists = _distances(target, pairs, vectorised)
             total = torch.stack(dists).sum()
         if not total.requires_grad or not torch.isfinite(total):
@@ -551,6 +569,52 @@ def _phase(ev: Evaluator, bound: float, start_spent: int, start_best: float | No
     return out
 
 
+def _best_distance(ev: Evaluator) -> float | None:
+    return ev.best.distance if ev.best else None
+
+
+def _constructed_phase(target: Target, ev: Evaluator, gen: torch.Generator,
+                       phases: dict[str, Any]) -> list[tuple[float, Pair]]:
+    """Evaluate the target's constructed pairs (if any); returns them with their distances, best first."""
+    constructed: list[tuple[float, Pair]] = []
+    if target.seeds is not None:
+        s0 = ev.spent
+        for pair in target.seeds(target, gen):
+            constructed.append((ev.evaluate(pair), pair))
+        constructed.sort(key=lambda t: -t[0])
+        phases["constructed"] = _phase(ev, target.bound, s0, None, evaluated=len(constructed))
+    return constructed
+
+
+def _restart_pairs(constructed: list[tuple[float, Pair]], top: TopK, restarts: int) -> list[Pair]:
+    """The ascent's restarts: up to half from the constructed pairs (best first), the rest from the random phase."""
+    keep = [p for _, p in constructed[:max(1, restarts // 2)]]
+    return keep + [p for p in top.pairs() if all(p is not k for k in keep)][:restarts - len(keep)]
+
+
+def _gradient_phase(target: Target, ev: Evaluator, starts: list[Pair], clock: Clock, deadline: float,
+                    restarts: int, phases: dict[str, Any]) -> list[Pair]:
+    """Gradient ascent from ``starts`` until ``deadline``; returns the restarts of the mutation phase that
+    follows (the best pair first: mutations also move the discrete parts -- labels, shared seed,
+    position -- that gradients cannot)."""
+    s0, b0 = ev.spent, _best_distance(ev)
+    if ignores_randomness(target, starts[0], ev):
+        # one shared seed lets the restarts go through one vmapped call
+        starts = [Pair(p.base, p.new, p.position, starts[0].randomness, p.params) for p in starts]
+    info: dict[str, Any] = {}
+    steps_g = gradient_ascent(target, ev, starts, clock, deadline, info=info)
+    phases["gradient"] = _phase(ev, target.bound, s0, b0, restarts=len(starts), gradient_steps=steps_g, **info)
+    return [ev.best.pair] + [p for p in starts if p is not ev.best.pair][:restarts - 1]
+
+
+def _rubinstein_phase(target: Target, ev: Evaluator, pool: Rows, gen: torch.Generator, clock: Clock,
+                      deadline: float, phases: dict[str, Any]) -> None:
+    s2, b2 = ev.spent, _best_distance(ev)
+    ra = rubinstein_alda(target, ev, pool, gen, clock, deadline)
+    phases["rubinstein-alda"] = {**(ra if ra is not None else {"skipped": "no budget left for one pair"}),
+                                 **_phase(ev, target.bound, s2, b2)}
+
+
 def search(target: Target, gen: torch.Generator, *, seconds: float | None = None, evaluations: int | None = None,
            rubinstein_pool: Rows | None = None, random_share: float = 0.4, restarts: int = 4) -> SearchResult:
     """Constructed pairs, random search, then ascent from the best pairs, then (with ``rubinstein_pool``) R–A.
@@ -558,70 +622,43 @@ def search(target: Target, gen: torch.Generator, *, seconds: float | None = None
     The budget is ``seconds`` of wall clock or, for reproducible runs, ``evaluations`` pairs (a
     gradient step counts one pair per restart). The constructed pairs are evaluated first (they
     count against the random phase's share), the random phase takes ``random_share`` of the budget,
-    R–A (when run) 30%, the ascent the rest. The constructed pairs always keep places among the
-    restarts. ``covered`` is True when the random phase and the ascent both ran and at least
-    :data:`MIN_PAIRS` pairs were evaluated. ``phases`` gives, per phase, its pairs, the best ratio at
-    its end and whether it improved; ``still_improving`` is True when the best improved within the
-    last quarter of the final phase's pairs.
+    R–A (when run) 30%, the ascent the rest (half by gradient where the quantity is differentiable,
+    then mutations). The constructed pairs always keep places among the restarts. ``covered`` is True
+    when the random phase and the ascent both ran and at least :data:`MIN_PAIRS` pairs were evaluated.
+    ``phases`` gives, per phase, its pairs, the best ratio at its end and whether it improved;
+    ``still_improving`` is True when the best improved within the last quarter of the final phase's pairs.
     """
     start = time.perf_counter()
     ev = Evaluator(target)
     clock = Clock(ev, seconds=seconds, evaluations=evaluations)
-    total = clock.total
-    top = TopK(restarts)
-    ra_share = 0.3 if rubinstein_pool is not None else 0.0
+    total, top, phases = clock.total, TopK(restarts), {}
     random_end = total * random_share
-    ascent_end = total * (1.0 - ra_share)
-    phases: dict[str, Any] = {}
-    bound = target.bound
-    constructed: list[tuple[float, Pair]] = []
-    if target.seeds is not None:
-        s0, b0 = ev.spent, None
-        for pair in target.seeds(target, gen):
-            constructed.append((ev.evaluate(pair), pair))
-        constructed.sort(key=lambda t: -t[0])
-        phases["constructed"] = _phase(ev, bound, s0, b0, evaluated=len(constructed))
-    s0, b0 = ev.spent, (ev.best.distance if ev.best else None)
+    ascent_end = total * (1.0 - (0.3 if rubinstein_pool is not None else 0.0))
+    constructed = _constructed_phase(target, ev, gen, phases)
+    s0, b0 = ev.spent, _best_distance(ev)
     n_random = random_search(target, ev, gen, clock, random_end, top, min_evaluations=2)
-    phases["random"] = _phase(ev, bound, s0, b0, best=top.items[0][0] if top.items else None)
-    # restarts: up to half from the constructed pairs (best first), the rest from the random phase
-    keep = [p for _, p in constructed[:max(1, restarts // 2)]]
-    starts = keep + [p for p in top.pairs() if all(p is not k for k in keep)][:restarts - len(keep)]
+    phases["random"] = _phase(ev, target.bound, s0, b0, best=top.items[0][0] if top.items else None)
+    starts = _restart_pairs(constructed, top, restarts)
     grad = differentiable(target, starts[0]) if starts else False
-    last_phase, last_start = "random", s0
-    s0, b0 = ev.spent, (ev.best.distance if ev.best else None)
+    ascent_start = ev.spent
     if grad:
-        # half the ascent by gradient, then mutations from the best pairs (they also move the
-        # discrete parts -- labels, shared seed, position -- that gradients cannot)
-        middle = random_end + (ascent_end - random_end) / 2
-        if ignores_randomness(target, starts[0], ev):
-            # one shared seed lets the restarts go through one vmapped call
-            starts = [Pair(p.base, p.new, p.position, starts[0].randomness, p.params) for p in starts]
-        info: dict[str, Any] = {}
-        steps_g = gradient_ascent(target, ev, starts, clock, middle, info=info)
-        phases["gradient"] = _phase(ev, bound, s0, b0, restarts=len(starts), gradient_steps=steps_g, **info)
-        last_phase, last_start = "gradient", s0
-        starts = [ev.best.pair] + [p for p in starts if p is not ev.best.pair][:restarts - 1]
-    s1, b1 = ev.spent, (ev.best.distance if ev.best else None)
+        starts = _gradient_phase(target, ev, starts, clock, random_end + (ascent_end - random_end) / 2, restarts,
+                                 phases)
+    last_start, last_best = ev.spent, _best_distance(ev)
     steps = zeroth_order_ascent(target, ev, starts, gen, clock, ascent_end)
-    phases["mutation"] = _phase(ev, bound, s1, b1, restarts=len(starts), iterations=steps)
-    last_phase, last_start = "mutation", s1
-    # the summary the earlier reports read ("ascent": both ascent phases together)
-    phases["ascent"] = {"restarts": len(starts), "mutation_iterations": steps, "pairs": ev.spent - s0}
+    phases["mutation"] = _phase(ev, target.bound, last_start, last_best, restarts=len(starts), iterations=steps)
+    # the summary the reports read ("ascent": both ascent phases together)
+    phases["ascent"] = {"restarts": len(starts), "mutation_iterations": steps, "pairs": ev.spent - ascent_start}
     if grad:
         phases["ascent"].update({k: phases["gradient"][k] for k in ("gradient_steps", "vmapped")
                                  if k in phases["gradient"]})
+    last_phase = "mutation"
     if rubinstein_pool is not None:
-        s2, b2 = ev.spent, (ev.best.distance if ev.best else None)
-        ra = rubinstein_alda(target, ev, rubinstein_pool, gen, clock, total)
-        phases["rubinstein-alda"] = {**(ra if ra is not None else {"skipped": "no budget left for one pair"}),
-                                     **_phase(ev, bound, s2, b2)}
-        last_phase, last_start = "rubinstein-alda", s2
+        last_phase, last_start = "rubinstein-alda", ev.spent
+        _rubinstein_phase(target, ev, rubinstein_pool, gen, clock, total, phases)
     used = ev.spent - last_start
-    phases["still_improving"] = bool(used > 0 and ev.last_improvement > last_start + 0.75 * used)
-    phases["last_phase"] = last_phase
-    phases["restarts"] = len(starts)
-    phases["pairs_total"] = ev.spent
+    phases.update({"still_improving": bool(used > 0 and ev.last_improvement > last_start + 0.75 * used),
+                   "last_phase": last_phase, "restarts": len(starts), "pairs_total": ev.spent})
     covered = n_random >= 1 and steps >= 1 and ev.spent >= MIN_PAIRS
     return SearchResult(ev.best, ev.evaluations, time.perf_counter() - start, phases, covered)
 
