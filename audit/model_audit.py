@@ -164,7 +164,7 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     delta = claim.delta if claim is not None else (1e-5 if delta is None else delta)
     attacks = _attack_names(attacks, train_fn, population is not None, reference_models, canary_runs)
     if out is not None:
-        out_dir.prepare(out, output_names(attacks), force=force)
+        out_dir.prepare(out, output_names(attacks), force=force, need=(1 + len(attacks)) * out_dir.REPORT_BYTES)
     data, trained, params, inputs = _setup(factory, weights, members, nonmembers, population, train_fn,
                                            dict(epochs=epochs, batch_size=batch_size, lr=lr), seed)
     results, canary = _run_attacks(attacks, data, trained, params, seed, beta, delta, reference_models, canary_runs,

@@ -2,8 +2,8 @@
 
 Every file privaudit writes into ``--out`` is listed, with its SHA-256, in ``.privaudit-manifest.json`` in that
 directory. Before any work, :func:`prepare` checks that the directory can be written (it is not a file, not
-under a file, writable) and that each file about to be written is either absent or one the manifest lists
-with its current content (privaudit wrote it and nobody changed it since); any other existing file is the
+under a file, writable, its disk has room for what the audit writes) and that each file about to be written is
+either absent or one the manifest lists with its current content (privaudit wrote it and nobody changed it since); any other existing file is the
 user's, and the run stops with one line unless ``force``. :func:`write` then writes every file atomically, all
 or nothing (:func:`privaudit.core.io.atomic_write_group`), and records them in the manifest.
 """
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from pathlib import Path
 from typing import Mapping, Sequence, Union
 
@@ -20,6 +22,8 @@ from privaudit.core.io import atomic_write_group, atomic_write_json, check_outpu
 
 MANIFEST = ".privaudit-manifest.json"
 Content = Union[bytes, memoryview]
+#: Room for the report itself (JSON, Markdown, HTML with its figures, two PNGs) beyond the saved scores.
+REPORT_BYTES = 8 << 20
 
 
 def read_manifest(out: Path) -> dict[str, str]:
@@ -34,9 +38,36 @@ def read_manifest(out: Path) -> dict[str, str]:
     return {str(k): str(v) for k, v in files.items()} if isinstance(files, dict) else {}
 
 
-def prepare(out: str | Path, names: Sequence[str], *, force: bool = False, field: str = "--out") -> Path:
-    """Check, before any work, that ``names`` can be written into ``out`` (module docstring); creates nothing."""
+def input_bytes(*sources: object) -> int:
+    """Bytes of the inputs that are files or arrays (directories and other values count 0): what the saved
+    scores of an audit of them can take, up to a factor 2 (float32 read, float64 saved; CSV digits)."""
+    total = 0
+    for source in sources:
+        if isinstance(source, (str, os.PathLike)) and os.path.isfile(source):
+            total += os.path.getsize(source)
+        else:
+            total += int(getattr(source, "nbytes", 0))
+    return total
+
+
+def check_space(out: Path, need: int, field: str = "--out") -> None:
+    """A one-line ConfigError, before any work, when the disk that will hold ``out`` has less than ``need`` bytes
+    free (a full disk would otherwise fail only at the end, after the work)."""
+    probe = out
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if free < need:
+        raise ConfigError(f"{field}: {str(out)!r} has {free / 1e6:.1f} MB free on its disk; this audit writes up to "
+                          f"{need / 1e6:.1f} MB (free some space or choose another --out)")
+
+
+def prepare(out: str | Path, names: Sequence[str], *, force: bool = False, field: str = "--out",
+            need: int = REPORT_BYTES) -> Path:
+    """Check, before any work, that ``names`` (about ``need`` bytes in all) can be written into ``out`` (module
+    docstring); creates nothing."""
     out = check_output_dir(out, field)
+    check_space(out, need, field)
     if force or not out.is_dir():
         return out
     from privaudit.audit.runner import file_sha256  # only when --out exists: a fresh directory needs no suite machinery

@@ -168,7 +168,8 @@ class ScoreAudit:
         without ``force`` (:mod:`privaudit.audit.out_dir`)."""
         from privaudit.audit import out_dir
 
-        out_dir.prepare(out, FILES, force=force)
+        need = 2 * out_dir.input_bytes(self.members, self.nonmembers) + out_dir.REPORT_BYTES
+        out_dir.prepare(out, FILES, force=force, need=need)
         return out_dir.write(out, self.files())
 
 
@@ -230,7 +231,8 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     if out is not None:
         from privaudit.audit import out_dir
 
-        out_dir.prepare(out, FILES, force=force)
+        need = 2 * out_dir.input_bytes(members, nonmembers, tf_privacy) + out_dir.REPORT_BYTES
+        out_dir.prepare(out, FILES, force=force, need=need)
     (m_side, m_own), (n_side, n_own) = _sides(members, nonmembers, kind, member_labels, nonmember_labels, tf_privacy)
     originals = (m_side.values, n_side.values) if design == "multi-run" else None
     sides = metrics.SortedScores.of(m_side.values, n_side.values, in_place=m_own and n_own and originals is None)

@@ -365,6 +365,9 @@ USER_CASES = {
     "attack user-model factory without opt-in": (["attack", "--defense", "user-model", "--param",
                                                   "factory=user_classifier:make_net", "--out", "{out}"],
                                                  "--param factory: 'user_classifier:make_net' is a plugin"),
+    "train user-model factory without opt-in": (["train", "--defense", "user-model", "--param",
+                                                 "factory=user_classifier:make_net", "--out", "{out}"],
+                                                "--param factory: 'user_classifier:make_net' is a plugin"),
 }
 
 
@@ -443,3 +446,17 @@ def test_a_bom_does_not_change_the_scores(tmp_path):
     bom = audit_scores(tmp_path / "m-bom.csv", tmp_path / "n-bom.csv")
     assert bom.auc == plain.auc and abs(plain.auc - audit_scores(mem, non).auc) < 1e-12
     assert bom.summary["n_members"] == 300
+
+
+@pytest.mark.parametrize("argv", [SCORES + ["--out", "{out}"], MODEL + ["--out", "{out}"]],
+                         ids=["audit-scores", "audit-model"])
+def test_a_full_disk_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv):
+    """An --out on a disk without room for the report (simulated: 1 kB free) is refused before any scoring."""
+    import shutil
+
+    import privaudit.audit.out_dir
+
+    _prepare_user(tmp_path)
+    monkeypatch.setattr(privaudit.audit.out_dir.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(
+        10**9, 10**9 - 1000, 1000))
+    _check(tmp_path, capsys, argv, "--out: '{tmp}/out' has 0.0 MB free on its disk; this audit writes up to ")

@@ -99,6 +99,25 @@ def parse_params(items: list[str] | None) -> dict[str, Any]:
     return params
 
 
+def check_plugins(defense: str, params: dict[str, Any], allow_plugins: bool) -> None:
+    """Without ``--allow-plugins``, refuse a ``--defense module:Class`` and a ``--param`` that names code
+    (the defense's ``code_params``, e.g. ``user-model``'s factory): importing either runs its code."""
+    from privaudit.defenses import DEFENSES
+
+    if allow_plugins:
+        return
+    if ":" in defense and defense not in DEFENSES:
+        raise ConfigError(f"--defense: {defense!r} is a plugin: importing it runs its code; pass --allow-plugins "
+                          "to allow it")
+    if defense in DEFENSES:
+        from privaudit.defenses.registry import defense_class
+
+        for name in getattr(defense_class(defense), "code_params", ()):
+            if params.get(name):
+                raise ConfigError(f"--param {name}: {params[name]!r} is a plugin: importing it runs its code; pass "
+                                  "--allow-plugins to allow it")
+
+
 def emit_json(obj: Any) -> None:
     sys.stdout.write(to_json(obj) + "\n")
 
