@@ -120,7 +120,8 @@ class ModelAudit:
                           None if self.verdict is None else self.verdict.to_dict(), rows, curves, hists, notes)
 
     def files(self) -> dict[str, bytes]:
-        """Every file :meth:`write` writes: the report's, and ``<attack>/scores.npz`` + ``result.json`` each."""
+        """Every file :func:`audit_model` writes into ``out``: the report's, and ``<attack>/scores.npz`` and
+        ``result.json`` for each attack."""
         from privaudit.audit.user_report import files
         from privaudit.core.io import strict, to_json
 
@@ -294,7 +295,8 @@ def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, b
     bound = multi_run_bound(inside, outside, alpha=beta, delta=delta, threshold="split", seed=split)
     scores = np.r_[inside, outside]
     result = AttackResult(attack="canary", variant="multi-run/quiet-coordinate", scores=scores,
-                          membership=np.r_[np.ones(runs, bool), np.zeros(runs, bool)], config={"runs": runs, "split_seed": split},
+                          membership=np.r_[np.ones(runs, bool), np.zeros(runs, bool)],
+                          config={"runs": runs, "split_seed": split},
                           counts={"n_training_runs": 2 * runs, "runs_with_canary": runs,
                                   "n_target_members": len(data.train)}, bound=bound)
     return result, canary.to_dict()

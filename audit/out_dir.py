@@ -3,9 +3,10 @@
 Every file privaudit writes into ``--out`` is listed, with its SHA-256, in ``.privaudit-manifest.json`` in that
 directory. Before any work, :func:`prepare` checks that the directory can be written (it is not a file, not
 under a file, writable, its disk has room for what the audit writes) and that each file about to be written is
-either absent or one the manifest lists with its current content (privaudit wrote it and nobody changed it since); any other existing file is the
-user's, and the run stops with one line unless ``force``. :func:`write` then writes every file atomically, all
-or nothing (:func:`privaudit.core.io.atomic_write_group`), and records them in the manifest.
+either absent or one the manifest lists with its current content (privaudit wrote it and nobody changed it
+since); any other existing file is the user's, and the run stops with one line unless ``force``. :func:`write`
+then writes every file atomically, all or nothing (:func:`privaudit.core.io.atomic_write_group`), and records
+them in the manifest.
 """
 
 from __future__ import annotations
