@@ -178,7 +178,8 @@ def judge(claim: UserClaim, eps_lower_bound: float, ceiling: float, confidence: 
     refuted = eps_lower_bound > e
     refutable = ceiling > e
     if refuted:
-        statement = f"refuted at {c} confidence: epsilon >= {eps_lower_bound:.3g} > claimed {e:g}"
+        statement = (f"refuted at {c} confidence: epsilon >= {eps_lower_bound:.3g} > claimed {e:g} "
+                     f"(this design could show up to {ceiling:.3g})")
     elif refutable:
         statement = (f"not refuted at {c} confidence: epsilon >= {eps_lower_bound:.3g}, claimed {e:g} "
                      f"(this design could show up to {ceiling:.3g})")

@@ -53,7 +53,7 @@ def _fmt(v: Any) -> str:
 
 def _table(report: UserReport) -> tuple[list[str], list[list[str]]]:
     keys = list(report.rows[0].summary["tpr_at_fpr"]) if report.rows else []
-    extra = sorted({k for r in report.rows for k in r.extra})
+    extra = list(dict.fromkeys(k for r in report.rows for k in r.extra))  # in the order the rows give them
     headers = ["attack", "AUC", ADVANTAGE, "balanced accuracy", *[f"TPR@{100 * float(k):g}%FPR" for k in keys],
                "ε lower bound", "ceiling", "members / non-members", *extra]
     rows = [[r.name, _fmt(r.summary["auc"]), _fmt(r.summary["advantage"]), _fmt(r.summary["balanced_accuracy"]),

@@ -90,6 +90,7 @@ def test_readme_flow_reduced(tmp_path):
     detail = report["verdict_detail"]
     assert report["verdict"] == "not refuted" and not detail["refutable"] and detail["ceiling"] < 8
     assert "cannot refute: ceiling" in detail["statement"]
+    assert detail["statement"] in (tmp_path / "my-audit" / "report" / "report.md").read_text()
     assert (tmp_path / "my-audit" / "report" / "report.html").is_file()
 
 
@@ -101,3 +102,5 @@ def test_readme_flow_refutes_a_tenth_of_the_noise_and_not_the_honest_model(tmp_p
     print(f"\nnoise scale {scale}: {detail['statement']}")
     assert detail["refutable"] and detail["ceiling"] > report["claim"]["epsilon"]  # the design can refute 8
     assert (report["verdict"] == "refuted") is refuted
+    assert f"could show up to {detail['ceiling']:.3g}" in detail["statement"]  # each report states its ceiling
+    assert f"could show up to {detail['ceiling']:.3g}" in (tmp_path / "my-audit" / "report" / "report.md").read_text()

@@ -29,6 +29,7 @@ def test_a_perfect_attack_reaches_the_ceiling_and_refutes_below_it():
     assert a.eps_lower_bound == pytest.approx(a.ceiling)
     assert a.verdict.verdict == "refuted" and a.verdict.refutable
     assert a.verdict.statement.startswith("refuted at 95% confidence: epsilon >= ")
+    assert a.verdict.statement.endswith(f"(this design could show up to {a.ceiling:.3g})")  # the ceiling, refuted too
     b = audit_scores(mem, non, claimed_epsilon=8.0, delta=1e-5)
     assert b.verdict.verdict == "not refuted" and not b.verdict.refutable
     assert f"cannot refute: ceiling {b.ceiling:.3g} < claimed 8" in b.verdict.statement
