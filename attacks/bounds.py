@@ -60,6 +60,7 @@ from typing import Callable, Sequence
 import numpy as np
 from scipy import optimize, special, stats
 
+from privaudit.attacks.metrics import SortedScores
 from privaudit.core.errors import ConfigError, check_probability, one_of
 
 RELATION = "add-remove"
@@ -129,13 +130,48 @@ def one_run_p_value(m: int, r: int, v: int, epsilon: float, delta: float = 0.0) 
         raise ConfigError(f"epsilon: must be >= 0, got {epsilon!r}")
     _check_delta(delta)
     q = float(special.expit(epsilon))
-    tail = float(stats.binom.sf(v - 1, r, q))  # P[Binomial(r, q) >= v]
+    tail = _binom_sf(v - 1, r, q)  # P[Binomial(r, q) >= v]
     if delta == 0 or v == 0:
         return min(tail, 1.0)
-    i = np.arange(1, v + 1)
-    window = stats.binom.sf(v - i - 1, r, q) - tail  # P[v - i <= Binomial(r, q) < v]
-    alpha_star = float(np.max(window / i))
-    return min(tail + 2.0 * m * delta * alpha_star, 1.0)
+    return min(tail + 2.0 * m * delta * _alpha_star(r, v, q), 1.0)
+
+
+def _binom_sf(k: int, n: int, q: float) -> float:
+    """P[Binomial(n, q) > k] (scipy.special's incomplete-beta tail: no per-call argument checks)."""
+    return 1.0 if k < 0 else float(special.bdtrc(k, n, q))
+
+
+def _binom_pmf(k: int, n: int, q: float) -> float:
+    """P[Binomial(n, q) = k] from log-gamma (0 <= k <= n, 0 < q < 1)."""
+    log = special.gammaln(n + 1) - special.gammaln(k + 1) - special.gammaln(n - k + 1)
+    return float(math.exp(log + k * math.log(q) + (n - k) * math.log1p(-q))) if q < 1 else float(k == n)
+
+
+def _alpha_star(r: int, v: int, q: float) -> float:
+    """alpha* = max_{1 <= i <= v} a_i, a_i = (1/i) P[v - i <= B < v], B ~ Bin(r, q), in O(log v) tail evaluations.
+
+    a_{i+1} - a_i = (p_{v-1-i} - a_i) / (i + 1) with p the binomial pmf, which is unimodal (mode M). While
+    v - 1 - i > M the new term p_{v-1-i} exceeds every term already in the window, so a rises; once
+    v - 1 - i <= M and p_{v-1-i} <= a_i, a_{i+1} (a weighted mean of the two) is >= p_{v-1-i} >= p_{v-2-i}, so
+    a falls from then on. The maximum is at the first i >= v - 1 - M where a stops rising, found by bisection;
+    a_i is computed from binomial tails as (P[B >= v - i] - P[B >= v]) / i.
+    """
+    tail = _binom_sf(v - 1, r, q)
+
+    def a(i: int) -> float:
+        return (_binom_sf(v - i - 1, r, q) - tail) / i
+
+    def falling(i: int) -> bool:
+        return i >= v or _binom_pmf(v - 1 - i, r, q) <= a(i)
+
+    lo, hi = max(1, v - 1 - math.floor((r + 1) * q)), v
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if falling(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return max(a(i) for i in range(max(1, lo - 2), min(v, lo + 2) + 1))
 
 
 def one_run_epsilon(m: int, r: int, v: int, *, beta: float = 0.05, delta: float = 0.0) -> float:
@@ -197,6 +233,14 @@ def one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos: int, k_n
     m = guesses.size if m is None else m
     r = int(np.count_nonzero(guesses))
     v = int(np.sum((guesses == 1) & membership) + np.sum((guesses == -1) & ~membership))
+    return one_run_bound_counts(m, r, v, k_pos=k_pos, k_neg=k_neg, beta=beta, delta=delta, bonferroni=bonferroni,
+                                relation=relation, unit=unit)
+
+
+def one_run_bound_counts(m: int, r: int, v: int, *, k_pos: int, k_neg: int, beta: float = 0.05,
+                         delta: float = 0.0, bonferroni: int = 1, relation: str = RELATION,
+                         unit: str = UNIT) -> EpsilonLowerBound:
+    """:func:`one_run_bound` from its counts: r guesses (k+ "in", k- "out"), v correct, of m candidates."""
     level = beta / bonferroni
     eps = one_run_epsilon(m, r, v, beta=level, delta=delta)
     label = (f"one-run (Steinke et al. 2023): k+={k_pos}, k-={k_neg} fixed in advance, "
@@ -208,17 +252,115 @@ def one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos: int, k_n
 def one_run_bound_search(scores: np.ndarray, membership: np.ndarray, grid: Sequence[tuple[int, int]], *,
                          beta: float = 0.05, delta: float = 0.0, m: int | None = None) -> EpsilonLowerBound:
     """Best one-run bound over a grid of (k+, k-) pairs, each tested at beta / len(grid) (union bound)."""
+    grid = _check_grid(grid)
+    return _best_of_grid(grid, lambda kp, kn: one_run_bound(scores, membership, k_pos=kp, k_neg=kn, beta=beta,
+                                                            delta=delta, m=m, bonferroni=len(grid)), beta, delta)
+
+
+def one_run_bound_search_sorted(sides: SortedScores, grid: Sequence[tuple[int, int]], *, beta: float = 0.05,
+                                delta: float = 0.0, seed: int = 0) -> EpsilonLowerBound:
+    """:func:`one_run_bound_search` from the two sides' sorted scores (no sort here).
+
+    Guesses go to the k+ highest and k- lowest of all m scores; a tie at a cut is broken uniformly at
+    random, independently of membership (:func:`sorted_guess_counts`), as a random order of the candidates
+    followed by a stable sort would.
+    """
+    grid = _check_grid(grid)
+    m = sides.n_members + sides.n_nonmembers
+    rng = np.random.default_rng(seed)
+
+    def bound(kp: int, kn: int) -> EpsilonLowerBound:
+        r, v = sorted_guess_counts(sides, kp, kn, rng)
+        return one_run_bound_counts(m, r, v, k_pos=kp, k_neg=kn, beta=beta, delta=delta, bonferroni=len(grid))
+    return _best_of_grid(grid, bound, beta, delta)
+
+
+def _check_grid(grid: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     grid = list(grid)
     if not grid:
         raise ConfigError("grid: needs at least one (k_pos, k_neg) pair")
-    best = max((one_run_bound(scores, membership, k_pos=kp, k_neg=kn, beta=beta, delta=delta, m=m,
-                              bonferroni=len(grid)) for kp, kn in grid), key=lambda b: b.epsilon)
+    return grid
+
+
+def _best_of_grid(grid: list[tuple[int, int]], bound: Callable[[int, int], EpsilonLowerBound], beta: float,
+                  delta: float) -> EpsilonLowerBound:
+    best = max((bound(kp, kn) for kp, kn in grid), key=lambda b: b.epsilon)
     c = best.counts
     label = (f"one-run (Steinke et al. 2023): best of {len(grid)} (k+, k-) pairs with Bonferroni correction, "
              f"k+={c['k_pos']}, k-={c['k_neg']}, {c['v']}/{c['r']} correct of m={c['m']}, "
              f"{100 * (1 - beta):.0f}% confidence, delta={delta:g}")
     return EpsilonLowerBound(best.epsilon, "one-run-search", label, 1 - beta, delta,
                              {**best.counts, "grid_size": len(grid)})
+
+
+def one_run_search_ceiling(m: int, grid: Sequence[tuple[int, int]], *, beta: float = 0.05,
+                           delta: float = 0.0) -> float:
+    """The largest bound :func:`one_run_bound_search` can give with m candidates and this grid: every guess right
+    (v = r = k+ + k- for each pair, each pair at beta / len(grid))."""
+    grid = _check_grid(grid)
+    return max(one_run_epsilon(m, kp + kn, kp + kn, beta=beta / len(grid), delta=delta) for kp, kn in grid)
+
+
+def sorted_guess_counts(sides: SortedScores, k_pos: int, k_neg: int,
+                        rng: np.random.Generator) -> tuple[int, int]:
+    """(r, v) of the guesses "in" on the k+ highest and "out" on the k- lowest scores of both sides.
+
+    At a cut through tied scores the guessed ones are a uniformly random subset of the tie (a hypergeometric
+    draw of how many are members); when both cuts fall in one tie, the "out" guesses are drawn from what the
+    "in" guesses left, so the two never share a candidate.
+    """
+    m = sides.n_members + sides.n_nonmembers
+    if k_pos < 0 or k_neg < 0 or k_pos + k_neg > m:
+        raise ConfigError(f"k_pos, k_neg: need k_pos, k_neg >= 0 and k_pos + k_neg <= m = {m}, "
+                          f"got {k_pos}, {k_neg}")
+    top = _kth_value(sides, k_pos, True) if k_pos else None
+    bottom = _kth_value(sides, k_neg, False) if k_neg else None
+    v_pos, taken = _cut(sides, k_pos, top, True, rng, (0, 0))
+    v_neg, _ = _cut(sides, k_neg, bottom, False, rng, taken if top == bottom else (0, 0))
+    return k_pos + k_neg, v_pos + v_neg
+
+
+def _cut(sides: SortedScores, k: int, value: float | None, top: bool, rng: np.random.Generator,
+         taken: tuple[int, int]) -> tuple[int, tuple[int, int]]:
+    """Correct guesses among the k highest (``top``: members) or lowest (non-members) scores, the k-th being
+    ``value``, and how many members and non-members of its tie were guessed (``taken``: already guessed from that
+    tie by the other cut)."""
+    if k == 0 or value is None:
+        return 0, (0, 0)
+    mem, non = sides.members, sides.nonmembers
+    if top:
+        above_m, above_n = int(sides.members_at_least(value, True)), int(sides.nonmembers_at_least(value, True))
+    else:
+        above_m, above_n = int(np.searchsorted(mem, value, "left")), int(np.searchsorted(non, value, "left"))
+    tie_m = int(np.searchsorted(mem, value, "right") - np.searchsorted(mem, value, "left")) - taken[0]
+    tie_n = int(np.searchsorted(non, value, "right") - np.searchsorted(non, value, "left")) - taken[1]
+    need = k - above_m - above_n
+    drawn_m = int(rng.hypergeometric(tie_m, tie_n, need)) if need and tie_m and tie_n else (need if tie_n == 0 else 0)
+    drawn = (drawn_m, need - drawn_m)
+    return (above_m + drawn_m if top else above_n + drawn[1]), drawn
+
+
+def _kth_value(sides: SortedScores, k: int, top: bool) -> float:
+    """The k-th highest (``top``) or lowest score of both sides together (binary search in each sorted side)."""
+    def count(v: float) -> int:
+        if top:
+            return int(sides.members_at_least(v)) + int(sides.nonmembers_at_least(v))
+        return int(np.searchsorted(sides.members, v, "right") + np.searchsorted(sides.nonmembers, v, "right"))
+
+    best = None
+    for side in (sides.members, sides.nonmembers):
+        lo, hi = 0, side.size - 1  # top: the largest side[i] with count >= k; else the smallest with count >= k
+        found = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            if count(side[mid]) >= k:
+                found = side[mid]
+                lo, hi = (mid + 1, hi) if top else (lo, mid - 1)
+            else:
+                lo, hi = (lo, mid - 1) if top else (mid + 1, hi)
+        if found is not None and (best is None or (found > best if top else found < best)):
+            best = found
+    return float(best)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -620,3 +762,18 @@ def multi_run_bound(in_scores: np.ndarray, out_scores: np.ndarray, *, alpha: flo
     label = (f"clopper-pearson (multi-run): {fp} FP / {out_eval.size} and {fn} FN / {in_eval.size} runs, "
              f"{how}, {conf}, delta={delta:g}")
     return EpsilonLowerBound(eps, "clopper-pearson", label, 1 - alpha, delta, counts)
+
+
+def multi_run_ceiling(runs_in: int, runs_out: int, *, alpha: float = 0.05, delta: float = 0.0,
+                      threshold: str | float = "split") -> float:
+    """The largest bound :func:`multi_run_bound` can give with these runs: no error among the runs it counts (the
+    second half with ``split``; all of them, each threshold at alpha / (runs + 1), with ``bonferroni``)."""
+    if min(runs_in, runs_out) < (4 if threshold == "split" else 1):
+        raise ConfigError(f"multi-run bound: needs at least {4 if threshold == 'split' else 1} runs on each side, "
+                          f"got {runs_in} and {runs_out}")
+    tests = 1
+    if threshold == "split":
+        runs_in, runs_out = runs_in - runs_in // 2, runs_out - runs_out // 2
+    elif threshold == "bonferroni":
+        tests = runs_in + runs_out + 1
+    return hypothesis_test_epsilon(0, runs_out, 0, runs_in, alpha=alpha, delta=delta, tests=tests)[0]

@@ -155,28 +155,34 @@ def mechanism_epsilon(m: int, r: int, v: int, event: DpEvent, relation: str, *, 
                       delta: float) -> tuple[float, float | None, bool]:
     """(eps_lb_mechanism, s* or None, whether H_1 is rejected) for the counts (module docstring, 3-4)."""
     check_probability("beta", beta)
+    if v == 0:
+        return 0.0, None, False
+    return scale_search(lambda s: mechanism_rejects(m, r, v, event, relation, s, beta=beta), event, relation,
+                        delta)
+
+
+def scale_search(rejects: Callable[[float], bool], event: DpEvent, relation: str,
+                 delta: float) -> tuple[float, float | None, bool]:
+    """(eps_lb_mechanism, s*, whether H_1 is rejected) for a test ``rejects(s)`` of H_s, each at its own level:
+    the bisection of the module docstring (3) over :data:`SCALES` and the capped epsilon of (4)."""
     if not 0 < delta < 1:
         raise ConfigError(f"delta: the mechanism bound needs 0 < delta < 1, got {delta!r}")
     key = _key(event)
-
-    def rejects(j: int) -> bool:
-        return mechanism_rejects(m, r, v, event, relation, SCALES[j], beta=beta)
-
     hi = len(SCALES) - 1
-    if v == 0 or not rejects(hi):
+    if not rejects(SCALES[hi]):
         return 0.0, None, False
     lo = 0
-    if not rejects(lo):
+    if not rejects(SCALES[lo]):
         while hi - lo > 1:  # invariant: lo not rejected, hi rejected
             mid = (lo + hi) // 2
-            if rejects(mid):
+            if rejects(SCALES[mid]):
                 hi = mid
             else:
                 lo = mid
     else:
         hi = lo
     s_star = SCALES[hi]
-    claim_rejected = mechanism_rejects(m, r, v, event, relation, 1.0, beta=beta)
+    claim_rejected = rejects(1.0)
     eps = _epsilon_optimistic(key, relation, s_star, delta)
     if not claim_rejected:
         eps = min(eps, _epsilon_optimistic(key, relation, 1.0, delta))
@@ -215,23 +221,41 @@ def mechanism_one_run_bound(scores: np.ndarray, membership: np.ndarray, *, k_pos
     rungs = [one_sided_counts(scores, membership, k, m)[1:] for k in ks]
     results = _ladder_epsilons(n, rungs, event, relation, beta=beta, delta=delta)
     best = int(np.argmax([e for e, _, _ in results]))
-    eps, s_star = results[best][:2]
     ceiling = max(e for e, _, _ in _ladder_epsilons(n, [(k, k) for k in ks], event, relation, beta=beta, delta=delta))
-    (r, v), claim_rejected = rungs[best], any(rej for _, _, rej in results)
-    counts: dict[str, Any] = {"m": n, "r": r, "v": v, "k_pos": ks[best], "k_neg": 0, "noise_scale": s_star,
-                              "claim_rejected": claim_rejected, "event": event_to_dict(event),
-                              "ladder": [{"k": k, "r": rr, "v": vv} for k, (rr, vv) in zip(ks, rungs)],
-                              "ceiling": ceiling, "saturated": bool(eps >= ceiling)}
+    (r, v), search = rungs[best], (*results[best][:2], any(rej for _, _, rej in results))
+    saturated = bool(search[0] >= ceiling)
+    what = (f"one-run f-DP against the claim's mechanism (Mahloujifar et al. 2025 with the claim's own PLD trade-off "
+            f"curve; {relation}, per {unit}): guesses k+ in {ks} fixed in advance, each at "
+            f"{100 * (1 - beta / len(ks)):.4g}%, best k+={ks[best]}: {v}/{r} correct of m={n}; ceiling "
+            f"{ceiling:.4g}{' (saturated)' if saturated else ''}")
+    counts = {"m": n, "r": r, "v": v, "k_pos": ks[best], "k_neg": 0,
+              "ladder": [{"k": k, "r": rr, "v": vv} for k, (rr, vv) in zip(ks, rungs)], "ceiling": ceiling,
+              "saturated": saturated}
+    return _result(METHOD, what, search, counts, event, relation, unit, beta, delta)
+
+
+def mechanism_one_run_bound_counts(m: int, r: int, v: int, *, k_pos: int, event: DpEvent, relation: str,
+                                   unit: str = "example", beta: float = 0.05, delta: float) -> EpsilonLowerBound:
+    """The bound of one k+ (no ladder) from its one-sided counts (r = k+ guesses "in", v correct, of m)."""
+    check_relation_unit(relation, unit)
+    search = mechanism_epsilon(m, r, v, event, relation, beta=beta, delta=delta)
+    what = (f"one-run f-DP against the claim's mechanism (Mahloujifar et al. 2025 with the claim's own PLD trade-off "
+            f"curve; {relation}, per {unit}): k+={k_pos} fixed in advance, {v}/{r} correct of m={m}")
+    return _result(METHOD, what, search, {"m": m, "r": r, "v": v, "k_pos": k_pos, "k_neg": 0}, event, relation, unit,
+                   beta, delta)
+
+
+def _result(method: str, what: str, search: tuple[float, float | None, bool], counts: dict[str, Any], event: DpEvent,
+            relation: str, unit: str, beta: float, delta: float) -> EpsilonLowerBound:
+    """The bound of a scale search (:func:`scale_search`'s result), labelled with ``what`` was counted."""
+    eps, s_star, claim_rejected = search
+    counts = {**counts, "noise_scale": s_star, "claim_rejected": claim_rejected, "event": event_to_dict(event)}
     scale = "none rejected" if s_star is None else f"smallest rejected noise scale s*={s_star:.3g}"
-    label = (f"one-run f-DP against the claim's mechanism (Mahloujifar et al. 2025 with the claim's own PLD "
-             f"trade-off curve; {relation}, per {unit}): guesses k+ in {ks} fixed in advance, each at "
-             f"{100 * (1 - beta / len(ks)):.4g}%, best k+={ks[best]}: {v}/{r} correct of m={n}, {scale}, eps = "
-             f"optimistic PLD epsilon of that mechanism at delta={delta:g}, {100 * (1 - beta):.0f}% confidence; "
-             f"ceiling {ceiling:.4g}{' (saturated)' if counts['saturated'] else ''}; refutes the claim's mechanism, "
-             "not every (eps, delta) one")
-    return EpsilonLowerBound(eps, METHOD, label, 1 - beta, delta, counts, relation=relation, unit=unit,
+    label = (f"{what}, {scale}, eps = optimistic PLD epsilon of that mechanism at delta={delta:g}, "
+             f"{100 * (1 - beta):.0f}% confidence; refutes the claim's mechanism, not every (eps, delta) one")
+    return EpsilonLowerBound(eps, method, label, 1 - beta, delta, counts, relation=relation, unit=unit,
                              notes=("lower bound on the PLD epsilon of the claim's own mechanism family (its noise "
-                                    "scaled): a value above the claim means the run is less private than the "
+                                    "scaled): a value above the claim means the training is less private than the "
                                     "mechanism the claim accounts",))
 
 
@@ -241,3 +265,67 @@ def mechanism_one_run_epsilon(counts: dict[str, Any], *, beta: float, delta: flo
     event = event_from_dict(counts["event"])
     rungs = [(int(c["r"]), int(c["v"])) for c in counts.get("ladder") or [counts]]
     return max(e for e, _, _ in _ladder_epsilons(int(counts["m"]), rungs, event, relation, beta=beta, delta=delta))
+
+
+# --------------------------------------------------------------------------------------------------
+# Multi run: independent runs on a fixed neighbouring pair, tested against the claim's own curve
+# --------------------------------------------------------------------------------------------------
+
+MULTI_RUN_METHOD = "multi-run-fdp-mechanism"
+
+
+def multi_run_rejects(fp: int, n_out: int, fn: int, n_in: int, event: DpEvent, relation: str, s: float, *,
+                      beta: float) -> bool:
+    """True when a threshold's errors on independent runs reject H_s at level ``beta``.
+
+    The runs are on a fixed neighbouring pair (D: the canary out, ``n_out`` runs, ``fp`` scored above the
+    threshold; D': in, ``n_in`` runs, ``fn`` below), the threshold fixed before these runs are scored. Under H_s
+    every test's (FPR, FNR) lies on or above f_s in both orders (the profile bounds both directions). With
+    Clopper-Pearson upper bounds at beta / 2 each, both hold with probability >= 1 - beta, and then
+    f_s(FPR_hi) <= f_s(FPR) <= FNR <= FNR_hi (f_s is non-increasing), likewise with the roles swapped; so
+    FNR_hi < f_s(FPR_hi) or FPR_hi < f_s(FNR_hi) happens with probability at most beta under H_s.
+    """
+    from privaudit.attacks.bounds import clopper_pearson_upper
+
+    fpr_hi = clopper_pearson_upper(fp, n_out, beta / 2)
+    fnr_hi = clopper_pearson_upper(fn, n_in, beta / 2)
+    inv = blow_up_inverse(event, relation, s)
+    return fnr_hi < inv(1.0 - fpr_hi) or fpr_hi < inv(1.0 - fnr_hi)
+
+
+def multi_run_mechanism_bound(in_scores: np.ndarray, out_scores: np.ndarray, *, event: DpEvent, relation: str,
+                              unit: str = "example", beta: float = 0.05, delta: float,
+                              seed: int = 0) -> EpsilonLowerBound:
+    """``eps_lb_mechanism`` of runs on a fixed pair (higher score = the canary was in): the threshold chosen on a
+    seeded half of each side's runs (:func:`privaudit.attacks.bounds.multi_run_bound`'s ``split``), the errors
+    counted on the other half, H_s tested by :func:`multi_run_rejects` and the scale searched as for one run."""
+    from privaudit.attacks.bounds import _multi_run_threshold
+
+    check_relation_unit(relation, unit)
+    check_probability("beta", beta)
+    ins = np.asarray(in_scores, dtype=np.float64).ravel()
+    outs = np.asarray(out_scores, dtype=np.float64).ravel()
+    t, ins, outs, _, how = _multi_run_threshold(ins, outs, "split", beta, delta, seed)
+    fn, fp = int(np.sum(ins < t)), int(np.sum(outs >= t))
+    return _multi_run_result(fp, outs.size, fn, ins.size, t, how, event, relation, unit, beta, delta)
+
+
+def multi_run_mechanism_ceiling(runs_in: int, runs_out: int, *, event: DpEvent, relation: str, beta: float = 0.05,
+                                delta: float) -> float:
+    """The largest :func:`multi_run_mechanism_bound` these runs can give: no error on the counted half."""
+    if min(runs_in, runs_out) < 4:
+        raise ConfigError(f"multi-run bound: needs at least 4 runs on each side, got {runs_in} and {runs_out}")
+    n_in, n_out = runs_in - runs_in // 2, runs_out - runs_out // 2
+    return scale_search(lambda s: multi_run_rejects(0, n_out, 0, n_in, event, relation, s, beta=beta), event,
+                        relation, delta)[0]
+
+
+def _multi_run_result(fp: int, n_out: int, fn: int, n_in: int, threshold: float, how: str, event: DpEvent,
+                      relation: str, unit: str, beta: float, delta: float) -> EpsilonLowerBound:
+    search = scale_search(lambda s: multi_run_rejects(fp, n_out, fn, n_in, event, relation, s, beta=beta), event,
+                          relation, delta)
+    what = (f"multi-run f-DP against the claim's mechanism (Clopper-Pearson FPR/FNR tested against the claim's own "
+            f"PLD trade-off curve; {relation}, per {unit}): {fp} FP / {n_out} and {fn} FN / {n_in} runs, {how}")
+    counts = {"runs_in": n_in, "runs_out": n_out, "false_negatives": fn, "false_positives": fp,
+              "threshold": threshold}
+    return _result(MULTI_RUN_METHOD, what, search, counts, event, relation, unit, beta, delta)

@@ -12,11 +12,18 @@ Conventions (Carlini et al. 2022, Sec. III-D; field notes "LiRA ... Metrics"):
 * Balanced accuracy: max over thresholds of (TPR + TNR) / 2. The threshold is chosen with the true
   labels, so this is an optimistic (oracle-threshold) figure, as in the LiRA reference code; attacks
   that fix a threshold on shadow data report their own decision accuracy separately.
+* Advantage: max over thresholds of TPR - FPR = 2 x balanced accuracy - 1 (Yeom et al. 2018's membership
+  advantage, the "attacker advantage" TF-Privacy reports).
+
+The summary is computed from the two sides' scores, each sorted once (:class:`SortedScores`): every
+figure above is a count of members / non-members at or above a threshold, read by binary search in the
+sorted sides (the members merged into the non-members in chunks), so memory stays near the two sorted copies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -64,16 +71,14 @@ def roc(scores: np.ndarray, membership: np.ndarray) -> Roc:
 
 def auc(scores: np.ndarray, membership: np.ndarray) -> float:
     """Area under the ROC curve (ties count one half)."""
-    from sklearn.metrics import roc_auc_score
-
     scores, membership = _check(scores, membership)
-    return float(roc_auc_score(membership, scores))
+    return SortedScores.of(scores[membership], scores[~membership]).auc()
 
 
 def balanced_accuracy(scores: np.ndarray, membership: np.ndarray) -> float:
     """max over thresholds of (TPR + 1 - FPR) / 2 (oracle threshold; see the module docstring)."""
-    r = roc(scores, membership)
-    return float(np.max((r.tpr + 1.0 - r.fpr) / 2.0))
+    scores, membership = _check(scores, membership)
+    return (1.0 + SortedScores.of(scores[membership], scores[~membership]).advantage()) / 2.0
 
 
 def tpr_at_fpr(scores: np.ndarray, membership: np.ndarray, target: float) -> float:
@@ -100,22 +105,143 @@ def loglog_roc(r: Roc, floor: float | None = None) -> dict[str, list[float]]:
 
 def summarize(scores: np.ndarray, membership: np.ndarray,
               targets: tuple[float, ...] = FPR_TARGETS) -> dict[str, object]:
-    """AUC, balanced accuracy, TPR at each FPR target (with resolution flags) and counts."""
-    r = roc(scores, membership)
-    resolution = 1.0 / r.n_nonmembers
-    return {
-        "auc": auc(scores, membership),
-        "balanced_accuracy": float(np.max((r.tpr + 1.0 - r.fpr) / 2.0)),
-        "tpr_at_fpr": {fpr_key(t): tpr_at_fpr_from_roc(r, t) for t in targets},
-        "fpr_resolution": resolution,
-        "fpr_resolved": {fpr_key(t): bool(t >= resolution) for t in targets},
-        "n_members": r.n_members,
-        "n_nonmembers": r.n_nonmembers,
-    }
+    """AUC, balanced accuracy, advantage, TPR at each FPR target (with resolution flags) and counts."""
+    scores, membership = _check(scores, membership)
+    return SortedScores.of(scores[membership], scores[~membership]).summary(targets)
 
 
-def plot_roc(curves: dict[str, Roc], path: str, title: str = "") -> str:
-    """Write a log-log ROC plot (one curve per entry, chance line dashed) to ``path`` (PNG/PDF/SVG)."""
+#: Members merged per chunk by :class:`SortedScores` (bounds its temporary arrays).
+CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class SortedScores:
+    """The members' and non-members' scores, each sorted ascending (one sort per score vector).
+
+    Counts at a threshold t are binary searches: members >= t is ``n_m - searchsorted(m, t, "left")``.
+    Every metric of the module docstring is computed from these counts without concatenating the sides.
+    """
+
+    members: np.ndarray
+    nonmembers: np.ndarray
+
+    @classmethod
+    def of(cls, members: np.ndarray, nonmembers: np.ndarray, *, in_place: bool = False) -> "SortedScores":
+        """Sort each side once (float64; ``in_place`` sorts arrays the caller hands over, without a copy)."""
+        sides = []
+        for name, side in (("members", members), ("nonmembers", nonmembers)):
+            a = np.asarray(side, dtype=np.float64).ravel()
+            if a.size == 0:
+                raise ConfigError("membership: needs at least one member and one non-member")
+            if not (in_place and a.flags.writeable) and np.may_share_memory(a, side):
+                a = a.copy()
+            a.sort()
+            if not (np.isfinite(a[0]) and np.isfinite(a[-1])):
+                raise ConfigError(f"{name}: scores must be finite (got NaN or infinity)")
+            sides.append(a)
+        return cls(sides[0], sides[1])
+
+    @property
+    def n_members(self) -> int:
+        return int(self.members.size)
+
+    @property
+    def n_nonmembers(self) -> int:
+        return int(self.nonmembers.size)
+
+    def members_at_least(self, t: np.ndarray | float, strict: bool = False) -> np.ndarray:
+        """#members >= t (> t with ``strict``), for each t."""
+        return self.n_members - np.searchsorted(self.members, t, side="right" if strict else "left")
+
+    def nonmembers_at_least(self, t: np.ndarray | float, strict: bool = False) -> np.ndarray:
+        """#non-members >= t (> t with ``strict``), for each t."""
+        return self.n_nonmembers - np.searchsorted(self.nonmembers, t, side="right" if strict else "left")
+
+    @cached_property
+    def _scan(self) -> tuple[float, float]:
+        """(AUC, advantage) from one merge of the members into the non-members, in chunks of :data:`CHUNK`.
+
+        For the member at sorted position i with score m: below = #non-members < m, tied = #non-members = m.
+        AUC = sum(below + tied / 2) / (n_m n_n). At threshold m, TPR >= (n_m - i) / n_m with equality at the first
+        of a tie, FPR = (n_n - below) / n_n, so max_i of their difference is the advantage (0 at threshold +inf).
+        """
+        twice_u, best = 0, 0.0
+        for start in range(0, self.n_members, CHUNK):
+            m = self.members[start:start + CHUNK]
+            below = np.searchsorted(self.nonmembers, m, side="left")
+            hit = below < self.n_nonmembers
+            hit[hit] = self.nonmembers[below[hit]] == m[hit]  # a non-member ties this member's score
+            tied = np.zeros(m.size, dtype=np.int64)
+            tied[hit] = np.searchsorted(self.nonmembers, m[hit], side="right") - below[hit]
+            twice_u += 2 * int(below.sum()) + int(tied.sum())
+            tpr = (self.n_members - start - np.arange(m.size)) / self.n_members
+            best = max(best, float(np.max(tpr - (self.n_nonmembers - below) / self.n_nonmembers)))
+        return twice_u / (2.0 * self.n_members * self.n_nonmembers), best
+
+    def auc(self) -> float:
+        """P[member score > non-member score] + P[equal] / 2 (the trapezoidal ROC area, ties one half)."""
+        return self._scan[0]
+
+    def advantage(self) -> float:
+        """max over thresholds of TPR - FPR (thresholds at every member score, and +infinity: 0)."""
+        return self._scan[1]
+
+    def tpr_at_fpr(self, target: float) -> float:
+        """TPR of the last ROC point with FPR <= ``target``: the members strictly above the (k+1)-th highest
+        non-member score, k = floor(target n_nonmembers) (the module docstring's rule)."""
+        if not 0 <= target <= 1:
+            raise ConfigError(f"fpr target: must lie in [0, 1], got {target!r}")
+        k = int(np.floor((target + 1e-12) * self.n_nonmembers))
+        if k >= self.n_nonmembers:
+            return 1.0
+        cut = self.nonmembers[self.n_nonmembers - 1 - k]
+        return float(self.members_at_least(cut, strict=True)) / self.n_members
+
+    def roc(self, max_points: int = 4000) -> Roc:
+        """The ROC polyline: at each distinct non-member value v (descending), the point with v excluded then
+        included (ties are diagonal segments). With more than ``max_points`` distinct values, the vertices at
+        ``max_points`` non-member values spread evenly on a log scale of FPR (for plots and reports)."""
+        n = self.n_nonmembers
+        if n > max_points:  # vertices at non-member ranks spread evenly in log FPR
+            ranks = np.unique(np.geomspace(1, n, max_points).astype(np.int64))
+            distinct = np.unique(self.nonmembers[n - ranks])[::-1]
+        else:
+            values = self.nonmembers[::-1]
+            distinct = values[np.r_[True, values[1:] != values[:-1]]]
+        before = (self.nonmembers_at_least(distinct, strict=True), self.members_at_least(distinct, strict=True))
+        after = (self.nonmembers_at_least(distinct), self.members_at_least(distinct))
+        fp = np.r_[0, np.column_stack([before[0], after[0]]).ravel(), self.n_nonmembers]
+        tp = np.r_[0, np.column_stack([before[1], after[1]]).ravel(), self.n_members]
+        thresholds = np.r_[np.inf, np.repeat(distinct, 2), -np.inf]
+        return Roc(fp / self.n_nonmembers, tp / self.n_members, thresholds, self.n_members, self.n_nonmembers)
+
+    def histogram(self, bins: int = 50) -> dict[str, list[float]]:
+        """Counts of each side in ``bins`` equal bins spanning both sides' range (edges shared)."""
+        lo = min(self.members[0], self.nonmembers[0])
+        hi = max(self.members[-1], self.nonmembers[-1])
+        edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
+        counts = [np.diff(np.searchsorted(side, edges[:-1], side="left").tolist() + [side.size]).tolist()
+                  for side in (self.members, self.nonmembers)]
+        return {"edges": edges.tolist(), "members": counts[0], "nonmembers": counts[1]}
+
+    def summary(self, targets: tuple[float, ...] = FPR_TARGETS) -> dict[str, object]:
+        """AUC, balanced accuracy, advantage, TPR at each FPR target (with resolution flags) and counts."""
+        resolution = 1.0 / self.n_nonmembers
+        advantage = self.advantage()
+        return {
+            "auc": self.auc(),
+            "balanced_accuracy": (1.0 + advantage) / 2.0,
+            "advantage": advantage,
+            "tpr_at_fpr": {fpr_key(t): self.tpr_at_fpr(t) for t in targets},
+            "fpr_resolution": resolution,
+            "fpr_resolved": {fpr_key(t): bool(t >= resolution) for t in targets},
+            "n_members": self.n_members,
+            "n_nonmembers": self.n_nonmembers,
+        }
+
+
+def roc_plot_bytes(curves: dict[str, Roc], fmt: str = "png", title: str = "") -> bytes:
+    """A log-log ROC plot (one curve per entry, chance line dashed) as the bytes of a PNG/PDF/SVG file."""
     import io
 
     import matplotlib
@@ -123,8 +249,6 @@ def plot_roc(curves: dict[str, Roc], path: str, title: str = "") -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from privaudit.core.io import atomic_write_bytes
 
     fig, ax = plt.subplots(figsize=(4.2, 3.6))
     floor = min(0.5 / max(r.n_nonmembers, 1) for r in curves.values())
@@ -136,8 +260,15 @@ def plot_roc(curves: dict[str, Roc], path: str, title: str = "") -> str:
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     buffer = io.BytesIO()
-    fmt = path.rsplit(".", 1)[-1] if "." in path else "png"
     fig.savefig(buffer, format=fmt)
     plt.close(fig)
-    atomic_write_bytes(path, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def plot_roc(curves: dict[str, Roc], path: str, title: str = "") -> str:
+    """Write a log-log ROC plot (one curve per entry, chance line dashed) to ``path`` (PNG/PDF/SVG)."""
+    from privaudit.core.io import atomic_write_bytes
+
+    fmt = path.rsplit(".", 1)[-1] if "." in path else "png"
+    atomic_write_bytes(path, roc_plot_bytes(curves, fmt, title))
     return path

@@ -18,7 +18,7 @@ import numpy as np
 from privaudit.attacks import metrics
 from privaudit.attacks.bounds import EpsilonLowerBound
 from privaudit.core.errors import ConfigError
-from privaudit.core.io import atomic_save_npz, atomic_write_json, load_npz, read_json
+from privaudit.core.io import atomic_write_group, load_npz, read_json, to_json
 
 
 @dataclass
@@ -85,7 +85,7 @@ class AttackResult:
         """The report object: the keys every report uses, then details.
 
         ``auc``, ``tpr_at_fpr`` ({"0.001", "0.01", "0.1"}), ``eps_lower_bound``, ``eps_lb_method``,
-        ``n_members``, ``n_nonmembers`` first; then balanced accuracy, FPR resolution, the bound's
+        ``n_members``, ``n_nonmembers`` first; then balanced accuracy, advantage (max TPR - FPR), FPR resolution, the bound's
         full record, every variant's metrics, counts and the configuration.
         """
         m = self.metrics()
@@ -99,6 +99,7 @@ class AttackResult:
             "attack": self.attack,
             "variant": self.variant,
             "balanced_accuracy": m["balanced_accuracy"],
+            "advantage": m["advantage"],
             "fpr_resolution": m["fpr_resolution"],
             "fpr_resolved": m["fpr_resolved"],
             "bound": None if self.bound is None else self.bound.to_dict(),
@@ -124,19 +125,25 @@ class AttackResult:
     def save(self, directory: str | Path) -> Path:
         """Write ``scores.npz`` (scores, membership, index, variants) and ``result.json`` atomically."""
         directory = Path(directory)
+        atomic_write_group({directory / name: data for name, data in self.files().items()})
+        return directory
+
+    def files(self) -> dict[str, bytes]:
+        """What :meth:`save` writes, by file name: ``scores.npz`` and ``result.json``."""
+        import io
+
         arrays = {"scores": self.scores, "membership": self.membership}
         if self.index is not None:
             arrays["index"] = np.asarray(self.index)
         arrays.update({f"variant.{k}": v for k, v in self.variants.items()})
-        atomic_save_npz(directory / "scores.npz", **arrays)
-        atomic_write_json(directory / "result.json", {
-            "attack": self.attack, "variant": self.variant, "config": self.config, "counts": self.counts,
-            "bound": None if self.bound is None else self.bound.to_dict(), "extras": self.extras,
-            "mechanism_bound": None if self.mechanism_bound is None else self.mechanism_bound.to_dict(),
-            "trajectory_bound": None if self.trajectory_bound is None else self.trajectory_bound.to_dict(),
-            "summary": self.summary(),
-        })
-        return directory
+        buffer = io.BytesIO()
+        np.savez_compressed(buffer, **{k: np.asarray(v) for k, v in arrays.items()})
+        meta = {"attack": self.attack, "variant": self.variant, "config": self.config, "counts": self.counts,
+                "bound": None if self.bound is None else self.bound.to_dict(), "extras": self.extras,
+                "mechanism_bound": None if self.mechanism_bound is None else self.mechanism_bound.to_dict(),
+                "trajectory_bound": None if self.trajectory_bound is None else self.trajectory_bound.to_dict(),
+                "summary": self.summary()}
+        return {"scores.npz": buffer.getvalue(), "result.json": (to_json(meta) + "\n").encode("utf-8")}
 
     @classmethod
     def load(cls, directory: str | Path) -> "AttackResult":

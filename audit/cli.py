@@ -38,14 +38,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "search each paper's sensitivity claim for a violating neighbouring pair"),
     "suites": ("privaudit.audit.commands.suites", "list the shipped audit suites (run one by name: privaudit run quickstart)"),
     "audit-model": ("privaudit.audit.commands.audit_model",
-                    "audit your own PyTorch classifier (factory + weights) by LOSS, LiRA and RMIA on a membership "
-                    "split, and its training function by a canary audit"),
+                    "audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
+                    "training function by canary runs: a verdict on your claim and the design's ceiling"),
     "audit-scores": ("privaudit.audit.commands.audit_scores",
-                     "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
+                     "audit your own member / non-member scores: ROC, AUC, advantage, TPR at low FPR, an epsilon lower "
+                     "bound, and a verdict on your claim with the design's ceiling"),
     "audit-step": ("privaudit.audit.commands.audit_step", "audit one privatised step of a defense on neighbouring batches"),
     "gate-power": ("privaudit.audit.commands.gate_power",
                    "plant noise shortfalls into a suite's DP defenses and report the smallest one its gate catches, "
                    "per epsilon"),
+    "plan": ("privaudit.audit.commands.plan",
+             "size an audit before training: the candidates, guesses or runs a design needs to refute a claimed "
+             "epsilon"),
 }
 
 # Two examples per command, shown under its --help.
@@ -68,17 +72,19 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "alm-curve": ("privaudit alm-curve --dataset digits", "privaudit alm-curve --epsilons 1,8 --draws 5 --json"),
     "sensitivity": ("privaudit sensitivity --all", "privaudit sensitivity --claim dpcl.mean --evaluations 400 --json"),
     "suites": ("privaudit suites", "privaudit suites --json"),
-    "audit-model": ("privaudit audit-model --factory mypkg.models:make_net --weights net.safetensors --dataset imagefolder "
-                    "--data-dir my-images/",
-                    "privaudit audit-model --factory mypkg.models:make_net --weights net.pt --train-fn mypkg.train:fit "
-                    "--out audit/ --json"),
+    "audit-model": ("privaudit audit-model --factory mypkg.models:make_net --weights net.pt --members members.npz "
+                    "--nonmembers nonmembers.npz --claimed-epsilon 8 --delta 1e-5 --out audit/",
+                    "privaudit audit-model --factory mypkg.models:make_net --weights net.safetensors --members train/ "
+                    "--nonmembers held-out/ --train-fn mypkg.train:fit --opacus-state accountant.pt --delta 1e-5"),
     "audit-scores": ("privaudit audit-scores --members train_loss.npy --nonmembers test_loss.npy --kind loss --out r/",
-                     "privaudit audit-scores --tf-privacy attack_input.npz --delta 1e-5 --json"),
+                     "privaudit audit-scores --tf-privacy attack_input.npz --claimed-epsilon 8 --delta 1e-5 --json"),
     "audit-step": ("privaudit audit-step --defense dpcl-simclr",
                    "privaudit audit-step --defense dp-gcl --pair canonical --draws 1000000 --json"),
     "gate-power": ("privaudit gate-power quickstart",
                    "privaudit gate-power suites/quickstart.toml --defenses dp-gcl --epsilons 8 --plants noise --seeds 5 "
                    "--needed 5"),
+    "plan": ("privaudit plan --claimed-epsilon 8 --delta 1e-5",
+             "privaudit plan --opacus-state accountant.pt --delta 1e-5 --json"),
 }
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3

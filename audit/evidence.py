@@ -250,7 +250,7 @@ def reaccount(cell: dict[str, Any]) -> list[str]:
     return problems
 
 
-def recount(bound: dict[str, Any], scores: np.ndarray, membership: np.ndarray) -> dict[str, int] | None:
+def recount(bound: dict[str, Any], scores: np.ndarray, membership: np.ndarray) -> dict[str, Any] | None:
     """The guess counts of ``bound`` re-derived from the scores it was computed on, or None where its guesses are
     not on these scores (pairs drawn from the candidates, a multi-run split, or another m)."""
     from privaudit.attacks.bounds import one_run_guesses, one_sided_counts
@@ -260,7 +260,12 @@ def recount(bound: dict[str, Any], scores: np.ndarray, membership: np.ndarray) -
         return None
     if method in ("one-run-fdp", "one-run-fdp-mechanism"):
         _, r, v = one_sided_counts(scores, membership, int(c["k_pos"]))
-        return {"r": r, "v": v}
+        out = {"r": r, "v": v}
+        if c.get("ladder"):  # the mechanism bound's guess ladder: every rung's counts
+            out["ladder"] = [dict(zip(("k", "r", "v"), (int(g["k"]),
+                                                       *one_sided_counts(scores, membership, int(g["k"]))[1:])))
+                             for g in c["ladder"]]
+        return out
     if method not in ("one-run", "one-run-paired", "one-run-search", "one-run-best"):
         return None
     guesses = one_run_guesses(scores, int(c["k_pos"]), int(c["k_neg"]))

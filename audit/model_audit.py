@@ -1,63 +1,71 @@
-"""Audit a user's own PyTorch classifier: LOSS, LiRA and RMIA on the membership split, and a canary audit.
+"""Audit a user's own PyTorch classifier on the user's own data: a claim in, a verdict, its ceiling and a report out.
 
-The user gives a factory ``package.module:function`` (it builds the model), the trained weights (a
-state_dict in ``.safetensors``, or ``.pt``/``.pth`` loaded with ``torch.load(weights_only=True)``: no code runs
-on load), and the dataset: a built-in name, or ``imagefolder`` with ``data_dir`` a folder in torchvision's
-ImageFolder layout (``DIR/<class>/<image>.png|jpg``). The model must have been trained on the **members of
-privaudit's membership split** of that dataset and seed: ``privaudit.load_dataset(name, seed=seed,
-data_dir=...).train`` (the audit pool's candidates, each included by a fair coin, and nothing else of the
-pool). That design is what makes the one-run lower bound (Steinke, Nasr & Jagielski 2023) sound; a model
-trained on any other split gets meaningless numbers.
+The user gives a factory ``package.module:function`` (it builds the model), the trained weights (a state_dict in
+``.safetensors``, or ``.pt``/``.pth`` loaded with ``torch.load(weights_only=True)``: no code runs on load), and
+**the examples the model was trained on and examples it was not** (``members``, ``nonmembers``: ``.npz`` with
+``x``, ``y``; CSV features with a label column; or ImageFolder directories; see
+:mod:`privaudit.core.datasets.user_files`), optionally a ``population`` of other examples from the same
+distribution. Nothing is drawn from privaudit's own splits: without the user's members and non-members there is
+nothing to audit. Inputs are (N, ...) tensors as the model takes them: images, or tabular features for an MLP.
 
-Attacks on the given weights: ``loss`` (Yeom et al. 2018), ``lira`` (Carlini et al. 2022) and ``rmia``
-(Zarifzadeh et al. 2024, :mod:`privaudit.attacks.rmia`), the last two with the same reference models (built by the
-same factory, trained by the user's ``train_fn`` (``module:function``, called ``train_fn(model, x, y,
-seed=...)``) or a default SGD loop (:mod:`privaudit.defenses.user_model`); trained once, shared through the target's
-cache).
+Attacks on the given weights, scoring the members against the non-members: ``loss`` (Yeom et al. 2018),
+``lira`` (Carlini et al. 2022) and ``rmia`` (Zarifzadeh et al. 2024) with reference models built by the same
+factory, trained on random halves of the candidates by the user's ``train_fn`` (``module:function``, called
+``train_fn(model, x, y, seed=...)``, training in place) or a default SGD loop; RMIA compares with the
+population (needed for both). Their one-run bound (Steinke, Nasr & Jagielski 2023) assumes each candidate was
+included by an independent fair coin.
 
-``canary`` (needs ``train_fn``: it audits the user's *training function*, not the given weights): the
-black-box one-run audit of :mod:`privaudit.attacks.canary` (Steinke, Nasr & Jagielski 2023, Alg. 1 with mislabelled
-canaries): m canaries from the shadow split, each inserted into the members by a fair coin, one run of
-``train_fn`` on the result, guesses on the canaries' losses, and the one-run lower bound. Factories and
-training functions are code that privaudit imports and runs.
+``canary`` (needs ``train_fn``: it audits the training recipe, not the given weights): ``canary_runs`` runs on
+each side of a fixed pair, D = the members and D' = D plus one canary (:mod:`privaudit.audit.canary_runs`). It
+is the design that can refute a DP-SGD claim at a large epsilon; ``privaudit plan`` sizes it.
+
+The claim (:mod:`privaudit.audit.user_claim`) is stated, or read from an Opacus accountant's saved state (then
+every bound is also tested against the claim's own mechanism). The verdict rests on one test fixed before any
+score: the canary runs when they run, else LiRA, else RMIA, else LOSS; against the claim's mechanism when it
+has one. Every attack reports its ceiling (the largest bound its design could show).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 import torch.nn as nn
 
+from privaudit.audit.user_claim import UserClaim, Verdict, claim_from_args, judge
 from privaudit.core.errors import ConfigError
 
 ATTACKS_RUN = ("loss", "lira", "rmia", "canary")
-#: Run when the caller names none: every attack on the given weights, and the canary audit with a ``train_fn``.
-DEFAULT_ATTACKS = ("loss", "lira", "rmia")
+#: The verdict's test: the first of these that runs (fixed before any score is read).
+VERDICT_ORDER = ("canary", "lira", "rmia", "loss")
+REPORT_FILES = ("report.json", "report.md", "report.html", "roc.png", "histogram.png")
 
 
 def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
     """A state_dict from ``.safetensors`` or ``.pt``/``.pth`` (``torch.load(weights_only=True)``)."""
+    from privaudit.core.datasets.arrays import read_torch
+
     path = Path(weights)
     if not path.is_file():
         raise ConfigError(f"--weights: {path}: no such file")
     suffix = path.suffix.lower()
-    try:
-        if suffix == ".safetensors":
-            from privaudit.core.io import load_tensors
+    if suffix not in (".safetensors", ".pt", ".pth", ".bin"):
+        raise ConfigError(f"--weights: {path}: unknown type {suffix or '(none)'!r}; accepted: .safetensors, .pt, .pth")
+    if suffix != ".safetensors":
+        state = read_torch(path, "--weights")
+    else:
+        from safetensors import SafetensorError
 
+        from privaudit.core.io import load_tensors
+
+        try:
             state = load_tensors(path)
-        elif suffix in (".pt", ".pth", ".bin"):
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        else:
-            raise ConfigError(f"--weights: {path}: unknown type {suffix or '(none)'!r}; "
-                              "accepted: .safetensors, .pt, .pth")
-    except ConfigError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any unreadable file is bad input, named
-        raise ConfigError(f"--weights: {path}: cannot read a state_dict ({type(exc).__name__}: {exc})") from None
+        except (SafetensorError, OSError, ValueError) as exc:
+            raise ConfigError(f"--weights: {path}: cannot read a state_dict ({type(exc).__name__}: "
+                              f"{str(exc)[:200]})") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
@@ -67,115 +75,273 @@ def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
 
 @dataclass(frozen=True)
 class ModelAudit:
-    """The result of :func:`audit_model`: what was audited (the factory, the training function, the dataset and
-    seed of its membership split) and each attack's report object by attack name (``auc``, ``tpr_at_fpr``,
-    ``eps_lower_bound``, ``eps_lb_method``, ``n_members``, ``n_nonmembers``, ...)."""
+    """The result of :func:`audit_model`: what was audited, the claim and verdict, and each attack's report object
+    by name (``auc``, ``advantage``, ``tpr_at_fpr``, ``eps_lower_bound``, ``ceiling``, ``eps_lb_method``, ...)."""
 
     factory: str
     train_fn: str | None
-    dataset: str
-    seed: int
+    inputs: dict[str, str]
     attacks: dict[str, dict[str, Any]]
+    claim: UserClaim | None = None
+    verdict: Verdict | None = None
+    verdict_attack: str | None = None
+    canary: dict[str, Any] | None = None
+    results: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """``audit.json``'s content."""
-        return {"factory": self.factory, "train_fn": self.train_fn, "dataset": self.dataset, "seed": self.seed,
-                "attacks": self.attacks}
+        """``report.json``'s content."""
+        return {"factory": self.factory, "train_fn": self.train_fn, "inputs": dict(self.inputs),
+                "claim": None if self.claim is None else self.claim.to_dict(),
+                "verdict": None if self.verdict is None else self.verdict.verdict,
+                "verdict_detail": None if self.verdict is None else self.verdict.to_dict(),
+                "verdict_attack": self.verdict_attack, "canary": self.canary, "attacks": self.attacks}
+
+    def report(self) -> Any:
+        """The :class:`privaudit.audit.user_report.UserReport` of this audit."""
+        from privaudit.attacks.metrics import SortedScores
+        from privaudit.audit.user_report import Row, UserReport
+
+        rows, curves, hists = [], {}, {}
+        for name, s in self.attacks.items():
+            extra = {} if s.get("eps_lb_mechanism") is None else {
+                "ε vs the claim's mechanism": f"{s['eps_lb_mechanism']:.4g}",
+                "its ceiling": f"{s['mechanism_ceiling']:.4g}"}
+            rows.append(Row(name, s, s["eps_lower_bound"], s["ceiling"], s["eps_lb_method"], extra))
+            result = self.results[name]
+            sides = SortedScores.of(result.scores[result.membership], result.scores[~result.membership])
+            curves[name], hists[name] = sides.roc(), sides.histogram()
+        notes = [f"Verdict from {self.verdict_attack} (the first of {', '.join(VERDICT_ORDER)} that ran, fixed "
+                 "before any score)."] if self.verdict_attack else []
+        if "canary" in self.attacks:
+            notes.append("canary: scores are runs of your training function with and without one canary "
+                         f"({self.canary}); members / non-members count runs, not examples.")
+        return UserReport("privaudit model audit", dict(self.inputs),
+                          None if self.claim is None else self.claim.to_dict(),
+                          None if self.verdict is None else self.verdict.to_dict(), rows, curves, hists, notes)
+
+    def files(self) -> dict[str, bytes]:
+        """Every file :func:`audit_model` writes into ``out``: the report's, and ``<attack>/scores.npz`` and
+        ``result.json`` for each attack."""
+        from privaudit.audit.user_report import files
+        from privaudit.core.io import strict, to_json
+
+        out = {"report.json": (to_json(strict(self.to_dict())) + "\n").encode("utf-8"), **files(self.report())}
+        for name, result in self.results.items():
+            out.update({f"{name}/{k}": v for k, v in result.files().items()})
+        return out
 
 
-def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], *, dataset: str = "digits",
-                train_fn: str | None = None, seed: int = 0, data_dir: str | None = None,
-                attacks: Sequence[str] | None = None, reference_models: int = 8, canaries: int | None = None,
-                epochs: int = 20,
-                batch_size: int = 64, lr: float = 0.05, delta: float | None = None,
-                out: str | Path | None = None, progress: bool = False) -> ModelAudit:
-    """Audit the classifier ``factory()`` with ``weights`` (LOSS, LiRA, RMIA) and ``train_fn`` (canary).
+def output_names(attacks: Sequence[str]) -> list[str]:
+    """The files :meth:`ModelAudit.files` writes for ``attacks``."""
+    return [*REPORT_FILES, *(f"{a}/{f}" for a in attacks for f in ("scores.npz", "result.json"))]
 
-    ``factory`` and ``train_fn`` are ``module:function`` strings (importable in worker processes). ``attacks``:
-    from :data:`ATTACKS_RUN` (None: loss, lira, rmia, and canary when ``train_fn`` is given).
-    ``reference_models``: LiRA's and RMIA's (even, >= 4; shared). ``canaries``: the canary audit's m (None:
-    min(200, the shadow split's size)). ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with
-    ``train_fn``). ``delta``: of the lower bound (default: 1 / (n ln n) for the n members). ``out``: write each
-    attack's ``scores.npz`` and ``result.json`` in ``out/<attack>/`` and ``out/audit.json``.
+
+def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], *, members: Any = None,
+                nonmembers: Any = None, population: Any = None, train_fn: str | None = None,
+                claimed_epsilon: float | None = None, delta: float | None = None, relation: str = "add-remove",
+                unit: str = "example", opacus_state: str | Path | None = None, claim: UserClaim | None = None,
+                attacks: Sequence[str] | None = None, reference_models: int = 8, canary_runs: int = 16,
+                epochs: int = 20, batch_size: int = 64, lr: float = 0.05, beta: float = 0.05, seed: int = 0,
+                out: str | Path | None = None, force: bool = False, progress: bool = False) -> ModelAudit:
+    """Audit the classifier ``factory()`` with ``weights`` on the user's ``members`` / ``nonmembers`` (module
+    docstring), and with ``train_fn``, its training recipe by canary runs.
+
+    ``members``, ``nonmembers``, ``population``: paths (``.npz`` with x and y, ``.csv``, an ImageFolder directory).
+    ``attacks``: from :data:`ATTACKS_RUN` (None: loss; lira and rmia with a population; canary with a
+    ``train_fn``). ``reference_models``: LiRA's and RMIA's (even, >= 4; shared). ``canary_runs``: runs on each
+    side of the canary pair (>= 4). ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with
+    ``train_fn``). The claim: ``claimed_epsilon`` at ``delta`` (``relation``, ``unit``), or ``opacus_state``, or
+    ``claim``. ``beta``: 1 - confidence. ``out``: the report, each attack's scores and ``report.json``; files there
+    that privaudit did not write are kept unless ``force``.
     """
-    from privaudit.attacks import DataRef, Target, make_attack
-    from privaudit.core.datasets import load_dataset
-    from privaudit.defenses.base import Budget, default_delta
-    from privaudit.defenses.user_model import UserModel, wrap
+    from privaudit.audit import out_dir
 
-    attacks = _attack_names(attacks, train_fn, canaries)
-    params = {"factory": factory, "train_fn": train_fn or "", "epochs": epochs, "batch_size": batch_size, "lr": lr}
-    UserModel(params)  # validates the settings up front
-    state = load_state_dict(weights) if isinstance(weights, (str, Path)) else dict(weights)
-    data = load_dataset(dataset, seed=seed, data_dir=data_dir)
-    trained = wrap(_loaded_model(factory, state, data), data, params, seed)
-    if delta is None:
-        delta = default_delta(len(data.train))
-    target = Target(trained, data, "user-model", params, Budget(), seed, "cpu", DataRef(dataset, seed, data_dir))
-    results: dict[str, Any] = {}
-    for name in attacks:
-        result = make_attack(name, _attack_settings(name, delta, reference_models, canaries, data)).run(
-            target, progress=progress)
-        if out is not None:
-            result.save(Path(out) / name)
-        results[name] = result.summary()
-        if name == "canary":
-            results[name]["audited"] = ("train_fn, run once on the members plus the canaries each inserted by a "
-                                        "fair coin (not the given weights)")
-    audit = ModelAudit(factory, train_fn, dataset, seed, results)
+    if members is None or nonmembers is None:
+        raise ConfigError("--members and --nonmembers: both required: the examples your model was trained on and "
+                          "examples it was not (privaudit does not guess your split)")
+    claim = claim or claim_from_args(claimed_epsilon, delta, relation, unit,
+                                     None if opacus_state is None else str(opacus_state))
+    _check_claim(claim)
+    delta = claim.delta if claim is not None else (1e-5 if delta is None else delta)
+    attacks = _attack_names(attacks, train_fn, population is not None, reference_models, canary_runs)
     if out is not None:
-        from privaudit.core.io import atomic_write_json
-
-        atomic_write_json(Path(out) / "audit.json", audit.to_dict())
+        out_dir.prepare(out, output_names(attacks), force=force, need=(1 + len(attacks)) * out_dir.REPORT_BYTES)
+    data, trained, params, inputs = _setup(factory, weights, members, nonmembers, population, train_fn,
+                                           dict(epochs=epochs, batch_size=batch_size, lr=lr), seed)
+    results, canary = _run_attacks(attacks, data, trained, params, seed, beta, delta, reference_models, canary_runs,
+                                   progress)
+    summaries = {name: _summary(result, claim, beta, delta) for name, result in results.items()}
+    verdict_attack = next(a for a in VERDICT_ORDER if a in results)
+    audit = ModelAudit(factory, train_fn, inputs, summaries, claim,
+                       _verdict(claim, summaries[verdict_attack], beta), verdict_attack if claim else None,
+                       canary, results)
+    if out is not None:
+        out_dir.write(out, audit.files())
     return audit
 
 
-def _attack_names(attacks: Sequence[str] | None, train_fn: str | None, canaries: int | None) -> Sequence[str]:
-    """The attacks to run (None: the default, with the canary audit when there is a training function)."""
+def _check_claim(claim: UserClaim | None) -> None:
+    if claim is None:
+        return
+    if claim.relation != "add-remove":
+        raise ConfigError("--relation replace-one: audit-model's designs add or remove one example (your split by "
+                          "fair coins; the canary runs add one canary), so their bounds are on add/remove epsilon, "
+                          "not comparable with a replace-one claim")
+    if claim.unit != "example":
+        raise ConfigError("--unit user: audit-model's designs add or remove one example; a per-user claim needs "
+                          "per-user scores (privaudit audit-scores --unit user)")
+
+
+def _attack_names(attacks: Sequence[str] | None, train_fn: str | None, population: bool, reference_models: int,
+                  canary_runs: int) -> list[str]:
+    """The attacks to run (None: loss; lira and rmia with a population; canary with a training function)."""
     if attacks is None:
-        attacks = DEFAULT_ATTACKS + (("canary",) if train_fn else ())
+        attacks = ["loss", *(["lira", "rmia"] if population else []), *(["canary"] if train_fn else [])]
     unknown = [a for a in attacks if a not in ATTACKS_RUN]
     if unknown or not attacks:
-        raise ConfigError(f"attacks: unknown {unknown or 'empty list'}; accepted: {', '.join(ATTACKS_RUN)}")
+        raise ConfigError(f"--attacks: unknown {unknown or 'empty list'}; accepted: {', '.join(ATTACKS_RUN)}")
     if "canary" in attacks and not train_fn:
-        raise ConfigError("attacks: canary audits the user's training function; pass --train-fn MODULE:FUNCTION "
-                          "(train_fn=...)")
-    if canaries is not None and canaries < 1:
-        raise ConfigError(f"canaries: must be >= 1, got {canaries!r}")
-    return attacks
+        raise ConfigError("--attacks: canary audits your training function; pass --train-fn MODULE:FUNCTION")
+    if not population and {"lira", "rmia"} & set(attacks):
+        raise ConfigError("--attacks: lira and rmia compare with other examples of the population; pass "
+                          "--population PATH")
+    if reference_models < 4 or reference_models % 2:
+        raise ConfigError(f"--reference-models: must be an even number >= 4, got {reference_models!r}")
+    if not 4 <= canary_runs <= 100_000:
+        raise ConfigError(f"--canary-runs: must lie in [4, 100000], got {canary_runs!r}")
+    return list(dict.fromkeys(attacks))
 
 
-def _loaded_model(factory: str, state: Mapping[str, torch.Tensor], data: Any) -> nn.Module:
-    """``factory()`` with ``state`` loaded, checked to map the dataset's images to its classes' logits."""
-    from privaudit.defenses.user_model import build
+def _setup(factory: str, weights: Any, members: Any, nonmembers: Any, population: Any, train_fn: str | None,
+           loop: dict[str, Any], seed: int) -> tuple[Any, Any, dict[str, Any], dict[str, str]]:
+    """Everything checked before any work: the recipe, the weights, the files, the model against the data."""
+    from privaudit.core.datasets.user_files import read_examples, user_membership_data
+    from privaudit.defenses.user_model import UserModel, build, load_callable, wrap
 
+    params = {"factory": factory, "train_fn": train_fn or "", **loop}
+    UserModel(params)  # validates the settings
+    if train_fn:
+        load_callable(train_fn, "train_fn")
     net = build(factory)
+    state = load_state_dict(weights) if isinstance(weights, (str, Path)) else dict(weights)
+    parts = [read_examples(members, "--members"), read_examples(nonmembers, "--nonmembers")]
+    if population is not None:
+        parts.append(read_examples(population, "--population"))
+    classes = _load_into(net, state, factory, parts[0].x[:2])
+    data = user_membership_data(parts[0], parts[1], parts[2] if population is not None else None, classes)
+    inputs = {"members": parts[0].source, "nonmembers": parts[1].source, "factory": factory,
+              "weights": str(weights) if isinstance(weights, (str, Path)) else "<state_dict>"}
+    if population is not None:
+        inputs["population"] = parts[2].source
+    return data, wrap(net, data, params, seed), params, inputs
+
+
+def _load_into(net: nn.Module, state: Mapping[str, torch.Tensor], factory: str, probe: np.ndarray) -> int:
+    """Load ``state`` into ``net`` and return its number of classes (its logits' width on two members)."""
     try:
         net.load_state_dict(state, strict=True)
     except RuntimeError as exc:
-        first = str(exc).strip().splitlines()
-        detail = " ".join(line.strip() for line in first[:3])
+        detail = " ".join(line.strip() for line in str(exc).strip().splitlines()[:3])
         raise ConfigError(f"--weights: do not fit the factory's model: {detail}") from None
-    with torch.no_grad():
-        probe = net.eval()(data.pool.x[:2])
-    if probe.ndim != 2 or probe.shape[1] != data.info.num_classes:
-        raise ConfigError(f"factory {factory!r}: the model maps {tuple(data.pool.x[:2].shape)} to "
-                          f"{tuple(probe.shape)}, expected (2, {data.info.num_classes}) class logits")
-    return net
+    x = torch.from_numpy(np.ascontiguousarray(probe))
+    try:
+        with torch.no_grad():
+            logits = net.eval()(x)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        raise ConfigError(f"--factory {factory!r}: the model cannot take the members' inputs of shape "
+                          f"{tuple(x.shape[1:])} ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from None
+    if not isinstance(logits, torch.Tensor) or logits.ndim != 2 or logits.shape[1] < 2:
+        shape = tuple(logits.shape) if isinstance(logits, torch.Tensor) else type(logits).__name__
+        raise ConfigError(f"--factory {factory!r}: the model maps {tuple(x.shape)} to {shape}, expected "
+                          "(2, classes) logits")
+    return int(logits.shape[1])
 
 
-def _attack_settings(name: str, delta: float, reference_models: int, canaries: int | None,
-                     data: Any) -> dict[str, Any]:
-    """An attack's settings: LiRA and RMIA share their references (one cache key: one query, and RMIA's
-    population samples z capped by the shadow split, which a user's small image folder may hold fewer than the
-    default 256 of); the canary audit runs one-run with mislabelled canaries."""
-    settings: dict[str, Any] = {"delta": delta}
-    shared = {"queries": 1, "n_population": min(256, len(data.shadow))}
-    if name == "lira":
-        settings.update(shadow_models=reference_models, **shared)
-    elif name == "rmia":
-        settings.update(reference_models=reference_models, **shared)
-    elif name == "canary":
-        settings.update(mode="one-run", kind="mislabel",
-                        canaries=canaries if canaries is not None else min(200, len(data.shadow)))
-    return settings
+def _run_attacks(attacks: Sequence[str], data: Any, trained: Any, params: dict[str, Any], seed: int, beta: float,
+                 delta: float, reference_models: int, canary_runs: int,
+                 progress: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Each attack's :class:`privaudit.attacks.AttackResult` (the canary runs' as one too) and the canary used."""
+    from privaudit.attacks import Target, make_attack
+    from privaudit.defenses.base import Budget
+
+    target = Target(trained, data, "user-model", params, Budget(), seed, "cpu")
+    results: dict[str, Any] = {}
+    canary = None
+    for name in attacks:
+        if name == "canary":
+            results[name], canary = _canary_attack(data, trained, params, seed, beta, delta, canary_runs)
+            continue
+        settings: dict[str, Any] = {"delta": delta, "beta": beta}
+        shared = {"queries": 1, "n_population": min(256, len(data.shadow))}
+        if name == "lira":
+            settings.update(shadow_models=reference_models, **shared)
+        elif name == "rmia":
+            settings.update(reference_models=reference_models, **shared)
+        results[name] = make_attack(name, settings).run(target, progress=progress)
+    return results, canary
+
+
+def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, beta: float, delta: float,
+                   runs: int) -> tuple[Any, dict[str, Any]]:
+    from privaudit.attacks.bounds import multi_run_bound
+    from privaudit.attacks.result import AttackResult
+    from privaudit.audit.canary_runs import canary_scores, choose_canary
+    from privaudit.defenses.seeding import derive_seed
+
+    canary = choose_canary(data, trained.model)
+    recipe = {**params, "init_seed": derive_seed(seed, "canary-init") % (2 ** 32)}
+    inside, outside = canary_scores(data, canary, recipe, runs, seed)
+    split = derive_seed(seed, "canary-split")
+    bound = multi_run_bound(inside, outside, alpha=beta, delta=delta, threshold="split", seed=split)
+    scores = np.r_[inside, outside]
+    result = AttackResult(attack="canary", variant="multi-run/quiet-coordinate", scores=scores,
+                          membership=np.r_[np.ones(runs, bool), np.zeros(runs, bool)],
+                          config={"runs": runs, "split_seed": split},
+                          counts={"n_training_runs": 2 * runs, "runs_with_canary": runs,
+                                  "n_target_members": len(data.train)}, bound=bound)
+    return result, canary.to_dict()
+
+
+def _summary(result: Any, claim: UserClaim | None, beta: float, delta: float) -> dict[str, Any]:
+    """An attack's report object with its ceiling and, for a claim with a mechanism, the bound against it."""
+    from privaudit.attacks import mechanism_bound as mb
+    from privaudit.attacks.bounds import multi_run_ceiling, one_run_epsilon
+
+    s = result.summary()
+    c = result.bound.counts
+    multi = result.attack == "canary"
+    if multi:
+        s["ceiling"] = multi_run_ceiling(int(result.n_members), int(result.n_nonmembers), alpha=beta, delta=delta)
+    else:
+        s["ceiling"] = one_run_epsilon(int(c["m"]), int(c["r"]), int(c["r"]), beta=beta, delta=delta)
+    if claim is not None and claim.event is not None:
+        result.mechanism_bound = _mechanism_bound(result, claim, beta, multi)
+        s["eps_lb_mechanism"] = result.mechanism_bound.epsilon
+        s["eps_lb_mechanism_method"] = result.mechanism_bound.label
+        s["mechanism_bound"] = result.mechanism_bound.to_dict()
+        s["mechanism_ceiling"] = (
+            mb.multi_run_mechanism_ceiling(result.n_members, result.n_nonmembers, event=claim.event,
+                                           relation=claim.relation, beta=beta, delta=claim.delta) if multi else
+            result.mechanism_bound.counts["ceiling"])  # the guess ladder's: every guess of every rung right
+    return s
+
+
+def _mechanism_bound(result: Any, claim: UserClaim, beta: float, multi: bool) -> Any:
+    from privaudit.attacks import mechanism_bound as mb
+
+    scores, inside = result.scores, result.membership
+    if multi:
+        return mb.multi_run_mechanism_bound(scores[inside], scores[~inside], event=claim.event,
+                                            relation=claim.relation, beta=beta, delta=claim.delta,
+                                            seed=int(result.config["split_seed"]))
+    return mb.mechanism_one_run_bound(scores, inside, k_pos=int(result.bound.counts["k_pos"]), event=claim.event,
+                                      relation=claim.relation, beta=beta, delta=claim.delta)
+
+
+def _verdict(claim: UserClaim | None, s: dict[str, Any], beta: float) -> Verdict | None:
+    if claim is None:
+        return None
+    if claim.event is not None:
+        return judge(claim, s["eps_lb_mechanism"], s["mechanism_ceiling"], 1 - beta, s["eps_lb_mechanism_method"])
+    return judge(claim, s["eps_lower_bound"], s["ceiling"], 1 - beta, s["eps_lb_method"])
+

@@ -20,8 +20,18 @@ the scores, because only the design makes a bound sound:
   the errors counted on the other half, with Clopper-Pearson bounds (:func:`privaudit.attacks.bounds.multi_run_bound`).
 
 Either bound is on add/remove epsilon at ``delta`` for one example (one candidate), at confidence
-1 - beta. Many examples scored on *one* model are not independent runs of one pair, so the multi-run
-design does not apply to them.
+1 - beta (the multi-run bound at whatever relation the user's fixed pair has). Many examples scored on *one*
+model are not independent runs of one pair, so the multi-run design does not apply to them.
+
+Given a claim (:mod:`privaudit.audit.user_claim`), the result carries a verdict and the design's **ceiling**: the
+largest bound these counts could give (every guess right). A claim read from an accountant's history has a
+mechanism; its verdict rests on the test against that mechanism's own trade-off curve
+(:mod:`privaudit.attacks.mechanism_bound`, one-sided guesses on the same grid, Bonferroni), the (eps, delta)
+bound beside it; a stated claim's verdict rests on the (eps, delta) bound. The verdict's test is fixed by the
+claim's kind before any score is read.
+
+Each side is sorted once (:class:`privaudit.attacks.metrics.SortedScores`); every metric and guess count is read
+from the two sorted sides, so 10^8 scores fit in a few gigabytes.
 """
 
 from __future__ import annotations
@@ -35,12 +45,16 @@ from typing import Any
 import numpy as np
 
 from privaudit.attacks import metrics
-from privaudit.attacks.bounds import EpsilonLowerBound, multi_run_bound, one_run_bound_search
+from privaudit.attacks.bounds import (EpsilonLowerBound, multi_run_bound, multi_run_ceiling, one_run_bound_search_sorted,
+                                     one_run_search_ceiling, sorted_guess_counts)
 from privaudit.audit.score_inputs import KINDS, Scores, read_scores, read_tf_privacy, statistic
+from privaudit.audit.user_claim import UserClaim, Verdict, claim_from_args, judge
 from privaudit.core.errors import ConfigError, check_probability, one_of
 
 DESIGNS = ("one-run", "multi-run")
 GRID_FRACTIONS = (0.01, 0.03, 0.1, 0.3)
+#: What :meth:`ScoreAudit.write` writes into ``out`` (beside the manifest of :mod:`privaudit.audit.out_dir`).
+FILES = ("report.json", "scores.npz", "report.md", "report.html", "roc.png", "histogram.png")
 
 ASSUMPTIONS = {
     "one-run": ("one-run design: valid only if each of the m scored examples was included in the one training "
@@ -66,8 +80,10 @@ def one_run_grid(m: int) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class ScoreAudit:
-    """The result of :func:`audit_scores`: the two sides' scores, the design, the sound epsilon lower bound, the
-    attack's summary (AUC, TPR at low FPR, counts), its ROC and where the inputs came from."""
+    """The result of :func:`audit_scores`: each side's scores (sorted ascending), the design, the sound (eps,
+    delta) lower bound and its ceiling, the attack's summary (AUC, advantage, balanced accuracy, TPR at low FPR,
+    counts), its ROC (at most a few thousand vertices), score histograms, where the inputs came from, and with a
+    claim, the verdict (and the mechanism bound when the claim has a mechanism)."""
 
     members: np.ndarray
     nonmembers: np.ndarray
@@ -76,10 +92,21 @@ class ScoreAudit:
     summary: dict[str, Any]
     roc: metrics.Roc
     inputs: dict[str, str] = field(default_factory=dict)
+    ceiling: float = 0.0
+    histogram: dict[str, list[float]] = field(default_factory=dict)
+    claim: UserClaim | None = None
+    verdict: Verdict | None = None
+    mechanism: EpsilonLowerBound | None = None
+    mechanism_ceiling: float | None = None
 
     @property
     def auc(self) -> float:
         return float(self.summary["auc"])
+
+    @property
+    def advantage(self) -> float:
+        """max over thresholds of TPR - FPR (the "attacker advantage" of TF-Privacy)."""
+        return float(self.summary["advantage"])
 
     @property
     def tpr_at_fpr(self) -> dict[str, float]:
@@ -94,108 +121,76 @@ class ScoreAudit:
         return ASSUMPTIONS[self.design]
 
     def to_dict(self) -> dict[str, Any]:
-        """The report object (``report.json``): the usual attack keys first, then the bound and the ROC."""
+        """The report object (``report.json``): the usual attack keys first, then the claim, verdict and ceiling,
+        the bound, the ROC and the histograms."""
         s = self.summary
         return {
             "auc": s["auc"], "tpr_at_fpr": s["tpr_at_fpr"], "eps_lower_bound": self.bound.epsilon,
-            "eps_lb_method": self.bound.label, "n_members": s["n_members"], "n_nonmembers": s["n_nonmembers"],
-            "confidence": self.bound.confidence, "delta": self.bound.delta, "design": self.design,
-            "assumption": self.assumption, "balanced_accuracy": s["balanced_accuracy"],
-            "fpr_resolution": s["fpr_resolution"], "fpr_resolved": s["fpr_resolved"],
+            "eps_lb_method": self.bound.label, "ceiling": self.ceiling, "n_members": s["n_members"],
+            "n_nonmembers": s["n_nonmembers"], "confidence": self.bound.confidence, "delta": self.bound.delta,
+            "design": self.design, "assumption": self.assumption, "advantage": s["advantage"],
+            "balanced_accuracy": s["balanced_accuracy"], "fpr_resolution": s["fpr_resolution"],
+            "fpr_resolved": s["fpr_resolved"],
+            "claim": None if self.claim is None else self.claim.to_dict(),
+            "verdict": None if self.verdict is None else self.verdict.verdict,
+            "verdict_detail": None if self.verdict is None else self.verdict.to_dict(),
+            "mechanism_bound": None if self.mechanism is None else self.mechanism.to_dict(),
+            "mechanism_ceiling": self.mechanism_ceiling,
             "bound": self.bound.to_dict(), "inputs": dict(self.inputs),
-            "roc": {"fpr": self.roc.fpr.tolist(), "tpr": self.roc.tpr.tolist()},
+            "roc": {"fpr": self.roc.fpr.tolist(), "tpr": self.roc.tpr.tolist()}, "histogram": self.histogram,
         }
 
-    def _bound_rows(self) -> list[list[str]]:
-        s = self.summary
-        return [["ε lower bound", f"{self.bound.epsilon:.4g}"], ["confidence", f"{self.bound.confidence:.3g}"],
-                ["delta", f"{self.bound.delta:g}"],
-                ["members / non-members", f"{s['n_members']} / {s['n_nonmembers']}"]]
+    def report(self) -> Any:
+        """The :class:`privaudit.audit.user_report.UserReport` of this audit."""
+        from privaudit.audit.user_report import Row, UserReport
 
-    def markdown(self) -> str:
-        from privaudit.audit.report.markdown import table
+        rows = [Row(f"scores ({self.design})", self.summary, self.bound.epsilon, self.ceiling, self.bound.label)]
+        if self.mechanism is not None:
+            rows.append(Row("scores vs the claim's mechanism", self.summary, self.mechanism.epsilon,
+                            self.mechanism_ceiling, self.mechanism.label))
+        return UserReport("privaudit score audit", dict(self.inputs),
+                          None if self.claim is None else self.claim.to_dict(),
+                          None if self.verdict is None else self.verdict.to_dict(), rows,
+                          {"scores": self.roc}, {"scores": self.histogram}, [f"Assumption: {self.assumption}."])
 
-        s = self.summary
-        rows = [["AUC", f"{s['auc']:.4f}"]]
-        rows += [[f"TPR at FPR {100 * float(k):g}%", f"{v:.4f}" + ("" if s["fpr_resolved"][k] else " (unresolved)")]
-                 for k, v in s["tpr_at_fpr"].items()]
-        rows += self._bound_rows()
-        return "\n".join([
-            "# privaudit score audit", "",
-            "Inputs: " + ", ".join(f"{k}: `{v}`" for k, v in self.inputs.items()), "",
-            table(["measure", "value"], rows), "",
-            f"Bound: {self.bound.label}.", "",
-            f"Assumption: {self.assumption}.", "",
-            "![log-log ROC](roc.png)", ""])
+    def files(self) -> dict[str, bytes | memoryview]:
+        """Every file :meth:`write` writes, as bytes (``scores.npz``: each side sorted, uncompressed)."""
+        from privaudit.audit.user_report import files
+        from privaudit.core.io import strict, to_json
 
-    def html(self, png: bytes) -> str:
-        from privaudit.audit.report.html import CSS, e, figure, table
+        buffer = io.BytesIO()
+        np.savez(buffer, members=self.members, nonmembers=self.nonmembers)
+        return {"report.json": (to_json(strict(self.to_dict())) + "\n").encode("utf-8"),
+                "scores.npz": buffer.getbuffer(), **files(self.report())}
 
-        s = self.summary
-        rows = [["AUC", f"{s['auc']:.4f}"]]
-        rows += [[f"TPR at FPR {100 * float(k):g}%", f"{v:.4f}"] for k, v in s["tpr_at_fpr"].items()]
-        rows += self._bound_rows()
-        body = "".join([
-            "<h1>privaudit score audit</h1>",
-            "<p class=\"meta\">" + " · ".join(f"{e(k)} <code>{e(v)}</code>" for k, v in self.inputs.items()) + "</p>",
-            table(["measure", "value"], rows, table_id="score-table"),
-            f"<p>Bound: {e(self.bound.label)}.</p><p><small>Assumption: {e(self.assumption)}.</small></p>",
-            '<div class="figs">' + figure("roc", png, "log-log ROC; dashed: chance (TPR = FPR)") + "</div>"])
-        return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>privaudit score audit</title>"
-                f"<style>{CSS}</style></head><body><main>{body}</main></body></html>\n")
+    def write(self, out: str | Path, *, force: bool = False) -> dict[str, Path]:
+        """Write :data:`FILES` into ``out`` atomically, all or nothing; files of the user's are never replaced
+        without ``force`` (:mod:`privaudit.audit.out_dir`)."""
+        from privaudit.audit import out_dir
 
-    def write(self, out: str | Path) -> dict[str, Path]:
-        """Write ``report.json``, ``report.md``, ``report.html``, ``roc.png`` and ``scores.npz`` into ``out``
-        (each atomically; nothing outside ``out``)."""
-        from privaudit.core.io import atomic_save_npz, atomic_write_bytes, atomic_write_json, atomic_write_text
-
-        out = Path(out)
-        if out.exists() and not out.is_dir():
-            raise ConfigError(f"--out: {out} exists and is not a directory")
-        png = _roc_png(self.roc)
-        paths = {"scores": atomic_save_npz(out / "scores.npz", members=self.members, nonmembers=self.nonmembers),
-                 "roc": atomic_write_bytes(out / "roc.png", png),
-                 "json": atomic_write_json(out / "report.json", self.to_dict()),
-                 "markdown": atomic_write_text(out / "report.md", self.markdown()),
-                 "html": atomic_write_text(out / "report.html", self.html(png))}
-        return paths
+        need = 2 * out_dir.input_bytes(self.members, self.nonmembers) + out_dir.REPORT_BYTES
+        out_dir.prepare(out, FILES, force=force, need=need)
+        return out_dir.write(out, self.files())
 
 
-def _roc_png(r: metrics.Roc) -> bytes:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from sklearn.metrics import auc as area
-
-    fig, ax = plt.subplots(figsize=(4.2, 3.6))
-    pts = metrics.loglog_roc(r)
-    floor = pts["floor"][0]
-    ax.plot(pts["fpr"], pts["tpr"], label=f"scores (AUC {area(r.fpr, r.tpr):.3f})")
-    ax.plot([floor, 1], [floor, 1], ls="--", color="grey", lw=1, label="chance")
-    ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1), xlabel="FPR", ylabel="TPR")
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def _side(value: Any, kind: str, labels: Any, name: str) -> Scores:
+def _side(value: Any, kind: str, labels: Any, name: str) -> tuple[Scores, bool]:
+    """One side's scores, and whether the array is ours to sort in place (read from a file, not the caller's)."""
     if isinstance(value, (str, Path)):
-        return read_scores(value, kind, None if labels is None else np.asarray(labels))
+        return read_scores(value, kind, None if labels is None else np.asarray(labels)), True
     if value is None:
         raise ConfigError(f"{name}: missing (give {name} and the other side, or tf_privacy=FILE)")
     kind = "score" if kind == "auto" else kind
-    return Scores(statistic(kind, np.asarray(value), labels, name), kind, f"<{name} array>")
+    return Scores(statistic(kind, np.asarray(value), labels, name), kind, f"<{name} array>"), False
 
 
 def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "auto",
                  member_labels: Any = None, nonmember_labels: Any = None, tf_privacy: str | Path | None = None,
-                 delta: float = 1e-5, beta: float = 0.05, design: str = "one-run",
-                 out: str | Path | None = None) -> ScoreAudit:
-    """Audit member / non-member scores: ROC, AUC, TPR at FPR 0.1/1/10%, and a sound epsilon lower bound.
+                 delta: float | None = None, beta: float = 0.05, design: str = "one-run",
+                 claimed_epsilon: float | None = None, relation: str = "add-remove", unit: str = "example",
+                 opacus_state: str | Path | None = None, claim: UserClaim | None = None,
+                 out: str | Path | None = None, force: bool = False) -> ScoreAudit:
+    """Audit member / non-member scores: ROC, AUC, advantage, TPR at FPR 0.1/1/10%, a sound epsilon lower bound
+    with its ceiling, and with a claim, a verdict.
 
     ``members``, ``nonmembers``: arrays or file paths (``.npy``/``.npz``/CSV; see :mod:`privaudit.audit.score_inputs`),
     higher = member; ``kind`` says what they hold (``score``, ``loss``: score = -loss, ``logits`` / ``probs``
@@ -203,8 +198,11 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the two sides.
     ``design``: ``one-run`` (each example included by an independent fair coin in one training run) or
     ``multi-run`` (each score from an independent run on a fixed neighbouring pair); the bound is sound only
-    for the design that produced the scores (see the module docstring). The bound is on add/remove epsilon
-    at ``delta`` with confidence 1 - ``beta``. ``out``: write the report there (JSON, Markdown, HTML, plot).
+    for the design that produced the scores (see the module docstring). The bound is at ``delta`` (default
+    1e-5, or the claim's) with confidence 1 - ``beta``. The claim: ``claimed_epsilon`` at ``delta`` with
+    ``relation`` and ``unit``, or ``opacus_state`` (an Opacus accountant's saved state_dict), or ``claim``.
+    ``out``: write the report there (JSON, Markdown, HTML, plots); existing files privaudit did not write are
+    kept unless ``force``.
 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
@@ -215,54 +213,108 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     1.0
     >>> a.eps_lower_bound > 2, a.design
     (True, 'one-run')
+    >>> b = audit_scores(scores[inside], scores[~inside], claimed_epsilon=8, delta=1e-5)
+    >>> b.verdict.verdict, b.verdict.refutable                # 2,000 candidates cannot show epsilon > 8
+    ('not refuted', False)
     """
     if design not in DESIGNS:
         raise one_of("design", design, DESIGNS)
     if kind not in KINDS:
         raise one_of("kind", kind, KINDS)
     check_probability("beta", beta)
+    claim = claim or claim_from_args(claimed_epsilon, delta, relation, unit,
+                                     None if opacus_state is None else str(opacus_state))
+    delta = claim.delta if claim is not None else (1e-5 if delta is None else delta)
     if not 0 <= delta < 1:
         raise ConfigError(f"delta: must lie in [0, 1), got {delta!r}")
-    m_side, n_side = _sides(members, nonmembers, kind, member_labels, nonmember_labels, tf_privacy)
-    mem, non = m_side.values, n_side.values
-    scores = np.concatenate([mem, non])
-    membership = np.concatenate([np.ones(mem.size, bool), np.zeros(non.size, bool)])
-    summary = metrics.summarize(scores, membership)
-    bound = _bound(mem, non, scores, membership, design, beta, delta)
-    audit = ScoreAudit(mem, non, design, bound, summary, metrics.roc(scores, membership),
-                       {"members": m_side.source, "nonmembers": n_side.source, "kind": m_side.kind})
+    _check_relation(claim, design)
     if out is not None:
-        audit.write(out)
+        from privaudit.audit import out_dir
+
+        need = 2 * out_dir.input_bytes(members, nonmembers, tf_privacy) + out_dir.REPORT_BYTES
+        out_dir.prepare(out, FILES, force=force, need=need)
+    (m_side, m_own), (n_side, n_own) = _sides(members, nonmembers, kind, member_labels, nonmember_labels, tf_privacy)
+    originals = (m_side.values, n_side.values) if design == "multi-run" else None
+    sides = metrics.SortedScores.of(m_side.values, n_side.values, in_place=m_own and n_own and originals is None)
+    bound, ceiling = _bound(sides, originals, design, beta, delta, claim)
+    mechanism, mechanism_ceiling = _mechanism(sides, originals, design, beta, claim)
+    verdict = None if claim is None else (
+        judge(claim, mechanism.epsilon, mechanism_ceiling, 1 - beta, mechanism.label) if mechanism is not None
+        else judge(claim, bound.epsilon, ceiling, 1 - beta, bound.label))
+    audit = ScoreAudit(sides.members, sides.nonmembers, design, bound, sides.summary(), sides.roc(),
+                       {"members": m_side.source, "nonmembers": n_side.source, "kind": m_side.kind}, ceiling,
+                       sides.histogram(), claim, verdict, mechanism, mechanism_ceiling)
+    if out is not None:
+        audit.write(out, force=force)
     return audit
 
 
+def _check_relation(claim: UserClaim | None, design: str) -> None:
+    """A one-run design bounds add/remove epsilon (one coin adds or removes one candidate): a replace-one claim
+    is not comparable with it. A multi-run design bounds the relation of the user's own fixed pair."""
+    if claim is not None and claim.relation != "add-remove" and design == "one-run":
+        raise ConfigError("--relation replace-one: the one-run design bounds add/remove epsilon (each coin adds or "
+                          "removes one candidate), which is not comparable with a replace-one claim; use "
+                          "--design multi-run with runs on a fixed replace-one pair")
+
+
 def _sides(members: Any, nonmembers: Any, kind: str, member_labels: Any, nonmember_labels: Any,
-           tf_privacy: str | Path | None) -> tuple[Scores, Scores]:
+           tf_privacy: str | Path | None) -> tuple[tuple[Scores, bool], tuple[Scores, bool]]:
     """The members' and non-members' scores, from a TF-Privacy file or from each side, of the same kind."""
     if tf_privacy is not None:
         if members is not None or nonmembers is not None:
             raise ConfigError("tf_privacy: give either a TF-Privacy file or members and nonmembers, not both")
-        m_side, n_side = read_tf_privacy(tf_privacy)
+        m, n = read_tf_privacy(tf_privacy)
+        m_side, n_side = (m, True), (n, True)
     else:
         m_side = _side(members, kind, member_labels, "members")
         n_side = _side(nonmembers, kind, nonmember_labels, "nonmembers")
-    if m_side.kind != n_side.kind:
-        raise ConfigError(f"members and nonmembers: different kinds ({m_side.kind} vs {n_side.kind}); "
+    if m_side[0].kind != n_side[0].kind:
+        raise ConfigError(f"members and nonmembers: different kinds ({m_side[0].kind} vs {n_side[0].kind}); "
                           "give both sides the same kind of values")
     return m_side, n_side
 
 
-def _bound(mem: np.ndarray, non: np.ndarray, scores: np.ndarray, membership: np.ndarray, design: str, beta: float,
-           delta: float) -> EpsilonLowerBound:
-    """The design's sound epsilon lower bound (see the module docstring), its assumption among its notes."""
+def _bound(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray] | None, design: str, beta: float,
+           delta: float, claim: UserClaim | None) -> tuple[EpsilonLowerBound, float]:
+    """The design's sound (eps, delta) lower bound (see the module docstring) and its ceiling."""
+    relation, unit = ("add-remove", "example") if claim is None else (claim.relation, claim.unit)
     if design == "one-run":
-        # The guesses break ties by position; the members come first here, so put the examples in a random
-        # order (independent of membership) first, or tied scores would be guessed "member" and inflate the bound.
-        order = np.random.default_rng(0).permutation(scores.size)
-        bound = one_run_bound_search(scores[order], membership[order], one_run_grid(scores.size), beta=beta,
-                                     delta=delta)
+        m = sides.n_members + sides.n_nonmembers
+        grid = one_run_grid(m)
+        bound = one_run_bound_search_sorted(sides, grid, beta=beta, delta=delta)
+        ceiling = one_run_search_ceiling(m, grid, beta=beta, delta=delta)
     else:
+        mem, non = originals
         if min(mem.size, non.size) < 4:
             raise ConfigError("multi-run design: needs at least 4 runs on each side")
         bound = multi_run_bound(mem, non, alpha=beta, delta=delta, threshold="split")
-    return dataclasses.replace(bound, notes=bound.notes + (ASSUMPTIONS[design],))
+        ceiling = multi_run_ceiling(mem.size, non.size, alpha=beta, delta=delta)
+    notes = bound.notes + (ASSUMPTIONS[design],)
+    return dataclasses.replace(bound, notes=notes, relation=relation, unit=unit), ceiling
+
+
+def _mechanism(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray] | None, design: str,
+               beta: float, claim: UserClaim | None) -> tuple[EpsilonLowerBound | None, float | None]:
+    """With a claim that has a mechanism: the bound against its own trade-off curve, and that bound's ceiling."""
+    from privaudit.attacks import mechanism_bound as mb
+
+    if claim is None or claim.event is None:
+        return None, None
+    if design == "multi-run":
+        mem, non = originals
+        return (mb.multi_run_mechanism_bound(mem, non, event=claim.event, relation=claim.relation, unit=claim.unit,
+                                             beta=beta, delta=claim.delta),
+                mb.multi_run_mechanism_ceiling(mem.size, non.size, event=claim.event, relation=claim.relation,
+                                               beta=beta, delta=claim.delta))
+    m = sides.n_members + sides.n_nonmembers
+    ks = [k for k, kn in one_run_grid(m) if kn == 0]
+    rng = np.random.default_rng(0)
+    bounds = [mb.mechanism_one_run_bound_counts(m, *sorted_guess_counts(sides, k, 0, rng), k_pos=k, event=claim.event,
+                                                relation=claim.relation, unit=claim.unit, beta=beta / len(ks),
+                                                delta=claim.delta) for k in ks]
+    best = max(bounds, key=lambda b: b.epsilon)
+    ceiling = max(mb.mechanism_epsilon(m, k, k, claim.event, claim.relation, beta=beta / len(ks),
+                                       delta=claim.delta)[0] for k in ks)
+    label = f"best of {len(ks)} one-sided guess counts with Bonferroni correction (each at {1 - beta / len(ks):.4g}): "
+    return dataclasses.replace(best, label=label + best.label, confidence=1 - beta), ceiling

@@ -21,17 +21,20 @@ File layouts (``kind="auto"`` infers the kind from the keys / header):
   ``loss_test``; train = members, test = non-members. Logits are preferred (the strongest statistic), then
   probabilities, then losses.
 
+Files are read by :mod:`privaudit.core.datasets.arrays` (headers checked before loading, BOM-tolerant CSV).
+Probabilities must lie in [0, 1], every value must be finite, labels must be integer class indices in range.
 Every problem raises :class:`privaudit.core.errors.ConfigError` naming the file and key; nothing is written here.
 """
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from privaudit.core.datasets.arrays import read_csv, read_npy, read_npz
+from privaudit.core.datasets.user_files import check_labels
 from privaudit.core.errors import ConfigError, one_of
 
 KINDS = ("auto", "score", "loss", "logits", "probs")
@@ -49,27 +52,26 @@ class Scores:
 
 
 def _finite(name: str, a: np.ndarray) -> np.ndarray:
+    """``a`` as float64 (no copy when it already is), refused when empty, not real or not finite."""
     if a.size == 0:
         raise ConfigError(f"{name}: empty array (needs at least one example)")
     if not np.issubdtype(a.dtype, np.number) or np.issubdtype(a.dtype, np.complexfloating):
         raise ConfigError(f"{name}: expected real numbers, got dtype {a.dtype}")
-    a = a.astype(np.float64)
-    if not np.all(np.isfinite(a)):
-        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+    a = a.astype(np.float64, copy=False)
+    bad = a.size - int(np.count_nonzero(np.isfinite(a)))
+    if bad:
         raise ConfigError(f"{name}: {bad} value(s) are NaN or infinite")
     return a
 
 
-def _labels(name: str, labels: np.ndarray, n: int, classes: int) -> np.ndarray:
-    labels = np.asarray(labels).ravel()
-    if labels.size != n:
-        raise ConfigError(f"{name}: {labels.size} labels for {n} rows of logits")
-    if labels.size and not np.all(np.equal(np.mod(labels, 1), 0)):
-        raise ConfigError(f"{name}: labels must be integers")
-    labels = labels.astype(np.int64)
-    if labels.size and (labels.min() < 0 or labels.max() >= classes):
-        raise ConfigError(f"{name}: labels must lie in [0, {classes - 1}] for {classes} classes")
-    return labels
+def _probabilities(name: str, p: np.ndarray) -> np.ndarray:
+    """log p, after checking every probability lies in [0, 1] (log 0 = -inf is kept: phi handles it)."""
+    lo, hi = float(p.min()), float(p.max())
+    if lo < 0 or hi > 1:
+        raise ConfigError(f"{name}: probabilities must lie in [0, 1], found values from {lo:g} to {hi:g} "
+                          "(give kind=score for other scores)")
+    with np.errstate(divide="ignore"):
+        return np.log(np.maximum(p, np.finfo(np.float64).tiny))
 
 
 def statistic(kind: str, values: np.ndarray, labels: np.ndarray | None, name: str) -> np.ndarray:
@@ -85,10 +87,9 @@ def statistic(kind: str, values: np.ndarray, labels: np.ndarray | None, name: st
     if labels is None:
         raise ConfigError(f"{name}: {kind} need labels (an .npz key 'labels', a CSV 'label' column, "
                           "or member_labels / nonmember_labels)")
-    y = _labels(name, labels, values.shape[0], values.shape[1])
+    y = check_labels(name, labels, values.shape[0], values.shape[1])
     if kind == "probs":
-        p = np.clip(values, 1e-300, None)
-        values = np.log(p)  # log-probabilities are logits up to a per-row constant, which phi ignores
+        values = _probabilities(name, values)  # log-probabilities are logits up to a per-row constant (phi ignores it)
     import torch
 
     from privaudit.attacks.statistics import logit_phi
@@ -105,39 +106,6 @@ def _one_d(name: str, a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{path}: not a readable .npz file ({exc})") from None
-
-
-def _read_csv(path: Path) -> tuple[list[str] | None, np.ndarray]:
-    try:
-        with open(path, newline="") as handle:
-            rows = [r for r in csv.reader(handle) if r and any(c.strip() for c in r)]
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not a readable CSV file ({exc})") from None
-    if not rows:
-        raise ConfigError(f"{path}: empty file (needs at least one example)")
-    header = None
-    try:
-        float(rows[0][0])
-    except ValueError:
-        header, rows = [c.strip().lower() for c in rows[0]], rows[1:]
-    if not rows:
-        raise ConfigError(f"{path}: no data rows under the header (needs at least one example)")
-    width = len(rows[0])
-    if any(len(r) != width for r in rows):
-        raise ConfigError(f"{path}: rows have different numbers of columns")
-    try:
-        data = np.array([[float(c) for c in r] for r in rows], dtype=np.float64)
-    except ValueError as exc:
-        raise ConfigError(f"{path}: non-numeric value ({exc})") from None
-    return header, data
-
-
 def read_scores(path: str | Path, kind: str = "auto", labels: np.ndarray | None = None) -> Scores:
     """Read one side's scores from ``path`` (``.npy``, ``.npz`` or ``.csv``); see the module docstring."""
     if kind not in KINDS:
@@ -148,14 +116,11 @@ def read_scores(path: str | Path, kind: str = "auto", labels: np.ndarray | None 
         raise ConfigError(f"{name}: no such file")
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        try:
-            values = np.load(path, allow_pickle=False)
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"{name}: not a readable .npy file ({exc})") from None
+        values = read_npy(path)
         kind = kind if kind != "auto" else ("logits" if values.ndim == 2 and min(values.shape) > 1 else "score")
         return Scores(statistic(kind, values, labels, name), kind, name)
     if suffix == ".npz":
-        arrays = _load_npz(path)
+        arrays = read_npz(path)
         if set(arrays) == {"arr_0"}:
             values = arrays["arr_0"]
             kind = kind if kind != "auto" else ("logits" if values.ndim == 2 and min(values.shape) > 1 else "score")
@@ -176,7 +141,7 @@ def read_scores(path: str | Path, kind: str = "auto", labels: np.ndarray | None 
         labs = arrays.get("labels", labels)
         return Scores(statistic(kind, arrays[key], labs, f"{name}[{key}]"), kind, name)
     if suffix in (".csv", ".txt"):
-        header, data = _read_csv(path)
+        header, data = read_csv(path, text_column="label")
         if header is not None and "label" in header:
             j = header.index("label")
             logits = np.delete(data, j, axis=1)
@@ -202,7 +167,7 @@ def read_tf_privacy(path: str | Path) -> tuple[Scores, Scores]:
         raise ConfigError(f"{path}: no such file")
     if path.suffix.lower() != ".npz":
         raise ConfigError(f"{path}: TF-Privacy input must be an .npz with *_train / *_test keys")
-    arrays = _load_npz(path)
+    arrays = read_npz(path)
     for kind, stem in TF_PRIVACY_KINDS:
         train, test = f"{stem}_train", f"{stem}_test"
         if train in arrays or test in arrays:

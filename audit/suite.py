@@ -432,6 +432,18 @@ def _defense_class(where: _Where, key: str, name: str, allow_plugins: bool):
     return cls
 
 
+def _code_params(where: _Where, key: str, cls: type, params: Mapping[str, Any], allow_plugins: bool) -> None:
+    """A defense parameter that names code (``code_params``, e.g. ``user-model``'s factory) is a plugin too: it is
+    imported and run, so it needs ``allow_plugins`` like a ``module:Class`` defense."""
+    if allow_plugins:
+        return
+    for name in getattr(cls, "code_params", ()):
+        if params.get(name):
+            raise where.error(f"{key}.params.{name}", f"{params[name]!r} is a plugin: importing it runs its code; set "
+                                                      "allow_plugins = true at the top of the suite (or pass "
+                                                      "--allow-plugins) to allow it")
+
+
 MAX_DEPTH = 16  # a suite is at most 5 levels deep (top, [[defenses]], params, a list value); more is not a suite
 
 
@@ -623,6 +635,7 @@ def _defense(where: _Where, key: str, entry: Mapping[str, Any], taken: set[str],
     if label in taken:
         raise where.error(f"{key}.label", f"duplicate label {label!r} (give each entry a distinct label)")
     params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
+    _code_params(where, key, cls, params, allow_plugins)
     try:
         defense = cls(params)
     except ConfigError as exc:

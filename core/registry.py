@@ -27,8 +27,25 @@ def load_reference(reference: str, *, field: str = "reference") -> Any:
         raise ConfigError(f"{field} {reference!r} is not of the form module:attr")
     try:
         return _import(reference)
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"cannot load {field} {reference!r}: {exc}{_path_hint(module, exc.name)}") from None
     except (ImportError, AttributeError) as exc:
         raise ConfigError(f"cannot load {field} {reference!r}: {exc}") from None
+
+
+def _path_hint(module: str, missing: str | None) -> str:
+    """Where to point PYTHONPATH when the module a user named is not importable: the current directory when the
+    module's file or package is there, else the directory that must hold it."""
+    import os
+
+    if not missing or not module.startswith(missing):
+        return ""  # a module the user's module imports is missing: an installation problem, not a path one
+    top = missing.split(".")[0]
+    here = os.getcwd()
+    if os.path.exists(os.path.join(here, top + ".py")) or os.path.isdir(os.path.join(here, top)):
+        return f"; {top} is in {here}: put that directory on the path (PYTHONPATH={here})"
+    return (f"; put the directory that holds {top}.py (or the package folder {top}/) on the path, e.g. "
+            f"PYTHONPATH=/path/to/that/directory")
 
 
 T = TypeVar("T")

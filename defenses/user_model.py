@@ -35,7 +35,9 @@ from privaudit.defenses.seeding import derive_seed, torch_generator
 @dataclass(frozen=True)
 class UserModelConfig:
     """``factory``: ``module:function`` building the model; ``train_fn``: ``module:function`` training it in
-    place (empty: the default SGD loop with ``epochs``, ``batch_size``, ``lr``, ``momentum``)."""
+    place (empty: the default SGD loop with ``epochs``, ``batch_size``, ``lr``, ``momentum``); ``init_seed``: the
+    seed of every run's initialisation (-1: derived from the run's seed; a multi-run audit fixes it, as a DP
+    guarantee holds for any initialisation chosen independently of the data)."""
 
     factory: str = ""
     train_fn: str = ""
@@ -43,6 +45,7 @@ class UserModelConfig:
     batch_size: int = 64
     lr: float = 0.05
     momentum: float = 0.9
+    init_seed: int = -1  # -1: each run's initialisation from its own seed; >= 0: every run starts from this one
 
     def validate(self) -> None:
         if not self.factory:
@@ -50,6 +53,8 @@ class UserModelConfig:
         for name in ("epochs", "batch_size", "lr"):
             check_positive(name, getattr(self, name))
         check_positive("momentum", self.momentum, allow_zero=True)
+        if not -1 <= self.init_seed < 2 ** 32:
+            raise ConfigError(f"init_seed: must be -1 or lie in [0, 2^32), got {self.init_seed!r}")
 
 
 class LogitsAsRepresentation(nn.Module):
@@ -67,9 +72,18 @@ class LogitsAsRepresentation(nn.Module):
         return self.net(x)
 
 
+def load_callable(reference: str, field: str) -> Callable[..., Any]:
+    """The function ``module:function`` names (a plugin: importing it runs its code), checked to be callable."""
+    value = load_reference(reference, field=field)
+    if not callable(value):
+        raise ConfigError(f"{field} {reference!r}: is a {type(value).__name__}, not a function (give "
+                          "module:function)")
+    return value
+
+
 def build(factory: str | Callable[[], nn.Module], seed: int | None = None) -> nn.Module:
     """Call the factory (under ``torch.manual_seed(seed)`` when given, so initialisation is reproducible)."""
-    make = load_reference(factory, field="factory") if isinstance(factory, str) else factory
+    make = load_callable(factory, "factory") if isinstance(factory, str) else factory
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
@@ -110,16 +124,18 @@ class UserModel(Defense):
     name = "user-model"
     private = False
     Config = UserModelConfig
+    #: Parameters that name code to import (``module:function``): a suite needs ``allow_plugins`` to give them.
+    code_params = ("factory", "train_fn")
 
     def fit(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
             progress: bool = False) -> Trained:
         if budget.private:
             raise ConfigError("--target-epsilon/--noise-multiplier: the user-model defense adds no noise")
         cfg = self.config
-        net = build(cfg.factory, derive_seed(seed, "init"))
+        net = build(cfg.factory, derive_seed(seed, "init") if cfg.init_seed < 0 else cfg.init_seed)
         x, y = data.train.x, data.train.y
         if cfg.train_fn:
-            load_reference(cfg.train_fn, field="train_fn")(net, x, y, seed=seed)
+            load_callable(cfg.train_fn, "train_fn")(net, x, y, seed=seed)
         else:
             sgd_train(net, x, y, seed=seed, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                       momentum=cfg.momentum)

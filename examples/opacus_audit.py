@@ -1,114 +1,121 @@
-"""Audit a model you trained with Opacus: your claimed epsilon beside privaudit's accountants and a measured
-lower bound.
+"""An Opacus user's model, trained on their own split, ready for ``privaudit audit-model``.
 
-    python examples/opacus_audit.py            # about a minute per reference model on one CPU core
-    OPACUS_AUDIT_TINY=1 python examples/opacus_audit.py --json    # the test's tiny size
+    python examples/opacus_audit.py --out my-audit        # writes the four files below
 
-What it does, as an Opacus user would:
+What a user of Opacus has after training, on scikit-learn's digits (64 pixel features in [0, 1], 10 classes):
 
-1. trains ``make_net()`` on the members of privaudit's membership split of digits (seed 0) with Opacus'
-   ``PrivacyEngine.make_private_with_epsilon`` (Poisson sampling, RDP accountant): the epsilon Opacus
-   reports is the user's claim;
-2. states the mechanism Opacus ran (noise multiplier, sample rate, steps) as a privaudit claim and reports
-   its epsilon under every applicable accountant (RDP, PLD, PRV, ...);
-3. audits the trained weights with ``privaudit.audit_model``: the LOSS attack and LiRA, whose reference
-   models are built by the same factory and trained by the same Opacus function (``train``), each with a
-   sound one-run lower bound on epsilon (the split's members were chosen by fair coins).
+* ``members.npz`` / ``nonmembers.npz`` (arrays ``x``, ``y``): the user's own split, each example in the training
+  set by a fair coin (the design the one-run bound needs);
+* ``net.pt``: the trained ``make_net()``'s state_dict: DP-SGD through Opacus' ``PrivacyEngine``, its noise
+  calibrated by Opacus to epsilon 8 at delta 1e-5 (Poisson sampling, RDP accountant);
+* ``accountant.pt``: ``torch.save(engine.accountant.state_dict())``, Opacus' record of the noise it says it
+  added: the claim.
 
-A lower bound above the claimed epsilon would mean the training leaks more than it claims; below it, the
-claim is not refuted (a DP model at these sizes is expected far below).
+``train`` is the training function privaudit calls for its canary runs (the same recipe, on the data privaudit
+gives it). ``OPACUS_AUDIT_NOISE_SCALE=0.1`` plants a bug: the optimizer adds a tenth of the noise while Opacus'
+accountant records the calibrated noise, so the saved claim says epsilon 8 and the model is far less private.
+Set it for both this script and ``privaudit audit-model`` (privaudit imports ``train`` from this module).
+``OPACUS_AUDIT_EPOCHS`` changes the recipe's epochs (the tests' reduced flow).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import functools
 import os
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-import privaudit
-
-TINY = os.environ.get("OPACUS_AUDIT_TINY") == "1"
-TARGET_EPSILON = 8.0
-DELTA = 1e-5
-EPOCHS = 1 if TINY else 15
-BATCH_SIZE = 64
-MAX_GRAD_NORM = 1.0
-LR = 0.5
-REFERENCE_MODELS = 4 if TINY else 16
-DATASET, SEED = "digits", 0
+TARGET_EPSILON, DELTA = 8.0, 1e-5
+EPOCHS = int(os.environ.get("OPACUS_AUDIT_EPOCHS", "15"))
+BATCH_SIZE, LR, MAX_GRAD_NORM = 64, 0.5, 1.0
+NOISE_SCALE = float(os.environ.get("OPACUS_AUDIT_NOISE_SCALE", "1"))
 
 
 def make_net() -> nn.Module:
-    """The user's model: an MLP for 8x8 digits."""
-    return nn.Sequential(nn.Flatten(), nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    """The user's model: an MLP on the 64 pixel features."""
+    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
 
 
-def train_private(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, seed: int) -> dict[str, float]:
-    """Train ``model`` in place with Opacus to TARGET_EPSILON; return what Opacus ran and the epsilon it states."""
+def _scaled_noise(optimizer) -> None:
+    """The planted bug (NOISE_SCALE != 1): noise std scaled only while it is drawn, so the accountant's step hook,
+    which reads the optimizer's noise multiplier afterwards, records the calibrated value."""
+    add_noise = optimizer.add_noise
+
+    def buggy() -> None:
+        optimizer.noise_multiplier *= NOISE_SCALE
+        try:
+            add_noise()
+        finally:
+            optimizer.noise_multiplier /= NOISE_SCALE
+    optimizer.add_noise = buggy
+
+
+@functools.lru_cache(maxsize=None)
+def noise_multiplier(sample_rate: float) -> float:
+    """Opacus' calibration to epsilon 8 at this sample rate (what ``make_private_with_epsilon`` does), once."""
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return get_noise_multiplier(target_epsilon=TARGET_EPSILON, target_delta=DELTA, sample_rate=sample_rate,
+                                epochs=EPOCHS, accountant="rdp")
+
+
+def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, seed: int):
+    """Train ``model`` in place with Opacus at epsilon 8 (the recipe); return Opacus' accountant."""
     from opacus import PrivacyEngine
 
     torch.manual_seed(seed)
-    delta = DELTA
-    loader = DataLoader(TensorDataset(x, y), batch_size=min(BATCH_SIZE, len(x)))
     engine = PrivacyEngine(accountant="rdp")
-    private, optimizer, dp_loader = engine.make_private_with_epsilon(
+    loader = DataLoader(TensorDataset(x, y), batch_size=min(BATCH_SIZE, len(x)))
+    private, optimizer, batches = engine.make_private(
         module=model, optimizer=torch.optim.SGD(model.parameters(), lr=LR), data_loader=loader,
-        target_epsilon=TARGET_EPSILON, target_delta=delta, epochs=EPOCHS, max_grad_norm=MAX_GRAD_NORM)
-    steps = 0
+        noise_multiplier=noise_multiplier(1 / len(loader)), max_grad_norm=MAX_GRAD_NORM, poisson_sampling=True)
+    if NOISE_SCALE != 1:
+        _scaled_noise(optimizer)
     for _ in range(EPOCHS):
-        for xb, yb in dp_loader:
-            steps += 1
-            if len(xb):
+        for xb, yb in batches:
+            if len(xb):  # an empty Poisson batch (probability (1 - q)^n, below 1e-20 here) is skipped
                 optimizer.zero_grad()
                 F.cross_entropy(private(xb), yb).backward()
                 optimizer.step()
-    epsilon = float(engine.get_epsilon(delta))
     private._close()  # remove Opacus' hooks; ``model`` keeps the trained weights
     model.eval()
-    return {"epsilon": epsilon, "delta": delta, "noise_multiplier": float(optimizer.noise_multiplier),
-            "sample_rate": float(dp_loader.sample_rate), "steps": steps}
+    return engine.accountant
 
 
-def train(model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, seed: int) -> None:
-    """The training function privaudit calls for LiRA's reference models (same recipe as the target)."""
-    train_private(model, x, y, seed=seed)
+def user_split(seed: int = 0) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The user's 50/50 split of digits: each example a member by an independent fair coin."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x, y = (digits.data / 16.0).astype(np.float32), digits.target.astype(np.int64)
+    inside = np.random.default_rng(seed).random(len(y)) < 0.5
+    return {"x": x[inside], "y": y[inside]}, {"x": x[~inside], "y": y[~inside]}
 
 
-def main() -> dict:
+def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--out", required=True, help="directory for members.npz, nonmembers.npz, net.pt, "
+                                                     "accountant.pt")
     args = parser.parse_args()
     torch.set_num_threads(1)
-
-    data = privaudit.load_dataset(DATASET, seed=SEED)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    members, nonmembers = user_split()
+    np.savez(out / "members.npz", **members)
+    np.savez(out / "nonmembers.npz", **nonmembers)
+    torch.manual_seed(0)
     net = make_net()
-    run = train_private(net, data.train.x, data.train.y, seed=SEED)
-
-    claim = privaudit.sampled_gaussian_claim(run["noise_multiplier"], run["steps"], run["delta"],
-                                             sample_rate=run["sample_rate"], source="examples/opacus_audit.py")
-    accountants = {name: r.epsilon for name, r in privaudit.all_epsilons(claim).items() if r.applicable}
-    audit = privaudit.audit_model("opacus_audit:make_net", net.state_dict(), dataset=DATASET, seed=SEED,
-                                  train_fn="opacus_audit:train", reference_models=REFERENCE_MODELS,
-                                  delta=run["delta"])
-    report = {"claimed_epsilon": run["epsilon"], "delta": run["delta"], "opacus": run,
-              "privaudit_epsilon": accountants,
-              "measured": {name: {"eps_lower_bound": s["eps_lower_bound"], "auc": s["auc"],
-                                  "method": s["eps_lb_method"]} for name, s in audit.attacks.items()}}
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return report
-    print(f"Opacus (your claim): epsilon = {run['epsilon']:.3f} at delta = {run['delta']:.3g} "
-          f"(z = {run['noise_multiplier']:.3f}, q = {run['sample_rate']:.3f}, {run['steps']} steps)")
-    for name, eps in accountants.items():
-        print(f"privaudit {name:>8}: epsilon = {eps:.3f}")
-    for name, m in report["measured"].items():
-        print(f"measured by {name:>4}: epsilon >= {m['eps_lower_bound']:.3f} (AUC {m['auc']:.3f}; {m['method']})")
-    return report
+    accountant = train(net, torch.from_numpy(members["x"]), torch.from_numpy(members["y"]), seed=0)
+    torch.save(net.state_dict(), out / "net.pt")
+    torch.save(accountant.state_dict(), out / "accountant.pt")
+    print(f"trained on {len(members['y'])} members; Opacus states epsilon {accountant.get_epsilon(DELTA):.3f} at "
+          f"delta {DELTA:g}" + (f" (the optimizer added {NOISE_SCALE:g} x that noise)" if NOISE_SCALE != 1 else ""))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
-"""``audit_model`` / ``privaudit audit-model``: a user-defined classifier audited end to end (small sizes)."""
+"""``audit_model`` / ``privaudit audit-model``: a user's classifier audited on the user's own split (small sizes)."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
+from privaudit.attacks.bounds import multi_run_ceiling, one_run_epsilon
 from privaudit.audit.cli import main
 from privaudit.audit.model_audit import audit_model
-from privaudit.core.datasets import load_dataset
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import atomic_save_tensors
 
@@ -17,63 +18,92 @@ import user_classifier
 
 
 @pytest.fixture(scope="module")
-def weights(tmp_path_factory):
-    """The user's model, trained by the user's own code on the members of privaudit's split (seed 0)."""
-    data = load_dataset("digits", seed=0)
+def user(tmp_path_factory):
+    """The user's own split of digits (a fair coin per example among 1,200, the rest a population), as .npz and
+    CSV, and the user's model trained by the user's own code on the members."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x, y = (digits.data / 16.0).astype(np.float32), digits.target.astype(np.int64)
+    inside = np.random.default_rng(1).random(1200) < 0.5
+    d = tmp_path_factory.mktemp("user")
+    parts = {"members": (x[:1200][inside], y[:1200][inside]), "nonmembers": (x[:1200][~inside], y[:1200][~inside]),
+             "population": (x[1200:], y[1200:])}
+    for name, (xs, ys) in parts.items():
+        np.savez(d / f"{name}.npz", x=xs, y=ys)
+        header = ",".join([f"f{i}" for i in range(64)] + ["label"])
+        rows = [",".join([*map(str, row), str(label)]) for row, label in zip(xs.tolist(), ys.tolist())]
+        (d / f"{name}.csv").write_text(header + "\n" + "\n".join(rows) + "\n")
     torch.manual_seed(0)
     net = user_classifier.make_net()
-    user_classifier.train(net, data.train.x, data.train.y, seed=0)
-    d = tmp_path_factory.mktemp("user")
+    user_classifier.train(net, torch.from_numpy(parts["members"][0]), torch.from_numpy(parts["members"][1]), seed=0)
     atomic_save_tensors(d / "net.safetensors", net.state_dict())
     torch.save(net.state_dict(), d / "net.pt")
     return d
 
 
-def test_audits_a_user_model_end_to_end(weights, tmp_path):
+def test_audits_a_user_model_on_the_users_own_split(user, tmp_path):
     torch.set_num_threads(1)
     out = tmp_path / "audit"
-    results = audit_model("user_classifier:make_net", weights / "net.safetensors", dataset="digits",
-                          train_fn="user_classifier:train", reference_models=4, out=out).attacks
-    assert set(results) == {"loss", "lira", "rmia", "canary"}  # the default with a training function
-    for name, s in results.items():
-        assert 0.5 < s["auc"] <= 1.0, (name, s["auc"])   # an overfit MLP leaks membership
-        assert s["eps_lower_bound"] is not None and s["eps_lower_bound"] >= 0
-        assert "one-run" in s["eps_lb_method"]
-    assert results["lira"]["counts"]["n_reference_models"] == 4
-    assert results["rmia"]["counts"]["n_reference_models"] == 4
-    assert results["lira"]["eps_lower_bound"] > 0  # measured 0.66 (LiRA AUC 0.62, LOSS AUC 0.55) on digits, seed 0
-    # RMIA ranks the same target by the same 4 references (shared); its AUC lies near LiRA's.
-    assert abs(results["rmia"]["auc"] - results["lira"]["auc"]) < 0.1
-    # Canary audit of the training function: 200 mislabelled canaries, each inserted by a fair coin, one run.
-    canary = results["canary"]
-    assert canary["counts"]["n_canaries"] == 200 and canary["counts"]["n_training_runs"] == 1
-    assert canary["n_members"] + canary["n_nonmembers"] == 200 and 70 < canary["n_members"] < 130
-    assert canary["auc"] > 0.9 and canary["eps_lower_bound"] > 1.0  # memorised mislabelled canaries
-    assert "not the given weights" in canary["audited"]
-    assert (out / "lira" / "scores.npz").is_file() and (out / "canary" / "scores.npz").is_file()
-    assert set(json.loads((out / "audit.json").read_text())["attacks"]) == set(results)
+    a = audit_model("user_classifier:make_net", user / "net.safetensors", members=user / "members.npz",
+                    nonmembers=user / "nonmembers.npz", population=user / "population.npz",
+                    train_fn="user_classifier:train", reference_models=4, canary_runs=4, claimed_epsilon=1.0,
+                    delta=1e-5, out=out)
+    assert set(a.attacks) == {"loss", "lira", "rmia", "canary"}  # the default with a population and a train_fn
+    for name in ("loss", "lira", "rmia"):
+        s = a.attacks[name]
+        assert s["n_members"] == int(np.load(user / "members.npz")["y"].size)  # the user's members, not ours
+        assert 0.5 < s["auc"] <= 1.0, (name, s["auc"])  # an overfit MLP leaks its own training set
+        assert abs(s["advantage"] - (2 * s["balanced_accuracy"] - 1)) < 1e-12
+        c = s["bound"]["counts"]
+        assert s["ceiling"] == pytest.approx(one_run_epsilon(c["m"], c["r"], c["r"], beta=0.05, delta=1e-5))
+        assert 0 <= s["eps_lower_bound"] <= s["ceiling"]
+    canary = a.attacks["canary"]
+    assert canary["counts"]["n_training_runs"] == 8 and canary["ceiling"] == multi_run_ceiling(4, 4, delta=1e-5)
+    assert a.canary["coordinate"] == 0 and a.canary["value"] == pytest.approx(4.0)  # pixel 0 of digits is always 0
+    assert a.verdict_attack == "canary" and a.verdict.verdict == "not refuted" and not a.verdict.refutable
+    assert "cannot refute: ceiling" in a.verdict.statement
+    assert {"report.html", "report.md", "report.json", "roc.png", "histogram.png", "canary/scores.npz",
+            "lira/result.json"} <= {str(p.relative_to(out)) for p in out.rglob("*")}
+    md = (out / "report.md").read_text()
+    assert "advantage (max TPR - FPR)" in md and "balanced accuracy" in md and "cannot refute: ceiling" in md
+    assert json.loads((out / "report.json").read_text())["verdict"] == "not refuted"
 
 
-def test_the_canary_audit_needs_a_training_function(weights):
-    with pytest.raises(ConfigError, match="canary audits the user's training function; pass --train-fn"):
-        audit_model("user_classifier:make_net", weights / "net.pt", attacks=["canary"])
+def test_the_canary_runs_separate_a_non_private_recipe(user):
+    """Full-batch Adam memorises the canary: with it every run scores above every run without."""
+    a = audit_model("user_classifier:make_net", user / "net.pt", members=user / "members.npz",
+                    nonmembers=user / "nonmembers.npz", train_fn="user_classifier:train", attacks=["canary"],
+                    canary_runs=6)
+    result = a.results["canary"]
+    inside = result.scores[result.membership]
+    assert inside.min() > result.scores[~result.membership].max() and a.attacks["canary"]["auc"] == 1.0
 
 
-def test_cli_with_pt_weights_and_the_default_sgd_loop(weights, capsys):
-    code = main(["audit-model", "--factory", "user_classifier:make_net", "--weights", str(weights / "net.pt"),
-                 "--attacks", "loss", "--json"])
+def test_tabular_csv_through_the_cli(user, capsys):
+    code = main(["audit-model", "--factory", "user_classifier:make_net", "--weights", str(user / "net.pt"),
+                 "--members", str(user / "members.csv"), "--nonmembers", str(user / "nonmembers.csv"), "--json"])
     assert code == 0
-    s = json.loads(capsys.readouterr().out)["loss"]
-    assert s["auc"] > 0.5 and s["n_members"] + s["n_nonmembers"] > 100
+    d = json.loads(capsys.readouterr().out)
+    assert list(d["attacks"]) == ["loss"] and d["verdict"] is None
+    assert d["attacks"]["loss"]["auc"] > 0.5 and d["inputs"]["members"].endswith("members.csv")
+
+
+def test_the_canary_audit_needs_a_training_function(user):
+    with pytest.raises(ConfigError, match="canary audits your training function; pass --train-fn"):
+        audit_model("user_classifier:make_net", user / "net.pt", members=user / "members.npz",
+                    nonmembers=user / "nonmembers.npz", attacks=["canary"])
 
 
 @pytest.mark.parametrize("args, message", [
     (["--factory", "user_classifier:nope"], "cannot load factory"),
     (["--factory", "user_classifier:make_net", "--weights", "missing.pt"], "no such file"),
     (["--factory", "torch.nn:Identity"], "do not fit the factory's model"),
+    (["--factory", "user_classifier:make_small_net"], "do not fit the factory's model"),
 ])
-def test_bad_input_is_one_line(weights, capsys, args, message):
-    argv = ["audit-model", "--weights", str(weights / "net.safetensors"), *args]
+def test_bad_input_is_one_line(user, capsys, args, message):
+    argv = ["audit-model", "--weights", str(user / "net.safetensors"), "--members", str(user / "members.npz"),
+            "--nonmembers", str(user / "nonmembers.npz"), *args]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err

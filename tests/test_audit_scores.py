@@ -103,8 +103,8 @@ def test_cli_writes_the_report(tmp_path, capsys):
                  "--out", str(out), "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["auc"] > 0.95 and printed["eps_lower_bound"] > 1 and printed["design"] == "one-run"
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "report.json", "report.md", "roc.png",
-                                                   "scores.npz"]
+    assert sorted(p.name for p in out.iterdir()) == [".privaudit-manifest.json", "histogram.png", "report.html",
+                                                   "report.json", "report.md", "roc.png", "scores.npz"]
     saved = json.loads((out / "report.json").read_text())
     assert saved["eps_lower_bound"] == printed["eps_lower_bound"] and "fair coin" in saved["assumption"]
     assert "ε lower bound" in (out / "report.md").read_text()

@@ -294,3 +294,169 @@ def test_a_read_only_output_directory_is_one_line_before_any_work(tmp_path, caps
     what = "cannot be created: '" + str(read_only) + "' is not writable" if argv[0] == "attack" else "is not writable"
     _check(tmp_path, capsys, argv, f"--out: '{shown}' {what} (Read-only file system)")
     assert list(read_only.iterdir()) == []
+
+
+# -- your own scores, model and claim (audit-scores, audit-model, plan) -------------------------------------------
+
+SCORES = ["audit-scores", "--members", "{tmp}/m.npy", "--nonmembers", "{tmp}/n.npy"]
+MODEL = ["audit-model", "--factory", "user_classifier:make_net", "--weights", "{tmp}/net.pt", "--members",
+         "{tmp}/members.npz", "--nonmembers", "{tmp}/nonmembers.npz"]
+
+
+def _with(base: list[str], flag: str, value: str) -> list[str]:
+    argv = list(base)
+    argv[argv.index(flag) + 1] = value
+    return argv
+
+
+USER_CASES = {
+    "negative probabilities": (_with(_with(SCORES, "--members", "{tmp}/neg-probs.npz"), "--nonmembers",
+                                     "{tmp}/probs.npz") + ["--out", "{out}"], "probabilities must lie in [0, 1]"),
+    "probabilities up to 5": (_with(SCORES, "--members", "{tmp}/big-probs.npz") + ["--kind", "probs"],
+                              "big-probs.npz[probs]: probabilities must lie in [0, 1], found values from"),
+    "string labels": (_with(SCORES, "--members", "{tmp}/str-labels.npz") + ["--out", "{out}"],
+                      "labels must be integer class indices 0..C-1, got dtype <U3"),
+    "labels out of range": (_with(SCORES, "--members", "{tmp}/label-9.npz"), "label 9 out of range"),
+    "corrupt npz": (_with(SCORES, "--members", "{tmp}/corrupt.npz") + ["--out", "{out}"],
+                    "corrupt.npz: not a readable .npz file"),
+    "npy header claiming 1e12 rows": (_with(SCORES, "--members", "{tmp}/huge.npy") + ["--out", "{out}"],
+                                      "the header claims shape (1000000000000,)"),
+    "npz entry claiming 1e12 rows": (_with(SCORES, "--members", "{tmp}/huge.npz"), "huge.npz[scores]: the header "
+                                     "claims shape (1000000000000,)"),
+    "200,000-character CSV field": (_with(SCORES, "--members", "{tmp}/long.csv") + ["--out", "{out}"],
+                                    "long.csv: line 3: a field longer than"),
+    "scores --out under a file": (SCORES + ["--out", "{tmp}/a-file/sub"], "--out: '{tmp}/a-file/sub' cannot be "
+                                  "created: '{tmp}/a-file' is not a directory"),
+    "scores overwrite the user's report": (SCORES + ["--out", "{tmp}/mine"], "--out: '{tmp}/mine/report.md' exists "
+                                           "and was not written by privaudit; pass --force"),
+    "unknown relation": (SCORES + ["--claimed-epsilon", "8", "--relation", "sideways"],
+                         "--relation: unknown value 'sideways'; accepted: add-remove, replace-one"),
+    "replace-one with a one-run design": (SCORES + ["--claimed-epsilon", "8", "--relation", "replace-one"],
+                                          "--relation replace-one: the one-run design bounds add/remove"),
+    "corrupt Opacus state": (SCORES + ["--opacus-state", "{tmp}/a-file"],
+                             "--opacus-state: {tmp}/a-file: not a readable file of torch.save"),
+    "Opacus state without history": (SCORES + ["--opacus-state", "{tmp}/state.json"],
+                                     "history[0]: noise_multiplier must be a finite number > 0"),
+    "plan without a claim": (["plan", "--delta", "1e-5"], "--claimed-epsilon: required"),
+    "plan inf epsilon": (["plan", "--claimed-epsilon", "inf", "--delta", "1e-5"], "argument --claimed-epsilon: "
+                         "expected a finite number"),
+    "model without members": (MODEL[:5] + ["--out", "{out}"], "--members and --nonmembers: both required"),
+    "model members CSV without a label column": (_with(MODEL, "--members", "{tmp}/features.csv"),
+                                                 "no label column (accepted names: label, y, target, class"),
+    "model string labels in a CSV": (_with(MODEL, "--members", "{tmp}/string-labels.csv") + ["--out", "{out}"],
+                                     "label 'cat' is not a number; labels must be integer class indices"),
+    "model image 30000x30000": (_with(MODEL, "--members", "{tmp}/bomb") + ["--out", "{out}"],
+                                "more pixels than the 16777216 an image may have"),
+    "model factory not callable": (_with(MODEL, "--factory", "user_classifier:__doc__"),
+                                   "factory 'user_classifier:__doc__': is a str, not a function"),
+    "model factory module not found": (_with(MODEL, "--factory", "no_such_pkg.models:make"),
+                                       "No module named 'no_such_pkg'; put the directory that holds no_such_pkg.py"),
+    "model train_fn not callable": (MODEL + ["--train-fn", "user_classifier:__doc__"],
+                                    "train_fn 'user_classifier:__doc__': is a str, not a function"),
+    "model --out under a file": (MODEL + ["--out", "{tmp}/a-file/sub"], "cannot be created: '{tmp}/a-file' is not a "
+                                 "directory"),
+    "model labels beyond the logits": (_with(MODEL, "--members", "{tmp}/label-12.npz"),
+                                       "label 12 out of range; labels must lie in [0, 10)"),
+    "model lira without a population": (MODEL + ["--attacks", "lira"], "lira and rmia compare with other examples"),
+    "model user unit": (MODEL + ["--claimed-epsilon", "8", "--delta", "1e-5", "--unit", "user"],
+                        "--unit user: audit-model's designs add or remove one example"),
+    "suite user-model factory without opt-in": (["run", "{tmp}/user-model.toml"], "defenses[0].params.factory: "
+                                                "'user_classifier:make_net' is a plugin: importing it runs its code"),
+    "attack user-model factory without opt-in": (["attack", "--defense", "user-model", "--param",
+                                                  "factory=user_classifier:make_net", "--out", "{out}"],
+                                                 "--param factory: 'user_classifier:make_net' is a plugin"),
+    "train user-model factory without opt-in": (["train", "--defense", "user-model", "--param",
+                                                 "factory=user_classifier:make_net", "--out", "{out}"],
+                                                "--param factory: 'user_classifier:make_net' is a plugin"),
+}
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG whose header claims ``width`` x ``height`` pixels (its data is a few bytes)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 10)) + chunk(b"IEND", b""))
+
+
+def _prepare_user(tmp: Path) -> None:
+    import numpy as np
+
+    import user_classifier
+
+    rng = np.random.default_rng(0)
+    np.save(tmp / "m.npy", rng.normal(1, 1, 40))
+    np.save(tmp / "n.npy", rng.normal(0, 1, 40))
+    probs = rng.dirichlet(np.ones(3), 40)
+    np.savez(tmp / "probs.npz", probs=probs, labels=rng.integers(0, 3, 40))
+    np.savez(tmp / "neg-probs.npz", probs=probs - 0.5, labels=rng.integers(0, 3, 40))
+    np.savez(tmp / "big-probs.npz", probs=probs * 5, labels=rng.integers(0, 3, 40))
+    np.savez(tmp / "str-labels.npz", logits=probs, labels=np.array(["cat"] * 40))
+    np.savez(tmp / "label-9.npz", logits=probs, labels=np.full(40, 9))
+    (tmp / "corrupt.npz").write_bytes((tmp / "probs.npz").read_bytes()[:300])
+    header = b"{'descr': '<f8', 'fortran_order': False, 'shape': (1000000000000,), }"
+    header += b" " * (117 - len(header)) + b"\n"
+    (tmp / "huge.npy").write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\0" * 64)
+    import zipfile
+
+    with zipfile.ZipFile(tmp / "huge.npz", "w") as archive:
+        archive.writestr("scores.npy", (tmp / "huge.npy").read_bytes())
+    (tmp / "long.csv").write_text("score\n0.5\n" + "1" * 200_000 + "\n")
+    (tmp / "mine").mkdir()
+    (tmp / "mine" / "report.md").write_text("# my own notes\n")
+    (tmp / "state.json").write_text('{"history": [[-1.0, 0.1, 10]], "mechanism": "rdp"}')
+    x = rng.random((30, 64)).astype(np.float32)
+    np.savez(tmp / "members.npz", x=x, y=rng.integers(0, 10, 30))
+    np.savez(tmp / "nonmembers.npz", x=x, y=rng.integers(0, 10, 30))
+    np.savez(tmp / "label-12.npz", x=x, y=np.full(30, 12))
+    (tmp / "features.csv").write_text("a,b\n1,2\n3,4\n")
+    (tmp / "string-labels.csv").write_text("\ufeff" + "f1,label\n0.5,cat\n")
+    for cls in ("a", "b"):
+        (tmp / "bomb" / cls).mkdir(parents=True)
+        (tmp / "bomb" / cls / "x.png").write_bytes(_png_header(30000, 30000))
+    torch.save(user_classifier.make_net().state_dict(), tmp / "net.pt")
+    (tmp / "user-model.toml").write_text(SUITE.replace("allow_plugins = true\n", "").replace(
+        'name = "leaky_defense:NoisyKernelSum"\nlabel = "kernel"\nparams = { dim = 64 }',
+        'name = "user-model"\nparams = { factory = "user_classifier:make_net" }').replace(
+        "{out}", str(tmp / "out")))
+
+
+@pytest.mark.parametrize("argv, fragment", list(USER_CASES.values()), ids=list(USER_CASES))
+def test_bad_user_input_exits_2_naming_the_field_writing_nothing(tmp_path, capsys, argv, fragment):
+    _prepare_user(tmp_path)
+    _check(tmp_path, capsys, argv, fragment)
+
+
+def test_a_bom_does_not_change_the_scores(tmp_path):
+    """A CSV saved with a UTF-8 byte-order mark reads as the same scores (the BOM is not part of the header)."""
+    import numpy as np
+
+    from privaudit.audit.score_audit import audit_scores
+
+    rng = np.random.default_rng(0)
+    mem, non = rng.normal(1, 1, 300), rng.normal(0, 1, 300)
+    for side, values in (("m", mem), ("n", non)):
+        text = "score\n" + "\n".join(map(str, values)) + "\n"
+        (tmp_path / f"{side}.csv").write_text(text)
+        (tmp_path / f"{side}-bom.csv").write_bytes(b"\xef\xbb\xbf" + text.encode())
+    plain = audit_scores(tmp_path / "m.csv", tmp_path / "n.csv")
+    bom = audit_scores(tmp_path / "m-bom.csv", tmp_path / "n-bom.csv")
+    assert bom.auc == plain.auc and abs(plain.auc - audit_scores(mem, non).auc) < 1e-12
+    assert bom.summary["n_members"] == 300
+
+
+@pytest.mark.parametrize("argv", [SCORES + ["--out", "{out}"], MODEL + ["--out", "{out}"]],
+                         ids=["audit-scores", "audit-model"])
+def test_a_full_disk_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv):
+    """An --out on a disk without room for the report (simulated: 1 kB free) is refused before any scoring."""
+    import shutil
+
+    import privaudit.audit.out_dir
+
+    _prepare_user(tmp_path)
+    monkeypatch.setattr(privaudit.audit.out_dir.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(
+        10**9, 10**9 - 1000, 1000))
+    _check(tmp_path, capsys, argv, "--out: '{tmp}/out' has 0.0 MB free on its disk; this audit writes up to ")

@@ -255,6 +255,10 @@ def test_edited_counts_of_the_trajectory_and_step_bounds_fail(dp_copy, capsys):
         attack = content["record"]["attacks"]["gradient-canary"]
         attack["details"]["trajectory_bound"]["counts"]["fn"] //= 2
 
+    def ladder(content):  # a rung of the mechanism bound's guess ladder with one right guess fewer
+        rung = content["record"]["attacks"]["gradient-canary"]["details"]["mechanism_bound"]["counts"]["ladder"][-1]
+        rung["v"] -= 1
+
     def step_pair(content):
         pair = content["record"]["claim_checks"]["step_audit"]["pairs"][0]
         pair["mu_lower"] *= 0.5
@@ -263,6 +267,7 @@ def test_edited_counts_of_the_trajectory_and_step_bounds_fail(dp_copy, capsys):
         content["record"]["claim_checks"]["step_audit"]["claim"]["mu"] *= 2
 
     for edit, said in ((trajectory, "gradient-canary: trajectory_bound recomputes to"),
+                       (ladder, "gradient-canary: mechanism_bound's ladder recounts to"),
                        (step_pair, "pair canary's mu_lower recomputes to"),
                        (step_claim, "its step audit's claim mu recomputes to")):
         out = dp_copy()

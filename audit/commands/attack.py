@@ -12,7 +12,7 @@ from privaudit.attacks.executor import EXECUTORS
 from privaudit.attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
 from privaudit.attacks.shadow_models import resolve_defense
 from privaudit.audit.commands.common import (add_budget_args, add_data_args, add_output_args, budget_from_args,
-                                             emit_json, format_table, integer, parse_params)
+                                             check_plugins, emit_json, format_table, integer, parse_params)
 from privaudit.core.datasets import load_dataset
 from privaudit.audit.device import DEVICES, resolve_device
 from privaudit.core.errors import ConfigError, one_of
@@ -135,9 +135,7 @@ def _attack_params(args: argparse.Namespace) -> dict[str, Any]:
 def _defense_params(args: argparse.Namespace) -> dict[str, Any]:
     """``--param`` hyper-parameters, with ``--epochs`` when it is a number (a plugin needs --allow-plugins)."""
     params = parse_params(args.param)
-    if ":" in args.defense and args.defense not in DEFENSES and not args.allow_plugins:
-        raise ConfigError(f"--defense: {args.defense!r} is a plugin: importing it runs its code; pass --allow-plugins "
-                          "to allow it")
+    check_plugins(args.defense, params, args.allow_plugins)
     if args.epochs != "auto":
         try:
             params["epochs"] = int(args.epochs)

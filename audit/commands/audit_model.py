@@ -1,39 +1,43 @@
-"""``privaudit audit-model``: audit a user's own PyTorch classifier by LOSS, LiRA and RMIA, and its training
-function by a one-run canary audit (see :mod:`privaudit.audit.model_audit`)."""
+"""``privaudit audit-model``: audit your own PyTorch classifier on your own members and non-members, and its
+training recipe by canary runs, against your claim (see :mod:`privaudit.audit.model_audit`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from privaudit.audit.commands.common import add_data_args, add_output_args, emit_json, format_table
+from privaudit.audit.commands.common import (SEED, add_claim_args, add_output_args, claim_of, emit_json,
+                                             format_table, integer)
 
-HELP = ("audit your own PyTorch classifier (factory + weights) by LOSS, LiRA and RMIA on a membership split, and "
-        "its training function by a canary audit")
+HELP = ("audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
+        "training function by canary runs: a verdict on your claim and the design's ceiling")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit-model", help=HELP, description=HELP + ". The model must have been trained on the "
-                       "members of privaudit's split of --dataset at --seed (privaudit.load_dataset(NAME, "
-                       "seed=S, data_dir=DIR).train); --dataset imagefolder --data-dir DIR reads your own images "
-                       "in torchvision's ImageFolder layout (DIR/<class>/<image>.png|jpg). --factory and --train-fn "
-                       "are code privaudit imports and runs.")
+    p = sub.add_parser("audit-model", help=HELP, description=HELP + ". --members/--nonmembers: .npz with x and y, a "
+                       "CSV of features with a label column, or an ImageFolder directory. --factory and --train-fn are "
+                       "code privaudit imports and runs.")
     p.add_argument("--factory", required=True, metavar="MODULE:FUNCTION", help="builds the model (no arguments)")
     p.add_argument("--weights", required=True, metavar="FILE",
                    help="the trained state_dict: .safetensors, or .pt/.pth (torch.load weights_only=True)")
-    add_data_args(p)
+    p.add_argument("--members", default=None, metavar="PATH", help="the examples the model was trained on")
+    p.add_argument("--nonmembers", default=None, metavar="PATH", help="examples it was not trained on")
+    p.add_argument("--population", default=None, metavar="PATH",
+                   help="other examples from the same distribution (for LiRA's and RMIA's reference models)")
     p.add_argument("--train-fn", default=None, metavar="MODULE:FUNCTION",
-                   help="trains the reference models and the canary run: train_fn(model, x, y, seed=...) "
-                        "(default: an SGD loop, and no canary audit)")
+                   help="your training function, train_fn(model, x, y, seed=...), training in place: trains the "
+                        "reference models and the canary runs (default: an SGD loop, and no canary runs)")
     p.add_argument("--attacks", default=None,
-                   help="comma-separated: loss, lira, rmia, canary (default: loss,lira,rmia, plus canary with "
-                        "--train-fn)")
-    p.add_argument("--reference-models", type=int, default=8,
+                   help="comma-separated: loss, lira, rmia, canary (default: loss; lira,rmia with --population; "
+                        "canary with --train-fn)")
+    p.add_argument("--reference-models", type=integer(4, 4096), default=8,
                    help="LiRA's and RMIA's reference models, shared (even, >= 4)")
-    p.add_argument("--canaries", type=int, default=None,
-                   help="canaries of the one-run canary audit (default: min(200, the shadow split's size))")
-    p.add_argument("--epochs", type=int, default=20, help="epochs of the default SGD loop")
-    p.add_argument("--delta", type=float, default=None, help="delta of the lower bound (default 1/(n ln n))")
-    p.add_argument("--out", default=None, help="write scores.npz and result.json per attack, and audit.json")
+    p.add_argument("--canary-runs", type=integer(4, 100_000), default=16,
+                   help="runs of --train-fn with the canary and as many without (privaudit plan sizes them)")
+    p.add_argument("--epochs", type=integer(1, 1_000_000), default=20, help="epochs of the default SGD loop")
+    p.add_argument("--seed", type=SEED, default=0, help="seed of the reference models and canary runs")
+    add_claim_args(p)
+    p.add_argument("--out", default=None, help="write report.html, report.md, report.json, plots and each attack's "
+                   "scores here")
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -43,17 +47,25 @@ def run(args: argparse.Namespace) -> int:
     from privaudit.audit.model_audit import audit_model
 
     attacks = None if args.attacks is None else [a.strip() for a in args.attacks.split(",") if a.strip()]
-    results = audit_model(args.factory, args.weights, dataset=args.dataset, train_fn=args.train_fn, seed=args.seed,
-                          data_dir=args.data_dir, attacks=attacks, reference_models=args.reference_models,
-                          canaries=args.canaries, epochs=args.epochs, delta=args.delta, out=args.out,
-                          progress=not args.json).attacks
+    a = audit_model(args.factory, args.weights, members=args.members, nonmembers=args.nonmembers,
+                    population=args.population, train_fn=args.train_fn, claim=claim_of(args), attacks=attacks,
+                    reference_models=args.reference_models, canary_runs=args.canary_runs, epochs=args.epochs,
+                    beta=1 - args.confidence, seed=args.seed, out=args.out, force=args.force,
+                    progress=not args.json)
     if args.json:
-        emit_json(results)
+        emit_json(a.to_dict())
         return 0
-    headers = ["attack", "AUC", *[f"TPR@{100 * t:g}%FPR" for t in FPR_TARGETS], "eps_lb"]
-    rows = [[name, s["auc"], *[s["tpr_at_fpr"][fpr_key(t)] for t in FPR_TARGETS], s["eps_lower_bound"]]
-            for name, s in results.items()]
+    headers = ["attack", "AUC", "advantage", *[f"TPR@{100 * t:g}%FPR" for t in FPR_TARGETS], "eps_lb", "ceiling"]
+    rows = [[name, s["auc"], s["advantage"], *[s["tpr_at_fpr"][fpr_key(t)] for t in FPR_TARGETS],
+             s["eps_lower_bound"], s["ceiling"]] for name, s in a.attacks.items()]
     print(format_table(headers, rows))
-    for name, s in results.items():
-        print(f"{name}: {s['eps_lb_method']}" + (f" (audits {s['audited']})" if "audited" in s else ""))
+    for name, s in a.attacks.items():
+        print(f"{name}: {s['eps_lb_method']}")
+        if "eps_lb_mechanism" in s:
+            print(f"{name} vs the claim's mechanism: epsilon >= {s['eps_lb_mechanism']:.4g} (ceiling "
+                  f"{s['mechanism_ceiling']:.4g})")
+    if a.verdict is not None:
+        print(f"verdict ({a.verdict_attack}): {a.verdict.statement}")
+    if args.out:
+        print(f"report: {args.out}/report.html")
     return 0

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from privaudit.audit.commands.common import add_output_args, emit_json, format_table
+from privaudit.audit.commands.common import add_claim_args, add_output_args, claim_of, emit_json, format_table
 from privaudit.audit.score_inputs import KINDS
 from privaudit.audit.score_audit import DESIGNS
 
-HELP = "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"
+HELP = ("audit your own member / non-member scores: ROC, AUC, advantage, TPR at low FPR, an epsilon lower bound, "
+        "and a verdict on your claim with the design's ceiling")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,9 +24,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--design", default="one-run",
                    help=f"how the members were chosen, which decides the sound bound: {', '.join(DESIGNS)} "
                         "(one-run: each example included by an independent fair coin in one training run)")
-    p.add_argument("--delta", type=float, default=1e-5, help="delta of the epsilon lower bound (default 1e-5)")
-    p.add_argument("--beta", type=float, default=0.05, help="1 - confidence of the bound (default 0.05)")
-    p.add_argument("--out", default=None, help="write report.json, report.md, report.html, roc.png, scores.npz here")
+    add_claim_args(p, default_delta=1e-5)
+    p.add_argument("--out", default=None,
+                   help="write report.json, report.md, report.html, roc.png, histogram.png, scores.npz here")
     add_output_args(p)
     p.set_defaults(func=run)
 
@@ -37,20 +38,28 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--members and --nonmembers: both required (or --tf-privacy FILE.npz)")
     from privaudit.audit.score_audit import audit_scores
 
+    claim = claim_of(args)
     a = audit_scores(args.members, args.nonmembers, kind=args.kind, tf_privacy=args.tf_privacy, delta=args.delta,
-                     beta=args.beta, design=args.design, out=args.out)
+                     beta=1 - args.confidence, design=args.design, claim=claim, out=args.out, force=args.force)
     if args.json:
         d = a.to_dict()
         d.pop("roc")
+        d.pop("histogram")
         emit_json(d)
         return 0
     s = a.summary
     print(f"{s['n_members']} members, {s['n_nonmembers']} non-members ({a.inputs['kind']})")
-    rows = [["AUC", s["auc"]], *[[f"TPR@{100 * float(k):g}%FPR", v] for k, v in s["tpr_at_fpr"].items()],
-            ["epsilon lower bound", a.bound.epsilon]]
+    rows = [["AUC", s["auc"]], ["advantage (max TPR - FPR)", s["advantage"]],
+            ["balanced accuracy", s["balanced_accuracy"]],
+            *[[f"TPR@{100 * float(k):g}%FPR", v] for k, v in s["tpr_at_fpr"].items()],
+            ["epsilon lower bound", a.bound.epsilon], ["ceiling (every guess right)", a.ceiling]]
+    if a.mechanism is not None:
+        rows += [["epsilon vs the claim's mechanism", a.mechanism.epsilon], ["its ceiling", a.mechanism_ceiling]]
     print(format_table(["measure", "value"], rows))
     print(f"bound: {a.bound.label}")
     print(f"assumption: {a.assumption}")
+    if a.verdict is not None:
+        print(f"verdict: {a.verdict.statement}")
     if args.out:
-        print(f"report: {args.out}/report.html (also report.md, report.json, roc.png)")
+        print(f"report: {args.out}/report.html (also report.md, report.json, roc.png, histogram.png)")
     return 0

@@ -99,6 +99,25 @@ def parse_params(items: list[str] | None) -> dict[str, Any]:
     return params
 
 
+def check_plugins(defense: str, params: dict[str, Any], allow_plugins: bool) -> None:
+    """Without ``--allow-plugins``, refuse a ``--defense module:Class`` and a ``--param`` that names code
+    (the defense's ``code_params``, e.g. ``user-model``'s factory): importing either runs its code."""
+    from privaudit.defenses import DEFENSES
+
+    if allow_plugins:
+        return
+    if ":" in defense and defense not in DEFENSES:
+        raise ConfigError(f"--defense: {defense!r} is a plugin: importing it runs its code; pass --allow-plugins "
+                          "to allow it")
+    if defense in DEFENSES:
+        from privaudit.defenses.registry import defense_class
+
+        for name in getattr(defense_class(defense), "code_params", ()):
+            if params.get(name):
+                raise ConfigError(f"--param {name}: {params[name]!r} is a plugin: importing it runs its code; pass "
+                                  "--allow-plugins to allow it")
+
+
 def emit_json(obj: Any) -> None:
     sys.stdout.write(to_json(obj) + "\n")
 
@@ -131,3 +150,33 @@ def format_table(headers: list[str], rows: list[list[Any]], width: int = TABLE_W
     for row in cells:
         lines += render(row)
     return "\n".join(lines)
+
+
+def add_claim_args(parser: argparse.ArgumentParser, *, default_delta: float | None = None) -> None:
+    """The claim to audit: ``--claimed-epsilon E --delta D [--relation] [--unit]`` or ``--opacus-state FILE``,
+    and ``--confidence`` of the verdict (:mod:`privaudit.audit.user_claim`)."""
+    from privaudit.audit.user_claim import RELATIONS, UNITS
+
+    parser.add_argument("--claimed-epsilon", type=number(positive=True), default=None, metavar="E",
+                        help="the epsilon you claim (a verdict and its ceiling are reported against it)")
+    parser.add_argument("--delta", type=number(), default=default_delta, metavar="D",
+                        help="the claim's delta" + (f" (default {default_delta:g})" if default_delta else ""))
+    parser.add_argument("--relation", default="add-remove", help=f"the claim's neighbouring relation: "
+                        f"{', '.join(RELATIONS)} (default add-remove)")
+    parser.add_argument("--unit", default="example", help=f"the claim's privacy unit: {', '.join(UNITS)}")
+    parser.add_argument("--opacus-state", default=None, metavar="FILE",
+                        help="an Opacus accountant's saved state_dict (torch.save(accountant.state_dict(), FILE)): "
+                             "the claim is its history's epsilon at --delta, tested against that mechanism")
+    parser.add_argument("--confidence", type=number(positive=True), default=0.95,
+                        help="confidence of the bounds and the verdict (default 0.95)")
+    parser.add_argument("--force", action="store_true",
+                        help="overwrite files in --out that privaudit did not write (or that changed since)")
+
+
+def claim_of(args: argparse.Namespace) -> Any:
+    """The :class:`privaudit.audit.user_claim.UserClaim` of :func:`add_claim_args`' flags (None: no claim)."""
+    from privaudit.audit.user_claim import claim_from_args
+
+    if not 0 < args.confidence < 1:
+        raise ConfigError(f"--confidence: must lie in (0, 1), got {args.confidence!r}")
+    return claim_from_args(args.claimed_epsilon, args.delta, args.relation, args.unit, args.opacus_state)

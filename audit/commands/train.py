@@ -8,7 +8,7 @@ from typing import Any
 
 from privaudit.accountants import all_epsilons
 from privaudit.audit.commands.common import (add_budget_args, add_data_args, add_output_args, budget_from_args,
-                                             emit_json, format_table, parse_params)
+                                             check_plugins, emit_json, format_table, parse_params)
 from privaudit.core.datasets import load_dataset
 from privaudit.audit.device import DEVICES, resolve_device
 from privaudit.core.errors import ConfigError
@@ -28,6 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=None)
     p.add_argument("--param", action="append", metavar="KEY=VALUE",
                    help="any other hyper-parameter of the defense (repeatable)")
+    p.add_argument("--allow-plugins", action="store_true",
+                   help="allow a --param that names code to import (user-model's factory, train_fn: runs it)")
     add_budget_args(p)
     p.add_argument("--knn-k", type=int, default=5, help="k of the k-NN evaluation (default 5)")
     p.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICES)}")
@@ -52,6 +54,7 @@ def _quiet(fn, *args):
 
 def run(args: argparse.Namespace) -> int:
     params = parse_params(args.param)
+    check_plugins(args.defense, params, args.allow_plugins)
     for flag in ("loss", "encoder", "epochs", "batch_size", "lr"):
         value = getattr(args, flag)
         if value is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import gzip
 import io
 import pickle
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -155,14 +156,7 @@ def read_image_folder(root: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     except ImportError:  # pragma: no cover - Pillow comes with matplotlib
         raise ConfigError("reading an ImageFolder needs Pillow: pip install pillow") from None
     files, labels, classes = image_folder_files(root)
-    decoded = []
-    for path in files:
-        try:
-            with Image.open(path) as img:
-                img.load()
-                decoded.append(img.copy())
-        except (OSError, UnidentifiedImageError) as exc:
-            raise ConfigError(f"{path}: not a readable image ({exc})") from None
+    decoded = [_open_image(path, Image, UnidentifiedImageError) for path in files]
     size = decoded[0].size
     for path, img in zip(files, decoded):
         if img.size != size or size[0] != size[1]:
@@ -172,3 +166,32 @@ def read_image_folder(root: Path) -> tuple[np.ndarray, np.ndarray, list[str]]:
     images = np.stack([np.asarray(img.convert("L" if grey else "RGB"), dtype=np.uint8) for img in decoded])
     images = images[:, None] if grey else images.transpose(0, 3, 1, 2)
     return np.ascontiguousarray(images), labels, classes
+
+
+#: Pixels one image may have (4096 x 4096). Pillow's own decompression-bomb check is set to this cap while a
+#: folder is read, and every image's header size is checked against it before any pixel is decoded.
+MAX_PIXELS = 4096 * 4096
+
+
+def _open_image(path: Path, Image, UnidentifiedImageError):
+    """Decode one image, refusing one whose header claims more than :data:`MAX_PIXELS` before decoding it."""
+    default = Image.MAX_IMAGE_PIXELS
+    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(path)
+        with img:
+            width, height = img.size
+            if width * height > MAX_PIXELS:
+                raise ConfigError(f"{path}: the header claims {width}x{height} pixels, more pixels than the "
+                                  f"{MAX_PIXELS} an image may have")
+            img.load()
+            return img.copy()
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ConfigError(f"{path}: the header claims more pixels than the {MAX_PIXELS} an image may have "
+                          f"({exc})") from None
+    except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a readable image ({exc})") from None
+    finally:
+        Image.MAX_IMAGE_PIXELS = default
