@@ -117,8 +117,8 @@ def _header(report: dict[str, Any]) -> list[str]:
     status = gate["status"]
     parts = [f"<h1>privaudit report: {e(suite['name'])}</h1>",
              f"<p class=\"meta\">suite <code>{e(suite['path'])}</code> · privaudit {e(report['version'])} · commit "
-             f"<code>{e(report.get('git_commit') or 'unknown')}</code> · device {e(report['device'])} · created "
-             f"{e(report['created'])}</p>"]
+             f"<code>{e(report.get('git_commit') or 'unknown')}</code> · device {e(report['device'])} · run times in "
+             "<code>timings.json</code></p>"]
     if suite.get("description"):
         parts.append(f'<p class="lede">{e(suite["description"].strip())}</p>')
     items = "".join(f"<li>{e(r)}</li>" for r in gate["reasons"])

@@ -41,7 +41,7 @@ def header_lines(report: dict[str, Any]) -> list[str]:
     return [f"# privaudit report: {suite['name']}", "",
             (suite.get("description") or "").strip(), "",
             f"Suite `{suite['path']}` · privaudit {report['version']} · commit `{commit}` · device "
-            f"{report['device']} · created {report['created']}", ""]
+            f"{report['device']} (run times: `timings.json`)", ""]
 
 
 def gate_lines(report: dict[str, Any]) -> list[str]:
