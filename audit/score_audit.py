@@ -106,20 +106,21 @@ class ScoreAudit:
             "roc": {"fpr": self.roc.fpr.tolist(), "tpr": self.roc.tpr.tolist()},
         }
 
-    def _bound_rows(self) -> list[list[str]]:
+    def _rows(self) -> list[list[str]]:
+        """The measures both renderings show, markers included (an unresolved TPR: summary.UNRESOLVED)."""
+        from privaudit.audit.report.summary import tpr_text
+
         s = self.summary
-        return [["ε lower bound", f"{self.bound.epsilon:.4g}"], ["confidence", f"{self.bound.confidence:.3g}"],
-                ["delta", f"{self.bound.delta:g}"],
-                ["members / non-members", f"{s['n_members']} / {s['n_nonmembers']}"]]
+        rows = [["AUC", f"{s['auc']:.4f}"]]
+        rows += [[f"TPR at FPR {100 * float(k):g}%", tpr_text(s, k, f"{v:.4f}")] for k, v in s["tpr_at_fpr"].items()]
+        return rows + [["ε lower bound", f"{self.bound.epsilon:.4g}"], ["confidence", f"{self.bound.confidence:.3g}"],
+                       ["delta", f"{self.bound.delta:g}"],
+                       ["members / non-members", f"{s['n_members']} / {s['n_nonmembers']}"]]
 
     def markdown(self) -> str:
         from privaudit.audit.report.markdown import table
 
-        s = self.summary
-        rows = [["AUC", f"{s['auc']:.4f}"]]
-        rows += [[f"TPR at FPR {100 * float(k):g}%", f"{v:.4f}" + ("" if s["fpr_resolved"][k] else " (unresolved)")]
-                 for k, v in s["tpr_at_fpr"].items()]
-        rows += self._bound_rows()
+        rows = self._rows()
         return "\n".join([
             "# privaudit score audit", "",
             "Inputs: " + ", ".join(f"{k}: `{v}`" for k, v in self.inputs.items()), "",
@@ -131,10 +132,7 @@ class ScoreAudit:
     def html(self, png: bytes) -> str:
         from privaudit.audit.report.html import CSS, e, figure, table
 
-        s = self.summary
-        rows = [["AUC", f"{s['auc']:.4f}"]]
-        rows += [[f"TPR at FPR {100 * float(k):g}%", f"{v:.4f}"] for k, v in s["tpr_at_fpr"].items()]
-        rows += self._bound_rows()
+        rows = self._rows()
         body = "".join([
             "<h1>privaudit score audit</h1>",
             "<p class=\"meta\">" + " · ".join(f"{e(k)} <code>{e(v)}</code>" for k, v in self.inputs.items()) + "</p>",
