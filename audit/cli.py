@@ -13,6 +13,7 @@ import traceback
 from typing import Sequence
 
 from privaudit.audit import __version__
+from privaudit.audit.commands.common import document_ranges
 from privaudit.core.errors import ConfigError
 
 # Each module defines ``register(subparsers)`` which adds its subcommand and sets ``func``. Only the module of
@@ -39,6 +40,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit-scores": ("privaudit.audit.commands.audit_scores",
                      "audit your own member / non-member scores: ROC, AUC, TPR at low FPR and an epsilon lower bound"),
     "audit-step": ("privaudit.audit.commands.audit_step", "audit one privatised step of a defense on neighbouring batches"),
+    "validate": ("privaudit.audit.commands.validate",
+                 "check suite files (TOML) without running them: exit 0 when valid, 2 with the reason when not"),
 }
 
 # Two examples per command, shown under its --help.
@@ -69,6 +72,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                      "privaudit audit-scores --tf-privacy attack_input.npz --delta 1e-5 --json"),
     "audit-step": ("privaudit audit-step --defense dpcl-simclr",
                    "privaudit audit-step --defense dp-gcl --pair canonical --draws 1000000 --json"),
+    "validate": ("privaudit validate suites/*.toml", "privaudit validate my-suite.toml --allow-plugins --json"),
 }
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3
@@ -99,6 +103,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if argv is None or name == selected:
             importlib.import_module(module).register(sub)
             command = sub.choices[name]
+            document_ranges(command)
             command.formatter_class = argparse.RawDescriptionHelpFormatter
             command.epilog = "examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES.get(name, ()))
         else:

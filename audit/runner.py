@@ -46,6 +46,7 @@ from privaudit.core.io import TEMP_GLOB, atomic_write_json, check_output_dir, re
 from privaudit.audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
 
 EXECUTOR_CHOICES = ("local", "ray")
+MAX_JOBS = 256  # worker processes (--jobs)
 EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_ERROR = 0, 1, 3
 
 
@@ -414,8 +415,8 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     same directory is refused with one line instead of racing the first for its files."""
     if executor not in EXECUTOR_CHOICES:
         raise one_of("--executor", executor, EXECUTOR_CHOICES)
-    if not (isinstance(jobs, int) and 1 <= jobs <= 256):
-        raise ConfigError(f"--jobs: must be an integer in [1, 256], got {jobs!r}")
+    if not (isinstance(jobs, int) and 1 <= jobs <= MAX_JOBS):
+        raise ConfigError(f"--jobs: must be an integer in [1, {MAX_JOBS}], got {jobs!r}")
     only = list(only or [])
     suite.check_size(yes_large)
     cells = suite.cells(only or None)
