@@ -281,15 +281,20 @@ class Progress:
         elapsed = self.now() - self.started
         text = f"[privaudit +{elapsed:.0f}s] {self.counts()}; {self.running()}"
         left, unknown = self.estimate()
-        later = " and ".join(self.untracked)
+        later = _and(self.untracked)
         if unknown:
-            names = " and ".join(f"a {KIND_NAMES.get(k, (k,))[0]}" for k in unknown)
-            text += f"; time left: estimated once {names} {'has' if len(unknown) == 1 else 'have'} finished"
+            text += f"; time left: estimated once {_and([f'a {KIND_NAMES.get(k, (k,))[0]}' for k in unknown])} " \
+                    f"{'has' if len(unknown) == 1 else 'have'} finished"
         elif left is not None and (left > 0 or not (self.phase or later)):
             text += f"; about {left:.0f}s left" + (f", then {later} (not timed)" if later else "")
         elif later:
             text += f"; then {later} (not timed)"
         return text
+
+
+def _and(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
 # -- worker side ---------------------------------------------------------------------------------------------------
