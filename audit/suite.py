@@ -432,7 +432,7 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
     device's presence), to lint a suite meant for another machine."""
     from privaudit.audit.shipped import resolve_suite
 
-    path = resolve_suite(path)
+    given, path = str(path), resolve_suite(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -447,7 +447,9 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
         raise ConfigError(f"{path}: nested too deep (a suite is at most {MAX_DEPTH} levels of tables and arrays)")
     if data_dir is not None and isinstance(raw, dict):
         raw = {**raw, "data_dir": data_dir}
-    return parse_suite(raw, str(path), out=out, allow_plugins=allow_plugins, machine_checks=machine_checks)
+    # a shipped suite named by its name is recorded by that name (`privaudit run quickstart` reproduces it anywhere)
+    shown = given if path != Path(given) else str(path)
+    return parse_suite(raw, shown, out=out, allow_plugins=allow_plugins, machine_checks=machine_checks)
 
 
 def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None = None,
