@@ -135,6 +135,7 @@ def _run_stages(spec: CellSpec, executor: ExecutorSpec, progress: bool, record: 
     trained = clock("train", lambda: defense.fit(data, budget, spec.seed, device=device, progress=progress))
     record["delta"] = float(trained.claim.delta)
     record["claim"] = claim_record(trained.claim)
+    record["details"]["claim"] = trained.claim.to_dict()  # the whole claim (its event): the gate re-accounts it
     _record_init(trained, record, clock)
     record["utility"] = clock("utility", lambda: _utility(spec, trained, data, device))
     _account(trained, data, record, clock)

@@ -1,20 +1,24 @@
 """The ``privaudit`` command line: one entry point, one subcommand per module in ``privaudit.audit.commands``.
 
-Exit codes: 0 success, 1 gate failed (``run``), 2 bad input (one line on stderr naming the problem),
-3 error while running (traceback on stderr).
+Exit codes: 0 success, 1 gate failed (``run``), 2 bad input or a full disk (one line on stderr naming the
+problem), 3 error while running (traceback on stderr), 128 + N after the terminating signal N (143: SIGTERM;
+one line), 130 after Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import signal
 import sys
+import threading
 import traceback
-from typing import Sequence
+from typing import Iterator, Sequence
 
 from privaudit.audit import __version__
 from privaudit.audit.commands.common import document_ranges
-from privaudit.core.errors import ConfigError
+from privaudit.core.errors import NO_SPACE, ConfigError, DiskFull, RunStopped, Terminated
 
 # Each module defines ``register(subparsers)`` which adds its subcommand and sets ``func``. Only the module of
 # the command being run is imported (``privaudit epsilon`` never imports torch unless an accountant needs it);
@@ -112,6 +116,11 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with _terminate_on_signals():
+        return _main(argv)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         argv = sys.argv[1:] if argv is None else list(argv)
         args = build_parser(argv).parse_args(argv)
@@ -120,12 +129,48 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"privaudit: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except RunStopped as exc:  # SIGTERM or a full disk: workers stopped, nothing half-written
+        print(exc.line(), file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("privaudit: interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            traceback.print_exc()
+            return EXIT_RUN_ERROR
+        print(DiskFull(str(exc.filename or "the output"), exc.strerror or "no space left").line(), file=sys.stderr)
+        return EXIT_BAD_INPUT
     except Exception:  # noqa: BLE001 - the CLI boundary reports any failure as a run error
         traceback.print_exc()
         return EXIT_RUN_ERROR
+
+
+#: The signals that end a command like SIGTERM does: stop the workers, write nothing more, one line, 128 + N.
+TERMINATING = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _terminate_on_signals() -> Iterator[None]:
+    """While a command runs (in the main thread), a terminating signal raises :class:`Terminated` (the first
+    one: later ones are ignored while the command stops its workers), so it unwinds like Ctrl-C does; the
+    previous handlers come back afterwards. A signal the caller ignores stays ignored (``nohup``)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = [sig for sig in TERMINATING if signal.getsignal(sig) is not signal.SIG_IGN]
+
+    def stop(signum: int, frame: object) -> None:
+        for sig in caught:
+            signal.signal(sig, lambda *_: None)
+        raise Terminated(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in caught}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def entry() -> None:

@@ -36,13 +36,21 @@ sound bound of the cell is primary. Positive controls (``control = true``: a cla
 :class:`privaudit.defenses.controls.UnderNoisedControl`) are judged the other way round: a control whose claim the
 gate catches passes ("caught, as expected"), one it does not catch fails the gate, because a gate that
 cannot catch a tenfold under-noising at this suite's size has no power and its PASS would mean nothing.
+
+Strict expectations. A documented known-broken finding (a sensitivity ``expect = "violated"``, a step audit
+``expect = "refuted"``) that does not reproduce fails the gate: the auditor lost power. An ``error`` verdict (a
+setting or pair that raised) fails it, naming the exception; an ``inconclusive`` one fails it unless the suite
+allows it (``sensitivity.allow_inconclusive``); a grid cell without a result fails it (:func:`judge_run`, the one
+gate of a run, which the runner applies and ``privaudit gate`` recomputes from the run's evidence:
+:mod:`privaudit.audit.evidence`; docs/gate.md).
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
-from privaudit.audit.suite import GateConfig, SensitivityConfig
+from privaudit.audit.suite import GateConfig, SensitivityConfig, StepAuditConfig
 
 SOUND_METHODS = ("one-run", "one-run-search", "one-run-paired", "one-run-fdp", "one-run-best", "clopper-pearson",
                  "one-run-fdp-mechanism")
@@ -221,43 +229,70 @@ def gate_cells(cells: Sequence[dict[str, Any]], config: GateConfig,
 
 def sensitivity_gate(results: Sequence[dict[str, Any]], config: SensitivityConfig | None,
                      gate: GateConfig) -> tuple[list[str], list[str]]:
-    """Reasons to fail and notes from the sensitivity verdicts (``expect`` documents known-broken claims)."""
+    """Reasons to fail and notes from the sensitivity verdicts, strictly: every checked claim returns a result; an
+    ``error`` (any setting raised) fails, naming the exception; a violation fails unless the suite documents it
+    (``expect = "violated"``), and a documented violation that is not found fails (the auditor lost power); an
+    ``inconclusive`` verdict fails unless the suite allows it (``allow_inconclusive``)."""
     if config is None:
         return [], []
-    reasons, notes = [], []
-    expect = config.expect
     from privaudit.audit.sensitivity import select
 
+    reasons, notes = [], []
     seen = {r.get("claim") for r in results}
     for claim in (s.id for s in select(None if config.claims is None else list(config.claims))):
         if claim not in seen:
             reasons.append(f"sensitivity claim {claim}: no result was returned")
     for r in results:
-        claim, verdict = r.get("claim"), r.get("verdict")
-        expected = expect.get(claim, "holds")
+        r_reasons, r_notes = _sensitivity_verdict(r, config, gate)
+        reasons += r_reasons
+        notes += r_notes
+    return reasons, notes
+
+
+def _sensitivity_verdict(r: dict[str, Any], config: SensitivityConfig,
+                         gate: GateConfig) -> tuple[list[str], list[str]]:
+    """One claim's reasons and notes (see :func:`sensitivity_gate`)."""
+    from privaudit.audit.sensitivity.verdict import VERDICTS, display
+
+    claim, verdict = r.get("claim"), r.get("verdict")
+    expected = config.expect.get(claim, "holds")
+    details = r.get("config") or {}
+    reasons, notes = [], []
+    errors = list(details.get("errors") or [])
+    if verdict == "error" or errors:
+        reasons.append(f"sensitivity claim {claim} errored: " + ("; ".join(errors) or details.get("reason")
+                                                                 or "no reason recorded"))
+    if verdict not in VERDICTS:
+        reasons.append(f"sensitivity claim {claim}: unknown verdict {verdict!r}")
+    elif verdict == "violated":
         where = f" (witness: {r['witness']})" if r.get("witness") else ""
-        if verdict == "violated":
-            text = (f"sensitivity claim {claim} ({r.get('source')}) violated: observed {_fmt(r.get('observed'))} > "
-                    f"bound {_fmt(r.get('bound'))}{where}")
-            if expected == "violated":
-                notes.append(text + "; expected by the suite (known-broken claim)")
-            elif gate.fail_on_sensitivity:
-                reasons.append(text)
-            else:
-                notes.append(text + "; not gated (gate.fail_on_sensitivity = false)")
-        elif expected == "violated":
-            notes.append(f"sensitivity claim {claim} was expected violated but is {verdict}; update the suite's "
-                         "expect table if the claim was fixed")
-        elif verdict == "inconclusive":
-            notes.append(f"sensitivity claim {claim} is inconclusive within the budget")
+        text = (f"sensitivity claim {claim} ({r.get('source')}) violated: observed {_fmt(r.get('observed'))} > "
+                f"bound {_fmt(r.get('bound'))}{where}")
+        if expected == "violated":
+            notes.append(text + "; expected by the suite (known-broken claim)")
+        elif gate.fail_on_sensitivity:
+            reasons.append(text)
+        else:
+            notes.append(text + "; not gated (gate.fail_on_sensitivity = false)")
+    elif expected == "violated" and verdict != "error":
+        reasons.append(f"sensitivity claim {claim}: expected violated, found {display(verdict)} (observed "
+                       f"{_fmt(r.get('observed'))}, bound {_fmt(r.get('bound'))}): the auditor lost power; if the "
+                       "claim was fixed, update the suite's sensitivity.expect")
+    elif verdict == "inconclusive":
+        text = f"sensitivity claim {claim} is inconclusive ({details.get('reason') or 'no reason recorded'})"
+        if claim in config.allow_inconclusive:
+            notes.append(text + "; allowed by the suite (sensitivity.allow_inconclusive)")
+        else:
+            reasons.append(text + "; list it in the suite's sensitivity.allow_inconclusive if that is expected")
     return reasons, notes
 
 
 def suite_gate(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]],
                sensitivity_config: SensitivityConfig | None, config: GateConfig,
-               errors: Sequence[str] = ()) -> dict[str, Any]:
-    """The report's gate: status ``pass``/``fail``, every reason, and notes on how to read it."""
-    reasons: list[str] = [r for c in cells for r in c["gate"]["reasons"]]
+               errors: Sequence[str] = (), missing: Sequence[str] = ()) -> dict[str, Any]:
+    """The report's gate: status ``pass``/``fail``, every reason (the cells', then ``missing`` -- the grid's cells
+    without a result --, the sensitivity verdicts', then ``errors``), and notes on how to read it."""
+    reasons: list[str] = [r for c in cells for r in c["gate"]["reasons"]] + list(missing)
     s_reasons, notes = sensitivity_gate(sensitivity, sensitivity_config, config)
     reasons += s_reasons
     reasons += list(errors)
@@ -290,3 +325,57 @@ def suite_gate(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, 
     return {"status": "fail" if reasons else "pass", "reasons": reasons, "notes": notes,
             "family_wise_error": fwer, "controls": len(controls),
             "controls_caught": sum(bool(c["gate"].get("caught")) for c in controls)}
+
+
+@dataclass(frozen=True)
+class GateSettings:
+    """What the gate of a run depends on, read from the resolved suite (``Suite.to_dict()``, as ``report.json``'s
+    ``suite`` and the run's manifest hold it): thresholds, each defense's role (primary attack label, positive
+    control), the sensitivity and step-audit configurations (None: the suite has none), and the grid's cell ids."""
+
+    config: GateConfig
+    roles: dict[str, tuple[str | None, bool]]
+    sensitivity: SensitivityConfig | None
+    step_audit: StepAuditConfig | None
+    grid: tuple[str, ...]
+
+
+def gate_settings(suite: Mapping[str, Any], grid: Sequence[str]) -> GateSettings:
+    """:class:`GateSettings` of a resolved suite (its ``to_dict()``) whose grid has the cell ids ``grid``; a field
+    of the wrong shape is a ConfigError naming it."""
+    from privaudit.core.config import build_config
+
+    config = build_config(GateConfig, dict(suite.get("gate") or {}), owner="gate", prefix="gate")
+    roles = {d["label"]: (d.get("primary"), bool(d.get("control"))) for d in suite.get("defenses") or []}
+    sens = suite.get("sensitivity")
+    sensitivity = None if sens is None else SensitivityConfig(
+        None if sens.get("claims") is None else tuple(sens["claims"]), sens.get("budget_seconds"),
+        sens.get("evaluations"), int(sens.get("seed", 0)), dict(sens.get("expect") or {}),
+        tuple(sens.get("allow_inconclusive") or ()))
+    step = suite.get("step_audit")
+    step_audit = None if step is None else StepAuditConfig(
+        tuple(step["defenses"]), int(step["draws"]), step["pair"], float(step["target_epsilon"]),
+        int(step["witness_evaluations"]), int(step["seed"]), dict(step.get("expect") or {}))
+    return GateSettings(config, roles, sensitivity, step_audit, tuple(grid))
+
+
+def judge_run(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]],
+              step_results: Sequence[dict[str, Any]], settings: GateSettings,
+              errors: Sequence[str] = ()) -> dict[str, Any]:
+    """The gate of a whole run, the one implementation the runner and ``privaudit gate`` share: each cell's gate
+    (set as ``cell["gate"]``), then the suite's: the cells', every grid cell without a result (a run of part of the
+    suite does not pass its gate), the sensitivity verdicts and the step audits (strict expectations: see
+    :func:`sensitivity_gate` and :func:`privaudit.audit.step_audit.step_gate`) and ``errors``."""
+    from privaudit.audit.step_audit import step_gate
+
+    for cell, gate in zip(cells, gate_cells(cells, settings.config, settings.roles)):
+        cell["gate"] = gate
+    have = {c.get("id") for c in cells}
+    missing = [f"cell {cid}: no result (it has not run in this output directory); the gate judges the whole "
+               "suite" for cid in settings.grid if cid not in have]
+    gate = suite_gate(cells, sensitivity, settings.sensitivity, settings.config, errors, missing)
+    step_reasons, step_notes = step_gate(list(step_results), settings.step_audit)
+    gate["reasons"] += step_reasons
+    gate["notes"] += step_notes
+    gate["status"] = "fail" if gate["reasons"] else "pass"
+    return gate

@@ -56,8 +56,8 @@ from typing import Any, Mapping
 import torch
 
 from privaudit.attacks.step_distinguisher import KnownMechanism, additive_step_scores
-from privaudit.audit.step_pairs import (StepAudit, StepRequest, dirac_image, search_witness, witness_info,
-                                        write_witness)
+from privaudit.audit.step_pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
+                                        witness_info, write_witness)
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.alm.mechanisms import add_noise, log_density
 from privaudit.defenses.alm.snapping import snapped_log_mass
@@ -151,7 +151,7 @@ def _release_row(kind: str, index: int, m0: torch.Tensor, m1: torch.Tensor, cal:
                                   cal.scale, int(request.draws), request.generator(index), noise=request.noise)
     bd = request.bounds(s0, s1, index, cal.delta)
     dist = float(torch.linalg.vector_norm(diff, ord=1 if cal.norm == "l1" else 2))
-    refuted = bd.epsilon_lower > eps_claim or (cal.mechanism == "gaussian" and bd.mu_lower > mu_claim)
+    refuted = refutes(bd.mu_lower, bd.epsilon_lower, mu_claim, eps_claim, gates_mu=cal.mechanism == "gaussian")
     return {"pair": kind, "difference_norm": dist, "difference_l2": float(torch.linalg.vector_norm(diff)),
             "difference_linf": float(diff.abs().max()), "coordinates_differing": int((diff != 0).sum()),
             "sensitivity_claimed": cal.sensitivity, "noise_scale": cal.scale,
@@ -202,7 +202,7 @@ def audit_release(name: str, ctx: Any, request: StepRequest) -> StepAudit:
     assert claim is not None
     best = max(rows, key=lambda r: r["epsilon_lower"])
     return StepAudit(name, "replace-one", "example", claim, request.settings(), tuple(rows),
-                     "refuted" if any(r["verdict"] == "refuted" for r in rows) else "not refuted", best["pair"],
+                     audit_verdict(rows), best["pair"],
                      max(r["mu_lower"] for r in rows), best["epsilon_lower"], best["epsilon_lower"] / claim["epsilon"])
 
 

@@ -4,6 +4,8 @@ write the report and return the gate's exit code.
 Layout of the output directory::
 
     report.json  report.md  report.html  plots/*.png      the report (generated from report.json)
+    run.json                                              the manifest of the evidence (privaudit gate recomputes
+                                                          every verdict from it: privaudit.audit.evidence)
     timings.json                                          wall time per cell, stage and claim (not in the report)
     cells/<id>-<key>/cell.json                            a finished cell's record (written last)
     cells/<id>-<key>/attacks/<attack>/scores.npz          per-example scores, membership, variants
@@ -21,13 +23,17 @@ schema version :data:`CACHE_SCHEMA`, the cell's key, a SHA-256 digest of their o
 every file they reference (``scores.npz`` and ``result.json`` of each attack, the witnesses). A torn, corrupt or
 edited cache is recomputed, and one line on stderr says which and why. ``--only`` runs the selected cells and
 merges every other finished cell into the report, so a partial report never replaces a whole one.
+
+``--jobs N`` runs cells and side checks in worker processes that never outlive the run and never write after it
+(:mod:`privaudit.audit.workers`): a run stopped early (SIGTERM, Ctrl-C, a full disk) terminates and reaps them
+before it releases the output directory's lock, and a killed run's workers die with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import multiprocessing
 import sys
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -38,10 +44,11 @@ from typing import Any, Iterator, Sequence
 from privaudit.audit.cell import CellOutcome, ExecutorSpec, base_record, run_cell
 from privaudit.audit.failures import failure_line
 from privaudit.core.errors import ConfigError, one_of
-from privaudit.audit.gate import gate_cells, suite_gate
+from privaudit.audit.gate import gate_settings, judge_run
 from privaudit.audit.lock import output_lock
 from privaudit.audit.progress import (CELL_STAGES, Heartbeat, Progress, StageReporter, Tracked, attach,
                                       round_robin)
+from privaudit.audit.workers import worker_pool
 from privaudit.core.io import TEMP_GLOB, atomic_write_json, check_output_dir, read_json, strict, to_json
 from privaudit.audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
 
@@ -95,7 +102,7 @@ def cell_dir(out: Path, spec: CellSpec) -> Path:
 
 
 #: Version of the cached artifacts' layout (cell.json, sensitivity.json); a cache of another version is recomputed.
-CACHE_SCHEMA = 2
+CACHE_SCHEMA = 3
 
 
 def file_sha256(path: Path) -> str:
@@ -164,11 +171,17 @@ def load_cached(out: Path, spec: CellSpec) -> tuple[dict[str, Any] | None, str |
         return None, problem
     if saved.get("resolved") != strict(spec.resolved()):
         return None, "cell.json was written for another configuration"
+    return cell_record(saved)
+
+
+def cell_record(saved: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The record of a verified cell.json (:func:`read_keyed`) when it holds one whose every attack's score file is
+    among the files it holds a hash of; else (None, why)."""
     record = saved.get("record")
     if not isinstance(record, dict):
         return None, "cell.json holds no record"
     for attack in (record.get("attacks") or {}).values():
-        if not attack.get("scores") or attack["scores"] not in saved["files"]:
+        if not isinstance(attack, dict) or not attack.get("scores") or attack["scores"] not in saved["files"]:
             return None, "cell.json names a score file it holds no hash of"
     return record, None
 
@@ -195,6 +208,26 @@ def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
                 files)
     (directory / "error.json").unlink(missing_ok=True)
     return record
+
+
+#: The run's manifest and its side checks' results (the evidence :mod:`privaudit.audit.evidence` recomputes from).
+MANIFEST, SENSITIVITY, STEP_AUDIT = "run.json", "sensitivity.json", "step_audit/results.json"
+
+
+def write_manifest(out: Path, suite: Suite, sensitivity_key: str | None, step_key: str | None) -> None:
+    """Write ``run.json``, the manifest of the run's evidence (:mod:`privaudit.audit.evidence`): the resolved suite,
+    the grid, the side checks' keys and the SHA-256 of the evidence files present."""
+    suite_dict = strict(suite.to_dict())
+    grid, files = [], []
+    for spec in suite.cells():
+        directory = cell_dir(out, spec)
+        grid.append({"id": spec.id, "key": spec.key, "dir": directory.relative_to(out).as_posix()})
+        files += [directory / name for name in ("cell.json", "error.json") if (directory / name).is_file()]
+    files += [out / rel for rel in (SENSITIVITY, STEP_AUDIT) if (out / rel).is_file()]
+    evidence = {f.relative_to(out).as_posix(): file_sha256(f) for f in files}
+    write_keyed(out / MANIFEST, out, config_hash(suite_dict),
+                {"suite": suite_dict, "grid": grid, "keys": {"sensitivity": sensitivity_key, "step_audit": step_key},
+                 "evidence": evidence}, [])
 
 
 def _stage_line(spec: CellSpec, outcome: CellOutcome, index: int, total: int) -> str:
@@ -241,13 +274,17 @@ def _run_ray(cells: Sequence[CellSpec], suite: Suite) -> Iterator[CellOutcome]:
     refs = {submit(run_cell, spec, executor, False, num_cpus=suite.ray.cpus_per_cell,
                    num_gpus=suite.ray.gpus_per_cell, threads=suite.threads): spec for spec in cells}
     pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        for ref in done:
-            try:
-                yield ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
-                yield _lost_cell(refs[ref], "ray", exc)
+    try:
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                try:
+                    yield ray.get(ref)
+                except Exception as exc:  # noqa: BLE001 - a lost worker is a failed cell
+                    yield _lost_cell(refs[ref], "ray", exc)
+    finally:  # the run stopped early (SIGTERM, Ctrl-C, an error): its tasks stop with it
+        for ref in pending:
+            ray.cancel(ref, force=True)
 
 
 def _lost_cell(spec: CellSpec, where: str, exc: BaseException) -> CellOutcome:
@@ -305,7 +342,7 @@ def _read_results(path: Path, key: str, out: Path, what: str, notice: bool) -> d
 
 
 def _cached_step_audit(suite: Suite, out: Path, notice: bool = True) -> list[dict[str, Any]] | None:
-    saved = _read_results(out / "step_audit" / "results.json", _step_audit_key(suite), out, "step audit", notice)
+    saved = _read_results(out / STEP_AUDIT, _step_audit_key(suite), out, "step audit", notice)
     return None if saved is None else saved["results"]
 
 
@@ -324,7 +361,7 @@ def finish_step_audit(suite: Suite, out: Path, results: list[dict[str, Any]],
         timings[r.get("defense")] = {"seconds": seconds, "pairs": pair_seconds}
     if not errors:
         files = [out / p["witness"] for r in kept for p in r.get("pairs", []) if p.get("witness")]
-        write_keyed(out / "step_audit" / "results.json", out, _step_audit_key(suite), {"results": kept}, files)
+        write_keyed(out / STEP_AUDIT, out, _step_audit_key(suite), {"results": kept}, files)
     return kept, timings
 
 
@@ -335,7 +372,7 @@ def recompute_notice(what: str, why: str) -> None:
 
 def _cached_sensitivity(config: SensitivityConfig, out: Path,
                         notice: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
-    saved = _read_results(out / "sensitivity.json", _sensitivity_key(config), out, "sensitivity checks", notice)
+    saved = _read_results(out / SENSITIVITY, _sensitivity_key(config), out, "sensitivity checks", notice)
     return None if saved is None else (saved["results"], saved.get("timings", {}))
 
 
@@ -362,7 +399,7 @@ def finish_sensitivity(config: SensitivityConfig, out: Path,
             r["witness"] = Path(witness).resolve().relative_to(out.resolve()).as_posix()
         kept.append(r)
     witnesses = [out / r["witness"] for r in kept if r.get("witness") and (out / r["witness"]).is_file()]
-    write_keyed(out / "sensitivity.json", out, _sensitivity_key(config), {"results": kept, "timings": timings},
+    write_keyed(out / SENSITIVITY, out, _sensitivity_key(config), {"results": kept, "timings": timings},
                 witnesses)
     return kept, timings
 
@@ -425,6 +462,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     if only and not cells and not run_sens and not run_step:
         ids = ", ".join(c.id for c in suite.cells()[:5])
         raise ConfigError(f"--only: no cell matches {' '.join(only)!r}; cell ids look like: {ids}")
+    suite.check_knn_k(cells)
     if executor == "ray":
         from privaudit.attacks.ray_executor import ensure_ray
 
@@ -440,8 +478,8 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
 
     plan = _RunPlan(suite, out, cells, only, run_sens, run_step, resume, executor, progress, started, jobs)
     # public-pretrained encoders are cached in OUT/cache/pretrained (shared by cells, workers and --resume)
-    with output_lock(out), cache_in(out / "cache"):
-        return _run_locked(plan)
+    with output_lock(out) as lock, cache_in(out / "cache"):
+        return _run_locked(plan, lock.fd)
 
 
 @dataclass(frozen=True)
@@ -475,27 +513,20 @@ class _Ran:
     step_raw: tuple[list[dict[str, Any]], list[str]] | None
 
 
-def _run_locked(plan: _RunPlan) -> RunResult:
-    """The run itself, under the output directory's lock: cells, side checks, gate, report, exit code."""
+def _run_locked(plan: _RunPlan, lock_fd: int) -> RunResult:
+    """The run itself, under the output directory's lock (``lock_fd``, which worker processes hold with the
+    run): cells, side checks, gate, report, exit code."""
     clean_temporaries(plan.out)
     finished = _finished_cells(plan)
     timings: dict[str, Any] = {"created": utc_now(), "executor": plan.executor, "jobs": plan.jobs, "cells": {}}
     parallel = plan.executor == "local" and plan.jobs > 1 and (len(finished.pending) + plan.run_sens) > 1
-    tracker = Progress(jobs=plan.jobs)
-    heartbeat = Heartbeat(tracker, enabled=plan.progress)
-    pool = (ProcessPoolExecutor(max_workers=plan.jobs, mp_context=multiprocessing.get_context("spawn"),
-                                initializer=attach, initargs=(heartbeat.events,))
-            if parallel else None)
-    if pool is None:
-        tracker.jobs = 1
-    try:
-        with heartbeat:
-            side = _submit_side_checks(plan, pool, tracker)
-            ran = _run_with_progress(plan, finished.pending, side, pool, timings, tracker)
-            step_results, step_errors = _step_audit_results(plan, side.cached_step, ran.step_raw, timings, tracker)
-    finally:
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+    tracker = Progress(jobs=plan.jobs if parallel else 1)
+    with Heartbeat(tracker, enabled=plan.progress) as heartbeat, \
+            worker_pool(plan.jobs, lock_fd, attach, (heartbeat.events,)) if parallel else contextlib.nullcontext() \
+            as pool:
+        side = _submit_side_checks(plan, pool, tracker)
+        ran = _run_with_progress(plan, finished.pending, side, pool, timings, tracker)
+        step_results, step_errors = _step_audit_results(plan, side.cached_step, ran.step_raw, timings, tracker)
     sensitivity = ran.sensitivity
     if not plan.run_sens and plan.suite.sensitivity is not None and plan.only:  # --only left them out: keep them
         cached = _cached_sensitivity(plan.suite.sensitivity, plan.out, notice=False)
@@ -600,7 +631,8 @@ def _run_with_progress(plan: _RunPlan, pending: list[CellSpec], side: _SideCheck
             outcomes = _run_pool(pending, pool)
         else:
             outcomes = _run_local(pending, plan.progress, bar, tracker)
-        records, ran = _persist_outcomes(plan, outcomes, len(pending), timings, bar, tracker)
+        with contextlib.closing(outcomes):  # closed at once when the run stops early (Ray cancels its tasks)
+            records, ran = _persist_outcomes(plan, outcomes, len(pending), timings, bar, tracker)
         sensitivity, errors = _sensitivity_results(plan, side, timings, tracker)
         step_raw = _gather_step_audits(side.step_futures)
     return _Ran(records, ran, sensitivity, errors, step_raw)
@@ -696,22 +728,12 @@ def _step_audit_results(plan: _RunPlan, cached: list[dict[str, Any]] | None,
 
 def _judge(plan: _RunPlan, records: dict[str, dict[str, Any]], sensitivity: list[dict[str, Any]],
            step_results: list[dict[str, Any]], errors: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """The cells' records in the suite's order, each with its gate, and the suite's gate (cells, sensitivity
-    verdicts, step audits, errors)."""
+    """The cells' records in the suite's order, each with its gate, and the suite's gate (:func:`judge_run`, from
+    the resolved suite as the report records it: the gate ``privaudit gate`` recomputes is this one)."""
     suite = plan.suite
-    ordered = [dict(records[spec.id]) for spec in suite.cells() if spec.id in records]
-    roles = {d.label: (d.primary, d.control) for d in suite.defenses}
-    for record, gate in zip(ordered, gate_cells(ordered, suite.gate, roles)):
-        record["gate"] = gate
-    gate = suite_gate(ordered, sensitivity, suite.sensitivity if (plan.run_sens or sensitivity) else None, suite.gate,
-                      errors)
-    if step_results or plan.run_step:
-        from privaudit.audit.step_audit import step_gate
-
-        step_reasons, step_notes = step_gate(step_results, suite.step_audit)
-        gate["reasons"] += step_reasons
-        gate["notes"] += step_notes
-        gate["status"] = "fail" if gate["reasons"] else "pass"
+    grid = [spec.id for spec in suite.cells()]
+    ordered = [dict(records[cid]) for cid in grid if cid in records]
+    gate = judge_run(ordered, sensitivity, step_results, gate_settings(strict(suite.to_dict()), grid), errors)
     return ordered, gate
 
 
@@ -725,6 +747,8 @@ def _write_run_report(plan: _RunPlan, ordered: list[dict[str, Any]], sensitivity
     report = build_report(plan.suite, ordered, sensitivity, gate, only=plan.only or None)
     if step_results or plan.run_step:
         report["step_audit"] = step_results
+    write_manifest(plan.out, plan.suite, _sensitivity_key(plan.suite.sensitivity) if plan.suite.sensitivity else None,
+                   _step_audit_key(plan.suite) if plan.suite.step_audit else None)
     write_report(plan.out, report)
     timings["report"] = time.perf_counter() - start
     timings["total"] = time.perf_counter() - plan.started

@@ -45,8 +45,8 @@ import torch
 from privaudit.attacks.bounds import gdp_epsilon
 from privaudit.attacks.step_distinguisher import NOISE_MODES, gaussian_step_scores, step_mu
 from privaudit.audit.failures import failure_line
-from privaudit.audit.step_pairs import (StepAudit, StepRequest, dirac_image, search_witness, witness_info,
-                                        write_witness)
+from privaudit.audit.step_pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
+                                        witness_info, write_witness)
 from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 from privaudit.defenses.dp import bounds as dp_bounds
 from privaudit.defenses.dp.randomness import StepRandomness
@@ -198,7 +198,7 @@ def _gaussian_pair(kind: str, index: int, diff: torch.Tensor, sensitivity: float
     b = request.bounds(s0, s1, index, request.delta)
     mu_claim, eps_claim = claim["mu"], claim["epsilon"]
     norm = float(torch.linalg.vector_norm(diff))
-    refuted = b.mu_lower > mu_claim or b.epsilon_lower > eps_claim
+    refuted = refutes(b.mu_lower, b.epsilon_lower, mu_claim, eps_claim)
     return {"pair": kind, "difference_norm": norm, "sensitivity_claimed": sensitivity, "noise_std": std,
             "difference_over_sensitivity": norm / sensitivity, "mu_pair": step_mu([diff], [std]),
             "mu_lower": b.mu_lower, "epsilon_lower": b.epsilon_lower, "epsilon_from_mu": b.epsilon_from_mu,
@@ -209,10 +209,10 @@ def _gaussian_pair(kind: str, index: int, diff: torch.Tensor, sensitivity: float
 
 def _gaussian_result(name: str, relation: str, unit: str, claim: dict[str, Any], settings: dict[str, Any],
                      pairs: list[dict[str, Any]]) -> StepAudit:
-    """The defense's verdict from its pairs' (refuted when any pair is), with the largest bounds and the power
+    """The defense's verdict from its pairs' (:func:`audit_verdict`), with the largest bounds and the power
     mu_lb / mu_claim of the pair with the largest mu_lb."""
     done = [r for r in pairs if r["verdict"] != "error"]
-    verdict = "refuted" if any(r["verdict"] == "refuted" for r in done) else "not refuted" if done else "error"
+    verdict = audit_verdict(pairs)
     if not done:
         return StepAudit(name, relation, unit, claim, settings, tuple(pairs), verdict)
     best = max(done, key=lambda r: r["mu_lower"])
@@ -377,6 +377,11 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
         raise ConfigError(f"draws: need at least 8 per side, got {draws}")
     check_probability("alpha", alpha)
     check_probability("delta", delta)
+    for field, value in (("target_epsilon", target_epsilon), ("noise_multiplier", noise_multiplier)):
+        if value is not None:  # inf: a claim of nothing, zero: division by zero; neither is a step to audit
+            check_positive(field, value, finite=True)
+    if not (isinstance(witness_evaluations, int) and witness_evaluations >= 1):
+        raise ConfigError(f"witness_evaluations: must be an integer >= 1, got {witness_evaluations!r}")
     if noise not in NOISE_MODES:
         raise one_of("noise", noise, NOISE_MODES)
     if name in FEDERATED and kinds == PAIRS and pair == "all":
@@ -401,7 +406,8 @@ def summary_line(r: StepAudit) -> str:
     """The audit in one line: the claim, the measured bounds, the power and the verdict."""
     c = r.claim
     if r.verdict == "error":
-        return f"{r.defense}: error ({'; '.join(p.get('error', '') for p in r.pairs)})"
+        failed = "; ".join(f"{p['pair']} pair: {p.get('error')}" for p in r.pairs if p.get("verdict") == "error")
+        return f"{r.defense}: error ({failed or 'no pair finished'})"
     if c.get("pure"):
         return (f"{r.defense} ({r.relation}): per-release claim eps = {c['epsilon']:.3g} (pure DP, delta 0; "
                 f"canonical mu {c['mu']:.3f}); measured eps_lb = {r.epsilon_lower:.3g} ({r.best_pair} pair), "
@@ -459,7 +465,8 @@ def run_suite_step_audits(suite: Any, out: Path, progress: bool = True,
 
 
 def step_gate(results: list[dict[str, Any]], config: Any) -> tuple[list[str], list[str]]:
-    """Reasons to fail and notes: an undocumented refutation fails, a documented one (``expect``) is a note."""
+    """Reasons to fail and notes. Strict: an undocumented refutation fails; a documented one (``expect``) is a
+    note, and one that no longer reproduces fails (the auditor lost power); a pair that errored fails, named."""
     if config is None:
         return [], []
     reasons, notes = [], []
@@ -470,26 +477,35 @@ def step_gate(results: list[dict[str, Any]], config: Any) -> tuple[list[str], li
     for r in results:
         name, verdict = r["defense"], r.get("verdict")
         expected = config.expect.get(name, "not refuted")
-        if verdict == "error":
-            reasons.append(f"step audit of {name}: every pair errored")
-            continue
-        refuting = [p for p in r["pairs"] if p.get("verdict") == "refuted"]
-        pure = bool(r["claim"].get("pure"))
-        stat, claimed = ("eps_lb", "epsilon_lower") if pure else ("mu_lb", "mu_lower")
-        where = "; ".join(f"{p['pair']} pair {stat} {p[claimed]:.3g}" + (f", witness {p['witness']}"
-                                                                       if p.get("witness") else "")
-                          for p in refuting)
-        what = f"eps = {r['claim']['epsilon']:.3g} (pure DP)" if pure else f"mu = {r['claim']['mu']:.3g}"
-        text = (f"step audit of {name}: per-step claim {what} refuted by measurement ({where})"
-                if refuting else "")
-        if verdict == "refuted" and expected == "refuted":
-            notes.append(text + "; expected by the suite (documented broken claim)")
-        elif verdict == "refuted":
-            reasons.append(text)
+        errored = [p for p in r.get("pairs") or [] if p.get("verdict") == "error"]
+        reasons += [f"step audit of {name}: pair {p.get('pair')} errored: {p.get('error')}" for p in errored]
+        if verdict == "error" and not errored:
+            reasons.append(f"step audit of {name}: errored (no pair finished)")
+        if verdict == "refuted":
+            text = _refutation_text(name, r)
+            if expected == "refuted":
+                notes.append(text + "; expected by the suite (documented broken claim)")
+            else:
+                reasons.append(text)
         elif expected == "refuted":
-            notes.append(f"step audit of {name} was expected refuted but is {verdict} (power {r.get('power', 0):.2f}); "
-                         "update the suite's step_audit.expect if the claim was fixed")
+            reasons.append(f"step audit of {name}: expected refuted, found {verdict} (power "
+                           f"{r.get('power') or 0:.2f}): the auditor lost power; if the claim was fixed, update the "
+                           "suite's step_audit.expect")
+        elif verdict not in ("not refuted", "error"):
+            reasons.append(f"step audit of {name}: unknown verdict {verdict!r}")
     return reasons, notes
+
+
+def _refutation_text(name: str, r: Mapping[str, Any]) -> str:
+    """The line naming a refuted per-step claim and every refuting pair's bound and witness."""
+    refuting = [p for p in r["pairs"] if p.get("verdict") == "refuted"]
+    pure = bool(r["claim"].get("pure"))
+    stat, claimed = ("eps_lb", "epsilon_lower") if pure else ("mu_lb", "mu_lower")
+    where = "; ".join(f"{p['pair']} pair {stat} {p[claimed]:.3g}" + (f", witness {p['witness']}"
+                                                                   if p.get("witness") else "")
+                      for p in refuting)
+    what = f"eps = {r['claim']['epsilon']:.3g} (pure DP)" if pure else f"mu = {r['claim']['mu']:.3g}"
+    return f"step audit of {name}: per-step claim {what} refuted by measurement ({where})"
 
 
 STEP_HEADERS = ["defense", "relation", "pair", "claim μ", "claim ε", "μ_lb", "ε_lb", "power", "verdict", "expected",

@@ -57,8 +57,9 @@ class StepRequest:
 @dataclass(frozen=True)
 class StepAudit:
     """One defense's step audit: its relation and unit, the per-step claim, the settings, one row per pair and
-    the verdict (``refuted``, ``not refuted``, or ``error`` when every pair errored); unless every pair
-    errored, the best pair with the largest lower bounds and the power (bound / claim)."""
+    the verdict (:func:`audit_verdict`: ``refuted``, ``not refuted``, or ``error`` when a pair errored and none
+    refuted); unless every pair errored, the best pair with the largest lower bounds and the power (bound /
+    claim)."""
 
     defense: str
     relation: str
@@ -80,6 +81,36 @@ class StepAudit:
             out.update({"best_pair": self.best_pair, "mu_lower": self.mu_lower, "epsilon_lower": self.epsilon_lower,
                         "power": self.power})
         return out
+
+
+def refutes(mu_lower: float, epsilon_lower: float, mu_claim: float, epsilon_claim: float, *,
+            gates_mu: bool = True) -> bool:
+    """A pair refutes the per-step claim when a sound lower bound exceeds it: eps_lb > eps_claim, or (where the
+    claim is a Gaussian one, ``gates_mu``) mu_lb > mu_claim."""
+    return epsilon_lower > epsilon_claim or (gates_mu and mu_lower > mu_claim)
+
+
+def recorded_pair_verdict(pair: Mapping[str, Any], claim: Mapping[str, Any]) -> str:
+    """A saved pair row's verdict recomputed from its bounds and the claim (the gate's check of saved evidence):
+    a one-shot pure-DP release is judged on its row's own claim (mu only for Gaussian noise), a Gaussian step on
+    the claim's mu and epsilon."""
+    if pair.get("verdict") == "error":
+        return "error"
+    if claim.get("pure"):
+        hit = refutes(pair["mu_lower"], pair["epsilon_lower"], pair["mu_claim"], pair["epsilon_claim"],
+                      gates_mu=claim.get("mechanism") == "gaussian")
+    else:
+        hit = refutes(pair["mu_lower"], pair["epsilon_lower"], claim["mu"], claim["epsilon"])
+    return "refuted" if hit else "not refuted"
+
+
+def audit_verdict(pairs: list[dict[str, Any]]) -> str:
+    """``refuted`` when any pair refutes the claim (a refutation stands whatever else failed), else ``error`` when
+    any pair errored (the audit did not do its work: "not refuted" on the pairs left would overstate it), else
+    ``not refuted``."""
+    if any(r["verdict"] == "refuted" for r in pairs):
+        return "refuted"
+    return "error" if any(r["verdict"] == "error" for r in pairs) or not pairs else "not refuted"
 
 
 def dirac_image(like: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,9 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
     [sensitivity]
     claims = ["dpcl.mean"]    # or: all = true
     evaluations = 200         # pairs per claim (reproducible); or budget_seconds = 20 per claim
-    expect = { "dpcl.mean" = "holds" }   # or "violated": claims the suite documents as known-broken
+    expect = { "dpcl.mean" = "holds" }   # or "violated": claims the suite documents as known-broken (a
+    #                         # documented violation that is not found fails the gate: the auditor lost power)
+    # allow_inconclusive = ["alm.head-weights"]  # claims whose "inconclusive" verdict passes (any other fails)
 
     [gate]
     epsilon_slack = 0.0       # fail when eps_lb > (1 + slack) * smallest applicable epsilon
@@ -54,10 +56,11 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from privaudit.core.config import MAX_BUDGET_SECONDS, MAX_INT, MAX_SEED, build_config
 from privaudit.core.errors import ConfigError
+from privaudit.core.io import check_output_path, nesting_depth
 from privaudit.core.registry import load_reference
 
 try:
@@ -70,7 +73,7 @@ TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "see
             "step_audit")
 DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks", "primary", "control")
 ATTACK_KEYS = ("name", "label", "params")
-SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect")
+SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect", "allow_inconclusive")
 EXPECTATIONS = ("holds", "violated")
 RAY_KEYS = ("address", "cpus_per_cell", "gpus_per_cell", "cpus_per_task", "gpus_per_task")
 DEFAULT_OUT = "reports/{name}"
@@ -145,11 +148,16 @@ class AttackEntry:
 
 @dataclass(frozen=True)
 class SensitivityConfig:
+    """``[sensitivity]``: the claims checked and the budget; ``expect`` documents known-broken claims
+    (``"violated"``: a violation is a note, and not finding it fails the gate); ``allow_inconclusive`` lists the
+    claims whose ``inconclusive`` verdict the gate accepts (any other inconclusive verdict fails it)."""
+
     claims: tuple[str, ...] | None  # None: every registered claim
     budget_seconds: float | None  # per claim; None: each claim's default
     evaluations: int | None  # pairs per claim (reproducible); replaces budget_seconds
     seed: int
     expect: dict[str, str]
+    allow_inconclusive: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -250,6 +258,21 @@ class Suite:
             raise ConfigError(f"{self.path}: suite too large: {self.size_estimate()}, more than {MAX_CELLS} cells; "
                               "pass --yes-large to run it anyway")
 
+    def check_knn_k(self, cells: Sequence[CellSpec]) -> None:
+        """``knn_k`` is at most the training set (the k-NN reference set) of every dataset and seed ``cells`` use:
+        with more neighbours than members, k-NN votes over the whole training set and its accuracy is the
+        majority class's share, not a measurement. Loads each dataset once (its split draws no image)."""
+        from privaudit.core.datasets import SplitConfig, load_raw, training_set_size
+
+        config = SplitConfig(**self.splits) if self.splits else SplitConfig()
+        for dataset in dict.fromkeys(c.dataset for c in cells):
+            raw = load_raw(dataset, self.data_dir)
+            for seed in dict.fromkeys(c.seed for c in cells if c.dataset == dataset):
+                members = training_set_size(raw, seed, config)
+                if self.knn_k > members:
+                    raise ConfigError(f"{self.path}: knn_k: must be at most the training set's size ({members} "
+                                      f"members of {dataset} at seed {seed}), got {self.knn_k}")
+
     def cells(self, only: list[str] | None = None) -> list[CellSpec]:
         """The grid dataset x defense x epsilon x seed (filtered by glob patterns on the cell id)."""
         by_label = {a.label: a for a in self.attacks}
@@ -291,7 +314,8 @@ class Suite:
                 "claims": None if self.sensitivity.claims is None else list(self.sensitivity.claims),
                 "budget_seconds": self.sensitivity.budget_seconds, "evaluations": self.sensitivity.evaluations,
                 "seed": self.sensitivity.seed,
-                "expect": dict(self.sensitivity.expect)},
+                "expect": dict(self.sensitivity.expect),
+                "allow_inconclusive": list(self.sensitivity.allow_inconclusive)},
             "gate": asdict(self.gate),
             **({"step_audit": asdict(self.step_audit)} if self.step_audit is not None else {}),
         }
@@ -408,19 +432,6 @@ def _defense_class(where: _Where, key: str, name: str, allow_plugins: bool):
     return cls
 
 
-def _depth(value: Any, limit: int) -> int:
-    """Nesting depth of tables and arrays, counted without recursion, stopping past ``limit``."""
-    deepest, stack = 0, [(value, 0)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            break
-        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
 MAX_DEPTH = 16  # a suite is at most 5 levels deep (top, [[defenses]], params, a list value); more is not a suite
 
 
@@ -443,7 +454,7 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     except RecursionError:
         raise ConfigError(f"{path}: invalid TOML: nested too deep (a suite is at most {MAX_DEPTH} levels)") from None
-    if _depth(raw, MAX_DEPTH) > MAX_DEPTH:
+    if nesting_depth(raw, MAX_DEPTH) > MAX_DEPTH:
         raise ConfigError(f"{path}: nested too deep (a suite is at most {MAX_DEPTH} levels of tables and arrays)")
     if data_dir is not None and isinstance(raw, dict):
         raw = {**raw, "data_dir": data_dir}
@@ -465,6 +476,8 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
     description = _typed(where, "description", raw.get("description", ""), str, "a string")
     out_dir = out if out is not None else _typed(where, "out", raw.get("out", DEFAULT_OUT.format(name=name)),
                                                 str, "a directory path")
+    if out is None:
+        check_output_path(out_dir, f"{where.path}: out")
     datasets, data_dir = _datasets(where, raw, machine_checks)
     splits = _splits(where, raw)
     seeds = _seeds(where, raw)
@@ -691,8 +704,8 @@ def _step_audit(where: _Where, raw: Any) -> StepAuditConfig | None:
     except ConfigError as exc:
         raise where.prefix(exc) from None
     draws = _typed(where, "step_audit.draws", raw.get("draws", DEFAULT_DRAWS), int, "an integer >= 8")
-    if draws < 8:
-        raise where.error("step_audit.draws", f"must be >= 8, got {draws!r}")
+    if not 8 <= draws <= MAX_INT:
+        raise where.error("step_audit.draws", f"must lie in [8, {MAX_INT}], got {draws!r}")
     pair = _typed(where, "step_audit.pair", raw.get("pair", "all"), (str, dict),
                   "a pair kind or a table defense = pair kind")
     for key, value in (pair.items() if isinstance(pair, dict) else [("", pair)]):
@@ -702,12 +715,12 @@ def _step_audit(where: _Where, raw: Any) -> StepAuditConfig | None:
         if value not in PAIR_CHOICES:
             raise where.error(field, f"unknown value {value!r}; accepted: {', '.join(PAIR_CHOICES)}")
     eps = _typed(where, "step_audit.target_epsilon", raw.get("target_epsilon", 8.0), (int, float), "a number > 0")
-    if eps <= 0:
-        raise where.error("step_audit.target_epsilon", f"must be > 0, got {eps!r}")
+    if not (eps > 0 and math.isfinite(eps)):
+        raise where.error("step_audit.target_epsilon", f"must be a finite number > 0, got {eps!r}")
     wev = _typed(where, "step_audit.witness_evaluations", raw.get("witness_evaluations", DEFAULT_WITNESS_EVALUATIONS),
                  int, "a positive integer")
-    if wev < 1:
-        raise where.error("step_audit.witness_evaluations", f"must be >= 1, got {wev!r}")
+    if not 1 <= wev <= MAX_INT:
+        raise where.error("step_audit.witness_evaluations", f"must lie in [1, {MAX_INT}], got {wev!r}")
     seed = _typed(where, "step_audit.seed", raw.get("seed", 0), int, "an integer")
     expect = dict(_typed(where, "step_audit.expect", raw.get("expect", {}), dict, "a table"))
     for name, value in expect.items():
@@ -767,4 +780,23 @@ def _sensitivity(where: _Where, raw: Any) -> SensitivityConfig | None:
             raise where.error(f"sensitivity.expect.{c}", f"unknown claim; accepted: {', '.join(CLAIMS)}")
         if c not in checked:
             raise where.error(f"sensitivity.expect.{c}", "not among the claims this suite checks")
-    return SensitivityConfig(claims, budget, evaluations, seed, expect)
+    allowed = _allow_inconclusive(where, raw, checked, expect)
+    return SensitivityConfig(claims, budget, evaluations, seed, expect, allowed)
+
+
+def _allow_inconclusive(where: _Where, raw: Mapping[str, Any], checked: set[str],
+                        expect: Mapping[str, str]) -> tuple[str, ...]:
+    """``sensitivity.allow_inconclusive``: checked claim ids whose inconclusive verdict the gate accepts (none
+    documented as violated: such a claim must be found violated)."""
+    if "allow_inconclusive" not in raw:
+        return ()
+    key = "sensitivity.allow_inconclusive"
+    ids = _list(where, key, raw["allow_inconclusive"], str, "claim ids")
+    for i, c in enumerate(ids):
+        if c not in checked:
+            raise where.error(f"{key}[{i}]", f"{c!r} is not among the claims this suite checks; accepted: "
+                                             f"{', '.join(sorted(checked))}")
+        if expect.get(c) == "violated":
+            raise where.error(f"{key}[{i}]", f"{c!r} is expected violated (sensitivity.expect): it must be found "
+                                             "violated, not allowed to be inconclusive")
+    return tuple(dict.fromkeys(ids))

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
+from privaudit.core.errors import NO_SPACE, DiskFull
+
 if TYPE_CHECKING:  # torch is imported by whoever hands us tensors; JSON-only callers (the accountant CLI) stay light
     import torch
 
@@ -26,13 +28,24 @@ TEMP_MARK = "privaudit-tmp-"
 TEMP_GLOB = f".*.{TEMP_MARK}*.tmp"
 
 
+def check_output_path(path: str | os.PathLike[str], field: str = "--out") -> Path:
+    """``path`` as a Path, or a one-line ConfigError naming ``field`` when it is empty (or blank): an empty path
+    would be the current directory, which is never what an empty setting means."""
+    from privaudit.core.errors import ConfigError
+
+    if not str(os.fspath(path)).strip():
+        raise ConfigError(f"{field}: must be a directory path, got {os.fspath(path)!r} (to write into the current "
+                          "directory, say '.')")
+    return Path(path)
+
+
 def check_output_dir(path: str | os.PathLike[str], field: str = "--out") -> Path:
     """Fail early (a one-line ConfigError naming ``field``) when ``path`` cannot be an output directory: it is a
     file, it is not writable, or it does not exist and cannot be created (a parent is a file or read-only).
     Creates nothing; called before any training starts so that a bad ``--out`` loses no work."""
     from privaudit.core.errors import ConfigError
 
-    path = Path(path)
+    path = check_output_path(path, field)
     shown = str(path) or "."
     if path.exists() and not path.is_dir():
         raise ConfigError(f"{field}: {shown!r} exists and is not a directory")
@@ -68,7 +81,42 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     The file gets the permissions an ordinary ``open(path, "w")`` would give it (0666 less the umask),
     not the owner-only mode of the temporary file.
     """
-    path = Path(path)
+    return atomic_write_group({path: data})[0]
+
+
+def atomic_write_group(files: Mapping[str | os.PathLike[str], bytes]) -> list[Path]:
+    """Write several files all-or-nothing: every one goes to its own temporary file (fsynced) first; only when
+    all are written are they moved into place. If any write fails (a full disk, a read-only directory), the
+    temporaries are removed, no destination is touched, and the ``OSError`` propagates -- as
+    :class:`~privaudit.core.errors.DiskFull` when no space was left (ENOSPC, EDQUOT).
+
+    The final renames are metadata operations in directories just written to; a crash between two of them
+    leaves some files new and the rest old, never a torn file. In a worker process (:func:`guard_writes`) the
+    worker first checks that its run is alive, before it creates a temporary file and again before it renames."""
+    targets = [Path(target) for target in files]
+    check_writer()
+    staged: list[tuple[str, Path]] = []
+    current = None  # the file being written or moved into place
+    try:
+        for current, data in zip(targets, files.values()):
+            staged.append((_stage(current, data), current))
+        check_writer()
+        while staged:
+            tmp, current = staged[0]
+            os.replace(tmp, current)
+            staged.pop(0)
+    except BaseException as exc:
+        for tmp, _ in staged:
+            _discard(tmp)
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
+            raise DiskFull(str(current), exc.strerror or os.strerror(exc.errno)) from None
+        raise
+    return targets
+
+
+def _stage(path: Path, data: bytes) -> str:
+    """Write ``data`` to a new temporary file beside ``path`` (permissions of an ordinary new file, flushed and
+    fsynced); return its name. Nothing is left behind when this fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}", suffix=".tmp", dir=path.parent)
     try:
@@ -77,45 +125,38 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        _discard(tmp)
         raise
-    return path
+    return tmp
 
 
-def atomic_write_group(files: Mapping[str | os.PathLike[str], bytes]) -> list[Path]:
-    """Write several files all-or-nothing: every one goes to its own temporary file (fsynced) first; only when
-    all are written are they moved into place. If any write fails (a full disk, a read-only directory), the
-    temporaries are removed, no destination is touched, and the ``OSError`` propagates.
-
-    The final renames are metadata operations in directories just written to; a crash between two of them
-    leaves some files new and the rest old, never a torn file."""
-    staged: list[tuple[str, Path]] = []
+def _discard(tmp: str) -> None:
     try:
-        for target, data in files.items():
-            path = Path(target)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{TEMP_MARK}", suffix=".tmp", dir=path.parent)
-            staged.append((tmp, path))
-            os.fchmod(fd, 0o666 & ~_umask())
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
-    except BaseException:
-        for tmp, _ in staged:
-            try:
-                os.unlink(tmp)
-            except FileNotFoundError:
-                pass
-        raise
-    for tmp, path in staged:
-        os.replace(tmp, path)
-    return [path for _, path in staged]
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+
+
+#: The run's main process, in a worker process of the run (:func:`guard_writes`); None elsewhere.
+_RUN_PARENT: int | None = None
+#: How an orphaned worker ends (128 + SIGTERM, as if it had been terminated with its run).
+ORPHAN_EXIT = 143
+
+
+def guard_writes(parent: int) -> None:
+    """Make this process (a worker of the run whose main process is ``parent``) check before every write that
+    the run is still alive (:func:`check_writer`): a worker never writes into the output directory after the
+    run that owns it (and its lock) has died."""
+    global _RUN_PARENT
+    _RUN_PARENT = parent
+
+
+def check_writer() -> None:
+    """In a guarded worker (:func:`guard_writes`) whose run has died (its parent is no longer the run's main
+    process: it was re-parented), end the process at once, writing nothing and running no cleanup."""
+    if _RUN_PARENT is not None and os.getppid() != _RUN_PARENT:
+        os._exit(ORPHAN_EXIT)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -164,6 +205,20 @@ def _sanitize(obj: Any) -> Any:
 def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
     """Write ``obj`` as JSON to ``path`` atomically."""
     return atomic_write_text(path, to_json(obj) + "\n")
+
+
+def nesting_depth(value: Any, limit: int) -> int:
+    """Nesting depth of objects (dicts) and arrays (lists) in parsed data, counted without recursion (so a
+    hostile file cannot exhaust the stack), stopping once past ``limit``."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            break
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 def read_json(path: str | os.PathLike[str]) -> Any:

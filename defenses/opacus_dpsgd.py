@@ -44,6 +44,10 @@ class OpacusDPSGDConfig:
     momentum: float = 0.0
     max_grad_norm: float = 1.0
     accountant: str = "rdp"  # Opacus' accountant for calibration and its own epsilon
+    # rows per backward pass (Opacus' BatchMemoryManager: the per-example gradients of at most this many rows are
+    # held; the step is still one clipped, noised logical batch; the history's loss is then per physical batch);
+    # 0: the whole Poisson batch at once
+    max_physical_batch_size: int = 0
 
     def validate(self) -> None:
         if self.encoder not in ENCODERS:
@@ -53,6 +57,7 @@ class OpacusDPSGDConfig:
         for name in ("width", "rep_dim", "epochs", "batch_size", "lr", "max_grad_norm"):
             check_positive(name, getattr(self, name))
         check_positive("momentum", self.momentum, allow_zero=True)
+        check_positive("max_physical_batch_size", self.max_physical_batch_size, allow_zero=True)
 
 
 class OpacusDPSGD(Defense):
@@ -94,7 +99,7 @@ class OpacusDPSGD(Defense):
             else:
                 private, dp_opt, dp_loader = engine.make_private_with_epsilon(
                     target_epsilon=budget.target_epsilon, target_delta=delta, epochs=cfg.epochs, **common)
-            steps = _train(private, dp_opt, dp_loader, cfg.epochs, device, history)
+            steps = _train(private, dp_opt, dp_loader, cfg.epochs, device, history, cfg.max_physical_batch_size)
             opacus_eps = float(engine.get_epsilon(delta))
             private._close()  # removes Opacus' hooks; ``net`` keeps the trained parameters
         z = float(dp_opt.noise_multiplier)
@@ -115,19 +120,36 @@ class OpacusDPSGD(Defense):
                                "sample_rate": q, "steps": steps})
 
 
-def _train(private: torch.nn.Module, optimizer, loader, epochs: int, device, history: dict[str, list[float]]) -> int:
+def _train(private: torch.nn.Module, optimizer, loader, epochs: int, device, history: dict[str, list[float]],
+           physical: int = 0) -> int:
     """Opacus' private training loop: mean cross-entropy on each Poisson batch; returns the steps taken
-    (an empty batch is a step: the accountant counts it)."""
-    steps = 0
+    (an empty batch is a step: the accountant counts it). With ``physical`` > 0 the batches are split into
+    physical batches of at most that many rows (Opacus' ``BatchMemoryManager``), the optimizer stepping once
+    per logical batch."""
+    if physical:
+        from opacus.utils.batch_memory_manager import BatchMemoryManager
+
+        with BatchMemoryManager(data_loader=loader, max_physical_batch_size=physical, optimizer=optimizer) as split:
+            for _ in range(epochs):
+                _epoch(private, optimizer, split, device, history)
+        return epochs * len(loader)
+    return sum(_epoch(private, optimizer, loader, device, history) for _ in range(epochs))
+
+
+def _epoch(private: torch.nn.Module, optimizer, loader, device, history: dict[str, list[float]]) -> int:
+    """One pass over ``loader``; returns its batches. An empty batch takes no optimizer step (under a
+    ``BatchMemoryManager`` its end-of-batch signal is consumed instead, so the next batch's split is kept)."""
+    batches = 0
     private.train()
-    for _ in range(epochs):
-        for xb, yb in loader:
-            steps += 1
-            if len(xb) == 0:
-                continue
-            optimizer.zero_grad()
-            loss = F.cross_entropy(private(xb.to(device)), yb.to(device))
-            loss.backward()
-            optimizer.step()
-            history["loss"].append(loss.item())
-    return steps
+    for xb, yb in loader:
+        batches += 1
+        if len(xb) == 0:
+            if getattr(optimizer, "_step_skip_queue", None):
+                optimizer._check_skip_next_step()
+            continue
+        optimizer.zero_grad()
+        loss = F.cross_entropy(private(xb.to(device)), yb.to(device))
+        loss.backward()
+        optimizer.step()
+        history["loss"].append(loss.item())
+    return batches

@@ -105,7 +105,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "RunResult": ("privaudit.audit.runner", "RunResult"),
     "shipped_suites": ("privaudit.audit.shipped", "shipped_suites"),
     "write_report": ("privaudit.audit.report", "write_report"),
-    "render_report": ("privaudit.audit.report", "render_from_json"),
+    "render_report": ("privaudit.audit.evidence", "render_report"),
     "ConfigError": ("privaudit.core.errors", "ConfigError"),
 }
 

@@ -114,6 +114,58 @@ class Pausing(NoisyKernelSum):
 
         if self.config.marker:
             with Path(self.config.marker).open("a") as handle:
-                handle.write(f"{budget.target_epsilon}\n")
-        time.sleep(self.config.pause_seconds)
+                handle.write(f"{self.marker_line(budget)}\n")
+        time.sleep(self.pause_seconds())
+        self.after_pause(budget)
         return super().fit(data, budget, seed, device=device, progress=progress)
+
+    def marker_line(self, budget) -> str:
+        return str(budget.target_epsilon)
+
+    def pause_seconds(self) -> float:
+        return self.config.pause_seconds
+
+    def after_pause(self, budget) -> None:
+        pass
+
+
+class LateWriter(Pausing):
+    """Pausing, but the marker's line is the training process's pid, the pause is ``$LATE_WRITER_PAUSE`` seconds
+    (an environment variable, so the pause is no part of the cell's configuration and a resume in a process
+    without it does not wait), and after it a file is written into the run's pretrained cache (``OUT/cache``), as
+    public pretraining does: a worker that outlived a killed run would write into the output directory then. With
+    ``$LATE_WRITER_FULL_DISK`` set, that write finds the disk full (fsync fails with ENOSPC), in whichever process
+    trains."""
+
+    name = "leaky_defense:LateWriter"
+
+    def marker_line(self, budget) -> str:
+        import os
+
+        return str(os.getpid())
+
+    def pause_seconds(self) -> float:
+        import os
+
+        return float(os.environ.get("LATE_WRITER_PAUSE", "0"))
+
+    def after_pause(self, budget) -> None:
+        import errno
+        import os
+
+        from privaudit.core.io import atomic_write_bytes
+        from privaudit.defenses.pretrain import cache_dir
+
+        if cache_dir() is None:
+            return
+        real = os.fsync
+
+        def full_disk(fd: int) -> None:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+        if os.environ.get("LATE_WRITER_FULL_DISK"):
+            os.fsync = full_disk
+        try:
+            atomic_write_bytes(cache_dir() / f"late-{budget.target_epsilon:g}.bin", b"written after the pause")
+        finally:
+            os.fsync = real

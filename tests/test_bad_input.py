@@ -49,6 +49,7 @@ def top(line: str) -> str:
 
 
 NESTED = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+STEP = "[step_audit]\ndefenses = ['dp-gcl']\n"
 
 # (suite text or None, extra argv, expected fragment). Suite cases run `privaudit run {suite}`.
 SUITE_CASES = {
@@ -102,6 +103,16 @@ SUITE_CASES = {
                        "suite too large: 1002 cells (1 datasets x 501 seeds x 2 defense/epsilon pairs), 1002 attack "
                        "runs, more than 1000 cells; pass --yes-large"),
     "invalid TOML": ("name = 'bad'\n[[defenses]\n", "invalid TOML"),
+    "empty out": (suite(('out = "{out}"', 'out = ""')), "out: must be a directory path, got ''"),
+    "blank out": (suite(('out = "{out}"', 'out = "  "')), "out: must be a directory path, got '  '"),
+    "knn_k above the training set": (top("knn_k = 100000"), "knn_k: must be at most the training set's size ("),
+    "inf step-audit epsilon": (SUITE + STEP + "target_epsilon = inf\n",
+                               "step_audit.target_epsilon: must be a finite number > 0, got inf"),
+    "nan step-audit epsilon": (SUITE + STEP + "target_epsilon = nan\n",
+                               "step_audit.target_epsilon: must be a finite number > 0, got nan"),
+    "zero step-audit witness evaluations": (SUITE + STEP + "witness_evaluations = 0\n",
+                                            "step_audit.witness_evaluations: must lie in [1, "),
+    "huge step-audit draws": (SUITE + STEP + "draws = 1000000000000\n", "step_audit.draws: must lie in [8, "),
 }
 
 FILE = "{tmp}/a-file"
@@ -148,8 +159,31 @@ CLI_CASES = {
     "run --only matches nothing": (["run", "{suite}", "--only", "cifar10/*"], "--only: no cell matches"),
     "report on garbled report.json": (["report", "{tmp}/garbled"], "not a readable report"),
     "report on empty report.json": (["report", "{tmp}/empty"], "not a readable report"),
-    "report on a JSON list": (["report", "{tmp}/listed"], "not a privaudit report (missing suite"),
+    "report on a JSON list": (["report", "{tmp}/listed"], "not a privaudit report (the top level: expected an "
+                                                          "object, got a list)"),
     "report without report.json": (["report", "{tmp}"], "no report.json here"),
+    "run --out ''": (["run", "{suite}", "--out", ""], "--out: must be a directory path, got ''"),
+    "train --out ''": (["train", "--epochs", "1", "--out", ""], "--out: must be a directory path, got ''"),
+    "attack --out ''": (["attack", "--attack", "loss", "--out", ""], "--out: must be a directory path, got ''"),
+    "audit-step --out ''": (["audit-step", "--defense", "dp-gcl", "--out", ""], "--out: must be a directory path"),
+    "train --knn-k above the training set": (["train", "--knn-k", "100000", "--out", "{out}"],
+                                             "--knn-k: must be at most the training set's size ("),
+    "audit-step inf target epsilon": (["audit-step", "--defense", "dp-gcl", "--target-epsilon", "inf", "--out",
+                                       "{out}"], "argument --target-epsilon: expected a finite number, got inf"),
+    "audit-step inf noise": (["audit-step", "--defense", "dp-gcl", "--noise-multiplier", "inf", "--out", "{out}"],
+                             "argument --noise-multiplier: expected a finite number, got inf"),
+    "audit-step zero noise": (["audit-step", "--defense", "dp-gcl", "--noise-multiplier", "0", "--out", "{out}"],
+                              "argument --noise-multiplier: must be > 0, got 0"),
+    "audit-step zero witness evaluations": (["audit-step", "--defense", "dp-gcl", "--witness-evaluations", "0",
+                                             "--out", "{out}"], "argument --witness-evaluations: must be an integer "
+                                                                "in [1, 2147483647], got 0"),
+    "audit-step negative witness evaluations": (["audit-step", "--defense", "dp-gcl", "--witness-evaluations", "-5",
+                                                 "--out", "{out}"], "argument --witness-evaluations: must be an "
+                                                                    "integer in [1, 2147483647], got -5"),
+    "audit-step --draws 1e12": (["audit-step", "--defense", "dp-gcl", "--draws", "1000000000000", "--out", "{out}"],
+                                "argument --draws: must be an integer in [8, 2147483647]"),
+    "audit-step nan delta": (["audit-step", "--defense", "dp-gcl", "--delta", "nan", "--out", "{out}"],
+                             "argument --delta: expected a finite number, got nan"),
 }
 
 

@@ -191,7 +191,9 @@ def test_logit_dp_step_is_the_same_with_either_gram_engine(digits):
     assert float((grads["layerwise"] - grads["vmap"]).norm() / grads["vmap"].norm()) < 1e-4
 
 
-def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
+def test_units_beyond_the_memory_bound_go_through_the_layerwise_engine_in_chunks(monkeypatch):
+    """Beyond the single pass's memory bound the layerwise engine cuts the step into chunks
+    (defenses.dp.chunked, tests/test_dp_chunked.py) rather than falling back to vmap."""
     import privaudit.defenses.dp.layerwise as layerwise
 
     emb = Embedder(tiny("mlp"))
@@ -201,7 +203,9 @@ def test_units_beyond_the_memory_bound_fall_back_to_vmap(monkeypatch):
     assert engine_reason(emb, units) is None
     monkeypatch.setattr(layerwise, "MEMORY_LIMIT", 10)
     dense = dense_units("term", (torch.randn(3, 6, 4, dtype=torch.float64),))
-    assert "memory" in engine_reason(emb, dense)
+    assert engine_reason(emb, dense) is None
+    out = clipped_sum(emb, emb.params(), (Source(x),), dense, 0.5)
+    assert out.engine == "layerwise" and out.detail.startswith("chunked")
     assert engine_reason(emb, units) is None  # partitions: one (U, p) matrix, segments in chunks
 
 

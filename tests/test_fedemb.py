@@ -129,6 +129,20 @@ def _spy_round(defense, digits, monkeypatch, sigma=1.0):
     return model, captured, aggregate
 
 
+@pytest.mark.parametrize("name", ["dp-fedemb", "dp-fedavg"])
+def test_clients_in_chunks_give_the_same_round(digits, name):
+    """client_chunk bounds memory (one chunk's stacked backbones at a time); the clipped, noised sum is the same."""
+    models = {}
+    for chunk in (0, 2):
+        defense = make_defense(name, {**TINY, "rounds": 2, "clients_per_round": 5, "client_chunk": chunk})
+        trained = defense.fit(digits, Budget(noise_multiplier=1.0), seed=0, progress=False)
+        models[chunk] = trained
+    for key in ("loss", "clipped_fraction", "update_norm"):
+        assert models[0].history[key] == pytest.approx(models[2].history[key], rel=1e-5)
+    whole, chunked = (torch.cat([p.detach().reshape(-1) for p in models[c].model.parameters()]) for c in (0, 2))
+    assert float((whole - chunked).abs().max()) < 1e-5
+
+
 def test_fedemb_never_puts_head_parameters_into_the_noised_aggregate(digits, monkeypatch):
     fedemb = make_defense("dp-fedemb", **TINY)
     model, captured, aggregate = _spy_round(fedemb, digits, monkeypatch)

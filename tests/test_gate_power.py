@@ -1,5 +1,5 @@
 """A gate with power: primary statistics only, positive controls that must be caught, a stated and checked
-family-wise error rate, and ``privaudit gate`` printing bound, claim and margin per cell."""
+family-wise error rate (``privaudit gate`` on a real run's evidence: tests/test_gate_evidence.py)."""
 
 from __future__ import annotations
 
@@ -79,29 +79,6 @@ def test_family_wise_error_rate_on_known_mechanisms(family):
         gates = gate_cells(cells, GateConfig(), {"dp": ("canary", False)})
         failures += any(g["status"] == "fail" for g in gates)
     assert stats.binomtest(failures, suites, 0.05, alternative="greater").pvalue > 0.01, failures
-
-
-def test_gate_command_prints_margins_and_exits_with_the_gate(tmp_path, capsys):
-    rng = np.random.default_rng(2)
-    cells = [_cell("digits/dp/eps=8/seed=0", "dp", 8.0, {"canary": _rr_bound(1.0, rng)}),
-             _cell("digits/control/eps=1/seed=0", "control", 1.0, {"canary": _rr_bound(6.0, rng)})]
-    roles = {"control": ("canary", True), "dp": ("canary", False)}
-    for c, g in zip(cells, gate_cells(cells, GateConfig(), roles)):
-        c["gate"] = g
-    report = {"cells": cells, "gate": suite_gate(cells, [], None, GateConfig())}
-    (tmp_path / "report.json").write_text(json.dumps(report))
-    code = main(["gate", str(tmp_path)])
-    out = capsys.readouterr().out
-    assert code == 0 and "gate: PASS" in out and "margin" in out and "caught" in out
-    row = next(line for line in out.splitlines() if line.startswith("digits/dp/eps=8"))
-    bound = cells[0]["gate"]["comparisons"][0]["gate_eps_lower_bound"]
-    assert f"{8.0 - bound:.4g}" in row
-    report["gate"]["status"] = "fail"
-    (tmp_path / "report.json").write_text(json.dumps(report))
-    assert main(["gate", str(tmp_path)]) == 1
-    (tmp_path / "report.json").write_text("{garbled")
-    assert main(["gate", str(tmp_path)]) == 2
-    assert "not a privaudit report" in capsys.readouterr().err
 
 
 def test_heartbeat_prints_in_a_ci_log():

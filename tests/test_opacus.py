@@ -37,6 +37,20 @@ def test_opacus_defense_emits_the_claim_it_implements():
         make_defense("opacus-dpsgd").fit(data, Budget(), 0)
 
 
+def test_physical_batches_give_the_same_model():
+    """max_physical_batch_size splits each Poisson batch (Opacus' BatchMemoryManager): same steps, same model."""
+    torch.set_num_threads(1)
+    data = load_dataset("digits", seed=0)
+    models = {}
+    for physical in (0, 16):
+        trained = make_defense("opacus-dpsgd", {"epochs": 1, "max_physical_batch_size": physical}).fit(
+            data, Budget(noise_multiplier=1.0), 0)
+        models[physical] = trained
+    assert models[0].extras["steps"] == models[16].extras["steps"]
+    whole, split = (torch.cat([p.detach().reshape(-1) for p in models[k].model.parameters()]) for k in (0, 16))
+    assert float((whole - split).abs().max()) < 1e-6
+
+
 @pytest.mark.slow  # about 24 s of CPU (imports, 5 Opacus trainings); run with -m slow
 def test_opacus_example_reports_the_claim_beside_privaudits_epsilons():
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPACUS_AUDIT_TINY": "1", "OMP_NUM_THREADS": "1"}

@@ -1,10 +1,41 @@
 """The claims register: coverage of the papers' claims and the verdicts on a representative subset."""
 
+import functools
+import re
+
 import pytest
 
 from privaudit.accountants.paper_claims import PAPERS, check_claim, paper_claims
 
 CLAIMS = {c.id: c for c in paper_claims()}
+NUMBER = r"-?\d+(?:\.\d+)?(?:e[+-]?\d+)?"
+
+
+@functools.cache
+def checked(claim_id: str):
+    """Each claim checked once per test session (the accountants take seconds per claim)."""
+    return check_claim(CLAIMS[claim_id])
+
+
+def assert_text_is_true(verdict: dict) -> None:
+    """Every comparison a verdict's reason prints ("a <= b", "a > b", "a < b") holds for the printed numbers, and the
+    numbers it names are the verdict's own: "gives U" is the bracket's upper end, "lower end ... L" its lower end,
+    "above the claimed C" is a claim the upper end exceeds, "up to S" the tolerance the upper end stays within."""
+    reason, (lower, upper), claimed = verdict["reason"], verdict["bracket"], verdict["claimed"]
+    ops = {"<=": float.__le__, "<": float.__lt__, ">": float.__gt__}
+    found = re.findall(rf"({NUMBER}) (<=|<|>) ({NUMBER})", reason)
+    for a, op, b in found:
+        assert ops[op](float(a), float(b)), (verdict["verdict"], reason)
+    gives = re.search(rf" gives ({NUMBER})", reason)
+    if gives:
+        assert float(gives.group(1)) == pytest.approx(upper, rel=1e-3), reason
+    if "above the claimed" in reason:
+        assert upper > claimed and f"up to {float(re.search(rf'up to ({NUMBER})', reason).group(1)):.4g}" in reason
+        assert upper <= float(re.search(rf"up to ({NUMBER})", reason).group(1)) * (1 + 1e-3), reason
+    if verdict["verdict"] == "false":
+        assert lower is not None and float(found[0][0]) == pytest.approx(lower, rel=1e-3), reason
+    if verdict["verdict"].startswith("holds"):
+        assert found or "within its printed precision" in reason, reason
 
 
 def test_register_covers_the_issue_list():
@@ -70,18 +101,41 @@ def test_logit_dp_corollary_drops_a_factor_two():
 def test_tight_verdict_taxonomy_on_fast_rows():
     from privaudit.accountants.paper_claims import VERDICTS
 
-    imagenet = check_claim(CLAIMS["dpgcl-imagenet"]).tight
+    imagenet = checked("dpgcl-imagenet").tight
     assert imagenet.verdict == "conservative" and imagenet.upper < 0.8 * 10
-    fmnist = check_claim(CLAIMS["dpgcl-f-mnist"]).tight  # RDP says 10.88 > 10, the PLD bracket ends below 10.05
+    fmnist = checked("dpgcl-f-mnist").tight  # RDP says 10.88 > 10, the PLD bracket ends below 10.05
     assert fmnist.verdict == "holds; paper's method does not show it"
     assert fmnist.paper_accountant == "rdp" and fmnist.paper_value > 10.05 >= fmnist.upper
-    logit = check_claim(CLAIMS["logit-cor44"]).tight  # exact Gaussian: a zero-width bracket
+    logit = checked("logit-cor44").tight  # exact Gaussian: a zero-width bracket
     assert logit.verdict == "false" and logit.accountant == "gaussian" and logit.lower == logit.upper
     assert logit.noise_needed > 5 and logit.factor == pytest.approx(0.7255 / 0.6852, rel=1e-3)
-    ftrl = check_claim(CLAIMS["fedemb-tab1-ftrl-rho"]).tight
+    ftrl = checked("fedemb-tab1-ftrl-rho").tight
     assert ftrl.verdict == "holds" and ftrl.metric == "rho"
     for t in (imagenet, fmnist, logit, ftrl):
         assert t.verdict in VERDICTS and t.to_dict()["accountant"]
+
+
+@pytest.mark.parametrize("claim_id", ["dpgcl-f-mnist", "dpgcl-camelyon", "dpgcl-imagenet", "fedemb-tab1-ftrl-rho",
+                                      "logit-cor44"])
+def test_verdict_text_states_the_tolerance_and_no_false_comparison(claim_id):
+    """Every verdict kind on rows that check fast; ``test_every_claim_evaluates`` (slow) checks every row."""
+    verdict = checked(claim_id).tight.to_dict()
+    assert_text_is_true(verdict)
+    if claim_id == "dpgcl-f-mnist":  # the tight upper end 10.04 is above the claimed 10: the text says why it holds
+        assert "gives 10.04, above the claimed 10 but within its printed precision (up to 10.05: 0.5% relative)" \
+            in verdict["reason"]
+        assert "<= 10," not in verdict["reason"]
+
+
+def test_printed_comparisons_get_the_digits_they_need():
+    from privaudit.accountants.paper_claims.verdict import comparison
+
+    assert comparison(10.04, "<=", 10.05) == "10.04 <= 10.05"
+    assert comparison(10.00004, ">", 10.0) == "10.00004 > 10"  # 4 digits would print the false "10 > 10"
+    assert comparison(0.38125, "<=", 0.381251) == "0.3812 <= 0.3813"  # true as printed at 4 digits
+    for a, op, b in ((1.00000001, ">", 1.0), (2.0, "<", 2.0000000001)):
+        left, _, right = comparison(a, op, b).partition(f" {op} ")
+        assert {">": float.__gt__, "<": float.__lt__}[op](float(left), float(right))
 
 
 def test_only_an_upper_bound_is_undecided_never_false():
@@ -100,13 +154,21 @@ def test_only_an_upper_bound_is_undecided_never_false():
 
 
 @pytest.mark.slow
-def test_every_claim_evaluates():
-    from privaudit.accountants.paper_claims import VERDICTS
+def test_every_claim_evaluates(capsys):
+    """Every row of ``privaudit claims``: a verdict of the taxonomy, never false on RDP alone, and a reason whose
+    printed comparisons and numbers are true (:func:`assert_text_is_true`)."""
+    import json
 
-    for claim in paper_claims():
-        check = check_claim(claim)
-        assert check.verdict in ("reproduced", "optimistic", "conservative")
-        assert check.to_dict()["id"] == claim.id
-        assert check.tight.verdict in VERDICTS
-        if check.tight.verdict == "false":  # never on the strength of RDP alone
-            assert check.tight.lower is not None and check.tight.accountant != "rdp"
+    from privaudit.accountants.paper_claims import VERDICTS
+    from privaudit.audit.cli import main
+
+    assert main(["claims", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in rows] == [c.id for c in paper_claims()]
+    for row in rows:
+        assert row["checked"]["verdict"] in ("reproduced", "optimistic", "conservative")
+        verdict = row["verdict"]
+        assert verdict["verdict"] in VERDICTS
+        if verdict["verdict"] == "false":  # never on the strength of RDP alone
+            assert verdict["bracket"][0] is not None and verdict["accountant"] != "rdp"
+        assert_text_is_true(verdict)

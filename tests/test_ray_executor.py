@@ -51,3 +51,33 @@ def test_ray_run_equals_local_run(local_ray, tiny_suite, tiny_run, tmp_path):
     local = read_json(reference_out / "report.json")
     remote = read_json(tmp_path / "ray" / "report.json")
     assert remote == local
+
+
+@pytest.mark.parametrize("attack,params", [("lira", {"shadow_models": 4}), ("rmia", {"reference_models": 4})])
+def test_reference_models_spread_over_ray_workers_match_a_local_run(local_ray, attack, params):
+    """LiRA's / RMIA's reference models in stacks of two (the ensemble engine) as Ray tasks on two workers give
+    the same scores as the same stacks trained one after another in this process."""
+    import numpy as np
+    import torch
+
+    from privaudit.attacks.base import Target
+    from privaudit.attacks.executor import LocalExecutor, make_executor
+    from privaudit.attacks.registry import make_attack
+    from privaudit.attacks.shadow_models import DataRef
+
+    ref = DataRef("digits", seed=0)
+    defense = {"epochs": 2, "width": 4, "rep_dim": 8, "proj_hidden": 8, "proj_dim": 4, "batch_size": 64}
+    config = {**params, "max_stack": 2, "queries": 1, "n_views": 2, "n_anchors": 16, "n_population": 32}
+    results = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the workers' arithmetic (one thread each), so the comparison is exact
+    try:
+        for name, executor in (("local", LocalExecutor()), ("ray", make_executor("ray", num_cpus=1, threads=1))):
+            target = Target.train("nonprivate", ref.load(), params=defense, seed=0, data_ref=ref)
+            results[name] = make_attack(attack, config).run(target, executor=executor)
+    finally:
+        torch.set_num_threads(threads)
+    local, remote = results["local"], results["ray"]
+    assert np.array_equal(local.scores, remote.scores) and np.array_equal(local.membership, remote.membership)
+    assert all(np.array_equal(local.variants[k], remote.variants[k]) for k in local.variants)
+    assert local.metrics() == remote.metrics() and local.counts == remote.counts

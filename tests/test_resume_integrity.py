@@ -123,14 +123,18 @@ def test_a_tampered_cache_is_recomputed_with_one_line(copy, reference, capsys, t
     assert read_json(out / "report.json")["cells"][1]["attacks"]["loss"]["eps_lower_bound"] != 99.0
 
 
-def test_report_on_a_corrupt_score_file_is_one_line(copy, capsys):
+def test_report_on_a_corrupt_score_file_renders_the_failed_gate(copy, capsys):
+    """``privaudit report`` renders the gate recomputed from the evidence (docs/gate.md): a corrupt score file is
+    evidence that cannot be trusted, so the pages say FAIL and name it (the cell is left out of them, its scores
+    unread); report.json is left as it is."""
     _, out = copy
     scores(out, IDS[0]).write_bytes(b"not a zip")
-    before = {p.name: p.read_bytes() for p in out.glob("report.*")}
-    assert main(["report", str(out)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "scores.npz: unreadable score file" in err and "--resume" in err
-    assert {p.name: p.read_bytes() for p in out.glob("report.*")} == before
+    before = (out / "report.json").read_bytes()
+    assert main(["report", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "**Gate: FAIL**" in md and f"cell {IDS[0]}: its evidence cannot be trusted" in md
+    assert "attacks/loss/scores.npz was changed or is corrupt (sha256 mismatch)" in md
+    assert (out / "report.json").read_bytes() == before
 
 
 @pytest.mark.parametrize("resume", [True, False])

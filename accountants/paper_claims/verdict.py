@@ -12,7 +12,10 @@ the analytic Gaussian, zCDP of a Gaussian mechanism) decides between
 - ``conservative``: upper < :data:`CONSERVATIVE` x claimed.
 
 RDP is an upper bound only, so it can never make a claim ``false``. Claims compare at the paper's printed
-precision (:data:`~privaudit.accountants.paper_claims.readings.TOLERANCE`).
+precision: the claimed number plus half a unit of its last printed digit and
+:data:`~privaudit.accountants.paper_claims.readings.TOLERANCE` relative (:func:`slack_of`). Every reason says the
+tolerance it applied ("10.04, above the claimed 10 but within its printed precision (up to 10.55 ...)") and prints
+each comparison with enough digits that it is true as printed (:func:`comparison`).
 """
 
 from __future__ import annotations
@@ -136,6 +139,30 @@ def paper_method(claim: PaperClaim) -> Reading:
                    claim.sound.metric)
 
 
+def shown(x: float, digits: int = 4) -> str:
+    """``x`` as the verdict texts print it (``digits`` significant digits)."""
+    return f"{x:.{digits}g}"
+
+
+def comparison(a: float, op: str, b: float) -> str:
+    """"a op b" (``op``: ``<=``, ``<`` or ``>``) printed with enough digits that the printed numbers compare as the
+    numbers do (4 significant digits unless rounding would make the printed comparison false)."""
+    holds = {"<=": lambda x, y: x <= y, "<": lambda x, y: x < y, ">": lambda x, y: x > y}[op]
+    for digits in (4, 6, 8, 12, 17):
+        left, right = shown(a, digits), shown(b, digits)
+        if holds(float(left), float(right)):
+            return f"{left} {op} {right}"
+    return f"{a!r} {op} {b!r}"
+
+
+def within_precision(value: float, claim: PaperClaim, claimed: float, slack: float) -> str:
+    """The text of a value the claim allows only through its printed precision: "10.04, above the claimed 10 but
+    within its printed precision (up to 10.05: 0.5% relative)"."""
+    digit = "half a unit of its last printed digit and " if claim.kind != "noise" else ""
+    return (f"{shown(value)}, above the claimed {shown(claimed, 6)} but within its printed precision (up to "
+            f"{shown(slack)}: {digit}{TOLERANCE:.1%} relative)")
+
+
 def _false(claim: PaperClaim, best: _Candidate, lower: float, claimed: float) -> tuple[float, float, str]:
     """(factor, noise needed, reason) of a claim the tight lower end exceeds."""
     reading = claim.checked
@@ -144,9 +171,23 @@ def _false(claim: PaperClaim, best: _Candidate, lower: float, claimed: float) ->
         noise_needed = scale_needed(reading, claim, claimed) * claim.noise_values[0]
     else:
         noise_needed = _noise_needed(claim, reading, best.accountant, best.options, claimed)
-    reason = (f"even the tight lower end {lower:.4g} exceeds the claimed {claimed:g} (x{factor:.3g}); noise "
-              f"multiplier {noise_needed:.4g} would make it hold")
+    reason = (f"even the tight lower end exceeds the claim beyond its printed precision: "
+              f"{comparison(lower, '>', slack_of(claim, claimed))} (x{factor:.3g} the claimed {shown(claimed, 6)}); "
+              f"noise multiplier {noise_needed:.4g} would make it hold")
     return factor, noise_needed, reason
+
+
+def slack_of(claim: PaperClaim, claimed: float) -> float:
+    """The largest value the claim allows: the claimed number plus :data:`TOLERANCE` relative and, for a stated
+    epsilon (not a noise target), half a unit of its last printed digit."""
+    return claimed * (1 + TOLERANCE) + (half_unit(claim.stated) if claim.kind != "noise" else 0.0)
+
+
+def _meets(name: str, upper: float, claim: PaperClaim, claimed: float, slack: float) -> str:
+    """"<accountant> gives <upper> <= <claimed>", or, above the claimed number, the printed precision it is within."""
+    if upper <= claimed:
+        return f"{name} gives {comparison(upper, '<=', claimed)}"
+    return f"{name} gives {within_precision(upper, claim, claimed, slack)}"
 
 
 def _holds(claim: PaperClaim, best: _Candidate, claimed: float, slack: float,
@@ -155,25 +196,27 @@ def _holds(claim: PaperClaim, best: _Candidate, claimed: float, slack: float,
     name, upper = best.label, best.upper
     if paper_value is not None and paper_value > slack:
         return "holds; paper's method does not show it", (
-            f"{name} gives {upper:.4g} <= {claimed:g}, but the paper's accountant "
-            f"({paper_method(claim).accountant}) on the same mechanism gives {paper_value:.4g}")
+            f"{_meets(name, upper, claim, claimed, slack)}, but the paper's accountant "
+            f"({paper_method(claim).accountant}) on the same mechanism gives {comparison(paper_value, '>', slack)}")
     if upper < CONSERVATIVE * claimed:
-        return "conservative", f"{name} gives {upper:.4g}, well below the claimed {claimed:g}"
-    return "holds", f"{name} gives {upper:.4g} <= {claimed:g}"
+        return "conservative", (f"{name} gives {comparison(upper, '<', CONSERVATIVE * claimed)}, well below the "
+                                f"claimed {shown(claimed, 6)}")
+    return "holds", _meets(name, upper, claim, claimed, slack)
 
 
-def _undecided_reason(name: str, lower: float | None, upper: float, claimed: float) -> str:
+def _undecided_reason(name: str, lower: float | None, upper: float, claimed: float, slack: float) -> str:
     if lower is not None:
-        return f"the claimed {claimed:g} lies inside the bracket [{lower:.4g}, {upper:.4g}] of {name}"
-    return (f"only an upper bound applies ({name}: {upper:.4g} > {claimed:g}); no tight accountant covers "
-            "this mechanism, so it is not shown false")
+        return (f"the claim (up to {shown(slack)} with its printed precision) lies inside the bracket of {name}: "
+                f"{comparison(lower, '<=', slack)} and {comparison(slack, '<', upper)}")
+    return (f"only an upper bound applies ({name}: {comparison(upper, '>', slack)}, the claim with its printed "
+            "precision); no tight accountant covers this mechanism, so it is not shown false")
 
 
 def tight_verdict(claim: PaperClaim, epsilons: Mapping[str, EpsilonResult]) -> TightVerdict:
     """The taxonomy verdict of ``claim`` (see the module doc) from its checked reading's mechanism."""
     claimed = float(claim.target if claim.kind == "noise" else claim.stated)
     paper_value, _ = paper_method(claim).value(claim.noise_values)
-    slack = claimed * (1 + TOLERANCE) + (half_unit(claim.stated) if claim.kind != "noise" else 0.0)
+    slack = slack_of(claim, claimed)
     best, lower = _bracket(claim, epsilons, claimed)
     name, upper = best.label, best.upper
     noise_needed = None
@@ -185,6 +228,6 @@ def tight_verdict(claim: PaperClaim, epsilons: Mapping[str, EpsilonResult]) -> T
         verdict, reason = _holds(claim, best, claimed, slack, paper_value)
     else:
         verdict, factor = "undecided", upper / claimed
-        reason = _undecided_reason(name, lower, upper, claimed)
+        reason = _undecided_reason(name, lower, upper, claimed, slack)
     return TightVerdict(verdict, name, lower, upper, claimed, claim.checked.metric, paper_method(claim).accountant,
                         paper_value, factor, noise_needed, reason)

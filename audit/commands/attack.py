@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
     budget = budget_from_args(args, defense)
     executor = make_executor(args.executor, progress=not args.json)
     device = resolve_device(args.device)
-    if args.out:
+    if args.out is not None:
         check_output_dir(args.out)  # before training: a bad --out loses no work
     if args.plot:
         check_plot_path(args.plot)

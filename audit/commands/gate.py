@@ -1,20 +1,18 @@
-"""``privaudit gate DIR``: the gate of a finished run, per cell: bound, claim, margin, verdict; exit 0 or 1."""
+"""``privaudit gate DIR``: the gate of a finished run, recomputed from its evidence (:mod:`privaudit.audit.evidence`),
+per cell: bound, claim, margin, verdict; exit 0 when the recomputed gate passes, 1 when it fails (report.json's
+own status is never read as the answer), 2 when DIR holds no report."""
 
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 from typing import Any
 
 from privaudit.audit.commands.common import format_table
-from privaudit.core.errors import ConfigError
-from privaudit.core.io import read_json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gate", help="print a run's gate per cell (bound, claim, margin) and exit 1 if it failed")
-    p.add_argument("directory", help="the run's output directory (holding report.json)")
+    p.add_argument("directory", help="the run's output directory (holding report.json and the cells' evidence)")
     p.set_defaults(func=run)
 
 
@@ -39,17 +37,13 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = Path(args.directory) / "report.json"
-    if not path.is_file():
-        raise ConfigError(f"{args.directory}: no report.json here (give the output directory of privaudit run)")
-    try:
-        report = read_json(path)
-        gate = report["gate"]
-    except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"{path}: not a privaudit report ({type(exc).__name__})") from None
+    from privaudit.audit.evidence import recompute
+
+    recomputed = recompute(args.directory)
+    gate = recomputed.gate
     print(format_table(["cell", "attack", "role", "ε_lb (gate)", "claimed ε (accountant)", "margin", "verdict"],
-                       rows(report)))
-    print(f"\ngate: {gate['status'].upper()}")
+                       rows(recomputed.report)))
+    print(f"\ngate: {gate['status'].upper()} (recomputed from the evidence in {args.directory})")
     for line in gate.get("notes", []):
         print(f"  note: {line}")
     for line in gate.get("reasons", []):

@@ -1,4 +1,6 @@
-"""``privaudit report DIR``: regenerate report.md, report.html and the plots from DIR/report.json."""
+"""``privaudit report DIR``: regenerate report.md, report.html and the plots of a run, with its gate recomputed from
+its evidence (:mod:`privaudit.audit.evidence`): the pages never show a gate the evidence does not give.
+report.json itself is left as it is."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from privaudit.audit.report import render_from_json
+    from privaudit.audit.evidence import render_report
 
-    paths = render_from_json(args.directory)
+    paths = render_report(args.directory)
     print(f"wrote {', '.join(str(p) for p in paths.values())}")
     return 0

@@ -9,6 +9,7 @@ import sys
 from privaudit.audit.commands.common import integer
 from privaudit.audit.runner import EXECUTOR_CHOICES, MAX_JOBS, run_suite
 from privaudit.audit.suite import load_suite
+from privaudit.core.errors import Terminated
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,8 +37,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, out=args.out, data_dir=args.data_dir, allow_plugins=args.allow_plugins)
-    result = run_suite(suite, out=args.out, executor=args.executor, resume=args.resume, only=args.only,
-                       progress=not args.quiet, jobs=args.jobs, yes_large=args.yes_large)
+    try:
+        result = run_suite(suite, out=args.out, executor=args.executor, resume=args.resume, only=args.only,
+                           progress=not args.quiet, jobs=args.jobs, yes_large=args.yes_large)
+    except Terminated as exc:
+        raise Terminated(exc.signum, "finished cells are kept: privaudit run --resume goes on from them") from None
     gate = result.report["gate"]
     total = result.timings.get("total", 0.0)
     print(f"report: {result.out / 'report.html'} (also report.md, report.json); "

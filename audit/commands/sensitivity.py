@@ -4,7 +4,8 @@
                           [--budget-seconds S] [--evaluations N] [--seed N] [--witness-dir DIR] [--json]
 
 Exit status: 0 when no checked claim is violated (or a replay reproduced its witness), 1 when some
-claim is violated (or a replay did not reproduce), 2 on bad input.
+claim is violated (or a replay did not reproduce), 2 on bad input, 3 when the check of some claim errored
+(a setting's quantity could not be built or searched: its verdict is ``error``, the exception named).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from privaudit.audit.cli import EXIT_RUN_ERROR
 from privaudit.audit.commands.common import SEED, emit_json, format_table, integer, number
 from privaudit.core.config import MAX_BUDGET_SECONDS, MAX_INT
 from privaudit.core.errors import ConfigError
@@ -121,6 +123,14 @@ def run(args: argparse.Namespace) -> int:
             print("\nnotes:\n" + "\n".join(f"- {n}" for n in notes))
         for r in results:
             reason = r["config"].get("reason")
-            if r["verdict"] == "inconclusive" and reason:
-                print(f"{r['claim']}: inconclusive: {reason}", file=sys.stderr)
+            if r["verdict"] in ("inconclusive", "error") and reason:
+                print(f"{r['claim']}: {r['verdict']}: {reason}", file=sys.stderr)
+    return exit_code(results)
+
+
+def exit_code(results: list[dict]) -> int:
+    """3 when some claim's check errored (a violation found elsewhere does not hide it), else 1 when some claim
+    is violated, else 0."""
+    if any(r["verdict"] == "error" or r.get("config", {}).get("errors") for r in results):
+        return EXIT_RUN_ERROR
     return 1 if any(r["verdict"] == "violated" for r in results) else 0

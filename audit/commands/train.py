@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 from typing import Any
 
 from privaudit.accountants import all_epsilons
@@ -62,10 +61,14 @@ def run(args: argparse.Namespace) -> int:
     defense = make_defense(args.defense, params)
     budget = budget_from_args(args, defense)
     device = resolve_device(args.device)
-    out = None if args.no_save else Path(args.out or f"checkpoints/{args.defense}-{args.dataset}-s{args.seed}")
-    if out is not None:
-        check_output_dir(out)  # before training: a bad --out loses no work
+    out = None
+    if not args.no_save:  # before training: a bad --out loses no work
+        out = check_output_dir(args.out if args.out is not None
+                               else f"checkpoints/{args.defense}-{args.dataset}-s{args.seed}")
     data = load_dataset(args.dataset, seed=args.seed, data_dir=args.data_dir)
+    if args.knn_k > len(data.train):  # more neighbours than members: k-NN accuracy would be the majority share
+        raise ConfigError(f"--knn-k: must be at most the training set's size ({len(data.train)} members of "
+                          f"{args.dataset} at seed {args.seed}), got {args.knn_k}")
 
     start = time.perf_counter()
     trained = defense.fit(data, budget, args.seed, device=device, progress=not args.json)

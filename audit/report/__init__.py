@@ -20,7 +20,8 @@ bytes. When a run happened and how long each part took are in ``timings.json`` b
         gate       {status, reasons, comparisons: [{attack, eps_lower_bound, method, epsilon,
                                                     accountant, verdict, reason, [eps_lb_any_mechanism]}]}
                    (where an attack reports eps_lb_mechanism, that is the compared bound)
-        details    cache key, defense name and resolved parameters, every accountant's full result, error
+        details    cache key, defense name and resolved parameters, the claim in full (its event: what
+                   ``privaudit gate`` re-accounts), every accountant's full result, error
     sensitivity  the objects ``privaudit sensitivity --json`` prints (claim, source, relation, bound,
                  observed, ratio, verdict, witness, config)
     gate         {status: "pass" | "fail", reasons, notes}
@@ -34,7 +35,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
-from privaudit.core.errors import ConfigError
+from privaudit.core.errors import ConfigError, DiskFull
 from privaudit.core.io import atomic_write_group, strict
 
 TOP_LEVEL = ("suite", "version", "git_commit", "device", "cells", "sensitivity", "gate")
@@ -85,10 +86,10 @@ def build_report(suite, cells: Sequence[dict[str, Any]], sensitivity: Sequence[d
     })
 
 
-def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
-    """Render plots, ``report.md``, ``report.html`` and ``report.json`` in memory, then write them all-or-nothing
-    (:func:`privaudit.core.io.atomic_write_group`): a write that fails (full disk, read-only directory) replaces none of
-    them and is one line (ConfigError naming ``--out``)."""
+def write_report(out: str | Path, report: dict[str, Any], *, with_json: bool = True) -> dict[str, Path]:
+    """Render plots, ``report.md``, ``report.html`` and (``with_json``) ``report.json`` in memory, then write them
+    all-or-nothing (:func:`privaudit.core.io.atomic_write_group`): a write that fails (full disk, read-only
+    directory) replaces none of them and is one line (ConfigError naming ``--out``)."""
     from privaudit.audit.report import html, markdown
     from privaudit.audit.report.plots import all_plots
     from privaudit.core.io import to_json
@@ -100,35 +101,13 @@ def write_report(out: str | Path, report: dict[str, Any]) -> dict[str, Path]:
     rel = {name: str(p.relative_to(out)) for name, (p, _) in files.items()}
     files["report.md"] = (out / "report.md", markdown.render(report, rel).encode("utf-8"))
     files["report.html"] = (out / "report.html", html.render(report, figures).encode("utf-8"))
-    files["report.json"] = (out / "report.json", (to_json(report) + "\n").encode("utf-8"))
+    if with_json:
+        files["report.json"] = (out / "report.json", (to_json(report) + "\n").encode("utf-8"))
     try:
         atomic_write_group({path: data for path, data in files.values()})
-    except OSError as exc:
+    except (OSError, DiskFull) as exc:
         raise ConfigError(f"--out: cannot write the report to {str(out)!r}: {exc.strerror or exc}; "
                           "no report file was replaced") from None
     return {name: path for name, (path, _) in files.items()}
 
 
-def read_report(out: str | Path) -> dict[str, Any]:
-    """``out/report.json`` as written by :func:`write_report`, or a one-line ConfigError saying what is wrong."""
-    from privaudit.core.io import read_json
-
-    path = Path(out) / "report.json"
-    if not path.is_file():
-        raise ConfigError(f"{out}: no report.json here (give the output directory of privaudit run)")
-    try:
-        report = read_json(path)
-    except (OSError, ValueError) as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else "empty"
-        raise ConfigError(f"{path}: not a readable report ({type(exc).__name__}: {reason}); "
-                          "rerun privaudit run --resume to rebuild it") from None
-    missing = [k for k in TOP_LEVEL if not isinstance(report, dict) or k not in report]
-    if missing or not isinstance(report["cells"], list) or not all(isinstance(c, dict) for c in report["cells"]):
-        what = f"missing {', '.join(missing)}" if missing else "cells is not a list of objects"
-        raise ConfigError(f"{path}: not a privaudit report ({what}); rerun privaudit run --resume to rebuild it")
-    return report
-
-
-def render_from_json(out: str | Path) -> dict[str, Path]:
-    """Regenerate the Markdown, HTML and plots of ``out/report.json``."""
-    return write_report(out, read_report(out))

@@ -4,7 +4,9 @@ For each claim, each of its settings (see :mod:`privaudit.audit.sensitivity.regi
 what is left of the claim's budget; the search (:mod:`privaudit.audit.sensitivity.search`) runs on the target
 the defense's privatized quantity gives at that setting. The claim's result is the setting with the
 largest observed / bound ratio; once a setting violates its bound the remaining settings are skipped.
-A violated claim's witness is written to ``witness_dir`` (:mod:`privaudit.audit.sensitivity.witness`).
+A violated claim's witness is written to ``witness_dir`` (:mod:`privaudit.audit.sensitivity.witness`). A
+setting whose quantity cannot be built or searched is named in ``config.errors`` and makes the verdict
+``error`` (unless another setting violated the bound): the gate and ``privaudit sensitivity`` fail on it.
 
 Each result is a :class:`SensitivityResult`, whose ``to_dict()`` has exactly the keys ``claim, source,
 relation, bound, observed, ratio, verdict, witness, config`` (``config`` holds the setting, the bound's
@@ -103,8 +105,9 @@ def growth_table(spec: ClaimSpec, per_setting: list[dict[str, Any]]) -> dict[str
 @dataclass(frozen=True)
 class SensitivityResult:
     """One claim's check (see the module doc): the claim, its source and relation, the bound at the reported
-    setting, the largest distance observed there and their ratio, the verdict (``holds``, ``violated`` or
-    ``inconclusive``), the witness file of a violation (None otherwise) and the ``config`` details."""
+    setting, the largest distance observed there and their ratio, the verdict (``holds``, ``violated``,
+    ``inconclusive`` or ``error``: :mod:`~privaudit.audit.sensitivity.verdict`), the witness file of a violation
+    (None otherwise) and the ``config`` details."""
 
     claim: str
     source: str
@@ -162,18 +165,17 @@ def _search_settings(spec: ClaimSpec, ctx: Context, budget: float, evaluations: 
         start = time.perf_counter()
         try:
             target = spec.target(setting, ctx)
-        except Exception as exc:  # noqa: BLE001 - a quantity that cannot be built makes the claim inconclusive
-            errors.append(failure_line(f"setting {setting.to_dict()}", exc))
             setup_seconds += time.perf_counter() - start
+            gen = torch_generator(ctx.seed, "sensitivity", spec.id, index)
+            pool = _rubinstein_pool(spec, target)
+            if evaluations is not None:
+                res = search(target, gen, evaluations=max(evaluations // len(settings), 4), rubinstein_pool=pool)
+            else:
+                share = max((budget - spent) / (len(settings) - index), 0.05 * budget / len(settings))
+                res = search(target, gen, seconds=share, rubinstein_pool=pool)
+        except Exception as exc:  # noqa: BLE001 - a setting that raises is named; the claim's verdict is "error"
+            errors.append(failure_line(f"setting {setting.to_dict()}", exc))
             continue
-        setup_seconds += time.perf_counter() - start
-        gen = torch_generator(ctx.seed, "sensitivity", spec.id, index)
-        pool = _rubinstein_pool(spec, target)
-        if evaluations is not None:
-            res = search(target, gen, evaluations=max(evaluations // len(settings), 4), rubinstein_pool=pool)
-        else:
-            share = max((budget - spent) / (len(settings) - index), 0.05 * budget / len(settings))
-            res = search(target, gen, seconds=share, rubinstein_pool=pool)
         spent += res.seconds
         summary = _setting_summary(target, res)
         per_setting.append(summary)
@@ -201,10 +203,11 @@ def _best_details(spec: ClaimSpec, target: Target, res: SearchResult, tol: float
         details["errors"] = searched.errors
     if searched.skipped:
         details["skipped_settings"] = searched.skipped
-    if v == "inconclusive":
+    if v == "error":
+        details["reason"] = "; ".join(searched.errors)
+    elif v == "inconclusive":
         details["reason"] = ("the bound is sampled (no closed form): the search can refute it but not confirm it"
                              if not spec.closed_form else
-                             "; ".join(searched.errors) if searched.errors else
                              f"the budget did not cover every setting (each needs {MIN_PAIRS} pairs and both phases)")
     details["budget"] = budget_account(per_setting, best_index=per_setting.index(next(
         s for s in per_setting if s["setting"] == target.setting)))
@@ -235,13 +238,17 @@ def check_claim(spec: ClaimSpec, ctx: Context, *, budget_seconds: float | None =
                               "search_seconds": round(searched.search_seconds, 3), "notes": list(spec.notes)}
     if searched.best is None:
         config["reason"] = "; ".join(searched.errors) or "no setting could be searched"
-        return SensitivityResult(spec.id, spec.source, spec.relation, None, None, None, "inconclusive", None, config)
+        config["errors"] = searched.errors
+        return SensitivityResult(spec.id, spec.source, spec.relation, None, None, None,
+                                 "error" if searched.errors else "inconclusive", None, config)
     target, res = searched.best
     found = res.best
     observed = found.distance if found is not None else None
     tol = tolerance(found.fa, found.fb, target.bound, target.norm) if found is not None else 0.0
     covered = all(s["covered"] for s in searched.per_setting) and not searched.errors and not searched.skipped
     v = verdict(observed, target.bound, tol, closed_form=spec.closed_form, covered=covered)
+    if searched.errors and v != "violated":
+        v = "error"  # a setting raised: the check did not do its work (a violation elsewhere stands)
     config.update(_best_details(spec, target, res, tol, v, searched))
     ratio = _ratio(observed, target.bound)
     witness = None

@@ -10,7 +10,11 @@ found (``observed``) and the verdict compares it with the bound:
   evidence, not proof: a search cannot certify a supremum.
 * ``inconclusive`` — the bound has no closed form (a *sampled* sensitivity: exceeding it is a
   violation, not exceeding it decides nothing), or the budget ran out before every configuration
-  was searched, or the quantity could not be built.
+  was searched.
+* ``error`` — building or searching some setting raised (the exception is named in the result's
+  ``config.errors``), and no setting violated the bound: the check did not do its work, and the
+  gate fails on it (a violation found at another setting stays ``violated``, and the gate still
+  fails on the error).
 
 Tolerance. Both outputs are computed in floating point; a rounding error must never read as a
 violation. Each output coordinate is the result of accumulated sums and products, whose error is at
@@ -35,7 +39,7 @@ import torch
 from privaudit.core.errors import one_of
 
 NORMS = ("l1", "l2")
-VERDICTS = ("holds", "violated", "inconclusive")
+VERDICTS = ("holds", "violated", "inconclusive", "error")
 ROUNDING_DEPTH = 256
 
 
@@ -93,3 +97,21 @@ def verdict(observed: float | None, bound: float | None, tol: float, *, closed_f
     if closed_form and covered:
         return "holds"
     return "inconclusive"
+
+
+def recorded_verdict(result: dict) -> str:
+    """A saved result's verdict recomputed from its numbers (the gate's check of saved evidence): the observed
+    distance, the bound and the tolerance of the reported setting, the claim's closed form and whether every
+    setting was covered (none skipped, none errored); a setting that errored makes it ``error`` unless the bound
+    is violated. A non-finite observation is saved as null; with a witness on record it stays ``violated``."""
+    config = result.get("config") or {}
+    errors = config.get("errors") or []
+    settings = config.get("settings") or []
+    covered = bool(settings) and all(s.get("covered") for s in settings) and not errors \
+        and not config.get("skipped_settings")
+    observed, bound = result.get("observed"), result.get("bound")
+    if observed is None and bound is not None and result.get("verdict") == "violated" and result.get("witness"):
+        return "violated"
+    v = verdict(observed, bound, float(config.get("tolerance") or 0.0), closed_form=bool(config.get("closed_form")),
+                covered=covered)
+    return "error" if errors and v != "violated" else v

@@ -16,7 +16,7 @@ from privaudit.core.datasets.registry import (
     missing_files,
     resolve_data_dir,
 )
-from privaudit.core.datasets.splits import MembershipData, Split, SplitConfig, make_splits
+from privaudit.core.datasets.splits import MembershipData, Split, SplitConfig, make_splits, training_set_size
 
 
 def load_dataset(name: str, *, seed: int = 0, data_dir: str | os.PathLike[str] | None = None,
@@ -28,4 +28,5 @@ def load_dataset(name: str, *, seed: int = 0, data_dir: str | os.PathLike[str] |
 __all__ = [
     "DATA_DIR_ENV", "DATASETS", "DatasetInfo", "MembershipData", "RawDataset", "Split", "SplitConfig",
     "get_spec", "install_hint", "load_dataset", "locate", "load_raw", "make_splits", "missing_files", "resolve_data_dir",
+    "training_set_size",
 ]

@@ -126,6 +126,16 @@ def _to_split(raw: RawDataset, rows: np.ndarray) -> Split:
 def make_splits(raw: RawDataset, seed: int, config: SplitConfig | None = None) -> MembershipData:
     """Partition ``raw`` into public / shadow / pool / test and draw pool membership, all from ``seed``."""
     config = config or SplitConfig()
+    public_rows, shadow_rows, pool_rows, test_rows, membership = split_rows(raw, seed, config)
+    return MembershipData(
+        info=raw.info, seed=seed, public=_to_split(raw, public_rows), shadow=_to_split(raw, shadow_rows),
+        pool=_to_split(raw, pool_rows), membership=torch.from_numpy(membership), test=_to_split(raw, test_rows),
+        config=config)
+
+
+def split_rows(raw: RawDataset, seed: int, config: SplitConfig) -> tuple[np.ndarray, ...]:
+    """The rows of the public, shadow, pool and test parts, and the pool's membership mask (bool), drawn from
+    ``seed`` alone (no image is copied: :func:`training_set_size` needs only these)."""
     config.validate()
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x5EED]))
     n = len(raw.labels)
@@ -151,7 +161,10 @@ def make_splits(raw: RawDataset, seed: int, config: SplitConfig | None = None) -
     pool_rows = np.sort(rest[n_public + n_shadow:])
     if len(pool_rows) < 4 or len(test_rows) < 2:
         raise ConfigError(f"dataset {raw.info.name!r}: too few examples ({n}) for the requested splits")
-    membership = torch.from_numpy(rng.random(len(pool_rows)) < config.inclusion_probability)
-    return MembershipData(
-        info=raw.info, seed=seed, public=_to_split(raw, public_rows), shadow=_to_split(raw, shadow_rows),
-        pool=_to_split(raw, pool_rows), membership=membership, test=_to_split(raw, test_rows), config=config)
+    membership = rng.random(len(pool_rows)) < config.inclusion_probability
+    return public_rows, shadow_rows, pool_rows, test_rows, membership
+
+
+def training_set_size(raw: RawDataset, seed: int, config: SplitConfig | None = None) -> int:
+    """How many examples the target model of ``seed`` trains on (the members of :func:`make_splits`' pool)."""
+    return int(split_rows(raw, seed, config or SplitConfig())[-1].sum())

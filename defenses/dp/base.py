@@ -342,8 +342,7 @@ class DPDefense(Defense):
                 out = StepOutput(zero_sum(embedder, ctx.params, cfg.clip, self.unit_kind), float("nan"))
             else:
                 out = self.compute(ctx, x[idx.to(x.device)], rnd)
-            engines = counter["engines"]
-            engines[out.clipped.engine] = engines.get(out.clipped.engine, 0) + 1
+            _count_engine(counter, out.clipped)
             total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
             rel = release(total, noise_std, rnd.generator("noise", gradient.name), normalizer=normalizer,
                           canaries=canaries_at(canaries, t), canary_bound=canary_bound)
@@ -371,6 +370,8 @@ class DPDefense(Defense):
         counter = dp.pop("overflow_counter")
         dp["overflowed_steps"] = counter["overflowed"]
         dp["engine_steps"] = dict(counter["engines"])  # steps per engine (auto picks per step, see gradients)
+        if "chunks" in counter:  # steps the layerwise engine ran in chunks, by plan (defenses.dp.chunked)
+            dp["engine_chunks"] = dict(counter["chunks"])
         snr = history.get("grad_snr", [])
         dp["grad_snr_first"] = snr[0] if snr else None
         frac = [v for v in history.get("clipped_fraction", []) if not math.isnan(v)]
@@ -418,6 +419,16 @@ class DPDefense(Defense):
     def base_params(self, plan: SamplingPlan) -> dict[str, float]:
         cfg = self.config
         return {"C": cfg.clip, "B": plan.batch_size, "tau": cfg.temperature, "N": plan.n}
+
+
+def _count_engine(counter: dict[str, Any], clipped: ClippedSum) -> None:
+    """Count the step under the engine that computed its clipped sum, and under its chunk plan where the
+    layerwise engine cut the step into chunks for memory (:mod:`privaudit.defenses.dp.chunked`)."""
+    engines = counter["engines"]
+    engines[clipped.engine] = engines.get(clipped.engine, 0) + 1
+    if clipped.detail:
+        chunks = counter.setdefault("chunks", {})
+        chunks[clipped.detail] = chunks.get(clipped.detail, 0) + 1
 
 
 def quantity(claim_id: str, source: str, relation: str, fn: Callable[..., torch.Tensor],

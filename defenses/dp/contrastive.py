@@ -68,10 +68,12 @@ def embed(ctx, sources: Sequence[Source], record: bool = True) -> tuple[torch.Te
     """
     if tracking():
         return ctx.embedder.embed_sources(ctx.params, sources)
+    from privaudit.defenses.dp.chunked import records
     from privaudit.defenses.dp.layerwise import engine_model_reason, record
 
-    if record and engine_model_reason(ctx.embedder) is None:
+    if record and engine_model_reason(ctx.embedder) is None and records(ctx.embedder, ctx.params, sources):
         # Record the forward pass once; the layerwise engine's clipped sum reuses it (no second forward).
+        # (A pass too large to record whole is recorded in chunks of rows by the engine: defenses.dp.chunked.)
 
         tape = record(ctx.embedder, ctx.params, sources)
         ctx.embedder.tape = tape

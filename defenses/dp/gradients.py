@@ -90,6 +90,7 @@ class ClippedSum:
     clip: float
     kind: str
     engine: str = "vmap"
+    detail: str = ""  # the layerwise engine's chunks, where memory made it cut the step (defenses.dp.chunked)
 
     @property
     def n_units(self) -> int:
@@ -131,10 +132,14 @@ def clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources:
     if engine != "vmap":
         reason = engine_reason(embedder, units, engine)
         if reason is None:
+            from privaudit.defenses.dp.chunked import chunked_clipped_sum, single_pass
             from privaudit.defenses.dp.layerwise import layerwise_clipped_sum
 
-            out = layerwise_clipped_sum(embedder, params, sources, units, clip, chunk, tape)
-            return ClippedSum(out.total, out.norms, clip, units.kind, "layerwise")
+            if single_pass(embedder, params, sources, units):
+                out = layerwise_clipped_sum(embedder, params, sources, units, clip, chunk, tape)
+            else:  # the single pass would not fit in memory: units and rows in chunks
+                out = chunked_clipped_sum(embedder, params, sources, units, clip, tape)
+            return ClippedSum(out.total, out.norms, clip, units.kind, "layerwise", out.detail)
         if engine == "layerwise":
             raise ValueError(f"layerwise engine: {reason}")
         if reason not in _WARNED:

@@ -44,7 +44,7 @@ Pull = Callable[[torch.Tensor], Grads]  # per-row cotangents (R, K) -> the layer
 
 
 class GramAccumulator(Protocol):
-    """What a rule adds its row Grams to (:class:`privaudit.defenses.dp.row_grams._Grams`); each method adds
+    """What a rule adds its row Grams to (:class:`privaudit.defenses.dp.row_grams.Grams`); each method adds
     one kind of contribution for rows with inputs a and output gradients b (R, K, ...) and returns its
     pull-back of per-row cotangents."""
 
@@ -64,6 +64,8 @@ class LayerRule(ABC):
     segmented: ClassVar[tuple[str, ...]] = ()
     #: whether :func:`layer_rule` may use this rule for subclasses of the registered type
     serves_subclasses: ClassVar[bool] = False
+    #: how the partition engine gets this layer's unit gradients (for engine reports)
+    summary: ClassVar[str] = "per-row gradients summed into units"
 
     def unsupported(self, mod: nn.Module, where: str) -> str | None:
         """Why this instance (at module path ``where``) has no per-row rule after all, or None."""
@@ -149,7 +151,10 @@ def ws_backward(w: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     inv = torch.rsqrt(var + 1e-5)
     w_hat = (wf - mean) * inv
     gf = g.reshape(*g.shape[:-w.dim()], w.shape[0], -1)
-    out = inv * (gf - gf.mean(-1, keepdim=True) - w_hat * (gf * w_hat).mean(-1, keepdim=True))
+    along = (gf * w_hat).mean(-1, keepdim=True)
+    out = gf - gf.mean(-1, keepdim=True)  # in place from here: g may be (units, *w.shape), the size of a model
+    out.sub_(w_hat * along)
+    out.mul_(inv)
     return out.reshape(g.shape)
 
 
@@ -167,6 +172,7 @@ class LinearRule(LayerRule):
     """g = sum_r b_r a_r^T over every position of row r's input (R, ..., in); bias sum_r b_r."""
 
     segmented = ("weight",)
+    summary = "weight: segment sums as one batched product; bias: per-row sums into units"
 
     def row_grads(self, mod, params, a, b):
         return {"bias": b.reshape(b.shape[0], -1, b.shape[-1]).sum(1)} if "bias" in params else {}
@@ -258,6 +264,7 @@ class Conv2dRule(ChannelRule):
 
     segmented = ("weight",)
     standardised: ClassVar[bool] = False  # weight standardisation (WSConv2d)
+    summary = "weight: segment sums as one grouped-convolution backward (a group per segment); bias: per-row sums"
 
     def unsupported(self, mod, where):
         if mod.groups != 1 or mod.padding_mode != "zeros" or isinstance(mod.padding, str):
@@ -290,7 +297,7 @@ class Conv2dRule(ChannelRule):
         return max(1, out[:rows].numel() // (rows * out.shape[1])), mod.in_channels * math.prod(mod.kernel_size)
 
     def grams(self, acc, mod, params, a, b):
-        """The weight by ghost products or materialised gradients (:meth:`_Grams.conv_weight`), the bias
+        """The weight by ghost products or materialised gradients (:meth:`Grams.conv_weight`), the bias
         by its materialised per-row gradients."""
         pulls = []
         if "weight" in params:
@@ -306,6 +313,7 @@ class WSConv2dRule(Conv2dRule):
     """A weight-standardised convolution: the convolution's rule, then the standardisation's VJP."""
 
     standardised = True
+    summary = Conv2dRule.summary + "; then weight standardisation's VJP on the unit sums"
 
     def parametrisation_vjp(self, mod, params, name, g):
         return ws_backward(params["weight"], g) if name == "weight" else g
@@ -314,6 +322,8 @@ class WSConv2dRule(Conv2dRule):
 @register_layer_rule(nn.GroupNorm)
 class GroupNormRule(ChannelRule):
     """Weight sum_l b_{r,c,l} x_hat_{r,c,l} (x_hat the normalised input), bias sum_l b_{r,c,l}."""
+
+    summary = "per-row products with the normalised input, summed into units"
 
     def row_weight(self, mod, a, b3):
         x_hat = F.group_norm(a, mod.num_groups, None, None, mod.eps).reshape(b3.shape)

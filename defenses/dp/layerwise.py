@@ -106,23 +106,26 @@ def engine_model_reason(embedder: Embedder) -> str | None:
     return cache["reason"]
 
 
-MEMORY_LIMIT = 1 << 25  # floats the layerwise engine may materialise at once (128 MB); beyond, vmap in chunks
-ROW_LIMIT = 1 << 13  # rows of the replicated forward pass of dense units
+MEMORY_LIMIT = 1 << 25  # floats of dense units' gradients in one pass (128 MB); beyond, in chunks (chunked.py)
+ROW_LIMIT = 1 << 13  # rows of the replicated forward pass of dense units; beyond, in chunks
 
 
 def units_reason(units: Units, n_params: int | None = None, auto: bool = False) -> str | None:
-    """None for dense units or units that partition the rows (and fit in memory), else why the layerwise
-    engine does not clip them. ``auto``: also None only where the layerwise engine is the faster one."""
+    """None for dense units or units that partition the rows, else why the layerwise engine does not clip
+    them. ``auto``: also None only where the layerwise engine is the faster one.
+
+    Dense units beyond the single pass's memory bounds go in chunks (:mod:`privaudit.defenses.dp.chunked`),
+    which ``auto`` takes: ``vmap`` would hold the same (chunk, p) gradients and backpropagate every row
+    once per unit (U R rows), more than the chunks' R_own + U R_shared.
+    """
     rows = sum(int(c.shape[-2]) for c in units.cotangents) if units.dense else (
         sum(int(o.numel()) for _, o in units.row_owners) if units.row_owners is not None else None)
     if n_params is not None and rows is not None:
         if units.dense:
             dim = int(units.cotangents[0].shape[-1])
             replicas = min(len(units), dim)
-            if len(units) * n_params > MEMORY_LIMIT or replicas * rows > ROW_LIMIT:
-                return (f"{len(units)} dense units x {n_params} parameters or {replicas} x {rows} replicated rows "
-                        "exceed the layerwise engine's memory bound")
-            if auto:
+            beyond = len(units) * n_params > MEMORY_LIMIT or replicas * rows > ROW_LIMIT
+            if auto and not beyond:
                 # Rows through the backward: layerwise R_own + min(U, D) R_shared (_dense_unit_grads), vmap
                 # U R; layerwise is the faster below about 3/4 of vmap's rows (CPU, docs/notes/defenses-attacks.md).
                 shared = sum(int((c.ne(0).any(-1).sum(0) > 1).sum()) for c in units.cotangents)
@@ -144,7 +147,7 @@ def units_reason(units: Units, n_params: int | None = None, auto: bool = False) 
 
 
 @dataclass
-class _Call:
+class Call:
     """One call of a layer: which source, its input and its output (in the autograd graph)."""
 
     source: int
@@ -160,7 +163,7 @@ class Tape:
     sources: tuple[Source, ...]
     zs: tuple[torch.Tensor, ...]
     layers: list[Layer]
-    calls: dict[str, list[_Call]] = field(default_factory=dict)
+    calls: dict[str, list[Call]] = field(default_factory=dict)
 
     def matches(self, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> bool:
         return (len(sources) == len(self.sources) and all(a.x is b.x and a.tower == b.tower
@@ -171,35 +174,44 @@ class Tape:
         """Every recorded layer output, layer by layer and call by call."""
         return [call.out for layer in self.layers for call in self.calls[layer.name]]
 
-    def output_grads(self, grad_outputs: Sequence[torch.Tensor]) -> dict[str, list[torch.Tensor]]:
+    def output_grads(self, grad_outputs: Sequence[torch.Tensor], retain: bool = False) -> dict[str, list[torch.Tensor]]:
         """One backward pass from the embeddings with ``grad_outputs`` (one per source): every layer's
-        output gradients, call by call (zeros where a call does not reach the embeddings)."""
+        output gradients, call by call (zeros where a call does not reach the embeddings). ``retain``
+        keeps the forward graph for another backward pass."""
         outs = self.outputs()
-        bs = torch.autograd.grad(list(self.zs), outs, grad_outputs=list(grad_outputs), allow_unused=True)
+        bs = torch.autograd.grad(list(self.zs), outs, grad_outputs=list(grad_outputs), allow_unused=True,
+                                 retain_graph=retain)
         it = iter(torch.zeros_like(o) if b is None else b for b, o in zip(bs, outs))
         return {layer.name: [next(it) for _ in self.calls[layer.name]] for layer in self.layers}
 
 
-def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> Tape:
-    """Forward every source once, keeping each supported layer's input and output in a graph."""
-    cache = embedder.__dict__.setdefault("_layerwise_layers", {})  # the module tree is fixed during a run
+def model_layers(embedder: Embedder) -> list[Layer]:
+    """The embedder's modules with trainable parameters and their rules (cached: the module tree is fixed
+    during a run); ValueError where the layerwise engine does not serve the model."""
+    cache = embedder.__dict__.setdefault("_layerwise_layers", {})
     key = tuple(embedder.space.names)
     if key not in cache:
         cache[key] = _layers(embedder.model, key)
     layers, reason = cache[key]
     if reason is not None:
         raise ValueError(f"layerwise engine: {reason}")
+    return layers
+
+
+def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> Tape:
+    """Forward every source once, keeping each supported layer's input and output in a graph."""
+    layers = model_layers(embedder)
     # The parameters stay out of the graph (their gradients come from the layer rules): the graph starts
     # at the first recorded layer's output, so backward computes input gradients only.
     leaves = {n: p.detach() for n, p in params.items()}
-    calls: dict[str, list[_Call]] = {layer.name: [] for layer in layers}
+    calls: dict[str, list[Call]] = {layer.name: [] for layer in layers}
     current = [0]
 
     def hook(name):
         def fn(module, inputs, output):
             if not output.requires_grad:
                 output.requires_grad_(True)
-            calls[name].append(_Call(current[0], inputs[0].detach(), output))
+            calls[name].append(Call(current[0], inputs[0].detach(), output))
         return fn
 
     handles = [layer.module.register_forward_hook(hook(layer.name)) for layer in layers]
@@ -219,13 +231,14 @@ def record(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequ
 
 @dataclass
 class LayerwiseSum:
-    """sum_u scale_u g_u (flat) and the unit norms."""
+    """sum_u scale_u g_u (flat), the unit norms and how the pass was cut (chunks, where there were any)."""
 
     total: torch.Tensor
     norms: torch.Tensor
+    detail: str = ""
 
 
-def _row_owners(units: Units, sources: Sequence[Source]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+def row_owners(units: Units, sources: Sequence[Source]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """Per source: every row's cotangent (R_s, D) and its unit index (R_s,), -1 for rows in no unit."""
     if units.row_owners is not None:
         return [c for c, _ in units.row_owners], [o for _, o in units.row_owners]
@@ -248,38 +261,41 @@ def _row_owners(units: Units, sources: Sequence[Source]) -> tuple[list[torch.Ten
 
 def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
                           units: Units, clip: float, chunk: int = 64, tape: Tape | None = None) -> LayerwiseSum:
-    """sum_u w_u Clip_C(g_u) and ||g_u|| for every unit, from one forward and one (batched) backward pass."""
+    """sum_u w_u Clip_C(g_u) and ||g_u|| for every unit, from one forward and one (batched) backward pass
+    (where that does not fit in memory: :func:`privaudit.defenses.dp.chunked.chunked_clipped_sum`)."""
     if units.dense:
         grads = _dense_unit_grads(embedder, params, sources, units.cotangents)
     else:
-        cots, owners = _row_owners(units, sources)
-        grads = _partition_unit_grads(embedder, params, sources, cots, owners, len(units), tape)
-    return _clip(grads, units, clip)
+        cots, owners = row_owners(units, sources)
+        grads = partition_unit_grads(embedder, params, sources, cots, owners, len(units), tape)
+    return clip_unit_grads(grads, units.weights, clip)
 
 
-def _clip(grads: torch.Tensor, units: Units, clip: float) -> LayerwiseSum:
-    """sum_u w_u min(1, C / ||g_u||) g_u from the unit gradients (U, p)."""
+def clip_unit_grads(grads: torch.Tensor, weights: torch.Tensor | None, clip: float) -> LayerwiseSum:
+    """sum_u w_u min(1, C / ||g_u||) g_u from the unit gradients (U, p) and weights w (U,) (None: 1)."""
     from privaudit.defenses.dp.clipping import clip_factors
 
     nrm = torch.linalg.vector_norm(grads, dim=1)
     scale = clip_factors(nrm, clip)
-    if units.weights is not None:
-        scale = scale * units.weights.to(scale)
+    if weights is not None:
+        scale = scale * weights.to(scale)
     return LayerwiseSum(scale @ grads, nrm)
 
 
-def _partition_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
+def partition_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
                           cots: Sequence[torch.Tensor], owners: Sequence[torch.Tensor], n_units: int,
-                          tape: Tape | None = None) -> torch.Tensor:
+                          tape: Tape | None = None, out: torch.Tensor | None = None,
+                          retain: bool = False) -> torch.Tensor:
     """(U, p): g_u = sum_{r: owner(r) = u} J_r^T c_r, from one forward (or ``tape``) and ONE backward
-    pass carrying every row's own cotangent c_r (rows are independent through the encoder)."""
+    pass carrying every row's own cotangent c_r (rows are independent through the encoder). With
+    ``out`` the gradients are added to it; ``retain`` keeps ``tape``'s graph for another backward pass."""
     ref = next(iter(params.values()))
     if tape is None or not tape.matches(params, sources):
         tape = record(embedder, params, sources)
     if n_units == 0 or not tape.outputs():
-        return torch.zeros(n_units, embedder.space.size, dtype=ref.dtype, device=ref.device)
-    per = tape.output_grads(cots)
-    return _partition_grads(tape, params, embedder.space.names, per, owners, n_units)
+        return torch.zeros(n_units, embedder.space.size, dtype=ref.dtype, device=ref.device) if out is None else out
+    per = tape.output_grads(cots, retain)
+    return partition_grads(tape, params, embedder.space.names, per, owners, n_units, out)
 
 
 SEGMENT_LIMIT = 1 << 23  # gathered activation / patch entries per chunk of segments (memory bound)
@@ -335,16 +351,20 @@ def _unit_sums(rows: torch.Tensor, slot: torch.Tensor, n_units: int) -> torch.Te
     return rows.new_zeros(n_units + 1, *rows.shape[1:]).index_add_(0, slot, rows)[:n_units]
 
 
-def _partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequence[str],
-                     per: Mapping[str, list[torch.Tensor]], owners: Sequence[torch.Tensor], n_units: int
-                     ) -> torch.Tensor:
+def partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequence[str],
+                     per: Mapping[str, list[torch.Tensor]], owners: Sequence[torch.Tensor], n_units: int,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
     """Partition units: every unit's gradient (U, p) straight from the rows' layer inputs and output
-    gradients ``per`` (by layer, call by call), layer by layer (:func:`_layer_partition_grads`)."""
+    gradients ``per`` (by layer, call by call), layer by layer (:func:`_layer_partition_grads`).
+    With ``out`` (U, p), the gradients are added to it layer by layer (no second (U, p) copy)."""
     ref = next(iter(params.values()))
+    offsets = _offsets(params, names) if out is not None else {}
     grads: dict[str, torch.Tensor] = {}
     cache: dict[tuple[int, ...], tuple[Segments, torch.Tensor]] = {}
     for layer in tape.layers:
         calls = tape.calls[layer.name]
+        if not calls:  # a layer these rows do not pass through (the other tower): gradient zero
+            continue
         key = tuple(c.source for c in calls)
         if key not in cache:
             own = torch.cat([owners[k] for k in key])
@@ -353,9 +373,26 @@ def _partition_grads(tape: Tape, params: Mapping[str, torch.Tensor], names: Sequ
         a = torch.cat([c.inp for c in calls]) if len(calls) > 1 else calls[0].inp
         bs = per[layer.name]
         b = torch.cat(bs) if len(bs) > 1 else bs[0]
-        grads.update(layer.qualify(_layer_partition_grads(layer, layer.own(params), a, b, seg, slot, n_units)))
+        layer_grads = layer.qualify(_layer_partition_grads(layer, layer.own(params), a, b, seg, slot, n_units))
+        if out is None:
+            grads.update(layer_grads)
+            continue
+        for n, g in layer_grads.items():
+            lo, hi = offsets[n]
+            out[:, lo:hi].add_(g.reshape(n_units, -1))
+    if out is not None:
+        return out
     return torch.cat([grads[n].reshape(n_units, -1) if n in grads else ref.new_zeros(n_units, params[n].numel())
                       for n in names], dim=1)
+
+
+def _offsets(params: Mapping[str, torch.Tensor], names: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """Each parameter's slice [lo, hi) of the flat layout of ``names``."""
+    out, start = {}, 0
+    for n in names:
+        out[n] = (start, start + params[n].numel())
+        start += params[n].numel()
+    return out
 
 
 def _layer_partition_grads(layer: Layer, own: Mapping[str, torch.Tensor], a: torch.Tensor, b: torch.Tensor,
@@ -396,7 +433,7 @@ def _dense_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], so
     The rows split in two: a row with a nonzero cotangent in at most one unit ("own" row: DP-SGD's
     anchor z_i appears only in its own InfoNCE term l_i, DP-GCL Eq. 6) contributes J_r^T c_{u(r),r} to
     that unit alone (a row in no unit contributes nothing), so all own rows take ONE backward pass as a partition
-    (:func:`_partition_unit_grads`); only the rows shared by several units (the positives/negatives
+    (:func:`partition_unit_grads`); only the rows shared by several units (the positives/negatives
     z'_j of every term) need the replicated backward of :func:`_replicated_unit_grads`. The sum is
     the same g_u (linearity of the VJP in the cotangent), at the cost of min(U, D) copies of the shared
     rows only.
@@ -406,24 +443,42 @@ def _dense_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], so
     grads = torch.zeros(n_units, embedder.space.size, dtype=ref.dtype, device=ref.device)
     if n_units == 0:
         return grads
-    own_src, own_cot, own_owner, shared_src, shared_cot = [], [], [], [], []
+    split = split_dense(sources, cotangents)
+    if split.own_sources:
+        grads += partition_unit_grads(embedder, params, split.own_sources, split.own_cotangents, split.own_owners,
+                                      n_units)
+    if split.shared_sources:
+        grads += _replicated_unit_grads(embedder, params, split.shared_sources, split.shared_cotangents)
+    return grads
+
+
+@dataclass
+class DenseSplit:
+    """Dense units' rows split into own rows (a nonzero cotangent in one unit: a partition) and shared rows."""
+
+    own_sources: list[Source]
+    own_cotangents: list[torch.Tensor]  # (R_s,  D): each own row's one nonzero cotangent
+    own_owners: list[torch.Tensor]  # (R_s,): its unit
+    shared_sources: list[Source]
+    shared_cotangents: list[torch.Tensor]  # (U, R_s, D)
+
+
+def split_dense(sources: Sequence[Source], cotangents: Sequence[torch.Tensor]) -> DenseSplit:
+    """Own and shared rows of dense cotangents (U, R_s, D) per source; rows in no unit are dropped."""
+    split = DenseSplit([], [], [], [], [])
     for s, c in zip(sources, cotangents):
         touched = c.ne(0).any(-1)  # (U, R_s)
         count = touched.sum(0)
         own = (count == 1).nonzero().flatten()  # rows in no unit contribute nothing
         shared = (count > 1).nonzero().flatten()
         if own.numel():
-            own_src.append(Source(s.x[own], s.tower))
-            own_cot.append(c[:, own].sum(0))  # the one nonzero term of each row
-            own_owner.append(touched[:, own].to(torch.int8).argmax(0))
+            split.own_sources.append(Source(s.x[own], s.tower))
+            split.own_cotangents.append(c[:, own].sum(0))  # the one nonzero term of each row
+            split.own_owners.append(touched[:, own].to(torch.int8).argmax(0))
         if shared.numel():
-            shared_src.append(Source(s.x[shared], s.tower))
-            shared_cot.append(c[:, shared])
-    if own_src:
-        grads += _partition_unit_grads(embedder, params, own_src, own_cot, own_owner, n_units)
-    if shared_src:
-        grads += _replicated_unit_grads(embedder, params, shared_src, shared_cot)
-    return grads
+            split.shared_sources.append(Source(s.x[shared], s.tower))
+            split.shared_cotangents.append(c[:, shared])
+    return split
 
 
 def _replicated_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
@@ -465,7 +520,7 @@ def _replicated_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor
     return embedder.space.flatten(grads, lead=1)
 
 
-def _call_unit_grads(layer: Layer, own: Mapping[str, torch.Tensor], call: _Call, b: torch.Tensor, c: torch.Tensor,
+def _call_unit_grads(layer: Layer, own: Mapping[str, torch.Tensor], call: Call, b: torch.Tensor, c: torch.Tensor,
                      basis: bool) -> Grads:
     """Unit gradients (U, *shape) of one call's R rows from their replicated output gradients b (V, R, ...)
     and the units' cotangents c (U, R, D).

@@ -18,17 +18,18 @@ sum_ij tau_ij grad Z_ij with tau_ij = dL/dZ_ij, and Corollary 4.3 / Algorithm 1 
   exactly (``norms='exact'``). ``norms='upper-bound'`` drops K and clips with
   sqrt(a^T G a) + sqrt(b^T H b) >= ||grad Z_ij|| (triangle inequality): each clipped pair still has
   norm <= B, so the sensitivity bound holds, at the price of some over-clipping.
-  The Grams (:mod:`privaudit.defenses.dp.row_grams`) come per layer from one forward/backward of the 2n rows
-  replicated D times, with ghost products for Linear layers and convolutions with few output positions
+  The Grams (:mod:`privaudit.defenses.dp.row_grams`) come per layer from one forward of the 2n rows and
+  D - 1 backward passes (tangent directions), with ghost products for Linear layers and small convolution outputs
   (:func:`~privaudit.defenses.dp.row_grams.layer_grams`, the default wherever the layerwise engine supports the
   model), or from ``vmap`` Jacobians (:func:`per_sample_jacobians`, ``engine='vmap'`` and the sensitivity
   checks' differentiable evaluation); in float64 either way, with a rounding slack (:func:`rounding_slack`).
 
-Cost: direct needs 2 n^2 per-sample backward passes and n^2 p memory traffic; efficient needs one
-backward pass of 2 n D rows and, per layer, (nD)(mD) x (the layer's factor width) flops for the cross
-Gram: d_out for a Linear layer, L (d_out + in k^2 / D^2) L for a convolution with L output positions
-computed as ghost products, its weight count otherwise -- the better the smaller D (Logit-DP's
-embedding net uses D = 8).
+Cost: direct needs 2 n^2 per-sample backward passes and n^2 p memory traffic; efficient needs D - 1
+backward passes of the 2 n rows and, per layer, (nD)(mD) x (the layer's factor width) multiply-adds for
+the cross Gram: d_out for a Linear layer, L (d_out + in k^2 / D^2) L for a convolution with L output
+positions computed as ghost products, its weight count otherwise -- the better the smaller D (Logit-DP's
+embedding net uses D = 8). The cross Gram's float64 products are the floor: at n = 128 on the benchmark's
+small CNN they are most of the step.
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ def pair_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.
     Jacobians. Both give the same numbers (tests). ``tangent``: the pair cotangents are orthogonal to their
     rows' embeddings (cosine similarities), so D - 1 directions per row suffice (:func:`tangent_basis`)."""
     if grams_engine(embedder) == "layerwise":
+        from privaudit.defenses.dp.pair_blocks import blocked_layer_grams, fits
+
+        if not fits(embedder, params, x, y, tangent):  # a large encoder: rows in blocks, bounded memory
+            return blocked_layer_grams(embedder, params, x, y, cross, tangent)
         return layer_grams(embedder, params, x, y, cross, tangent)
     return jacobian_grams(row_jacobians(embedder, params, x, chunk), row_jacobians(embedder, params, y, chunk), cross)
 
@@ -188,7 +193,8 @@ def efficient_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x
     lam64 = lam.double()
     total = grams.pullback(torch.einsum("ij,ijd->id", lam64, ca), torch.einsum("ij,ijd->jd", lam64, cb))
     return ClippedSum(total, nrm.reshape(-1), pair_clip, "pair",
-                      "layerwise (ghost Grams)" if grams_engine(embedder) == "layerwise" else "vmap (row Jacobians)")
+                      "layerwise (ghost Grams)" if grams_engine(embedder) == "layerwise" else "vmap (row Jacobians)",
+                      grams.detail)
 
 
 def direct_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,

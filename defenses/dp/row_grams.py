@@ -10,8 +10,8 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
 (:mod:`privaudit.defenses.dp.pairs`). Two ways to get them (same numbers, tests compare them):
 
 * :func:`jacobian_grams` -- from materialised Jacobians (n, D, p): one (nD x p)(p x mD) product.
-* :func:`layer_grams` -- per layer, from one forward/backward of the rows replicated K times with basis
-  cotangents (copy c of row r carries M_{r,c} = row r's output gradient at the layer for direction c):
+* :func:`layer_grams` -- per layer, from one forward of the rows and K backward passes with basis
+  cotangents (pass c gives M_{r,c} = row r's output gradient at the layer for direction c):
   e_1..e_D, or for cosine similarities an orthonormal basis of z_r^perp (K = D - 1, :func:`tangent_basis`:
   the pair cotangents are orthogonal to their row's embedding). A ``nn.Linear`` layer with input a_r
   contributes J_{r,c} = M_{r,c} a_r^T (+ M_{r,c} for the bias), so its Gram entries are the ghost
@@ -21,17 +21,18 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
 
   costing (nK)(mK)(d_out) + nm d_in instead of (nK)(mK)(d_in d_out). A convolution with L output
   positions and patches P_{r,l} has <g_{r,c}, g_{s,e}> = sum_{l,l'} <M_{r,c,l}, M_{s,e,l'}> <P_{r,l}, P_{s,l'}>,
-  used where (nKL)(mKL) d_out beats materialising the rows' weight gradients (:func:`_conv_ghost_cheaper`;
-  on Logit-DP's default encoder the last convolution, 2 x 2 outputs); weight standardisation enters as
+  used where (nKL)(mKL) d_out beats materialising the rows' weight gradients, a block of filters at a time,
+  at CPU speeds (:func:`_conv_ghost_cheaper`: on a ResNet-18 the 4 x 4 last stage); weight standardisation enters as
   per-filter rank-2 corrections of that Gram (:func:`_ws_hat`); group norm and biases contribute the
   Gram of their materialised per-row gradients. Each layer type's rule
-  (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the products live on :class:`_Grams`.
+  (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the products live on :class:`Grams`.
 
 Every Gram is accumulated in float64 from float32 factors: the products are exact and the sums err by
 at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of |products|, which
 :func:`privaudit.defenses.dp.pairs.rounding_slack` adds back so no computed pair norm falls below the true one.
 The total gradient of sum_ij lambda_ij Z_ij is a pull-back of per-row cotangents through the same
-pieces (:attr:`PairGrams.pullback`), so no further backward pass runs.
+pieces (:attr:`PairGrams.pullback`), so no further backward pass runs. A large encoder's Grams come in
+blocks of rows instead (:mod:`privaudit.defenses.dp.pair_blocks`), with the pull-back a backward pass.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class PairGrams:
     embeddings: tuple[torch.Tensor, torch.Tensor] | None = None  # (zx, zy) where the Grams' forward gave them
     # (Q_x (n, D, K), Q_y (m, D, K)) float64: the Grams are of J_r Q_r, and cotangents enter as Q_r^T c
     basis: tuple[torch.Tensor, torch.Tensor] | None = None
+    detail: str = ""  # how the rows were cut into blocks, where memory required it (defenses.dp.pair_blocks)
 
     def coordinates(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Pair cotangents a (n, m, D), b (n, m, D) in the Grams' directions (float64): Q^T a, Q^T b."""
@@ -120,18 +122,27 @@ def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return w_hat, torch.stack([-torch.full_like(rho, 1 / f), -(2 - rho) / f, mu / f])
 
 
+GHOST_PENALTY = 12  # CPU time of a ghost product's multiply-add (inner width out + 1, then weighted) vs a wide one's
+ROWS_CHUNK = 1 << 21  # float64 entries of a convolution's row gradients materialised at once (a block of filters)
+
+
 def _conv_ghost_cheaper(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int) -> bool:
     """Whether the ghost products beat materialising the rows' weight gradients for the cross Gram:
-    (nDL)(mDL) out + (nL)(mL) in k^2 against (nD)(mD) out in k^2 multiply-adds (L output positions)."""
+    GHOST_PENALTY (nDL)(mDL)(out + 1) + (nL)(mL) in k^2 against (nD)(mD) out in k^2 multiply-adds (L output
+    positions). The ghost form's products are narrow (inner width out + 1) and each block is then weighted
+    and summed elementwise, so on CPU a multiply-add of it costs about :data:`GHOST_PENALTY` (measured 10-30)
+    times one of the materialised form's wide product. Both forms hold bounded blocks (:data:`ROWS_CHUNK`,
+    :data:`GHOST_LIMIT`), so only the cost decides."""
     out, fan = mod.weight.shape[0], mod.weight[0].numel()
-    ghost = (n * dim * positions) * (m * dim * positions) * (out + 1) + (n * positions) * (m * positions) * fan
+    ghost = GHOST_PENALTY * (n * dim * positions) * (m * dim * positions) * (out + 1) \
+        + (n * positions) * (m * positions) * fan
     return ghost < (n * dim) * (m * dim) * out * fan
 
 
 GHOST_LIMIT = 1 << 22  # float64 entries of one ghost product block (32 MB); larger cross Grams go in chunks
 
 
-class _Grams:
+class Grams:
     """Accumulates own (R, D, D), cross (n, D, m, D) and the row-direction scales^2 (R, D), in float64."""
 
     def __init__(self, n: int, m: int, dim: int, cross: bool, device: torch.device):
@@ -222,23 +233,26 @@ class _Grams:
         patches = conv_patches(mod, a).double()  # (R, in k^2, L)
         positions = delta.shape[-1]
         if _conv_ghost_cheaper(mod, positions, self.n, self.m, d):
-            rows, mag2 = None, self._conv_ghost(delta, patches, w.numel())
+            mag2 = self._conv_ghost(delta, patches, w.numel())
         else:
-            # the rows' weight gradients (exact products of the float32 factors, float64 sums), what the pull-back
-            # contracts too; h1, h2 below come from the same factors
-            rows = torch.bmm(delta.reshape(r, d * out, positions), patches.transpose(1, 2)).view(r, d, out, -1)
-            mag2 = self.add(rows.view(r, d, -1), rows.view(r, d, -1)).clamp_min(0)
+            # the rows' weight gradients (exact products of the float32 factors, float64 sums), a block of
+            # filters at a time (the Grams are sums over the parameters); h1, h2 below come from the same
+            # factors, and the pull-back contracts the factors themselves (no R D x out in k^2 tensor kept)
+            mag2 = torch.zeros(r, d, dtype=torch.float64, device=delta.device)
+            step = max(1, ROWS_CHUNK // (r * d * patches.shape[1]))
+            pt = patches.transpose(1, 2)
+            for o0 in range(0, out, step):
+                block = delta[:, :, o0:o0 + step].reshape(r, -1, positions)
+                rows = torch.bmm(block, pt).view(r, d, -1)
+                mag2 += self.add(rows, rows)
+            mag2 = mag2.clamp_min(0)
             self.length = max(self.length, w.numel())
         self.scale2.add_(mag2)
         if ws:
             self._ws_corrections(w, delta, patches, mag2)
 
         def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
-            cd = c.double()
-            if rows is None:
-                g = torch.einsum("rol,rkl->ok", torch.einsum("rd,rdol->rol", cd, delta), patches)
-            else:
-                g = cd.reshape(1, -1) @ rows.view(r * d, -1)
+            g = torch.einsum("rol,rkl->ok", torch.einsum("rd,rdol->rol", c.double(), delta), patches)
             g = g.to(w.dtype).reshape(w.shape)
             if ws:  # g' = g / sigma: undo the fold, then the standardisation's VJP
                 g = ws_backward(w, g / inv.view(-1, 1, 1, 1))
@@ -264,10 +278,9 @@ class _Grams:
         # h1 = sum_l delta_l <P_l, 1>, h2 = sum_l delta_l <P_l, w_hat_o>: no pass over the rows' gradients
         h1 = torch.einsum("rdol,rl->rdo", delta, patches.sum(1))
         h2 = (delta * torch.bmm(w_hat.expand(r, -1, -1), patches)[:, None]).sum(-1)
-        self.add(h1, h1, coef[0])
-        self.add(h2, h2, coef[1])
-        self.add(h1, h2, coef[2])
-        self.add(h2, h1, coef[2])
+        # the four rank-one terms per filter as one product: [c0 h1, c1 h2, c2 h1, c2 h2] . [h1, h2, h2, h1]
+        self.add(torch.cat([h1, h2, h1, h2], -1), torch.cat([h1, h2, h2, h1], -1),
+                 torch.cat([coef[0], coef[1], coef[2], coef[2]]))
         # the corrections' products add up to at most 3 |G~|^2 (Cauchy-Schwarz per filter)
         self.scale2.add_(4 * mag2)
         self.length += 3 * out
@@ -275,10 +288,11 @@ class _Grams:
     def materialised(self, rows: dict[str, torch.Tensor], params: Params) -> Pull:
         """Parameters without ghost products (biases, group norm): the Gram of their per-row gradients
         ``rows`` {name: (K, R, ...)}."""
-        jac = {k_: v.transpose(0, 1).reshape(v.shape[1], v.shape[0], -1).double() for k_, v in rows.items()}
-        for k_, j in jac.items():
-            self.scale2.add_(self.add(j, j).clamp_min(0))
-            self.length = max(self.length, j.shape[-1])
+        parts = [v.transpose(0, 1).reshape(v.shape[1], v.shape[0], -1).double() for v in rows.values()]
+        whole = torch.cat(parts, -1) if len(parts) > 1 else parts[0]  # (R, K, q): one product for every parameter
+        self.scale2.add_(self.add(whole, whole).clamp_min(0))
+        self.length = max(self.length, whole.shape[-1])
+        jac = dict(zip(rows, whole.split([j.shape[-1] for j in parts], -1)))
 
         def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
             cd = c.double()
@@ -304,45 +318,53 @@ def tangent_basis(z: torch.Tensor) -> torch.Tensor:
     return h[:, :, 1:]
 
 
-class _Directions(NamedTuple):
-    """One forward/backward of the rows replicated K times with K cotangent directions each."""
+class Directions(NamedTuple):
+    """One forward of the rows and K backward passes, pass c carrying cotangent direction c of every row."""
 
     tape: Tape
-    grads: dict[str, list[torch.Tensor]]  # every layer's output gradients (one call each)
+    grads: dict[str, list[torch.Tensor]]  # every layer's output gradients, pass by pass (R, ...) each
     copies: int  # K
     zs: torch.Tensor  # (R, D) the rows' embeddings
     basis: torch.Tensor | None  # (R, D, K) float64 tangent directions, None for e_1..e_D
 
+    def layer_grads(self, name: str, keep: bool = False) -> torch.Tensor:
+        """Layer ``name``'s output gradients (R, K, ...) (row r, direction c), released from ``grads`` unless
+        ``keep``."""
+        return torch.stack(self.grads[name] if keep else self.grads.pop(name), dim=1)
 
-def _backward_directions(embedder: Embedder, params: Mapping[str, torch.Tensor], xy: torch.Tensor,
-                         tangent: bool) -> _Directions | None:
-    """The rows ``xy`` replicated K times (row-major: copy c of row r is row r K + c) through the model,
-    copy c carrying direction c: e_1..e_D (K = D), or with ``tangent`` the columns of an orthonormal
-    basis of z_r^perp (K = D - 1); None where ``tangent`` meets an embedding within 1e-6 of 0."""
-    r = len(xy)
-    with torch.no_grad():
-        dim = embedder.embed(params, xy[:1]).shape[-1]
-    copies = dim - 1 if tangent and dim > 1 else dim
-    tape = record(embedder, params, (Source(xy.repeat_interleave(copies, dim=0)),))
+
+def backward_directions(embedder: Embedder, params: Mapping[str, torch.Tensor], xy: torch.Tensor,
+                         tangent: bool) -> Directions | None:
+    """The rows ``xy`` through the model once, then K backward passes, pass c carrying direction c: e_1..e_D
+    (K = D), or with ``tangent`` the columns of an orthonormal basis of z_r^perp (K = D - 1); None where
+    ``tangent`` meets an embedding within 1e-6 of 0. (K passes over one recorded forward cost the same
+    arithmetic as one pass over the rows replicated K times, without the K forwards and their activations.)"""
+    tape = record(embedder, params, (Source(xy),))
     (z,) = tape.zs
-    zs = z.detach()[::copies]
+    zs = z.detach()
+    dim = zs.shape[-1]
+    copies = dim - 1 if tangent and dim > 1 else dim
     basis = None
     if copies < dim:
         if bool((zs.norm(dim=-1) <= 1e-6).any()):
             return None
         basis = tangent_basis(zs)
-        grad_out = basis.to(z.dtype).transpose(1, 2).reshape(r * copies, dim)
-        basis = basis.to(z.dtype).double()  # the directions actually backpropagated
+        directions = basis.to(z.dtype)  # (R, D, K)
+        basis = directions.double()  # the directions actually backpropagated
     else:
-        grad_out = torch.eye(dim, dtype=z.dtype, device=z.device).repeat(r, 1)
-    return _Directions(tape, tape.output_grads([grad_out]), copies, zs, basis)
+        directions = torch.eye(dim, dtype=z.dtype, device=z.device).expand(len(xy), dim, dim)
+    grads: dict[str, list[torch.Tensor]] = {layer.name: [] for layer in tape.layers}
+    for c in range(copies):
+        for name, (g,) in tape.output_grads([directions[:, :, c]], retain=c < copies - 1).items():
+            grads[name].append(g)
+    return Directions(tape, grads, copies, zs, basis)
 
 
 def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                 cross: bool = True, tangent: bool = False) -> PairGrams:
     """The Grams per layer, each layer's rule adding its part (:meth:`LayerRule.grams`: ghost products for
-    Linear layers and small convolution outputs), from one forward/backward of the rows replicated K times
-    with the basis cotangents (:func:`_backward_directions`): e_1..e_D (K = D), or with ``tangent`` an
+    Linear layers and small convolution outputs), from one forward of the rows and K backward passes with
+    the basis cotangents (:func:`backward_directions`): e_1..e_D (K = D), or with ``tangent`` an
     orthonormal basis Q_r of z_r^perp (K = D - 1, :func:`tangent_basis`; the Grams are then those of
     J_r Q_r, and :attr:`PairGrams.basis` says so). ``tangent`` is exact for cotangents orthogonal to z_r
     (cosine similarities) and falls back to e_1..e_D where an embedding is within 1e-6 of 0
@@ -351,17 +373,16 @@ def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch
     Requires a model the layerwise engine supports (:func:`privaudit.defenses.dp.layerwise.engine_model_reason`).
     """
     n, m = len(x), len(y)
-    run = _backward_directions(embedder, params, torch.cat([x, y]), tangent)
+    run = backward_directions(embedder, params, torch.cat([x, y]), tangent)
     if run is None:
         return layer_grams(embedder, params, x, y, cross, tangent=False)
     zs, basis = run.zs, run.basis
-    acc = _Grams(n, m, run.copies, cross, zs.device)
+    acc = Grams(n, m, run.copies, cross, zs.device)
     pulls: list[tuple[Layer, Pull]] = []
     for layer in run.tape.layers:
         (call,) = run.tape.calls[layer.name]
-        (b,) = run.grads[layer.name]
-        a = call.inp[::run.copies]  # (R, ...): every row's input once
-        b = b.reshape(n + m, run.copies, *call.out.shape[1:])
+        a = call.inp  # (R, ...): every row's input
+        b = run.layer_grads(layer.name)  # (R, K, ...)
         pulls.extend((layer, pull) for pull in layer.rule.grams(acc, layer.module, layer.own(params), a, b))
     scale = acc.scales(len(run.tape.layers))
     space = embedder.space

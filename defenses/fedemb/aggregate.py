@@ -76,13 +76,25 @@ def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: 
     (what an auditor who knows the rest of the data can compute; see :mod:`privaudit.defenses.dp.step`). The noise
     draw does not depend on the canaries.
     """
+    sums, norms = clipped_sum(deltas, clip_norm)
+    return noised_release(sums, norms, clip_norm, noise_multiplier, gen, canary, observer)
+
+
+def clipped_sum(deltas: Params, clip_norm: float) -> tuple[Params, torch.Tensor]:
+    """The sum over clients of the clipped deltas (:func:`clip_deltas`) and the pre-clipping norms (C,)."""
     clipped, norms = clip_deltas(deltas, clip_norm)
+    return {name: d.sum(dim=0) for name, d in clipped.items()}, norms
+
+
+def noised_release(sums: Params, norms: torch.Tensor, clip_norm: float, noise_multiplier: float,
+                   gen: torch.Generator, canary: Params | None = None,
+                   observer: Callable[[Params, Params], None] | None = None) -> Aggregate:
+    """:func:`noised_mean` from the clipped deltas' sum ``sums`` and the clients' norms (clients in chunks)."""
     n_clients = norms.numel()
     std = noise_multiplier * clip_norm
     update, numel = {}, 0
     noisy_sums, data_sums = {}, {}
-    for name, d in clipped.items():
-        total = d.sum(dim=0)
+    for name, total in sums.items():
         data_sums[name] = total.detach()
         if canary is not None:
             total = total + canary[name].to(total)

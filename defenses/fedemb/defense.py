@@ -45,8 +45,9 @@ from privaudit.core.datasets import MembershipData
 from privaudit.core.errors import ConfigError, check_positive, check_probability
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from privaudit.defenses.evaluation import embed, knn_accuracy, recall_at_far
-from privaudit.defenses.fedemb.aggregate import (adaptive_clip_update, count_stddev_for, delta_noise_multiplier,
-                                       event_noise_multiplier, noised_mean, split_noise)
+from privaudit.defenses.fedemb.aggregate import (adaptive_clip_update, clipped_sum, count_stddev_for,
+                                                 delta_noise_multiplier, event_noise_multiplier, noised_mean,
+                                                 noised_release, split_noise)
 from privaudit.defenses.fedemb.local import client_minibatches, local_train, stack_params
 from privaudit.defenses.fedemb.users import RoundPlan, Users, partition_users, plan_round
 from privaudit.defenses.nn.model import ContrastiveModel, build_model
@@ -87,6 +88,7 @@ class FedEmbConfig(ContrastiveConfig):
     examples_per_user: int = 6
     classes_per_user: int = 1
     far: float = 1e-3
+    client_chunk: int = 0  # virtual clients trained at once (stacked copies of the backbone); 0: all of a round's
 
     def validate(self) -> None:
         super().validate()
@@ -98,6 +100,7 @@ class FedEmbConfig(ContrastiveConfig):
             value = getattr(self, name)
             if not 0 <= value < 1:
                 raise ConfigError(f"{name}: must lie in [0, 1), got {value!r}")
+        check_positive("client_chunk", self.client_chunk, allow_zero=True)
         check_probability("target_unclipped_quantile", self.target_unclipped_quantile)
         check_probability("far", self.far)
         if self.clip_count_stddev is not None:
@@ -279,17 +282,50 @@ class _Federated(Defense):
         heads, local_labels, mask = self.client_heads(client_labels, batch_labels, num_classes, dim, head, gens["heads"])
         yb = torch.stack(local_labels).view(idx.shape).to(device)
         xb = x[idx.flatten().to(device)].view(*idx.shape, *x.shape[1:])
+        heads, mask = heads.to(device), mask.to(device)
+        if (cfg.client_chunk or len(examples)) >= len(examples):
+            deltas, losses = self.local_deltas(encoder, head, heads, xb, yb, mask)
+            hook = {} if canary is None else dict(zip(("canary", "observer"), canary(deltas, clip_norm)))
+            aggregate = noised_mean(deltas, clip_norm, sigma, gens["noise"], **hook)
+        else:
+            aggregate, losses = self.chunked_aggregate(encoder, head, heads, xb, yb, mask, clip_norm, sigma, gens,
+                                                       canary)
+        finite = losses[torch.isfinite(losses)]
+        return aggregate, float(finite.mean()) if finite.numel() else float("nan")
+
+    def chunked_aggregate(self, encoder: nn.Module, head: nn.Parameter | None, heads: torch.Tensor, xb: torch.Tensor,
+                          yb: torch.Tensor, mask: torch.Tensor, clip_norm: float, sigma: float,
+                          gens: dict[str, torch.Generator], canary=None):
+        """The round's clients ``client_chunk`` at a time: each chunk's deltas are clipped and summed before the
+        next chunk trains, so only one chunk's stacked backbones are held (the same sum in another float order)."""
+        chunk = self.config.client_chunk
+        sums: dict[str, torch.Tensor] = {}
+        norms, losses, hook = [], [], {}
+        for c0 in range(0, len(heads), chunk):
+            part = slice(c0, c0 + chunk)
+            deltas, loss = self.local_deltas(encoder, head, heads[part], xb[part], yb[part], mask[part])
+            if canary is not None and not hook:
+                hook = dict(zip(("canary", "observer"), canary(deltas, clip_norm)))
+            part_sums, part_norms = clipped_sum(deltas, clip_norm)
+            sums = part_sums if not sums else {k: sums[k] + v for k, v in part_sums.items()}
+            norms.append(part_norms)
+            losses.append(loss)
+            del deltas
+        return noised_release(sums, torch.cat(norms), clip_norm, sigma, gens["noise"], **hook), torch.cat(losses)
+
+    def local_deltas(self, encoder: nn.Module, head: nn.Parameter | None, heads: torch.Tensor, xb: torch.Tensor,
+                     yb: torch.Tensor, mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """K local steps of the clients whose heads and minibatches are given (:func:`.local.local_train`):
+        their deltas from the round's backbone (and head, DP-FedAvg) and per-step losses (C, K)."""
+        cfg = self.config
         start = {name: p.detach() for name, p in encoder.named_parameters()}
-        result = local_train(encoder, stack_params(start, len(examples)), heads.to(device), xb, yb, mask.to(device),
+        result = local_train(encoder, stack_params(start, len(heads)), heads, xb, yb, mask,
                              lr_backbone=cfg.client_lr, lr_head=cfg.client_lr * cfg.head_lr_scale,
                              momentum=cfg.client_momentum)
         deltas = {name: result.params[name] - start[name].unsqueeze(0) for name in start}
         if self.aggregate_head:
             deltas["head"] = result.heads - head.detach().unsqueeze(0)
-        hook = {} if canary is None else dict(zip(("canary", "observer"), canary(deltas, clip_norm)))
-        aggregate = noised_mean(deltas, clip_norm, sigma, gens["noise"], **hook)
-        finite = result.losses[torch.isfinite(result.losses)]
-        return aggregate, float(finite.mean()) if finite.numel() else float("nan")
+        return deltas, result.losses
 
     # -- fit ---------------------------------------------------------------------------------------
     def fit(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
