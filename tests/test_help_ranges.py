@@ -84,3 +84,13 @@ def test_no_help_states_a_bound_of_its_own(name):
         if BOUND_WORDS.search(text.replace(f"({accepts})", "") if accepts else text):
             stray.append(f"{action.option_strings}: {text}")
     assert stray == []
+
+
+@pytest.mark.parametrize("name", sorted(subcommands()))
+def test_rendered_help_shows_each_range(name):
+    """What ``privaudit NAME --help`` prints (wrapped by argparse) carries every ranged option's range."""
+    command = subcommands()[name]
+    shown = " ".join(command.format_help().split())
+    missing = [action.option_strings[0] for action in command._actions
+               if getattr(action.type, "accepts", None) and " ".join(action.type.accepts.split()) not in shown]
+    assert missing == []
