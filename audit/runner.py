@@ -101,8 +101,10 @@ def cell_dir(out: Path, spec: CellSpec) -> Path:
     return out / "cells" / spec.slug
 
 
-#: Version of the cached artifacts' layout (cell.json, sensitivity.json); a cache of another version is recomputed.
-CACHE_SCHEMA = 3
+#: Version of the cached artifacts' layout (cell.json, sensitivity.json, step_audit/results.json); a cache of another
+#: version is recomputed. 4: no wall-clock time in any of them (the init's pretraining seconds, the sensitivity
+#: claims' seconds), step audits in strict JSON.
+CACHE_SCHEMA = 4
 
 
 def file_sha256(path: Path) -> str:
@@ -348,10 +350,11 @@ def _cached_step_audit(suite: Suite, out: Path, notice: bool = True) -> list[dic
 
 def finish_step_audit(suite: Suite, out: Path, results: list[dict[str, Any]],
                       errors: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Results in the suite's order without wall-clock fields (those go to timings.json); saved for
-    ``--resume`` when every defense was audited."""
+    """Results in the suite's order, strict JSON (a non-finite bound is null, as in report.json, which the one
+    checked reader refuses otherwise) without wall-clock fields (those go to timings.json); saved for ``--resume``
+    (and as evidence) when every defense was audited."""
     order = {name: i for i, name in enumerate(suite.step_audit.defenses)}
-    kept = sorted((dict(r) for r in results), key=lambda r: order.get(r.get("defense"), len(order)))
+    kept = sorted(strict([dict(r) for r in results]), key=lambda r: order.get(r.get("defense"), len(order)))
     timings = {}
     for r in kept:
         seconds = r.pop("seconds", None)
@@ -370,10 +373,9 @@ def recompute_notice(what: str, why: str) -> None:
     print(f"privaudit: resume: {what}: {why}; recomputing", file=sys.stderr, flush=True)
 
 
-def _cached_sensitivity(config: SensitivityConfig, out: Path,
-                        notice: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+def _cached_sensitivity(config: SensitivityConfig, out: Path, notice: bool = True) -> list[dict[str, Any]] | None:
     saved = _read_results(out / SENSITIVITY, _sensitivity_key(config), out, "sensitivity checks", notice)
-    return None if saved is None else (saved["results"], saved.get("timings", {}))
+    return None if saved is None else saved["results"]
 
 
 def check_sensitivity_claims(config: SensitivityConfig, out: Path, claim_ids: list[str] | None,
@@ -390,7 +392,8 @@ def check_sensitivity_claims(config: SensitivityConfig, out: Path, claim_ids: li
 
 def finish_sensitivity(config: SensitivityConfig, out: Path,
                        results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Results without wall-clock fields, witnesses relative to ``out``; saved for ``--resume``."""
+    """Results without wall-clock fields, witnesses relative to ``out``; saved for ``--resume`` (and as evidence,
+    whose digest is in ``run.json``: so ``sensitivity.json`` holds no time, which goes to ``timings.json`` only)."""
     kept, timings = [], {}
     for r in strict([dict(r) for r in results]):
         r, timings[r["claim"]] = split_wall_clock(r)
@@ -399,21 +402,20 @@ def finish_sensitivity(config: SensitivityConfig, out: Path,
             r["witness"] = Path(witness).resolve().relative_to(out.resolve()).as_posix()
         kept.append(r)
     witnesses = [out / r["witness"] for r in kept if r.get("witness") and (out / r["witness"]).is_file()]
-    write_keyed(out / SENSITIVITY, out, _sensitivity_key(config), {"results": kept, "timings": timings},
-                witnesses)
+    write_keyed(out / SENSITIVITY, out, _sensitivity_key(config), {"results": kept}, witnesses)
     return kept, timings
 
 
 def run_sensitivity(suite: Suite, out: Path, resume: bool,
                     progress: bool) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
-    """Run (or reuse) the suite's sensitivity checks: (results, wall-clock timings per claim, error).
-    Witnesses are written under ``sensitivity/witnesses``."""
+    """Run (or reuse) the suite's sensitivity checks: (results, wall-clock timings per claim measured now (none
+    when reused), error). Witnesses are written under ``sensitivity/witnesses``."""
     config = suite.sensitivity
     if config is None:
         return [], {}, None
     cached = _cached_sensitivity(config, out) if resume else None
     if cached is not None:
-        return (*cached, None)
+        return cached, {}, None
     try:
         results = check_sensitivity_claims(config, out, None, progress)
     except Exception as exc:  # noqa: BLE001 - reported through the gate
@@ -495,7 +497,7 @@ class _Finished:
 class _SideChecks:
     """The sensitivity checks and step audits: reused from the cache, or submitted to the pool beside the cells."""
 
-    cached_sens: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
+    cached_sens: list[dict[str, Any]] | None = None
     cached_step: list[dict[str, Any]] | None = None
     sens_futures: list[Future] | None = None
     step_futures: list[Future] | None = None
@@ -530,7 +532,7 @@ def _run_locked(plan: _RunPlan, lock_fd: int) -> RunResult:
     sensitivity = ran.sensitivity
     if not plan.run_sens and plan.suite.sensitivity is not None and plan.only:  # --only left them out: keep them
         cached = _cached_sensitivity(plan.suite.sensitivity, plan.out, notice=False)
-        sensitivity = cached[0] if cached is not None else []
+        sensitivity = cached if cached is not None else []
     errors = ran.errors + step_errors
     ordered, gate = _judge(plan, {**finished.records, **ran.records}, sensitivity, step_results, errors)
     report = _write_run_report(plan, ordered, sensitivity, gate, step_results, timings)
@@ -669,7 +671,7 @@ def _sensitivity_results(plan: _RunPlan, side: _SideChecks, timings: dict[str, A
         except Exception as exc:  # noqa: BLE001 - reported through the gate
             sensitivity, error = [], failure_line("sensitivity checks errored", exc)
     elif side.cached_sens is not None:
-        (sensitivity, timings["sensitivity_claims"]), error = side.cached_sens, None
+        sensitivity, error = side.cached_sens, None
     else:
         _log("sensitivity: checking " + ("every registered claim" if config.claims is None
                                          else ", ".join(config.claims)), plan.progress)
