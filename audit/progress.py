@@ -266,7 +266,8 @@ class Progress:
         active = [t for t in tasks if t.started is not None and t.finished is None]
         parts = []
         for t in active:
-            name = t.id if t.kind == "cell" else f"{KIND_NAMES.get(t.kind, (t.kind,))[0]} {t.id.split(' ', 1)[-1]}"
+            label = KIND_NAMES.get(t.kind, (t.kind,))[0]
+            name = t.id if t.kind == "cell" else f"{label} {t.id.removeprefix(t.kind + ' ')}"
             if t.stage is not None and t.stage_started is not None:
                 parts.append(f"{name}: {t.stage} ({now - t.stage_started:.0f}s)")
             else:

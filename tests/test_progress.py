@@ -183,3 +183,14 @@ def test_work_not_tracked_as_tasks_is_named_as_still_to_come():
     progress.begin_phase(None)
     progress.untracked.append("the step audits")
     assert progress.line().endswith("1/1 cell done; waiting for a worker; then the step audits (not timed)")
+
+
+def test_a_side_check_is_named_by_its_kind_once():
+    clock = FakeClock()
+    progress = Progress(jobs=2, now=clock)
+    progress.add("step audit alm", "step audit")
+    progress.add("sensitivity dpgcl.group[chunk]", "sensitivity")
+    progress.start("step audit alm", 0.0)
+    progress.start("sensitivity dpgcl.group[chunk]", 1.0)
+    clock.t = 3.0
+    assert progress.running() == "running step audit alm (3s), sensitivity claim dpgcl.group[chunk] (2s)"
