@@ -18,6 +18,8 @@ def test_two_jobs_give_the_same_report(tiny_suite, tmp_path, capsys, monkeypatch
     two = run_suite(suite, out=tmp_path / "two", progress=True, jobs=2)
     assert one.exit_code == two.exit_code and sorted(one.ran) == sorted(two.ran)
     assert (tmp_path / "one" / "report.json").read_bytes() == (tmp_path / "two" / "report.json").read_bytes()
+    # the evidence too (run.json holds the SHA-256 of every cell.json, which holds those of the scores)
+    assert (tmp_path / "one" / "run.json").read_bytes() == (tmp_path / "two" / "run.json").read_bytes()
     timings = json.loads((tmp_path / "two" / "timings.json").read_text())
     assert timings["jobs"] == 2 and timings["created"].endswith("Z")
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("[privaudit +")]
