@@ -139,7 +139,8 @@ def _run_stages(spec: CellSpec, executor: ExecutorSpec, progress: bool, record: 
     record["delta"] = float(trained.claim.delta)
     record["claim"] = claim_record(trained.claim)
     record["details"]["claim"] = trained.claim.to_dict()  # the whole claim (its event): the gate re-accounts it
-    record["utility"] = clock("utility", lambda: _utility(spec, trained, data, device, record))
+    _record_init(trained, record, clock)
+    record["utility"] = clock("utility", lambda: _utility(spec, trained, data, device))
     _account(trained, data, record, clock)
     checks = clock("claim checks", lambda: run_claim_checks(
         spec.defense.name, dict(spec.defense.params), trained, data, target_epsilon=spec.target_epsilon,
@@ -152,7 +153,24 @@ def _run_stages(spec: CellSpec, executor: ExecutorSpec, progress: bool, record: 
     return None if checks is None else checks[1]
 
 
-def _utility(spec: CellSpec, trained: Any, data: Any, device: Any, record: dict[str, Any]) -> dict[str, Any]:
+#: How the init was obtained this time (pretrained now, or read from the memory or disk cache) and how long it
+#: took: they depend on which cell ran first, so they stay out of the record (the seconds go to timings.json).
+INIT_RUN_KEYS = ("cached", "seconds")
+
+
+def _record_init(trained: Any, record: dict[str, Any], clock: _StageClock) -> None:
+    """Put the encoder's init (what it is: public pretraining's recipe, key, split) in the record; the time its
+    pretraining took goes to the cell's timings as ``train.pretrain`` (a part of ``train``)."""
+    if trained.classifier is not None or "init" not in trained.extras:
+        return
+    init = dict(trained.extras["init"])
+    run = {k: init.pop(k) for k in INIT_RUN_KEYS if k in init}
+    if run.get("seconds") is not None:
+        clock.timings["train.pretrain"] = float(run["seconds"])
+    record["details"]["init"] = init
+
+
+def _utility(spec: CellSpec, trained: Any, data: Any, device: Any) -> dict[str, Any]:
     """The encoder's k-NN and linear-probe accuracy and the defense's own metrics; for an encoder trained from
     an init, the utility panel beside it: its init, a random encoder, non-private training with the same steps,
     and the fraction of the random -> non-private gap closed (:mod:`privaudit.defenses.utility`)."""
@@ -165,7 +183,6 @@ def _utility(spec: CellSpec, trained: Any, data: Any, device: Any, record: dict[
         u = dict(panel["trained"])
         u.update(trained.extras.get("utility", {}))
         u["panel"] = panel
-        record["details"]["init"] = trained.extras["init"]
         return u
     u = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
                         k=spec.knn_k, device=device)

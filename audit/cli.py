@@ -17,6 +17,7 @@ import traceback
 from typing import Iterator, Sequence
 
 from privaudit.audit import __version__
+from privaudit.audit.commands.common import document_ranges
 from privaudit.core.errors import NO_SPACE, ConfigError, DiskFull, RunStopped, Terminated
 
 # Each module defines ``register(subparsers)`` which adds its subcommand and sets ``func``. Only the module of
@@ -50,6 +51,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("privaudit.audit.commands.plan",
              "size an audit before training: the candidates, guesses or runs a design needs to refute a claimed "
              "epsilon"),
+    "validate": ("privaudit.audit.commands.validate",
+                 "check suite files (TOML) without running them: exit 0 when valid, 2 with the reason when not"),
 }
 
 # Two examples per command, shown under its --help.
@@ -85,6 +88,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                    "--needed 5"),
     "plan": ("privaudit plan --claimed-epsilon 8 --delta 1e-5",
              "privaudit plan --opacus-state accountant.pt --delta 1e-5 --json"),
+    "validate": ("privaudit validate suites/*.toml", "privaudit validate my-suite.toml --allow-plugins --json"),
 }
 
 EXIT_OK, EXIT_GATE_FAILED, EXIT_BAD_INPUT, EXIT_RUN_ERROR = 0, 1, 2, 3
@@ -115,6 +119,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         if argv is None or name == selected:
             importlib.import_module(module).register(sub)
             command = sub.choices[name]
+            document_ranges(command)
             command.formatter_class = argparse.RawDescriptionHelpFormatter
             command.epilog = "examples:\n" + "\n".join(f"  {e}" for e in EXAMPLES.get(name, ()))
         else:

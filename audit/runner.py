@@ -17,7 +17,7 @@ A cell's key hashes its resolved configuration (:meth:`privaudit.audit.suite.Cel
 written atomically (:mod:`privaudit.core.io`) and ``cell.json`` only after the cell's scores, so a run killed at
 any point leaves finished cells complete and nothing torn; ``--resume`` reuses every finished cell whose
 key matches and redoes the rest. Cells are computed from seeds alone, so the report of a resumed run
-equals an uninterrupted run's (``created`` aside).
+equals an uninterrupted run's, byte for byte (wall-clock times are in ``timings.json`` only).
 
 Cached artifacts (``cell.json``, ``sensitivity.json``) are trusted only when :func:`read_keyed` verifies them:
 schema version :data:`CACHE_SCHEMA`, the cell's key, a SHA-256 digest of their own content, and the SHA-256 of
@@ -48,12 +48,14 @@ from privaudit.audit.failures import failure_line
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.audit.gate import gate_settings, judge_run
 from privaudit.audit.lock import output_lock
-from privaudit.audit.progress import Heartbeat
+from privaudit.audit.progress import (CELL_STAGES, Heartbeat, Progress, StageReporter, Tracked, attach,
+                                      round_robin)
 from privaudit.audit.workers import worker_pool
 from privaudit.core.io import TEMP_GLOB, atomic_write_json, check_output_dir, read_json, strict, to_json
 from privaudit.audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
 
 EXECUTOR_CHOICES = ("local", "ray")
+MAX_JOBS = 256  # worker processes (--jobs)
 EXIT_OK, EXIT_GATE_FAILED, EXIT_RUN_ERROR = 0, 1, 3
 
 
@@ -69,6 +71,13 @@ class RunResult:
     ran: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
     timings: dict[str, Any] = field(default_factory=dict)
+
+
+def utc_now() -> str:
+    """The current time, ISO 8601 in UTC to the second (``timings.json``'s ``created``)."""
+    import datetime
+
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def _log(message: str, progress: bool) -> None:
@@ -94,8 +103,11 @@ def cell_dir(out: Path, spec: CellSpec) -> Path:
     return out / "cells" / spec.slug
 
 
-#: Version of the cached artifacts' layout (cell.json, sensitivity.json); a cache of another version is recomputed.
-CACHE_SCHEMA = 4
+#: Version of the cached artifacts' layout (cell.json, sensitivity.json, step_audit/results.json); a cache of another
+#: version is recomputed. 4: no wall-clock time in any of them (the init's pretraining seconds, the sensitivity
+#: claims' seconds), step audits in strict JSON. 5: a DP cell's record holds its claim checks (its
+#: claim_checks.json beside it).
+CACHE_SCHEMA = 5
 
 
 def file_sha256(path: Path) -> str:
@@ -235,20 +247,27 @@ def _stage_line(spec: CellSpec, outcome: CellOutcome, index: int, total: int) ->
     return f"[{index}/{total}] {spec.id}: {stages}  {status}"
 
 
-def _run_local(cells: Sequence[CellSpec], progress: bool, bar, heartbeat: Heartbeat) -> Iterator[CellOutcome]:
+def _track_cells(cells: Sequence[CellSpec], tracker: Progress) -> None:
+    """Register the cells with the progress tracker: each runs train, utility, epsilon, then its attacks."""
+    for spec in cells:
+        tracker.add(spec.id, "cell", spec.defense.label, (*CELL_STAGES, *(a.label for a in spec.attacks)))
+
+
+def _run_local(cells: Sequence[CellSpec], progress: bool, bar, tracker: Progress) -> Iterator[CellOutcome]:
     for spec in cells:
         def stage(name: str, spec: CellSpec = spec) -> None:
             bar.set_postfix_str(f"{spec.id}: {name}", refresh=True)
-            heartbeat.status = f"running {spec.id}: {name}"
+            tracker.enter_stage(spec.id, name)
 
         yield run_cell(spec, ExecutorSpec("local"), progress, on_stage=stage)
 
 
-def _run_pool(cells: Sequence[CellSpec], pool: ProcessPoolExecutor, heartbeat: Heartbeat) -> Iterator[CellOutcome]:
+def _run_pool(cells: Sequence[CellSpec], pool: ProcessPoolExecutor) -> Iterator[CellOutcome]:
     """Cells in parallel worker processes (``--jobs``); each sets its own torch threads, so the numbers are the
-    ones ``--jobs 1`` gives. Outcomes come back as cells finish; the runner orders the report by the suite."""
-    futures = {pool.submit(run_cell, spec, ExecutorSpec("local"), False): spec for spec in cells}
-    heartbeat.status = f"running {len(futures)} cells in {heartbeat.jobs} processes"
+    ones ``--jobs 1`` gives. Outcomes come back as cells finish; the runner orders the report by the suite.
+    Each worker reports the cell's start and stages to the progress tracker (:mod:`privaudit.audit.progress`)."""
+    futures = {pool.submit(Tracked(spec.id, run_cell), spec, ExecutorSpec("local"), False, StageReporter(spec.id)):
+               spec for spec in cells}
     for future in as_completed(futures):
         spec = futures[future]
         try:
@@ -296,10 +315,18 @@ def split_wall_clock(result: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     config = dict(result.get("config") or {})
     timing = {k: config.pop(k) for k in WALL_CLOCK_KEYS if k in config}
     if isinstance(config.get("settings"), list):
-        settings = [dict(s) for s in config["settings"]]
-        timing["settings"] = [s.pop("seconds", None) for s in settings]
-        config["settings"] = settings
+        config["settings"], timing["settings"] = _pop_seconds(config["settings"])
+    growth = config.get("growth")
+    if isinstance(growth, dict) and isinstance(growth.get("rows"), list):
+        rows, timing["growth"] = _pop_seconds(growth["rows"])
+        config["growth"] = {**growth, "rows": rows}
     return {**result, "config": config}, timing
+
+
+def _pop_seconds(rows: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Copies of ``rows`` without their ``seconds`` field, and those seconds in order (None where absent)."""
+    kept = [dict(r) for r in rows]
+    return kept, [r.pop("seconds", None) for r in kept]
 
 
 def _sensitivity_key(config: SensitivityConfig) -> str:
@@ -332,11 +359,18 @@ def _cached_step_audit(suite: Suite, out: Path, notice: bool = True) -> list[dic
 
 def finish_step_audit(suite: Suite, out: Path, results: list[dict[str, Any]],
                       errors: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Results in the suite's order without wall-clock fields (those go to timings.json); saved for
-    ``--resume`` when every defense was audited."""
+    """Results in the suite's order, strict JSON (a non-finite bound is null, as in report.json, which the one
+    checked reader refuses otherwise) without wall-clock fields (those go to timings.json); saved for ``--resume``
+    (and as evidence) when every defense was audited."""
     order = {name: i for i, name in enumerate(suite.step_audit.defenses)}
-    kept = sorted((dict(r) for r in results), key=lambda r: order.get(r.get("defense"), len(order)))
-    timings = {r.get("defense"): r.pop("seconds", None) for r in kept}
+    kept = sorted(strict([dict(r) for r in results]), key=lambda r: order.get(r.get("defense"), len(order)))
+    timings = {}
+    for r in kept:
+        seconds = r.pop("seconds", None)
+        pair_seconds: list[Any] = []
+        if isinstance(r.get("pairs"), list):
+            r["pairs"], pair_seconds = _pop_seconds(r["pairs"])
+        timings[r.get("defense")] = {"seconds": seconds, "pairs": pair_seconds}
     if not errors:
         files = [out / p["witness"] for r in kept for p in r.get("pairs", []) if p.get("witness")]
         write_keyed(out / STEP_AUDIT, out, _step_audit_key(suite), {"results": kept}, files)
@@ -348,10 +382,9 @@ def recompute_notice(what: str, why: str) -> None:
     print(f"privaudit: resume: {what}: {why}; recomputing", file=sys.stderr, flush=True)
 
 
-def _cached_sensitivity(config: SensitivityConfig, out: Path,
-                        notice: bool = True) -> tuple[list[dict[str, Any]], dict[str, Any]] | None:
+def _cached_sensitivity(config: SensitivityConfig, out: Path, notice: bool = True) -> list[dict[str, Any]] | None:
     saved = _read_results(out / SENSITIVITY, _sensitivity_key(config), out, "sensitivity checks", notice)
-    return None if saved is None else (saved["results"], saved.get("timings", {}))
+    return None if saved is None else saved["results"]
 
 
 def check_sensitivity_claims(config: SensitivityConfig, out: Path, claim_ids: list[str] | None,
@@ -368,7 +401,8 @@ def check_sensitivity_claims(config: SensitivityConfig, out: Path, claim_ids: li
 
 def finish_sensitivity(config: SensitivityConfig, out: Path,
                        results: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Results without wall-clock fields, witnesses relative to ``out``; saved for ``--resume``."""
+    """Results without wall-clock fields, witnesses relative to ``out``; saved for ``--resume`` (and as evidence,
+    whose digest is in ``run.json``: so ``sensitivity.json`` holds no time, which goes to ``timings.json`` only)."""
     kept, timings = [], {}
     for r in strict([dict(r) for r in results]):
         r, timings[r["claim"]] = split_wall_clock(r)
@@ -377,21 +411,20 @@ def finish_sensitivity(config: SensitivityConfig, out: Path,
             r["witness"] = Path(witness).resolve().relative_to(out.resolve()).as_posix()
         kept.append(r)
     witnesses = [out / r["witness"] for r in kept if r.get("witness") and (out / r["witness"]).is_file()]
-    write_keyed(out / SENSITIVITY, out, _sensitivity_key(config), {"results": kept, "timings": timings},
-                witnesses)
+    write_keyed(out / SENSITIVITY, out, _sensitivity_key(config), {"results": kept}, witnesses)
     return kept, timings
 
 
 def run_sensitivity(suite: Suite, out: Path, resume: bool,
                     progress: bool) -> tuple[list[dict[str, Any]], dict[str, Any], str | None]:
-    """Run (or reuse) the suite's sensitivity checks: (results, wall-clock timings per claim, error).
-    Witnesses are written under ``sensitivity/witnesses``."""
+    """Run (or reuse) the suite's sensitivity checks: (results, wall-clock timings per claim measured now (none
+    when reused), error). Witnesses are written under ``sensitivity/witnesses``."""
     config = suite.sensitivity
     if config is None:
         return [], {}, None
     cached = _cached_sensitivity(config, out) if resume else None
     if cached is not None:
-        return (*cached, None)
+        return cached, {}, None
     try:
         results = check_sensitivity_claims(config, out, None, progress)
     except Exception as exc:  # noqa: BLE001 - reported through the gate
@@ -430,8 +463,8 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
     same directory is refused with one line instead of racing the first for its files."""
     if executor not in EXECUTOR_CHOICES:
         raise one_of("--executor", executor, EXECUTOR_CHOICES)
-    if not (isinstance(jobs, int) and 1 <= jobs <= 256):
-        raise ConfigError(f"--jobs: must be an integer in [1, 256], got {jobs!r}")
+    if not (isinstance(jobs, int) and 1 <= jobs <= MAX_JOBS):
+        raise ConfigError(f"--jobs: must be an integer in [1, {MAX_JOBS}], got {jobs!r}")
     only = list(only or [])
     suite.check_size(yes_large)
     cells = suite.cells(only or None)
@@ -473,7 +506,7 @@ class _Finished:
 class _SideChecks:
     """The sensitivity checks and step audits: reused from the cache, or submitted to the pool beside the cells."""
 
-    cached_sens: tuple[list[dict[str, Any]], dict[str, Any]] | None = None
+    cached_sens: list[dict[str, Any]] | None = None
     cached_step: list[dict[str, Any]] | None = None
     sens_futures: list[Future] | None = None
     step_futures: list[Future] | None = None
@@ -496,16 +529,19 @@ def _run_locked(plan: _RunPlan, lock_fd: int) -> RunResult:
     run): cells, side checks, gate, report, exit code."""
     clean_temporaries(plan.out)
     finished = _finished_cells(plan)
-    timings: dict[str, Any] = {"executor": plan.executor, "jobs": plan.jobs, "cells": {}}
+    timings: dict[str, Any] = {"created": utc_now(), "executor": plan.executor, "jobs": plan.jobs, "cells": {}}
     parallel = plan.executor == "local" and plan.jobs > 1 and (len(finished.pending) + plan.run_sens) > 1
-    with worker_pool(plan.jobs, lock_fd) if parallel else contextlib.nullcontext() as pool:
-        side = _submit_side_checks(plan, pool)
-        ran = _run_with_progress(plan, finished.pending, side, pool, timings)
+    tracker = Progress(jobs=plan.jobs if parallel else 1)
+    with Heartbeat(tracker, enabled=plan.progress) as heartbeat, \
+            worker_pool(plan.jobs, lock_fd, attach, (heartbeat.events,)) if parallel else contextlib.nullcontext() \
+            as pool:
+        side = _submit_side_checks(plan, pool, tracker)
+        ran = _run_with_progress(plan, finished.pending, side, pool, timings, tracker)
+        step_results, step_errors = _step_audit_results(plan, side.cached_step, ran.step_raw, timings, tracker)
     sensitivity = ran.sensitivity
     if not plan.run_sens and plan.suite.sensitivity is not None and plan.only:  # --only left them out: keep them
         cached = _cached_sensitivity(plan.suite.sensitivity, plan.out, notice=False)
-        sensitivity = cached[0] if cached is not None else []
-    step_results, step_errors = _step_audit_results(plan, side.cached_step, ran.step_raw, timings)
+        sensitivity = cached if cached is not None else []
     errors = ran.errors + step_errors
     ordered, gate = _judge(plan, {**finished.records, **ran.records}, sensitivity, step_results, errors)
     report = _write_run_report(plan, ordered, sensitivity, gate, step_results, timings)
@@ -552,9 +588,19 @@ def _keep_unselected(plan: _RunPlan, records: dict[str, dict[str, Any]]) -> int:
     return kept
 
 
-def _submit_side_checks(plan: _RunPlan, pool: ProcessPoolExecutor | None) -> _SideChecks:
+def _submit_tracked(pool: ProcessPoolExecutor, tracker: Progress, task_id: str, kind: str, fn: Any,
+                    *args: Any) -> Future:
+    """Submit ``fn(*args)`` to the pool as a task the progress tracker follows (start, finish)."""
+    tracker.add(task_id, kind)
+    future = pool.submit(Tracked(task_id, fn), *args)
+    future.add_done_callback(lambda _: tracker.finish(task_id))
+    return future
+
+
+def _submit_side_checks(plan: _RunPlan, pool: ProcessPoolExecutor | None, tracker: Progress) -> _SideChecks:
     """Reuse the cached sensitivity checks and step audits (``--resume``), or, with a pool, submit them first:
-    one task per claim and per defense, so the long searches start early and spread over the workers."""
+    one task per claim and per defense, so the long searches start early and spread over the workers. Without a
+    pool they run after the cells, in this process: the progress line names them as work to come."""
     suite, out = plan.suite, plan.out
     cached_sens = _cached_sensitivity(suite.sensitivity, out) if plan.run_sens and plan.resume else None
     sens_futures = None
@@ -564,42 +610,47 @@ def _submit_side_checks(plan: _RunPlan, pool: ProcessPoolExecutor | None) -> _Si
         ids = [spec.id for spec in select(None if suite.sensitivity.claims is None
                                           else list(suite.sensitivity.claims))]
         _log(f"sensitivity: checking {len(ids)} claims beside the cells ({plan.jobs} processes)", plan.progress)
-        sens_futures = [pool.submit(check_sensitivity_claims, suite.sensitivity, out, [i], False) for i in ids]
+        sens_futures = [_submit_tracked(pool, tracker, f"sensitivity {i}", "sensitivity", check_sensitivity_claims,
+                                        suite.sensitivity, out, [i], False) for i in ids]
+    elif plan.run_sens and cached_sens is None:
+        tracker.untracked.append("the sensitivity checks")  # run after the cells, in this process
     cached_step = _cached_step_audit(suite, out) if plan.run_step and plan.resume else None
     step_futures = None
     if pool is not None and plan.run_step and cached_step is None:
         from privaudit.audit.step_audit import run_suite_step_audits
 
-        step_futures = [pool.submit(run_suite_step_audits, suite, out, False, [name])
-                        for name in suite.step_audit.defenses]
+        step_futures = [_submit_tracked(pool, tracker, f"step audit {name}", "step audit", run_suite_step_audits,
+                                        suite, out, False, [name]) for name in suite.step_audit.defenses]
+    elif plan.run_step and cached_step is None:
+        tracker.untracked.append("the step audits")
     return _SideChecks(cached_sens, cached_step, sens_futures, step_futures)
 
 
 def _run_with_progress(plan: _RunPlan, pending: list[CellSpec], side: _SideChecks, pool: ProcessPoolExecutor | None,
-                       timings: dict[str, Any]) -> _Ran:
+                       timings: dict[str, Any], tracker: Progress) -> _Ran:
     """Run the pending cells, then finish the sensitivity checks and gather the pool's step audits, under a
-    progress bar and the heartbeat (before the pool shuts down: that cancels what has not started)."""
+    progress bar (the heartbeat runs around this; before the pool shuts down: that cancels what has not started)."""
     from tqdm.auto import tqdm
 
+    pending = round_robin(pending, lambda spec: spec.defense.label)  # the report keeps the suite's order
+    _track_cells(pending, tracker)
     with tqdm(total=len(pending), desc=f"cells ({plan.suite.name})", disable=None if plan.progress else True,
-              dynamic_ncols=True) as bar, \
-            Heartbeat(total=len(pending), jobs=plan.jobs if pool is not None else 1,
-                      enabled=plan.progress) as heartbeat:
+              dynamic_ncols=True) as bar:
         if plan.executor == "ray":
             outcomes = _run_ray(pending, plan.suite)
         elif pool is not None:
-            outcomes = _run_pool(pending, pool, heartbeat)
+            outcomes = _run_pool(pending, pool)
         else:
-            outcomes = _run_local(pending, plan.progress, bar, heartbeat)
+            outcomes = _run_local(pending, plan.progress, bar, tracker)
         with contextlib.closing(outcomes):  # closed at once when the run stops early (Ray cancels its tasks)
-            records, ran = _persist_outcomes(plan, outcomes, len(pending), timings, bar, heartbeat)
-        sensitivity, errors = _sensitivity_results(plan, side, timings, heartbeat)
-        step_raw = _gather_step_audits(side.step_futures, heartbeat)
+            records, ran = _persist_outcomes(plan, outcomes, len(pending), timings, bar, tracker)
+        sensitivity, errors = _sensitivity_results(plan, side, timings, tracker)
+        step_raw = _gather_step_audits(side.step_futures)
     return _Ran(records, ran, sensitivity, errors, step_raw)
 
 
 def _persist_outcomes(plan: _RunPlan, outcomes: Iterator[CellOutcome], total: int, timings: dict[str, Any], bar,
-                      heartbeat: Heartbeat) -> tuple[dict[str, dict[str, Any]], list[str]]:
+                      tracker: Progress) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """Persist each cell as it finishes (:func:`persist`); its record by id, and the ids in finishing order."""
     records: dict[str, dict[str, Any]] = {}
     ran: list[str] = []
@@ -607,7 +658,7 @@ def _persist_outcomes(plan: _RunPlan, outcomes: Iterator[CellOutcome], total: in
         records[outcome.spec.id] = persist(plan.out, outcome)
         ran.append(outcome.spec.id)
         timings["cells"][outcome.spec.id] = outcome.timings
-        heartbeat.done = i
+        tracker.finish(outcome.spec.id, outcome.timings)
         if plan.progress:
             bar.write(_stage_line(outcome.spec, outcome, i, total))
         bar.update(1)
@@ -615,13 +666,12 @@ def _persist_outcomes(plan: _RunPlan, outcomes: Iterator[CellOutcome], total: in
 
 
 def _sensitivity_results(plan: _RunPlan, side: _SideChecks, timings: dict[str, Any],
-                         heartbeat: Heartbeat) -> tuple[list[dict[str, Any]], list[str]]:
+                         tracker: Progress) -> tuple[list[dict[str, Any]], list[str]]:
     """The sensitivity results (from the pool, the cache, or checked now) and their error line, if any."""
     if not plan.run_sens:
         return [], []
     config, out = plan.suite.sensitivity, plan.out
     start = time.perf_counter()
-    heartbeat.status = "sensitivity checks"
     if side.sens_futures is not None:
         try:
             raw = [r for f in side.sens_futures for r in f.result()]
@@ -630,11 +680,13 @@ def _sensitivity_results(plan: _RunPlan, side: _SideChecks, timings: dict[str, A
         except Exception as exc:  # noqa: BLE001 - reported through the gate
             sensitivity, error = [], failure_line("sensitivity checks errored", exc)
     elif side.cached_sens is not None:
-        (sensitivity, timings["sensitivity_claims"]), error = side.cached_sens, None
+        sensitivity, error = side.cached_sens, None
     else:
         _log("sensitivity: checking " + ("every registered claim" if config.claims is None
                                          else ", ".join(config.claims)), plan.progress)
+        tracker.begin_phase("the sensitivity checks")
         sensitivity, timings["sensitivity_claims"], error = run_sensitivity(plan.suite, out, False, plan.progress)
+        tracker.begin_phase(None)
     timings["sensitivity"] = time.perf_counter() - start
     where = " (checked beside the cells)" if side.sens_futures is not None else ""
     _log(f"sensitivity: {len(sensitivity)} claims, {timings['sensitivity']:.1f}s after the cells{where}",
@@ -642,12 +694,10 @@ def _sensitivity_results(plan: _RunPlan, side: _SideChecks, timings: dict[str, A
     return sensitivity, [error] if error else []
 
 
-def _gather_step_audits(futures: list[Future] | None,
-                        heartbeat: Heartbeat) -> tuple[list[dict[str, Any]], list[str]] | None:
+def _gather_step_audits(futures: list[Future] | None) -> tuple[list[dict[str, Any]], list[str]] | None:
     """The step audits the pool ran (results and error lines), or None when none were submitted."""
     if futures is None:
         return None
-    heartbeat.status = "step audit"
     results: list[dict[str, Any]] = []
     errors: list[str] = []
     for future in futures:
@@ -662,7 +712,7 @@ def _gather_step_audits(futures: list[Future] | None,
 
 def _step_audit_results(plan: _RunPlan, cached: list[dict[str, Any]] | None,
                         step_raw: tuple[list[dict[str, Any]], list[str]] | None,
-                        timings: dict[str, Any]) -> tuple[list[dict[str, Any]], list[str]]:
+                        timings: dict[str, Any], tracker: Progress) -> tuple[list[dict[str, Any]], list[str]]:
     """The step audits' results for the report (cached, gathered from the pool, or run now) and error lines;
     with ``--only`` leaving them out, the finished results."""
     suite, out = plan.suite, plan.out
@@ -679,7 +729,9 @@ def _step_audit_results(plan: _RunPlan, cached: list[dict[str, Any]] | None,
         else:
             from privaudit.audit.step_audit import run_suite_step_audits
 
+            tracker.begin_phase("the step audits")
             raw, errors = run_suite_step_audits(suite, out, plan.progress)
+            tracker.begin_phase(None)
         results, timings["step_audit_defenses"] = finish_step_audit(suite, out, raw, errors)
     timings["step_audit"] = time.perf_counter() - start
     return results, errors

@@ -448,13 +448,14 @@ MAX_DEPTH = 16  # a suite is at most 5 levels deep (top, [[defenses]], params, a
 
 
 def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None = None,
-               allow_plugins: bool = False) -> Suite:
+               allow_plugins: bool = False, machine_checks: bool = True) -> Suite:
     """Read and validate a suite file, or a shipped suite by name (``quickstart``); ``out`` and ``data_dir``
     override the suite's; ``allow_plugins`` is the CLI's ``--allow-plugins`` (else the suite's own
-    ``allow_plugins``)."""
+    ``allow_plugins``); ``machine_checks=False`` skips what depends on this machine (the datasets' files, the
+    device's presence), to lint a suite meant for another machine."""
     from privaudit.audit.shipped import resolve_suite
 
-    path = resolve_suite(path)
+    given, path = str(path), resolve_suite(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -469,11 +470,13 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
         raise ConfigError(f"{path}: nested too deep (a suite is at most {MAX_DEPTH} levels of tables and arrays)")
     if data_dir is not None and isinstance(raw, dict):
         raw = {**raw, "data_dir": data_dir}
-    return parse_suite(raw, str(path), out=out, allow_plugins=allow_plugins)
+    # a shipped suite named by its name is recorded by that name (`privaudit run quickstart` reproduces it anywhere)
+    shown = given if path != Path(given) else str(path)
+    return parse_suite(raw, shown, out=out, allow_plugins=allow_plugins, machine_checks=machine_checks)
 
 
 def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None = None,
-                allow_plugins: bool = False) -> Suite:
+                allow_plugins: bool = False, machine_checks: bool = True) -> Suite:
     """Validate a parsed suite (a dict as TOML gives it), one table at a time in the file's order of keys
     (top-level settings, datasets, seeds and device, [[attacks]], [[defenses]], [sensitivity], [gate], [ray],
     [step_audit]), so the first error is the one an earlier key raises."""
@@ -487,10 +490,10 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
                                                 str, "a directory path")
     if out is None:
         check_output_path(out_dir, f"{where.path}: out")
-    datasets, data_dir = _datasets(where, raw)
+    datasets, data_dir = _datasets(where, raw, machine_checks)
     splits = _splits(where, raw)
     seeds = _seeds(where, raw)
-    device = _device(where, raw)
+    device = _device(where, raw, machine_checks)
     knn_k = _typed(where, "knn_k", raw.get("knn_k", 5), int, "an integer")
     if knn_k < 1:
         raise where.error("knn_k", f"must be >= 1, got {knn_k}")
@@ -519,8 +522,8 @@ def _table_config(where: _Where, raw: Mapping[str, Any], key: str, cls: type) ->
         raise where.prefix(exc) from None
 
 
-def _datasets(where: _Where, raw: Mapping[str, Any]) -> tuple[tuple[str, ...], str | None]:
-    """``datasets`` (known names whose files are present) and ``data_dir``."""
+def _datasets(where: _Where, raw: Mapping[str, Any], present: bool = True) -> tuple[tuple[str, ...], str | None]:
+    """``datasets`` (known names; with ``present``, whose files are here) and ``data_dir``."""
     from privaudit.core.datasets import DATASETS, missing_files
 
     datasets = tuple(_list(where, "datasets", raw.get("datasets", ["digits"]), str, "dataset names"))
@@ -530,7 +533,7 @@ def _datasets(where: _Where, raw: Mapping[str, Any]) -> tuple[tuple[str, ...], s
     for i, ds in enumerate(datasets):
         if ds not in DATASETS:
             raise where.error(f"datasets[{i}]", f"unknown value {ds!r}; accepted: {', '.join(DATASETS)}")
-        missing = missing_files(ds, data_dir)
+        missing = missing_files(ds, data_dir) if present else []
         if missing:
             raise where.error(f"datasets[{i}]", f"dataset {ds!r} is missing {missing[0]}; set data_dir in the "
                                                 "suite, --data-dir, or PRIVAUDIT_DATA_DIR")
@@ -556,16 +559,17 @@ def _seeds(where: _Where, raw: Mapping[str, Any]) -> tuple[int, ...]:
     return tuple(seeds)
 
 
-def _device(where: _Where, raw: Mapping[str, Any]) -> str:
-    """``device``: a known name or ``cuda:N``, and present here (a run that would fail in every cell is refused
-    before the first)."""
+def _device(where: _Where, raw: Mapping[str, Any], present: bool = True) -> str:
+    """``device``: a known name or ``cuda:N``, and (with ``present``) present here (a run that would fail in every
+    cell is refused before the first)."""
     from privaudit.audit.device import DEVICES, resolve_device
 
     device = _typed(where, "device", raw.get("device", "auto"), str, "a string")
     if device not in DEVICES and not re.fullmatch(r"cuda:\d{1,3}", device):
         raise where.error("device", f"unknown value {device!r}; accepted: {', '.join(DEVICES)}, cuda:N")
     try:
-        resolve_device(device)
+        if present:
+            resolve_device(device)
     except ConfigError as exc:
         raise where.error("device", str(exc).removeprefix("device: ")) from None
     return device

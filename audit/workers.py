@@ -23,7 +23,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 #: How often a worker's watcher thread checks that the run's main process is still its parent (seconds).
 WATCH_SECONDS = 0.5
@@ -52,13 +52,15 @@ def _detach(dup) -> int:
 
 
 @contextlib.contextmanager
-def worker_pool(jobs: int, lock_fd: int | None = None) -> Iterator[ProcessPoolExecutor]:
+def worker_pool(jobs: int, lock_fd: int | None = None, initializer: Callable[..., None] | None = None,
+                initargs: tuple[Any, ...] = ()) -> Iterator[ProcessPoolExecutor]:
     """``jobs`` spawned worker processes that die with the run (module docstring), holding ``lock_fd`` (the
-    output directory's lock) while they live. On a normal exit the pool waits for its tasks; when the block
-    ends by an exception, the workers are terminated and reaped before the exception goes on."""
+    output directory's lock) while they live, each running ``initializer(*initargs)`` once set up (the progress
+    events' queue: :func:`privaudit.audit.progress.attach`). On a normal exit the pool waits for its tasks; when
+    the block ends by an exception, the workers are terminated and reaped before the exception goes on."""
+    lock = None if lock_fd is None else InheritedFd(lock_fd)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_init_worker,
-                               initargs=(os.getpid(), None if lock_fd is None else InheritedFd(lock_fd)))
+                               initializer=_init_worker, initargs=(os.getpid(), lock, initializer, initargs))
     try:
         yield pool
     except BaseException:
@@ -83,15 +85,18 @@ def stop_workers(pool: ProcessPoolExecutor, grace: float = STOP_GRACE_SECONDS) -
     return len(processes)
 
 
-def _init_worker(parent: int, lock: int | None) -> None:
+def _init_worker(parent: int, lock: int | None, then: Callable[..., None] | None = None,
+                 then_args: tuple[Any, ...] = ()) -> None:
     """Runs first in each worker: die with the run, write only while it lives, keep the lock's descriptor open
-    (it is never closed here: the kernel closes it when the worker ends)."""
+    (it is never closed here: the kernel closes it when the worker ends), then ``then(*then_args)``."""
     from privaudit.core.io import guard_writes
 
     global HELD_LOCK_FD
     die_with_parent(parent)
     guard_writes(parent)
     HELD_LOCK_FD = lock
+    if then is not None:
+        then(*then_args)
 
 
 def die_with_parent(parent: int, interval: float = WATCH_SECONDS) -> None:

@@ -173,7 +173,7 @@ CLI_CASES = {
     "audit-step inf noise": (["audit-step", "--defense", "dp-gcl", "--noise-multiplier", "inf", "--out", "{out}"],
                              "argument --noise-multiplier: expected a finite number, got inf"),
     "audit-step zero noise": (["audit-step", "--defense", "dp-gcl", "--noise-multiplier", "0", "--out", "{out}"],
-                              "argument --noise-multiplier: must be > 0, got 0"),
+                              "argument --noise-multiplier: must be a number > 0, got 0"),
     "audit-step zero witness evaluations": (["audit-step", "--defense", "dp-gcl", "--witness-evaluations", "0",
                                              "--out", "{out}"], "argument --witness-evaluations: must be an integer "
                                                                 "in [1, 2147483647], got 0"),

@@ -33,7 +33,7 @@ def test_quickstart_runs_in_under_ten_minutes_and_resumes_after_sigkill(tmp_path
     print(f"\nquickstart: {seconds:.0f}s")
     assert seconds < 600
     report = read_json(tmp_path / "full" / "report.json")
-    assert list(report) == list(TOP_LEVEL) and report["gate"]["status"] == "pass"
+    assert list(report)[:len(TOP_LEVEL)] == list(TOP_LEVEL) and report["gate"]["status"] == "pass"
     from privaudit.audit.report.summary import verdict
 
     verdicts = {c["id"]: verdict(c) for c in report["cells"]}
@@ -54,5 +54,4 @@ def test_quickstart_runs_in_under_ten_minutes_and_resumes_after_sigkill(tmp_path
     assert resumed.wait(timeout=900) == 0
     assert all(p.stat().st_mtime_ns == t for p, t in finished.items())  # finished cells were not redone
     a, b = read_json(out / "report.json"), read_json(tmp_path / "full" / "report.json")
-    a.pop("created"), b.pop("created")
     assert a == b

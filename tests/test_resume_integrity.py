@@ -40,9 +40,9 @@ IDS = ["digits/kernel/eps=1/seed=0", "digits/kernel/eps=2/seed=0", "digits/kerne
 
 
 def comparable(report: dict) -> dict:
-    """A report without what differs between runs of one suite: its creation time, the checkout's commit (a
-    commit made while the tests run) and the --only patterns."""
-    out = {k: v for k, v in report.items() if k not in ("created", "git_commit")}
+    """A report without what differs between runs of one suite: the checkout's commit (a commit made while the
+    tests run) and the --only patterns."""
+    out = {k: v for k, v in report.items() if k != "git_commit"}
     out["suite"] = {k: v for k, v in report["suite"].items() if k != "only"}
     return out
 

@@ -25,15 +25,16 @@ ATTACK_KEYS = ["auc", "tpr_at_fpr", "eps_lower_bound", "eps_lb_method", "n_membe
 
 
 def comparable(report: dict) -> dict:
-    """A report without the one field that differs between runs of the same suite: its creation time."""
-    return {k: v for k, v in report.items() if k != "created"}
+    """A report as compared between runs of the same suite: whole (wall-clock times are in timings.json only)."""
+    return report
 
 
 def test_report_json_schema_and_every_number_recomputes_from_the_scores(tiny_run):
     result, out = tiny_run
     report = read_json(out / "report.json")
     assert list(report) == list(TOP_LEVEL)
-    assert report["version"] and report["device"] == "cpu" and report["created"].endswith("Z")
+    assert report["version"] and report["device"] == "cpu" and "created" not in report
+    assert read_json(out / "timings.json")["created"].endswith("Z")
     assert report["suite"]["name"] == "tiny" and report["sensitivity"] == []
     assert report["gate"] == {"status": "pass", "reasons": [], "notes": report["gate"]["notes"],
                               "family_wise_error": pytest.approx(0.05), "controls": 0, "controls_caught": 0}
@@ -207,6 +208,7 @@ def test_sensitivity_verdicts_gate_and_witnesses_are_kept(tmp_path, monkeypatch)
         NOT_RUN.format("digits/leaky/eps=1/seed=0"),
         f"sensitivity claim dpgcl.group[chunk] (paper) violated: observed 2 > bound 1 (witness: {witness.as_posix()})"]
     assert (tmp_path / "out" / witness).read_bytes() == b"planted witness"
+    assert "timings" not in read_json(tmp_path / "out" / "sensitivity.json")  # evidence: its digest is in run.json
     assert [r["claim"] for r in result.report["sensitivity"]] == ["dpcl.mean", "dpgcl.group[random]",
                                                                   "dpgcl.group[chunk]"]
     html = (tmp_path / "out" / "report.html").read_text()
@@ -270,3 +272,29 @@ def test_bad_sensitivity_tables_exit_2_naming_the_key(tmp_path, capsys, table, m
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_step_audits_are_saved_as_strict_json_without_seconds(tiny_suite, tmp_path, monkeypatch, capsys):
+    """A step audit's infinite bound is null in report.json (which the one checked reader refuses otherwise) and in
+    its evidence alike, so ``privaudit gate`` finds them equal; its seconds go to timings.json only."""
+    from privaudit.audit.evidence import recompute
+    from privaudit.audit.report.schema import load_report
+
+    def planted(suite, out, progress=True, names=None):
+        pair = {"pair": "canonical", "verdict": "not refuted", "mu_lower": 0.5, "epsilon_lower": 2.0,
+                "epsilon_from_mu": float("inf"), "seconds": 1.5}
+        return [{"defense": "dpsgd", "relation": "add-remove", "claim": {"mu": 1.0, "epsilon": 8.0},
+                 "verdict": "not refuted", "power": 0.25, "pairs": [pair], "seconds": 2.5}], []
+
+    monkeypatch.setattr("privaudit.audit.step_audit.run_suite_step_audits", planted)
+    suite = tmp_path / "s.toml"
+    suite.write_text(tiny_suite.read_text() + "\n[step_audit]\ndefenses = ['dpsgd']\n")
+    out = tmp_path / "out"
+    run_suite(load_suite(suite), out=out, progress=False, only=["step_audit"])
+    (row,) = load_report(out)["step_audit"]
+    assert row["pairs"][0]["epsilon_from_mu"] is None and "seconds" not in row and "seconds" not in row["pairs"][0]
+    saved = read_json(out / "step_audit" / "results.json")["results"]
+    assert saved == [row]
+    assert read_json(out / "timings.json")["step_audit_defenses"] == {"dpsgd": {"seconds": 2.5, "pairs": [1.5]}}
+    reasons = recompute(out).gate["reasons"]
+    assert reasons and not [r for r in reasons if "step audit" in r]  # only the cells --only left out

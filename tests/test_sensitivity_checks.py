@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -68,6 +69,14 @@ def test_buggy_clip_is_violated_with_a_witness_that_replays(tmp_path, capsys):
     assert main(["sensitivity", "--replay", path]) == 0
     out = capsys.readouterr().out
     assert "bit-identical: yes" in out and "reproduced" in out
+
+
+def test_a_witness_is_the_same_bytes_for_the_same_seed(tmp_path):
+    """A witness is evidence (its SHA-256 is in sensitivity.json, whose digest run.json holds): no time of day."""
+    first = check_claims(["reference.buggy-clip"], seed=1, witness_dir=tmp_path / "a", evaluations=50)[0].witness
+    again = check_claims(["reference.buggy-clip"], seed=1, witness_dir=tmp_path / "b", evaluations=50)[0].witness
+    assert Path(first).read_bytes() == Path(again).read_bytes()
+    assert not {"created", "time", "date"} & set(load_witness(first)[1])  # equal above by the second alone, else
 
 
 def test_replay_notices_a_tampered_witness(tmp_path):

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from privaudit.audit.commands.common import add_data_args, add_output_args, emit_json, format_table, integer, number, parse_params
+from privaudit.audit.commands.common import (PROBABILITY, add_data_args, add_output_args, emit_json, format_table,
+                                             integer, number, parse_params)
 from privaudit.core.datasets import load_dataset
 from privaudit.audit.device import DEVICES, resolve_device
 from privaudit.core.errors import ConfigError
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("alm-curve", help="privacy-utility table of the ALM's logistic, Laplace and Gaussian noise")
     add_data_args(p)
     p.add_argument("--epsilons", default="0.5,1,2,5,10", help="comma-separated epsilons (default 0.5,1,2,5,10)")
-    p.add_argument("--delta", type=number(), default=1e-5,
+    p.add_argument("--delta", type=number(**PROBABILITY), default=1e-5,
                    help="delta of the Gaussian mechanism (default 1e-5, the paper's)")
     p.add_argument("--draws", type=integer(1, 10 ** 6), default=20, help="noise draws per cell (default 20)")
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="any hyper-parameter of the alm defense")

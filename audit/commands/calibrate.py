@@ -14,7 +14,7 @@ from privaudit.core.errors import ConfigError, check_positive
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("calibrate", help="smallest noise multiplier meeting a target epsilon, per accountant")
-    p.add_argument("--target-epsilon", type=number(), required=True, metavar="E", help="target epsilon")
+    p.add_argument("--target-epsilon", type=number(positive=True), required=True, metavar="E", help="target epsilon")
     add_mechanism_args(p, noise=False)
     p.set_defaults(func=run)
 

@@ -21,21 +21,47 @@ except ModuleNotFoundError:  # Python 3.10
 TABLE_WIDTH = 120  # columns: what a CI log or a terminal shows without wrapping
 
 
+def _show(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def interval(lo: float | None, hi: float | None, lo_open: bool = False, hi_open: bool = False) -> str:
+    """``in [lo, hi]``, ``in (lo, hi)``, ``> lo``, ``<= hi``, ... (the empty string when unbounded)."""
+    if lo is not None and hi is not None:
+        return f"in {'(' if lo_open else '['}{_show(lo)}, {_show(hi)}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {_show(lo)}"
+    if hi is not None:
+        return f"{'<' if hi_open else '<='} {_show(hi)}"
+    return ""
+
+
 def integer(lo: int | None = None, hi: int | None = None):
-    """An argparse type: an integer in [lo, hi] (defaults: the field's range in :data:`privaudit.core.config.RANGES`)."""
+    """An argparse type: an integer in [lo, hi]. Its ``accepts`` text (``an integer in [lo, hi]``) is what the
+    error says and what :func:`document_ranges` appends to the option's help, so the two cannot disagree."""
+    accepts = f"an integer {interval(lo, hi)}".strip()
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            raise argparse.ArgumentTypeError(f"must be an integer in [{lo}, {hi}], got {text}")
+            raise argparse.ArgumentTypeError(f"must be {accepts}, got {text}")
         return value
+    parse.accepts, parse.bounds = accepts, (lo, hi, False, False)  # type: ignore[attr-defined]
     return parse
 
 
-def number(*, positive: bool = False, hi: float | None = None):
-    """An argparse type: a finite number (> 0 with ``positive``, at most ``hi``); inf and nan are refused."""
+def number(*, lo: float | None = None, hi: float | None = None, lo_open: bool = False, hi_open: bool = False,
+           positive: bool = False):
+    """An argparse type: a finite number (inf and nan are refused) in the interval ``lo``..``hi`` (open at an
+    end with ``lo_open`` / ``hi_open``; ``positive``: > 0). Its ``accepts`` text is what the error says and what
+    :func:`document_ranges` appends to the option's help."""
+    if positive:
+        lo, lo_open = 0.0, True
+    accepts = f"a number {interval(lo, hi, lo_open, hi_open)}".strip()
+
     def parse(text: str) -> float:
         try:
             value = float(text)
@@ -43,12 +69,26 @@ def number(*, positive: bool = False, hi: float | None = None):
             raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
         if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"expected a finite number, got {text}")
-        if positive and not value > 0:
-            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-        if hi is not None and value > hi:
-            raise argparse.ArgumentTypeError(f"must be at most {hi:g}, got {text}")
+        below = lo is not None and (value <= lo if lo_open else value < lo)
+        above = hi is not None and (value >= hi if hi_open else value > hi)
+        if below or above:
+            raise argparse.ArgumentTypeError(f"must be {accepts}, got {text}")
         return value
+    parse.accepts, parse.bounds = accepts, (lo, hi, lo_open, hi_open)  # type: ignore[attr-defined]
     return parse
+
+
+#: The probabilities' range (delta): open at both ends.
+PROBABILITY = {"lo": 0.0, "hi": 1.0, "lo_open": True, "hi_open": True}
+
+
+def document_ranges(parser: argparse.ArgumentParser) -> None:
+    """Append to each option's help the range its type accepts (``integer``/``number``'s ``accepts``), unless
+    the help states it already: ``--help`` then says what the validator checks, in its words."""
+    for action in parser._actions:
+        accepts = getattr(action.type, "accepts", None)
+        if accepts and action.help and action.help is not argparse.SUPPRESS and accepts not in action.help:
+            action.help = f"{action.help} ({accepts})"
 
 
 SEED = integer(0, MAX_SEED)
@@ -63,10 +103,11 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
 
 def add_budget_args(parser: argparse.ArgumentParser) -> None:
     """``--target-epsilon``, ``--delta``, ``--noise-multiplier``: the privacy budget of a DP defense."""
-    parser.add_argument("--target-epsilon", type=number(), default=None,
+    parser.add_argument("--target-epsilon", type=number(positive=True), default=None,
                         help="privacy budget epsilon (DP defenses)")
-    parser.add_argument("--delta", type=number(), default=None, help="delta (default 1/(N ln N))")
-    parser.add_argument("--noise-multiplier", type=number(), default=None, help="fix the noise instead of calibrating")
+    parser.add_argument("--delta", type=number(**PROBABILITY), default=None, help="delta (default 1/(N ln N))")
+    parser.add_argument("--noise-multiplier", type=number(lo=0.0), default=None,
+                        help="fix the noise instead of calibrating")
 
 
 def budget_from_args(args: argparse.Namespace, defense: Any) -> Any:

@@ -15,20 +15,20 @@ from privaudit.accountants.claim import RELATIONS, PrivacyClaim
 from privaudit.accountants.conversions import CONVERSIONS
 from privaudit.accountants.sampled_gaussian import COMPOSITIONS, SAMPLINGS, sampled_gaussian_template
 from privaudit.accountants.registry import ACCOUNTANTS
-from privaudit.audit.commands.common import integer, number
+from privaudit.audit.commands.common import PROBABILITY, integer, number
 from privaudit.core.config import MAX_ACCOUNTED_STEPS, MAX_INT
 from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 
 
 def add_mechanism_args(parser: argparse.ArgumentParser, *, noise: bool) -> None:
     if noise:
-        parser.add_argument("--noise-multiplier", type=number(), required=True, metavar="Z",
+        parser.add_argument("--noise-multiplier", type=number(positive=True), required=True, metavar="Z",
                             help="noise std / L2 sensitivity of each mechanism (under --relation)")
     parser.add_argument("--steps", type=integer(1, MAX_ACCOUNTED_STEPS), required=True, metavar="T",
-                        help=f"number of sampled steps (at most {MAX_ACCOUNTED_STEPS:.0e}: the PLD and PRV "
-                             "accountants' memory grows with it)")
-    parser.add_argument("--delta", type=number(), required=True, metavar="D", help="target delta")
-    parser.add_argument("--sample-rate", type=number(), default=None, metavar="Q", help="Poisson sampling rate")
+                        help="number of sampled steps (bounded: the PLD and PRV accountants' memory grows with it)")
+    parser.add_argument("--delta", type=number(**PROBABILITY), required=True, metavar="D", help="target delta")
+    parser.add_argument("--sample-rate", type=number(lo=0.0, hi=1.0), default=None, metavar="Q",
+                        help="Poisson sampling rate")
     parser.add_argument("--dataset-size", type=integer(1, MAX_INT), default=None, metavar="N",
                         help="number of privacy units")
     parser.add_argument("--batch-size", type=integer(1, MAX_INT), default=None, metavar="B",

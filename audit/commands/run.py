@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from privaudit.audit.runner import EXECUTOR_CHOICES, run_suite
+from privaudit.audit.commands.common import integer
+from privaudit.audit.runner import EXECUTOR_CHOICES, MAX_JOBS, run_suite
 from privaudit.audit.suite import load_suite
 from privaudit.core.errors import Terminated
 
@@ -22,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run only the cells whose id matches this glob, e.g. 'digits/dpcl-*' (repeatable; "
                         "'sensitivity' selects the sensitivity checks)")
     p.add_argument("--data-dir", default=None, help="directory holding torchvision-format datasets")
-    p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, metavar="N",
+    p.add_argument("--jobs", type=integer(1, MAX_JOBS), default=min(os.cpu_count() or 1, MAX_JOBS), metavar="N",
                    help="cells (and the sensitivity checks) run in N parallel processes; the report is the same as "
                         "with --jobs 1 (default: the number of cores, %(default)s here)")
     p.add_argument("--allow-plugins", action="store_true",

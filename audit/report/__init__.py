@@ -1,9 +1,11 @@
 """Audit reports: ``report.json`` (primary), and ``report.md`` / ``report.html`` / ``plots/`` generated from it.
 
+``report.json`` holds no wall-clock time: two runs of a suite with the same seeds on the same device give the same
+bytes. When a run happened and how long each part took are in ``timings.json`` beside it.
+
 ``report.json`` (strict JSON: non-finite numbers are null)::
 
     suite        the resolved suite (defenses with every hyper-parameter, attacks, seeds, gate, ...)
-    created      ISO 8601 time (UTC)
     version      privaudit's version
     git_commit   the checkout's commit ("+dirty" with local changes), or null
     device       the device the cells ran on
@@ -29,7 +31,6 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import subprocess
 from pathlib import Path
 from typing import Any, Sequence
@@ -37,7 +38,7 @@ from typing import Any, Sequence
 from privaudit.core.errors import ConfigError, DiskFull
 from privaudit.core.io import atomic_write_group, strict
 
-TOP_LEVEL = ("suite", "created", "version", "git_commit", "device", "cells", "sensitivity", "gate")
+TOP_LEVEL = ("suite", "version", "git_commit", "device", "cells", "sensitivity", "gate")
 
 
 def git_commit() -> str | None:
@@ -74,10 +75,8 @@ def build_report(suite, cells: Sequence[dict[str, Any]], sensitivity: Sequence[d
     """The report object (see the module docstring)."""
     from privaudit.audit import __version__
 
-    created = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     return strict({
         "suite": {**suite.to_dict(), "only": list(only) if only else None},
-        "created": created,
         "version": __version__,
         "git_commit": git_commit(),
         "device": device_description(suite.device),

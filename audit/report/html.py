@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from typing import Any
 
 from privaudit.audit.report import summary as s
@@ -16,7 +17,7 @@ CSS = """
 * { box-sizing: border-box; }
 body { font: 14px/1.5 -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; color: var(--fg);
        background: var(--bg); margin: 0; }
-main { max-width: 1320px; margin: 0 auto; padding: 28px 32px 64px; }
+main { max-width: 1400px; margin: 0 auto; padding: 24px 24px 64px; }
 h1 { font-size: 26px; margin: 0 0 4px; }
 h2 { font-size: 19px; margin: 36px 0 10px; padding-bottom: 6px; border-bottom: 1px solid var(--line); }
 p.meta { color: var(--muted); margin: 0 0 18px; font-size: 13px; }
@@ -28,13 +29,15 @@ p.lede { margin: 6px 0 14px; }
 .gate ul { margin: 8px 0 0; padding-left: 20px; }
 .gate li.note { color: var(--muted); }
 .scroll { overflow-x: auto; }
-table { border-collapse: collapse; width: 100%; font-size: 12.5px; margin: 6px 0 10px; }
-th, td { padding: 5px 8px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
-th { background: var(--soft); font-weight: 600; white-space: nowrap; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table { border-collapse: collapse; width: 100%; font-size: 12px; margin: 6px 0 10px; }
+th, td { padding: 4px 6px; border-bottom: 1px solid var(--line); text-align: left; vertical-align: top; }
+th { background: var(--soft); font-weight: 600; }
+td { overflow-wrap: break-word; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; overflow-wrap: normal; }
 tr:hover td { background: #fafbfc; }
-.badge { display: inline-block; padding: 1px 8px; border-radius: 10px; font-size: 12px; font-weight: 600; }
-td:first-child { white-space: nowrap; font-weight: 600; }
+.badge { display: inline-block; padding: 1px 7px; border-radius: 10px; font-size: 11.5px; font-weight: 600;
+         overflow-wrap: normal; }
+td:first-child { min-width: 9em; }
 .badge.pass { background: #dafbe1; color: var(--pass); }
 .badge.fail { background: #ffebe9; color: var(--fail); }
 .badge.warn { background: #fff8c5; color: var(--warn); }
@@ -48,12 +51,17 @@ code { background: var(--soft); padding: 1px 5px; border-radius: 4px; font-size:
 small { color: var(--muted); }
 """
 
-NUMERIC_HEADERS = {"target ε", "seed", "ε_lb", "AUC", "TPR@1%FPR", "k-NN acc (encoder)", "linear probe (encoder)",
-                   "TPR@0.1%", "TPR@1%", "TPR@10%", "bound", "observed", "ratio", "ε_lb (gate)", "ε_lb mech"}
+# A cell that is one number (or infinity, not applicable, none) is right aligned and never wrapped.
+NUMBER = re.compile(r"[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?|∞|n/a|-")
 
 
 def e(x: Any) -> str:
     return html.escape(str(x), quote=True)
+
+
+def breakable(text: Any) -> str:
+    """Escaped text that may wrap after each ``/`` (cell ids and file paths are long words)."""
+    return e(text).replace("/", "/<wbr>")
 
 
 def badge(text: str) -> str:
@@ -65,16 +73,19 @@ def badge(text: str) -> str:
 
 
 def table(headers: list[str], rows: list[list[str]], *, table_id: str, badge_cols: tuple[str, ...] = ()) -> str:
-    numeric = [h in NUMERIC_HEADERS or h.startswith("ε ") for h in headers]
+    """An HTML table, its conclusion column first (:func:`privaudit.audit.report.summary.lead`); numbers right
+    aligned, text wrapping so the table fits the window."""
+    headers, rows = s.lead(headers, rows)
     head = "".join(f"<th>{e(h)}</th>" for h in headers)
     body = []
     for row in rows:
         cells = []
-        for h, value, num in zip(headers, row, numeric):
+        for h, value in zip(headers, row):
             if h in badge_cols:
                 cells.append(f"<td>{badge(value)}</td>")
             else:
-                cells.append(f'<td class="num">{e(value)}</td>' if num else f"<td>{e(value)}</td>")
+                cells.append(f'<td class="num">{e(value)}</td>' if NUMBER.fullmatch(str(value))
+                             else f"<td>{breakable(value)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return (f'<div class="scroll"><table id="{table_id}"><thead><tr>{head}</tr></thead>'
             f"<tbody>{''.join(body)}</tbody></table></div>")
@@ -90,8 +101,10 @@ CAPTIONS = {
     "epsilon": "Theory versus measurement: each accountant's ε for the claim the defense implements (markers; "
                "arrows: ε = ∞) and the strongest sound empirical lower bound (bars). A bar past a marker "
                "contradicts that accountant (where the two are comparable; see the attack table).",
-    "privacy-utility": "Linear-probe accuracy and the strongest attack's AUC against the target ε; dashed: "
-                       "non-private baselines; dotted: chance.",
+    "privacy-utility": "Linear-probe accuracy and the strongest attack's AUC against the target ε: black-box attacks "
+                       "(on the released model) and white-box audits (canaries in the training's internals) apart; "
+                       "dashed: non-private baselines; dotted: chance. Defense families in rows of at most eight "
+                       "curves.",
 }
 
 
@@ -117,8 +130,8 @@ def _header(report: dict[str, Any]) -> list[str]:
     status = gate["status"]
     parts = [f"<h1>privaudit report: {e(suite['name'])}</h1>",
              f"<p class=\"meta\">suite <code>{e(suite['path'])}</code> · privaudit {e(report['version'])} · commit "
-             f"<code>{e(report.get('git_commit') or 'unknown')}</code> · device {e(report['device'])} · created "
-             f"{e(report['created'])}</p>"]
+             f"<code>{e(report.get('git_commit') or 'unknown')}</code> · device {e(report['device'])} · run times in "
+             "<code>timings.json</code></p>"]
     if suite.get("description"):
         parts.append(f'<p class="lede">{e(suite["description"].strip())}</p>')
     items = "".join(f"<li>{e(r)}</li>" for r in gate["reasons"])
@@ -152,13 +165,14 @@ def _measurement(report: dict[str, Any], plots: dict[str, bytes]) -> list[str]:
     parts = ['<h2 id="measurement">Theory versus measurement</h2>']
     if "epsilon" in plots:
         parts.append('<div class="figs">' + figure("epsilon", plots["epsilon"], CAPTIONS["epsilon"]) + "</div>")
-    parts.append(table(s.ATTACK_HEADERS, s.attack_rows(report), table_id="attack-table"))
+    parts.append(table(s.ATTACK_HEADERS, s.attack_rows(report), table_id="attack-table", badge_cols=("comparison",)))
     parts.append(f"<p><small>{e(ATTACK_EXPLAIN)}</small></p>")
     rocs = [k for k in plots if k.startswith("roc-")]
     if rocs:
         parts.append('<h2 id="roc">ROC curves</h2><div class="figs">' + "".join(
-            figure(k, plots[k], f"{k[4:]}: log-log ROC per cell; dashed: chance (TPR = FPR); the axes start at "
-                                "half the FPR resolution 1/#non-members.") for k in rocs) + "</div>")
+            figure(k, plots[k], f"{k[4:]}: log-log ROC per cell, one panel per group of defense families (at most "
+                                "eight curves); dashed: chance (TPR = FPR); the axes start at half the FPR resolution "
+                                "1/#non-members.") for k in rocs) + "</div>")
     if "privacy-utility" in plots:
         parts.append('<h2 id="privacy-utility">Privacy–utility</h2><div class="figs">'
                      + figure("privacy-utility", plots["privacy-utility"], CAPTIONS["privacy-utility"]) + "</div>")

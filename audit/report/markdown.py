@@ -27,8 +27,11 @@ ATTACK_EXPLAIN = ("ε_lb: the attack's sound lower bound at its own confidence; 
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table, its conclusion column first (:func:`privaudit.audit.report.summary.lead`)."""
     def esc(x: str) -> str:
         return str(x).replace("|", "\\|").replace("\n", " ")
+
+    headers, rows = s.lead(headers, rows)
 
     lines = ["| " + " | ".join(map(esc, headers)) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(map(esc, row)) + " |" for row in rows]
@@ -41,7 +44,7 @@ def header_lines(report: dict[str, Any]) -> list[str]:
     return [f"# privaudit report: {suite['name']}", "",
             (suite.get("description") or "").strip(), "",
             f"Suite `{suite['path']}` · privaudit {report['version']} · commit `{commit}` · device "
-            f"{report['device']} · created {report['created']}", ""]
+            f"{report['device']} (run times: `timings.json`)", ""]
 
 
 def gate_lines(report: dict[str, Any]) -> list[str]:
@@ -52,32 +55,27 @@ def gate_lines(report: dict[str, Any]) -> list[str]:
     return lines + [""]
 
 
-def render(report: dict[str, Any], plots: dict[str, str]) -> str:
-    """Markdown text; ``plots`` maps figure names to their paths relative to the report."""
-    lines = header_lines(report) + gate_lines(report)
+def summary_lines(report: dict[str, Any]) -> list[str]:
+    """The summary table and its explanation, the utility panel, and the errors."""
     grid = s.grid_line(report)
-    lines += ["## Summary", "", table(s.summary_headers(report), s.summary_rows(report)), "",
-              (f"{grid}. " if grid else "") + EXPLAIN, ""]
+    lines = ["## Summary", "", table(s.summary_headers(report), s.summary_rows(report)), "",
+             (f"{grid}. " if grid else "") + EXPLAIN, ""]
     panel = s.panel_rows(report)
     if panel:
         lines += ["## Utility beside leakage", "", table(s.PANEL_HEADERS, panel), "", s.PANEL_EXPLAIN, ""]
     errors = s.errors(report)
     if errors:
         lines += ["## Errors", ""] + [f"- {e}" for e in errors] + [""]
-    lines += ["## Attacks and the theory-versus-measurement check", "",
-              table(s.ATTACK_HEADERS, s.attack_rows(report)), "", ATTACK_EXPLAIN, ""]
-    if "epsilon" in plots:
-        lines += [f"![theory versus measurement]({plots['epsilon']})", ""]
-    rocs = [k for k in plots if k.startswith("roc-")]
-    if rocs:
-        lines += ["## ROC curves", ""] + [f"![{k}]({plots[k]})" for k in rocs] + [""]
-    if "privacy-utility" in plots:
-        lines += ["## Privacy–utility", "", f"![privacy-utility]({plots['privacy-utility']})", ""]
-    lines += ["## Sensitivity claims", ""]
+    return lines
+
+
+def sensitivity_lines(report: dict[str, Any]) -> list[str]:
+    """The sensitivity table with the register's notes, and the step-level audit."""
+    lines = ["## Sensitivity claims", ""]
     rows = s.sensitivity_rows(report)
     if rows:
         lines += [table(s.SENSITIVITY_HEADERS, rows), "",
-                  "Witness paths are relative to this report's directory; `privaudit sensitivity --replay FILE` "
+                  "Witness paths are relative to the report's directory; `privaudit sensitivity --replay FILE` "
                   "reproduces a violation.", ""]
         notes = s.sensitivity_notes(report)
         if notes:
@@ -88,14 +86,34 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
         from privaudit.audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
 
         lines += ["## Step-level audit", "", table(STEP_HEADERS, step_rows(report)), "", STEP_EXPLAIN, ""]
-    lines += ["## Claims and caveats", ""]
+    return lines
+
+
+def caveat_lines(report: dict[str, Any]) -> list[str]:
+    """Each defense's claim and caveats, the accountants that do not apply and the bounds' notes."""
+    lines = ["## Claims and caveats", ""]
     for entry in s.claim_notes(report):
         lines.append(f"- **{entry['defense']}**: {'; '.join(entry['mechanisms'])} ({entry['relation']}, per "
                      f"{entry['unit']}, sampler {entry['sampler'] or '-'}, paper accountant "
                      f"{entry['paper_accountant']}); source: {entry['source'] or '-'}")
         lines += [f"  - {note}" for note in entry["notes"]]
-    lines += [f"- {n}" for n in s.not_applicable(report) + s.bound_notes(report)]
-    lines += ["", "## Reproduce", "",
+    return lines + [f"- {n}" for n in s.not_applicable(report) + s.bound_notes(report)] + [""]
+
+
+def render(report: dict[str, Any], plots: dict[str, str]) -> str:
+    """Markdown text; ``plots`` maps figure names to their paths relative to the report."""
+    lines = header_lines(report) + gate_lines(report) + summary_lines(report)
+    lines += ["## Attacks and the theory-versus-measurement check", "",
+              table(s.ATTACK_HEADERS, s.attack_rows(report)), "", ATTACK_EXPLAIN, ""]
+    if "epsilon" in plots:
+        lines += [f"![theory versus measurement]({plots['epsilon']})", ""]
+    rocs = [k for k in plots if k.startswith("roc-")]
+    if rocs:
+        lines += ["## ROC curves", ""] + [f"![{k}]({plots[k]})" for k in rocs] + [""]
+    if "privacy-utility" in plots:
+        lines += ["## Privacy–utility", "", f"![privacy-utility]({plots['privacy-utility']})", ""]
+    lines += sensitivity_lines(report) + caveat_lines(report)
+    lines += ["## Reproduce", "",
               f"`privaudit run {report['suite']['path']}` with privaudit {report['version']} (commit "
               f"`{report.get('git_commit') or 'unknown'}`); every number above is recomputable from "
               "`report.json` and the per-example scores (`cells/*/attacks/*/scores.npz`).", ""]

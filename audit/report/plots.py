@@ -5,8 +5,11 @@
 * ``epsilon``: theory versus measurement per cell: each accountant's epsilon (markers) beside the
   strongest sound empirical lower bound (bar); an infinite epsilon is drawn as an arrow;
 * ``privacy-utility``: linear-probe accuracy and the strongest attack's AUC against epsilon, one line
-  per defense (mean over seeds), non-private defenses as horizontal references.
+  per defense (mean over seeds), non-private defenses as horizontal references; black-box attacks (on the
+  released model) and white-box audits (:data:`WHITE_BOX`, reading the training's internals) in separate panels.
 
+No panel holds more than :data:`MAX_CURVES` curves, and within a panel each curve has its own colour and its own
+marker: cells are faceted by defense family (:func:`facets`), several panels side by side or in rows.
 Each function returns PNG bytes (or None when there is nothing to draw).
 """
 
@@ -26,11 +29,45 @@ MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
 # Okabe & Ito's colour-blind-safe palette; each series also gets its own marker (and baselines a dashed line),
 # so no two series are told apart by colour alone.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
-WHITE_BOX = ("gradient-canary",)  # attacks that read the training internals; the rest query the released model
+MAX_CURVES = len(PALETTE)  # per panel: every curve of a panel has a colour and a marker of its own
+# The registered attacks that read the training's internals (white-box canaries: their Config derives from
+# privaudit.attacks.gradient_canary.CanaryAuditConfig; tests/test_report_html.py keeps the two in step); every other
+# attack queries the released model.
+WHITE_BOX = ("gradient-canary", "user-canary")
+# Defense families, for faceting: the paper a defense implements (its variants and its positive control with it).
+FAMILIES = {"nonprivate": "baselines", "supervised": "baselines", "dpsgd": "DP-SGD", "dp-clip": "DP-SGD",
+            "dpcl-simclr": "DPCL", "dpcl-barlow": "DPCL", "dp-gcl": "DP-GCL", "control-undernoised": "DP-GCL",
+            "logit-dp": "Logit-DP", "alm": "ALM", "dp-fedemb": "DP-FedEmb", "dp-fedavg": "DP-FedEmb",
+            "opacus-dpsgd": "DP-SGD"}
 
 
 def _style(i: int) -> dict[str, Any]:
-    return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[(i // len(PALETTE) + i) % len(MARKERS)]}
+    """The i-th curve of a panel (i < :data:`MAX_CURVES`): its own colour and its own marker."""
+    return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
+
+
+def family(cell: dict[str, Any]) -> str:
+    """A cell's defense family (:data:`FAMILIES`; a defense outside it is its own family)."""
+    name = (cell.get("details") or {}).get("defense_name") or cell["defense"]
+    return FAMILIES.get(name, name)
+
+
+def facets(items: list[Any], family_of, size=lambda item: 1, limit: int = MAX_CURVES) -> list[list[Any]]:
+    """``items`` split into panels of at most ``limit`` curves (``size(item)`` each), families kept together and
+    in first-seen order: a family joins the current panel when it fits, else opens the next one (a family larger
+    than a panel is split)."""
+    families: dict[str, list[Any]] = {}
+    for item in items:
+        families.setdefault(family_of(item), []).append(item)
+    panels: list[list[Any]] = [[]]
+    for members in families.values():
+        if panels[-1] and sum(map(size, panels[-1])) + sum(map(size, members)) > limit:
+            panels.append([])
+        for item in members:
+            if panels[-1] and sum(map(size, panels[-1])) + size(item) > limit:
+                panels.append([])
+            panels[-1].append(item)
+    return [p for p in panels if p]
 
 
 def _mean(values: list[float]) -> float:
@@ -56,9 +93,11 @@ def _pyplot():
     return plt
 
 
-def _png(fig) -> bytes:
+def _png(fig, tag: str | None = None) -> bytes:
+    """The figure as PNG bytes, without the software's version (the same figure gives the same bytes); ``tag``
+    goes into the PNG's Source text (what it was drawn from: the docs' figures carry their report's digest)."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None})
+    fig.savefig(buffer, format="png", dpi=DPI, metadata={"Software": None, **({"Source": tag} if tag else {})})
     _pyplot().close(fig)
     return buffer.getvalue()
 
@@ -74,9 +113,9 @@ def _label(cell: dict[str, Any], report: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
-    """Log-log ROC curves of ``attack`` on every cell that ran it."""
-    from privaudit.attacks.metrics import loglog_roc, roc
+def _roc_curves(report: dict[str, Any], out: Path, attack: str) -> list[tuple[dict[str, Any], Any, Any]]:
+    """(cell, ROC, AUC) of every cell that ran ``attack``, from its saved scores."""
+    from privaudit.attacks.metrics import roc
     from privaudit.core.io import load_npz
 
     curves = []
@@ -92,29 +131,37 @@ def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
 
             raise ConfigError(f"{a['scores']}: unreadable score file ({type(exc).__name__}); run privaudit run "
                               "--resume on this directory to recompute its cell") from None
-        curves.append((_label(cell, report), roc(scores, membership), a.get("auc")))
+        curves.append((cell, roc(scores, membership), a.get("auc")))
+    return curves
+
+
+def roc_plot(report: dict[str, Any], out: Path, attack: str) -> bytes | None:
+    """Log-log ROC curves of ``attack`` on every cell that ran it, one panel per group of defense families."""
+    from privaudit.attacks.metrics import loglog_roc
+
+    curves = _roc_curves(report, out, attack)
     if not curves:
         return None
+    panels = facets(curves, lambda c: family(c[0]))
     plt = _pyplot()
-    outside = len(curves) > 4  # many cells: the legend goes beside the axes, not over the curves
-    fig, ax = plt.subplots(figsize=(7.4 if outside else 5.2, 4.0))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.4 * len(panels), 4.4), squeeze=False)
     floor = min(0.5 / max(r.n_nonmembers, 1) for _, r, _ in curves)
-    for i, (name, r, auc) in enumerate(curves):
-        pts = loglog_roc(r, floor)
-        ax.step(pts["fpr"], pts["tpr"], where="post", color=PALETTE[i % len(PALETTE)], lw=1.4,
-                label=f"{name} (AUC {auc:.3f})" if auc is not None else name)
-    ax.plot([floor, 1], [floor, 1], ls="--", color="grey", lw=1, label="chance")
-    ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1.05), xlabel="false positive rate",
-           ylabel="true positive rate", title=f"{attack}: ROC (log-log)")
-    if outside:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    else:
-        ax.legend(fontsize=7, loc="lower right")
+    for ax, panel in zip(axes[0], panels):
+        for i, (cell, r, auc) in enumerate(panel):
+            pts = loglog_roc(r, floor)
+            name = _label(cell, report)
+            ax.step(pts["fpr"], pts["tpr"], where="post", lw=1.3, markevery=max(1, len(pts["fpr"]) // 6), ms=4,
+                    label=f"{name} (AUC {auc:.3f})" if auc is not None else name, **_style(i))
+        ax.plot([floor, 1], [floor, 1], ls="--", color="grey", lw=1, label="chance")
+        families = ", ".join(dict.fromkeys(family(c) for c, _, _ in panel))
+        ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1.05), xlabel="false positive rate",
+               ylabel="true positive rate", title=f"{attack}: {families}")
+        ax.legend(fontsize=6.5, loc="lower right")
     fig.tight_layout()
     return _png(fig)
 
 
-def epsilon_plot(report: dict[str, Any]) -> bytes | None:
+def epsilon_plot(report: dict[str, Any], tag: str | None = None) -> bytes | None:
     """Per cell: accountants' epsilons (markers) and the strongest sound lower bound (bar)."""
     cells = [c for c in report["cells"] if not (c.get("details") or {}).get("error")]
     if not cells:
@@ -150,21 +197,40 @@ def epsilon_plot(report: dict[str, Any]) -> bytes | None:
            title="theory versus measurement")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    return _png(fig)
+    return _png(fig, tag)
 
 
-def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
+PANELS = ("privacy–utility", "leakage, black-box (released model)", "leakage, white-box (training internals)")
+
+
+def privacy_utility_plot(report: dict[str, Any], tag: str | None = None) -> bytes | None:
     """Utility (linear probe) and leakage against epsilon, one line per defense; black-box leakage (attacks on
-    the released model) and white-box leakage (audits of the training internals) on separate axes."""
+    the released model) and white-box leakage (audits of the training internals, :data:`WHITE_BOX`) on separate
+    axes. The non-private baselines are horizontal lines in every row; the private defenses are faceted by family
+    into rows of at most :data:`MAX_CURVES` curves with them."""
     cells = [c for c in report["cells"] if not (c.get("details") or {}).get("error")]
     if not cells:
         return None
     points, baselines = _privacy_utility_points(report, cells)
     if not points and not baselines:
         return None
+    families = {c["defense"]: family(c) for c in cells}
+    rows = facets(sorted(points), families.get, limit=max(1, MAX_CURVES - len(baselines))) if points else [[]]
     plt = _pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(11.5, 3.4))
-    for i, (defense, by_eps) in enumerate(sorted(points.items())):
+    fig, axes = plt.subplots(len(rows), 3, figsize=(11.5, 3.2 * len(rows)), squeeze=False)
+    ticks = sorted({x for by_eps in points.values() for x in by_eps}) if points else None
+    for row, defenses in zip(axes, rows):
+        _privacy_utility_row(row, {d: points[d] for d in defenses}, baselines, ticks)
+    for k, title in enumerate(PANELS):
+        axes[0][k].set_title(title)
+    fig.tight_layout(rect=(0, 0, 0.85, 1))
+    return _png(fig, tag)
+
+
+def _privacy_utility_row(axes: Any, points: dict[str, dict[float, list["_Entry"]]],
+                         baselines: dict[str, list["_Entry"]], ticks: list[float] | None) -> None:
+    """One row of the privacy-utility figure: its defenses' lines, the baselines, chance, and its legend."""
+    for i, (defense, by_eps) in enumerate(points.items()):
         xs = sorted(by_eps)
         for k, ax in enumerate(axes):
             ys = [_mean([p[k] for p in by_eps[x]]) for x in xs]
@@ -175,22 +241,17 @@ def privacy_utility_plot(report: dict[str, Any]) -> bytes | None:
         for k, ax in enumerate(axes):
             value = _mean([p[k] for p in entries])
             if np.isfinite(value):
-                ax.axhline(value, ls="--", lw=1, color=style["color"], label=f"{defense} (ε = ∞)")
-    _epsilon_axes(axes, sorted({x for by_eps in points.values() for x in by_eps}) if points else None)
+                ax.axhline(value, ls="--", lw=1, ms=4, label=f"{defense} (ε = ∞)", **style)
+    _epsilon_axes(axes, ticks if points else None)
     for ax in axes[1:]:
         ax.axhline(0.5, ls=":", lw=1, color="grey", label="chance")
-    axes[0].set_title("privacy–utility")
-    axes[1].set_title("leakage, black-box (released model)")
-    axes[2].set_title("leakage, white-box (training internals)")
     handles, labels = [], []
     for ax in axes:
-        for h, l in zip(*ax.get_legend_handles_labels()):
-            if l not in labels:
+        for h, label in zip(*ax.get_legend_handles_labels()):
+            if label not in labels:
                 handles.append(h)
-                labels.append(l)
-    fig.legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(0.86, 0.5))
-    fig.tight_layout(rect=(0, 0, 0.85, 1))
-    return _png(fig)
+                labels.append(label)
+    axes[-1].legend(handles, labels, fontsize=7, loc="center left", bbox_to_anchor=(1.04, 0.5))
 
 
 _Entry = tuple[float, float, float]  # (linear-probe accuracy, strongest black-box AUC, strongest white-box AUC)

@@ -173,7 +173,7 @@ SUITE = Obj({"name": STR, "path": STR},
 GATE = Obj({"status": Scalar("'pass' or 'fail'", lambda x: x in ("pass", "fail")), "reasons": ListOf(STR)},
            {"notes": ListOf(STR)})
 #: What the gate and the renderers read of a report (see :mod:`privaudit.audit.report` for the whole layout).
-REPORT = Obj({"suite": SUITE, "created": STR, "version": STR, "git_commit": Nullable(STR), "device": STR,
+REPORT = Obj({"suite": SUITE, "version": STR, "git_commit": Nullable(STR), "device": STR,
               "cells": ListOf(CELL), "sensitivity": ListOf(SENSITIVITY), "gate": GATE},
              {"step_audit": ListOf(STEP)})
 

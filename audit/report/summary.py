@@ -22,6 +22,19 @@ def fmt(x: Any, digits: int = 3) -> str:
     return str(x)
 
 
+#: Beside a TPR read at an FPR below the resolution 1/#non-members (there it is read at FPR 0): every rendering
+#: (Markdown, HTML, the terminal) shows the same marker.
+UNRESOLVED = " (unresolved)"
+
+
+def tpr_text(attack: dict[str, Any], fpr: str, text: Any = None) -> str:
+    """``attack``'s TPR at ``fpr`` (a key of ``tpr_at_fpr``), formatted (or ``text``), with :data:`UNRESOLVED`
+    when that FPR is below the attack's resolution (``fpr_resolved``, at the top level or in ``details``)."""
+    resolved = attack.get("fpr_resolved") or (attack.get("details") or {}).get("fpr_resolved") or {}
+    value = fmt((attack.get("tpr_at_fpr") or {}).get(fpr)) if text is None else str(text)
+    return value + ("" if resolved.get(fpr, True) else UNRESOLVED)
+
+
 def accountants(report: dict[str, Any]) -> list[str]:
     """Accountant names in first-seen order across cells."""
     names: list[str] = []
@@ -94,6 +107,21 @@ def verdict(cell: dict[str, Any]) -> str:
     return "pass (no attacks)"
 
 
+#: Columns that carry a table's conclusion: renderers put the first one present first (:func:`lead`).
+LEAD_COLUMNS = ("verdict", "comparison")
+
+
+def lead(headers: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """``headers`` and ``rows`` with the conclusion column (:data:`LEAD_COLUMNS`) moved first, so a reader sees
+    the verdict before the numbers and a narrow window never hides it off to the right."""
+    at = next((headers.index(h) for h in LEAD_COLUMNS if h in headers), None)
+    if at is None or at == 0:
+        return headers, rows
+    def move(row: list[str]) -> list[str]:
+        return [row[at], *row[:at], *row[at + 1:]]
+    return move(headers), [move(r) for r in rows]
+
+
 def summary_headers(report: dict[str, Any]) -> list[str]:
     return (["defense"] + (["dataset"] if varies(report, "dataset") else []) + ["target ε"]
             + (["seed"] if varies(report, "seed") else []) + [f"ε {a}" for a in shown_accountants(report)]
@@ -116,7 +144,7 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
             *[epsilon_text(cell, n) for n in names],
             label or "-", fmt(attack and attack.get("eps_lower_bound")), fmt(attack and attack.get("eps_lb_mechanism")),
             fmt(attack and attack.get("auc")),
-            fmt(attack and (attack.get("tpr_at_fpr") or {}).get("0.01")),
+            tpr_text(attack, "0.01") if attack else "-",
             fmt(utility.get("knn_accuracy")), fmt(utility.get("linear_probe_accuracy")), own_utility(cell),
             verdict(cell),
         ])
@@ -134,13 +162,13 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
         comparisons = {c["attack"]: c for c in (cell.get("gate") or {}).get("comparisons", [])}
         for label, a in (cell.get("attacks") or {}).items():
             c = comparisons.get(label, {})
-            tpr = a.get("tpr_at_fpr") or {}
             eps = "-" if c.get("epsilon") is None else f"{fmt(c['epsilon'])} ({c['accountant']})"
             comparison = c.get("verdict", "-")
             if c.get("reason"):  # the short form; the caveats section gives the full reasons
                 comparison += f": {c['reason'].split(':')[0].split(';')[0]}"
-            rows.append([cell["id"], label, a.get("variant") or "-", fmt(a.get("auc")), fmt(tpr.get("0.001")),
-                         fmt(tpr.get("0.01")), fmt(tpr.get("0.1")), f"{a.get('n_members')} / {a.get('n_nonmembers')}",
+            rows.append([cell["id"], label, a.get("variant") or "-", fmt(a.get("auc")),
+                         *(tpr_text(a, k) for k in ("0.001", "0.01", "0.1")),
+                         f"{a.get('n_members')} / {a.get('n_nonmembers')}",
                          fmt(a.get("eps_lower_bound")), fmt(a.get("eps_lb_mechanism")), fmt(c.get("gate_eps_lower_bound")),
                          eps, comparison])
     return rows

@@ -169,11 +169,9 @@ _ENTRIES: list[ClaimSpec] = [
               notes=("tight: the supremum is the bound 4|B|C (approached, not attained). The split-flip "
                      "construction (extremal.split_flip_seeds) turns every view's clipped gradient around, the "
                      "replaced example's two included (its views split across the circle in D, together in D'); "
-                     "its limit ratio, maximised over six angles kept 0.05 rad from the ends, is 0.997 at |B| = 2, "
-                     "4, 8 and 0.99 at |B| = 32 (tau 0.5), and tends to 1 as that margin shrinks (0.9999 at "
-                     "0.005); at tau 0.1 the rows across the circle see each other through e^(-2/tau), torques "
-                     "float32 rounds away, and the model realises 0.74 at |B| = 3 (0.997 in exact arithmetic). The "
-                     "earlier flip construction (extremal.flip_seeds) stopped at (|B| - 1) / |B|",)),
+                     "its ratio tends to 1 as its angles approach the ends of the half circle. At small "
+                     "temperatures the rows across the circle see each other only through e^(-2/tau), torques "
+                     "that float32 rounds away, so the model realises less of the turn than exact arithmetic",)),
     ClaimSpec("dpcl.barlow-gradient", "DPCL Sec. 3.3.2", "replace-one", "l2", "4C", dpcl_gradient_bound, ("C",),
               image_builder(params_with("C")), _SATURATED_GROWTH, defense="dpcl-barlow",
               base_overrides={"clip_unit": "view"}, growth=("B",), budget_seconds=16),
@@ -183,8 +181,8 @@ _ENTRIES: list[ClaimSpec] = [
               defense="dpsgd",
               notes=("at |B| = 1 the bound is loose: D's t terms are softmaxes over one candidate, constant, so their "
                      "gradients are 0 and Delta <= 2 t C, 2/3 of (2|B| + 1) t C (the supremum at |B| = 1: the t new "
-                     "terms and the t old ones, each clipped to C); at |B| = 2, 4 the add-flip construction "
-                     "(extremal.add_flip_seeds) reaches 0.96 (quickstart budget, seed 0)",)),
+                     "terms and the t old ones, each clipped to C); at |B| = 2, 4 the search starts from the "
+                     "add-flip construction (extremal.add_flip_seeds)",)),
     ClaimSpec("dpgcl.batch-level", "DP-GCL Eq. 7 (Sec. 2.3.2)", "add-remove", "l2", "2C", dpgcl_batch_level_bound,
               ("C",), image_builder(params_with("C")), (T(1), T(2), S(4)), defense="dp-clip"),
     ClaimSpec("dpgcl.group-clip", "DP-GCL Thm. 1 (Eq. 8)", "add-remove", "l2", "(2 ceil(B/S) + 1) C",
@@ -192,10 +190,9 @@ _ENTRIES: list[ClaimSpec] = [
               defense="dp-gcl",
               notes=("the implementation's K groups are fixed (random grouping), so the added example joins one of "
                      "them and no group appears: Delta <= 2KC, the closed-form supremum (2K / (2K + 1) of "
-                     "(2K + 1) C: 0.89 at K = 4, 0.80 at K = 2), reached in the limit by extremal.group_clip_seeds "
-                     "(every group's clipped gradient turned around, the added example's group included: 0.8 of "
-                     "the bound at K = 2, 0.88 at K = 4 on the model); Thm. 1's extra C is a group that cannot "
-                     "appear",)),
+                     "(2K + 1) C: 8/9 at K = 4, 4/5 at K = 2), reached in the limit by extremal.group_clip_seeds "
+                     "(every group's clipped gradient turned around, the added example's group included); Thm. 1's "
+                     "extra C is a group that cannot appear",)),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
               ("C",), image_builder(group_params), _GROUPS, defense="dp-gcl", variant="random"),
     ClaimSpec("dpgcl.group", "DP-GCL Thms. 2-3 (Eqs. 10, 13; App. A)", "add-remove", "l2", "2C", dpgcl_group_bound,
@@ -216,10 +213,9 @@ _ENTRIES: list[ClaimSpec] = [
                      "2 |Z_ij| / (n - 1) <= 2, so Delta <= 4C, approached by extremal.spreadout_seeds (both logits "
                      "near -1, their clipped gradients parallel: 4 cos(0.04) C = 0.999 of 4C); at n >= 3 the old "
                      "terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L) and no closed form is derived. "
-                     "The ascent once measured 4.0014C here, 0.03% above 4C: float32 cancellation in the Gram-identity "
-                     "pair norms (|A|^2 + |B|^2 + 2 <A, B>) made a clipped pair term exceed C; the Grams are now "
-                     "float64 with a rounding bound that keeps each norm above the true one (defenses/dp/pairs.py), "
-                     "and the same search measures 3.9999C",)),
+                     "Each pair norm is computed in float64 with a rounding bound that keeps it above the true one "
+                     "(defenses/dp/pairs.py), so cancellation in the Gram identity (|A|^2 + |B|^2 + 2 <A, B>) cannot "
+                     "let a clipped pair term exceed C",)),
     # DP-FedEmb (user level, replace-one)
     ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
               "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,

@@ -6,8 +6,8 @@ the model the quantity was evaluated at (``model.<name>``, when the defense take
 (safetensors metadata ``privaudit``) naming everything needed to rebuild the function: the claim id,
 the setting (defense hyper-parameter overrides, batch size in units), the context the defense was
 built in (seed, dataset), the shared randomness seed, the torch version and thread count, and the
-bound, observed distance, tolerance and verdict found. A ``.json`` copy of the header sits beside
-it for people; the replay reads only the safetensors file.
+bound, observed distance, tolerance and verdict found (no wall-clock time: the same search gives the same
+bytes). A ``.json`` copy of the header sits beside it for people; the replay reads only the safetensors file.
 
 :func:`replay` rebuilds the quantity from the register, recomputes both outputs with the recorded
 thread count, compares them with the stored ones bit for bit, recomputes the distance and the
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -61,8 +60,8 @@ def save_witness(directory: str | Path, claim: Any, target: Target, found: Found
         "model_state": target.model_state is not None,
         "bound": result["bound"], "observed": result["observed"], "tolerance": result["tolerance"],
         "ratio": result["ratio"], "verdict": result["verdict"], "torch": torch.__version__,
-        "num_threads": torch.get_num_threads(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+        "num_threads": torch.get_num_threads(),
+    }  # no time of day: a witness is evidence (its SHA-256 is in sensitivity.json), the same for the same seed
     return save_with_header(Path(directory) / witness_name(claim.id, int(context.get("seed", 0))), tensors, meta)
 
 
