@@ -52,12 +52,15 @@ def _fmt(v: Any) -> str:
 
 
 def _table(report: UserReport) -> tuple[list[str], list[list[str]]]:
+    """The rows both renderings show (a TPR below the FPR resolution marked, as in suite reports)."""
+    from privaudit.audit.report.summary import tpr_text
+
     keys = list(report.rows[0].summary["tpr_at_fpr"]) if report.rows else []
     extra = list(dict.fromkeys(k for r in report.rows for k in r.extra))  # in the order the rows give them
     headers = ["attack", "AUC", ADVANTAGE, "balanced accuracy", *[f"TPR@{100 * float(k):g}%FPR" for k in keys],
                "ε lower bound", "ceiling", "members / non-members", *extra]
     rows = [[r.name, _fmt(r.summary["auc"]), _fmt(r.summary["advantage"]), _fmt(r.summary["balanced_accuracy"]),
-             *[_fmt(r.summary["tpr_at_fpr"][k]) for k in keys], _fmt(r.eps_lower_bound), _fmt(r.ceiling),
+             *[tpr_text(r.summary, k, _fmt(r.summary["tpr_at_fpr"][k])) for k in keys], _fmt(r.eps_lower_bound), _fmt(r.ceiling),
              f"{r.summary['n_members']} / {r.summary['n_nonmembers']}", *[r.extra.get(k, "-") for k in extra]]
             for r in report.rows]
     return headers, rows
