@@ -213,7 +213,7 @@ def opacus_steps(data, batch: int):
             opt.signal_skip_step(do_skip=k < len(parts) - 1)
             F.cross_entropy(private(x[start:start + 64]), y[start:start + 64]).backward()
             opt.step()
-        opt.zero_grad()
+            opt.zero_grad()  # as BatchMemoryManager: clears the per-example gradients, keeps the clipped sums
     plain = ClassifierNet(build_model(spec, seed=0).encoder, build_head(spec.rep_dim, 10, 0))
     sgd = torch.optim.SGD(plain.parameters(), lr=0.01)
 
