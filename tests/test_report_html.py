@@ -145,3 +145,21 @@ def test_score_audit_shows_the_same_markers_in_markdown_and_html(tmp_path):
     md, page = (tmp_path / "a" / "report.md").read_text(), (tmp_path / "a" / "report.html").read_text()
     assert result.to_dict()["fpr_resolved"]["0.001"] is False
     assert md.count(UNRESOLVED.strip()) == page.count(UNRESOLVED.strip()) == 1
+
+
+def test_summary_and_plot_show_the_white_box_trajectory_bound():
+    """The bound the gate compares for white-box canaries (ε_lb traj) is a column of the summary and attack
+    tables, and the theory-versus-measurement bar is the strongest of the three bounds an attack reports."""
+    from privaudit.audit.report import summary as s
+
+    cell = {"id": "c", "defense": "dp-gcl", "dataset": "digits", "seed": 0, "target_epsilon": 8.0, "epsilon": {},
+            "attacks": {"loss": {"eps_lower_bound": 0.3, "auc": 0.52},
+                        "gradient-canary": {"eps_lower_bound": 2.8, "eps_lb_mechanism": 4.0,
+                                            "eps_lb_trajectory": 7.6, "auc": 0.76}}}
+    report = {"cells": [cell], "suite": {}}
+    assert s.strongest_bound(cell) == 7.6
+    row = dict(zip(s.summary_headers(report), s.summary_rows(report)[0]))
+    assert (row["strongest attack"], row["ε_lb"], row["ε_lb mech"], row["ε_lb traj"]) == ("gradient-canary", "2.8",
+                                                                                           "4", "7.6")
+    rows = [dict(zip(s.ATTACK_HEADERS, r)) for r in s.attack_rows(report)]
+    assert [r["ε_lb traj"] for r in rows] == ["-", "7.6"]

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from privaudit.audit.report.summary import shown_accountants, strongest_attack
+from privaudit.audit.report.summary import shown_accountants, strongest_bound
 
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
 # Okabe & Ito's colour-blind-safe palette; each series also gets its own marker (and baselines a dashed line),
@@ -168,16 +168,19 @@ def epsilon_plot(report: dict[str, Any], tag: str | None = None) -> bytes | None
         return None
     names = shown_accountants(report)
     finite = [v for c in cells for v in c.get("epsilon", {}).values() if v is not None]
-    finite += [a.get("eps_lower_bound") or 0.0 for c in cells for a in (c.get("attacks") or {}).values()]
+    lbs = [strongest_bound(c) for c in cells]
+    # a positive control's bound may be far above every claim: the axis follows the claims and the other cells,
+    # and a longer bar ends at the edge with its value written beside it
+    finite += [b for b, c in zip(lbs, cells) if not (c.get("gate") or {}).get("control")]
     top = max(finite + [1.0]) * 1.25
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(7.6, 0.42 * len(cells) + 1.5))
     y = np.arange(len(cells))[::-1]
-    lbs = []
-    for yi, cell in zip(y, cells):
-        _, attack = strongest_attack(cell)
-        lbs.append((attack or {}).get("eps_lower_bound") or 0.0)
-    ax.barh(y, lbs, height=0.5, color="#d9534f", alpha=0.75, label="strongest ε lower bound (measured)")
+    ax.barh(y, np.minimum(lbs, top), height=0.5, color="#d9534f", alpha=0.75,
+            label="strongest ε lower bound (measured)")
+    for yi, lb in zip(y, lbs):
+        if lb > top:
+            ax.text(top * 0.98, yi, f"{lb:.3g} →", va="center", ha="right", fontsize=7, color="white")
     infinite = [yi for yi, cell in zip(y, cells)
                 if any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())]
     for j, name in enumerate(names):

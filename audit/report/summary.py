@@ -74,6 +74,13 @@ def strongest_attack(cell: dict[str, Any]) -> tuple[str | None, dict[str, Any] |
     return label, attacks[label]
 
 
+def strongest_bound(cell: dict[str, Any]) -> float:
+    """The largest lower bound any attack on ``cell`` measured: the sound any-mechanism bound, the bound against
+    the claim's mechanism or the white-box trajectory bound (both of the last refute the claim's mechanism)."""
+    return max([0.0] + [a.get(k) or 0.0 for a in (cell.get("attacks") or {}).values()
+                        for k in ("eps_lower_bound", "eps_lb_mechanism", "eps_lb_trajectory")])
+
+
 def own_utility(cell: dict[str, Any]) -> str:
     """The defense's own utility metrics (everything beyond k-NN and linear probe), as ``key=value``."""
     extra = {k: v for k, v in (cell.get("utility") or {}).items() if k not in UTILITY_KEYS}
@@ -125,7 +132,7 @@ def lead(headers: list[str], rows: list[list[str]]) -> tuple[list[str], list[lis
 def summary_headers(report: dict[str, Any]) -> list[str]:
     return (["defense"] + (["dataset"] if varies(report, "dataset") else []) + ["target ε"]
             + (["seed"] if varies(report, "seed") else []) + [f"ε {a}" for a in shown_accountants(report)]
-            + ["strongest attack", "ε_lb", "ε_lb mech", "AUC", "TPR@1%FPR", "k-NN acc (encoder)", "linear probe (encoder)",
+            + ["strongest attack", "ε_lb", "ε_lb mech", "ε_lb traj", "AUC", "TPR@1%FPR", "k-NN acc (encoder)", "linear probe (encoder)",
                "own utility (released model)", "verdict"])
 
 
@@ -143,7 +150,7 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
             *([str(cell["seed"])] if seeds else []),
             *[epsilon_text(cell, n) for n in names],
             label or "-", fmt(attack and attack.get("eps_lower_bound")), fmt(attack and attack.get("eps_lb_mechanism")),
-            fmt(attack and attack.get("auc")),
+            fmt(attack and attack.get("eps_lb_trajectory")), fmt(attack and attack.get("auc")),
             tpr_text(attack, "0.01") if attack else "-",
             fmt(utility.get("knn_accuracy")), fmt(utility.get("linear_probe_accuracy")), own_utility(cell),
             verdict(cell),
@@ -152,7 +159,7 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 ATTACK_HEADERS = ["cell", "attack", "variant", "AUC", "TPR@0.1%", "TPR@1%", "TPR@10%", "members / non-members",
-                  "ε_lb", "ε_lb mech", "ε_lb (gate)", "smallest ε (accountant)", "comparison"]
+                  "ε_lb", "ε_lb mech", "ε_lb traj", "ε_lb (gate)", "smallest ε (accountant)", "comparison"]
 
 
 def attack_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -169,7 +176,8 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
             rows.append([cell["id"], label, a.get("variant") or "-", fmt(a.get("auc")),
                          *(tpr_text(a, k) for k in ("0.001", "0.01", "0.1")),
                          f"{a.get('n_members')} / {a.get('n_nonmembers')}",
-                         fmt(a.get("eps_lower_bound")), fmt(a.get("eps_lb_mechanism")), fmt(c.get("gate_eps_lower_bound")),
+                         fmt(a.get("eps_lower_bound")), fmt(a.get("eps_lb_mechanism")), fmt(a.get("eps_lb_trajectory")),
+                         fmt(c.get("gate_eps_lower_bound")),
                          eps, comparison])
     return rows
 
