@@ -67,7 +67,9 @@ def family_bound(bound: dict[str, Any], family: int) -> float | None:
     from privaudit.attacks.bounds import best_one_run_epsilon, fdp_one_run_parameter, hypothesis_test_epsilon, one_run_epsilon
 
     c = bound.get("counts") or {}
-    beta = (1.0 - float(bound["confidence"])) / family
+    # the bound stored its confidence as 1 - beta; 1 - (1 - beta) is off by an ulp (1 - 0.95 = 0.050000000000000044),
+    # which moves a bisected epsilon in its last bit: round the subtraction's error away to recover beta itself
+    beta = round(1.0 - float(bound["confidence"]), 12) / family
     delta = float(bound.get("delta", 0.0))
     method = bound.get("method")
     if method == "one-run-best":

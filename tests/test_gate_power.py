@@ -85,21 +85,23 @@ def test_heartbeat_prints_in_a_ci_log():
     import io
     import time as _time
 
-    from privaudit.audit.progress import Heartbeat
+    from privaudit.audit.progress import CELL_STAGES, Heartbeat, Progress
 
+    progress = Progress(jobs=2)
+    for seed in range(4):
+        progress.add(f"digits/dp-gcl/eps=8/seed={seed}", "cell", "dp-gcl", (*CELL_STAGES, "lira"))
+    progress.finish("digits/dp-gcl/eps=8/seed=1", {"train": 1.0, "lira": 1.0})
+    progress.enter_stage("digits/dp-gcl/eps=8/seed=0", "lira")
     stream = io.StringIO()  # not a terminal
-    with Heartbeat(total=4, jobs=2, interval=0.05, stream=stream) as beat:
-        beat.status = "running digits/dp-gcl/eps=8/seed=0: lira"
-        beat.done = 1
+    with Heartbeat(progress, interval=0.05, stream=stream):
         _time.sleep(0.3)
     lines = stream.getvalue().splitlines()
-    assert len(lines) >= 2
-    assert "1/4 cells done; running digits/dp-gcl/eps=8/seed=0: lira; about" in lines[-1]
+    assert len(lines) >= 2 and all(line.startswith("[privaudit +") for line in lines)
+    assert "1/4 cells done; running digits/dp-gcl/eps=8/seed=0: lira" in lines[-1]
     quiet = io.StringIO()
-    with Heartbeat(total=1, interval=0.05, stream=quiet, enabled=False):
+    with Heartbeat(progress, interval=0.05, stream=quiet, enabled=False):
         _time.sleep(0.15)
     assert quiet.getvalue() == ""
-
 
 def test_local_executor_prints_a_line_per_model_in_a_log(capsys):
     from privaudit.attacks.executor import LocalExecutor
