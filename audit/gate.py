@@ -68,8 +68,8 @@ def family_bound(bound: dict[str, Any], family: int) -> float | None:
 
     c = bound.get("counts") or {}
     # the bound stored its confidence as 1 - beta; 1 - (1 - beta) is off by an ulp (1 - 0.95 = 0.050000000000000044),
-    # which moves a bisected epsilon in its last bit: round the subtraction's error away to recover beta itself
-    beta = round(1.0 - float(bound["confidence"]), 12) / family
+    # which moves a bisected epsilon in its last bit: 12 significant digits recover beta itself, however small
+    beta = float(f"{1.0 - float(bound['confidence']):.12g}") / family
     delta = float(bound.get("delta", 0.0))
     method = bound.get("method")
     if method == "one-run-best":
