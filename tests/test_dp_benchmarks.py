@@ -118,14 +118,14 @@ SHARED = {"width": 8, "rep_dim": 32, "proj_hidden": 32, "proj_dim": 8, "batch_si
 MODEL_FIELDS = ("encoder", "width", "rep_dim", "proj_hidden", "proj_dim")
 
 
-def nonprivate_step(digits, model_fields, idx):
+def nonprivate_step(digits, model_fields, idx, device="cpu"):
     """One non-private SimCLR step (two views, Adam) on the encoder ``model_fields`` and batch ``idx``."""
     spec = make_defense("nonprivate", dict(model_fields)).config.model_spec(digits.info)
-    model = build_model(spec, seed=0)
+    model = build_model(spec, seed=0).to(device)
     optimizer = make_optimizer("adam", model.parameters(), 1e-3)
     objective = make_objective("simclr", temperature=0.5)
     augment = augmentation_for(digits.info)
-    x = digits.train.x[idx]
+    x = digits.train.x[idx].to(device)
 
     def step():
         rnd = StepRandomness(0)
@@ -135,16 +135,16 @@ def nonprivate_step(digits, model_fields, idx):
     return step
 
 
-def gcl_objective_step(digits, idx, params=None):
+def gcl_objective_step(digits, idx, params=None, device="cpu"):
     """One non-private step of DP-GCL's OWN objective at its defaults (or ``params``): the same views (N_a = 1:
     three per example), groups, group InfoNCE and optimizer as its DP step (``DPGCL.objective``), differentiated
     once with autograd -- no per-group clipping, no noise."""
     defense = make_defense("dp-gcl", params or {"init": "random"})
     cfg = defense.config
-    model = defense.build(defense.model_spec(digits.info), 0)
+    model = defense.build(defense.model_spec(digits.info), 0).to(device)
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr, cfg.momentum, cfg.weight_decay)
     plan, augment = defense.plan(len(digits.train)), augmentation_for(digits.info, cfg.augmentation)
-    x = digits.train.x[idx]
+    x = digits.train.x[idx].to(device)
 
     def step():
         optimizer.zero_grad()
@@ -153,8 +153,8 @@ def gcl_objective_step(digits, idx, params=None):
     return step
 
 
-def dp_run(digits, name, params):
-    run = make_defense(name, params).prepare(digits, Budget(noise_multiplier=1.0), seed=0)
+def dp_run(digits, name, params, device="cpu"):
+    run = make_defense(name, params).prepare(digits, Budget(noise_multiplier=1.0), seed=0, device=device)
 
     def step(idx):
         run.optimizer.zero_grad()

@@ -5,6 +5,8 @@ the recorded pass reused or recorded chunk by chunk, units larger than a row chu
 own and shared rows, two towers and weights.
 """
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -106,3 +108,13 @@ def test_the_plan_follows_the_budgets(monkeypatch):
     assert (plan.units, plan.rows) == (5, 7)
     assert chunked.records(emb, emb.params(), (Source(rows(7)),))
     assert not chunked.records(emb, emb.params(), (Source(rows(8)),))
+
+
+@pytest.mark.parametrize("total, scale", [(143_771 << 20, 8), (81_559 << 20, 4), (8 << 30, 1)])
+def test_gpu_budgets_grow_with_the_device_memory(monkeypatch, total, scale):
+    """On the CPU the chunk budgets stay those that keep a ResNet-18 step under 8 GB; a CUDA device takes them
+    once per 16 GiB of its memory (an H200: 8 times; an H100: 4; a small card: once)."""
+    assert chunked.budgets(torch.device("cpu")) == (chunked.GRAD_BYTES, chunked.ROW_BYTES)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(total_memory=total))
+    assert chunked.budget_scale(torch.device("cuda", 0)) == scale
+    assert chunked.budgets(torch.device("cuda", 0)) == (scale * chunked.GRAD_BYTES, scale * chunked.ROW_BYTES)

@@ -5,7 +5,8 @@ quantity ``gradient``) from the layerwise engine -- in one pass and cut into chu
 budget -- equals the vmap reference, and the model is served with no fallback; Opacus and DP-FedEmb train it.
 
 Slow (``-m slow``), the CIFAR ResNet-18 (width 64, 11.2M parameters) at 3 x 32 x 32, batch 64 and 256
-(``RESNET_BENCH_BATCHES``, ``RESNET_BENCH_WIDTH`` and ``RESNET_BENCH_METHODS`` override): each method's DP step
+(``RESNET_BENCH_BATCHES``, ``RESNET_BENCH_WIDTH``, ``RESNET_BENCH_METHODS``, ``RESNET_BENCH_INPUT`` and
+``RESNET_BENCH_DEVICE`` override: ``RESNET_BENCH_DEVICE=cuda`` times the steps on a GPU): each method's DP step
 against the same model's non-private step on the same examples, CPU time and peak tensor memory
 (:mod:`memtrack`), ratios from one run (non-private steps before and after the DP step; the DP step runs once,
 timed and memory-tracked at once), with the engine each step used, its chunks, and the per-layer plan.
@@ -37,11 +38,12 @@ from test_dp_benchmarks import dp_run, gcl_objective_step, nonprivate_step
 DP_METHODS = ("dpsgd", "dp-clip", "dpcl-simclr", "dpcl-barlow", "dp-gcl", "logit-dp")
 
 
-def synthetic(size: int, n: int = 600, seed: int = 0):
-    """Random 3 x size x size images and labels (the step's cost does not depend on the pixels)."""
-    info = DatasetInfo(f"synthetic-{size}", 3, size, 10, "rgb", "random RGB images")
+def synthetic(size: int, n: int = 600, seed: int = 0, channels: int = 3):
+    """Random ``channels`` x size x size images and labels (the step's cost does not depend on the pixels)."""
+    info = DatasetInfo(f"synthetic-{channels}x{size}", channels, size, 10, "rgb" if channels == 3 else "grey",
+                       "random images")
     rng = np.random.default_rng(seed)
-    raw = RawDataset(info, rng.integers(0, 256, (n, 3, size, size), dtype=np.uint8), rng.integers(0, 10, n),
+    raw = RawDataset(info, rng.integers(0, 256, (n, channels, size, size), dtype=np.uint8), rng.integers(0, 10, n),
                      np.arange(n) >= n - 50)
     return make_splits(raw, seed, SplitConfig(public=0.05, shadow=0.05))
 
@@ -119,20 +121,41 @@ def _env_list(name: str, default: str) -> list[str]:
 BATCHES = [int(b) for b in _env_list("RESNET_BENCH_BATCHES", "64,256")]
 WIDTH = int(os.environ.get("RESNET_BENCH_WIDTH", "64"))
 METHODS = _env_list("RESNET_BENCH_METHODS", ",".join(DP_METHODS + ("dp-fedemb", "opacus-dpsgd")))
+#: ``cpu`` (CPU time, peak from the memory tracker) or ``cuda`` (wall time between synchronisations after a
+#: warm-up step -- ``RESNET_BENCH_WARMUP=0`` skips it for steps too long to run twice -- and the peak from
+#: CUDA's allocator above what was allocated before the step).
+DEVICE = os.environ.get("RESNET_BENCH_DEVICE", "cpu")
+#: input ``CxS``: 3x32 (CIFAR-10) or 1x28 (Fashion-MNIST, as suites/fashion-mnist-full.toml trains it).
+CHANNELS, SIZE = (int(v) for v in os.environ.get("RESNET_BENCH_INPUT", "3x32").split("x"))
 
 
-def cpu_time(step) -> float:
+def step_seconds(step) -> float:
+    """CPU seconds of one run of ``step`` (on CUDA: wall seconds between synchronisations)."""
+    if DEVICE != "cpu":
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        return time.perf_counter() - start
     start = time.process_time()
     step()
     return time.process_time() - start
 
 
 def tracked(step) -> tuple[float, float]:
-    """(CPU seconds, peak MB) of one run of ``step`` under the memory tracker."""
-    box = {}
-    start = time.process_time()
-    peak = peak_bytes(lambda: box.setdefault("out", step()))
-    return time.process_time() - start, peak / 1e6
+    """(seconds, peak MB) of one run of ``step``: on the CPU under the memory tracker; on CUDA after a warm-up
+    run (kernel selection, allocator growth), the allocator's peak above the memory held before the step."""
+    if DEVICE == "cpu":
+        box = {}
+        start = time.process_time()
+        peak = peak_bytes(lambda: box.setdefault("out", step()))
+        return time.process_time() - start, peak / 1e6
+    if os.environ.get("RESNET_BENCH_WARMUP", "1") != "0":
+        step_seconds(step)
+    held = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    seconds = step_seconds(step)
+    return seconds, (torch.cuda.max_memory_allocated() - held) / 1e6
 
 
 def dp_and_nonprivate(name: str, data, batch: int):
@@ -143,12 +166,12 @@ def dp_and_nonprivate(name: str, data, batch: int):
     if name == "opacus-dpsgd":
         return opacus_steps(data, batch)
     params = resnet_params(name, WIDTH, batch)
-    run, step = dp_run(data, name, params)
+    run, step = dp_run(data, name, params, DEVICE)
     if name == "dp-gcl":
-        base = gcl_objective_step(data, idx, params)
+        base = gcl_objective_step(data, idx, params, DEVICE)
     else:
         base = nonprivate_step(data, {k: params[k] for k in ("encoder", "width", "rep_dim", "proj_hidden", "proj_dim")},
-                               idx)
+                               idx, DEVICE)
 
     def engine() -> str:
         counter = run.extras["dp"]["overflow_counter"]
@@ -168,11 +191,11 @@ def fedemb_steps(data, batch: int):
                                          "pretrain": False, "clients_per_round": clients, "users_per_client": 1,
                                          "local_steps": 1, "local_batch_size": 16, "examples_per_user": 16,
                                          "client_chunk": 4})
-    model = build_model(defense.config.model_spec(data.info), seed=0)
+    model = build_model(defense.config.model_spec(data.info), seed=0).to(DEVICE)
     users = defense.users(data, 0)
     plan = next(defense.round_plans(len(users), 0))
     gens = {k: torch_generator(0, "fedemb", k) for k in ("batches", "heads", "noise", "clip")}
-    x, y = data.train.x, data.train.y
+    x, y = data.train.x.to(DEVICE), data.train.y.to(DEVICE)
     step = lambda: defense.run_round(model.encoder, None, plan, users, x, y, 10, 0.2, 1.0, gens)  # noqa: E731
     rows = torch.cat(plan.client_examples(users))[:clients * 16]
     return step, cross_entropy_step(model.encoder, 8 * WIDTH, x[rows], y[rows]), \
@@ -180,7 +203,7 @@ def fedemb_steps(data, batch: int):
 
 
 def cross_entropy_step(encoder, dim: int, x, y):
-    head = torch.nn.Linear(dim, 10)
+    head = torch.nn.Linear(dim, 10).to(DEVICE)
     opt = torch.optim.SGD(list(encoder.parameters()) + list(head.parameters()), lr=0.01)
 
     def step():
@@ -201,11 +224,11 @@ def opacus_steps(data, batch: int):
     from privaudit.defenses.supervised import build_head
 
     spec = ModelSpec(encoder="resnet18", in_shape=data.info.shape, width=WIDTH, rep_dim=8 * WIDTH)
-    net = ClassifierNet(build_model(spec, seed=0).encoder, build_head(spec.rep_dim, 10, 0))
+    net = ClassifierNet(build_model(spec, seed=0).encoder, build_head(spec.rep_dim, 10, 0)).to(DEVICE)
     private = GradSampleModule(net)
     opt = DPOptimizer(torch.optim.SGD(private.parameters(), lr=0.01), noise_multiplier=1.0, max_grad_norm=1.0,
                       expected_batch_size=batch)
-    x, y = data.train.x[:batch], data.train.y[:batch]
+    x, y = data.train.x[:batch].to(DEVICE), data.train.y[:batch].to(DEVICE)
 
     def step():
         parts = list(range(0, batch, 64))
@@ -214,7 +237,7 @@ def opacus_steps(data, batch: int):
             F.cross_entropy(private(x[start:start + 64]), y[start:start + 64]).backward()
             opt.step()
             opt.zero_grad()  # as BatchMemoryManager: clears the per-example gradients, keeps the clipped sums
-    plain = ClassifierNet(build_model(spec, seed=0).encoder, build_head(spec.rep_dim, 10, 0))
+    plain = ClassifierNet(build_model(spec, seed=0).encoder, build_head(spec.rep_dim, 10, 0)).to(DEVICE)
     sgd = torch.optim.SGD(plain.parameters(), lr=0.01)
 
     def base():
@@ -228,26 +251,30 @@ def opacus_steps(data, batch: int):
 @pytest.mark.slow  # the full ResNet-18 on CPU: minutes per method at batch 64, about an hour for DP-SGD at 256
 @pytest.mark.parametrize("batch", BATCHES)
 def test_resnet18_dp_step_vs_nonprivate(benchmark, batch):
-    data = synthetic(32, n=4 * batch + 200)
+    data = synthetic(SIZE, n=4 * batch + 200, channels=CHANNELS)
     rows = {}
     for name in METHODS:
         dp, base, engine = dp_and_nonprivate(name, data, batch)
         t_base_first, base_mb = tracked(base)
         t_dp, dp_mb = tracked(dp)
-        t_base = min(t_base_first, cpu_time(base))
+        t_base = min(t_base_first, step_seconds(base))
         rows[name] = (t_dp, t_base, dp_mb, base_mb, engine())
-        print(f"\n  {name:13s} batch {batch}: DP step {t_dp:8.1f} s, non-private {t_base:6.1f} s, ratio "
+        print(f"\n  {name:13s} batch {batch}: DP step {t_dp:9.3f} s, non-private {t_base:7.3f} s, ratio "
               f"{t_dp / t_base:6.1f}x; peak {dp_mb:7.0f} MB vs {base_mb:6.0f} MB ({dp_mb / base_mb:4.1f}x); "
               f"engine {rows[name][4]}", flush=True)
     benchmark.pedantic(lambda: None, rounds=1, iterations=1)
     benchmark.extra_info.update({**{f"time_ratio[{k}]": v[0] / v[1] for k, v in rows.items()},
                                  **{f"peak_mb[{k}]": v[2] for k, v in rows.items()},
                                  **{f"nonprivate_peak_mb[{k}]": v[3] for k, v in rows.items()},
-                                 **{f"engine[{k}]": v[4] for k, v in rows.items()}, "load": os.getloadavg()[0]})
+                                 **{f"engine[{k}]": v[4] for k, v in rows.items()}, "load": os.getloadavg()[0],
+                                 "device": DEVICE, "input": f"{CHANNELS}x{SIZE}"})
     emb = Embedder(resnet("dp-gcl", resnet_params("dp-gcl", WIDTH, batch), data))
     plan = layer_plan(emb, emb.params(), data.train.x[:1], pairs=(batch, batch), copies=7)
-    print(f"\nResNet-18 (width {WIDTH}) at 3 x 32 x 32, batch {batch}, CPU time (load {os.getloadavg()[0]:.1f}); "
+    clock = "CPU time" if DEVICE == "cpu" else f"wall time on {torch.cuda.get_device_name()}"
+    print(f"\nResNet-18 (width {WIDTH}) at {CHANNELS} x {SIZE} x {SIZE}, batch {batch}, {clock} "
+          f"(load {os.getloadavg()[0]:.1f}); "
           "per-layer plan (unit gradients; Logit-DP's Gram form at n = m = batch, K = 7):\n  "
           + "\n  ".join(p.line() for p in plan))
     assert all(v[4] for v in rows.values())  # every step says which engine ran (and why, for vmap)
-    assert all(v[2] < 8000 for v in rows.values())  # every method's step under 8 GB
+    # every method's step under 8 GB on the CPU (on a GPU, 8 GB per chunked.budget_scale: 16 GiB of its memory)
+    assert all(v[2] < 8000 * chunked.budget_scale(torch.device(DEVICE)) for v in rows.values())

@@ -54,13 +54,15 @@ def fits(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor
         return True
     copies = _copies(embedder, params, x, tangent)
     per_row = _run_bytes(embedder, params, x, 2 * copies)
-    return (len(x) + len(y)) * per_row <= chunked.ROW_BYTES
+    return (len(x) + len(y)) * per_row <= chunked.budgets(x.device)[1]
 
 
 def blocks(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, tangent: bool) -> tuple[int, int]:
-    """Rows per x block (held across the y blocks: ROW_BYTES) and per y block (ROW_BYTES / 2)."""
+    """Rows per x block (held across the y blocks: ROW_BYTES) and per y block (ROW_BYTES / 2), ROW_BYTES times
+    :func:`~privaudit.defenses.dp.chunked.budget_scale` on a GPU."""
     per_row = _run_bytes(embedder, params, x, _copies(embedder, params, x, tangent))
-    return max(1, chunked.ROW_BYTES // per_row), max(1, chunked.ROW_BYTES // (2 * per_row))
+    budget = chunked.budgets(x.device)[1]
+    return max(1, budget // per_row), max(1, budget // (2 * per_row))
 
 
 def blocked_layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
