@@ -156,8 +156,7 @@ def release_target(cell: dict[str, Any], bound: dict[str, Any]) -> tuple[float, 
     if z_grad <= z_event * (1 + 1e-9):
         return None
     eps = trajectory_epsilon(1.0 / z_grad, event, bound.get("relation", "add-remove"), float(bound["delta"]))
-    return eps, (f"gradient release alone: optimistic PLD of the claim's steps at z = {z_grad:.4g} (the claim's "
-                 f"z_eff = {z_event:.4g} composes other releases too)")
+    return eps, f"gradient release alone, z = {z_grad:.4g} (the claim: z_eff = {z_event:.4g})"
 
 
 def _compared_bound(attack: dict[str, Any]) -> tuple[float | None, dict[str, Any], dict[str, Any]]:
