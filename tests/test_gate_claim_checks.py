@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
+from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent, event_to_dict
+from privaudit.attacks.mechanism_bound import optimistic_epsilon
 from privaudit.attacks.step_distinguisher import gaussian_step_scores, gdp_bound, gdp_mu_recomputed
 from privaudit.attacks.trajectory_bound import TrajectoryCounts, trajectory_bound
 from privaudit.audit.gate import gate_cells, suite_gate
@@ -91,3 +92,40 @@ def test_a_larger_family_lowers_every_gated_bound():
         assert b["gate_eps_lower_bound"] < a["gate_eps_lower_bound"]
         assert b["gate_confidence"] == pytest.approx(1 - 0.05 / 40)
     assert np.isfinite(larger[0]["comparisons"][0]["gate_eps_lower_bound"])
+
+
+def two_release_cell(fp: int, *, z_grad: float = 1.206, steps: int = 6) -> dict:
+    """A DPCL-like cell: each step releases the gradient (multiplier z_grad) and a second mechanism with the same
+    multiplier, accounted as one Gaussian of z_eff = z_grad / sqrt(2); its canaries see the gradient alone."""
+    z_eff = z_grad / np.sqrt(2)
+    event = SelfComposedDpEvent(PoissonSampledDpEvent(Q, GaussianDpEvent(z_eff)), steps)
+    counts = TrajectoryCounts(0.5, n0=20489, fp=fp, n1=20651, fn=7000)
+    tb = trajectory_bound(counts, event=event, claimed_multiplier=z_grad, relation="add-remove", delta=DELTA,
+                          steps=steps, canaries=20000).to_dict()
+    c = cell("two")
+    c["attacks"]["gradient-canary"].update(eps_lb_trajectory=tb["epsilon"], details={"trajectory_bound": tb})
+    c["epsilon"] = {"pld": optimistic_epsilon(event, "add-remove", DELTA)}
+    c["details"]["claim"] = {"event": event_to_dict(event),
+                             "params": {"noise_multipliers": {"gradient": z_grad, "similarity": z_grad}}}
+    c["claim_checks"]["step_audit"]["pairs"] = []
+    return c
+
+
+def test_a_two_release_claim_gates_its_canaries_against_the_gradient_release_alone():
+    """The canaries observe the gradient release: the gate compares their bound with that release's own epsilon
+    (the claim's steps at z_grad), not the whole claim's, whose second release would hide a gradient under-noised
+    by up to sqrt(2). The verdict flips where mu_lb crosses 1 / z_grad (at the gate's level); the whole claim's
+    epsilon (the planted weaker comparison) misses a run that the release's catches."""
+    from privaudit.attacks.trajectory_bound import mu_lower
+
+    z_grad = 1.206
+    caught = judge([two_release_cell(fp) for fp in (5000, 7000)])[0]
+    rows = [g["comparisons"][0] for g in caught]
+    for fp, row in zip((5000, 7000), rows):
+        assert row["claim_epsilon"] > 1.5 * row["epsilon"]  # the whole claim's epsilon: the second release's share too
+        assert row["accountant"].startswith("gradient release alone") and "z = 1.206" in row["accountant"]
+        mu = mu_lower(fp, 20489, 7000, 20651, beta=0.05 / 2)
+        assert (row["verdict"] == "exceeds") == (mu > 1 / z_grad)
+        assert row["gate_eps_lower_bound"] < row["claim_epsilon"]  # the whole claim's epsilon would not catch either
+    assert [r["verdict"] for r in rows] == ["exceeds", "consistent"]
+    assert "the claim's gradient release's epsilon" in caught[0]["reasons"][0]
