@@ -148,7 +148,7 @@ def run_planted(job: PlantedRun) -> dict[str, Any]:
     pld = account(trained.claim, "pld")
     record = {"id": f"{p.label}/eps={job.epsilon:g}/{job.plant}x{job.factor:g}/seed={job.seed}", "defense": p.label,
               "claim": claim_record(trained.claim), "epsilon": {"pld": pld.epsilon},
-              "details": {"epsilon": {"pld": pld.to_dict()}}, "attacks": {}}
+              "details": {"epsilon": {"pld": pld.to_dict()}, "claim": trained.claim.to_dict()}, "attacks": {}}
     checks = run_claim_checks(p.control, params, trained, data, target_epsilon=job.epsilon,
                               delta=float(trained.claim.delta), seed=job.seed)
     if checks is not None:

@@ -106,3 +106,18 @@ def test_bad_arguments_are_one_line(suite_file):
         measure(suite, plants=["nope"])
     with pytest.raises(ConfigError, match="--needed"):
         measure(suite, seeds=3, needed=4)
+
+
+def test_a_planted_two_release_cell_is_judged_against_its_gradient_release(suite_file):
+    """A planted record carries its whole claim as a suite's cell does, so the gate compares a multi-release
+    claim's canaries with its gradient release (DPCL: gradient and similarity matrix), not with the whole claim,
+    whose other release would hide the planted gradient shortfall."""
+    from privaudit.audit.gate import compare
+    from privaudit.audit.gate_power import Planted, PlantedRun, run_planted
+
+    attack = next(a for a in load_suite(suite_file).attacks if a.name == "gradient-canary")
+    planted = Planted("dpcl-simclr", "dpcl-simclr", "control-dpcl-simclr", {"epochs": 1}, (8.0,), attack)
+    record = run_planted(PlantedRun(planted, 8.0, "noise", 2.0, 0, "digits", None, 1e-5, "cpu", 1))
+    assert set(record["details"]["claim"]["params"]["noise_multipliers"]) == {"gradient", "similarity"}
+    row = compare(record, "gradient-canary", record["attacks"]["gradient-canary"], 0.0, "gradient-canary")
+    assert row["accountant"].startswith("gradient release alone") and row["epsilon"] < 0.75 * row["claim_epsilon"]
