@@ -56,10 +56,14 @@ def test_the_weight_standardisation_corrections_are_needed(monkeypatch):
 
 
 def test_conv_ghost_choice_follows_the_cost():
-    """Ghost products only where (nDL)(mDL)(out + 1) + (nL)(mL) in k^2 < (nD)(mD) out in k^2."""
+    """Ghost products only where 4 n m D out L (L + D) + (nL)(mL) in k^2 < (nD)(mD) out in k^2."""
     conv = torch.nn.Conv2d(32, 32, 3)
+    assert row_grams._conv_costs(conv, 4, 64, 64, 8) == (4 * 64 * 64 * 8 * 32 * 4 * 12 + 256 * 256 * 288,
+                                                         512 * 512 * 32 * 288)
     assert row_grams._conv_ghost_cheaper(conv, 4, 64, 64, 8)  # 2 x 2 outputs: ghost
-    assert not row_grams._conv_ghost_cheaper(conv, 16, 64, 64, 8)  # 4 x 4 outputs: materialise
+    assert row_grams._conv_ghost_cheaper(conv, 16, 64, 64, 8)  # 4 x 4 outputs: ghost
+    assert not row_grams._conv_ghost_cheaper(conv, 64, 64, 64, 8)  # 8 x 8 outputs: materialise
+    assert not row_grams._conv_ghost_cheaper(torch.nn.Conv2d(8, 16, 3), 16, 128, 128, 7)  # few filters: materialise
 
 
 def test_tangent_directions_give_the_same_pair_norms_and_sum():
