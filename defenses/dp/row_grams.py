@@ -101,6 +101,12 @@ def _diag_scale(own: torch.Tensor, length: int) -> torch.Tensor:
     return (own.diagonal(dim1=-2, dim2=-1).clamp_min(0) * (1 + gamma)).sqrt()
 
 
+def _ws_project(g: torch.Tensor, w_hat: torch.Tensor) -> torch.Tensor:
+    """P_o g'_o = g' - 1 <g', 1> / f - w_hat_o <g', w_hat_o> / f for rows g' (..., out, f) and w_hat (out, f)
+    (:func:`_ws_hat`): weight standardisation's gradient from g' = g / sigma."""
+    return g - g.mean(-1, keepdim=True) - w_hat * (g * w_hat).mean(-1, keepdim=True)
+
+
 def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Weight standardisation's Gram without applying it to every row: w_hat and the correction coefficients.
 
@@ -228,12 +234,12 @@ class Grams:
         if self.cross is not None:
             q = left.shape[-1]
             bb = (left[:n].reshape(n * d, q) @ left[n:].reshape(m * d, q).T).view(n, d, m, d)
-            self.cross.add_(bb.mul_(inner[:n, None, n:, None]))
+            self.cross.addcmul_(bb, inner[:n, None, n:, None])
         return block.diagonal(dim1=-2, dim2=-1)
 
-    def add_conv_ghost(self, delta: torch.Tensor, patches: torch.Tensor) -> torch.Tensor:
+    def add_conv_ghost(self, delta: torch.Tensor, pt: torch.Tensor) -> torch.Tensor:
         """own and cross += sum_{l,l',o} delta_{r,d,o,l} <P_{r,l}, P_{s,l'}> delta_{s,e,o,l'}, for output gradients
-        delta (R, D, out, L) and patches P (R, k, L); returns the own diagonal.
+        delta (R, D, out, L) and patches P (R, L, k); returns the own diagonal.
 
         The cross block is contracted in the cheap order: the patch products A = P_x P_y^T ((nL) x (mL), one
         wide product), then W_{i,d,o,j,l'} = sum_l delta_{i,d,o,l} A_{i,l,j,l'} (x rows in chunks of
@@ -241,7 +247,6 @@ class Grams:
         multiply-adds where the positions' pairwise products would take n m D^2 out L^2, and no (nDL) x (mDL) block."""
         n, m, d = self.n, self.m, self.dim
         out, positions = delta.shape[2], delta.shape[3]
-        pt = patches.transpose(1, 2).contiguous()  # (R, L, k)
         own_inner = torch.bmm(pt, pt.transpose(1, 2))  # (R, L, L)
         block = torch.einsum("rdol,rlk,reok->rde", delta, own_inner, delta)
         self.own.add_(block)
@@ -296,62 +301,71 @@ class Grams:
         positions where they are cheaper (:func:`_conv_ghost_cheaper`), else the Gram of the rows' materialised
         weight gradients; WS by :func:`_ws_hat`'s corrections. ``b`` (R, D, out, H, W)."""
         r, d, out = b.shape[:3]
+        standardised = ws
         if ws:  # fold 1 / sigma_o into the output gradients: the rows' weight gradients come out as g'
             inv = torch.rsqrt(w.detach().reshape(out, -1).var(1, unbiased=False) + 1e-5)
             b = b * inv.view(1, 1, -1, 1, 1)
         delta = b.reshape(r, d, out, -1).double()  # (R, D, out, L)
-        patches = conv_patches(mod, a).double()  # (R, in k^2, L)
+        # the patches P (R, L, in k^2), contiguous: a transposed operand slows the batched products 3x
+        pt = conv_patches(mod, a).double().transpose(1, 2).contiguous()
         positions = delta.shape[-1]
         if _conv_ghost_cheaper(mod, positions, self.n, self.m, d):
-            mag2 = self._conv_ghost(delta, patches, w.numel())
+            mag2 = self._conv_ghost(delta, pt, w.numel())
         else:
             # the rows' weight gradients (exact products of the float32 factors, float64 sums), a block of
             # filters at a time (the Grams are sums over the parameters); h1, h2 below come from the same
             # factors, and the pull-back contracts the factors themselves (no R D x out in k^2 tensor kept)
             mag2 = torch.zeros(r, d, dtype=torch.float64, device=delta.device)
-            step = max(1, ROWS_CHUNK // (r * d * patches.shape[1]))
-            pt = patches.transpose(1, 2).contiguous()  # (R, L, k): a transposed operand slows the batched product 3x
+            fan = pt.shape[2]
+            step = max(1, ROWS_CHUNK // (r * d * fan))
+            # WS on the rows themselves where they are fewer than the output gradients the corrections read
+            w_hat = _ws_hat(w)[0] if ws and fan < positions else None
             for o0 in range(0, out, step):
                 block = delta[:, :, o0:o0 + step].reshape(r, -1, positions)
-                rows = torch.bmm(block, pt).view(r, d, -1)
+                rows = torch.bmm(block, pt).view(r, d, -1, fan)
+                if w_hat is not None:
+                    rows = _ws_project(rows, w_hat[o0:o0 + step])
+                rows = rows.view(r, d, -1)
                 mag2 += self.add(rows, rows)
             mag2 = mag2.clamp_min(0)
             self.length = max(self.length, w.numel())
+            ws = ws and w_hat is None
         self.scale2.add_(mag2)
         if ws:
-            self._ws_corrections(w, delta, patches, mag2)
+            self._ws_corrections(w, delta, pt, mag2)
 
         def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
-            g = torch.einsum("rol,rkl->ok", torch.einsum("rd,rdol->rol", c.double(), delta), patches)
-            g = g.to(w.dtype).reshape(w.shape)
-            if ws:  # g' = g / sigma: undo the fold, then the standardisation's VJP
+            v = torch.bmm(c.double()[:, None], delta.view(r, d, -1)).view(r, out, positions)  # sum_d c_d delta_d
+            g = (v.transpose(0, 1).reshape(out, -1) @ pt.view(-1, pt.shape[2])).to(w.dtype).reshape(w.shape)
+            if standardised:  # g' = g / sigma: undo the fold, then the standardisation's VJP
                 g = ws_backward(w, g / inv.view(-1, 1, 1, 1))
             return {"weight": g}
         return pull
 
-    def _conv_ghost(self, delta: torch.Tensor, patches: torch.Tensor, numel: int) -> torch.Tensor:
+    def _conv_ghost(self, delta: torch.Tensor, pt: torch.Tensor, numel: int) -> torch.Tensor:
         """<g_{r,d}, g_{s,e}> = sum_{l,l'} <delta_{r,d,l}, delta_{s,e,l'}> <P_{r,l}, P_{s,l'}>; returns the
         row directions' scales^2: every entry is a sum of the ``numel`` L^2 products delta P P' delta' in some
         grouping, each through at most k + L + out L + 3 roundings (:meth:`add_conv_ghost`), and their absolute
         values add up to <G~_{r,d}, G~_{s,e}> <= |G~_{r,d}| |G~_{s,e}|, G~ = |delta| |P|^T."""
         out, positions = delta.shape[2], delta.shape[3]
-        self.add_conv_ghost(delta, patches)
-        pa = patches.abs()
-        mag2 = torch.einsum("rdol,rlk,rdok->rd", delta.abs(), torch.bmm(pa.transpose(1, 2), pa), delta.abs())
-        self.length = max(self.length, numel * positions ** 2, patches.shape[1] + positions + out * positions + 3)
+        self.add_conv_ghost(delta, pt)
+        pa = pt.abs()
+        mag2 = torch.einsum("rdol,rlk,rdok->rd", delta.abs(), torch.bmm(pa, pa.transpose(1, 2)), delta.abs())
+        self.length = max(self.length, numel * positions ** 2, pt.shape[2] + positions + out * positions + 3)
         return mag2
 
-    def _ws_corrections(self, w: torch.Tensor, delta: torch.Tensor, patches: torch.Tensor, mag2: torch.Tensor) -> None:
+    def _ws_corrections(self, w: torch.Tensor, delta: torch.Tensor, pt: torch.Tensor, mag2: torch.Tensor) -> None:
         """Weight standardisation's per-filter rank-2 corrections of the Gram of g' (:func:`_ws_hat`)."""
         r, out = delta.shape[0], delta.shape[2]
         w_hat, coef = _ws_hat(w)
         # h1 = sum_l delta_l <P_l, 1>, h2 = sum_l delta_l <P_l, w_hat_o>: no pass over the rows' gradients
-        h1 = torch.einsum("rdol,rl->rdo", delta, patches.sum(1))
-        h2 = (delta * torch.bmm(w_hat.expand(r, -1, -1), patches)[:, None]).sum(-1)
-        # the four rank-one terms per filter as one product: [c0 h1, c1 h2, c2 h1, c2 h2] . [h1, h2, h2, h1]
-        self.add(torch.cat([h1, h2, h1, h2], -1), torch.cat([h1, h2, h2, h1], -1),
-                 torch.cat([coef[0], coef[1], coef[2], coef[2]]))
-        # the corrections' products add up to at most 3 |G~|^2 (Cauchy-Schwarz per filter)
+        d, positions = delta.shape[1], delta.shape[3]
+        h1 = torch.bmm(delta.view(r, d * out, positions), pt.sum(2)[:, :, None]).view(r, d, out)
+        h2 = (delta * torch.matmul(w_hat, pt.transpose(1, 2))[:, None]).sum(-1)
+        # the four rank-one terms per filter c0 h1 h1' + c1 h2 h2' + c2 (h1 h2' + h2 h1') as one product of two
+        # columns per filter: [c0 h1 + c2 h2, c1 h2 + c2 h1] . [h1', h2'] (two more roundings per term)
+        self.add(torch.cat([h1 * coef[0] + h2 * coef[2], h2 * coef[1] + h1 * coef[2]], -1), torch.cat([h1, h2], -1))
+        # the corrections' products add up to at most 3 |G~|^2 (Cauchy-Schwarz per filter), in either grouping
         self.scale2.add_(4 * mag2)
         self.length += 3 * out
 
