@@ -26,10 +26,10 @@ sum_ij tau_ij grad Z_ij with tau_ij = dL/dZ_ij, and Corollary 4.3 / Algorithm 1 
 
 Cost: direct needs 2 n^2 per-sample backward passes and n^2 p memory traffic; efficient needs D - 1
 backward passes of the 2 n rows and, per layer, (nD)(mD) x (the layer's factor width) multiply-adds for
-the cross Gram: d_out for a Linear layer, L (d_out + in k^2 / D^2) L for a convolution with L output
-positions computed as ghost products, its weight count otherwise -- the better the smaller D (Logit-DP's
-embedding net uses D = 8). The cross Gram's float64 products are the floor: at n = 128 on the benchmark's
-small CNN they are most of the step.
+the cross Gram: d_out for a Linear layer, d_out L (L + D) / D + L^2 in k^2 / D^2 for a convolution with L
+output positions computed as ghost products, its weight count otherwise -- the better the smaller D
+(Logit-DP's embedding net uses D = 8). The float64 cross Grams of the convolutions with many output
+positions (materialised rows, one wide product each) are the floor.
 """
 
 from __future__ import annotations

@@ -21,14 +21,19 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
 
   costing (nK)(mK)(d_out) + nm d_in instead of (nK)(mK)(d_in d_out). A convolution with L output
   positions and patches P_{r,l} has <g_{r,c}, g_{s,e}> = sum_{l,l'} <M_{r,c,l}, M_{s,e,l'}> <P_{r,l}, P_{s,l'}>,
-  used where (nKL)(mKL) d_out beats materialising the rows' weight gradients, a block of filters at a time,
-  at CPU speeds (:func:`_conv_ghost_cheaper`: on a ResNet-18 the 4 x 4 last stage); weight standardisation enters as
-  per-filter rank-2 corrections of that Gram (:func:`_ws_hat`); group norm and biases contribute the
-  Gram of their materialised per-row gradients. Each layer type's rule
-  (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the products live on :class:`Grams`.
+  contracted as (M_x A) M_y with A = P_x P_y^T (n m K d_out L (L + K) multiply-adds, :meth:`Grams.add_conv_ghost`)
+  where that beats materialising the rows' weight gradients (a block of filters at a time) at CPU speeds
+  (:func:`_conv_costs`: few output positions); weight standardisation enters as per-filter rank-2 corrections
+  of that Gram (:func:`_ws_hat`), or is applied to the materialised rows where they are fewer than the output
+  gradients (:func:`_ws_project`); group norm and biases contribute the Gram of their materialised per-row
+  gradients. Narrow factors' cross products wait and are taken as one wide product (:meth:`Grams.flush`).
+  Each layer type's rule (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the
+  products live on :class:`Grams`.
 
-Every Gram is accumulated in float64 from float32 factors: the products are exact and the sums err by
-at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of |products|, which
+Every Gram is accumulated in float64 from float32 factors: each entry is a sum of products, each product
+through at most k roundings on its way (:meth:`Grams.bound`: the widest sum it is part of, then the
+accumulations), so the entry errs by at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of
+|products| (Higham, Sec. 3.1, for any order and grouping of the sums), which
 :func:`privaudit.defenses.dp.pairs.rounding_slack` adds back so no computed pair norm falls below the true one.
 The total gradient of sum_ij lambda_ij Z_ij is a pull-back of per-row cotangents through the same
 pieces (:attr:`PairGrams.pullback`), so no further backward pass runs. A large encoder's Grams come in
@@ -54,7 +59,7 @@ class PairGrams:
 
     ``own_x`` (n, D, D), ``own_y`` (m, D, D), ``cross`` (n, D, m, D) or None (not computed);
     ``pullback(cx (n, D), cy (m, D))`` is sum_i J_{x_i}^T cx_i + sum_j J_{y_j}^T cy_j as a flat (p,)
-    vector; ``length`` bounds the number of products summed in any Gram entry, and ``scale_x`` (n, D),
+    vector; ``length`` bounds the roundings along any product's path to a Gram entry, and ``scale_x`` (n, D),
     ``scale_y`` (m, D) bound each row direction's contribution to those sums: every Gram entry
     <J_{r,d}, J_{s,e}> is computed as a sum of products whose absolute values add up to at most
     scale_{r,d} scale_{s,e} (|J_{r,d}| for plain Grams; :func:`privaudit.defenses.dp.pairs.rounding_slack`).
