@@ -97,13 +97,16 @@ def test_tangent_directions_give_the_same_pair_norms_and_sum():
 
 
 def test_ghost_cross_in_chunks_is_the_same(monkeypatch):
-    """The memory bound on a ghost product block splits the x rows into chunks; the Grams do not change."""
+    """The memory bounds on a ghost product block and on the waiting narrow factors split the x rows into chunks
+    and take every product at once; the Grams do not change."""
     emb, params, x, y = problem("cnn", n=7, m=5)
     monkeypatch.setattr(row_grams, "_conv_ghost_cheaper", lambda *a: True)
     whole = layer_grams(emb, params, x, y)
     monkeypatch.setattr(row_grams, "GHOST_LIMIT", 1)  # one x row per chunk
+    monkeypatch.setattr(row_grams, "FLUSH_LIMIT", 1)  # one x row per Linear chunk; no factor waits
     chunked = layer_grams(emb, params, x, y)
     assert torch.allclose(chunked.cross, whole.cross, rtol=1e-12, atol=0)
+    assert torch.allclose(chunked.own_x, whole.own_x, rtol=1e-12, atol=0)
 
 
 def test_the_rounding_bound_covers_two_summation_orders(monkeypatch):

@@ -230,7 +230,8 @@ class Grams:
     def add_ghost(self, left: torch.Tensor, inner: torch.Tensor) -> torch.Tensor:
         """own_r[d, e] += <L_{r,d}, L_{r,e}> I_{r,r} and cross_ij[d, e] += <L_{x_i,d}, L_{y_j,e}> I_{x_i,y_j}, for
         factors L (R, D, q) and row weights I (R, R) (only the own and x-y entries are read); returns the own
-        diagonal. One wide product for the x-y block, weighted in place."""
+        diagonal. One wide product for the x-y block (x rows in chunks of :data:`FLUSH_LIMIT` entries), weighted
+        as it is added."""
         n, m, d = self.n, self.m, self.dim
         idx = torch.arange(n + m, device=left.device)
         block = torch.bmm(left, left.transpose(1, 2)) * inner[idx, idx][:, None, None]
@@ -238,8 +239,12 @@ class Grams:
         self.sums += 1
         if self.cross is not None:
             q = left.shape[-1]
-            bb = (left[:n].reshape(n * d, q) @ left[n:].reshape(m * d, q).T).view(n, d, m, d)
-            self.cross.addcmul_(bb, inner[:n, None, n:, None])
+            right = left[n:].reshape(m * d, q).T
+            step = max(1, FLUSH_LIMIT // (d * m * d))
+            for i0 in range(0, n, step):
+                i1 = min(n, i0 + step)
+                bb = (left[i0:i1].reshape(-1, q) @ right).view(i1 - i0, d, m, d)
+                self.cross[i0:i1].addcmul_(bb, inner[i0:i1, None, n:, None])
         return block.diagonal(dim1=-2, dim2=-1)
 
     def add_conv_ghost(self, delta: torch.Tensor, pt: torch.Tensor) -> torch.Tensor:
