@@ -56,10 +56,14 @@ def test_the_weight_standardisation_corrections_are_needed(monkeypatch):
 
 
 def test_conv_ghost_choice_follows_the_cost():
-    """Ghost products only where (nDL)(mDL)(out + 1) + (nL)(mL) in k^2 < (nD)(mD) out in k^2."""
+    """Ghost products only where 4 n m D out L (L + D) + (nL)(mL) in k^2 < (nD)(mD) out in k^2."""
     conv = torch.nn.Conv2d(32, 32, 3)
+    assert row_grams._conv_costs(conv, 4, 64, 64, 8) == (4 * 64 * 64 * 8 * 32 * 4 * 12 + 256 * 256 * 288,
+                                                         512 * 512 * 32 * 288)
     assert row_grams._conv_ghost_cheaper(conv, 4, 64, 64, 8)  # 2 x 2 outputs: ghost
-    assert not row_grams._conv_ghost_cheaper(conv, 16, 64, 64, 8)  # 4 x 4 outputs: materialise
+    assert row_grams._conv_ghost_cheaper(conv, 16, 64, 64, 8)  # 4 x 4 outputs: ghost
+    assert not row_grams._conv_ghost_cheaper(conv, 64, 64, 64, 8)  # 8 x 8 outputs: materialise
+    assert not row_grams._conv_ghost_cheaper(torch.nn.Conv2d(8, 16, 3), 16, 128, 128, 7)  # few filters: materialise
 
 
 def test_tangent_directions_give_the_same_pair_norms_and_sum():
@@ -93,10 +97,43 @@ def test_tangent_directions_give_the_same_pair_norms_and_sum():
 
 
 def test_ghost_cross_in_chunks_is_the_same(monkeypatch):
-    """The memory bound on a ghost product block splits the x rows into chunks; the Grams do not change."""
+    """The memory bounds on a ghost product block and on the waiting narrow factors split the x rows into chunks
+    and take every product at once; the Grams do not change."""
     emb, params, x, y = problem("cnn", n=7, m=5)
     monkeypatch.setattr(row_grams, "_conv_ghost_cheaper", lambda *a: True)
     whole = layer_grams(emb, params, x, y)
     monkeypatch.setattr(row_grams, "GHOST_LIMIT", 1)  # one x row per chunk
+    monkeypatch.setattr(row_grams, "FLUSH_LIMIT", 1)  # one x row per Linear chunk; no factor waits
     chunked = layer_grams(emb, params, x, y)
     assert torch.allclose(chunked.cross, whole.cross, rtol=1e-12, atol=0)
+    assert torch.allclose(chunked.own_x, whole.own_x, rtol=1e-12, atol=0)
+
+
+def test_the_rounding_bound_covers_two_summation_orders(monkeypatch):
+    """Two float64 evaluations of the same Gram entries (ghost vs materialised convolutions; narrow factors merged
+    into one wide product vs one product each) lie within gamma_k s_d s_e of the exact sum each, so they differ by
+    at most twice that, with k the Grams' stated bound (``length``) and s the row-direction scales: the premise of
+    :func:`~privaudit.defenses.dp.pairs.rounding_slack`. A bound of one rounding (a slack too small) does not
+    cover them. Float32 model, as in training: the Grams are sums of products of its float32 factors."""
+    spec = ModelSpec(encoder="cnn", in_shape=(1, 8, 8), width=4, rep_dim=8, proj_hidden=8, proj_dim=4, groups=2)
+    emb = Embedder(build_model(spec, seed=0))
+    params = emb.params()
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.rand(16, 1, 8, 8, generator=g), torch.rand(12, 1, 8, 8, generator=g)
+    runs = {}
+    for name, ghost, merged in [("ghost", True, True), ("rows", False, True), ("separate", False, False)]:
+        monkeypatch.setattr(row_grams, "_conv_ghost_cheaper", lambda *a, ghost=ghost: ghost)
+        monkeypatch.setattr(row_grams, "WIDE", row_grams.WIDE if merged else 0)  # 0: every product taken at once
+        runs[name] = layer_grams(emb, params, x, y, tangent=True)
+    u = torch.finfo(torch.float64).eps / 2
+
+    def gamma(k):
+        return k * u / (1 - k * u)
+
+    for one, other in [("ghost", "rows"), ("rows", "separate")]:
+        a, b = runs[one], runs[other]
+        k = max(a.length, b.length)
+        scale = torch.maximum(a.scale_x, b.scale_x)[:, :, None, None] * torch.maximum(a.scale_y, b.scale_y)[None, None]
+        spread = (a.cross - b.cross).abs() / scale
+        assert float(spread.max()) <= 2 * gamma(k), (one, other)
+        assert float(spread.max()) > 2 * gamma(1), (one, other)  # the planted slack of one rounding fails

@@ -19,7 +19,7 @@ import torch.nn as nn
 from privaudit.defenses.dp.embedder import Embedder
 from privaudit.defenses.dp.layer_rules import Conv2dRule, LinearRule
 from privaudit.defenses.dp.layerwise import engine_model_reason, model_layers
-from privaudit.defenses.dp.row_grams import GHOST_PENALTY, _conv_ghost_cheaper
+from privaudit.defenses.dp.row_grams import _conv_costs
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,8 @@ def _gram_form(module: nn.Module, rule, positions: int, pairs: tuple[int, int], 
     if isinstance(rule, LinearRule):
         return "ghost products <M, M'> (<a, a'> + 1)"
     if isinstance(rule, Conv2dRule) and "weight" in dict(module.named_parameters(recurse=False)):
-        out, fan = module.weight.shape[0], module.weight[0].numel()
-        ghost = GHOST_PENALTY * (n * copies * positions) * (m * copies * positions) * (out + 1) \
-            + (n * positions) * (m * positions) * fan
-        rows = (n * copies) * (m * copies) * out * fan
-        form = "ghost products" if _conv_ghost_cheaper(module, positions, n, m, copies) else "materialised rows"
+        ghost, rows = _conv_costs(module, positions, n, m, copies)
+        form = "ghost products" if ghost < rows else "materialised rows"
         return f"{form} (L = {positions} positions; cost ghost {ghost:.3g} vs rows {rows:.3g} multiply-adds)"
     return "materialised per-row gradients"
 

@@ -29,7 +29,6 @@ import torch
 
 from privaudit.defenses.dp import chunked
 from privaudit.defenses.dp.embedder import Embedder, Source
-from privaudit.defenses.dp.layerwise import model_layers
 from privaudit.defenses.dp.row_grams import Directions, Grams, PairGrams, backward_directions
 
 
@@ -89,7 +88,7 @@ def blocked_layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], 
             del run_y
         _collect(zs, bases, 0, run_x)
     assert out is not None
-    scale = out.scales(len(model_layers(embedder)))
+    scale = out.scales()
     zx, zy = torch.cat(zs[0]), torch.cat(zs[1])
     basis = None if not bases[0] else (torch.cat(bases[0]), torch.cat(bases[1]))
     rows = torch.cat([x, y])
@@ -99,7 +98,7 @@ def blocked_layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], 
         return _pullback(embedder, params, rows, torch.cat([cx, cy]), directions, bx)
 
     detail = f"row blocks: {-(-n // bx)} x blocks of <= {bx} rows, {-(-m // by)} y blocks of <= {by} rows"
-    return PairGrams(out.own[:n], out.own[n:], out.cross, pullback, out.length, scale[:n], scale[n:], (zx, zy), basis,
+    return PairGrams(out.own[:n], out.own[n:], out.cross, pullback, out.bound(), scale[:n], scale[n:], (zx, zy), basis,
                      detail)
 
 
@@ -121,6 +120,7 @@ def _add_block(out: Grams, run_x: Directions, run_y: Directions, params: Mapping
         a = torch.cat([cx.inp, cy.inp])
         b = torch.cat([run_x.layer_grads(layer.name, keep=True), run_y.layer_grads(layer.name)])
         layer.rule.grams(acc, layer.module, layer.own(params), a, b)  # the pull-backs are not kept
+    acc.flush()
     n = out.n
     if first_x:
         out.own[i0:i0 + nx] = acc.own[:nx]
@@ -130,7 +130,7 @@ def _add_block(out: Grams, run_x: Directions, run_y: Directions, params: Mapping
         out.scale2[n + j0:n + j0 + ny] = acc.scale2[nx:]
     if out.cross is not None:
         out.cross[i0:i0 + nx, :, j0:j0 + ny] = acc.cross
-    out.length = max(out.length, acc.length)
+    out.length, out.sums = max(out.length, acc.length), max(out.sums, acc.sums)
 
 
 def _pullback(embedder: Embedder, params: Mapping[str, torch.Tensor], rows: torch.Tensor, c: torch.Tensor,

@@ -26,10 +26,10 @@ sum_ij tau_ij grad Z_ij with tau_ij = dL/dZ_ij, and Corollary 4.3 / Algorithm 1 
 
 Cost: direct needs 2 n^2 per-sample backward passes and n^2 p memory traffic; efficient needs D - 1
 backward passes of the 2 n rows and, per layer, (nD)(mD) x (the layer's factor width) multiply-adds for
-the cross Gram: d_out for a Linear layer, L (d_out + in k^2 / D^2) L for a convolution with L output
-positions computed as ghost products, its weight count otherwise -- the better the smaller D (Logit-DP's
-embedding net uses D = 8). The cross Gram's float64 products are the floor: at n = 128 on the benchmark's
-small CNN they are most of the step.
+the cross Gram: d_out for a Linear layer, d_out L (L + D) / D + L^2 in k^2 / D^2 for a convolution with L
+output positions computed as ghost products, its weight count otherwise -- the better the smaller D
+(Logit-DP's embedding net uses D = 8). The float64 cross Grams of the convolutions with many output
+positions (materialised rows, one wide product each) are the floor.
 """
 
 from __future__ import annotations
@@ -124,19 +124,25 @@ def pair_norms(embedder: Embedder | None, params: Mapping[str, torch.Tensor] | N
     if grams is None:
         grams = (jacobian_grams(*jacobians, cross=mode == "exact") if jacobians is not None
                  else pair_grams(embedder, params, x, y, mode == "exact", chunk))
-    dtype = a.dtype
-    # Grams in float64 (exact products of float32 entries, accumulation error ~k 2^-53): the identity
-    # below cancels where a pair's gradient is small against its parts, and float32 there can put the
-    # computed norm below the true one, letting a clipped pair exceed C (see rounding_slack).
-    a, b = grams.coordinates(a, b)
-    own_x = torch.einsum("ijd,ide,ije->ij", a, grams.own_x, a).clamp_min(0)
-    own_y = torch.einsum("ijd,jde,ije->ij", b, grams.own_y, b).clamp_min(0)
+    return gram_norms(grams, *grams.coordinates(a, b), mode, a.dtype)
+
+
+def gram_norms(grams: PairGrams, a: torch.Tensor, b: torch.Tensor, mode: str, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`pair_norms` from pair cotangents already in the Grams' directions (:meth:`PairGrams.coordinates`),
+    as ``dtype``.
+
+    The Grams are float64 (exact products of float32 entries, accumulation error ~k 2^-53): the identity
+    cancels where a pair's gradient is small against its parts, and float32 there can put the computed norm
+    below the true one, letting a clipped pair exceed C (see :func:`rounding_slack`)."""
+    own_x = (torch.bmm(a, grams.own_x) * a).sum(-1).clamp_min(0)  # a_ij^T G_i a_ij, batched over i
+    own_y = (torch.bmm(b.transpose(0, 1), grams.own_y) * b.transpose(0, 1)).sum(-1).T.clamp_min(0)
     slack = rounding_slack(grams, a, b)
     if mode == "upper-bound":
         return _round_up((own_x + slack).sqrt() + (own_y + slack).sqrt(), dtype)
     assert grams.cross is not None
-    sq = own_x + own_y + 2 * torch.einsum("ijd,idje,ije->ij", a, grams.cross, b)
-    return _round_up((sq.clamp_min(0) + slack).sqrt(), dtype)
+    # a_ij^T K_ij b_ij: K (n, D, m, D) weighted by b along its last axis, then by a -- one pass over K
+    cross = (a * (grams.cross * b[:, None]).sum(-1).transpose(1, 2)).sum(-1)
+    return _round_up(((own_x + own_y + 2 * cross).clamp_min(0) + slack).sqrt(), dtype)
 
 
 def _round_up(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -183,15 +189,17 @@ def efficient_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x
         lam = tau * clip_factors(nrm, pair_clip)
         g = grad(lambda p: (lam * _logits(embedder, p, x, y, similarity)).sum())(dict(params))
         return ClippedSum(embedder.space.flatten(g), nrm.reshape(-1), pair_clip, "pair")
+    if norms not in PAIR_NORMS:
+        raise ValueError(f"pair norms: {norms!r} not in {PAIR_NORMS}")
     if grams is None:
         grams = pair_grams(embedder, params, x, y, norms == "exact", chunk)
-    nrm = pair_norms(embedder, params, x, y, a, b, norms, chunk, grams=grams)
+    ca, cb = grams.coordinates(a, b)
+    nrm = gram_norms(grams, ca, cb, norms, a.dtype)
     lam = (tau * clip_factors(nrm, pair_clip)).detach()
     # grad of F = sum_ij lambda_ij Z_ij through the pieces the Grams were made of (no further backward pass):
     # sum_i J_{x_i}^T (sum_j lambda_ij a_ij) + sum_j J_{y_j}^T (sum_i lambda_ij b_ij)
-    ca, cb = grams.coordinates(a, b)
     lam64 = lam.double()
-    total = grams.pullback(torch.einsum("ij,ijd->id", lam64, ca), torch.einsum("ij,ijd->jd", lam64, cb))
+    total = grams.pullback(torch.bmm(lam64[:, None], ca)[:, 0], torch.bmm(lam64.T[:, None], cb.transpose(0, 1))[:, 0])
     return ClippedSum(total, nrm.reshape(-1), pair_clip, "pair",
                       "layerwise (ghost Grams)" if grams_engine(embedder) == "layerwise" else "vmap (row Jacobians)",
                       grams.detail)

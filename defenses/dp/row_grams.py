@@ -21,14 +21,19 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
 
   costing (nK)(mK)(d_out) + nm d_in instead of (nK)(mK)(d_in d_out). A convolution with L output
   positions and patches P_{r,l} has <g_{r,c}, g_{s,e}> = sum_{l,l'} <M_{r,c,l}, M_{s,e,l'}> <P_{r,l}, P_{s,l'}>,
-  used where (nKL)(mKL) d_out beats materialising the rows' weight gradients, a block of filters at a time,
-  at CPU speeds (:func:`_conv_ghost_cheaper`: on a ResNet-18 the 4 x 4 last stage); weight standardisation enters as
-  per-filter rank-2 corrections of that Gram (:func:`_ws_hat`); group norm and biases contribute the
-  Gram of their materialised per-row gradients. Each layer type's rule
-  (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the products live on :class:`Grams`.
+  contracted as (M_x A) M_y with A = P_x P_y^T (n m K d_out L (L + K) multiply-adds, :meth:`Grams.add_conv_ghost`)
+  where that beats materialising the rows' weight gradients (a block of filters at a time) at CPU speeds
+  (:func:`_conv_costs`: few output positions); weight standardisation enters as per-filter rank-2 corrections
+  of that Gram (:func:`_ws_hat`), or is applied to the materialised rows where they are fewer than the output
+  gradients (:func:`_ws_project`); group norm and biases contribute the Gram of their materialised per-row
+  gradients. Narrow factors' cross products wait and are taken as one wide product (:meth:`Grams.flush`).
+  Each layer type's rule (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the
+  products live on :class:`Grams`.
 
-Every Gram is accumulated in float64 from float32 factors: the products are exact and the sums err by
-at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of |products|, which
+Every Gram is accumulated in float64 from float32 factors: each entry is a sum of products, each product
+through at most k roundings on its way (:meth:`Grams.bound`: the widest sum it is part of, then the
+accumulations), so the entry errs by at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of
+|products| (Higham, Sec. 3.1, for any order and grouping of the sums), which
 :func:`privaudit.defenses.dp.pairs.rounding_slack` adds back so no computed pair norm falls below the true one.
 The total gradient of sum_ij lambda_ij Z_ij is a pull-back of per-row cotangents through the same
 pieces (:attr:`PairGrams.pullback`), so no further backward pass runs. A large encoder's Grams come in
@@ -54,7 +59,7 @@ class PairGrams:
 
     ``own_x`` (n, D, D), ``own_y`` (m, D, D), ``cross`` (n, D, m, D) or None (not computed);
     ``pullback(cx (n, D), cy (m, D))`` is sum_i J_{x_i}^T cx_i + sum_j J_{y_j}^T cy_j as a flat (p,)
-    vector; ``length`` bounds the number of products summed in any Gram entry, and ``scale_x`` (n, D),
+    vector; ``length`` bounds the roundings along any product's path to a Gram entry, and ``scale_x`` (n, D),
     ``scale_y`` (m, D) bound each row direction's contribution to those sums: every Gram entry
     <J_{r,d}, J_{s,e}> is computed as a sum of products whose absolute values add up to at most
     scale_{r,d} scale_{s,e} (|J_{r,d}| for plain Grams; :func:`privaudit.defenses.dp.pairs.rounding_slack`).
@@ -101,6 +106,12 @@ def _diag_scale(own: torch.Tensor, length: int) -> torch.Tensor:
     return (own.diagonal(dim1=-2, dim2=-1).clamp_min(0) * (1 + gamma)).sqrt()
 
 
+def _ws_project(g: torch.Tensor, w_hat: torch.Tensor) -> torch.Tensor:
+    """P_o g'_o = g' - 1 <g', 1> / f - w_hat_o <g', w_hat_o> / f for rows g' (..., out, f) and w_hat (out, f)
+    (:func:`_ws_hat`): weight standardisation's gradient from g' = g / sigma."""
+    return g - g.mean(-1, keepdim=True) - w_hat * (g * w_hat).mean(-1, keepdim=True)
+
+
 def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Weight standardisation's Gram without applying it to every row: w_hat and the correction coefficients.
 
@@ -122,28 +133,46 @@ def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return w_hat, torch.stack([-torch.full_like(rho, 1 / f), -(2 - rho) / f, mu / f])
 
 
-GHOST_PENALTY = 12  # CPU time of a ghost product's multiply-add (inner width out + 1, then weighted) vs a wide one's
+GHOST_PENALTY = 4  # CPU time of a ghost-form multiply-add (products of inner width L or out L) vs a wide one's
 ROWS_CHUNK = 1 << 21  # float64 entries of a convolution's row gradients materialised at once (a block of filters)
 
 
-def _conv_ghost_cheaper(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int) -> bool:
-    """Whether the ghost products beat materialising the rows' weight gradients for the cross Gram:
-    GHOST_PENALTY (nDL)(mDL)(out + 1) + (nL)(mL) in k^2 against (nD)(mD) out in k^2 multiply-adds (L output
-    positions). The ghost form's products are narrow (inner width out + 1) and each block is then weighted
-    and summed elementwise, so on CPU a multiply-add of it costs about :data:`GHOST_PENALTY` (measured 10-30)
-    times one of the materialised form's wide product. Both forms hold bounded blocks (:data:`ROWS_CHUNK`,
-    :data:`GHOST_LIMIT`), so only the cost decides."""
+def _conv_costs(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int) -> tuple[int, int]:
+    """(ghost, rows): the weighted multiply-adds of a convolution's cross Gram in the ghost form
+    (:meth:`Grams.add_conv_ghost`) and from materialised row gradients, for n x rows and m y rows with ``dim``
+    directions each, L = ``positions`` output positions, ``out`` filters of fan-in k:
+
+        ghost = GHOST_PENALTY [(n dim out L)(m L) + (m)(n dim)(out L)(dim)] + (n L)(m L) k,
+        rows  = (n dim)(m dim) out k.
+
+    The ghost form's products are narrow (inner width L, then out L with dim columns), so on CPU a
+    multiply-add of it costs about :data:`GHOST_PENALTY` times one of the materialised form's wide product."""
     out, fan = mod.weight.shape[0], mod.weight[0].numel()
-    ghost = GHOST_PENALTY * (n * dim * positions) * (m * dim * positions) * (out + 1) \
-        + (n * positions) * (m * positions) * fan
-    return ghost < (n * dim) * (m * dim) * out * fan
+    ghost = GHOST_PENALTY * n * m * dim * out * positions * (positions + dim) + (n * positions) * (m * positions) * fan
+    return ghost, (n * dim) * (m * dim) * out * fan
 
 
-GHOST_LIMIT = 1 << 22  # float64 entries of one ghost product block (32 MB); larger cross Grams go in chunks
+def _conv_ghost_cheaper(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int) -> bool:
+    """Whether the ghost form beats materialising the rows' weight gradients for the cross Gram
+    (:func:`_conv_costs`). Both forms hold bounded blocks (:data:`ROWS_CHUNK`, :data:`GHOST_LIMIT`), so only the
+    cost decides."""
+    ghost, rows = _conv_costs(mod, positions, n, m, dim)
+    return ghost < rows
+
+
+GHOST_LIMIT = 1 << 18  # float64 entries of one ghost-form block (2 MB, cache-sized); x rows go in chunks of it
+
+
+FLUSH_LIMIT = 1 << 22  # float64 entries of the factors whose cross products wait for one wide product (32 MB)
+WIDE = 256  # factors at least this wide take their cross product at once (a copy would cost more than it saves)
 
 
 class Grams:
-    """Accumulates own (R, D, D), cross (n, D, m, D) and the row-direction scales^2 (R, D), in float64."""
+    """Accumulates own (R, D, D), cross (n, D, m, D) and the row-direction scales^2 (R, D), in float64.
+
+    Rounding bookkeeping for :func:`privaudit.defenses.dp.pairs.rounding_slack`: ``length`` bounds the roundings
+    along any one product's path within the sum that computes it, ``sums`` counts the accumulations into an
+    entry (one per contribution added to own or cross); :meth:`scales` bounds every path by their sum."""
 
     def __init__(self, n: int, m: int, dim: int, cross: bool, device: torch.device):
         f64 = torch.float64
@@ -152,52 +181,108 @@ class Grams:
         self.cross = torch.zeros(n, dim, m, dim, dtype=f64, device=device) if cross else None
         self.scale2 = torch.zeros(n + m, dim, dtype=f64, device=device)
         self.length = 0
+        self.sums = 0
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (x factors, y factors) awaiting flush
+        self._pending_entries = 0
 
     def add(self, left: torch.Tensor, right: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
-        """own_r += L_r W R_r^T, cross_ij += L_{x_i} W R_{y_j}^T for factors (R, D, q), W = diag(weight);
-        returns the own block's diagonal (R, D)."""
+        """own_r += L_r W R_r^T and cross_ij += L_{x_i} W R_{y_j}^T for factors (R, D, q), W = diag(weight);
+        returns the own block's diagonal (R, D). The cross products of narrow factors (q < :data:`WIDE`) wait (up to
+        :data:`FLUSH_LIMIT` entries) for :meth:`flush`, which takes them as one wide product: the same sum of the
+        same products, without a narrow product and a pass over the cross Gram per call."""
         n, m, d = self.n, self.m, self.dim
         lw = left if weight is None else left * weight
         block = torch.bmm(lw, right.transpose(1, 2))
         self.own.add_(block)
-        if self.cross is not None:
-            q = left.shape[-1]
-            self.cross.add_((lw[:n].reshape(n * d, q) @ right[n:].reshape(m * d, q).T).view(n, d, m, d))
+        self.sums += 1
+        q = left.shape[-1]
+        if self.cross is not None and q >= WIDE:
+            self.cross.view(n * d, m * d).addmm_(lw[:n].reshape(n * d, q), right[n:].reshape(m * d, q).T)
+            self.length = max(self.length, q + 1)
+        elif self.cross is not None:
+            self._pending.append((lw[:n], right[n:]))
+            self._pending_entries += left.numel()
+            if self._pending_entries > FLUSH_LIMIT:
+                self.flush()
         return block.diagonal(dim1=-2, dim2=-1)
+
+    def flush(self) -> None:
+        """cross += [L_x^(1) W_1 | L_x^(2) W_2 | ...] [R_y^(1) | R_y^(2) | ...]^T over the waiting factors: one
+        product of width q = the sum of their widths, each entry a sum of q products of (weighted) factors, at most
+        q + 1 roundings along any one."""
+        if not self._pending:
+            return
+        n, m, d = self.n, self.m, self.dim
+        q = sum(x.shape[-1] for x, _ in self._pending)
+        ref = self._pending[0][0]
+        wide = torch.empty(n + m, d, q, dtype=ref.dtype, device=ref.device)
+        col = 0
+        while self._pending:  # released one by one as they are copied
+            x, y = self._pending.pop(0)
+            wide[:n, :, col:col + x.shape[-1]] = x
+            wide[n:, :, col:col + x.shape[-1]] = y
+            col += x.shape[-1]
+        self.cross.view(n * d, m * d).addmm_(wide[:n].view(n * d, q), wide[n:].view(m * d, q).T)
+        self._pending_entries = 0
+        self.length = max(self.length, q + 1)
+        self.sums += 1
 
     def add_ghost(self, left: torch.Tensor, inner: torch.Tensor) -> torch.Tensor:
-        """own_r[d, e] += sum_{l,l'} <L_{r,d,l}, L_{r,e,l'}> I_{r,l,r,l'} and likewise cross, for output
-        gradients L (R, D, positions, out) (contiguous) and input products I (R, positions, R, positions)
-        (only the own and x-y blocks are read); returns the own diagonal."""
+        """own_r[d, e] += <L_{r,d}, L_{r,e}> I_{r,r} and cross_ij[d, e] += <L_{x_i,d}, L_{y_j,e}> I_{x_i,y_j}, for
+        factors L (R, D, q) and row weights I (R, R) (only the own and x-y entries are read); returns the own
+        diagonal. One wide product for the x-y block (x rows in chunks of :data:`FLUSH_LIMIT` entries), weighted
+        as it is added."""
         n, m, d = self.n, self.m, self.dim
-        positions = left.shape[2]
         idx = torch.arange(n + m, device=left.device)
-        own_inner = inner[idx, :, idx, :]  # (R, L, L)
-        block = torch.einsum("rdlo,rlk,reko->rde", left, own_inner, left)
+        block = torch.bmm(left, left.transpose(1, 2)) * inner[idx, idx][:, None, None]
         self.own.add_(block)
+        self.sums += 1
         if self.cross is not None:
-            # one product over every (row, position) pair, laid out (i, d, l) x (j, e, l'), weighted in place
-            # by I_{i,l,j,l'} and summed over l' (contiguous) and then l; x rows in chunks bounded in memory
             q = left.shape[-1]
-            right = left[n:].reshape(m * d * positions, q).T
-            step = max(1, GHOST_LIMIT // (d * positions * m * d * positions))
+            right = left[n:].reshape(m * d, q).T
+            step = max(1, FLUSH_LIMIT // (d * m * d))
             for i0 in range(0, n, step):
                 i1 = min(n, i0 + step)
-                bb = left[i0:i1].reshape((i1 - i0) * d * positions, q) @ right
-                if positions == 1:
-                    self.cross[i0:i1].add_(bb.view(i1 - i0, d, m, d) * inner[i0:i1, 0, n:, 0][:, None, :, None])
-                else:
-                    bb = bb.view(i1 - i0, d, positions, m, d, positions)
-                    bb.mul_(inner[i0:i1, None, :, n:, None, :])
-                    self.cross[i0:i1].add_(bb.sum(-1).sum(2))
+                bb = (left[i0:i1].reshape(-1, q) @ right).view(i1 - i0, d, m, d)
+                self.cross[i0:i1].addcmul_(bb, inner[i0:i1, None, n:, None])
         return block.diagonal(dim1=-2, dim2=-1)
 
-    def scales(self, layers: int) -> torch.Tensor:
-        """Upper bounds on the row-direction scales, inflated by their own rounding (sums of squares)."""
-        self.length += layers  # the sum over layers
+    def add_conv_ghost(self, delta: torch.Tensor, pt: torch.Tensor) -> torch.Tensor:
+        """own and cross += sum_{l,l',o} delta_{r,d,o,l} <P_{r,l}, P_{s,l'}> delta_{s,e,o,l'}, for output gradients
+        delta (R, D, out, L) and patches P (R, L, k); returns the own diagonal.
+
+        The cross block is contracted in the cheap order: the patch products A = P_x P_y^T ((nL) x (mL), one
+        wide product), then W_{i,d,o,j,l'} = sum_l delta_{i,d,o,l} A_{i,l,j,l'} (x rows in chunks of
+        :data:`GHOST_LIMIT` entries) and cross_{i,d,j,e} = sum_{o,l'} W_{i,d,o,j,l'} delta_{j,e,o,l'}: n m D out L (L + D)
+        multiply-adds where the positions' pairwise products would take n m D^2 out L^2, and no (nDL) x (mDL) block."""
+        n, m, d = self.n, self.m, self.dim
+        out, positions = delta.shape[2], delta.shape[3]
+        own_inner = torch.bmm(pt, pt.transpose(1, 2))  # (R, L, L)
+        block = torch.einsum("rdol,rlk,reok->rde", delta, own_inner, delta)
+        self.own.add_(block)
+        self.sums += 1
+        if self.cross is not None:
+            a_xy = (pt[:n].reshape(n * positions, -1) @ pt[n:].reshape(m * positions, -1).T).view(n, positions, -1)
+            right = delta[n:].permute(0, 2, 3, 1).reshape(m, out * positions, d)  # (j, (o, l'), e)
+            step = max(1, GHOST_LIMIT // (d * out * m * positions))
+            for i0 in range(0, n, step):
+                i1 = min(n, i0 + step)
+                w = torch.bmm(delta[i0:i1].reshape(i1 - i0, d * out, positions), a_xy[i0:i1])  # (i, (d, o), (j, l'))
+                w = w.view(i1 - i0, d, out, m, positions).permute(3, 0, 1, 2, 4).reshape(m, (i1 - i0) * d, -1)
+                self.cross[i0:i1].add_(torch.bmm(w, right).view(m, i1 - i0, d, d).permute(1, 2, 0, 3))
+        return block.diagonal(dim1=-2, dim2=-1)
+
+    def scales(self) -> torch.Tensor:
+        """Takes the waiting cross products (:meth:`flush`); upper bounds on the row-direction scales, inflated by
+        their own rounding (sums of squares over at most :meth:`bound` roundings each)."""
+        self.flush()
         u = torch.finfo(torch.float64).eps / 2
-        gamma = self.length * u / (1 - self.length * u)
+        gamma = self.bound() * u / (1 - self.bound() * u)
         return (self.scale2.clamp_min(0) * (1 + gamma)).sqrt()
+
+    def bound(self) -> int:
+        """The roundings along any product's path to a Gram entry: within its sum, then the accumulations."""
+        return self.length + self.sums
 
     # -- the layers' contributions (called by the layer rules, :meth:`LayerRule.grams`) ---------------
 
@@ -208,7 +293,7 @@ class Grams:
         inner = ad @ ad.T if "weight" in params else torch.zeros(r, r, dtype=torch.float64, device=a.device)
         if "bias" in params:
             inner = inner + 1
-        self.scale2.add_(self.add_ghost(md[:, :, None, :], inner[:, None, :, None]))
+        self.scale2.add_(self.add_ghost(md, inner))
         self.length = max(self.length, b.shape[-1] * (a.shape[-1] + 1))
 
         def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -226,62 +311,71 @@ class Grams:
         positions where they are cheaper (:func:`_conv_ghost_cheaper`), else the Gram of the rows' materialised
         weight gradients; WS by :func:`_ws_hat`'s corrections. ``b`` (R, D, out, H, W)."""
         r, d, out = b.shape[:3]
+        standardised = ws
         if ws:  # fold 1 / sigma_o into the output gradients: the rows' weight gradients come out as g'
             inv = torch.rsqrt(w.detach().reshape(out, -1).var(1, unbiased=False) + 1e-5)
             b = b * inv.view(1, 1, -1, 1, 1)
         delta = b.reshape(r, d, out, -1).double()  # (R, D, out, L)
-        patches = conv_patches(mod, a).double()  # (R, in k^2, L)
+        # the patches P (R, L, in k^2), contiguous: a transposed operand slows the batched products 3x
+        pt = conv_patches(mod, a).double().transpose(1, 2).contiguous()
         positions = delta.shape[-1]
         if _conv_ghost_cheaper(mod, positions, self.n, self.m, d):
-            mag2 = self._conv_ghost(delta, patches, w.numel())
+            mag2 = self._conv_ghost(delta, pt, w.numel())
         else:
             # the rows' weight gradients (exact products of the float32 factors, float64 sums), a block of
             # filters at a time (the Grams are sums over the parameters); h1, h2 below come from the same
             # factors, and the pull-back contracts the factors themselves (no R D x out in k^2 tensor kept)
             mag2 = torch.zeros(r, d, dtype=torch.float64, device=delta.device)
-            step = max(1, ROWS_CHUNK // (r * d * patches.shape[1]))
-            pt = patches.transpose(1, 2)
+            fan = pt.shape[2]
+            step = max(1, ROWS_CHUNK // (r * d * fan))
+            # WS on the rows themselves where they are fewer than the output gradients the corrections read
+            w_hat = _ws_hat(w)[0] if ws and fan < positions else None
             for o0 in range(0, out, step):
                 block = delta[:, :, o0:o0 + step].reshape(r, -1, positions)
-                rows = torch.bmm(block, pt).view(r, d, -1)
+                rows = torch.bmm(block, pt).view(r, d, -1, fan)
+                if w_hat is not None:
+                    rows = _ws_project(rows, w_hat[o0:o0 + step])
+                rows = rows.view(r, d, -1)
                 mag2 += self.add(rows, rows)
             mag2 = mag2.clamp_min(0)
             self.length = max(self.length, w.numel())
+            ws = ws and w_hat is None
         self.scale2.add_(mag2)
         if ws:
-            self._ws_corrections(w, delta, patches, mag2)
+            self._ws_corrections(w, delta, pt, mag2)
 
         def pull(c: torch.Tensor) -> dict[str, torch.Tensor]:
-            g = torch.einsum("rol,rkl->ok", torch.einsum("rd,rdol->rol", c.double(), delta), patches)
-            g = g.to(w.dtype).reshape(w.shape)
-            if ws:  # g' = g / sigma: undo the fold, then the standardisation's VJP
+            v = torch.bmm(c.double()[:, None], delta.view(r, d, -1)).view(r, out, positions)  # sum_d c_d delta_d
+            g = (v.transpose(0, 1).reshape(out, -1) @ pt.view(-1, pt.shape[2])).to(w.dtype).reshape(w.shape)
+            if standardised:  # g' = g / sigma: undo the fold, then the standardisation's VJP
                 g = ws_backward(w, g / inv.view(-1, 1, 1, 1))
             return {"weight": g}
         return pull
 
-    def _conv_ghost(self, delta: torch.Tensor, patches: torch.Tensor, numel: int) -> torch.Tensor:
+    def _conv_ghost(self, delta: torch.Tensor, pt: torch.Tensor, numel: int) -> torch.Tensor:
         """<g_{r,d}, g_{s,e}> = sum_{l,l'} <delta_{r,d,l}, delta_{s,e,l'}> <P_{r,l}, P_{s,l'}>; returns the
-        row directions' scales^2: the products' absolute values add up to |G~|^2, G~ = |delta| |P|^T."""
-        r, positions = delta.shape[0], delta.shape[-1]
-        pt = patches.transpose(1, 2).reshape(r * positions, -1)
-        inner = (pt @ pt.T).view(r, positions, r, positions)
-        self.add_ghost(delta.transpose(2, 3).contiguous(), inner)
-        pa = patches.abs()
-        mag2 = torch.einsum("rdol,rlk,rdok->rd", delta.abs(), torch.bmm(pa.transpose(1, 2), pa), delta.abs())
-        self.length = max(self.length, numel * positions ** 2)
+        row directions' scales^2: every entry is a sum of the ``numel`` L^2 products delta P P' delta' in some
+        grouping, each through at most k + L + out L + 3 roundings (:meth:`add_conv_ghost`), and their absolute
+        values add up to <G~_{r,d}, G~_{s,e}> <= |G~_{r,d}| |G~_{s,e}|, G~ = |delta| |P|^T."""
+        out, positions = delta.shape[2], delta.shape[3]
+        self.add_conv_ghost(delta, pt)
+        pa = pt.abs()
+        mag2 = torch.einsum("rdol,rlk,rdok->rd", delta.abs(), torch.bmm(pa, pa.transpose(1, 2)), delta.abs())
+        self.length = max(self.length, numel * positions ** 2, pt.shape[2] + positions + out * positions + 3)
         return mag2
 
-    def _ws_corrections(self, w: torch.Tensor, delta: torch.Tensor, patches: torch.Tensor, mag2: torch.Tensor) -> None:
+    def _ws_corrections(self, w: torch.Tensor, delta: torch.Tensor, pt: torch.Tensor, mag2: torch.Tensor) -> None:
         """Weight standardisation's per-filter rank-2 corrections of the Gram of g' (:func:`_ws_hat`)."""
         r, out = delta.shape[0], delta.shape[2]
         w_hat, coef = _ws_hat(w)
         # h1 = sum_l delta_l <P_l, 1>, h2 = sum_l delta_l <P_l, w_hat_o>: no pass over the rows' gradients
-        h1 = torch.einsum("rdol,rl->rdo", delta, patches.sum(1))
-        h2 = (delta * torch.bmm(w_hat.expand(r, -1, -1), patches)[:, None]).sum(-1)
-        # the four rank-one terms per filter as one product: [c0 h1, c1 h2, c2 h1, c2 h2] . [h1, h2, h2, h1]
-        self.add(torch.cat([h1, h2, h1, h2], -1), torch.cat([h1, h2, h2, h1], -1),
-                 torch.cat([coef[0], coef[1], coef[2], coef[2]]))
-        # the corrections' products add up to at most 3 |G~|^2 (Cauchy-Schwarz per filter)
+        d, positions = delta.shape[1], delta.shape[3]
+        h1 = torch.bmm(delta.view(r, d * out, positions), pt.sum(2)[:, :, None]).view(r, d, out)
+        h2 = (delta * torch.matmul(w_hat, pt.transpose(1, 2))[:, None]).sum(-1)
+        # the four rank-one terms per filter c0 h1 h1' + c1 h2 h2' + c2 (h1 h2' + h2 h1') as one product of two
+        # columns per filter: [c0 h1 + c2 h2, c1 h2 + c2 h1] . [h1', h2'] (two more roundings per term)
+        self.add(torch.cat([h1 * coef[0] + h2 * coef[2], h2 * coef[1] + h1 * coef[2]], -1), torch.cat([h1, h2], -1))
+        # the corrections' products add up to at most 3 |G~|^2 (Cauchy-Schwarz per filter), in either grouping
         self.scale2.add_(4 * mag2)
         self.length += 3 * out
 
@@ -384,7 +478,7 @@ def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch
         a = call.inp  # (R, ...): every row's input
         b = run.layer_grads(layer.name)  # (R, K, ...)
         pulls.extend((layer, pull) for pull in layer.rule.grams(acc, layer.module, layer.own(params), a, b))
-    scale = acc.scales(len(run.tape.layers))
+    scale = acc.scales()
     space = embedder.space
 
     def pullback(cx: torch.Tensor, cy: torch.Tensor) -> torch.Tensor:
@@ -394,5 +488,5 @@ def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch
             grads.update(layer.qualify(pull(c)))
         return space.flatten(grads)
 
-    return PairGrams(acc.own[:n], acc.own[n:], acc.cross, pullback, acc.length, scale[:n], scale[n:],
+    return PairGrams(acc.own[:n], acc.own[n:], acc.cross, pullback, acc.bound(), scale[:n], scale[n:],
                      (zs[:n], zs[n:]), None if basis is None else (basis[:n], basis[n:]))
