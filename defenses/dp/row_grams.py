@@ -335,7 +335,8 @@ class Grams:
             inv = torch.rsqrt(w.detach().reshape(out, -1).var(1, unbiased=False) + 1e-5)
             delta.mul_(inv.double().view(1, 1, -1, 1))
         # the patches P (R, L, in k^2), contiguous: a transposed operand slows the batched products 3x
-        pt = conv_patches(mod, a).double().transpose(1, 2).contiguous()
+        patches = conv_patches(mod, a).transpose(1, 2)
+        pt = torch.empty(patches.shape, dtype=torch.float64, device=a.device).copy_(patches)  # one copy
         positions = delta.shape[-1]
         if _conv_ghost_cheaper(mod, positions, self.n, self.m, d):
             mag2 = self._conv_ghost(delta, pt, w.numel())
