@@ -43,7 +43,8 @@ from privaudit.defenses.dp.clipping import clip_factors
 from privaudit.defenses.dp.contrastive import tracking
 from privaudit.defenses.dp.embedder import Embedder, Source
 from privaudit.defenses.dp.gradients import ClippedSum, clipped_sum
-from privaudit.defenses.dp.row_grams import PairGrams, jacobian_grams, layer_grams, scratch_view, tangent_basis  # noqa: F401
+from privaudit.defenses.dp.row_grams import (PairGrams, jacobian_grams, layer_grams, scratch_view,  # noqa: F401
+                                             tangent_basis)
 from privaudit.defenses.dp.units import pair_units
 
 PAIR_NORMS = ("exact", "upper-bound")

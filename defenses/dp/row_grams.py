@@ -244,8 +244,8 @@ class Grams:
     def add_ghost(self, left: torch.Tensor, inner: torch.Tensor) -> torch.Tensor:
         """own_r[d, e] += <L_{r,d}, L_{r,e}> I_{r,r} and cross_ij[d, e] += <L_{x_i,d}, L_{y_j,e}> I_{x_i,y_j}, for
         factors L (R, D, q) and row weights I (R, R) (only the own and x-y entries are read); returns the own
-        diagonal. One wide product for the x-y block (x rows in chunks of :data:`FLUSH_LIMIT` entries), weighted
-        as it is added."""
+        diagonal. One wide product for the x-y block (x rows in chunks of :data:`GHOST_LIMIT` entries in one
+        buffer), weighted as it is added."""
         n, m, d = self.n, self.m, self.dim
         idx = torch.arange(n + m, device=left.device)
         block = torch.bmm(left, left.transpose(1, 2)) * inner[idx, idx][:, None, None]
@@ -287,7 +287,8 @@ class Grams:
                               out=scratch_view(buffers[0], (i1 - i0, d * out, m * positions)))  # (i, (d, o), (j, l'))
                 wt = scratch_view(buffers[1], (m, i1 - i0, d, out, positions))
                 wt.copy_(w.view(i1 - i0, d, out, m, positions).permute(3, 0, 1, 2, 4))
-                self.cross[i0:i1].add_(torch.bmm(wt.view(m, (i1 - i0) * d, -1), right).view(m, i1 - i0, d, d).permute(1, 2, 0, 3))
+                prod = torch.bmm(wt.view(m, (i1 - i0) * d, -1), right)  # (j, (i, d), e)
+                self.cross[i0:i1].add_(prod.view(m, i1 - i0, d, d).permute(1, 2, 0, 3))
         return block.diagonal(dim1=-2, dim2=-1)
 
     def scales(self) -> torch.Tensor:
