@@ -102,11 +102,26 @@ def test_ghost_cross_in_chunks_is_the_same(monkeypatch):
     emb, params, x, y = problem("cnn", n=7, m=5)
     monkeypatch.setattr(row_grams, "_conv_ghost_cheaper", lambda *a: True)
     whole = layer_grams(emb, params, x, y)
-    monkeypatch.setattr(row_grams, "GHOST_LIMIT", 1)  # one x row per chunk
-    monkeypatch.setattr(row_grams, "FLUSH_LIMIT", 1)  # one x row per Linear chunk; no factor waits
+    monkeypatch.setattr(row_grams, "GHOST_LIMIT", 1)  # one x row per chunk (convolution and Linear ghost products)
+    monkeypatch.setattr(row_grams, "FLUSH_LIMIT", 1)  # no factor waits
     chunked = layer_grams(emb, params, x, y)
     assert torch.allclose(chunked.cross, whole.cross, rtol=1e-12, atol=0)
     assert torch.allclose(chunked.own_x, whole.own_x, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("wide", [0, 10**6])
+def test_convolution_rows_in_filter_blocks_are_the_same(monkeypatch, wide):
+    """The rows' weight gradients one filter at a time (blocks sharing one buffer where each block's product is
+    taken at once, ``WIDE`` 0; fresh blocks where they wait for one wide product) give the Grams of the whole
+    rows: a block overwritten while a waiting product still holds it would change them."""
+    emb, params, x, y = problem("cnn", n=7, m=5)
+    monkeypatch.setattr(row_grams, "_conv_ghost_cheaper", lambda *a: False)
+    whole = layer_grams(emb, params, x, y)
+    monkeypatch.setattr(row_grams, "ROWS_CHUNK", 1)  # one filter per block
+    monkeypatch.setattr(row_grams, "WIDE", wide)
+    blocked = layer_grams(emb, params, x, y)
+    for field in ("cross", "own_x", "own_y", "scale_x"):
+        assert torch.allclose(getattr(blocked, field), getattr(whole, field), rtol=1e-12, atol=0), field
 
 
 def test_the_rounding_bound_covers_two_summation_orders(monkeypatch):

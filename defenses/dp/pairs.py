@@ -43,7 +43,8 @@ from privaudit.defenses.dp.clipping import clip_factors
 from privaudit.defenses.dp.contrastive import tracking
 from privaudit.defenses.dp.embedder import Embedder, Source
 from privaudit.defenses.dp.gradients import ClippedSum, clipped_sum
-from privaudit.defenses.dp.row_grams import PairGrams, jacobian_grams, layer_grams, tangent_basis  # noqa: F401
+from privaudit.defenses.dp.row_grams import (PairGrams, jacobian_grams, layer_grams, scratch_view,  # noqa: F401
+                                             tangent_basis)
 from privaudit.defenses.dp.units import pair_units
 
 PAIR_NORMS = ("exact", "upper-bound")
@@ -140,9 +141,25 @@ def gram_norms(grams: PairGrams, a: torch.Tensor, b: torch.Tensor, mode: str, dt
     if mode == "upper-bound":
         return _round_up((own_x + slack).sqrt() + (own_y + slack).sqrt(), dtype)
     assert grams.cross is not None
-    # a_ij^T K_ij b_ij: K (n, D, m, D) weighted by b along its last axis, then by a -- one pass over K
-    cross = (a * (grams.cross * b[:, None]).sum(-1).transpose(1, 2)).sum(-1)
+    cross = _cross_terms(grams.cross, a, b)
     return _round_up(((own_x + own_y + 2 * cross).clamp_min(0) + slack).sqrt(), dtype)
+
+
+CROSS_BLOCK = 1 << 17  # float64 entries of the weighted cross Gram held at once (1 MB: x rows in blocks of it)
+
+
+def _cross_terms(k: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a_ij^T K_ij b_ij for every pair (n, m): K (n, D, m, D) weighted by b along its last axis, then by a -- one
+    pass over K, a block of x rows at a time in one buffer (no (n, D, m, D) temporary)."""
+    n, d, m, e = k.shape
+    step = max(1, CROSS_BLOCK // (d * m * e))
+    buffer = k.new_empty(min(step, n) * d * m * e)
+    out = k.new_empty(n, m)
+    for i0 in range(0, n, step):
+        i1 = min(n, i0 + step)
+        kb = torch.mul(k[i0:i1], b[i0:i1, None], out=scratch_view(buffer, (i1 - i0, d, m, e)))
+        out[i0:i1] = (a[i0:i1] * kb.sum(-1).transpose(1, 2)).sum(-1)
+    return out
 
 
 def _round_up(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

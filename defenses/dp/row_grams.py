@@ -134,7 +134,7 @@ def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 GHOST_PENALTY = 4  # CPU time of a ghost-form multiply-add (products of inner width L or out L) vs a wide one's
-ROWS_CHUNK = 1 << 21  # float64 entries of a convolution's row gradients materialised at once (a block of filters)
+ROWS_CHUNK = 1 << 19  # float64 entries of a convolution's row gradients materialised at once (a block of filters)
 
 
 def _conv_costs(mod: nn.Conv2d, positions: int, n: int, m: int, dim: int) -> tuple[int, int]:
@@ -165,6 +165,16 @@ GHOST_LIMIT = 1 << 18  # float64 entries of one ghost-form block (2 MB, cache-si
 
 FLUSH_LIMIT = 1 << 22  # float64 entries of the factors whose cross products wait for one wide product (32 MB)
 WIDE = 256  # factors at least this wide take their cross product at once (a copy would cost more than it saves)
+
+
+def scratch_view(buffer: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """A contiguous ``shape`` view of the first entries of the flat ``buffer``: a loop's same-size temporaries
+    share one allocation (on CPU every fresh page of a large temporary costs a page fault, about as much as
+    the arithmetic of the products it holds)."""
+    size = 1
+    for k in shape:
+        size *= k
+    return buffer[:size].view(shape)
 
 
 class Grams:
@@ -206,6 +216,10 @@ class Grams:
                 self.flush()
         return block.diagonal(dim1=-2, dim2=-1)
 
+    def takes_at_once(self, q: int) -> bool:
+        """Whether :meth:`add` takes the cross product of factors of width ``q`` at once (keeps no reference)."""
+        return self.cross is None or q >= WIDE
+
     def flush(self) -> None:
         """cross += [L_x^(1) W_1 | L_x^(2) W_2 | ...] [R_y^(1) | R_y^(2) | ...]^T over the waiting factors: one
         product of width q = the sum of their widths, each entry a sum of q products of (weighted) factors, at most
@@ -230,8 +244,8 @@ class Grams:
     def add_ghost(self, left: torch.Tensor, inner: torch.Tensor) -> torch.Tensor:
         """own_r[d, e] += <L_{r,d}, L_{r,e}> I_{r,r} and cross_ij[d, e] += <L_{x_i,d}, L_{y_j,e}> I_{x_i,y_j}, for
         factors L (R, D, q) and row weights I (R, R) (only the own and x-y entries are read); returns the own
-        diagonal. One wide product for the x-y block (x rows in chunks of :data:`FLUSH_LIMIT` entries), weighted
-        as it is added."""
+        diagonal. One wide product for the x-y block (x rows in chunks of :data:`GHOST_LIMIT` entries in one
+        buffer), weighted as it is added."""
         n, m, d = self.n, self.m, self.dim
         idx = torch.arange(n + m, device=left.device)
         block = torch.bmm(left, left.transpose(1, 2)) * inner[idx, idx][:, None, None]
@@ -240,11 +254,12 @@ class Grams:
         if self.cross is not None:
             q = left.shape[-1]
             right = left[n:].reshape(m * d, q).T
-            step = max(1, FLUSH_LIMIT // (d * m * d))
+            step = max(1, GHOST_LIMIT // (d * m * d))
+            buffer = left.new_empty(min(step, n) * d * m * d)
             for i0 in range(0, n, step):
                 i1 = min(n, i0 + step)
-                bb = (left[i0:i1].reshape(-1, q) @ right).view(i1 - i0, d, m, d)
-                self.cross[i0:i1].addcmul_(bb, inner[i0:i1, None, n:, None])
+                bb = torch.mm(left[i0:i1].reshape(-1, q), right, out=scratch_view(buffer, ((i1 - i0) * d, m * d)))
+                self.cross[i0:i1].addcmul_(bb.view(i1 - i0, d, m, d), inner[i0:i1, None, n:, None])
         return block.diagonal(dim1=-2, dim2=-1)
 
     def add_conv_ghost(self, delta: torch.Tensor, pt: torch.Tensor) -> torch.Tensor:
@@ -265,11 +280,15 @@ class Grams:
             a_xy = (pt[:n].reshape(n * positions, -1) @ pt[n:].reshape(m * positions, -1).T).view(n, positions, -1)
             right = delta[n:].permute(0, 2, 3, 1).reshape(m, out * positions, d)  # (j, (o, l'), e)
             step = max(1, GHOST_LIMIT // (d * out * m * positions))
+            buffers = [delta.new_empty(min(step, n) * d * out * m * positions) for _ in range(2)]
             for i0 in range(0, n, step):
                 i1 = min(n, i0 + step)
-                w = torch.bmm(delta[i0:i1].reshape(i1 - i0, d * out, positions), a_xy[i0:i1])  # (i, (d, o), (j, l'))
-                w = w.view(i1 - i0, d, out, m, positions).permute(3, 0, 1, 2, 4).reshape(m, (i1 - i0) * d, -1)
-                self.cross[i0:i1].add_(torch.bmm(w, right).view(m, i1 - i0, d, d).permute(1, 2, 0, 3))
+                w = torch.bmm(delta[i0:i1].reshape(i1 - i0, d * out, positions), a_xy[i0:i1],
+                              out=scratch_view(buffers[0], (i1 - i0, d * out, m * positions)))  # (i, (d, o), (j, l'))
+                wt = scratch_view(buffers[1], (m, i1 - i0, d, out, positions))
+                wt.copy_(w.view(i1 - i0, d, out, m, positions).permute(3, 0, 1, 2, 4))
+                prod = torch.bmm(wt.view(m, (i1 - i0) * d, -1), right)  # (j, (i, d), e)
+                self.cross[i0:i1].add_(prod.view(m, i1 - i0, d, d).permute(1, 2, 0, 3))
         return block.diagonal(dim1=-2, dim2=-1)
 
     def scales(self) -> torch.Tensor:
@@ -312,32 +331,20 @@ class Grams:
         weight gradients; WS by :func:`_ws_hat`'s corrections. ``b`` (R, D, out, H, W)."""
         r, d, out = b.shape[:3]
         standardised = ws
-        if ws:  # fold 1 / sigma_o into the output gradients: the rows' weight gradients come out as g'
+        delta = b.reshape(r, d, out, -1).to(torch.float64, copy=ws)  # (R, D, out, L), b untouched by the fold
+        if ws:  # fold 1 / sigma_o into the output gradients (exact float64 products): the rows' gradients are g'
             inv = torch.rsqrt(w.detach().reshape(out, -1).var(1, unbiased=False) + 1e-5)
-            b = b * inv.view(1, 1, -1, 1, 1)
-        delta = b.reshape(r, d, out, -1).double()  # (R, D, out, L)
+            delta.mul_(inv.double().view(1, 1, -1, 1))
         # the patches P (R, L, in k^2), contiguous: a transposed operand slows the batched products 3x
-        pt = conv_patches(mod, a).double().transpose(1, 2).contiguous()
+        patches = conv_patches(mod, a).transpose(1, 2)
+        pt = torch.empty(patches.shape, dtype=torch.float64, device=a.device).copy_(patches)  # one copy
         positions = delta.shape[-1]
         if _conv_ghost_cheaper(mod, positions, self.n, self.m, d):
             mag2 = self._conv_ghost(delta, pt, w.numel())
         else:
-            # the rows' weight gradients (exact products of the float32 factors, float64 sums), a block of
-            # filters at a time (the Grams are sums over the parameters); h1, h2 below come from the same
-            # factors, and the pull-back contracts the factors themselves (no R D x out in k^2 tensor kept)
-            mag2 = torch.zeros(r, d, dtype=torch.float64, device=delta.device)
-            fan = pt.shape[2]
-            step = max(1, ROWS_CHUNK // (r * d * fan))
             # WS on the rows themselves where they are fewer than the output gradients the corrections read
-            w_hat = _ws_hat(w)[0] if ws and fan < positions else None
-            for o0 in range(0, out, step):
-                block = delta[:, :, o0:o0 + step].reshape(r, -1, positions)
-                rows = torch.bmm(block, pt).view(r, d, -1, fan)
-                if w_hat is not None:
-                    rows = _ws_project(rows, w_hat[o0:o0 + step])
-                rows = rows.view(r, d, -1)
-                mag2 += self.add(rows, rows)
-            mag2 = mag2.clamp_min(0)
+            w_hat = _ws_hat(w)[0] if ws and pt.shape[2] < positions else None
+            mag2 = self._conv_rows(delta, pt, w_hat)
             self.length = max(self.length, w.numel())
             ws = ws and w_hat is None
         self.scale2.add_(mag2)
@@ -351,6 +358,29 @@ class Grams:
                 g = ws_backward(w, g / inv.view(-1, 1, 1, 1))
             return {"weight": g}
         return pull
+
+    def _conv_rows(self, delta: torch.Tensor, pt: torch.Tensor, w_hat: torch.Tensor | None) -> torch.Tensor:
+        """The Grams of the rows' materialised weight gradients (exact products of the float32 factors, float64
+        sums), a block of :data:`ROWS_CHUNK` entries' filters at a time (the Grams are sums over the parameters),
+        projected by weight standardisation where ``w_hat`` is given (:func:`_ws_project`); returns the row
+        directions' scales^2. The pull-back and h1, h2 of the WS corrections contract the factors themselves (no
+        R D x out in k^2 tensor kept). Blocks that :meth:`add` takes at once share one buffer."""
+        r, d, out, positions = delta.shape
+        fan = pt.shape[2]
+        mag2 = torch.zeros(r, d, dtype=torch.float64, device=delta.device)
+        step = max(1, ROWS_CHUNK // (r * d * fan))
+        buffer = delta.new_empty(r * d * min(step, out) * fan)
+        for o0 in range(0, out, step):
+            block = delta[:, :, o0:o0 + step].reshape(r, -1, positions)
+            width = block.shape[1] // d * fan
+            into = {"out": scratch_view(buffer, (r, block.shape[1], fan))} if (
+                w_hat is not None or self.takes_at_once(width)) else {}  # else add() may keep the rows
+            rows = torch.bmm(block, pt, **into).view(r, d, -1, fan)
+            if w_hat is not None:
+                rows = _ws_project(rows, w_hat[o0:o0 + step])
+            rows = rows.view(r, d, -1)
+            mag2 += self.add(rows, rows)
+        return mag2.clamp_min(0)
 
     def _conv_ghost(self, delta: torch.Tensor, pt: torch.Tensor, numel: int) -> torch.Tensor:
         """<g_{r,d}, g_{s,e}> = sum_{l,l'} <delta_{r,d,l}, delta_{s,e,l'}> <P_{r,l}, P_{s,l'}>; returns the
@@ -416,7 +446,7 @@ class Directions(NamedTuple):
     """One forward of the rows and K backward passes, pass c carrying cotangent direction c of every row."""
 
     tape: Tape
-    grads: dict[str, list[torch.Tensor]]  # every layer's output gradients, pass by pass (R, ...) each
+    grads: dict[str, torch.Tensor]  # every layer's output gradients (R, K, ...): row r, pass c
     copies: int  # K
     zs: torch.Tensor  # (R, D) the rows' embeddings
     basis: torch.Tensor | None  # (R, D, K) float64 tangent directions, None for e_1..e_D
@@ -424,7 +454,7 @@ class Directions(NamedTuple):
     def layer_grads(self, name: str, keep: bool = False) -> torch.Tensor:
         """Layer ``name``'s output gradients (R, K, ...) (row r, direction c), released from ``grads`` unless
         ``keep``."""
-        return torch.stack(self.grads[name] if keep else self.grads.pop(name), dim=1)
+        return self.grads[name] if keep else self.grads.pop(name)
 
 
 def backward_directions(embedder: Embedder, params: Mapping[str, torch.Tensor], xy: torch.Tensor,
@@ -447,10 +477,12 @@ def backward_directions(embedder: Embedder, params: Mapping[str, torch.Tensor], 
         basis = directions.double()  # the directions actually backpropagated
     else:
         directions = torch.eye(dim, dtype=z.dtype, device=z.device).expand(len(xy), dim, dim)
-    grads: dict[str, list[torch.Tensor]] = {layer.name: [] for layer in tape.layers}
+    grads: dict[str, torch.Tensor] = {}  # each pass's gradients copied in as it ends (its own are then reused)
     for c in range(copies):
         for name, (g,) in tape.output_grads([directions[:, :, c]], retain=c < copies - 1).items():
-            grads[name].append(g)
+            if name not in grads:
+                grads[name] = g.new_empty(g.shape[0], copies, *g.shape[1:])
+            grads[name][:, c] = g
     return Directions(tape, grads, copies, zs, basis)
 
 
