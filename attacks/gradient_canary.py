@@ -197,17 +197,21 @@ class GradientCanaries:
     def _count_trials(self, proj: np.ndarray, sampled: np.ndarray | torch.Tensor | None) -> None:
         """The step's trials in units of the hypotheses' mean difference D (trajectory_bound's module docstring):
         add/remove x = y / C, present where inserted and sampled; paired x = y / (2 C) + 1/2 on the sampled slots,
-        present for the + candidate."""
+        present for the + candidate. Every coordinate's y / D less the canaries' designed contribution is also a
+        released-noise residual (:mod:`privaudit.attacks.released_noise`)."""
         if sampled is None:
             raise ConfigError("gradient canaries: a tracked trajectory needs each step's sampled canaries")
         took_part = np.asarray(sampled, dtype=bool).ravel()
         if self.paired:
-            x = proj[took_part] / (2 * self.clip_norm) + 0.5
-            present = self.inserted[took_part]
+            y = proj / (2 * self.clip_norm)
+            designed = np.where(took_part, np.where(self.inserted, 0.5, -0.5), 0.0)
+            x, present = y[took_part] + 0.5, self.inserted[took_part]
         else:
-            x = proj / self.clip_norm
+            y = x = proj / self.clip_norm
             present = self.inserted & took_part
+            designed = present.astype(np.float64)
         self.trajectory.add(x[~present], x[present])
+        self.trajectory.add_noise(y - designed)
 
     def result(self, *, beta: float = 0.05, delta: float = 0.0, k_pos: int | None = None,
                k_neg: int | None = None, k_fraction: float = 0.1, k_fdp_fraction: float | None = None,

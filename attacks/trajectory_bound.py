@@ -183,6 +183,8 @@ class TrajectoryCounts:
     n1: int = 0
     fn: int = 0
     moments: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # sum x0, x0^2, x1, x1^2
+    noise_n: int = 0
+    noise_ss: float = 0.0
 
     def add(self, absent: np.ndarray, present: np.ndarray) -> None:
         absent, present = np.asarray(absent, dtype=np.float64), np.asarray(present, dtype=np.float64)
@@ -192,6 +194,13 @@ class TrajectoryCounts:
         self.fn += int(np.count_nonzero(present <= self.threshold))
         for j, v in enumerate((absent.sum(), (absent ** 2).sum(), present.sum(), (present ** 2).sum())):
             self.moments[j] += float(v)
+
+    def add_noise(self, residuals: np.ndarray) -> None:
+        """Count the step's released-noise residuals: every canary coordinate's observation less the canaries'
+        designed contribution, in units of D (:func:`released_noise_check`)."""
+        residuals = np.asarray(residuals, dtype=np.float64)
+        self.noise_n += residuals.size
+        self.noise_ss += float((residuals ** 2).sum())
 
     def moment_mu(self) -> float | None:
         """(mean present - mean absent) / pooled std: the MLE of mu = D / sigma if the noise is Gaussian."""
@@ -203,7 +212,8 @@ class TrajectoryCounts:
         return (m1 - m0) / math.sqrt(var) if var > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "n0": self.n0, "fp": self.fp, "n1": self.n1, "fn": self.fn}
+        return {"threshold": self.threshold, "n0": self.n0, "fp": self.fp, "n1": self.n1, "fn": self.fn,
+                "noise_n": self.noise_n, "noise_ss": self.noise_ss}
 
 
 def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float) -> float:

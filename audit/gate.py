@@ -281,31 +281,66 @@ def gate_cells(cells: Sequence[dict[str, Any]], config: GateConfig,
             gates.append({"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": []})
             continue
         comparisons = [decide(c, family, config.epsilon_slack) for c in comparisons]
+        noise = released_noise_checks(cell, comparisons)
         _, control = roles.get(cell.get("defense"), (None, False))
-        gates.append(_control_gate(cell, comparisons) if control else _claim_gate(cell, comparisons, family, config))
+        gate = _control_gate(cell, comparisons, noise) if control else _claim_gate(cell, comparisons, family, config,
+                                                                                  noise)
+        gates.append({**gate, "released_noise": noise})
     return gates
 
 
-def _control_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]]) -> dict[str, Any]:
-    """A positive control's gate: caught (passes) when a gated comparison exceeds its claim or its trace does not
-    match it; else it fails (the gate has no power at this suite's size)."""
+def released_noise_checks(cell: dict[str, Any], comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The released-noise check (:mod:`privaudit.attacks.released_noise`) of every gated white-box trajectory
+    comparison, recomputed from the attack's saved residual counts against the gradient release's claimed
+    multiplier re-derived from the cell's saved claim (never the attack's own record of it). A check without
+    residual counts (evidence from before the check existed) or without a claimed multiplier says why, unjudged."""
+    from privaudit.accountants.events import event_from_dict
+    from privaudit.attacks.released_noise import released_noise_check
+    from privaudit.attacks.trajectory_bound import step_multiplier
+
+    out = []
+    claim = (cell.get("details") or {}).get("claim") or {}
+    for c in comparisons:
+        if c.get("method") != "white-box-trajectory" or c["verdict"] not in ("consistent", "exceeds"):
+            continue
+        attack = cell["attacks"].get(c["attack"]) or {}
+        counts = (((attack.get("details") or {}).get("trajectory_bound") or {}).get("counts")) or {}
+        if claim.get("event") is None:
+            out.append({"attack": c["attack"], "rejected": False, "unjudged": "the cell's claim has no event"})
+            continue
+        z = step_multiplier(event_from_dict(claim["event"]), claim.get("params"))
+        check = released_noise_check(counts, z)
+        out.append({"attack": c["attack"], **check} if check else
+                   {"attack": c["attack"], "rejected": False, "unjudged": "no released-noise residuals recorded"})
+    return out
+
+
+def _control_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]],
+                  noise: list[dict[str, Any]]) -> dict[str, Any]:
+    """A positive control's gate: caught (passes) when a gated comparison exceeds its claim, its trace does not
+    match it or its release added less noise than it claims; else it fails (the gate has no power at this suite's
+    size)."""
     caught = [c for c in comparisons if c["verdict"] == "exceeds"]
     for c in caught:
         c["verdict"] = "caught"
     trace = ((cell.get("claim_checks") or {}).get("trace") or {}).get("mismatches") or []
-    by = sorted({c["attack"] for c in caught} | ({"trace"} if trace else set()))
+    released = {"released noise"} if any(n["rejected"] for n in noise) else set()
+    by = sorted({c["attack"] for c in caught} | ({"trace"} if trace else set()) | released)
     reasons = [] if by else [
         f"cell {cell['id']}: positive control not caught: no gated bound exceeds its false claim (epsilon "
-        f"{_fmt(next((c['epsilon'] for c in comparisons if c['epsilon'] and c.get('quantity') != 'mu'), None))}) "
-        "and its trace matches it; the gate has no power at this suite's size"]
+        f"{_fmt(next((c['epsilon'] for c in comparisons if c['epsilon'] and c.get('quantity') != 'mu'), None))}), "
+        "its trace matches it and its release's measured noise does not refute it; the gate has no power at this "
+        "suite's size"]
     return {"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons, "control": True,
             "caught": bool(by), "caught_by": by}
 
 
 def _claim_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]], family: int,
-                config: GateConfig) -> dict[str, Any]:
-    """A claim's gate: a reason for every gated bound above its claim, every claim-check finding and, with
-    ``max_auc``, every attack reaching it."""
+                config: GateConfig, noise: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """A claim's gate: a reason for every gated bound above its claim, every claim-check finding, every release
+    whose measured noise refutes the claim's and, with ``max_auc``, every attack reaching it."""
+    from privaudit.attacks.released_noise import describe_check
+
     cid, claim = cell["id"], cell["claim"] or {}
     reasons = []
     for c in comparisons:
@@ -323,6 +358,8 @@ def _claim_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]], family:
                            f"{level} exceeds {target} {_fmt(c['epsilon'])} ({c['accountant']}, "
                            f"{claim.get('relation')}, per {claim.get('unit')}, delta={claim.get('delta'):.3g})")
     reasons += claim_check_reasons(cell)
+    reasons += [f"cell {cid}: {n['attack']}: {describe_check(n)}: its release adds less noise than its claim states"
+                for n in noise if n["rejected"]]
     private = not any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())
     if config.max_auc is not None and private and claim.get("paper_accountant") != "none":
         for label, a in cell["attacks"].items():
@@ -402,6 +439,10 @@ def _caught_note(cell: dict[str, Any]) -> str:
                      f"({best['attack']})")
     if "trace" in cell["gate"].get("caught_by", ()):
         parts.append("its trace does not match its claim")
+    for n in cell["gate"].get("released_noise") or []:
+        if n["rejected"]:
+            parts.append(f"its release added {n['std_ratio']:.3g} of the noise it claims ({n['attack']}, at most "
+                         f"{n['std_ratio_upper']:.3g} at {100 * (1 - n['alpha']):.6g}% confidence)")
     return f"positive control {cell['id']} caught, as expected: " + "; ".join(parts)
 
 
@@ -422,17 +463,25 @@ def suite_gate(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, 
                and c["reason"] != "no privacy claim (epsilon is infinite)"]
     fwer = None
     traced = sum(bool((c.get("claim_checks") or {}).get("trace")) for c in cells)
+    released = [n for c in cells for n in c["gate"].get("released_noise") or [] if "unjudged" not in n]
     if comparisons:
         from privaudit.accountants.trace import TRACE_ALPHA
+        from privaudit.attacks.released_noise import NOISE_ALPHA
 
         level = min(c["gate_confidence"] for c in comparisons)
-        fwer = len(comparisons) * (1 - level) + traced * TRACE_ALPHA
+        fwer = len(comparisons) * (1 - level) + traced * TRACE_ALPHA + len(released) * NOISE_ALPHA
         notes.append(f"{len(comparisons)} gated bound-versus-claim comparisons (the suite's primary statistics and "
                      f"the cells' own step audits); each bound is recomputed at {100 * level:.4g}% confidence "
                      f"(Bonferroni over the {len(comparisons)})"
                      + (f", and {traced} training traces checked with measured checks at {TRACE_ALPHA:g} each"
                         if traced else "")
+                     + (f"{' and' if traced else ', and'} {len(released)} releases' noise measured at "
+                        f"{NOISE_ALPHA:g} each" if released else "")
                      + f": family-wise error rate {100 * fwer:.3g}%, the chance that a true claim fails this gate")
+    unjudged = [n for c in cells for n in c["gate"].get("released_noise") or [] if "unjudged" in n]
+    if unjudged:
+        notes.append(f"{len(unjudged)} released-noise checks not judged: "
+                     + "; ".join(sorted({n["unjudged"] for n in unjudged})))
     controls = [c for c in cells if c["gate"].get("control")]
     notes += [_caught_note(cell) for cell in controls if cell["gate"]["caught"]]
     if secondary:

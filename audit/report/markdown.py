@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from privaudit.attacks.released_noise import NOISE_ALPHA
 from privaudit.audit.report import summary as s
 
 
@@ -26,7 +27,9 @@ ATTACK_EXPLAIN = ("ε_lb: the attack's sound lower bound at its own confidence; 
                   "ε_lb (gate): the compared bound "
                   "recomputed at the family-wise confidence the gate uses (Bonferroni over every comparison made); "
                   "comparison: consistent, exceeds (the gate fails), or why the bound and the claim are not "
-                  "comparable.")
+                  "comparable; released noise / claimed: the std of the noise the release added on the canaries' "
+                  "coordinates over every step, over the claim's (≤: its upper confidence bound), a chi-square test "
+                  f"the gate applies at level {NOISE_ALPHA:g} (below 1 at that level: the gate fails).")
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:

@@ -159,7 +159,8 @@ def summary_rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 ATTACK_HEADERS = ["cell", "attack", "variant", "AUC", "TPR@0.1%", "TPR@1%", "TPR@10%", "members / non-members",
-                  "ε_lb", "ε_lb mech", "ε_lb traj", "ε_lb (gate)", "smallest ε (accountant)", "comparison"]
+                  "ε_lb", "ε_lb mech", "ε_lb traj", "ε_lb (gate)", "smallest ε (accountant)", "comparison",
+                  "released noise / claimed"]
 
 
 def attack_rows(report: dict[str, Any]) -> list[list[str]]:
@@ -167,6 +168,7 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
     rows = []
     for cell in report["cells"]:
         comparisons = {c["attack"]: c for c in (cell.get("gate") or {}).get("comparisons", [])}
+        noise = {n["attack"]: n for n in (cell.get("gate") or {}).get("released_noise") or []}
         for label, a in (cell.get("attacks") or {}).items():
             c = comparisons.get(label, {})
             eps = "-" if c.get("epsilon") is None else f"{fmt(c['epsilon'])} ({c['accountant']})"
@@ -178,8 +180,18 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
                          f"{a.get('n_members')} / {a.get('n_nonmembers')}",
                          fmt(a.get("eps_lower_bound")), fmt(a.get("eps_lb_mechanism")), fmt(a.get("eps_lb_trajectory")),
                          fmt(c.get("gate_eps_lower_bound")),
-                         eps, comparison])
+                         eps, comparison, released_noise_text(noise.get(label))])
     return rows
+
+
+def released_noise_text(check: dict[str, Any] | None) -> str:
+    """The gate's released-noise check of an attack: measured std over claimed, its upper bound, the verdict."""
+    if not check:
+        return "-"
+    if "unjudged" in check:
+        return f"not judged: {check['unjudged']}"
+    verdict = "less than claimed (FAIL)" if check["rejected"] else "consistent"
+    return f"{check['std_ratio']:.4g} (≤ {check['std_ratio_upper']:.4g}): {verdict}"
 
 
 SENSITIVITY_HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "supremum", "observed / supremum",
