@@ -64,7 +64,7 @@ from privaudit.attacks.base import Attack, AttackConfig, Target
 from privaudit.attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses, one_run_bound
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.trajectory_bound import TrajectoryCounts, plan_threshold, step_multiplier, trajectory_bound
+from privaudit.attacks.trajectory_bound import TrajectoryCounts, plan_trajectory, step_multiplier, trajectory_bound
 from privaudit.attacks.trajectory_bound import unsupported_reason as trajectory_unsupported
 from privaudit.core.errors import ConfigError, check_probability, one_of
 from privaudit.defenses.seeding import numpy_rng, torch_generator
@@ -162,12 +162,12 @@ class GradientCanaries:
         self.steps = 0
         self.trajectory: TrajectoryCounts | None = None
 
-    def track_trajectory(self, threshold: float) -> TrajectoryCounts:
-        """Count every step's trials at ``threshold`` (:mod:`privaudit.attacks.trajectory_bound`); :meth:`observe`
-        then needs each step's ``sampled`` mask. Call before the first step."""
+    def track_trajectory(self, threshold: float, form: str = "two-sided") -> TrajectoryCounts:
+        """Count every step's trials at ``threshold`` for the bound's ``form`` (:mod:`privaudit.attacks.
+        trajectory_bound`); :meth:`observe` then needs each step's ``sampled`` mask. Call before the first step."""
         if self.steps:
             raise ConfigError("gradient canaries: the trajectory must be tracked from the first step")
-        self.trajectory = TrajectoryCounts(float(threshold))
+        self.trajectory = TrajectoryCounts(float(threshold), form)
         return self.trajectory
 
     def unit_gradient(self, i: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -377,13 +377,14 @@ class CanaryAuditConfig(AttackConfig):
 
 def track_claimed_trajectory(canaries: GradientCanaries, cfg: CanaryAuditConfig, *, multiplier: float,
                              steps: int) -> None:
-    """Count the per-step trials (``cfg.trajectory`` with centred scores) at the threshold planned from the claim's
-    per-step noise multiplier and the expected trial counts (:func:`privaudit.attacks.trajectory_bound.plan_threshold`)."""
+    """Count the per-step trials (``cfg.trajectory`` with centred scores) at the threshold and for the bound's form
+    planned from the claim's per-step noise multiplier and the expected trial counts
+    (:func:`privaudit.attacks.trajectory_bound.plan_trajectory`)."""
     if not (cfg.trajectory and cfg.centred) or canaries.rate is None:
         return
     trials = canaries.m * canaries.rate * steps
     n1, n0 = (trials / 2, trials / 2) if canaries.paired else (trials / 2, canaries.m * steps - trials / 2)
-    canaries.track_trajectory(plan_threshold(noise_multiplier=multiplier, n0=n0, n1=n1, beta=cfg.beta))
+    canaries.track_trajectory(*plan_trajectory(noise_multiplier=multiplier, n0=n0, n1=n1, beta=cfg.beta))
 
 
 def _trajectory_claim(canaries: GradientCanaries, cfg: CanaryAuditConfig, event, params) -> tuple[tuple | None, str]:

@@ -35,7 +35,9 @@ tail whenever P[Bin(n0, a) <= n0 a] >= beta / 2, which holds for beta / 2 <= 1/4
 trial). So P[a > A] <= beta / 2, likewise P[b > B] <= beta / 2, and outside both events
 f_mu(A) <= f_mu(a) <= b <= B, i.e. Phi^-1(1 - A) - mu <= Phi^-1(B): mu_lb <= mu. (With identical trials
 the counts are binomial and CP is exact.) This is Nasr et al. 2023's GDP audit (their Sec. 4) applied to
-the m T per-step trials.
+the m T per-step trials. For balanced trials (paired replace-one canaries, n0 ~ n1) one interval on the pooled
+error count FP + FN is tighter than two on the rates (:mod:`privaudit.attacks.pooled_gdp`, with its proof); the
+form is planned from the claim alone with the threshold (:func:`plan_trajectory`), before any observation.
 
 From steps to the run. The claim's event composes T steps of Sampled(Gaussian(z)) (the trace check,
 :mod:`privaudit.accountants.trace`, verifies the steps, sampling and noise training ran). The gradient
@@ -71,7 +73,7 @@ from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEv
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_from_dict,
                                           event_to_dict)
 from privaudit.attacks.bounds import EpsilonLowerBound, check_relation_unit, cp_upper_vec, gdp_epsilon
-from privaudit.core.errors import ConfigError, check_probability
+from privaudit.core.errors import ConfigError, check_probability, one_of
 
 METHOD = "white-box-trajectory"
 #: Thresholds (in units of the hypotheses' mean difference) the planner chooses from.
@@ -143,6 +145,47 @@ def mu_lower(fp: np.ndarray | int, n0: np.ndarray | int, fn: np.ndarray | int, n
     return np.where(np.isfinite(mu), np.maximum(mu, 0.0), np.where(mu > 0, np.inf, 0.0))
 
 
+#: The per-step bound's forms: a Clopper-Pearson interval on each rate (the module docstring's theorem), or one on
+#: the pooled error count (:mod:`privaudit.attacks.pooled_gdp`), tighter for balanced trials.
+FORMS = ("two-sided", "pooled")
+
+
+def mu_lower_form(form: str, fp: np.ndarray | int, n0: np.ndarray | int, fn: np.ndarray | int,
+                  n1: np.ndarray | int, *, beta: float) -> np.ndarray:
+    """The per-step mu_lb of ``form`` (:data:`FORMS`), vectorised over the counts."""
+    if form == "two-sided":
+        return mu_lower(fp, n0, fn, n1, beta=beta)
+    if form == "pooled":
+        from privaudit.attacks.pooled_gdp import mu_lower_pooled
+
+        return mu_lower_pooled(fp, n0, fn, n1, beta=beta)
+    raise one_of("trajectory form", form, FORMS)
+
+
+def expected_mu_lower(form: str, tau: float, *, noise_multiplier: float, n0: float, n1: float, beta: float) -> float:
+    """``form``'s mu_lb at threshold tau when the counts are their expectations under the claim (x ~ N(0, z^2)
+    absent, N(1, z^2) present): what planning compares, from the claim alone."""
+    fp = round(n0 * float(stats.norm.sf(tau / noise_multiplier)))
+    fn = round(n1 * float(stats.norm.cdf((tau - 1.0) / noise_multiplier)))
+    return float(mu_lower_form(form, fp, round(n0), fn, round(n1), beta=beta))
+
+
+def plan_trajectory(*, noise_multiplier: float, n0: float, n1: float, beta: float) -> tuple[float, str]:
+    """(threshold, form) fixed before training from the claim alone: the two-sided form at
+    :func:`plan_threshold`'s threshold, unless the pooled form at some threshold of :data:`THRESHOLDS` has the
+    larger expected mu_lb (balanced trials: paired replace-one canaries)."""
+    tau = plan_threshold(noise_multiplier=noise_multiplier, n0=n0, n1=n1, beta=beta)
+    if noise_multiplier <= 0 or min(n0, n1) < 1:
+        return tau, "two-sided"
+    kw = {"noise_multiplier": noise_multiplier, "n0": n0, "n1": n1, "beta": beta}
+    best = (expected_mu_lower("two-sided", tau, **kw), tau, "two-sided")
+    for t in sorted(THRESHOLDS, key=lambda t: abs(t - 0.5)):  # from the midpoint: a flat optimum keeps it
+        pooled = expected_mu_lower("pooled", float(t), **kw)
+        if pooled > best[0] * (1 + 1e-6):
+            best = (pooled, float(t), "pooled")
+    return best[1], best[2]
+
+
 def mu_point(fp: int, n0: int, fn: int, n1: int) -> float | None:
     """The per-step point estimate Phi^-1(1 - FP / n0) - Phi^-1(FN / n1) (None when a rate is 0 or 1)."""
     if min(n0, n1) == 0 or fp in (0, n0) or fn in (0, n1):
@@ -178,6 +221,7 @@ class TrajectoryCounts:
     kept for the Gaussian-moment estimate only."""
 
     threshold: float
+    form: str = "two-sided"
     n0: int = 0
     fp: int = 0
     n1: int = 0
@@ -212,7 +256,7 @@ class TrajectoryCounts:
         return (m1 - m0) / math.sqrt(var) if var > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "n0": self.n0, "fp": self.fp, "n1": self.n1, "fn": self.fn,
+        return {"threshold": self.threshold, "form": self.form, "n0": self.n0, "fp": self.fp, "n1": self.n1, "fn": self.fn,
                 "noise_n": self.noise_n, "noise_ss": self.noise_ss}
 
 
@@ -230,7 +274,8 @@ def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float) -
 
 def trajectory_epsilon_from_counts(counts: dict[str, Any], *, beta: float, delta: float, relation: str) -> float:
     """The bound recomputed from its saved counts at another ``beta`` (the gate's family-wise level)."""
-    mu = float(mu_lower(int(counts["fp"]), int(counts["n0"]), int(counts["fn"]), int(counts["n1"]), beta=beta))
+    mu = float(mu_lower_form(counts.get("form", "two-sided"), int(counts["fp"]), int(counts["n0"]), int(counts["fn"]),
+                             int(counts["n1"]), beta=beta))
     return trajectory_epsilon(mu, event_from_dict(counts["event"]), relation, delta)
 
 
@@ -270,7 +315,7 @@ def trajectory_bound(counts: TrajectoryCounts, *, event: DpEvent, claimed_multip
     check_probability("beta", beta)
     if not 0 < delta < 1:
         raise ConfigError(f"delta: the trajectory bound needs 0 < delta < 1, got {delta!r}")
-    mu = float(mu_lower(counts.fp, counts.n0, counts.fn, counts.n1, beta=beta))
+    mu = float(mu_lower_form(counts.form, counts.fp, counts.n0, counts.fn, counts.n1, beta=beta))
     eps = trajectory_epsilon(mu, event, relation, delta)
     mu_claim = 1.0 / claimed_multiplier
     record = {**counts.to_dict(), "mu_lower": mu, "mu_claim": mu_claim, "claim_rejected": mu > mu_claim,
@@ -278,7 +323,8 @@ def trajectory_bound(counts: TrajectoryCounts, *, event: DpEvent, claimed_multip
               "estimates": _estimates(counts, event, relation, delta, scores, membership)}
     label = (f"white-box trajectory (Nasr et al. 2023: every step's canary observation a trial of the step's "
              f"mechanism; {relation}, per {unit}): {counts.n0} absent / {counts.n1} present trials over {steps} steps "
-             f"and {canaries} canaries at threshold {counts.threshold:g}, per-step mu_lb={mu:.4g} (claim "
+             f"and {canaries} canaries at threshold {counts.threshold:g} ({counts.form} intervals), per-step "
+             f"mu_lb={mu:.4g} (claim "
              f"{mu_claim:.4g}), eps = optimistic PLD epsilon of the claim's steps at multiplier 1/mu_lb, "
              f"delta={delta:g}, {100 * (1 - beta):.0f}% confidence")
     return EpsilonLowerBound(eps, METHOD, label, 1 - beta, delta, record, relation=relation, unit=unit,

@@ -1,13 +1,14 @@
 """Gate power as a measured property: ``privaudit gate-power SUITE``.
 
-A PASS means something only if the gate would have failed a false claim. For every gated DP-SGD-style defense of
-a suite (a defense with a planted control, :data:`privaudit.defenses.controls.CONTROLS`, and a primary attack) and
-every epsilon of it, this plants an under-noising of factor f (:data:`FACTORS`) into the defense -- its control
-with ``control_factor = f`` -- trains it on ``seeds`` seeds, runs the defense's primary attack and the claim checks
-(trace and own step audit, :mod:`privaudit.audit.claim_checks`), and judges the planted cell as a positive
-control of the suite's gate (:func:`privaudit.audit.gate.gate_cells`) at the family size the suite's gate would
-use with the planted cell added (:func:`suite_family`; its bounds recomputed at that Bonferroni level). A factor
-is *caught* when the gate catches at least ``needed`` of the ``seeds`` runs.
+A PASS means something only if the gate would have failed a false claim. For every gated DP-SGD-style or federated
+defense of a suite (a defense with a planted control, :data:`privaudit.defenses.controls.CONTROLS`, and a primary
+attack) and every epsilon of it, this plants an under-noising of factor f (:data:`FACTORS`) into the defense -- its
+control with ``control_factor = f`` -- trains it on ``seeds`` seeds, runs the defense's primary attack (its bounds
+and, for white-box canaries, the released-noise check, :mod:`privaudit.attacks.released_noise`) and the claim checks
+(trace and own step audit, :mod:`privaudit.audit.claim_checks`; DP-SGD-style defenses only), and judges the planted
+cell as a positive control of the suite's gate (:func:`privaudit.audit.gate.gate_cells`) at the family size the
+suite's gate would use with the planted cell added (:func:`suite_family`; its bounds recomputed at that Bonferroni
+level). A factor is *caught* when the gate catches at least ``needed`` of the ``seeds`` runs.
 
 Two plants by default (``plants``; :mod:`privaudit.defenses.controls`): ``claim`` (the claim accounts f times the
 noise the run adds: every record shows it) and ``noise`` (every record states the calibrated noise, the release
@@ -36,7 +37,7 @@ FACTORS = (1.1, 1.25, 1.5, 2.0, 3.0)
 SEEDS, NEEDED = 10, 9
 PLANTS = ("claim", "noise")
 #: The planted cell's own gated comparisons: its primary bound and its step audit's two pairs.
-PLANTED_COMPARISONS = 3
+PLANTED_COMPARISONS = 3  # a DP-SGD-style cell's; a federated cell has its primary bound alone
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,7 @@ def _is_dp_sgd(name: str) -> bool:
 
 
 def plantable(suite: Any) -> tuple[list[Planted], list[str]]:
-    """The suite's gated DP-SGD-style defenses (with a control and a primary attack), and why the others are not."""
+    """The suite's gated DP defenses with a control and a primary attack, and why the others are not."""
     from privaudit.defenses.controls import CONTROLS
 
     attacks = {a.label: a for a in suite.attacks}
@@ -119,7 +120,7 @@ def suite_family(suite: Any) -> int:
     for d in suite.defenses:
         if not d.private:
             continue
-        own = (1 if d.primary else len(d.attacks)) + (2 if d.control or _is_dp_sgd(d.name) else 0)
+        own = (1 if d.primary else len(d.attacks)) + (2 if _is_dp_sgd(d.name) else 0)
         per_seed += own * len(d.epsilons)
     return per_seed * len(suite.datasets) * len(suite.seeds)
 
@@ -214,8 +215,9 @@ def measure(suite: Any, *, factors: Sequence[float] = FACTORS, seeds: int = SEED
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         for p, eps, plant in _grid(planted, epsilons, plants):
             found = None
+            own = family if _is_dp_sgd(p.control) else family - PLANTED_COMPARISONS + 1
             for factor in sorted(factors):
-                row = _factor_row(pool, _jobs(suite, p, eps, plant, factor, range(seeds)), family, suite.gate,
+                row = _factor_row(pool, _jobs(suite, p, eps, plant, factor, range(seeds)), own, suite.gate,
                                   seeds, needed, workers)
                 rows.append(row.to_dict())
                 if progress:

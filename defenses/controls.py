@@ -16,6 +16,11 @@ A control is a DP defense with a planted bug of size ``control_factor`` (f > 1).
   shorter account, so the noise is too small for the whole run): the trace check names the first step that
   is not accounted.
 
+The federated defenses (DP-FedEmb, DP-FedAvg) have a control too (:class:`FederatedControl`): each round's release
+adds N(0, (sigma gamma / f)^2) while the claim accounts sigma. They record no training trace, so ``claim`` and
+``noise`` plant the same bug there (only the white-box canary users' observations can see it); ``step`` and
+``steps`` are not offered.
+
 It is never a defense: its label and the report say "control", and a suite marks it ``control = true`` so the
 gate *expects* it to fail and fails itself when it does not (a gate that cannot catch it has no power at the
 suite's size). :class:`UnderNoisedControl` (``control-undernoised``) is DP-GCL (Alg. 1, group-level clipping)
@@ -30,11 +35,13 @@ import math
 from dataclasses import dataclass
 
 from privaudit.core.errors import check_positive, one_of
+from privaudit.defenses.base import Defense
 from privaudit.defenses.dp.base import DPDefense
 from privaudit.defenses.dp_clip import DPClip
 from privaudit.defenses.dp_gcl import DPGCL
 from privaudit.defenses.dpcl import DPCLBarlow, DPCLSimCLR
 from privaudit.defenses.dpsgd import DPSGD
+from privaudit.defenses.fedemb.defense import DPFedAvg, DPFedEmb
 from privaudit.defenses.logit_dp import LogitDP
 
 PLANTS = ("claim", "noise", "step", "steps")
@@ -61,9 +68,10 @@ class PlantedControl(DPDefense):
         return 1.0 / self.config.control_factor if self.config.plant == "noise" else 1.0
 
 
-def _control_config(base: type, owner: str) -> type:
-    """``base`` (a defense's config dataclass) with ``control_factor`` (claimed / actual noise) and ``plant``,
-    named ``<owner>.Config`` (picklable: found as the attribute of the module-level control class ``owner``)."""
+def _control_config(base: type, owner: str, plants: tuple[str, ...] = PLANTS) -> type:
+    """``base`` (a defense's config dataclass) with ``control_factor`` (claimed / actual noise) and ``plant`` (one of
+    ``plants``), named ``<owner>.Config`` (picklable: found as the attribute of the module-level control class
+    ``owner``)."""
 
     @dataclass(frozen=True)
     class ControlConfig(base):
@@ -73,8 +81,8 @@ def _control_config(base: type, owner: str) -> type:
         def validate(self) -> None:
             super().validate()
             check_positive("control_factor", self.control_factor)
-            if self.plant not in PLANTS:
-                raise one_of("plant", self.plant, PLANTS)
+            if self.plant not in plants:
+                raise one_of("plant", self.plant, plants)
 
     ControlConfig.__name__, ControlConfig.__qualname__ = "Config", f"{owner}.Config"
     return ControlConfig
@@ -87,6 +95,26 @@ def _control(base: type[DPDefense], name: str, class_name: str) -> type[DPDefens
                  "__doc__": f"{base.__name__} with a planted bug of size ``control_factor`` (module docstring)."})
 
 
+#: The plants a federated control offers (module docstring).
+FEDERATED_PLANTS = ("claim", "noise")
+
+
+class FederatedControl:
+    """A federated defense whose rounds add 1/f of the noise its claim accounts (a mixin before the defense)."""
+
+    def run_round(self, encoder, head, plan, users, x, y, num_classes, clip_norm, sigma, gens, canary=None):
+        return super().run_round(encoder, head, plan, users, x, y, num_classes, clip_norm,
+                                 sigma / self.config.control_factor, gens, canary=canary)
+
+
+def _federated_control(base: type[Defense], name: str, class_name: str) -> type[Defense]:
+    """``base`` (DP-FedEmb or DP-FedAvg) with the planted under-noising, registered as ``name``."""
+    return type(class_name, (FederatedControl, base),
+                {"name": name, "Config": _control_config(base.Config, class_name, FEDERATED_PLANTS),
+                 "__module__": __name__,
+                 "__doc__": f"{base.__name__} whose rounds add 1/``control_factor`` of the claimed noise."})
+
+
 UnderNoisedControl = _control(DPGCL, "control-undernoised", "UnderNoisedControl")
 UnderNoisedConfig = UnderNoisedControl.Config
 DPSGDControl = _control(DPSGD, "control-dpsgd", "DPSGDControl")
@@ -95,7 +123,11 @@ LogitDPControl = _control(LogitDP, "control-logit-dp", "LogitDPControl")
 DPCLSimCLRControl = _control(DPCLSimCLR, "control-dpcl-simclr", "DPCLSimCLRControl")
 DPCLBarlowControl = _control(DPCLBarlow, "control-dpcl-barlow", "DPCLBarlowControl")
 
-#: The control of each DP-SGD-style defense, by the defense's name.
-CONTROLS: dict[str, type[DPDefense]] = {"dp-gcl": UnderNoisedControl, "dpsgd": DPSGDControl, "dp-clip": DPClipControl,
-                                        "logit-dp": LogitDPControl, "dpcl-simclr": DPCLSimCLRControl,
-                                        "dpcl-barlow": DPCLBarlowControl}
+DPFedEmbControl = _federated_control(DPFedEmb, "control-dp-fedemb", "DPFedEmbControl")
+DPFedAvgControl = _federated_control(DPFedAvg, "control-dp-fedavg", "DPFedAvgControl")
+
+#: The control of each DP-SGD-style and federated defense, by the defense's name.
+CONTROLS: dict[str, type[Defense]] = {"dp-gcl": UnderNoisedControl, "dpsgd": DPSGDControl, "dp-clip": DPClipControl,
+                                      "logit-dp": LogitDPControl, "dpcl-simclr": DPCLSimCLRControl,
+                                      "dpcl-barlow": DPCLBarlowControl, "dp-fedemb": DPFedEmbControl,
+                                      "dp-fedavg": DPFedAvgControl}

@@ -24,6 +24,8 @@ DEFENSES: Registry[type[Defense]] = Registry("defense", {
     "control-logit-dp": "privaudit.defenses.controls:LogitDPControl",
     "control-dpcl-simclr": "privaudit.defenses.controls:DPCLSimCLRControl",
     "control-dpcl-barlow": "privaudit.defenses.controls:DPCLBarlowControl",
+    "control-dp-fedemb": "privaudit.defenses.controls:DPFedEmbControl",
+    "control-dp-fedavg": "privaudit.defenses.controls:DPFedAvgControl",
     "opacus-dpsgd": "privaudit.defenses.opacus_dpsgd:OpacusDPSGD",  # plain DP-SGD classifier on Opacus' PrivacyEngine
     "user-model": "privaudit.defenses.user_model:UserModel",  # a user's own classifier (factory + training function)
 })

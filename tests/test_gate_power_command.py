@@ -121,3 +121,49 @@ def test_a_planted_two_release_cell_is_judged_against_its_gradient_release(suite
     assert set(record["details"]["claim"]["params"]["noise_multipliers"]) == {"gradient", "similarity"}
     row = compare(record, "gradient-canary", record["attacks"]["gradient-canary"], 0.0, "gradient-canary")
     assert row["accountant"].startswith("gradient release alone") and row["epsilon"] < 0.75 * row["claim_epsilon"]
+
+
+FEDERATED = """
+name = "power-fed"
+datasets = ["digits"]
+seeds = [0]
+epsilons = [8.0]
+delta = 1e-5
+
+[[defenses]]
+name = "dp-fedemb"
+attacks = ["user-canary"]
+primary = "user-canary"
+params = { epochs = 1, rounds = 4 }
+
+[[attacks]]
+name = "user-canary"
+"""
+
+
+def test_a_federated_control_is_planted_and_caught_by_its_released_noise(tmp_path):
+    """DP-FedEmb has a control (its rounds add 1/f of the claimed noise; no trace records it): planted at 1.25x, the
+    gate catches it by the canary users' released-noise check, at a family with its primary bound alone."""
+    from privaudit.audit.gate_power import PlantedRun, run_planted
+
+    path = tmp_path / "fed.toml"
+    path.write_text(f'out = "{tmp_path / "out"}"\n' + FEDERATED)
+    suite = load_suite(str(path))
+    (planted,), skipped = plantable(suite)
+    assert (planted.control, skipped, suite_family(suite)) == ("control-dp-fedemb", [], 1)
+    record = run_planted(PlantedRun(planted, 8.0, "noise", 1.25, 0, "digits", None, 1e-5, "cpu", 1))
+    caught, by = judge_planted(record, 2, GateConfig())
+    assert caught and "released noise" in by
+    from privaudit.audit.gate import gate_cells
+
+    (gate,) = gate_cells([record], GateConfig(), {"dp-fedemb": ("user-canary", True)})
+    assert gate["released_noise"][0]["std_ratio"] == pytest.approx(1 / 1.25, rel=0.02)
+
+
+def test_a_federated_control_offers_the_claim_and_noise_plants_only():
+    from privaudit.attacks.shadow_models import resolve_defense
+    from privaudit.core.errors import ConfigError
+
+    assert resolve_defense("control-dp-fedavg", {"plant": "noise", "control_factor": 2.0}).config.control_factor == 2.0
+    with pytest.raises(ConfigError, match="plant.*'step'.*claim, noise"):
+        resolve_defense("control-dp-fedemb", {"plant": "step"})
