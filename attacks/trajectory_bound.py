@@ -165,9 +165,9 @@ def mu_lower_form(form: str, fp: np.ndarray | int, n0: np.ndarray | int, fn: np.
 def expected_mu_lower(form: str, tau: float, *, noise_multiplier: float, n0: float, n1: float, beta: float) -> float:
     """``form``'s mu_lb at threshold tau when the counts are their expectations under the claim (x ~ N(0, z^2)
     absent, N(1, z^2) present): what planning compares, from the claim alone."""
-    fp = round(n0 * float(stats.norm.sf(tau / noise_multiplier)))
-    fn = round(n1 * float(stats.norm.cdf((tau - 1.0) / noise_multiplier)))
-    return float(mu_lower_form(form, fp, round(n0), fn, round(n1), beta=beta))
+    fp = n0 * float(stats.norm.sf(tau / noise_multiplier))
+    fn = n1 * float(stats.norm.cdf((tau - 1.0) / noise_multiplier))
+    return float(mu_lower_form(form, fp, n0, fn, n1, beta=beta))  # real-valued counts: no rounding ties
 
 
 def plan_trajectory(*, noise_multiplier: float, n0: float, n1: float, beta: float) -> tuple[float, str]:
