@@ -129,7 +129,8 @@ def test_the_rounding_bound_covers_two_summation_orders(monkeypatch):
     into one wide product vs one product each) lie within gamma_k s_d s_e of the exact sum each, so they differ by
     at most twice that, with k the Grams' stated bound (``length``) and s the row-direction scales: the premise of
     :func:`~privaudit.defenses.dp.pairs.rounding_slack`. A bound of one rounding (a slack too small) does not
-    cover them. Float32 model, as in training: the Grams are sums of products of its float32 factors."""
+    cover them, nor a single float32 rounding of each entry (what a float32 product would add at the least).
+    Float32 model, as in training: the Grams are sums of products of its float32 factors."""
     spec = ModelSpec(encoder="cnn", in_shape=(1, 8, 8), width=4, rep_dim=8, proj_hidden=8, proj_dim=4, groups=2)
     emb = Embedder(build_model(spec, seed=0))
     params = emb.params()
@@ -152,3 +153,7 @@ def test_the_rounding_bound_covers_two_summation_orders(monkeypatch):
         spread = (a.cross - b.cross).abs() / scale
         assert float(spread.max()) <= 2 * gamma(k), (one, other)
         assert float(spread.max()) > 2 * gamma(1), (one, other)  # the planted slack of one rounding fails
+    rows = runs["rows"]
+    planted = rows.cross.float().double()  # a float32 rounding per entry, the bound still counting float64 ones
+    scale = rows.scale_x[:, :, None, None] * rows.scale_y[None, None]
+    assert float(((planted - rows.cross).abs() / scale).max()) > 2 * gamma(rows.length)

@@ -40,8 +40,14 @@ def _run_bytes(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.
 
 
 def _copies(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, tangent: bool) -> int:
-    with torch.no_grad():
-        dim = embedder.embed(params, x[:1]).shape[-1]
+    """K: the embedding's dimension D (measured once per input shape by a forward of one row), less one with
+    ``tangent``."""
+    cache = embedder.__dict__.setdefault("_embedding_dim", {})
+    key = (tuple(x.shape[1:]), x.dtype)
+    if key not in cache:
+        with torch.no_grad():
+            cache[key] = embedder.embed(params, x[:1]).shape[-1]
+    dim = cache[key]
     return dim - 1 if tangent and dim > 1 else dim
 
 
