@@ -174,6 +174,8 @@ def test_pooled_form_sound_over_500_seeds_and_an_inflated_variant_fails(cell):
     seeds, at the gate's usual family level too; 1.1 mu_lb, an unsound variant, fails the same test."""
     from privaudit.attacks.pooled_gdp import mu_lower_pooled
 
+    from soundness import assert_planted_rejected, assert_sound
+
     z, per_side = PAIRED[cell]
     rng = np.random.default_rng(5)
     counts = paired_counts(rng, 500, z, per_side)
@@ -181,6 +183,9 @@ def test_pooled_form_sound_over_500_seeds_and_an_inflated_variant_fails(cell):
         mu = mu_lower_pooled(*counts, beta=beta)
         assert mu.shape == (500,) and over_claims_acceptably(int(np.sum(mu > 1.0 / z)), 500, beta)
     assert not over_claims_acceptably(int(np.sum(1.1 * mu_lower_pooled(*counts, beta=BETA) > 1.0 / z)), 500)
+    mu = mu_lower_pooled(*counts, beta=BETA)  # the shared check of every gated bound (tests/soundness.py)
+    assert_sound(f"pooled trajectory form, {cell}", mu, 1.0 / z, BETA)
+    assert_planted_rejected(f"pooled trajectory form, {cell}", mu, 1.0 / z, BETA)
 
 
 @pytest.mark.parametrize("cell", sorted(PAIRED))
