@@ -33,7 +33,7 @@ from typing import Any, Iterator, Sequence
 
 from privaudit.core.errors import ConfigError, check_positive, one_of
 
-FACTORS = (1.1, 1.25, 1.5, 2.0, 3.0)
+FACTORS = (1.02, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0)
 SEEDS, NEEDED = 10, 9
 PLANTS = ("claim", "noise")
 #: The planted cell's own gated comparisons: its primary bound and its step audit's two pairs.
