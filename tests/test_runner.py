@@ -45,7 +45,8 @@ def test_report_json_schema_and_every_number_recomputes_from_the_scores(tiny_run
         assert set(cell) == CELL_KEYS
         assert set(cell["claim"]) >= {"mechanism", "relation", "unit", "paper_accountant"}
         assert set(cell["epsilon"]) >= {"rdp"} and set(cell["utility"]) >= {"knn_accuracy", "linear_probe_accuracy"}
-        assert set(cell["gate"]) == {"status", "reasons", "comparisons"} and cell["gate"]["status"] == "pass"
+        assert set(cell["gate"]) == {"status", "reasons", "comparisons", "released_noise"}
+        assert cell["gate"]["status"] == "pass" and cell["gate"]["released_noise"] == []  # no white-box canaries
         assert list(cell["attacks"]) == ["loss", "lira"]
         for attack in cell["attacks"].values():
             assert list(attack)[:6] == ATTACK_KEYS
@@ -160,7 +161,8 @@ def test_planted_leaky_defense_fails_the_gate_naming_the_cell(tmp_path, capsys):
     assert comparison["gate_eps_lower_bound"] < leaky["attacks"]["loss"]["eps_lower_bound"]
     assert comparison["gate_eps_lower_bound"] > max(v for v in leaky["epsilon"].values() if v)
     assert comparison["epsilon"] == min(v for v in leaky["epsilon"].values() if v)
-    assert honest["gate"] == {"status": "pass", "reasons": [], "comparisons": honest["gate"]["comparisons"]}
+    assert honest["gate"] == {"status": "pass", "reasons": [], "comparisons": honest["gate"]["comparisons"],
+                              "released_noise": []}
     assert honest["gate"]["comparisons"][0]["verdict"] == "consistent"
     assert "FAIL" in (tmp_path / "out" / "report.html").read_text()
 
