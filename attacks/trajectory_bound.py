@@ -256,8 +256,8 @@ class TrajectoryCounts:
         return (m1 - m0) / math.sqrt(var) if var > 0 else None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"threshold": self.threshold, "form": self.form, "n0": self.n0, "fp": self.fp, "n1": self.n1, "fn": self.fn,
-                "noise_n": self.noise_n, "noise_ss": self.noise_ss}
+        return {"threshold": self.threshold, "form": self.form, "n0": self.n0, "fp": self.fp, "n1": self.n1,
+                "fn": self.fn, "noise_n": self.noise_n, "noise_ss": self.noise_ss}
 
 
 def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float) -> float:
@@ -324,8 +324,7 @@ def trajectory_bound(counts: TrajectoryCounts, *, event: DpEvent, claimed_multip
     label = (f"white-box trajectory (Nasr et al. 2023: every step's canary observation a trial of the step's "
              f"mechanism; {relation}, per {unit}): {counts.n0} absent / {counts.n1} present trials over {steps} steps "
              f"and {canaries} canaries at threshold {counts.threshold:g} ({counts.form} intervals), per-step "
-             f"mu_lb={mu:.4g} (claim "
-             f"{mu_claim:.4g}), eps = optimistic PLD epsilon of the claim's steps at multiplier 1/mu_lb, "
+             f"mu_lb={mu:.4g} (claim {mu_claim:.4g}), eps = optimistic PLD epsilon of the claim's steps at multiplier 1/mu_lb, "
              f"delta={delta:g}, {100 * (1 - beta):.0f}% confidence")
     return EpsilonLowerBound(eps, METHOD, label, 1 - beta, delta, record, relation=relation, unit=unit,
                              notes=("sound if the step's noise is independent across coordinates and steps (the "

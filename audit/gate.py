@@ -336,7 +336,7 @@ def _control_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]],
 
 
 def _claim_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]], family: int,
-                config: GateConfig, noise: list[dict[str, Any]] = ()) -> dict[str, Any]:
+                config: GateConfig, noise: list[dict[str, Any]]) -> dict[str, Any]:
     """A claim's gate: a reason for every gated bound above its claim, every claim-check finding, every release
     whose measured noise refutes the claim's and, with ``max_auc``, every attack reaching it."""
     from privaudit.attacks.released_noise import describe_check

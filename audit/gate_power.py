@@ -37,7 +37,7 @@ FACTORS = (1.02, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0)
 SEEDS, NEEDED = 10, 9
 PLANTS = ("claim", "noise")
 #: The planted cell's own gated comparisons: its primary bound and its step audit's two pairs.
-PLANTED_COMPARISONS = 3  # a DP-SGD-style cell's; a federated cell has its primary bound alone
+PLANTED_COMPARISONS = 3
 
 
 @dataclass(frozen=True)
@@ -125,6 +125,12 @@ def suite_family(suite: Any) -> int:
     return per_seed * len(suite.datasets) * len(suite.seeds)
 
 
+def planted_comparisons(control: str) -> int:
+    """The planted cell's own gated comparisons: :data:`PLANTED_COMPARISONS` for a DP-SGD-style control, its primary
+    bound alone for a federated one (no step audit)."""
+    return PLANTED_COMPARISONS if _is_dp_sgd(control) else 1
+
+
 def run_planted(job: PlantedRun) -> dict[str, Any]:
     """Train the planted control, run its claim checks and primary attack, and return its cell record (PLD epsilon)."""
     import torch
@@ -209,13 +215,14 @@ def measure(suite: Any, *, factors: Sequence[float] = FACTORS, seeds: int = SEED
     if not planted:
         raise ConfigError("gate-power: no gated DP-SGD-style defense to plant into" + (f" ({'; '.join(skipped)})"
                                                                                       if skipped else ""))
-    family = suite_family(suite) + PLANTED_COMPARISONS
+    base = suite_family(suite)
+    family = base + PLANTED_COMPARISONS
     rows, smallest = [], []
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
         for p, eps, plant in _grid(planted, epsilons, plants):
             found = None
-            own = family if _is_dp_sgd(p.control) else family - PLANTED_COMPARISONS + 1
+            own = base + planted_comparisons(p.control)
             for factor in sorted(factors):
                 row = _factor_row(pool, _jobs(suite, p, eps, plant, factor, range(seeds)), own, suite.gate,
                                   seeds, needed, workers)

@@ -52,6 +52,7 @@ class Embedder:
         self.space = ParamSpace(model)
         self.tape = None  # the step's recorded forward pass (defenses.dp.layerwise.Tape), consumed by clipped_sum
         self.engine = "auto"  # per-unit gradient engine of clipped_sum: auto | layerwise | vmap
+        self._dims: dict[tuple, int] = {}  # the embedding's dimension per input shape and dtype
 
     def params(self) -> dict[str, torch.Tensor]:
         return self.space.detached(self.model)
@@ -59,6 +60,14 @@ class Embedder:
     def embed(self, params: Mapping[str, torch.Tensor], x: torch.Tensor, tower: int | None = None) -> torch.Tensor:
         kwargs = {} if tower is None else {"tower": tower}
         return functional_call(self.model, dict(params), (x,), kwargs)
+
+    def embedding_dim(self, params: Mapping[str, torch.Tensor], x: torch.Tensor) -> int:
+        """The embedding's dimension D for inputs shaped like ``x``'s rows (one forward of one row, once per shape)."""
+        key = (tuple(x.shape[1:]), x.dtype)
+        if key not in self._dims:
+            with torch.no_grad():
+                self._dims[key] = int(self.embed(params, x[:1]).shape[-1])
+        return self._dims[key]
 
     def embed_sources(self, params: Mapping[str, torch.Tensor], sources: Sequence[Source]) -> tuple[torch.Tensor, ...]:
         return tuple(self.embed(params, s.x, s.tower) for s in sources)

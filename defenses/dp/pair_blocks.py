@@ -40,14 +40,8 @@ def _run_bytes(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.
 
 
 def _copies(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, tangent: bool) -> int:
-    """K: the embedding's dimension D (measured once per input shape by a forward of one row), less one with
-    ``tangent``."""
-    cache = embedder.__dict__.setdefault("_embedding_dim", {})
-    key = (tuple(x.shape[1:]), x.dtype)
-    if key not in cache:
-        with torch.no_grad():
-            cache[key] = embedder.embed(params, x[:1]).shape[-1]
-    dim = cache[key]
+    """K: the embedding's dimension D (:meth:`Embedder.embedding_dim`), less one with ``tangent``."""
+    dim = embedder.embedding_dim(params, x)
     return dim - 1 if tangent and dim > 1 else dim
 
 
