@@ -1,12 +1,15 @@
 """Per-layer (ghost) row Grams equal the Grams of materialised Jacobians, for every layer rule."""
 
+import random
+from fractions import Fraction
+
 import pytest
 import torch
 
 from privaudit.defenses.dp import Embedder
 from privaudit.defenses.dp import row_grams
 from privaudit.defenses.dp.pairs import per_sample_jacobians
-from privaudit.defenses.dp.row_grams import jacobian_grams, layer_grams
+from privaudit.defenses.dp.row_grams import jacobian_grams, layer_grams, rounding_gamma
 from privaudit.defenses.nn.model import ModelSpec, build_model
 
 
@@ -128,9 +131,10 @@ def test_the_rounding_bound_covers_two_summation_orders(monkeypatch):
     """Two float64 evaluations of the same Gram entries (ghost vs materialised convolutions; narrow factors merged
     into one wide product vs one product each) lie within gamma_k s_d s_e of the exact sum each, so they differ by
     at most twice that, with k the Grams' stated bound (``length``) and s the row-direction scales: the premise of
-    :func:`~privaudit.defenses.dp.pairs.rounding_slack`. A bound of one rounding (a slack too small) does not
-    cover them, nor a single float32 rounding of each entry (what a float32 product would add at the least).
-    Float32 model, as in training: the Grams are sums of products of its float32 factors."""
+    :func:`~privaudit.defenses.dp.pairs.rounding_slack`. IEEE arithmetic guarantees this whatever order the BLAS
+    kernel sums in; how far two orders actually differ is the kernel's and the CPU's business, so the too-small
+    slacks are shown to fail on constructed sums (the next test), not here. A single float32 rounding of each entry
+    (what a float32 product would add at the least) is not covered. Float32 model, as in training."""
     spec = ModelSpec(encoder="cnn", in_shape=(1, 8, 8), width=4, rep_dim=8, proj_hidden=8, proj_dim=4, groups=2)
     emb = Embedder(build_model(spec, seed=0))
     params = emb.params()
@@ -141,19 +145,56 @@ def test_the_rounding_bound_covers_two_summation_orders(monkeypatch):
         monkeypatch.setattr(row_grams, "_conv_ghost_cheaper", lambda *a, ghost=ghost: ghost)
         monkeypatch.setattr(row_grams, "WIDE", row_grams.WIDE if merged else 0)  # 0: every product taken at once
         runs[name] = layer_grams(emb, params, x, y, tangent=True)
-    u = torch.finfo(torch.float64).eps / 2
-
-    def gamma(k):
-        return k * u / (1 - k * u)
-
     for one, other in [("ghost", "rows"), ("rows", "separate")]:
         a, b = runs[one], runs[other]
         k = max(a.length, b.length)
         scale = torch.maximum(a.scale_x, b.scale_x)[:, :, None, None] * torch.maximum(a.scale_y, b.scale_y)[None, None]
         spread = (a.cross - b.cross).abs() / scale
-        assert float(spread.max()) <= 2 * gamma(k), (one, other)
-        assert float(spread.max()) > 2 * gamma(1), (one, other)  # the planted slack of one rounding fails
+        assert float(spread.max()) <= 2 * rounding_gamma(k), (one, other)
     rows = runs["rows"]
     planted = rows.cross.float().double()  # a float32 rounding per entry, the bound still counting float64 ones
     scale = rows.scale_x[:, :, None, None] * rows.scale_y[None, None]
-    assert float(((planted - rows.cross).abs() / scale).max()) > 2 * gamma(rows.length)
+    assert float(((planted - rows.cross).abs() / scale).max()) > 2 * rounding_gamma(rows.length)
+
+
+def sequential_sum(terms: list[float]) -> float:
+    """Left-to-right float64 sum in Python's own floats: IEEE round-to-nearest-even at every addition, on every
+    machine (no BLAS, no vector units, no fused operations)."""
+    total = 0.0
+    for t in terms:
+        total = total + t
+    return total
+
+
+def test_a_too_small_rounding_slack_fails_on_a_sum_whose_exact_value_is_known():
+    """1 followed by m copies of 2^-53, summed left to right: each addition is a tie that rounds back to 1, so the
+    computed sum is 1 against the exact 1 + m 2^-53 (m u, u = 2^-53); summed small terms first it is exact. The
+    stated bound gamma_k with k the terms counted covers both orders (and every other: 200 shuffles), against the
+    exact rational sum; a slack of one rounding (gamma_1), or of half the terms, does not. Every number here is
+    fixed by IEEE 754, so the planted slacks fail on any machine."""
+    m = 64
+    terms = [1.0] + [2.0 ** -53] * m
+    exact = sum(Fraction(t) for t in terms)
+    magnitude = sum(Fraction(abs(t)) for t in terms)
+    big_first, small_first = sequential_sum(terms), sequential_sum(terms[::-1])
+    assert big_first == 1.0 and Fraction(small_first) == exact  # the constructed case is what it says
+
+    def covered(computed: float, gamma: float) -> bool:
+        return abs(Fraction(computed) - exact) <= Fraction(gamma) * magnitude
+
+    rng = random.Random(0)
+    orders = [big_first, small_first] + [sequential_sum(rng.sample(terms, len(terms))) for _ in range(200)]
+    assert all(covered(c, rounding_gamma(len(terms))) for c in orders)
+    assert not covered(big_first, rounding_gamma(1))  # the planted slack of one rounding fails
+    assert not covered(big_first, rounding_gamma(m // 2))
+    spread = abs(Fraction(big_first) - Fraction(small_first))  # two orders: within twice the bound, not 2 gamma_1
+    assert spread <= 2 * Fraction(rounding_gamma(len(terms))) * magnitude
+    assert spread > 2 * Fraction(rounding_gamma(1)) * magnitude
+
+
+def test_rounding_gamma_is_highams_and_refuses_too_many_roundings():
+    u = 2.0 ** -53
+    assert rounding_gamma(1) == u / (1 - u) and rounding_gamma(0) == 0.0
+    assert rounding_gamma(10 ** 6) == pytest.approx(10 ** 6 * u, rel=1e-9)
+    with pytest.raises(ValueError, match="rounding count k"):
+        rounding_gamma(2 ** 53)

@@ -43,8 +43,8 @@ from privaudit.defenses.dp.clipping import clip_factors
 from privaudit.defenses.dp.contrastive import tracking
 from privaudit.defenses.dp.embedder import Embedder, Source
 from privaudit.defenses.dp.gradients import ClippedSum, clipped_sum
-from privaudit.defenses.dp.row_grams import (PairGrams, jacobian_grams, layer_grams, scratch_view,  # noqa: F401
-                                             tangent_basis)
+from privaudit.defenses.dp.row_grams import (PairGrams, jacobian_grams, layer_grams, rounding_gamma,  # noqa: F401
+                                             scratch_view, tangent_basis)
 from privaudit.defenses.dp.units import pair_units
 
 PAIR_NORMS = ("exact", "upper-bound")
@@ -184,9 +184,7 @@ def rounding_slack(grams: PairGrams, a: torch.Tensor, b: torch.Tensor) -> torch.
     k = 2.6e4: no measurable change where nothing cancels.
     """
     d = grams.own_x.shape[-1]
-    k = grams.length + 2 * d + 2
-    u = torch.finfo(torch.float64).eps / 2
-    gamma = k * u / (1 - k * u)
+    gamma = rounding_gamma(grams.length + 2 * d + 2)
     s = torch.einsum("ijd,id->ij", a.abs(), grams.scale_x) + torch.einsum("ijd,jd->ij", b.abs(), grams.scale_y)
     return gamma * s.square()
 

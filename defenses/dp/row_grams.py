@@ -99,11 +99,19 @@ def jacobian_grams(jx: torch.Tensor, jy: torch.Tensor, cross: bool = True) -> Pa
     return PairGrams(own_x, own_y, k, pullback, p, _diag_scale(own_x, p), _diag_scale(own_y, p))
 
 
+def rounding_gamma(k: int) -> float:
+    """gamma_k = k u / (1 - k u), u the float64 unit roundoff: a float64 sum of k products, in any order, errs by at
+    most gamma_k times the sum of the products' magnitudes (Higham, "Accuracy and Stability of Numerical
+    Algorithms", Lemma 3.1 and Sec. 3.1). Needs k u < 1."""
+    u = torch.finfo(torch.float64).eps / 2
+    if not 0 <= k * u < 1:
+        raise ValueError(f"rounding count k: {k} outside [0, 1/u)")
+    return k * u / (1 - k * u)
+
+
 def _diag_scale(own: torch.Tensor, length: int) -> torch.Tensor:
     """sqrt(G_r[d, d]) inflated by its own rounding (a sum of ``length`` squares: relative error <= gamma)."""
-    u = torch.finfo(torch.float64).eps / 2
-    gamma = length * u / (1 - length * u)
-    return (own.diagonal(dim1=-2, dim2=-1).clamp_min(0) * (1 + gamma)).sqrt()
+    return (own.diagonal(dim1=-2, dim2=-1).clamp_min(0) * (1 + rounding_gamma(length))).sqrt()
 
 
 def _ws_project(g: torch.Tensor, w_hat: torch.Tensor) -> torch.Tensor:
@@ -296,9 +304,7 @@ class Grams:
         """Takes the waiting cross products (:meth:`flush`); upper bounds on the row-direction scales, inflated by
         their own rounding (sums of squares over at most :meth:`bound` roundings each)."""
         self.flush()
-        u = torch.finfo(torch.float64).eps / 2
-        gamma = self.bound() * u / (1 - self.bound() * u)
-        return (self.scale2.clamp_min(0) * (1 + gamma)).sqrt()
+        return (self.scale2.clamp_min(0) * (1 + rounding_gamma(self.bound()))).sqrt()
 
     def bound(self) -> int:
         """The roundings along any product's path to a Gram entry: within its sum, then the accumulations."""
