@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+# Two threads at most; one per process when pytest-xdist runs the tests in several worker processes (the README's
+# test command: ``pytest -n 2`` on a 2-core machine), so the workers do not oversubscribe the cores.
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else max(1, min(2, torch.get_num_threads())))
 
 
 @pytest.fixture(scope="session")

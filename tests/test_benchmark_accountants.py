@@ -7,6 +7,10 @@ from privaudit.accountants import calibrate, epsilon
 from privaudit.accountants.sampled_gaussian import sampled_gaussian_claim, sampled_gaussian_template
 from privaudit.accountants.rdp import _LEAF_CACHE, DEFAULT_ORDERS
 
+# slow: a timing benchmark runs alone, with `.ci/slow` (pytest -m slow, one process): the default run (pytest -n 2)
+# shares the cores between workers and disables pytest-benchmark's timer, so its timings would mean nothing.
+pytestmark = pytest.mark.slow
+
 
 def test_benchmark_epsilon_100k_steps(benchmark):
     claim = sampled_gaussian_claim(1.0, 100_000, 1e-5, sample_rate=0.001)

@@ -9,6 +9,11 @@ import torch.nn.functional as F
 from privaudit.defenses.alm.head import HeadProblem, fit_heads, newton_solve
 from privaudit.defenses.fedemb.local import local_train, stack_params
 from privaudit.defenses.nn.model import ModelSpec, build_model
+import pytest
+
+# slow: a timing benchmark runs alone, with `.ci/slow` (pytest -m slow, one process): the default run (pytest -n 2)
+# shares the cores between workers and disables pytest-benchmark's timer, so its timings would mean nothing.
+pytestmark = pytest.mark.slow
 
 
 def _timed(fn, repeat=1):

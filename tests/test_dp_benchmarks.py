@@ -24,6 +24,10 @@ from privaudit.defenses.nn.model import ModelSpec, build_model
 from privaudit.defenses.training import make_optimizer
 from memtrack import peak_bytes
 
+# slow: a timing benchmark runs alone, with `.ci/slow` (pytest -m slow, one process): the default run (pytest -n 2)
+# shares the cores between workers and disables pytest-benchmark's timer, so its timings would mean nothing.
+pytestmark = pytest.mark.slow
+
 logging.getLogger("absl").setLevel(logging.ERROR)
 
 # Logit-DP App. B.1's "generic embedding net" scale: small CNN, 8-dimensional embedding.
@@ -188,7 +192,8 @@ def test_dp_training_throughput_vs_nonprivate(benchmark, digits):
     ratio is (fastest non-private step) / (fastest DP step) in CPU time, interleaved in one run, for
     the default engine (layerwise where it applies) and for the ``vmap`` reference engine, so the
     speed-up of the layerwise engine is measured in the same sitting. Logit-DP's step time is also
-    reported relative to DP-SGD's (acceptance: at most 3x).
+    reported relative to DP-SGD's (an earlier acceptance figure, at most 3x: reported, not asserted; a timing
+    assertion would test the machine's load).
     """
     idx = torch.arange(32)
     base = nonprivate_step(digits, {k: SHARED[k] for k in MODEL_FIELDS if k in SHARED}, idx)
@@ -215,7 +220,6 @@ def test_dp_training_throughput_vs_nonprivate(benchmark, digits):
           + "\n  vmap engine:    " + ", ".join(f"{k} {v:.3f}" for k, v in before.items())
           + f"\n  Logit-DP step / DP-SGD step: {logit_over_dpsgd:.2f}x"
           + "\n  engines used: " + ", ".join(f"{k}: {v}" for k, v in engines.items()))
-    assert all(0 < r for r in ratios.values())
     assert engines["dpsgd"] == engines["dp-gcl"] == "layerwise"
 
 
@@ -230,7 +234,8 @@ def test_dp_throughput_at_the_defaults(benchmark, digits):
     the full 372 digits at q = 1, three views per example with N_a = 1) and Logit-DP (8-dimensional
     embedding, batch 64), each against non-private SimCLR (two views) on the same encoder and the same
     examples, interleaved, CPU time; Logit-DP's step also against DP-SGD's on Logit-DP's encoder and
-    batch (acceptance: at most 3x). Engine: ``auto``, as a user gets it.
+    batch (an earlier acceptance figure, at most 3x: reported, not asserted). Engine: ``auto``, as a user gets it;
+    the engines each method's steps used are asserted.
 
     DP-GCL's acceptance ratio is against the non-private step of its OWN objective (same three views,
     groups, negatives and batch: :func:`gcl_objective_step`); two-view SimCLR embeds a third fewer rows,
@@ -271,4 +276,4 @@ def test_dp_throughput_at_the_defaults(benchmark, digits):
           + f"\n  Logit-DP step / DP-SGD step on Logit-DP's encoder and batch {logit.batch_size}: "
           f"{logit_over_dpsgd:.2f}x"
           + f" (DP-SGD engine {engines_used(sgd_run)})")
-    assert all(0 < r for r in ratios.values())
+    assert engines == {"dpsgd": "layerwise", "dp-gcl": "layerwise", "logit-dp": "layerwise (ghost Grams)"}

@@ -14,6 +14,10 @@ import torch
 from privaudit.defenses import Budget, make_defense
 from privaudit.defenses.ensemble import fit_many
 
+# slow: a timing benchmark runs alone, with `.ci/slow` (pytest -m slow, one process): the default run (pytest -n 2)
+# shares the cores between workers and disables pytest-benchmark's timer, so its timings would mean nothing.
+pytestmark = pytest.mark.slow
+
 K = 16
 CONFIGS = {
     "nonprivate-mlp": ("nonprivate", {"encoder": "mlp", "width": 8, "batch_size": 32, "epochs": 1}),

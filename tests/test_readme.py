@@ -17,7 +17,7 @@ def test_readme_has_exactly_two_quickstart_commands():
     assert len(commands) == 2
     assert all("\n" not in c for c in commands)
     assert "pip install ." in commands[0] and "privaudit " in commands[0]
-    assert "pip install '.[dev]'" in commands[1] and commands[1].endswith("pytest")
+    assert "pip install '.[dev]'" in commands[1] and commands[1].endswith("pytest -n 2")
 
 
 def test_ci_runs_the_readme_test_command_exactly():

@@ -11,6 +11,7 @@ import time
 import tracemalloc
 
 import numpy as np
+import pytest
 
 from privaudit.attacks.bounds import sorted_guess_counts
 from privaudit.attacks.metrics import SortedScores
@@ -34,6 +35,9 @@ def score_path(mem: np.ndarray, non: np.ndarray) -> None:
         sorted_guess_counts(s, k_pos, k_neg, rng)
 
 
+# slow: a ratio of two wall-clock times swings with the machine's load (a busy CI box is not a slow score path); the
+# n log n claim is a speed target, run with `.ci/slow` (pytest -m slow), not a default-run assertion.
+@pytest.mark.slow
 def test_time_of_the_score_path_grows_like_n_log_n(benchmark):
     benchmark.pedantic(score_path, args=sides(SMALL), rounds=3, iterations=1)
     large = sides(LARGE)
