@@ -191,6 +191,42 @@ def one_run_epsilon(m: int, r: int, v: int, *, beta: float = 0.05, delta: float 
     return float(optimize.brentq(gap, 0.0, hi, xtol=1e-10, rtol=1e-12))
 
 
+#: The share of a one-run audit's beta spent on :func:`check_fair_coin` (the rest goes to the bound), so the
+#: verdict's confidence counts both: with probability >= 1 - beta, neither a true coin is refused nor a true claim
+#: refuted (union bound).
+COIN_TEST_SHARE = 0.1
+#: What a user can run instead when the counts contradict the fair coin (named in the refusal).
+COIN_ALTERNATIVES = ("--design multi-run when every score is an independent training run on a fixed pair",
+                     "privaudit audit-model --train-fn (canary runs of your training function)",
+                     "a new split that includes each example by a fair coin")
+
+
+def split_beta(beta: float) -> tuple[float, float]:
+    """(level of the fair-coin test, beta of the bound): :data:`COIN_TEST_SHARE` of ``beta`` and the rest."""
+    check_probability("beta", beta)
+    return COIN_TEST_SHARE * beta, (1 - COIN_TEST_SHARE) * beta
+
+
+def fair_coin_p_value(n_in: int, n_out: int) -> float:
+    """Two-sided exact binomial test of n_in ~ Binomial(n_in + n_out, 1/2) (scipy's ``binomtest``)."""
+    if n_in < 0 or n_out < 0 or n_in + n_out == 0:
+        raise ConfigError(f"counts: need n_in, n_out >= 0 and at least one candidate, got {n_in}, {n_out}")
+    return float(stats.binomtest(int(n_in), int(n_in + n_out), 0.5).pvalue)
+
+
+def check_fair_coin(n_in: int, n_out: int, level: float, what: str = "members and nonmembers") -> float:
+    """Refuse (ConfigError, one line) when the counts contradict the one-run design's fair coin: the two-sided
+    binomial test of n_in ~ Binomial(m, 1/2) rejects at ``level``. Steinke et al.'s bound assumes each candidate was
+    included by an independent fair coin; with n_in far from m / 2 the base rate alone makes "member" guesses right
+    more often than half, and the bound would refute an honest claim. Returns the test's p-value."""
+    p = fair_coin_p_value(n_in, n_out)
+    if p < level:
+        raise ConfigError(f"{what}: {n_in} vs {n_out} contradict the one-run design's fair coin per example "
+                          f"(two-sided binomial test p = {p:.3g} < {level:g}); no bound is computed. Designs that "
+                          f"apply: {'; '.join(COIN_ALTERNATIVES)}")
+    return p
+
+
 def one_run_guesses(scores: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
     """Guesses: +1 for the k+ highest scores, -1 for the k- lowest, 0 (abstain) for the rest.
 

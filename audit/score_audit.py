@@ -45,10 +45,13 @@ from typing import Any
 import numpy as np
 
 from privaudit.attacks import metrics
-from privaudit.attacks.bounds import (EpsilonLowerBound, multi_run_bound, multi_run_ceiling, one_run_bound_search_sorted,
-                                     one_run_search_ceiling, sorted_guess_counts)
-from privaudit.audit.score_inputs import KINDS, Scores, read_scores, read_tf_privacy, statistic
+from privaudit.attacks.bounds import (EpsilonLowerBound, check_fair_coin, multi_run_bound, multi_run_ceiling,
+                                     one_run_bound_search_sorted, one_run_search_ceiling, sorted_guess_counts,
+                                     split_beta)
+from privaudit.audit.score_inputs import (KINDS, Scores, check_same_classes, read_scores, read_tf_privacy,
+                                         scores_of)
 from privaudit.audit.user_claim import UserClaim, Verdict, claim_from_args, judge
+from privaudit.core.datasets.user_files import check_distinct
 from privaudit.core.errors import ConfigError, check_probability, one_of
 
 DESIGNS = ("one-run", "multi-run")
@@ -98,6 +101,7 @@ class ScoreAudit:
     verdict: Verdict | None = None
     mechanism: EpsilonLowerBound | None = None
     mechanism_ceiling: float | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def auc(self) -> float:
@@ -136,7 +140,7 @@ class ScoreAudit:
             "verdict_detail": None if self.verdict is None else self.verdict.to_dict(),
             "mechanism_bound": None if self.mechanism is None else self.mechanism.to_dict(),
             "mechanism_ceiling": self.mechanism_ceiling,
-            "bound": self.bound.to_dict(), "inputs": dict(self.inputs),
+            "bound": self.bound.to_dict(), "inputs": dict(self.inputs), "warnings": list(self.warnings),
             "roc": {"fpr": self.roc.fpr.tolist(), "tpr": self.roc.tpr.tolist()}, "histogram": self.histogram,
         }
 
@@ -151,7 +155,8 @@ class ScoreAudit:
         return UserReport("privaudit score audit", dict(self.inputs),
                           None if self.claim is None else self.claim.to_dict(),
                           None if self.verdict is None else self.verdict.to_dict(), rows,
-                          {"scores": self.roc}, {"scores": self.histogram}, [f"Assumption: {self.assumption}."])
+                          {"scores": self.roc}, {"scores": self.histogram},
+                          [*(f"Warning: {w}" for w in self.warnings), f"Assumption: {self.assumption}."])
 
     def files(self) -> dict[str, bytes | memoryview]:
         """Every file :meth:`write` writes, as bytes (``scores.npz``: each side sorted, uncompressed)."""
@@ -180,7 +185,7 @@ def _side(value: Any, kind: str, labels: Any, name: str) -> tuple[Scores, bool]:
     if value is None:
         raise ConfigError(f"{name}: missing (give {name} and the other side, or tf_privacy=FILE)")
     kind = "score" if kind == "auto" else kind
-    return Scores(statistic(kind, np.asarray(value), labels, name), kind, f"<{name} array>"), False
+    return scores_of(kind, np.asarray(value), labels, name, f"<{name} array>"), False
 
 
 def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "auto",
@@ -235,18 +240,39 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
         out_dir.prepare(out, FILES, force=force, need=need)
     (m_side, m_own), (n_side, n_own) = _sides(members, nonmembers, kind, member_labels, nonmember_labels, tf_privacy)
     originals = (m_side.values, n_side.values) if design == "multi-run" else None
+    bound_beta, coin = _coin_test(m_side.values.size, n_side.values.size, design, beta)
     sides = metrics.SortedScores.of(m_side.values, n_side.values, in_place=m_own and n_own and originals is None)
-    bound, ceiling = _bound(sides, originals, design, beta, delta, claim)
-    mechanism, mechanism_ceiling = _mechanism(sides, originals, design, beta, claim)
+    bound, ceiling = _bound(sides, originals, design, bound_beta, delta, claim, coin)
+    mechanism, mechanism_ceiling = _mechanism(sides, originals, design, bound_beta, claim)
     verdict = None if claim is None else (
         judge(claim, mechanism.epsilon, mechanism_ceiling, 1 - beta, mechanism.label) if mechanism is not None
         else judge(claim, bound.epsilon, ceiling, 1 - beta, bound.label))
-    audit = ScoreAudit(sides.members, sides.nonmembers, design, bound, sides.summary(), sides.roc(),
+    summary = sides.summary()
+    audit = ScoreAudit(sides.members, sides.nonmembers, design, bound, summary, sides.roc(),
                        {"members": m_side.source, "nonmembers": n_side.source, "kind": m_side.kind}, ceiling,
-                       sides.histogram(), claim, verdict, mechanism, mechanism_ceiling)
+                       sides.histogram(), claim, verdict, mechanism, mechanism_ceiling,
+                       inverted_warning(summary, m_side.kind))
     if out is not None:
         audit.write(out, force=force)
     return audit
+
+
+#: An AUC this many standard errors below 1/2 (Mann-Whitney's null variance) is a warning: the scores look inverted.
+INVERTED_Z = 4.0
+
+
+def inverted_warning(summary: dict[str, Any], kind: str) -> tuple[str, ...]:
+    """A one-line warning when the AUC lies far below 1/2 for the stated ``kind``: z = (AUC - 1/2) / sd <
+    -:data:`INVERTED_Z`, sd^2 = (n1 + n0 + 1) / (12 n1 n0), the AUC's variance when both sides share one
+    distribution (Mann & Whitney 1947). Higher must mean "member": losses read as scores invert the attack."""
+    n1, n0, auc = int(summary["n_members"]), int(summary["n_nonmembers"]), float(summary["auc"])
+    z = (auc - 0.5) / float(np.sqrt((n1 + n0 + 1) / (12.0 * n1 * n0)))
+    if z >= -INVERTED_Z:
+        return ()
+    hint = ("if the files hold losses, give --kind loss (score = -loss)" if kind == "score" else
+            "if they hold scores (higher = member), give --kind score" if kind == "loss" else
+            "check the labels and that higher means member")
+    return (f"--kind {kind}: AUC {auc:.3g} lies far below 0.5 (z = {z:.3g}): the scores look inverted; {hint}",)
 
 
 def _check_relation(claim: UserClaim | None, design: str) -> None:
@@ -267,16 +293,31 @@ def _sides(members: Any, nonmembers: Any, kind: str, member_labels: Any, nonmemb
         m, n = read_tf_privacy(tf_privacy)
         m_side, n_side = (m, True), (n, True)
     else:
+        check_distinct(members, nonmembers)
         m_side = _side(members, kind, member_labels, "members")
         n_side = _side(nonmembers, kind, nonmember_labels, "nonmembers")
+    check_same_classes(m_side[0], n_side[0])
     if m_side[0].kind != n_side[0].kind:
         raise ConfigError(f"members and nonmembers: different kinds ({m_side[0].kind} vs {n_side[0].kind}); "
                           "give both sides the same kind of values")
     return m_side, n_side
 
 
+def _coin_test(n_members: int, n_nonmembers: int, design: str, beta: float) -> tuple[float, str | None]:
+    """The one-run design's fair coin tested on the counts before any bound (:func:`check_fair_coin`, at
+    :data:`COIN_TEST_SHARE` of ``beta``; refuses when contradicted): the bound's beta (the rest) and a note. The
+    multi-run design bounds each side's error rate separately, so unequal run counts assume nothing: full beta."""
+    if design != "one-run":
+        return beta, None
+    level, bound_beta = split_beta(beta)
+    p = check_fair_coin(n_members, n_nonmembers, level, "--members and --nonmembers")
+    return bound_beta, (f"fair coin tested on the counts ({n_members} vs {n_nonmembers}: two-sided binomial p = "
+                        f"{p:.3g} >= {level:g}); the bound at beta = {bound_beta:g}, so the verdict's confidence "
+                        f"{1 - beta:g} counts both")
+
+
 def _bound(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray] | None, design: str, beta: float,
-           delta: float, claim: UserClaim | None) -> tuple[EpsilonLowerBound, float]:
+           delta: float, claim: UserClaim | None, coin: str | None = None) -> tuple[EpsilonLowerBound, float]:
     """The design's sound (eps, delta) lower bound (see the module docstring) and its ceiling."""
     relation, unit = ("add-remove", "example") if claim is None else (claim.relation, claim.unit)
     if design == "one-run":
@@ -290,7 +331,7 @@ def _bound(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray]
             raise ConfigError("multi-run design: needs at least 4 runs on each side")
         bound = multi_run_bound(mem, non, alpha=beta, delta=delta, threshold="split")
         ceiling = multi_run_ceiling(mem.size, non.size, alpha=beta, delta=delta)
-    notes = bound.notes + (ASSUMPTIONS[design],)
+    notes = bound.notes + (ASSUMPTIONS[design],) + ((coin,) if coin else ())
     return dataclasses.replace(bound, notes=notes, relation=relation, unit=unit), ceiling
 
 

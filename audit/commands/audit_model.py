@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from privaudit.audit.commands.common import (SEED, add_claim_args, add_output_args, claim_of, emit_json,
-                                             format_table, integer)
+                                             format_table, integer, refuted_status)
 
 HELP = ("audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
         "training function by canary runs: a verdict on your claim and the design's ceiling")
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                     progress=not args.json)
     if args.json:
         emit_json(a.to_dict())
-        return 0
+        return refuted_status(a.verdict)
     headers = ["attack", "AUC", "advantage", *[f"TPR@{100 * t:g}%FPR" for t in FPR_TARGETS], "eps_lb", "ceiling"]
     rows = [[name, s["auc"], s["advantage"], *[s["tpr_at_fpr"][fpr_key(t)] for t in FPR_TARGETS],
              s["eps_lower_bound"], s["ceiling"]] for name, s in a.attacks.items()]
@@ -68,4 +68,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"verdict ({a.verdict_attack}): {a.verdict.statement}")
     if args.out:
         print(f"report: {args.out}/report.html")
-    return 0
+    return refuted_status(a.verdict)

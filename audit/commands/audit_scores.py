@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from privaudit.audit.commands.common import add_claim_args, add_output_args, claim_of, emit_json, format_table
+from privaudit.audit.commands.common import (add_claim_args, add_output_args, claim_of, emit_json, format_table,
+                                             refuted_status)
 from privaudit.audit.score_inputs import KINDS
 from privaudit.audit.score_audit import DESIGNS
 
@@ -41,12 +43,14 @@ def run(args: argparse.Namespace) -> int:
     claim = claim_of(args)
     a = audit_scores(args.members, args.nonmembers, kind=args.kind, tf_privacy=args.tf_privacy, delta=args.delta,
                      beta=1 - args.confidence, design=args.design, claim=claim, out=args.out, force=args.force)
+    for warning in a.warnings:
+        print(f"privaudit: warning: {warning}", file=sys.stderr)
     if args.json:
         d = a.to_dict()
         d.pop("roc")
         d.pop("histogram")
         emit_json(d)
-        return 0
+        return refuted_status(a.verdict)
     s = a.summary
     print(f"{s['n_members']} members, {s['n_nonmembers']} non-members ({a.inputs['kind']})")
     rows = [["AUC", s["auc"]], ["advantage (max TPR - FPR)", s["advantage"]],
@@ -62,4 +66,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"verdict: {a.verdict.statement}")
     if args.out:
         print(f"report: {args.out}/report.html (also report.md, report.json, roc.png, histogram.png)")
-    return 0
+    return refuted_status(a.verdict)

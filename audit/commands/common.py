@@ -221,3 +221,9 @@ def claim_of(args: argparse.Namespace) -> Any:
     if not 0 < args.confidence < 1:
         raise ConfigError(f"--confidence: must lie in (0, 1), got {args.confidence!r}")
     return claim_from_args(args.claimed_epsilon, args.delta, args.relation, args.unit, args.opacus_state)
+
+
+def refuted_status(verdict: Any) -> int:
+    """The exit status of an audit of a user's claim: 1 when the verdict is "refuted" (a pipeline can act on it),
+    else 0 (not refuted, or no claim given)."""
+    return 1 if verdict is not None and verdict.verdict == "refuted" else 0
