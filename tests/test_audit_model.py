@@ -108,3 +108,13 @@ def test_bad_input_is_one_line(user, capsys, args, message):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_exit_status_is_1_when_the_claim_is_refuted(user, capsys):
+    """The overfit model's LOSS bound exceeds a claim of 0.01: the verdict is refuted and the exit status 1."""
+    argv = ["audit-model", "--factory", "user_classifier:make_net", "--weights", str(user / "net.pt"),
+            "--members", str(user / "members.npz"), "--nonmembers", str(user / "nonmembers.npz"), "--delta", "1e-5"]
+    assert main([*argv, "--claimed-epsilon", "0.01"]) == 1
+    assert "verdict (loss): refuted" in capsys.readouterr().out
+    assert main([*argv, "--claimed-epsilon", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["verdict"] == "not refuted"

@@ -141,3 +141,17 @@ def test_rejects_mismatched_pairs_and_wrong_keys(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "loss_test" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("claim, code", [("1", 1), ("8", 0)])
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_exit_status_is_1_when_the_claim_is_refuted(tmp_path, capsys, claim, code, json_flag):
+    """A pipeline acts on the exit status: 1 when the verdict is "refuted", 0 when not (table or JSON alike)."""
+    mem, non = fair_coin_scores(4.0, 2000, 0)
+    np.save(tmp_path / "m.npy", mem)
+    np.save(tmp_path / "n.npy", non)
+    argv = ["audit-scores", "--members", str(tmp_path / "m.npy"), "--nonmembers", str(tmp_path / "n.npy"),
+            "--claimed-epsilon", claim, "--delta", "1e-5", *json_flag]
+    assert main(argv) == code
+    out = capsys.readouterr().out
+    assert ("refuted" if code else "not refuted") in out
