@@ -334,8 +334,10 @@ def _summary(result: Any, claim: UserClaim | None, beta: float, delta: float) ->
     multi = result.attack == "canary"
     if multi:
         s["ceiling"] = multi_run_ceiling(int(result.n_members), int(result.n_nonmembers), alpha=beta, delta=delta)
+        s["ceiling_design"] = "multi-run: no error among the counted runs"
     else:
         s["ceiling"] = one_run_epsilon(int(c["m"]), int(c["r"]), int(c["r"]), beta=beta, delta=delta)
+        s["ceiling_design"] = f"one-run: k+={int(c['k_pos'])}, k-={int(c['k_neg'])} fixed in advance, every guess right"
     if claim is not None and claim.event is not None:
         result.mechanism_bound = _mechanism_bound(result, claim, beta, multi)
         s["eps_lb_mechanism"] = result.mechanism_bound.epsilon

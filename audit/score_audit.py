@@ -124,13 +124,21 @@ class ScoreAudit:
     def assumption(self) -> str:
         return ASSUMPTIONS[self.design]
 
+    @property
+    def ceiling_design(self) -> str:
+        """Which guesses the ceiling is for (it differs between designs on the same data)."""
+        if self.design == "multi-run":
+            return "multi-run: no error among the counted runs"
+        c = self.bound.counts
+        return f"one-run: best of {int(c.get('grid_size', 1))} (k+, k-) pairs, every guess right"
+
     def to_dict(self) -> dict[str, Any]:
         """The report object (``report.json``): the usual attack keys first, then the claim, verdict and ceiling,
         the bound, the ROC and the histograms."""
         s = self.summary
         return {
             "auc": s["auc"], "tpr_at_fpr": s["tpr_at_fpr"], "eps_lower_bound": self.bound.epsilon,
-            "eps_lb_method": self.bound.label, "ceiling": self.ceiling, "n_members": s["n_members"],
+            "eps_lb_method": self.bound.label, "ceiling": self.ceiling, "ceiling_design": self.ceiling_design, "n_members": s["n_members"],
             "n_nonmembers": s["n_nonmembers"], "confidence": self.bound.confidence, "delta": self.bound.delta,
             "design": self.design, "assumption": self.assumption, "advantage": s["advantage"],
             "balanced_accuracy": s["balanced_accuracy"], "fpr_resolution": s["fpr_resolution"],

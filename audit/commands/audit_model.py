@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
              s["eps_lower_bound"], s["ceiling"]] for name, s in a.attacks.items()]
     print(format_table(headers, rows))
     for name, s in a.attacks.items():
-        print(f"{name}: {s['eps_lb_method']}")
+        print(f"{name}: {s['eps_lb_method']}; ceiling: {s['ceiling_design']}")
         if "eps_lb_mechanism" in s:
             print(f"{name} vs the claim's mechanism: epsilon >= {s['eps_lb_mechanism']:.4g} (ceiling "
                   f"{s['mechanism_ceiling']:.4g})")

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [["AUC", s["auc"]], ["advantage (max TPR - FPR)", s["advantage"]],
             ["balanced accuracy", s["balanced_accuracy"]],
             *[[f"TPR@{100 * float(k):g}%FPR", v] for k, v in s["tpr_at_fpr"].items()],
-            ["epsilon lower bound", a.bound.epsilon], ["ceiling (every guess right)", a.ceiling]]
+            ["epsilon lower bound", a.bound.epsilon], [f"ceiling ({a.ceiling_design})", a.ceiling]]
     if a.mechanism is not None:
         rows += [["epsilon vs the claim's mechanism", a.mechanism.epsilon], ["its ceiling", a.mechanism_ceiling]]
     print(format_table(["measure", "value"], rows))
