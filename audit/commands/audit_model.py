@@ -13,14 +13,14 @@ HELP = ("audit your own PyTorch classifier on your own members and non-members (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit-model", help=HELP, description=HELP + ". --members/--nonmembers: .npz with x and y, a "
+    p = sub.add_parser("audit-model", help=HELP, description=HELP[0].upper() + HELP[1:] + ". --members/--nonmembers: .npz with x and y, a "
                        "CSV of features with a label column, or an ImageFolder directory. --factory and --train-fn are "
-                       "code privaudit imports and runs.")
+                       "code privaudit imports and runs. Exit status 1 when the claim is refuted.")
     p.add_argument("--factory", required=True, metavar="MODULE:FUNCTION", help="builds the model (no arguments)")
     p.add_argument("--weights", required=True, metavar="FILE",
                    help="the trained state_dict: .safetensors, or .pt/.pth (torch.load weights_only=True)")
-    p.add_argument("--members", default=None, metavar="PATH", help="the examples the model was trained on")
-    p.add_argument("--nonmembers", default=None, metavar="PATH", help="examples it was not trained on")
+    p.add_argument("--members", required=True, metavar="PATH", help="the examples the model was trained on")
+    p.add_argument("--nonmembers", required=True, metavar="PATH", help="examples it was not trained on")
     p.add_argument("--population", default=None, metavar="PATH",
                    help="other examples from the same distribution (for LiRA's and RMIA's reference models)")
     p.add_argument("--train-fn", default=None, metavar="MODULE:FUNCTION",
