@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 
 from privaudit.audit.commands.common import (SEED, add_claim_args, add_output_args, claim_of, emit_json,
-                                             format_table, integer, refuted_status)
+                                             format_table, integer, refuted_status,
+                                             show_required)
 
 HELP = ("audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
         "training function by canary runs: a verdict on your claim and the design's ceiling")
@@ -19,8 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--factory", required=True, metavar="MODULE:FUNCTION", help="builds the model (no arguments)")
     p.add_argument("--weights", required=True, metavar="FILE",
                    help="the trained state_dict: .safetensors, or .pt/.pth (torch.load weights_only=True)")
-    p.add_argument("--members", required=True, metavar="PATH", help="the examples the model was trained on")
-    p.add_argument("--nonmembers", required=True, metavar="PATH", help="examples it was not trained on")
+    sides = [p.add_argument("--members", default=None, metavar="PATH", help="the examples the model was trained on "
+                            "(required)"),
+             p.add_argument("--nonmembers", default=None, metavar="PATH", help="examples it was not trained on "
+                            "(required)")]
     p.add_argument("--population", default=None, metavar="PATH",
                    help="other examples from the same distribution (for LiRA's and RMIA's reference models)")
     p.add_argument("--train-fn", default=None, metavar="MODULE:FUNCTION",
@@ -39,6 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="write report.html, report.md, report.json, plots and each attack's "
                    "scores here")
     add_output_args(p)
+    show_required(p, sides)
     p.set_defaults(func=run)
 
 

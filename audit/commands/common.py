@@ -229,3 +229,13 @@ def refuted_status(verdict: Any) -> int:
     """The exit status of an audit of a user's claim: 1 when the verdict is "refuted" (a pipeline can act on it),
     else 0 (not refuted, or no claim given)."""
     return 1 if verdict is not None and verdict.verdict == "refuted" else 0
+
+
+def show_required(parser: argparse.ArgumentParser, actions: list[argparse.Action]) -> None:
+    """Show ``actions`` as required in ``parser``'s usage line while the command checks them itself (its one-line
+    message naming both, rather than argparse's)."""
+    for action in actions:
+        action.required = True
+    parser.usage = parser.format_usage().removeprefix("usage: ").rstrip("\n")
+    for action in actions:
+        action.required = False
