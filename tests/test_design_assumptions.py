@@ -90,3 +90,15 @@ def test_fair_coin_designs_keep_their_level(eps):
     assert refused < critical(200, COIN_TEST_SHARE * BETA), refused
     assert_sound(f"audit_scores one-run, randomized response eps={eps}", values, eps, BETA)
     assert_planted_rejected(f"audit_scores one-run, randomized response eps={eps}", values, eps, BETA)
+
+
+def test_a_suite_cannot_include_its_pool_by_an_unfair_coin():
+    """The suite's audit pool feeds the same one-run bounds: its inclusion probability is the fair coin's."""
+    from privaudit.audit.suite import parse_suite
+
+    raw = {"name": "s", "datasets": ["digits"], "splits": {"inclusion_probability": 0.8},
+           "defenses": [{"name": "nonprivate"}]}
+    with pytest.raises(ConfigError, match=r"splits.inclusion_probability: must be 0.5, got 0.8: the one-run bounds"):
+        parse_suite(raw, "s.toml")
+    raw["splits"] = {"inclusion_probability": 0.5}
+    assert parse_suite(raw, "s.toml").cells()
