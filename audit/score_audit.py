@@ -45,9 +45,9 @@ from typing import Any
 import numpy as np
 
 from privaudit.attacks import metrics
-from privaudit.attacks.bounds import (EpsilonLowerBound, check_fair_coin, multi_run_bound, multi_run_ceiling,
-                                     one_run_bound_search_sorted, one_run_search_ceiling, sorted_guess_counts,
-                                     split_beta)
+from privaudit.attacks.bounds import (EpsilonLowerBound, check_fair_coin, fair_coin_subsample, multi_run_bound,
+                                     multi_run_ceiling, one_run_bound_search_sorted, one_run_search_ceiling,
+                                     sorted_guess_counts, split_beta)
 from privaudit.audit.score_inputs import (KINDS, Scores, check_same_classes, read_scores, read_tf_privacy,
                                          scores_of)
 from privaudit.audit.user_claim import UserClaim, Verdict, claim_from_args, judge
@@ -201,7 +201,8 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
                  delta: float | None = None, beta: float = 0.05, design: str = "one-run",
                  claimed_epsilon: float | None = None, relation: str = "add-remove", unit: str = "example",
                  opacus_state: str | Path | None = None, claim: UserClaim | None = None,
-                 out: str | Path | None = None, force: bool = False) -> ScoreAudit:
+                 inclusion_probability: float = 0.5, out: str | Path | None = None,
+                 force: bool = False) -> ScoreAudit:
     """Audit member / non-member scores: ROC, AUC, advantage, TPR at FPR 0.1/1/10%, a sound epsilon lower bound
     with its ceiling, and with a claim, a verdict.
 
@@ -211,7 +212,10 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the two sides.
     ``design``: ``one-run`` (each example included by an independent fair coin in one training run) or
     ``multi-run`` (each score from an independent run on a fixed neighbouring pair); the bound is sound only
-    for the design that produced the scores (see the module docstring). The bound is at ``delta`` (default
+    for the design that produced the scores (see the module docstring). ``inclusion_probability``: the one-run
+    design's known probability of each example's inclusion (default 1/2, the fair coin); the counts are tested
+    against it, and another value bounds a seeded subsample on which membership is a fair coin
+    (:func:`privaudit.attacks.bounds.fair_coin_subsample`). The bound is at ``delta`` (default
     1e-5, or the claim's) with confidence 1 - ``beta``. The claim: ``claimed_epsilon`` at ``delta`` with
     ``relation`` and ``unit``, or ``opacus_state`` (an Opacus accountant's saved state_dict), or ``claim``.
     ``out``: write the report there (JSON, Markdown, HTML, plots); existing files privaudit did not write are
@@ -235,6 +239,10 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     if kind not in KINDS:
         raise one_of("kind", kind, KINDS)
     check_probability("beta", beta)
+    check_probability("inclusion_probability", inclusion_probability)
+    if inclusion_probability != 0.5 and design != "one-run":
+        raise ConfigError("--inclusion-probability: applies to the one-run design only (a multi-run design has no "
+                          "inclusion coin)")
     claim = claim or claim_from_args(claimed_epsilon, delta, relation, unit,
                                      None if opacus_state is None else str(opacus_state))
     delta = claim.delta if claim is not None else (1e-5 if delta is None else delta)
@@ -248,10 +256,11 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
         out_dir.prepare(out, FILES, force=force, need=need)
     (m_side, m_own), (n_side, n_own) = _sides(members, nonmembers, kind, member_labels, nonmember_labels, tf_privacy)
     originals = (m_side.values, n_side.values) if design == "multi-run" else None
-    bound_beta, coin = _coin_test(m_side.values.size, n_side.values.size, design, beta)
+    bound_beta, coin = _coin_test(m_side.values.size, n_side.values.size, design, beta, inclusion_probability)
     sides = metrics.SortedScores.of(m_side.values, n_side.values, in_place=m_own and n_own and originals is None)
-    bound, ceiling = _bound(sides, originals, design, bound_beta, delta, claim, coin)
-    mechanism, mechanism_ceiling = _mechanism(sides, originals, design, bound_beta, claim)
+    fair, coin = _fair_coin_sides(sides, inclusion_probability, coin)
+    bound, ceiling = _bound(fair, originals, design, bound_beta, delta, claim, coin)
+    mechanism, mechanism_ceiling = _mechanism(fair, originals, design, bound_beta, claim)
     verdict = None if claim is None else (
         judge(claim, mechanism.epsilon, mechanism_ceiling, 1 - beta, mechanism.label) if mechanism is not None
         else judge(claim, bound.epsilon, ceiling, 1 - beta, bound.label))
@@ -311,17 +320,39 @@ def _sides(members: Any, nonmembers: Any, kind: str, member_labels: Any, nonmemb
     return m_side, n_side
 
 
-def _coin_test(n_members: int, n_nonmembers: int, design: str, beta: float) -> tuple[float, str | None]:
-    """The one-run design's fair coin tested on the counts before any bound (:func:`check_fair_coin`, at
-    :data:`COIN_TEST_SHARE` of ``beta``; refuses when contradicted): the bound's beta (the rest) and a note. The
-    multi-run design bounds each side's error rate separately, so unequal run counts assume nothing: full beta."""
+def _coin_test(n_members: int, n_nonmembers: int, design: str, beta: float,
+               inclusion: float = 0.5) -> tuple[float, str | None]:
+    """The one-run design's coin (probability ``inclusion``) tested on the counts before any bound
+    (:func:`check_fair_coin`, at :data:`COIN_TEST_SHARE` of ``beta``; refuses when contradicted): the bound's beta
+    (the rest) and a note. The multi-run design bounds each side's error rate separately, so unequal run counts
+    assume nothing: full beta."""
     if design != "one-run":
         return beta, None
     level, bound_beta = split_beta(beta)
-    p = check_fair_coin(n_members, n_nonmembers, level, "--members and --nonmembers")
-    return bound_beta, (f"fair coin tested on the counts ({n_members} vs {n_nonmembers}: two-sided binomial p = "
+    p = check_fair_coin(n_members, n_nonmembers, level, "--members and --nonmembers", inclusion)
+    coin = "fair coin" if inclusion == 0.5 else f"inclusion probability {inclusion:g}"
+    return bound_beta, (f"{coin} tested on the counts ({n_members} vs {n_nonmembers}: two-sided binomial p = "
                         f"{p:.3g} >= {level:g}); the bound at beta = {bound_beta:g}, so the verdict's confidence "
                         f"{1 - beta:g} counts both")
+
+
+def _fair_coin_sides(sides: metrics.SortedScores, inclusion: float,
+                     coin: str | None) -> tuple[metrics.SortedScores, str | None]:
+    """The candidates the one-run bound is computed on: all of them under a fair coin; under a stated inclusion
+    probability, the seeded subsample on which membership is a fair coin (:func:`fair_coin_subsample`; the mask is
+    drawn independently of the scores, so applying it to the sorted sides is the same draw)."""
+    if inclusion == 0.5:
+        return sides, coin
+    n1 = sides.n_members
+    keep = fair_coin_subsample(np.r_[np.ones(n1, bool), np.zeros(sides.n_nonmembers, bool)], inclusion)
+    fair = metrics.SortedScores.of(sides.members[keep[:n1]], sides.nonmembers[keep[n1:]], in_place=True)
+    if min(fair.n_members, fair.n_nonmembers) == 0:
+        raise ConfigError("--inclusion-probability: the fair-coin subsample has no member or no non-member; give "
+                          "more examples")
+    note = (f"inclusion probability {inclusion:g}: the bound is on a seeded subsample of {fair.n_members} members "
+            f"and {fair.n_nonmembers} non-members on which membership is a fair coin (rejection sampling); AUC and "
+            "ROC are on every example")
+    return fair, f"{coin}; {note}"
 
 
 def _bound(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray] | None, design: str, beta: float,

@@ -13,7 +13,7 @@ from privaudit.audit import score_audit
 from privaudit.audit.cli import main
 from privaudit.audit.score_audit import audit_scores
 from privaudit.core.errors import ConfigError
-from soundness import assert_planted_rejected, assert_sound, critical, rr_runs
+from soundness import assert_planted_rejected, assert_sound, critical, rejects, rr_runs
 
 BETA = 0.05
 UNEQUAL = [(50_000, 10_000), (100_000, 1_000), (1_000_000, 1_000)]
@@ -32,7 +32,7 @@ def test_split_beta_and_the_binomial_test():
     assert check_fair_coin(520, 480, 0.005) == pytest.approx(fair_coin_p_value(520, 480))
     with pytest.raises(ConfigError, match=r"^m: 600 vs 400 contradict the one-run design's fair coin .*"
                                           r"p = [0-9.e-]+ < 0\.005\); no bound is computed\. Designs that apply: "
-                                          r"--design multi-run"):
+                                          r"--inclusion-probability P .*; --design multi-run"):
         check_fair_coin(600, 400, 0.005, "m")
 
 
@@ -102,3 +102,42 @@ def test_a_suite_cannot_include_its_pool_by_an_unfair_coin():
         parse_suite(raw, "s.toml")
     raw["splits"] = {"inclusion_probability": 0.5}
     assert parse_suite(raw, "s.toml").cells()
+
+
+def _rr_bounds_at(p: float, eps: float, seeds: int, m: int) -> np.ndarray:
+    """audit_scores' bound at a stated inclusion probability ``p`` on randomized response over coins of bias p."""
+    rng = np.random.default_rng(int(100 * p + eps))
+    coins = rng.random((seeds, m)) < p
+    keep = rng.random((seeds, m)) < np.exp(eps) / (1 + np.exp(eps))
+    scores = np.where(keep, coins, ~coins) + 1e-3 * rng.random((seeds, m))
+    values = []
+    for c, s in zip(coins, scores):
+        try:
+            values.append(audit_scores(s[c], s[~c], delta=0.0, beta=BETA, inclusion_probability=p).eps_lower_bound)
+        except ConfigError:  # the coin test refuses (at its level): no bound
+            values.append(0.0)
+    return np.array(values)
+
+
+def test_a_stated_inclusion_probability_is_sound_and_the_unreduced_bound_is_not(monkeypatch):
+    """Inclusion by a coin of bias 0.8 (eps = 1 randomized response): the bound on the fair-coin subsample passes the
+    shared check; the same counts tested against 0.8 but bounded on every candidate (planted) over-claim."""
+    values = _rr_bounds_at(0.8, 1.0, 200, 4000)
+    assert_sound("audit_scores one-run, inclusion probability 0.8, eps=1", values, 1.0, BETA)
+    assert np.mean(values) > 0.5  # the subsample still has power
+    monkeypatch.setattr(score_audit, "_fair_coin_sides", lambda sides, p, coin: (sides, coin))
+    planted = _rr_bounds_at(0.8, 1.0, 200, 4000)
+    assert rejects(planted, 1.0, BETA), "the unreduced bound passes the check"
+
+
+def test_a_stated_inclusion_probability_is_tested_on_the_counts(tmp_path, capsys):
+    mem, non = identical(50_000, 10_000)
+    a = audit_scores(mem, non, inclusion_probability=5 / 6, claimed_epsilon=1.0, delta=1e-5)
+    assert a.verdict.verdict == "not refuted" and a.summary["n_members"] == 50_000  # AUC on every example
+    assert any("seeded subsample" in n for n in a.bound.notes)
+    with pytest.raises(ConfigError, match="contradict the one-run design's fair coin per example"):
+        audit_scores(mem, non, inclusion_probability=0.5)
+    with pytest.raises(ConfigError, match="inclusion probability 0.3 per example"):
+        audit_scores(mem, non, inclusion_probability=0.3)
+    with pytest.raises(ConfigError, match="--inclusion-probability: applies to the one-run design only"):
+        audit_scores(mem[:40], non[:40], design="multi-run", inclusion_probability=0.6)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from privaudit.audit.commands.common import (add_claim_args, add_output_args, claim_of, emit_json, format_table,
-                                             refuted_status)
+from privaudit.audit.commands.common import (PROBABILITY, add_claim_args, add_output_args, claim_of, emit_json,
+                                             format_table, number, refuted_status)
 from privaudit.audit.score_inputs import KINDS
 from privaudit.audit.score_audit import DESIGNS
 
@@ -28,6 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--design", default="one-run",
                    help=f"how the members were chosen, which decides the sound bound: {', '.join(DESIGNS)} "
                         "(one-run: each example included by an independent fair coin in one training run)")
+    p.add_argument("--inclusion-probability", type=number(**PROBABILITY), default=0.5, metavar="P",
+                   help="one-run design: the known probability with which each example was included, independently "
+                        "(default 0.5, a fair coin); the counts are tested against it and the bound is computed on a "
+                        "subsample on which membership is a fair coin")
     add_claim_args(p, default_delta=1e-5)
     p.add_argument("--out", default=None,
                    help="write report.json, report.md, report.html, roc.png, histogram.png, scores.npz here")
@@ -44,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
 
     claim = claim_of(args)
     a = audit_scores(args.members, args.nonmembers, kind=args.kind, tf_privacy=args.tf_privacy, delta=args.delta,
-                     beta=1 - args.confidence, design=args.design, claim=claim, out=args.out, force=args.force)
+                     beta=1 - args.confidence, design=args.design, claim=claim,
+                     inclusion_probability=args.inclusion_probability, out=args.out, force=args.force)
     for warning in a.warnings:
         print(f"privaudit: warning: {warning}", file=sys.stderr)
     if args.json:
