@@ -102,6 +102,7 @@ class ScoreAudit:
     mechanism: EpsilonLowerBound | None = None
     mechanism_ceiling: float | None = None
     warnings: tuple[str, ...] = ()
+    inclusion_probability: float = 0.5
 
     @property
     def auc(self) -> float:
@@ -122,7 +123,12 @@ class ScoreAudit:
 
     @property
     def assumption(self) -> str:
-        return ASSUMPTIONS[self.design]
+        if self.inclusion_probability == 0.5:
+            return ASSUMPTIONS[self.design]
+        p = f"{self.inclusion_probability:g}"
+        return (f"one-run design: valid only if each of the m scored examples was included in the one training run "
+                f"independently with probability {p} (as stated) and the scores were computed without looking at "
+                "which were included; the bound is on a seeded subsample on which membership is a fair coin")
 
     @property
     def ceiling_design(self) -> str:
@@ -138,9 +144,11 @@ class ScoreAudit:
         s = self.summary
         return {
             "auc": s["auc"], "tpr_at_fpr": s["tpr_at_fpr"], "eps_lower_bound": self.bound.epsilon,
-            "eps_lb_method": self.bound.label, "ceiling": self.ceiling, "ceiling_design": self.ceiling_design, "n_members": s["n_members"],
+            "eps_lb_method": self.bound.label, "ceiling": self.ceiling, "ceiling_design": self.ceiling_design,
+            "n_members": s["n_members"],
             "n_nonmembers": s["n_nonmembers"], "confidence": self.bound.confidence, "delta": self.bound.delta,
-            "design": self.design, "assumption": self.assumption, "advantage": s["advantage"],
+            "design": self.design, "inclusion_probability": self.inclusion_probability,
+            "assumption": self.assumption, "advantage": s["advantage"],
             "balanced_accuracy": s["balanced_accuracy"], "fpr_resolution": s["fpr_resolution"],
             "fpr_resolved": s["fpr_resolved"],
             "claim": None if self.claim is None else self.claim.to_dict(),
@@ -268,7 +276,7 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     audit = ScoreAudit(sides.members, sides.nonmembers, design, bound, summary, sides.roc(),
                        {"members": m_side.source, "nonmembers": n_side.source, "kind": m_side.kind}, ceiling,
                        sides.histogram(), claim, verdict, mechanism, mechanism_ceiling,
-                       inverted_warning(summary, m_side.kind))
+                       inverted_warning(summary, m_side.kind), inclusion_probability)
     if out is not None:
         audit.write(out, force=force)
     return audit

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = errors(estimates(Path(args.log).read_text()), args.total, tuple(float(x) for x in args.at.split(",")))
     for f, elapsed, estimate, truth, error in rows:
-        print(f"{100 * f:.0f}%: +{elapsed:.0f}s, estimate {estimate:.0f}s, truth {truth:.0f}s, error {100 * error:+.1f}%")
+        print(f"{100 * f:.0f}%: +{elapsed:.0f}s, estimate {estimate:.0f}s, truth {truth:.0f}s, "
+              f"error {100 * error:+.1f}%")
     return 0 if rows else 1
 
 

@@ -144,7 +144,8 @@ def test_every_relative_link_resolves(page):
 
 
 def test_results_page_is_what_the_committed_report_renders():
-    """docs/results.md and its figures come from reports/reference/quickstart/report.json (read by the one checked reader):
+    """docs/results.md and its figures come from reports/reference/quickstart/report.json (read by the one checked
+    reader):
     rerender and compare (the figures carry the report's digest; their pixels depend on the matplotlib version, so
     they are not compared)."""
     from PIL import Image

@@ -14,7 +14,8 @@ HELP = ("audit your own PyTorch classifier on your own members and non-members (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit-model", help=HELP, description=HELP[0].upper() + HELP[1:] + ". --members/--nonmembers: .npz with x and y, a "
+    p = sub.add_parser("audit-model", help=HELP, description=HELP[0].upper() + HELP[1:] + ". --members/--nonmembers: "
+                       ".npz with x and y, a "
                        "CSV of features with a label column, or an ImageFolder directory. --factory and --train-fn are "
                        "code privaudit imports and runs. Exit status 1 when the claim is refuted.")
     p.add_argument("--factory", required=True, metavar="MODULE:FUNCTION", help="builds the model (no arguments)")

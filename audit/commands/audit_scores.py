@@ -15,7 +15,8 @@ HELP = ("audit your own member / non-member scores: ROC, AUC, advantage, TPR at 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit-scores", help=HELP, description=HELP[0].upper() + HELP[1:] + ". Exit status 1 when the claim is refuted.")
+    p = sub.add_parser("audit-scores", help=HELP,
+                       description=HELP[0].upper() + HELP[1:] + ". Exit status 1 when the claim is refuted.")
     p.add_argument("--members", default=None, help="members' scores, losses or logits (.npy, .npz, .csv); required "
                    "unless --tf-privacy")
     p.add_argument("--nonmembers", default=None, help="non-members' scores, losses or logits (.npy, .npz, .csv); "
