@@ -1,6 +1,7 @@
 """The ``privaudit`` command line: one entry point, one subcommand per module in ``privaudit.audit.commands``.
 
-Exit codes: 0 success, 1 gate failed (``run``), 2 bad input or a full disk (one line on stderr naming the
+Exit codes: 0 success, 1 gate failed (``run``, ``gate``) or a claim refuted (``sensitivity``, ``audit-step``,
+``audit-scores``, ``audit-model``), 2 bad input or a full disk (one line on stderr naming the
 problem), 3 error while running (traceback on stderr), 128 + N after the terminating signal N (143: SIGTERM;
 one line), 130 after Ctrl-C.
 """

@@ -70,6 +70,10 @@ def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ConfigError(f"--weights: {path}: not a state_dict (a mapping of names to tensors)")
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise ConfigError(f"--weights: {path}: {len(bad)} tensor(s) hold NaN or infinite values (first: {bad[0]!r}); "
+                          "the model cannot score anything")
     return state
 
 
@@ -168,9 +172,11 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
         out_dir.prepare(out, output_names(attacks), force=force, need=(1 + len(attacks)) * out_dir.REPORT_BYTES)
     data, trained, params, inputs = _setup(factory, weights, members, nonmembers, population, train_fn,
                                            dict(epochs=epochs, batch_size=batch_size, lr=lr), seed)
-    results, canary = _run_attacks(attacks, data, trained, params, seed, beta, delta, reference_models, canary_runs,
-                                   progress)
-    summaries = {name: _summary(result, claim, beta, delta) for name, result in results.items()}
+    one_run_beta = _coin_test(data, attacks, beta)
+    results, canary = _run_attacks(attacks, data, trained, params, seed, one_run_beta, beta, delta, reference_models,
+                                   canary_runs, progress)
+    summaries = {name: _summary(result, claim, beta if name == "canary" else one_run_beta, delta)
+                 for name, result in results.items()}
     verdict_attack = next(a for a in VERDICT_ORDER if a in results)
     audit = ModelAudit(factory, train_fn, inputs, summaries, claim,
                        _verdict(claim, summaries[verdict_attack], beta), verdict_attack if claim else None,
@@ -178,6 +184,20 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     if out is not None:
         out_dir.write(out, audit.files())
     return audit
+
+
+def _coin_test(data: Any, attacks: Sequence[str], beta: float) -> float:
+    """The one-run attacks' beta, after their fair coin is tested on the counts of the user's split
+    (:func:`privaudit.attacks.bounds.check_fair_coin` at its share of ``beta``; refuses when contradicted, before
+    any training). The canary runs (multi-run, equal run counts by construction) keep the full ``beta``."""
+    from privaudit.attacks.bounds import check_fair_coin, split_beta
+
+    if not set(attacks) - {"canary"}:
+        return beta
+    level, bound_beta = split_beta(beta)
+    n_in = int(data.membership.sum())
+    check_fair_coin(n_in, int(data.membership.numel()) - n_in, level, "--members and --nonmembers")
+    return bound_beta
 
 
 def _check_claim(claim: UserClaim | None) -> None:
@@ -215,9 +235,10 @@ def _attack_names(attacks: Sequence[str] | None, train_fn: str | None, populatio
 def _setup(factory: str, weights: Any, members: Any, nonmembers: Any, population: Any, train_fn: str | None,
            loop: dict[str, Any], seed: int) -> tuple[Any, Any, dict[str, Any], dict[str, str]]:
     """Everything checked before any work: the recipe, the weights, the files, the model against the data."""
-    from privaudit.core.datasets.user_files import read_examples, user_membership_data
+    from privaudit.core.datasets.user_files import check_distinct, read_examples, user_membership_data
     from privaudit.defenses.user_model import UserModel, build, load_callable, wrap
 
+    check_distinct(members, nonmembers)
     params = {"factory": factory, "train_fn": train_fn or "", **loop}
     UserModel(params)  # validates the settings
     if train_fn:
@@ -257,10 +278,11 @@ def _load_into(net: nn.Module, state: Mapping[str, torch.Tensor], factory: str, 
     return int(logits.shape[1])
 
 
-def _run_attacks(attacks: Sequence[str], data: Any, trained: Any, params: dict[str, Any], seed: int, beta: float,
-                 delta: float, reference_models: int, canary_runs: int,
+def _run_attacks(attacks: Sequence[str], data: Any, trained: Any, params: dict[str, Any], seed: int,
+                 one_run_beta: float, beta: float, delta: float, reference_models: int, canary_runs: int,
                  progress: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Each attack's :class:`privaudit.attacks.AttackResult` (the canary runs' as one too) and the canary used."""
+    """Each attack's :class:`privaudit.attacks.AttackResult` (the canary runs' as one too, at ``beta``; the one-run
+    attacks at ``one_run_beta``) and the canary used."""
     from privaudit.attacks import Target, make_attack
     from privaudit.defenses.base import Budget
 
@@ -271,7 +293,7 @@ def _run_attacks(attacks: Sequence[str], data: Any, trained: Any, params: dict[s
         if name == "canary":
             results[name], canary = _canary_attack(data, trained, params, seed, beta, delta, canary_runs)
             continue
-        settings: dict[str, Any] = {"delta": delta, "beta": beta}
+        settings: dict[str, Any] = {"delta": delta, "beta": one_run_beta}
         shared = {"queries": 1, "n_population": min(256, len(data.shadow))}
         if name == "lira":
             settings.update(shadow_models=reference_models, **shared)
@@ -312,8 +334,10 @@ def _summary(result: Any, claim: UserClaim | None, beta: float, delta: float) ->
     multi = result.attack == "canary"
     if multi:
         s["ceiling"] = multi_run_ceiling(int(result.n_members), int(result.n_nonmembers), alpha=beta, delta=delta)
+        s["ceiling_design"] = "multi-run: no error among the counted runs"
     else:
         s["ceiling"] = one_run_epsilon(int(c["m"]), int(c["r"]), int(c["r"]), beta=beta, delta=delta)
+        s["ceiling_design"] = f"one-run: k+={int(c['k_pos'])}, k-={int(c['k_neg'])} fixed in advance, every guess right"
     if claim is not None and claim.event is not None:
         result.mechanism_bound = _mechanism_bound(result, claim, beta, multi)
         s["eps_lb_mechanism"] = result.mechanism_bound.epsilon

@@ -11,7 +11,8 @@ Designs, as privaudit runs them:
 
 * ``one-run``: m candidates (canaries, or your members and non-members), each in the one training run by a
   fair coin, guesses on the grid of :func:`privaudit.audit.score_audit.one_run_grid` with a Bonferroni
-  correction (Steinke, Nasr & Jagielski 2023) -- ``audit-scores``, and ``audit-model``'s attacks on your weights;
+  correction (Steinke, Nasr & Jagielski 2023), at the beta left after the fair-coin test of the counts --
+  ``audit-scores``, and ``audit-model``'s attacks on your weights;
 * ``multi-run``: n independent runs on each side of a fixed neighbouring pair, the threshold chosen on half
   of them and the errors counted on the other half, Clopper-Pearson -- ``audit-scores --design multi-run``,
   ``audit-model --canary-runs n``;
@@ -63,9 +64,12 @@ def _bisect(ceiling: Callable[[int], float], target: float, below: int, above: i
 
 
 def one_run_design(claim: UserClaim, beta: float) -> dict[str, Any]:
-    """The fewest one-run candidates whose every-guess-right bound exceeds the claim."""
-    from privaudit.attacks.bounds import one_run_epsilon, one_run_search_ceiling
+    """The fewest one-run candidates whose every-guess-right bound exceeds the claim (the bound at the share of
+    ``beta`` the audits leave it after testing the fair coin on the counts: :func:`split_beta`)."""
+    from privaudit.attacks.bounds import one_run_epsilon, one_run_search_ceiling, split_beta
     from privaudit.audit.score_audit import one_run_grid
+
+    beta = split_beta(beta)[1]
 
     def ceiling(m: int) -> float:
         return one_run_search_ceiling(m, one_run_grid(m), beta=beta, delta=claim.delta)

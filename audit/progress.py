@@ -68,6 +68,12 @@ class Task:
     entered: dict[str, float] = field(default_factory=dict)  # when each stage started
     finished: float | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)  # measured by the cell itself, once finished
+    priors: dict[str, float] = field(default_factory=dict)  # planned cost per stage (a side check: one entry)
+
+    @property
+    def prior(self) -> float | None:
+        """The planned cost (the sum of the stage priors; None without any)."""
+        return sum(self.priors.values()) if self.priors else None
 
     @property
     def stage_started(self) -> float | None:
@@ -101,18 +107,30 @@ class Progress:
         self.tasks: dict[str, Task] = {}
         self.phase: str | None = None  # work running now that is not a task (in-process side checks)
         self.untracked: list[str] = []  # such work still to come, in order ("the sensitivity checks")
+        self.phase_priors: dict[str, float] = {}  # planned cost of untracked work, by name
+        self.phase_started: float | None = None
         self._lock = threading.Lock()
+
+    def plan_phase(self, name: str, prior: float | None = None) -> None:
+        """Untracked work ``name`` will run after the tasks, in this process; ``prior``: its planned cost."""
+        with self._lock:
+            self.untracked.append(name)
+            if prior is not None:
+                self.phase_priors[name] = float(prior)
 
     def begin_phase(self, name: str | None) -> None:
         """Untracked work ``name`` starts (None: it ended); it is no longer work to come."""
         with self._lock:
             if name in self.untracked:
                 self.untracked.remove(name)
-            self.phase = name
+            self.phase, self.phase_started = name, (None if name is None else self.now())
 
-    def add(self, task_id: str, kind: str, group: str = "", stages: Sequence[str] = ()) -> None:
+    def add(self, task_id: str, kind: str, group: str = "", stages: Sequence[str] = (),
+            priors: dict[str, float] | None = None) -> None:
+        """Register a task; ``priors``: its planned cost in seconds per stage (:mod:`privaudit.audit.stage_costs`)."""
         with self._lock:
-            self.tasks.setdefault(task_id, Task(task_id, kind, group, tuple(stages)))
+            self.tasks.setdefault(task_id, Task(task_id, kind, group, tuple(stages),
+                                                priors={k: float(v) for k, v in (priors or {}).items()}))
 
     def start(self, task_id: str, at: float | None = None) -> None:
         with self._lock:
@@ -167,6 +185,14 @@ class Progress:
                   and t.started is not None and 2 * (now - t.started) > mean]
         return (sum(done) + sum(longer)) / (len(done) + len(longer))
 
+    def speed(self, kind: str | None = None) -> float:
+        """Measured over planned seconds of the finished tasks that have priors: of ``kind`` when one has finished,
+        else of every kind (the machine's speed against the priors), else 1 (the priors as they are)."""
+        done = [t for t in self.tasks.values() if t.finished is not None and t.prior and t.seconds is not None]
+        same = [t for t in done if t.kind == kind]
+        pool = same or done
+        return sum(t.seconds for t in pool) / sum(t.prior for t in pool) if pool else 1.0
+
     def _train_ratio(self) -> float | None:
         """The finished cells' mean ratio of whole cell to training time: the attacks train reference models with
         the cell's own defense, so a cell costs a multiple of its training."""
@@ -190,6 +216,8 @@ class Progress:
         same = self._finished(task.kind, task.group) if task.group else []
         if same:
             return sum(t.seconds for t in same) / len(same)
+        if task.prior is not None:
+            return task.prior * self.speed(task.kind)
         if task.kind != "cell":
             return self._mean(task.kind, now)
         if not self._finished("cell"):
@@ -205,9 +233,13 @@ class Progress:
         """What a running cell still needs by its stages, from the finished cells of its defense: the rest of the
         current stage and the stages after it (None: no such cell finished, or no stage reported)."""
         same = self._finished(task.kind, task.group) if task.group else []
-        if not same or task.stage not in task.stages or task.stage_started is None:
+        if task.stage not in task.stages or task.stage_started is None or not (same or task.priors):
             return None
-        means = [sum(t.stage_seconds.get(s, 0.0) for t in same) / len(same) for s in task.stages]
+        if same:
+            means = [sum(t.stage_seconds.get(s, 0.0) for t in same) / len(same) for s in task.stages]
+        else:  # no cell of its defense finished: its stage priors at the measured speed
+            speed = self.speed(task.kind)
+            means = [task.priors.get(s, 0.0) * speed for s in task.stages]
         i = task.stages.index(task.stage)
         return max(means[i] - (now - task.stage_started), 0.1 * means[i]) + sum(means[i + 1:])
 
@@ -240,11 +272,22 @@ class Progress:
                     continue
                 i = min(range(self.jobs), key=free.__getitem__)
                 free[i] += left
-            if not running and not waiting:
-                return 0.0, []
             if unknown:
                 return None, unknown
-            return max(free), []
+            after = self._phases_left(now)
+            if not running and not waiting and after is None:
+                return 0.0, []
+            return max(free) + (after or 0.0), []
+
+    def _phases_left(self, now: float) -> float | None:
+        """Planned seconds of the untracked work still to come or running (None: none has a prior), at the measured
+        speed; it runs after the tasks, in this process."""
+        speed = self.speed()
+        left = [self.phase_priors[n] * speed for n in self.untracked if n in self.phase_priors]
+        if self.phase in self.phase_priors and self.phase_started is not None:
+            total = self.phase_priors[self.phase] * speed
+            left.append(max(total - (now - self.phase_started), 0.1 * total))
+        return sum(left) if left else None
 
     # -- what to print -------------------------------------------------------------------------------------------
 
@@ -282,11 +325,11 @@ class Progress:
         elapsed = self.now() - self.started
         text = f"[privaudit +{elapsed:.0f}s] {self.counts()}; {self.running()}"
         left, unknown = self.estimate()
-        later = _and(self.untracked)
+        later = _and([n for n in self.untracked if n not in self.phase_priors])
         if unknown:
             text += f"; time left: estimated once {_and([f'a {KIND_NAMES.get(k, (k,))[0]}' for k in unknown])} " \
                     f"{'has' if len(unknown) == 1 else 'have'} finished"
-        elif left is not None and (left > 0 or not (self.phase or later)):
+        elif left is not None and (left > 0 or not ((self.phase and self.phase not in self.phase_priors) or later)):
             text += f"; about {left:.0f}s left" + (f", then {later} (not timed)" if later else "")
         elif later:
             text += f"; then {later} (not timed)"

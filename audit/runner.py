@@ -50,6 +50,7 @@ from privaudit.audit.gate import gate_settings, judge_run
 from privaudit.audit.lock import output_lock
 from privaudit.audit.progress import (CELL_STAGES, Heartbeat, Progress, StageReporter, Tracked, attach,
                                       round_robin)
+from privaudit.audit.stage_costs import cell_priors, sensitivity_prior, step_audit_prior
 from privaudit.audit.workers import worker_pool
 from privaudit.core.io import TEMP_GLOB, atomic_write_json, check_output_dir, read_json, strict, to_json
 from privaudit.audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
@@ -250,7 +251,8 @@ def _stage_line(spec: CellSpec, outcome: CellOutcome, index: int, total: int) ->
 def _track_cells(cells: Sequence[CellSpec], tracker: Progress) -> None:
     """Register the cells with the progress tracker: each runs train, utility, epsilon, then its attacks."""
     for spec in cells:
-        tracker.add(spec.id, "cell", spec.defense.label, (*CELL_STAGES, *(a.label for a in spec.attacks)))
+        tracker.add(spec.id, "cell", spec.defense.label, (*CELL_STAGES, *(a.label for a in spec.attacks)),
+                    cell_priors(spec))
 
 
 def _run_local(cells: Sequence[CellSpec], progress: bool, bar, tracker: Progress) -> Iterator[CellOutcome]:
@@ -588,10 +590,11 @@ def _keep_unselected(plan: _RunPlan, records: dict[str, dict[str, Any]]) -> int:
     return kept
 
 
-def _submit_tracked(pool: ProcessPoolExecutor, tracker: Progress, task_id: str, kind: str, fn: Any,
-                    *args: Any) -> Future:
-    """Submit ``fn(*args)`` to the pool as a task the progress tracker follows (start, finish)."""
-    tracker.add(task_id, kind)
+def _submit_tracked(pool: ProcessPoolExecutor, tracker: Progress, task_id: str, kind: str, prior: float,
+                    fn: Any, *args: Any) -> Future:
+    """Submit ``fn(*args)`` to the pool as a task the progress tracker follows (start, finish; ``prior``: its
+    planned seconds)."""
+    tracker.add(task_id, kind, priors={kind: prior})
     future = pool.submit(Tracked(task_id, fn), *args)
     future.add_done_callback(lambda _: tracker.finish(task_id))
     return future
@@ -610,19 +613,26 @@ def _submit_side_checks(plan: _RunPlan, pool: ProcessPoolExecutor | None, tracke
         ids = [spec.id for spec in select(None if suite.sensitivity.claims is None
                                           else list(suite.sensitivity.claims))]
         _log(f"sensitivity: checking {len(ids)} claims beside the cells ({plan.jobs} processes)", plan.progress)
-        sens_futures = [_submit_tracked(pool, tracker, f"sensitivity {i}", "sensitivity", check_sensitivity_claims,
+        sens_futures = [_submit_tracked(pool, tracker, f"sensitivity {i}", "sensitivity",
+                                        sensitivity_prior(suite.sensitivity), check_sensitivity_claims,
                                         suite.sensitivity, out, [i], False) for i in ids]
     elif plan.run_sens and cached_sens is None:
-        tracker.untracked.append("the sensitivity checks")  # run after the cells, in this process
+        from privaudit.audit.sensitivity import select
+
+        claims = select(None if suite.sensitivity.claims is None else list(suite.sensitivity.claims))
+        tracker.plan_phase("the sensitivity checks",  # run after the cells, in this process
+                           len(claims) * sensitivity_prior(suite.sensitivity))
     cached_step = _cached_step_audit(suite, out) if plan.run_step and plan.resume else None
     step_futures = None
     if pool is not None and plan.run_step and cached_step is None:
         from privaudit.audit.step_audit import run_suite_step_audits
 
-        step_futures = [_submit_tracked(pool, tracker, f"step audit {name}", "step audit", run_suite_step_audits,
+        step_futures = [_submit_tracked(pool, tracker, f"step audit {name}", "step audit",
+                                        step_audit_prior(suite.step_audit, name), run_suite_step_audits,
                                         suite, out, False, [name]) for name in suite.step_audit.defenses]
     elif plan.run_step and cached_step is None:
-        tracker.untracked.append("the step audits")
+        tracker.plan_phase("the step audits", sum(step_audit_prior(suite.step_audit, name)
+                                                  for name in suite.step_audit.defenses))
     return _SideChecks(cached_sens, cached_step, sens_futures, step_futures)
 
 

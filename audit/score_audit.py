@@ -45,10 +45,13 @@ from typing import Any
 import numpy as np
 
 from privaudit.attacks import metrics
-from privaudit.attacks.bounds import (EpsilonLowerBound, multi_run_bound, multi_run_ceiling, one_run_bound_search_sorted,
-                                     one_run_search_ceiling, sorted_guess_counts)
-from privaudit.audit.score_inputs import KINDS, Scores, read_scores, read_tf_privacy, statistic
+from privaudit.attacks.bounds import (EpsilonLowerBound, check_fair_coin, fair_coin_subsample, multi_run_bound,
+                                     multi_run_ceiling, one_run_bound_search_sorted, one_run_search_ceiling,
+                                     sorted_guess_counts, split_beta)
+from privaudit.audit.score_inputs import (KINDS, Scores, check_same_classes, read_scores, read_tf_privacy,
+                                         scores_of)
 from privaudit.audit.user_claim import UserClaim, Verdict, claim_from_args, judge
+from privaudit.core.datasets.user_files import check_distinct
 from privaudit.core.errors import ConfigError, check_probability, one_of
 
 DESIGNS = ("one-run", "multi-run")
@@ -98,6 +101,8 @@ class ScoreAudit:
     verdict: Verdict | None = None
     mechanism: EpsilonLowerBound | None = None
     mechanism_ceiling: float | None = None
+    warnings: tuple[str, ...] = ()
+    inclusion_probability: float = 0.5
 
     @property
     def auc(self) -> float:
@@ -118,7 +123,20 @@ class ScoreAudit:
 
     @property
     def assumption(self) -> str:
-        return ASSUMPTIONS[self.design]
+        if self.inclusion_probability == 0.5:
+            return ASSUMPTIONS[self.design]
+        p = f"{self.inclusion_probability:g}"
+        return (f"one-run design: valid only if each of the m scored examples was included in the one training run "
+                f"independently with probability {p} (as stated) and the scores were computed without looking at "
+                "which were included; the bound is on a seeded subsample on which membership is a fair coin")
+
+    @property
+    def ceiling_design(self) -> str:
+        """Which guesses the ceiling is for (it differs between designs on the same data)."""
+        if self.design == "multi-run":
+            return "multi-run: no error among the counted runs"
+        c = self.bound.counts
+        return f"one-run: best of {int(c.get('grid_size', 1))} (k+, k-) pairs, every guess right"
 
     def to_dict(self) -> dict[str, Any]:
         """The report object (``report.json``): the usual attack keys first, then the claim, verdict and ceiling,
@@ -126,9 +144,11 @@ class ScoreAudit:
         s = self.summary
         return {
             "auc": s["auc"], "tpr_at_fpr": s["tpr_at_fpr"], "eps_lower_bound": self.bound.epsilon,
-            "eps_lb_method": self.bound.label, "ceiling": self.ceiling, "n_members": s["n_members"],
+            "eps_lb_method": self.bound.label, "ceiling": self.ceiling, "ceiling_design": self.ceiling_design,
+            "n_members": s["n_members"],
             "n_nonmembers": s["n_nonmembers"], "confidence": self.bound.confidence, "delta": self.bound.delta,
-            "design": self.design, "assumption": self.assumption, "advantage": s["advantage"],
+            "design": self.design, "inclusion_probability": self.inclusion_probability,
+            "assumption": self.assumption, "advantage": s["advantage"],
             "balanced_accuracy": s["balanced_accuracy"], "fpr_resolution": s["fpr_resolution"],
             "fpr_resolved": s["fpr_resolved"],
             "claim": None if self.claim is None else self.claim.to_dict(),
@@ -136,7 +156,7 @@ class ScoreAudit:
             "verdict_detail": None if self.verdict is None else self.verdict.to_dict(),
             "mechanism_bound": None if self.mechanism is None else self.mechanism.to_dict(),
             "mechanism_ceiling": self.mechanism_ceiling,
-            "bound": self.bound.to_dict(), "inputs": dict(self.inputs),
+            "bound": self.bound.to_dict(), "inputs": dict(self.inputs), "warnings": list(self.warnings),
             "roc": {"fpr": self.roc.fpr.tolist(), "tpr": self.roc.tpr.tolist()}, "histogram": self.histogram,
         }
 
@@ -151,7 +171,8 @@ class ScoreAudit:
         return UserReport("privaudit score audit", dict(self.inputs),
                           None if self.claim is None else self.claim.to_dict(),
                           None if self.verdict is None else self.verdict.to_dict(), rows,
-                          {"scores": self.roc}, {"scores": self.histogram}, [f"Assumption: {self.assumption}."])
+                          {"scores": self.roc}, {"scores": self.histogram},
+                          [*(f"Warning: {w}" for w in self.warnings), f"Assumption: {self.assumption}."])
 
     def files(self) -> dict[str, bytes | memoryview]:
         """Every file :meth:`write` writes, as bytes (``scores.npz``: each side sorted, uncompressed)."""
@@ -180,7 +201,7 @@ def _side(value: Any, kind: str, labels: Any, name: str) -> tuple[Scores, bool]:
     if value is None:
         raise ConfigError(f"{name}: missing (give {name} and the other side, or tf_privacy=FILE)")
     kind = "score" if kind == "auto" else kind
-    return Scores(statistic(kind, np.asarray(value), labels, name), kind, f"<{name} array>"), False
+    return scores_of(kind, np.asarray(value), labels, name, f"<{name} array>"), False
 
 
 def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "auto",
@@ -188,7 +209,8 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
                  delta: float | None = None, beta: float = 0.05, design: str = "one-run",
                  claimed_epsilon: float | None = None, relation: str = "add-remove", unit: str = "example",
                  opacus_state: str | Path | None = None, claim: UserClaim | None = None,
-                 out: str | Path | None = None, force: bool = False) -> ScoreAudit:
+                 inclusion_probability: float = 0.5, out: str | Path | None = None,
+                 force: bool = False) -> ScoreAudit:
     """Audit member / non-member scores: ROC, AUC, advantage, TPR at FPR 0.1/1/10%, a sound epsilon lower bound
     with its ceiling, and with a claim, a verdict.
 
@@ -198,7 +220,10 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the two sides.
     ``design``: ``one-run`` (each example included by an independent fair coin in one training run) or
     ``multi-run`` (each score from an independent run on a fixed neighbouring pair); the bound is sound only
-    for the design that produced the scores (see the module docstring). The bound is at ``delta`` (default
+    for the design that produced the scores (see the module docstring). ``inclusion_probability``: the one-run
+    design's known probability of each example's inclusion (default 1/2, the fair coin); the counts are tested
+    against it, and another value bounds a seeded subsample on which membership is a fair coin
+    (:func:`privaudit.attacks.bounds.fair_coin_subsample`). The bound is at ``delta`` (default
     1e-5, or the claim's) with confidence 1 - ``beta``. The claim: ``claimed_epsilon`` at ``delta`` with
     ``relation`` and ``unit``, or ``opacus_state`` (an Opacus accountant's saved state_dict), or ``claim``.
     ``out``: write the report there (JSON, Markdown, HTML, plots); existing files privaudit did not write are
@@ -222,6 +247,10 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     if kind not in KINDS:
         raise one_of("kind", kind, KINDS)
     check_probability("beta", beta)
+    check_probability("inclusion_probability", inclusion_probability)
+    if inclusion_probability != 0.5 and design != "one-run":
+        raise ConfigError("--inclusion-probability: applies to the one-run design only (a multi-run design has no "
+                          "inclusion coin)")
     claim = claim or claim_from_args(claimed_epsilon, delta, relation, unit,
                                      None if opacus_state is None else str(opacus_state))
     delta = claim.delta if claim is not None else (1e-5 if delta is None else delta)
@@ -235,18 +264,40 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
         out_dir.prepare(out, FILES, force=force, need=need)
     (m_side, m_own), (n_side, n_own) = _sides(members, nonmembers, kind, member_labels, nonmember_labels, tf_privacy)
     originals = (m_side.values, n_side.values) if design == "multi-run" else None
+    bound_beta, coin = _coin_test(m_side.values.size, n_side.values.size, design, beta, inclusion_probability)
     sides = metrics.SortedScores.of(m_side.values, n_side.values, in_place=m_own and n_own and originals is None)
-    bound, ceiling = _bound(sides, originals, design, beta, delta, claim)
-    mechanism, mechanism_ceiling = _mechanism(sides, originals, design, beta, claim)
+    fair, coin = _fair_coin_sides(sides, inclusion_probability, coin)
+    bound, ceiling = _bound(fair, originals, design, bound_beta, delta, claim, coin)
+    mechanism, mechanism_ceiling = _mechanism(fair, originals, design, bound_beta, claim)
     verdict = None if claim is None else (
         judge(claim, mechanism.epsilon, mechanism_ceiling, 1 - beta, mechanism.label) if mechanism is not None
         else judge(claim, bound.epsilon, ceiling, 1 - beta, bound.label))
-    audit = ScoreAudit(sides.members, sides.nonmembers, design, bound, sides.summary(), sides.roc(),
+    summary = sides.summary()
+    audit = ScoreAudit(sides.members, sides.nonmembers, design, bound, summary, sides.roc(),
                        {"members": m_side.source, "nonmembers": n_side.source, "kind": m_side.kind}, ceiling,
-                       sides.histogram(), claim, verdict, mechanism, mechanism_ceiling)
+                       sides.histogram(), claim, verdict, mechanism, mechanism_ceiling,
+                       inverted_warning(summary, m_side.kind), inclusion_probability)
     if out is not None:
         audit.write(out, force=force)
     return audit
+
+
+#: An AUC this many standard errors below 1/2 (Mann-Whitney's null variance) is a warning: the scores look inverted.
+INVERTED_Z = 4.0
+
+
+def inverted_warning(summary: dict[str, Any], kind: str) -> tuple[str, ...]:
+    """A one-line warning when the AUC lies far below 1/2 for the stated ``kind``: z = (AUC - 1/2) / sd <
+    -:data:`INVERTED_Z`, sd^2 = (n1 + n0 + 1) / (12 n1 n0), the AUC's variance when both sides share one
+    distribution (Mann & Whitney 1947). Higher must mean "member": losses read as scores invert the attack."""
+    n1, n0, auc = int(summary["n_members"]), int(summary["n_nonmembers"]), float(summary["auc"])
+    z = (auc - 0.5) / float(np.sqrt((n1 + n0 + 1) / (12.0 * n1 * n0)))
+    if z >= -INVERTED_Z:
+        return ()
+    hint = ("if the files hold losses, give --kind loss (score = -loss)" if kind == "score" else
+            "if they hold scores (higher = member), give --kind score" if kind == "loss" else
+            "check the labels and that higher means member")
+    return (f"--kind {kind}: AUC {auc:.3g} lies far below 0.5 (z = {z:.3g}): the scores look inverted; {hint}",)
 
 
 def _check_relation(claim: UserClaim | None, design: str) -> None:
@@ -267,16 +318,53 @@ def _sides(members: Any, nonmembers: Any, kind: str, member_labels: Any, nonmemb
         m, n = read_tf_privacy(tf_privacy)
         m_side, n_side = (m, True), (n, True)
     else:
+        check_distinct(members, nonmembers)
         m_side = _side(members, kind, member_labels, "members")
         n_side = _side(nonmembers, kind, nonmember_labels, "nonmembers")
+    check_same_classes(m_side[0], n_side[0])
     if m_side[0].kind != n_side[0].kind:
         raise ConfigError(f"members and nonmembers: different kinds ({m_side[0].kind} vs {n_side[0].kind}); "
                           "give both sides the same kind of values")
     return m_side, n_side
 
 
+def _coin_test(n_members: int, n_nonmembers: int, design: str, beta: float,
+               inclusion: float = 0.5) -> tuple[float, str | None]:
+    """The one-run design's coin (probability ``inclusion``) tested on the counts before any bound
+    (:func:`check_fair_coin`, at :data:`COIN_TEST_SHARE` of ``beta``; refuses when contradicted): the bound's beta
+    (the rest) and a note. The multi-run design bounds each side's error rate separately, so unequal run counts
+    assume nothing: full beta."""
+    if design != "one-run":
+        return beta, None
+    level, bound_beta = split_beta(beta)
+    p = check_fair_coin(n_members, n_nonmembers, level, "--members and --nonmembers", inclusion)
+    coin = "fair coin" if inclusion == 0.5 else f"inclusion probability {inclusion:g}"
+    return bound_beta, (f"{coin} tested on the counts ({n_members} vs {n_nonmembers}: two-sided binomial p = "
+                        f"{p:.3g} >= {level:g}); the bound at beta = {bound_beta:g}, so the verdict's confidence "
+                        f"{1 - beta:g} counts both")
+
+
+def _fair_coin_sides(sides: metrics.SortedScores, inclusion: float,
+                     coin: str | None) -> tuple[metrics.SortedScores, str | None]:
+    """The candidates the one-run bound is computed on: all of them under a fair coin; under a stated inclusion
+    probability, the seeded subsample on which membership is a fair coin (:func:`fair_coin_subsample`; the mask is
+    drawn independently of the scores, so applying it to the sorted sides is the same draw)."""
+    if inclusion == 0.5:
+        return sides, coin
+    n1 = sides.n_members
+    keep = fair_coin_subsample(np.r_[np.ones(n1, bool), np.zeros(sides.n_nonmembers, bool)], inclusion)
+    fair = metrics.SortedScores.of(sides.members[keep[:n1]], sides.nonmembers[keep[n1:]], in_place=True)
+    if min(fair.n_members, fair.n_nonmembers) == 0:
+        raise ConfigError("--inclusion-probability: the fair-coin subsample has no member or no non-member; give "
+                          "more examples")
+    note = (f"inclusion probability {inclusion:g}: the bound is on a seeded subsample of {fair.n_members} members "
+            f"and {fair.n_nonmembers} non-members on which membership is a fair coin (rejection sampling); AUC and "
+            "ROC are on every example")
+    return fair, f"{coin}; {note}"
+
+
 def _bound(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray] | None, design: str, beta: float,
-           delta: float, claim: UserClaim | None) -> tuple[EpsilonLowerBound, float]:
+           delta: float, claim: UserClaim | None, coin: str | None = None) -> tuple[EpsilonLowerBound, float]:
     """The design's sound (eps, delta) lower bound (see the module docstring) and its ceiling."""
     relation, unit = ("add-remove", "example") if claim is None else (claim.relation, claim.unit)
     if design == "one-run":
@@ -290,7 +378,7 @@ def _bound(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray]
             raise ConfigError("multi-run design: needs at least 4 runs on each side")
         bound = multi_run_bound(mem, non, alpha=beta, delta=delta, threshold="split")
         ceiling = multi_run_ceiling(mem.size, non.size, alpha=beta, delta=delta)
-    notes = bound.notes + (ASSUMPTIONS[design],)
+    notes = bound.notes + (ASSUMPTIONS[design],) + ((coin,) if coin else ())
     return dataclasses.replace(bound, notes=notes, relation=relation, unit=unit), ceiling
 
 

@@ -49,6 +49,7 @@ class Scores:
     values: np.ndarray
     kind: str
     source: str
+    classes: int | None = None  # logits' / probabilities' width (None for scores and losses)
 
 
 def _finite(name: str, a: np.ndarray) -> np.ndarray:
@@ -69,7 +70,7 @@ def _probabilities(name: str, p: np.ndarray) -> np.ndarray:
     lo, hi = float(p.min()), float(p.max())
     if lo < 0 or hi > 1:
         raise ConfigError(f"{name}: probabilities must lie in [0, 1], found values from {lo:g} to {hi:g} "
-                          "(give kind=score for other scores)")
+                          "(give --kind score for other scores)")
     with np.errstate(divide="ignore"):
         return np.log(np.maximum(p, np.finfo(np.float64).tiny))
 
@@ -97,6 +98,12 @@ def statistic(kind: str, values: np.ndarray, labels: np.ndarray | None, name: st
     return logit_phi(torch.as_tensor(values), torch.as_tensor(y)).numpy()
 
 
+def scores_of(kind: str, values: np.ndarray, labels: np.ndarray | None, name: str, source: str) -> Scores:
+    """:class:`Scores` of ``values`` of ``kind`` (:func:`statistic`), with the class count of logits / probs."""
+    classes = int(np.shape(values)[1]) if kind in ("logits", "probs") and np.ndim(values) == 2 else None
+    return Scores(statistic(kind, values, labels, name), kind, source, classes)
+
+
 def _one_d(name: str, a: np.ndarray) -> np.ndarray:
     if a.ndim == 2 and 1 in a.shape:
         a = a.ravel()
@@ -118,13 +125,13 @@ def read_scores(path: str | Path, kind: str = "auto", labels: np.ndarray | None 
     if suffix == ".npy":
         values = read_npy(path)
         kind = kind if kind != "auto" else ("logits" if values.ndim == 2 and min(values.shape) > 1 else "score")
-        return Scores(statistic(kind, values, labels, name), kind, name)
+        return scores_of(kind, values, labels, name, name)
     if suffix == ".npz":
         arrays = read_npz(path)
         if set(arrays) == {"arr_0"}:
             values = arrays["arr_0"]
             kind = kind if kind != "auto" else ("logits" if values.ndim == 2 and min(values.shape) > 1 else "score")
-            return Scores(statistic(kind, values, labels, name), kind, name)
+            return scores_of(kind, values, labels, name, name)
         found = {"score": next((k for k in SCORE_KEYS if k in arrays), None),
                  "loss": next((k for k in LOSS_KEYS if k in arrays), None),
                  "logits": "logits" if "logits" in arrays else None,
@@ -139,21 +146,21 @@ def read_scores(path: str | Path, kind: str = "auto", labels: np.ndarray | None 
             raise ConfigError(f"{name}: kind {kind!r} needs key {kind if kind != 'score' else 'scores'!r} "
                               f"(found: {', '.join(sorted(arrays)) or 'none'})")
         labs = arrays.get("labels", labels)
-        return Scores(statistic(kind, arrays[key], labs, f"{name}[{key}]"), kind, name)
+        return scores_of(kind, arrays[key], labs, f"{name}[{key}]", name)
     if suffix in (".csv", ".txt"):
         header, data = read_csv(path, text_column="label")
         if header is not None and "label" in header:
             j = header.index("label")
             logits = np.delete(data, j, axis=1)
             kind = "logits" if kind == "auto" else kind
-            return Scores(statistic(kind, logits, data[:, j], name), kind, name)
+            return scores_of(kind, logits, data[:, j], name, name)
         if kind == "auto":
             kind = "loss" if header is not None and header[0] in LOSS_KEYS else "score"
             if data.shape[1] > 1:
                 raise ConfigError(f"{name}: {data.shape[1]} columns; give one column of scores or losses, "
                                   "or a 'label' column beside one column per class (logits)")
         values = data if kind in ("logits", "probs") else data[:, 0] if data.shape[1] == 1 else data
-        return Scores(statistic(kind, values, labels, name), kind, name)
+        return scores_of(kind, values, labels, name, name)
     raise ConfigError(f"{name}: unknown file type {suffix or '(none)'!r}; accepted: .npy, .npz, .csv")
 
 
@@ -179,7 +186,16 @@ def read_tf_privacy(path: str | Path) -> tuple[Scores, Scores]:
                 labels = arrays.get(f"labels_{side}")
                 if kind != "loss" and labels is None:
                     raise ConfigError(f"{path}: key 'labels_{side}' missing ({key} need labels)")
-                sides.append(Scores(statistic(kind, arrays[key], labels, f"{path}[{key}]"), kind, f"{path}[{key}]"))
+                sides.append(scores_of(kind, arrays[key], labels, f"{path}[{key}]", f"{path}[{key}]"))
+            check_same_classes(*sides)
             return sides[0], sides[1]
     raise ConfigError(f"{path}: no TF-Privacy keys (accepted: logits_train/logits_test + labels_train/labels_test, "
                       f"probs_*, loss_train/loss_test; found: {', '.join(sorted(arrays)) or 'none'})")
+
+
+def check_same_classes(members: Scores, nonmembers: Scores) -> None:
+    """Refuse logits / probabilities of different widths on the two sides: one model gives every example the same
+    classes, so two widths mean two models (or a misaligned file)."""
+    if members.classes is not None and nonmembers.classes is not None and members.classes != nonmembers.classes:
+        raise ConfigError(f"{members.source} and {nonmembers.source}: {members.kind} of {members.classes} and "
+                          f"{nonmembers.classes} classes; both sides must come from one model with the same classes")

@@ -81,9 +81,22 @@ def load_callable(reference: str, field: str) -> Callable[..., Any]:
     return value
 
 
+def _check_no_arguments(make: Callable[..., Any], factory: object) -> None:
+    """Refuse a factory that cannot be called with no arguments (e.g. ``os:system``), before calling it."""
+    import inspect
+
+    try:
+        inspect.signature(make).bind()
+    except TypeError as exc:
+        raise ConfigError(f"factory {factory!r}: must build the model when called with no arguments ({exc})") from None
+    except ValueError:
+        return  # no signature to read (some builtins): the call itself decides
+
+
 def build(factory: str | Callable[[], nn.Module], seed: int | None = None) -> nn.Module:
     """Call the factory (under ``torch.manual_seed(seed)`` when given, so initialisation is reproducible)."""
     make = load_callable(factory, "factory") if isinstance(factory, str) else factory
+    _check_no_arguments(make, factory)
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)

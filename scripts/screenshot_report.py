@@ -40,10 +40,25 @@ window.addEventListener("load", function () {
 </script>"""
 
 
+#: Executables tried on PATH, in order: full Chromium / Chrome, then the headless shells (Debian's
+#: chromium-headless-shell package, Google's chrome-headless-shell, Playwright's headless_shell).
+NAMES = ("chromium", "chromium-browser", "google-chrome", "chromium-headless-shell", "chrome-headless-shell",
+         "headless_shell")
+#: Playwright's download of the headless shell, when it is not on PATH.
+PLAYWRIGHT = "ms-playwright/chromium_headless_shell-*/chrome-linux*/*headless_shell"
+
+
 def chromium() -> str:
-    found = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+    """The browser to run: $PRIVAUDIT_CHROMIUM, else the first of :data:`NAMES` on PATH, else Playwright's shell."""
+    import glob
+    import os
+
+    cache = os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache"))
+    found = (os.environ.get("PRIVAUDIT_CHROMIUM") or next((p for p in map(shutil.which, NAMES) if p), None)
+             or next(iter(sorted(glob.glob(os.path.join(cache, PLAYWRIGHT)), reverse=True)), None))
     if found is None:
-        raise SystemExit("screenshot_report: no chromium found (Debian: apt-get install chromium)")
+        raise SystemExit(f"screenshot_report: no chromium found (tried {', '.join(NAMES)} and Playwright's cache; "
+                         "Debian: apt-get install chromium or chromium-headless-shell; or set PRIVAUDIT_CHROMIUM)")
     return found
 
 

@@ -45,7 +45,9 @@ def test_bound_is_sound_and_positive_for_a_large_shift():
         assert max(bounds) <= true_eps, (mu, bounds, true_eps)
     assert min(bounds) > 2.0, bounds  # mu = 4: almost every top guess is right
     a = audit_scores(*fair_coin_scores(4.0, 2000, 0), delta=delta)
-    assert a.bound.confidence == pytest.approx(0.95) and a.bound.delta == delta
+    # the fair-coin test of the counts spends 10% of beta; the bound the rest, so the two together hold at 95%
+    assert a.bound.confidence == pytest.approx(1 - 0.9 * 0.05) and a.bound.delta == delta
+    assert any("binomial" in n for n in a.bound.notes)
     assert "fair coin" in a.assumption and a.bound.method == "one-run-search"
 
 
@@ -139,3 +141,17 @@ def test_rejects_mismatched_pairs_and_wrong_keys(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "loss_test" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("claim, code", [("1", 1), ("8", 0)])
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_exit_status_is_1_when_the_claim_is_refuted(tmp_path, capsys, claim, code, json_flag):
+    """A pipeline acts on the exit status: 1 when the verdict is "refuted", 0 when not (table or JSON alike)."""
+    mem, non = fair_coin_scores(4.0, 2000, 0)
+    np.save(tmp_path / "m.npy", mem)
+    np.save(tmp_path / "n.npy", non)
+    argv = ["audit-scores", "--members", str(tmp_path / "m.npy"), "--nonmembers", str(tmp_path / "n.npy"),
+            "--claimed-epsilon", claim, "--delta", "1e-5", *json_flag]
+    assert main(argv) == code
+    out = capsys.readouterr().out
+    assert ("refuted" if code else "not refuted") in out

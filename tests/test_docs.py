@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results.md"
-REPORT = ROOT / "reports" / "quickstart" / "report.json"
+REPORT = ROOT / "reports" / "reference" / "quickstart" / "report.json"
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
 # Written by hand (not generated), measurements excluded: docs/notes/ keeps the measurements behind the code.
 PROSE = [p for p in PAGES if p != RESULTS and "notes" not in p.relative_to(ROOT).parts]
@@ -144,7 +144,8 @@ def test_every_relative_link_resolves(page):
 
 
 def test_results_page_is_what_the_committed_report_renders():
-    """docs/results.md and its figures come from reports/quickstart/report.json (read by the one checked reader):
+    """docs/results.md and its figures come from reports/reference/quickstart/report.json (read by the one checked
+    reader):
     rerender and compare (the figures carry the report's digest; their pixels depend on the matplotlib version, so
     they are not compared)."""
     from PIL import Image
@@ -153,11 +154,24 @@ def test_results_page_is_what_the_committed_report_renders():
     from privaudit.audit.report.schema import load_report
 
     report_bytes = REPORT.read_bytes()
-    text, figures = render(load_report(REPORT.parent), report_bytes, "reports/quickstart/report.json")
+    text, figures = render(load_report(REPORT.parent), report_bytes, "reports/reference/quickstart/report.json")
     assert RESULTS.read_text(encoding="utf-8") == text, "run: python scripts/render_results.py"
     for name in figures:
         with Image.open(RESULTS.parent / name) as image:
             assert image.text.get("Source") == digest(report_bytes), f"{name}: run python scripts/render_results.py"
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")
+def test_a_quickstart_run_leaves_the_clone_clean_and_the_reference_tracked():
+    """``privaudit run quickstart`` writes reports/quickstart/ (the suite's ``out``): git ignores all of it; the
+    committed reference run's report.json is the one file under reports/reference/ that git tracks."""
+    def ignored(path: str) -> bool:
+        done = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT)
+        assert done.returncode in (0, 1)
+        return done.returncode == 0
+    assert all(ignored(f"reports/quickstart/{f}") for f in ("report.json", "report.html", "evidence/x.npz"))
+    assert not ignored("reports/reference/quickstart/report.json") and ignored("reports/reference/quickstart/x.html")
+    assert 'out = "reports/quickstart"' in (ROOT / "suites" / "quickstart.toml").read_text()
 
 
 # What a typed measurement looks like: a decimal with two or more significant digits (0.549, 3.39, 0.91), a

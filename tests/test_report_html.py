@@ -8,7 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
-CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
+CHROMIUM = next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome",
+                                                      "chromium-headless-shell", "chrome-headless-shell")) if p), None)
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
          "--disable-sync", "--no-first-run", "--hide-scrollbars"]
 
@@ -48,6 +49,26 @@ def test_report_html_renders_in_headless_chromium(tiny_run, tmp_path):
     red = (rgb[..., 0] > 0.7) & (rgb[..., 1] < 0.5) & (rgb[..., 2] < 0.5)
     assert red.sum() > 200
     assert np.isfinite(image).all()
+
+
+def test_the_screenshot_script_finds_a_headless_shell(monkeypatch, tmp_path):
+    """Only chromium-headless-shell on PATH (no full browser): found; PRIVAUDIT_CHROMIUM wins; none: one line."""
+    script = _screenshot_script()
+    monkeypatch.delenv("PRIVAUDIT_CHROMIUM", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(script.shutil, "which", lambda n: f"/usr/bin/{n}" if n == "chromium-headless-shell" else None)
+    assert script.chromium() == "/usr/bin/chromium-headless-shell"
+    monkeypatch.setenv("PRIVAUDIT_CHROMIUM", "/opt/shell")
+    assert script.chromium() == "/opt/shell"
+    monkeypatch.delenv("PRIVAUDIT_CHROMIUM")
+    monkeypatch.setattr(script.shutil, "which", lambda n: None)
+    shell = tmp_path / "ms-playwright" / "chromium_headless_shell-1169" / "chrome-linux" / "headless_shell"
+    shell.parent.mkdir(parents=True)
+    shell.touch()
+    assert script.chromium() == str(shell)
+    shell.unlink()
+    with pytest.raises(SystemExit, match="no chromium found .*chromium-headless-shell"):
+        script.chromium()
 
 
 def _screenshot_script():

@@ -6,21 +6,25 @@ from __future__ import annotations
 import argparse
 
 from privaudit.audit.commands.common import (SEED, add_claim_args, add_output_args, claim_of, emit_json,
-                                             format_table, integer)
+                                             format_table, integer, refuted_status,
+                                             show_required)
 
 HELP = ("audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
         "training function by canary runs: a verdict on your claim and the design's ceiling")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit-model", help=HELP, description=HELP + ". --members/--nonmembers: .npz with x and y, a "
+    p = sub.add_parser("audit-model", help=HELP, description=HELP[0].upper() + HELP[1:] + ". --members/--nonmembers: "
+                       ".npz with x and y, a "
                        "CSV of features with a label column, or an ImageFolder directory. --factory and --train-fn are "
-                       "code privaudit imports and runs.")
+                       "code privaudit imports and runs. Exit status 1 when the claim is refuted.")
     p.add_argument("--factory", required=True, metavar="MODULE:FUNCTION", help="builds the model (no arguments)")
     p.add_argument("--weights", required=True, metavar="FILE",
                    help="the trained state_dict: .safetensors, or .pt/.pth (torch.load weights_only=True)")
-    p.add_argument("--members", default=None, metavar="PATH", help="the examples the model was trained on")
-    p.add_argument("--nonmembers", default=None, metavar="PATH", help="examples it was not trained on")
+    sides = [p.add_argument("--members", default=None, metavar="PATH", help="the examples the model was trained on "
+                            "(required)"),
+             p.add_argument("--nonmembers", default=None, metavar="PATH", help="examples it was not trained on "
+                            "(required)")]
     p.add_argument("--population", default=None, metavar="PATH",
                    help="other examples from the same distribution (for LiRA's and RMIA's reference models)")
     p.add_argument("--train-fn", default=None, metavar="MODULE:FUNCTION",
@@ -39,6 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="write report.html, report.md, report.json, plots and each attack's "
                    "scores here")
     add_output_args(p)
+    show_required(p, sides)
     p.set_defaults(func=run)
 
 
@@ -54,13 +59,13 @@ def run(args: argparse.Namespace) -> int:
                     progress=not args.json)
     if args.json:
         emit_json(a.to_dict())
-        return 0
+        return refuted_status(a.verdict)
     headers = ["attack", "AUC", "advantage", *[f"TPR@{100 * t:g}%FPR" for t in FPR_TARGETS], "eps_lb", "ceiling"]
     rows = [[name, s["auc"], s["advantage"], *[s["tpr_at_fpr"][fpr_key(t)] for t in FPR_TARGETS],
              s["eps_lower_bound"], s["ceiling"]] for name, s in a.attacks.items()]
     print(format_table(headers, rows))
     for name, s in a.attacks.items():
-        print(f"{name}: {s['eps_lb_method']}")
+        print(f"{name}: {s['eps_lb_method']}; ceiling: {s['ceiling_design']}")
         if "eps_lb_mechanism" in s:
             print(f"{name} vs the claim's mechanism: epsilon >= {s['eps_lb_mechanism']:.4g} (ceiling "
                   f"{s['mechanism_ceiling']:.4g})")
@@ -68,4 +73,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"verdict ({a.verdict_attack}): {a.verdict.statement}")
     if args.out:
         print(f"report: {args.out}/report.html")
-    return 0
+    return refuted_status(a.verdict)

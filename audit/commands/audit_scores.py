@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from privaudit.audit.commands.common import add_claim_args, add_output_args, claim_of, emit_json, format_table
+from privaudit.audit.commands.common import (PROBABILITY, add_claim_args, add_output_args, claim_of, emit_json,
+                                             format_table, number, refuted_status)
 from privaudit.audit.score_inputs import KINDS
 from privaudit.audit.score_audit import DESIGNS
 
@@ -13,9 +15,12 @@ HELP = ("audit your own member / non-member scores: ROC, AUC, advantage, TPR at 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("audit-scores", help=HELP)
-    p.add_argument("--members", default=None, help="members' scores, losses or logits (.npy, .npz, .csv)")
-    p.add_argument("--nonmembers", default=None, help="non-members' scores, losses or logits (.npy, .npz, .csv)")
+    p = sub.add_parser("audit-scores", help=HELP,
+                       description=HELP[0].upper() + HELP[1:] + ". Exit status 1 when the claim is refuted.")
+    p.add_argument("--members", default=None, help="members' scores, losses or logits (.npy, .npz, .csv); required "
+                   "unless --tf-privacy")
+    p.add_argument("--nonmembers", default=None, help="non-members' scores, losses or logits (.npy, .npz, .csv); "
+                   "required unless --tf-privacy")
     p.add_argument("--tf-privacy", default=None, metavar="FILE.npz",
                    help="one .npz in TF-Privacy's AttackInputData layout (logits_train/_test + labels_train/_test, "
                         "or loss_train/_test) instead of --members/--nonmembers")
@@ -24,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--design", default="one-run",
                    help=f"how the members were chosen, which decides the sound bound: {', '.join(DESIGNS)} "
                         "(one-run: each example included by an independent fair coin in one training run)")
+    p.add_argument("--inclusion-probability", type=number(**PROBABILITY), default=0.5, metavar="P",
+                   help="one-run design: the known probability with which each example was included, independently "
+                        "(default 0.5, a fair coin); the counts are tested against it and the bound is computed on a "
+                        "subsample on which membership is a fair coin")
     add_claim_args(p, default_delta=1e-5)
     p.add_argument("--out", default=None,
                    help="write report.json, report.md, report.html, roc.png, histogram.png, scores.npz here")
@@ -40,19 +49,22 @@ def run(args: argparse.Namespace) -> int:
 
     claim = claim_of(args)
     a = audit_scores(args.members, args.nonmembers, kind=args.kind, tf_privacy=args.tf_privacy, delta=args.delta,
-                     beta=1 - args.confidence, design=args.design, claim=claim, out=args.out, force=args.force)
+                     beta=1 - args.confidence, design=args.design, claim=claim,
+                     inclusion_probability=args.inclusion_probability, out=args.out, force=args.force)
+    for warning in a.warnings:
+        print(f"privaudit: warning: {warning}", file=sys.stderr)
     if args.json:
         d = a.to_dict()
         d.pop("roc")
         d.pop("histogram")
         emit_json(d)
-        return 0
+        return refuted_status(a.verdict)
     s = a.summary
     print(f"{s['n_members']} members, {s['n_nonmembers']} non-members ({a.inputs['kind']})")
     rows = [["AUC", s["auc"]], ["advantage (max TPR - FPR)", s["advantage"]],
             ["balanced accuracy", s["balanced_accuracy"]],
             *[[f"TPR@{100 * float(k):g}%FPR", v] for k, v in s["tpr_at_fpr"].items()],
-            ["epsilon lower bound", a.bound.epsilon], ["ceiling (every guess right)", a.ceiling]]
+            ["epsilon lower bound", a.bound.epsilon], [f"ceiling ({a.ceiling_design})", a.ceiling]]
     if a.mechanism is not None:
         rows += [["epsilon vs the claim's mechanism", a.mechanism.epsilon], ["its ceiling", a.mechanism_ceiling]]
     print(format_table(["measure", "value"], rows))
@@ -62,4 +74,4 @@ def run(args: argparse.Namespace) -> int:
         print(f"verdict: {a.verdict.statement}")
     if args.out:
         print(f"report: {args.out}/report.html (also report.md, report.json, roc.png, histogram.png)")
-    return 0
+    return refuted_status(a.verdict)

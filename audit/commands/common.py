@@ -159,8 +159,9 @@ def check_plugins(defense: str, params: dict[str, Any], allow_plugins: bool) -> 
                                   "--allow-plugins to allow it")
 
 
-def emit_json(obj: Any) -> None:
-    sys.stdout.write(to_json(obj) + "\n")
+def emit_json(obj: Any, *, one_line: bool = False) -> None:
+    """Print ``obj`` as JSON (indented; ``one_line``: on one line, for one object per line)."""
+    sys.stdout.write(to_json(obj, indent=None if one_line else 2) + "\n")
 
 
 def format_table(headers: list[str], rows: list[list[Any]], width: int = TABLE_WIDTH) -> str:
@@ -204,11 +205,12 @@ def add_claim_args(parser: argparse.ArgumentParser, *, default_delta: float | No
                         help="the claim's delta" + (f" (default {default_delta:g})" if default_delta else ""))
     parser.add_argument("--relation", default="add-remove", help=f"the claim's neighbouring relation: "
                         f"{', '.join(RELATIONS)} (default add-remove)")
-    parser.add_argument("--unit", default="example", help=f"the claim's privacy unit: {', '.join(UNITS)}")
+    parser.add_argument("--unit", default="example", help=f"the claim's privacy unit: {', '.join(UNITS)} "
+                        "(default example)")
     parser.add_argument("--opacus-state", default=None, metavar="FILE",
                         help="an Opacus accountant's saved state_dict (torch.save(accountant.state_dict(), FILE)): "
                              "the claim is its history's epsilon at --delta, tested against that mechanism")
-    parser.add_argument("--confidence", type=number(positive=True), default=0.95,
+    parser.add_argument("--confidence", type=number(**PROBABILITY), default=0.95,
                         help="confidence of the bounds and the verdict (default 0.95)")
     parser.add_argument("--force", action="store_true",
                         help="overwrite files in --out that privaudit did not write (or that changed since)")
@@ -221,3 +223,19 @@ def claim_of(args: argparse.Namespace) -> Any:
     if not 0 < args.confidence < 1:
         raise ConfigError(f"--confidence: must lie in (0, 1), got {args.confidence!r}")
     return claim_from_args(args.claimed_epsilon, args.delta, args.relation, args.unit, args.opacus_state)
+
+
+def refuted_status(verdict: Any) -> int:
+    """The exit status of an audit of a user's claim: 1 when the verdict is "refuted" (a pipeline can act on it),
+    else 0 (not refuted, or no claim given)."""
+    return 1 if verdict is not None and verdict.verdict == "refuted" else 0
+
+
+def show_required(parser: argparse.ArgumentParser, actions: list[argparse.Action]) -> None:
+    """Show ``actions`` as required in ``parser``'s usage line while the command checks them itself (its one-line
+    message naming both, rather than argparse's)."""
+    for action in actions:
+        action.required = True
+    parser.usage = parser.format_usage().removeprefix("usage: ").rstrip("\n")
+    for action in actions:
+        action.required = False

@@ -11,7 +11,9 @@ from privaudit.audit.commands.common import format_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gate", help="print a run's gate per cell (bound, claim, margin) and exit 1 if it failed")
+    text = "print a run's gate per cell (bound, claim, margin) and exit 1 if it failed"
+    p = sub.add_parser("gate", help=text, description=text[0].upper() + text[1:] + ": every verdict is recomputed "
+                       "from the run's saved evidence, never from report.json (docs/gate.md).")
     p.add_argument("directory", help="the run's output directory (holding report.json and the cells' evidence)")
     p.set_defaults(func=run)
 

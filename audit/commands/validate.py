@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     results = [check(path, args.data_dir, args.allow_plugins, not args.no_machine_checks) for path in args.suites]
     for result in results:
         if args.json:
-            emit_json(result)
+            emit_json(result, one_line=True)
         else:
             print(line(result), file=sys.stdout if result["valid"] else sys.stderr)
     return 0 if all(r["valid"] for r in results) else 2

@@ -73,6 +73,10 @@ class SplitConfig:
         if self.public + self.shadow + self.test >= 0.95:
             raise ConfigError("splits: public + shadow + test must leave at least 5% for the audit pool")
         check_probability("splits.inclusion_probability", self.inclusion_probability)
+        if self.inclusion_probability != 0.5:
+            raise ConfigError(f"splits.inclusion_probability: must be 0.5, got {self.inclusion_probability!r}: the "
+                              "one-run bounds on the audit pool assume each candidate is included by a fair coin "
+                              "(Steinke et al. 2023); another probability would make the base rate look like leakage")
         for name in ("max_examples", "max_test"):
             value = getattr(self, name)
             if value is not None and value < 10:

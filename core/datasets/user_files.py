@@ -47,6 +47,18 @@ class Examples:
         return int(self.y.size)
 
 
+def check_distinct(first: object, second: object, fields: str = "--members and --nonmembers") -> None:
+    """Refuse the same file or folder given for both sides (a path compared after resolving links; arrays are not
+    paths and pass): members scored against themselves give AUC 0.5 and a verdict on nothing."""
+    if not isinstance(first, (str, Path)) or not isinstance(second, (str, Path)):
+        return
+    a, b = Path(first), Path(second)
+    same = a.resolve() == b.resolve() or (a.exists() and b.exists() and a.samefile(b))
+    if same:
+        raise ConfigError(f"{fields}: both are {str(first)!r}; give the examples the model was trained on and "
+                          "examples it was not, in two different files or folders")
+
+
 def read_examples(path: str | Path, field: str) -> Examples:
     """The labelled examples in ``path`` (see the module docstring); bad input names ``field`` and the file."""
     path = Path(path)

@@ -1,0 +1,127 @@
+"""The time left is estimated from the run's first line: each task's planned cost (:mod:`privaudit.audit.stage_costs`)
+at the speed measured on the finished tasks, then their measured times. On tests/test_progress.py's replay of the
+quickstart's schedule, with priors wrong for this machine by a common factor and by each task's own error, the
+estimate exists from the start and is within 25% of the time left from a tenth of the run on (30 s near the end);
+the same priors taken at face value (no speed correction, planted) are not."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from privaudit.audit import stage_costs
+from privaudit.audit.progress import CELL_STAGES, Progress
+from privaudit.audit.suite import parse_suite
+from test_progress import FakeClock, schedule
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+
+def priors_for(tasks, machine: float, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Each task's priors: its true stage times divided by ``machine`` (the machine is that much slower than the
+    priors assume), each task off by its own factor in [0.75, 1.33] (the priors' proportions are not exact)."""
+    rng = np.random.default_rng(seed)
+    return {task_id: {k: v / machine * float(np.exp(rng.uniform(-0.29, 0.29))) for k, v in stages.items()}
+            for task_id, _, _, stages in tasks}
+
+
+def replay_from_start(jobs: int, machine: float, step: float = 5.0, speed=None):
+    """(time, estimate, truth) every ``step`` seconds from 0 to the end; ``speed`` replaces the measured speed."""
+    clock = FakeClock()
+    progress = Progress(jobs=jobs, now=clock)
+    if speed is not None:
+        progress.speed = speed  # planted: the priors as they are
+    tasks, events, end = schedule(jobs)
+    priors = priors_for(tasks, machine)
+    for task_id, kind, group, stages in tasks:
+        order = (*CELL_STAGES, *[s for s in stages if s not in CELL_STAGES]) if kind == "cell" else ()
+        progress.add(task_id, kind, group, order, priors[task_id])
+    samples, i, t = [], 0, 0.0
+    while t < end:
+        while i < len(events) and events[i][0] <= t:
+            at, what, task_id, payload = events[i]
+            {"start": lambda: progress.start(task_id, at), "stage": lambda: progress.enter_stage(task_id, payload, at),
+             "finish": lambda: progress.finish(task_id, payload, at)}[what]()
+            i += 1
+        clock.t = t
+        samples.append((t, progress.estimate()[0], end - t))
+        t += step
+    return samples, end
+
+
+def off_by_more_than(samples, end: float, tolerance: float = 0.25, after: float = 0.1) -> list:
+    """Samples from ``after`` of the run on whose estimate is off by more than ``tolerance`` (30 s when < 120 s
+    are left: a fraction of a short remainder is a few seconds)."""
+    return [(t, None if e is None else round(e), round(truth)) for t, e, truth in samples if t >= after * end
+            and (e is None or abs(e - truth) > (tolerance * truth if truth >= 120 else 30))]
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+@pytest.mark.parametrize("machine", [0.6, 1.0, 1.6])
+def test_estimate_from_the_start_within_25_percent_after_a_tenth(jobs, machine):
+    samples, end = replay_from_start(jobs, machine)
+    assert all(e is not None for _, e, _ in samples)  # from the first line on
+    assert off_by_more_than(samples, end) == []
+
+
+def test_priors_at_face_value_fail_the_same_check():
+    samples, end = replay_from_start(2, 1.6, speed=lambda kind=None: 1.0)
+    assert len(off_by_more_than(samples, end)) > 10
+
+
+def test_planned_work_of_the_quickstart():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "suites" / "quickstart.toml"
+    suite = parse_suite(tomllib.loads(path.read_text()), str(path))
+    cells = {spec.defense.label: stage_costs.cell_priors(spec) for spec in suite.cells()}
+    assert cells["supervised"]["lira-16"] == 2 * stage_costs.STAGE_SECONDS["lira"]  # 16 reference models, not 8
+    assert cells["supervised"]["epsilon"] == 0.0 and cells["dp-gcl"]["epsilon"] > 0
+    gcl = next(spec for spec in suite.cells() if spec.defense.label == "dp-gcl")
+    assert set(cells["dp-gcl"]) == {*CELL_STAGES, *(a.label for a in gcl.attacks)}
+    assert stage_costs.sensitivity_prior(suite.sensitivity) == 400 * stage_costs.SECONDS_PER_EVALUATION
+    step = suite.step_audit
+    assert stage_costs.step_audit_prior(step, "dpcl-simclr") > stage_costs.step_audit_prior(step, "dpsgd")
+
+
+def test_untracked_work_with_a_prior_is_in_the_estimate_and_each_line_parses():
+    clock = FakeClock()
+    progress = Progress(jobs=1, now=clock)
+    progress.add("digits/nonprivate/seed=0", "cell", "nonprivate", CELL_STAGES,
+                 {"train": 4.0, "utility": 1.0, "epsilon": 0.0})
+    progress.plan_phase("the sensitivity checks", 100.0)
+    progress.plan_phase("the step audits")
+    progress.enter_stage("digits/nonprivate/seed=0", "train", 0.0)
+    clock.t = 1.0
+    # 3 s of training and 1 s of utility at the planned speed, then the planned sensitivity checks
+    assert progress.line().endswith("about 104s left, then the step audits (not timed)")
+    progress.finish("digits/nonprivate/seed=0", {"train": 8.0, "utility": 2.0, "epsilon": 0.0}, at=10.0)
+    clock.t = 10.0
+    progress.begin_phase("the sensitivity checks")
+    clock.t = 50.0
+    line = progress.line()  # the cell took twice its plan: the checks are planned at 200 s, 40 s in
+    assert re.fullmatch(r"\[privaudit \+(\d+)s\] .*; about (\d+)s left, then the step audits \(not timed\)", line)
+    assert line.startswith("[privaudit +50s]") and "about 160s left" in line
+
+
+def test_the_eta_script_reads_the_error_at_each_fraction_of_a_log(tmp_path, capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "eta_error.py"
+    spec = importlib.util.spec_from_file_location("eta_error", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    log = tmp_path / "run.log"
+    log.write_text("[privaudit +5s] 0/2 cells done; running a; time left: estimated once a cell has finished\n"
+                   "[1/2] digits/a: train 1.0s  done\n"
+                   "[privaudit +20s] 1/2 cells done; running b; about 100s left\n"
+                   "[privaudit +100s] 1/2 cells done; running b; about 10s left\n")
+    assert script.main([str(log), "--total", "200"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "10%: +20s, estimate 100s, truth 180s, error -44.4%", "50%: +100s, estimate 10s, truth 100s, error -90.0%"]
