@@ -173,3 +173,16 @@ def test_old_evidence_without_the_new_counts_is_not_judged():
     c["gate"] = gate
     notes = " ".join(suite_gate([c], [], None, GateConfig())["notes"])
     assert "2 released-noise checks not judged" in notes and "1 released-noise checks (pooled" in notes
+
+
+def test_the_report_names_a_failing_check_and_tensor():
+    from privaudit.audit.report.summary import released_noise_text
+
+    z = 1.3
+    reused, missing, old = gate_cells([cell(simulate("reused"), z), cell(simulate("missing"), z),
+                                       cell({k: v for k, v in simulate("none").items() if k.startswith("noise_")}, z)],
+                                      GateConfig())
+    assert "(reused or correlated: FAIL)" in released_noise_text(reused["released_noise"][0])
+    text = released_noise_text(missing["released_noise"][0])
+    assert "per tensor: FAIL on 'b'" in text and "across steps" in text and "consistent" in text
+    assert "across steps: not judged; per tensor: not judged" in released_noise_text(old["released_noise"][0])
