@@ -14,14 +14,17 @@ multiplier of the gradient release):
   correct release with probability alpha. More noise (std >= z_c), or a canary contribution other than the designed
   one, only makes S stochastically larger (a difference of mean m has E = m^2 + 2 z^2). Noise reused from one step
   to the next makes the differences 0, a correlation rho > 0 shrinks their variance to 2 z^2 (1 - rho): the lower
-  tail rejects. It cannot see reuse between steps it does not pair (steps 1 and 2, or 0 and 5), reuse confined to a
-  tensor too small to move the pooled sum, nor correlation across coordinates within a step.
+  tail rejects. It cannot see reuse between steps it does not pair (steps 1 and 2, or 0 and 5), nor correlation
+  across coordinates within a step; reuse confined to a tensor too small to move the pooled sum is left to the
+  per-tensor test.
 * **coverage of every parameter tensor** (``tensor_noise``: per tensor the residual count n_g and sum of squares
-  ss_g): the pooled check on each tensor's residuals, S_g = ss_g / z_c^2 ~ chi^2_{n_g} under the claim, each at
-  alpha / K over the K tensors holding residuals (Bonferroni: a correct release fails some tensor with probability
-  at most alpha). A tensor without noise has residuals ~0 (float rounding), so a few of its canaries over two steps
-  reject far below any level the gate uses. A tensor with no canary is not covered (it is listed as such); the
-  canaries are placed so that every tensor holds some (:mod:`privaudit.attacks.canary_strata`).
+  ss_g, and its step pairs' count and squared differences): on each tensor's residuals the pooled check,
+  S_g = ss_g / z_c^2 ~ chi^2_{n_g} under the claim, and the step-pair test above, every one of the L tests at
+  alpha / L (Bonferroni: a correct release fails some tensor with probability at most alpha). A tensor without
+  noise has residuals ~0 (float rounding), so a few of its canaries over two steps reject far below any level the
+  gate uses, and noise reused on one tensor only is seen there. A tensor with no canary is not covered (it is
+  listed as such); the canaries are placed so that every tensor holds some
+  (:mod:`privaudit.attacks.canary_strata`).
 
 Both are exact under the claim's mechanism (fresh Gaussian noise on every coordinate and step) and read only the
 counts a run saves, so the gate recomputes them against the cell's own claim.
@@ -68,21 +71,28 @@ def independence_check(counts: Mapping[str, Any], claimed_multiplier: float, *,
 
 def tensor_checks(counts: Mapping[str, Any], claimed_multiplier: float, *,
                   alpha: float = NOISE_ALPHA) -> dict[str, Any] | None:
-    """The per-tensor test of the module docstring from ``tensor_noise`` ({name: {"n", "ss"}}); None without it.
+    """The per-tensor tests of the module docstring from ``tensor_noise`` ({name: {"n", "ss", "pair_n",
+    "pair_ss"}}); None without it.
 
-    Returns ``tensors`` (each covered tensor's test at ``alpha_each`` = alpha / K), ``uncovered`` (tensors without a
-    residual), ``rejected`` (the names of the tensors that fail; the family fails when any does)."""
+    Returns ``tensors`` (each covered tensor's ``variance`` test and, with step pairs, its ``pairs`` test, every one
+    at ``alpha_each`` = alpha / L over the L tests), ``uncovered`` (tensors without a residual) and ``rejected`` (the
+    names of the tensors with a failing test; the family fails when any does)."""
     _check_args(claimed_multiplier, alpha)
     per = counts.get("tensor_noise")
     if not per:
         return None
     z2 = float(claimed_multiplier) ** 2
     covered = {name: c for name, c in per.items() if int(c.get("n") or 0) > 0}
-    each = alpha / max(1, len(covered))
-    tensors = {name: _lower_tail(int(c["n"]), float(c["ss"]) / z2, each) for name, c in covered.items()}
-    return {"tensors": tensors, "uncovered": sorted(set(per) - set(covered)), "alpha": alpha, "alpha_each": each,
-            "claimed_multiplier": float(claimed_multiplier),
-            "rejected": sorted(name for name, t in tensors.items() if t["rejected"])}
+    tests = sum(1 + (int(c.get("pair_n") or 0) > 0) for c in covered.values())
+    each = alpha / max(1, tests)
+    tensors = {}
+    for name, c in covered.items():
+        tensors[name] = {"variance": _lower_tail(int(c["n"]), float(c["ss"]) / z2, each)}
+        if int(c.get("pair_n") or 0) > 0:
+            tensors[name]["pairs"] = _lower_tail(int(c["pair_n"]), float(c["pair_ss"]) / (2 * z2), each)
+    return {"tensors": tensors, "uncovered": sorted(set(per) - set(covered)), "alpha": alpha, "tests": tests,
+            "alpha_each": each, "claimed_multiplier": float(claimed_multiplier),
+            "rejected": sorted(name for name, t in tensors.items() if any(v["rejected"] for v in t.values()))}
 
 
 def structure_checks(counts: Mapping[str, Any], claimed_multiplier: float) -> dict[str, dict[str, Any]]:
@@ -99,15 +109,23 @@ def describe_failures(structure: Mapping[str, Mapping[str, Any]]) -> list[tuple[
     out = []
     pairs = structure.get("independence") or {}
     if pairs.get("rejected"):
-        out.append((INDEPENDENCE, f"{INDEPENDENCE}: the differences of its canary residuals over {pairs['n']} "
-                                  f"disjoint step pairs have {pairs['std_ratio']:.4g} of the std fresh noise gives "
+        out.append((INDEPENDENCE, f"{INDEPENDENCE}: the differences of its canary residuals over disjoint "
+                                  f"step pairs ({pairs['n']} coordinate-pair cells) have {pairs['std_ratio']:.4g} of the std fresh noise gives "
                                   f"(chi-square p = {pairs['p']:.3g}, level {pairs['alpha']:g}): its release reuses "
                                   "or correlates its noise across steps"))
     tensors = structure.get("tensors") or {}
+    level = f"level {{:.3g}} = {tensors.get('alpha', 0):g} / {tensors.get('tests')} tests"
     for name in tensors.get("rejected") or []:
-        t = tensors["tensors"][name]
-        out.append((PER_TENSOR, f"{PER_TENSOR}: tensor {name!r}: the noise on its {t['n']} canary residuals has "
-                                f"{t['std_ratio']:.4g} of the claimed std (chi-square p = {t['p']:.3g}, level "
-                                f"{t['alpha']:.3g} = {tensors['alpha']:g} / {len(tensors['tensors'])} tensors): its "
-                                "release adds less noise on this tensor than its claim states"))
+        v, pairs = tensors["tensors"][name]["variance"], tensors["tensors"][name].get("pairs") or {}
+        if v["rejected"]:
+            out.append((PER_TENSOR, f"{PER_TENSOR}: tensor {name!r}: the noise on its {v['n']} canary residuals has "
+                                    f"{v['std_ratio']:.4g} of the claimed std (chi-square p = {v['p']:.3g}, "
+                                    f"{level.format(v['alpha'])}): its release adds less noise on this tensor than "
+                                    "its claim states"))
+        if pairs.get("rejected"):
+            out.append((PER_TENSOR, f"{PER_TENSOR}: tensor {name!r}: its residuals' differences over disjoint "
+                                    f"step pairs ({pairs['n']} coordinate-pair cells) have {pairs['std_ratio']:.4g} of the std "
+                                    f"fresh noise gives (chi-square p = {pairs['p']:.3g}, "
+                                    f"{level.format(pairs['alpha'])}): its release reuses, correlates or omits its "
+                                    "noise across steps on this tensor"))
     return out

@@ -34,8 +34,9 @@ def test_pairs_are_disjoint_consecutive_steps_and_an_odd_last_step_is_left_out()
     r = np.array([[1.0, 2.0], [0.5, 2.0], [3.0, -1.0], [1.0, 1.0], [7.0, 7.0]])
     c = counts_of(r, np.array([0, 1]), ("w", "b"))
     assert c["pair_n"] == 4 and c["pair_ss"] == pytest.approx(0.25 + 0 + 4 + 4)
-    assert c["noise_n"] == 10 and c["tensor_noise"] == {"w": {"n": 5, "ss": pytest.approx(1 + .25 + 9 + 1 + 49)},
-                                                        "b": {"n": 5, "ss": pytest.approx(4 + 4 + 1 + 1 + 49)}}
+    assert c["noise_n"] == 10 and c["tensor_noise"] == {
+        "w": {"n": 5, "ss": pytest.approx(1 + .25 + 9 + 1 + 49), "pair_n": 2, "pair_ss": pytest.approx(.25 + 4)},
+        "b": {"n": 5, "ss": pytest.approx(4 + 4 + 1 + 1 + 49), "pair_n": 2, "pair_ss": pytest.approx(0 + 4)}}
     assert "tensor_noise" not in counts_of(r)  # no tensors named: no per-tensor counts
 
 
@@ -55,8 +56,9 @@ def test_independence_level_over_4000_seeds_and_overlapping_pairs_fail_the_same_
 
 
 def test_tensor_family_level_over_2000_seeds_and_no_bonferroni_fails_the_same_check():
-    """Five tensors of fresh noise: the family (each at alpha / 5) fails at most alpha of 2,000 runs; the same tests
-    each at alpha (no Bonferroni) fail about 1 - (1 - alpha)^5 = 23% of them, which the check rejects."""
+    """Five tensors of fresh noise over four steps: the family (a variance and a step-pair test per tensor, each at
+    alpha / 10) fails at most alpha of 2,000 runs; the same tests each at alpha (no Bonferroni) fail about
+    1 - (1 - alpha)^10 = 40% of them, which the check rejects."""
     rng, seeds, steps, alpha = np.random.default_rng(6), 2000, 4, 0.05
     sizes = np.array([3, 5, 40, 7, 25])
     tensors = np.repeat(np.arange(5), sizes)
@@ -66,8 +68,9 @@ def test_tensor_family_level_over_2000_seeds_and_no_bonferroni_fails_the_same_ch
         c = counts_of(Z * rng.standard_normal((steps, tensors.size)), tensors, names)
         family = tensor_checks(c, Z, alpha=alpha)
         fails += bool(family["rejected"])
-        naive += any(stats.chi2.cdf(t["ss"] / Z ** 2, t["n"]) < alpha for t in c["tensor_noise"].values())
-    assert family["alpha_each"] == pytest.approx(alpha / 5)
+        naive += any(stats.chi2.cdf(t["ss"] / Z ** 2, t["n"]) < alpha or
+                     stats.chi2.cdf(t["pair_ss"] / (2 * Z ** 2), t["pair_n"]) < alpha for t in c["tensor_noise"].values())
+    assert family["tests"] == 10 and family["alpha_each"] == pytest.approx(alpha / 10)
     assert fails < critical(seeds, alpha) and fails > 50
     assert naive >= critical(seeds, alpha)
 
@@ -93,6 +96,8 @@ def simulate(plant: str, *, steps: int = 6, paired: bool = False, seed: int = 0)
         noise = sigma * torch.randn(dim, generator=gen, dtype=torch.float64)
         if plant == "missing":
             noise[4000:] = 0
+        if plant == "reused-b":  # only the small tensor's noise comes from one seed
+            noise[4000:] = sigma * torch.randn(16, generator=torch.Generator().manual_seed(99), dtype=torch.float64)
         can.observe(t, total + 3.0 + noise - 3.0, sampled.numpy())  # through a data sum, as centred steps are
     return can.trajectory.to_dict()
 
@@ -112,8 +117,15 @@ def test_a_small_unnoised_tensor_is_caught_and_named_while_the_pooled_check_pass
     assert counts["tensor_noise"]["b"]["n"] == 6 * PER_TENSOR  # stratified: the 16-entry tensor holds 10 canaries
     assert not released_noise_check(counts, 1.3)["rejected"]
     family = tensor_checks(counts, 1.3)
-    assert family["rejected"] == ["b"] and family["tensors"]["b"]["p"] < 1e-100
-    assert not family["tensors"]["w"]["rejected"]
+    assert family["rejected"] == ["b"] and family["tensors"]["b"]["variance"]["p"] < 1e-100
+
+
+def test_noise_reused_on_one_small_tensor_is_caught_there_only():
+    counts = simulate("reused-b")
+    checks = structure_checks(counts, 1.3)
+    assert not checks["independence"]["rejected"]  # 10 of 400 canaries: diluted in the pooled pairs
+    assert checks["tensors"]["rejected"] == ["b"] and checks["tensors"]["tensors"]["b"]["pairs"]["std_ratio"] < 1e-6
+    assert not checks["tensors"]["tensors"]["b"]["variance"]["rejected"]
 
 
 def test_stratified_placement_tops_up_every_tensor_and_keeps_a_covering_draw():
