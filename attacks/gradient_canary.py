@@ -61,8 +61,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from privaudit.attacks.base import Attack, AttackConfig, Target
-from privaudit.attacks.canary_strata import stratified_coordinates, tensor_index
 from privaudit.attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses, one_run_bound
+from privaudit.attacks.canary_strata import stratified_coordinates, tensor_index
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
 from privaudit.attacks.trajectory_bound import TrajectoryCounts, plan_trajectory, step_multiplier, trajectory_bound
