@@ -52,7 +52,7 @@ array of privatised sums, or parameter deltas of plain SGD, which are proportion
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -62,6 +62,7 @@ from dataclasses import dataclass
 
 from privaudit.attacks.base import Attack, AttackConfig, Target
 from privaudit.attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses, one_run_bound
+from privaudit.attacks.canary_strata import stratified_coordinates, tensor_index
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
 from privaudit.attacks.trajectory_bound import TrajectoryCounts, plan_trajectory, step_multiplier, trajectory_bound
@@ -142,7 +143,8 @@ class GradientCanaries:
 
     def __init__(self, dim: int, m: int, *, clip_norm: float, kind: str = "dirac", seed: int = 0,
                  inserted: np.ndarray | None = None, paired: bool = False, score: str = "sum",
-                 rate: float | None = None, noise_std: float | None = None):
+                 rate: float | None = None, noise_std: float | None = None,
+                 tensors: Sequence[tuple[str, int]] | None = None):
         if clip_norm <= 0:
             raise ConfigError(f"clip_norm: must be > 0, got {clip_norm!r}")
         if score not in SCORES:
@@ -153,6 +155,7 @@ class GradientCanaries:
         self.score, self.rate, self.noise_std = score, rate, noise_std
         self.dim, self.m, self.clip_norm, self.kind, self.seed = dim, m, float(clip_norm), kind, seed
         self.directions = canary_directions(dim, m, kind, seed)
+        self.tensor_names, self.tensor_of = self._place_by_tensor(tensors)
         self.inserted = (numpy_rng(seed, "canary-insertion").random(m) < 0.5) if inserted is None \
             else np.asarray(inserted, dtype=bool)
         if self.inserted.shape != (m,):
@@ -162,12 +165,24 @@ class GradientCanaries:
         self.steps = 0
         self.trajectory: TrajectoryCounts | None = None
 
+    def _place_by_tensor(self, tensors: Sequence[tuple[str, int]] | None) -> tuple[tuple[str, ...], np.ndarray | None]:
+        """With ``tensors`` ((name, size) of each parameter tensor in the flat layout's order; Dirac only): place
+        the canaries so every tensor holds some (:func:`~privaudit.attacks.canary_strata.stratified_coordinates`)
+        and return the names and each canary's tensor, for the per-tensor noise counts."""
+        if tensors is None or self.kind != "dirac":
+            return (), None
+        names, numels = tuple(n for n, _ in tensors), [int(k) for _, k in tensors]
+        if sum(numels) != self.dim:
+            raise ConfigError(f"canaries: the tensors' sizes sum to {sum(numels)}, not the dimension {self.dim}")
+        self.directions = stratified_coordinates(self.directions, numels, numpy_rng(self.seed, "canary-strata"))
+        return names, tensor_index(self.directions, numels)
+
     def track_trajectory(self, threshold: float, form: str = "two-sided") -> TrajectoryCounts:
         """Count every step's trials at ``threshold`` for the bound's ``form`` (:mod:`privaudit.attacks.
         trajectory_bound`); :meth:`observe` then needs each step's ``sampled`` mask. Call before the first step."""
         if self.steps:
             raise ConfigError("gradient canaries: the trajectory must be tracked from the first step")
-        self.trajectory = TrajectoryCounts(float(threshold), form)
+        self.trajectory = TrajectoryCounts(float(threshold), form, tensor_names=self.tensor_names)
         return self.trajectory
 
     def unit_gradient(self, i: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -211,7 +226,7 @@ class GradientCanaries:
             present = self.inserted & took_part
             designed = present.astype(np.float64)
         self.trajectory.add(x[~present], x[present])
-        self.trajectory.add_noise(y - designed)
+        self.trajectory.add_noise(y - designed, self.tensor_of)
 
     def result(self, *, beta: float = 0.05, delta: float = 0.0, k_pos: int | None = None,
                k_neg: int | None = None, k_fraction: float = 0.1, k_fdp_fraction: float | None = None,
@@ -490,7 +505,8 @@ class GradientCanaryAudit(Attack):
         noise_std = float(dp["gradient_noise_std"])
         canaries = GradientCanaries(dim, m, clip_norm=norm, kind="dirac",
                                     seed=target.derive_seed("gradient-canary"), paired=paired, score=cfg.score,
-                                    rate=rate, noise_std=noise_std)
+                                    rate=rate, noise_std=noise_std,
+                                    tensors=list(zip(dp["param_names"], dp["param_numels"])))
         coords = torch.as_tensor(canaries.directions)
         inserted = torch.as_tensor(canaries.inserted)
         signs = inserted.double() * 2 - 1

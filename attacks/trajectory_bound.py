@@ -229,6 +229,11 @@ class TrajectoryCounts:
     moments: list[float] = field(default_factory=lambda: [0.0, 0.0, 0.0, 0.0])  # sum x0, x0^2, x1, x1^2
     noise_n: int = 0
     noise_ss: float = 0.0
+    pair_n: int = 0
+    pair_ss: float = 0.0
+    tensor_names: tuple[str, ...] = ()
+    tensor_sums: np.ndarray | None = None  # (4, tensors): see add_noise
+    held: np.ndarray | None = field(default=None, repr=False)  # the first step of the current step pair
 
     def add(self, absent: np.ndarray, present: np.ndarray) -> None:
         absent, present = np.asarray(absent, dtype=np.float64), np.asarray(present, dtype=np.float64)
@@ -239,12 +244,31 @@ class TrajectoryCounts:
         for j, v in enumerate((absent.sum(), (absent ** 2).sum(), present.sum(), (present ** 2).sum())):
             self.moments[j] += float(v)
 
-    def add_noise(self, residuals: np.ndarray) -> None:
+    def add_noise(self, residuals: np.ndarray, tensors: np.ndarray | None = None) -> None:
         """Count the step's released-noise residuals: every canary coordinate's observation less the canaries'
-        designed contribution, in units of D (:func:`released_noise_check`)."""
+        designed contribution, in units of D (:func:`released_noise_check`), in the canaries' fixed order. Also the
+        step pairs' differences (steps 0 and 1, 2 and 3, ...) and, with ``tensors`` (each canary's index into
+        ``tensor_names``), both sums per tensor (:mod:`privaudit.attacks.noise_structure`)."""
         residuals = np.asarray(residuals, dtype=np.float64)
         self.noise_n += residuals.size
         self.noise_ss += float((residuals ** 2).sum())
+        diff2 = None
+        if self.held is None:
+            self.held = residuals.copy()
+        else:
+            if self.held.shape != residuals.shape:
+                raise ConfigError("trajectory counts: a step pair's residuals differ in shape")
+            diff2 = (self.held - residuals) ** 2
+            self.pair_n += residuals.size
+            self.pair_ss += float(diff2.sum())
+            self.held = None
+        if tensors is not None and self.tensor_names:
+            k = len(self.tensor_names)
+            step = np.zeros((4, k))  # per tensor: residuals, their squares, pair cells, squared differences
+            step[0], step[1] = np.bincount(tensors, minlength=k), np.bincount(tensors, residuals ** 2, minlength=k)
+            if diff2 is not None:
+                step[2], step[3] = np.bincount(tensors, minlength=k), np.bincount(tensors, diff2, minlength=k)
+            self.tensor_sums = step if self.tensor_sums is None else self.tensor_sums + step
 
     def moment_mu(self) -> float | None:
         """(mean present - mean absent) / pooled std: the MLE of mu = D / sigma if the noise is Gaussian."""
@@ -257,7 +281,15 @@ class TrajectoryCounts:
 
     def to_dict(self) -> dict[str, Any]:
         return {"threshold": self.threshold, "form": self.form, "n0": self.n0, "fp": self.fp, "n1": self.n1,
-                "fn": self.fn, "noise_n": self.noise_n, "noise_ss": self.noise_ss}
+                "fn": self.fn, "noise_n": self.noise_n, "noise_ss": self.noise_ss, "pair_n": self.pair_n,
+                "pair_ss": self.pair_ss, **self._tensor_dict()}
+
+    def _tensor_dict(self) -> dict[str, Any]:
+        if not self.tensor_names:
+            return {}
+        sums = np.zeros((4, len(self.tensor_names))) if self.tensor_sums is None else self.tensor_sums
+        return {"tensor_noise": {name: {"n": int(sums[0, g]), "ss": float(sums[1, g]), "pair_n": int(sums[2, g]),
+                                        "pair_ss": float(sums[3, g])} for g, name in enumerate(self.tensor_names)}}
 
 
 def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float) -> float:

@@ -110,7 +110,8 @@ class CanaryUsers:
             dim = int(sum(int(np.prod(s)) for s in self.shapes))
             self.canaries = GradientCanaries(dim, self.cfg.count(dim), clip_norm=self.gamma, seed=self.seed,
                                              paired=self.paired, score=self.cfg.score, rate=self.rate,
-                                             noise_std=self.noise_std)
+                                             noise_std=self.noise_std,
+                                             tensors=[(n, int(np.prod(s))) for n, s in zip(self.names, self.shapes)])
             spread = 2 * self.gamma if self.paired else self.gamma  # the hypotheses' mean difference D
             track_claimed_trajectory(self.canaries, self.cfg, multiplier=self.noise_std / spread, steps=self.rounds)
         return self.canaries

@@ -295,6 +295,7 @@ def released_noise_checks(cell: dict[str, Any], comparisons: list[dict[str, Any]
     multiplier re-derived from the cell's saved claim (never the attack's own record of it). A check without
     residual counts (evidence from before the check existed) or without a claimed multiplier says why, unjudged."""
     from privaudit.accountants.events import event_from_dict
+    from privaudit.attacks.noise_structure import structure_checks
     from privaudit.attacks.released_noise import released_noise_check
     from privaudit.attacks.trajectory_bound import step_multiplier
 
@@ -310,9 +311,38 @@ def released_noise_checks(cell: dict[str, Any], comparisons: list[dict[str, Any]
             continue
         z = step_multiplier(event_from_dict(claim["event"]), claim.get("params"))
         check = released_noise_check(counts, z)
-        out.append({"attack": c["attack"], **check} if check else
-                   {"attack": c["attack"], "rejected": False, "unjudged": "no released-noise residuals recorded"})
+        out.append({"attack": c["attack"], **(check or {"rejected": False,
+                                                        "unjudged": "no released-noise residuals recorded"}),
+                    **structure_checks(counts, z)})
     return out
+
+
+def noise_failures(noise: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(check name, one line) for every failing released-noise check: the pooled one
+    (:mod:`privaudit.attacks.released_noise`), independence across steps and each tensor
+    (:mod:`privaudit.attacks.noise_structure`)."""
+    from privaudit.attacks.noise_structure import describe_failures
+    from privaudit.attacks.released_noise import describe_check
+
+    out = []
+    for n in noise:
+        if n["rejected"]:
+            out.append(("released noise", f"{n['attack']}: {describe_check(n)}: its release adds less noise than "
+                                          "its claim states"))
+        out += [(name, f"{n['attack']}: {text}") for name, text in describe_failures(n)]
+    return out
+
+
+def noise_levels(noise: Sequence[dict[str, Any]]) -> tuple[int, list[str]]:
+    """(how many released-noise checks were judged, each at the level NOISE_ALPHA; why each other was not)."""
+    judged, unjudged = 0, []
+    for n in noise:
+        for check in (n, n.get("independence") or {}, n.get("tensors") or {}):
+            if "unjudged" in check:
+                unjudged.append(check["unjudged"])
+            elif check:
+                judged += 1
+    return judged, unjudged
 
 
 def _control_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]],
@@ -324,7 +354,7 @@ def _control_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]],
     for c in caught:
         c["verdict"] = "caught"
     trace = ((cell.get("claim_checks") or {}).get("trace") or {}).get("mismatches") or []
-    released = {"released noise"} if any(n["rejected"] for n in noise) else set()
+    released = {name for name, _ in noise_failures(noise)}
     by = sorted({c["attack"] for c in caught} | ({"trace"} if trace else set()) | released)
     reasons = [] if by else [
         f"cell {cell['id']}: positive control not caught: no gated bound exceeds its false claim (epsilon "
@@ -339,8 +369,6 @@ def _claim_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]], family:
                 config: GateConfig, noise: list[dict[str, Any]]) -> dict[str, Any]:
     """A claim's gate: a reason for every gated bound above its claim, every claim-check finding, every release
     whose measured noise refutes the claim's and, with ``max_auc``, every attack reaching it."""
-    from privaudit.attacks.released_noise import describe_check
-
     cid, claim = cell["id"], cell["claim"] or {}
     reasons = []
     for c in comparisons:
@@ -358,8 +386,7 @@ def _claim_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]], family:
                            f"{level} exceeds {target} {_fmt(c['epsilon'])} ({c['accountant']}, "
                            f"{claim.get('relation')}, per {claim.get('unit')}, delta={claim.get('delta'):.3g})")
     reasons += claim_check_reasons(cell)
-    reasons += [f"cell {cid}: {n['attack']}: {describe_check(n)}: its release adds less noise than its claim states"
-                for n in noise if n["rejected"]]
+    reasons += [f"cell {cid}: {text}" for _, text in noise_failures(noise)]
     private = not any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())
     if config.max_auc is not None and private and claim.get("paper_accountant") != "none":
         for label, a in cell["attacks"].items():
@@ -439,10 +466,12 @@ def _caught_note(cell: dict[str, Any]) -> str:
                      f"({best['attack']})")
     if "trace" in cell["gate"].get("caught_by", ()):
         parts.append("its trace does not match its claim")
-    for n in cell["gate"].get("released_noise") or []:
+    noise = cell["gate"].get("released_noise") or []
+    for n in noise:
         if n["rejected"]:
             parts.append(f"its release added {n['std_ratio']:.3g} of the noise it claims ({n['attack']}, at most "
                          f"{n['std_ratio_upper']:.3g} at {100 * (1 - n['alpha']):.6g}% confidence)")
+    parts += [text for name, text in noise_failures(noise) if name != "released noise"]
     return f"positive control {cell['id']} caught, as expected: " + "; ".join(parts)
 
 
@@ -463,25 +492,23 @@ def suite_gate(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, 
                and c["reason"] != "no privacy claim (epsilon is infinite)"]
     fwer = None
     traced = sum(bool((c.get("claim_checks") or {}).get("trace")) for c in cells)
-    released = [n for c in cells for n in c["gate"].get("released_noise") or [] if "unjudged" not in n]
+    released, unjudged = noise_levels([n for c in cells for n in c["gate"].get("released_noise") or []])
     if comparisons:
         from privaudit.accountants.trace import TRACE_ALPHA
         from privaudit.attacks.released_noise import NOISE_ALPHA
 
         level = min(c["gate_confidence"] for c in comparisons)
-        fwer = len(comparisons) * (1 - level) + traced * TRACE_ALPHA + len(released) * NOISE_ALPHA
+        fwer = len(comparisons) * (1 - level) + traced * TRACE_ALPHA + released * NOISE_ALPHA
         notes.append(f"{len(comparisons)} gated bound-versus-claim comparisons (the suite's primary statistics and "
                      f"the cells' own step audits); each bound is recomputed at {100 * level:.4g}% confidence "
                      f"(Bonferroni over the {len(comparisons)})"
                      + (f", and {traced} training traces checked with measured checks at {TRACE_ALPHA:g} each"
                         if traced else "")
-                     + (f"{' and' if traced else ', and'} {len(released)} releases' noise measured at "
-                        f"{NOISE_ALPHA:g} each" if released else "")
+                     + (f"{' and' if traced else ', and'} {released} released-noise checks (pooled, across steps, "
+                        f"per tensor) at {NOISE_ALPHA:g} each" if released else "")
                      + f": family-wise error rate {100 * fwer:.3g}%, the chance that a true claim fails this gate")
-    unjudged = [n for c in cells for n in c["gate"].get("released_noise") or [] if "unjudged" in n]
     if unjudged:
-        notes.append(f"{len(unjudged)} released-noise checks not judged: "
-                     + "; ".join(sorted({n["unjudged"] for n in unjudged})))
+        notes.append(f"{len(unjudged)} released-noise checks not judged: " + "; ".join(sorted(set(unjudged))))
     controls = [c for c in cells if c["gate"].get("control")]
     notes += [_caught_note(cell) for cell in controls if cell["gate"]["caught"]]
     if secondary:

@@ -231,6 +231,8 @@ def test_claim_checks_are_evidence_the_gate_recomputes(dp_run, capsys):
     assert again.gate["status"] == "pass" and again.gate == read_json(dp_run / "report.json")["gate"]
     methods = [c["method"] for c in again.report["cells"][0]["gate"]["comparisons"]]
     assert "white-box-trajectory" in methods and methods.count("step-gdp") == 2
+    noise = again.report["cells"][0]["gate"]["released_noise"][0]  # recomputed: pooled, across steps, per tensor
+    assert "unjudged" not in noise["independence"] and noise["tensors"]["tensors"] and not noise["tensors"]["uncovered"]
     assert main(["gate", str(dp_run)]) == 0
 
 

@@ -93,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
                    "train_seconds": seconds, "utility": utility, "random_init": random_init,
                    "init": trained.extras.get("init"), "utility_panel": panel,
                    "claim": trained.claim.to_dict(), "epsilon": epsilons, "checkpoint": checkpoint,
-                   "dp": {k: v for k, v in trained.extras.get("dp", {}).items() if k != "param_names"} or None})
+                   "dp": {k: v for k, v in trained.extras.get("dp", {}).items()
+                          if k not in ("param_names", "param_numels")} or None})
         return 0
 
     steps = len(trained.history.get("step", []))

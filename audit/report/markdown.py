@@ -29,7 +29,10 @@ ATTACK_EXPLAIN = ("ε_lb: the attack's sound lower bound at its own confidence; 
                   "comparison: consistent, exceeds (the gate fails), or why the bound and the claim are not "
                   "comparable; released noise / claimed: the std of the noise the release added on the canaries' "
                   "coordinates over every step, over the claim's (≤: its upper confidence bound), a chi-square test "
-                  f"the gate applies at level {NOISE_ALPHA:g} (below 1 at that level: the gate fails).")
+                  f"the gate applies at level {NOISE_ALPHA:g} (below 1 at that level: the gate fails); across steps: "
+                  "the std of disjoint consecutive steps' residual differences over the fresh noise's (0: reused "
+                  "noise); per tensor: the same test on each parameter tensor's canaries, Bonferroni over the "
+                  "tensors (a failing tensor is named).")
 
 
 def table(headers: list[str], rows: list[list[str]]) -> str:

@@ -191,7 +191,27 @@ def released_noise_text(check: dict[str, Any] | None) -> str:
     if "unjudged" in check:
         return f"not judged: {check['unjudged']}"
     verdict = "less than claimed (FAIL)" if check["rejected"] else "consistent"
-    return f"{check['std_ratio']:.4g} (≤ {check['std_ratio_upper']:.4g}): {verdict}"
+    return f"{check['std_ratio']:.4g} (≤ {check['std_ratio_upper']:.4g}): {verdict}" + structure_text(check)
+
+
+def structure_text(check: dict[str, Any]) -> str:
+    """The gate's checks of the noise across steps and per tensor (:mod:`privaudit.attacks.noise_structure`), short."""
+    pairs, tensors = check.get("independence") or {}, check.get("tensors") or {}
+    out = ""
+    if pairs:
+        out += ("; across steps: not judged" if "unjudged" in pairs else
+                f"; across steps: {pairs['std_ratio']:.4g} " + ("(reused or correlated: FAIL)" if pairs["rejected"]
+                                                                 else "consistent"))
+    if tensors:
+        if "unjudged" in tensors:
+            out += "; per tensor: not judged"
+        elif tensors["rejected"]:
+            out += "; per tensor: FAIL on " + ", ".join(repr(t) for t in tensors["rejected"])
+        else:
+            out += f"; per tensor: {len(tensors['tensors'])} consistent"
+        if tensors.get("uncovered"):
+            out += f" ({len(tensors['uncovered'])} without canaries)"
+    return out
 
 
 SENSITIVITY_HEADERS = ["claim", "source", "relation", "bound", "observed", "ratio", "supremum", "observed / supremum",

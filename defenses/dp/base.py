@@ -368,6 +368,7 @@ class DPDefense(Defense):
 
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
                          "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
+                         "param_numels": embedder.space.numels,
                          "param_count": embedder.space.size, "overflow_counter": counter,
                          "engine": engine_note},
                   "init": init_record}

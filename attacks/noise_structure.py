@@ -1,0 +1,131 @@
+"""Where and when the release added its noise: fresh across steps, and on every parameter tensor.
+
+Why. The released-noise check (:mod:`privaudit.attacks.released_noise`) pools every canary residual into one
+chi-square: it tests the noise's marginal variance. Noise re-drawn from the same seed at every step has the
+claimed variance (its epsilon is infinite: two steps' difference cancels it), and a tensor released without noise
+is lost among the others when it is small (a model's biases). Two more tests on the same residuals (each canary
+coordinate's centred observation less the canaries' designed contribution, in units of D; z_c the claimed
+multiplier of the gradient release):
+
+* **independence across steps** (``pair_n``, ``pair_ss``): the steps are paired disjointly, (0, 1), (2, 3), ...
+  (an odd last step is left out). Under the claim the residuals are independent N(0, z_c^2) over coordinates and
+  steps, so the differences r_t - r_{t+1} of the M (coordinate, pair) cells are independent N(0, 2 z_c^2) and
+  S = sum (r_t - r_{t+1})^2 / (2 z_c^2) ~ chi^2_M exactly; rejecting when P[chi^2_M <= S] < alpha fails a
+  correct release with probability alpha. More noise (std >= z_c), or a canary contribution other than the designed
+  one, only makes S stochastically larger (a difference of mean m has E = m^2 + 2 z^2). Noise reused from one step
+  to the next makes the differences 0, a correlation rho > 0 shrinks their variance to 2 z^2 (1 - rho): the lower
+  tail rejects. It cannot see reuse between steps it does not pair (steps 1 and 2, or 0 and 5), nor correlation
+  across coordinates within a step; reuse confined to a tensor too small to move the pooled sum is left to the
+  per-tensor test.
+* **coverage of every parameter tensor** (``tensor_noise``: per tensor the residual count n_g and sum of squares
+  ss_g, and its step pairs' count and squared differences): on each tensor's residuals the pooled check,
+  S_g = ss_g / z_c^2 ~ chi^2_{n_g} under the claim, and the step-pair test above, every one of the L tests at
+  alpha / L (Bonferroni: a correct release fails some tensor with probability at most alpha). A tensor without
+  noise has residuals ~0 (float rounding), so a few of its canaries over two steps reject far below any level the
+  gate uses, and noise reused on one tensor only is seen there. A tensor with no canary is not covered (it is
+  listed as such); the canaries are placed so that every tensor holds some
+  (:mod:`privaudit.attacks.canary_strata`).
+
+Both are exact under the claim's mechanism (fresh Gaussian noise on every coordinate and step) and read only the
+counts a run saves, so the gate recomputes them against the cell's own claim.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+from scipy import stats
+
+from privaudit.attacks.released_noise import NOISE_ALPHA
+from privaudit.core.errors import ConfigError
+
+#: What the gate calls each check (its messages and ``caught_by``).
+INDEPENDENCE, PER_TENSOR = "noise independence across steps", "noise per tensor"
+
+
+def _lower_tail(n: int, statistic: float, alpha: float) -> dict[str, Any]:
+    """The chi-square lower tail of ``statistic`` on n degrees of freedom, with the measured std over the claimed."""
+    p = float(stats.chi2.cdf(statistic, n))
+    return {"n": n, "std_ratio": math.sqrt(statistic / n), "p": p, "alpha": alpha, "rejected": p < alpha}
+
+
+def _check_args(claimed_multiplier: float, alpha: float) -> None:
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha: must be in (0, 1), got {alpha!r}")
+    if not claimed_multiplier > 0:
+        raise ConfigError(f"claimed_multiplier: must be > 0, got {claimed_multiplier!r}")
+
+
+def independence_check(counts: Mapping[str, Any], claimed_multiplier: float, *,
+                       alpha: float = NOISE_ALPHA) -> dict[str, Any] | None:
+    """The step-pair test of the module docstring from ``pair_n`` and ``pair_ss``; None without pairs. ``std_ratio``
+    is the differences' measured std over sqrt(2) z_c (0 when the noise is reused)."""
+    _check_args(claimed_multiplier, alpha)
+    n, ss = int(counts.get("pair_n") or 0), float(counts.get("pair_ss") or 0.0)
+    if n < 1:
+        return None
+    return {**_lower_tail(n, ss / (2 * float(claimed_multiplier) ** 2), alpha),
+            "claimed_multiplier": float(claimed_multiplier)}
+
+
+def tensor_checks(counts: Mapping[str, Any], claimed_multiplier: float, *,
+                  alpha: float = NOISE_ALPHA) -> dict[str, Any] | None:
+    """The per-tensor tests of the module docstring from ``tensor_noise`` ({name: {"n", "ss", "pair_n",
+    "pair_ss"}}); None without it.
+
+    Returns ``tensors`` (each covered tensor's ``variance`` test and, with step pairs, its ``pairs`` test, every one
+    at ``alpha_each`` = alpha / L over the L tests), ``uncovered`` (tensors without a residual) and ``rejected`` (the
+    names of the tensors with a failing test; the family fails when any does)."""
+    _check_args(claimed_multiplier, alpha)
+    per = counts.get("tensor_noise")
+    if not per:
+        return None
+    z2 = float(claimed_multiplier) ** 2
+    covered = {name: c for name, c in per.items() if int(c.get("n") or 0) > 0}
+    tests = sum(1 + (int(c.get("pair_n") or 0) > 0) for c in covered.values())
+    each = alpha / max(1, tests)
+    tensors = {}
+    for name, c in covered.items():
+        tensors[name] = {"variance": _lower_tail(int(c["n"]), float(c["ss"]) / z2, each)}
+        if int(c.get("pair_n") or 0) > 0:
+            tensors[name]["pairs"] = _lower_tail(int(c["pair_n"]), float(c["pair_ss"]) / (2 * z2), each)
+    return {"tensors": tensors, "uncovered": sorted(set(per) - set(covered)), "alpha": alpha, "tests": tests,
+            "alpha_each": each, "claimed_multiplier": float(claimed_multiplier),
+            "rejected": sorted(name for name, t in tensors.items() if any(v["rejected"] for v in t.values()))}
+
+
+def structure_checks(counts: Mapping[str, Any], claimed_multiplier: float) -> dict[str, dict[str, Any]]:
+    """Both checks at the gate's level, each as its result or ``{"unjudged": why}`` (evidence from before the check
+    existed holds no such counts)."""
+    pairs = independence_check(counts, claimed_multiplier)
+    tensors = tensor_checks(counts, claimed_multiplier)
+    return {"independence": pairs or {"unjudged": "no step-pair residual counts recorded", "rejected": False},
+            "tensors": tensors or {"unjudged": "no per-tensor residual counts recorded", "rejected": []}}
+
+
+def describe_failures(structure: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(check name, one line) for each failing check of :func:`structure_checks`."""
+    out = []
+    pairs = structure.get("independence") or {}
+    if pairs.get("rejected"):
+        out.append((INDEPENDENCE, f"{INDEPENDENCE}: the differences of its canary residuals over disjoint "
+                                  f"step pairs ({pairs['n']} coordinate-pair cells) have {pairs['std_ratio']:.4g} of the std fresh noise gives "
+                                  f"(chi-square p = {pairs['p']:.3g}, level {pairs['alpha']:g}): its release reuses "
+                                  "or correlates its noise across steps"))
+    tensors = structure.get("tensors") or {}
+    level = f"level {{:.3g}} = {tensors.get('alpha', 0):g} / {tensors.get('tests')} tests"
+    for name in tensors.get("rejected") or []:
+        v, pairs = tensors["tensors"][name]["variance"], tensors["tensors"][name].get("pairs") or {}
+        if v["rejected"]:
+            out.append((PER_TENSOR, f"{PER_TENSOR}: tensor {name!r}: the noise on its {v['n']} canary residuals has "
+                                    f"{v['std_ratio']:.4g} of the claimed std (chi-square p = {v['p']:.3g}, "
+                                    f"{level.format(v['alpha'])}): its release adds less noise on this tensor than "
+                                    "its claim states"))
+        if pairs.get("rejected"):
+            out.append((PER_TENSOR, f"{PER_TENSOR}: tensor {name!r}: its residuals' differences over disjoint "
+                                    f"step pairs ({pairs['n']} coordinate-pair cells) have {pairs['std_ratio']:.4g} of the std "
+                                    f"fresh noise gives (chi-square p = {pairs['p']:.3g}, "
+                                    f"{level.format(pairs['alpha'])}): its release reuses, correlates or omits its "
+                                    "noise across steps on this tensor"))
+    return out
