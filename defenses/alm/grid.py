@@ -221,29 +221,45 @@ def _bern_inverse_one_plus(num: torch.Tensor, den: torch.Tensor, gen: torch.Gene
     return out
 
 
+def _rejection(count: int, propose, gen: torch.Generator, acceptance: float) -> torch.Tensor:
+    """``count`` exact draws by rejection: ``propose(n, gen)`` returns (candidates, accepted mask) of n i.i.d.
+    tries; the accepted candidates are i.i.d. from the target, and the first ones in draw order fill the slots
+    (an order that does not depend on their values). Tries are drawn in batches of about count / acceptance, so a
+    few rounds suffice."""
+    parts: list[torch.Tensor] = []
+    have = 0
+    while have < count:
+        need = count - have
+        tries = int(need / acceptance * 1.1) + 16
+        cand, ok = propose(tries, gen)
+        kept = cand[ok][:need]
+        parts.append(kept)
+        have += kept.numel()
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.int64)
+
+
 def discrete_laplace(count: int, num: int, den: int, gen: torch.Generator) -> torch.Tensor:
     """``count`` draws with P(Z = z) proportional to exp(-|z| den / num) (scale num / den), exactly (CKS 2020, Alg. 2)."""
-    out = torch.zeros(count, dtype=torch.int64)
-    pending = torch.ones(count, dtype=torch.bool)
-    while bool(pending.any()):
-        idx = pending.nonzero().squeeze(1)
-        n = idx.numel()
-        t = torch.full((n,), int(num), dtype=torch.int64)
-        u = uniform_below(t, gen)
-        keep = bernoulli_exp(u, t, gen)
-        v = torch.zeros(n, dtype=torch.int64)  # geometric: Bernoulli(e^-1) successes before the first failure
-        g = keep.nonzero().squeeze(1)
-        while g.numel():
-            ones = torch.ones_like(g)
-            coin = bernoulli_exp(ones, ones, gen)
-            g = g[coin]
-            v[g] += 1
-        y = (u + int(num) * v) // int(den)
-        sign = torch.randint(0, 2, (n,), generator=gen, dtype=torch.int64)
-        keep &= ~((sign == 1) & (y == 0))
-        out[idx[keep]] = ((1 - 2 * sign) * y)[keep]
-        pending[idx[keep]] = False
-    return out
+    return _rejection(count, lambda n, g: _laplace_tries(n, int(num), int(den), g), gen, 0.5)
+
+
+def _laplace_tries(n: int, num: int, den: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """n tries of CKS 2020 Alg. 2: U uniform below num kept with probability e^{-U/num}, V ~ Geometric(1 - 1/e),
+    Y = (U + num V) // den, a sign; (-0) rejected."""
+    t = torch.full((n,), num, dtype=torch.int64)
+    u = uniform_below(t, gen)
+    keep = bernoulli_exp(u, t, gen)
+    v = torch.zeros(n, dtype=torch.int64)  # geometric: Bernoulli(e^-1) successes before the first failure
+    g = keep.nonzero().squeeze(1)
+    while g.numel():
+        ones = torch.ones_like(g)
+        coin = bernoulli_exp(ones, ones, gen)
+        g = g[coin]
+        v[g] += 1
+    y = (u + num * v) // den
+    sign = torch.randint(0, 2, (n,), generator=gen, dtype=torch.int64)
+    keep &= ~((sign == 1) & (y == 0))
+    return (1 - 2 * sign) * y, keep
 
 
 def discrete_logistic(count: int, num: int, den: int, gen: torch.Generator) -> torch.Tensor:
@@ -253,19 +269,16 @@ def discrete_logistic(count: int, num: int, den: int, gen: torch.Generator) -> t
     (1 + e^{-|k| t})^2 over the Laplace mass e^{-|k| t} is sigma(|k| t)^2 <= 1, so a draw k is kept when two
     independent Bernoulli(1 / (1 + e^{-|k| t})) both come up 1 (acceptance about 1/2).
     """
-    out = torch.zeros(count, dtype=torch.int64)
-    pending = torch.ones(count, dtype=torch.bool)
-    while bool(pending.any()):
-        idx = pending.nonzero().squeeze(1)
-        k = discrete_laplace(idx.numel(), num, den, gen)
+    def tries(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        k = discrete_laplace(n, num, den, g)
         a = k.abs() * int(den)
         b = torch.full_like(k, int(num))
-        keep = _bern_inverse_one_plus(a, b, gen)
+        keep = _bern_inverse_one_plus(a, b, g)
         second = keep.nonzero().squeeze(1)
-        keep[second] = _bern_inverse_one_plus(a[second], b[second], gen)
-        out[idx[keep]] = k[keep]
-        pending[idx[keep]] = False
-    return out
+        keep[second] = _bern_inverse_one_plus(a[second], b[second], g)
+        return k, keep
+
+    return _rejection(count, tries, gen, 0.45)
 
 
 def discrete_gaussian(count: int, sigma2: int, gen: torch.Generator) -> torch.Tensor:
@@ -274,24 +287,22 @@ def discrete_gaussian(count: int, sigma2: int, gen: torch.Generator) -> torch.Te
     probability exp(-(|Y| - sigma2 / t)^2 / (2 sigma2)) = exp(-(|Y| t - sigma2)^2 / (2 sigma2 t^2))."""
     sigma2 = int(sigma2)
     t = math.isqrt(sigma2) + 1
-    out = torch.zeros(count, dtype=torch.int64)
-    pending = torch.ones(count, dtype=torch.bool)
-    while bool(pending.any()):
-        idx = pending.nonzero().squeeze(1)
-        y = discrete_laplace(idx.numel(), t, 1, gen)
+    c = 2 * sigma2 * t * t
+
+    def tries(n: int, g: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        y = discrete_laplace(n, t, 1, g)
         diff = y.abs() * t - sigma2
         # diff^2 fits int64 while |diff| < 2^31; the far tails beyond (rare) are decided with Python integers
-        c = 2 * sigma2 * t * t
         big = diff.abs() >= 2 ** 31
         keep = torch.zeros_like(y, dtype=torch.bool)
         small = (~big).nonzero().squeeze(1)
         if small.numel():
-            keep[small] = bernoulli_exp(diff[small] ** 2, torch.full_like(diff[small], c), gen)
-        for i in big.nonzero().squeeze(1).tolist():  # rare (far tails): Python integers
-            keep[i] = _bern_exp_python(int(diff[i]) ** 2, c, gen)
-        out[idx[keep]] = y[keep]
-        pending[idx[keep]] = False
-    return out
+            keep[small] = bernoulli_exp(diff[small] ** 2, torch.full_like(diff[small], c), g)
+        for i in big.nonzero().squeeze(1).tolist():
+            keep[i] = _bern_exp_python(int(diff[i]) ** 2, c, g)
+        return y, keep
+
+    return _rejection(count, tries, gen, 0.5)
 
 
 def _bern_exp_python(num: int, den: int, gen: torch.Generator) -> bool:
