@@ -37,6 +37,13 @@ point's rounding cell), the likelihood ratio of the discrete release; the Cloppe
 as for any statistic of the release (mass at the clamp's +-B is not modelled: a choice of statistic, not a
 condition of soundness). The logistic ratio (the default) has no plateau.
 
+Support. A statistical bound cannot see an output that the neighbour cannot produce at all (the float64 logistic
+release put 77-99% of its outputs there: Mironov 2012). Every pair also runs the reachability test
+(:func:`support_check`, :mod:`privaudit.attacks.reachability`) on the release as ALM makes it
+(:func:`privaudit.defenses.alm.mechanisms.release_of`), in both directions; an impossible output refutes the claim
+(at delta: when the Clopper-Pearson lower bound on their probability exceeds it). ALM's logistic and Gaussian
+releases are exact on a grid (:mod:`privaudit.defenses.alm.grid`), so every output is reachable from every input.
+
 Pairs: ``canary`` -- the canonical pair at the claimed sensitivity: m0 = theta(members) and m1 = m0 +
 Delta_1 e_0 (difference exactly the sampled L1 sensitivity along one coordinate: the worst case the claim
 allows, whose true epsilon is the claim's); ``extreme`` -- the members with the first replaced by a
