@@ -134,7 +134,8 @@ def reachability_test(release: Any, x: torch.Tensor, x_neighbour: torch.Tensor, 
     impossible = ~reachable(release, y, xn.expand_as(y))
     own = ~reachable(release, y, x.expand_as(y))
     n_bad = int(impossible.any(dim=1).sum())
-    return Reachability(int(draws), n_bad, int(own.any(dim=1).sum()), impossible_fraction_lower(n_bad, int(draws), alpha),
+    return Reachability(int(draws), n_bad, int(own.any(dim=1).sum()),
+                        impossible_fraction_lower(n_bad, int(draws), alpha),
                         float(alpha), "grid" if hasattr(release, "support") else "inversion")
 
 

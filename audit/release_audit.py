@@ -206,7 +206,8 @@ def support_check(m0: torch.Tensor, m1: torch.Tensor, cal: Any, request: StepReq
 
 def support_summary(pair: Mapping[str, Any]) -> str:
     """The pair's reachability test in one line (both directions)."""
-    return "; ".join(f"{k.replace('_', ' ')}: {describe_reachability(d)}" for k, d in (pair.get("support") or {}).items())
+    return "; ".join(f"{k.replace('_', ' ')}: {describe_reachability(d)}"
+                     for k, d in (pair.get("support") or {}).items())
 
 
 def audit_release(name: str, ctx: Any, request: StepRequest) -> StepAudit:

@@ -44,7 +44,8 @@ def privacy_utility_curve(weights: torch.Tensor, x_eval: torch.Tensor, y_eval: t
     calibration in ``gaussian`` (``zcdp``: the discrete Gaussian's sound calibration; ``classical``: the paper's
     formula, the row's ``epsilon_claimed`` what that noise gives). Logistic and Gaussian rows add the continuous
     noise at the released scale (common random numbers): the release itself is on a grid 2^-40 s (logistic) or
-    sigma / 4096 (Gaussian) fine, so its utility is the same to that resolution. A Laplace row whose lambda breaks the snapping theorem's lambda < B < 2^46 lambda is
+    sigma / 4096 (Gaussian) fine, so its utility is the same to that resolution. A Laplace row whose lambda breaks
+    the snapping theorem's lambda < B < 2^46 lambda is
     reported ``valid`` False with the reason and no utility (no release is made there).
     """
     check_positive("draws", draws)

@@ -224,8 +224,9 @@ class ALM(Defense):
         norm_used = sens[cal.norm]
         notes = [norm_used.describe()]
         if cal.mechanism == "gaussian":
-            notes.append(f"epsilon = {cal.epsilon:.4g} at delta = {cal.delta:.3g}: discrete Gaussian noise (Remark 4.2) "
-                         f"released exactly on the grid Lambda = {cal.grid:.4g} (clamp bound B = {cal.clamp_bound:.4g}), "
+            notes.append(f"epsilon = {cal.epsilon:.4g} at delta = {cal.delta:.3g}: discrete Gaussian noise (Remark "
+                         f"4.2) released exactly on the grid Lambda = {cal.grid:.4g} (clamp bound B = "
+                         f"{cal.clamp_bound:.4g}), "
                          f"sigma = {cal.scale:.4g}; rho-zCDP with rho = (Delta_2 + sqrt(d) Lambda)^2 / (2 sigma^2) "
                          f"(Canonne, Kamath & Steinke 2020, Thm. 14; d = {cal.coordinates} coordinates, the grid adds "
                          f"{cal.grid_cost:.3g} of the sampled L2 sensitivity), converted by the RDP accountant "

@@ -239,7 +239,8 @@ def _rejection(count: int, propose, gen: torch.Generator, acceptance: float) -> 
 
 
 def discrete_laplace(count: int, num: int, den: int, gen: torch.Generator) -> torch.Tensor:
-    """``count`` draws with P(Z = z) proportional to exp(-|z| den / num) (scale num / den), exactly (CKS 2020, Alg. 2)."""
+    """``count`` draws with P(Z = z) proportional to exp(-|z| den / num) (scale num / den), exactly (CKS 2020,
+    Alg. 2)."""
     return _rejection(count, lambda n, g: _laplace_tries(n, int(num), int(den), g), gen, 0.5)
 
 

@@ -37,8 +37,8 @@ import torch
 from privaudit.accountants.conversions import rdp_to_dp
 from privaudit.accountants.gaussian import classical_gaussian_noise_multiplier
 from privaudit.core.errors import ConfigError, check_positive, one_of
-from privaudit.defenses.alm.grid import (GridNoise, gaussian_grid, grid_noise, grid_overhead, grid_release, logistic_grid,
-                                         on_grid)
+from privaudit.defenses.alm.grid import (GridNoise, gaussian_grid, grid_noise, grid_overhead, grid_release,
+                                         logistic_grid, on_grid)
 from privaudit.defenses.alm.snapping import (grid_step, snap, snapping_epsilon, snapping_overhead, snapping_release,
                                              snapping_scale)
 
