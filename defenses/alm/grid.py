@@ -83,8 +83,8 @@ def check_grid_bound(clamp_bound: float) -> float:
 
 
 def logistic_grid(scale: float, clamp_bound: float) -> float:
-    """Lambda of the logistic release: the smallest power of two >= max(s 2^-40, B 2^-52) / 2 ... exactly
-    max(largest power of two <= s 2^-40, smallest power of two >= B 2^-52)."""
+    """Lambda of the logistic release: max(the largest power of two <= s 2^-40, the smallest power of two >=
+    B 2^-52): fine beside the scale, coarse enough that every grid point in [-B, B] is an exact double."""
     check_positive("scale", scale)
     b = check_grid_bound(clamp_bound)
     return max(_pow2_at_most(scale * 2.0 ** -LOGISTIC_BITS), _pow2_at_least(b * 2.0 ** -INT_BITS))
