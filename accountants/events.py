@@ -3,7 +3,7 @@
 privaudit reuses dp-accounting's ``DpEvent`` classes (Gaussian, Laplace, Poisson and
 without-replacement sampling, self- and mixed composition, single-epoch tree aggregation, ...) and adds
 only what they lack: :class:`LogisticDpEvent`, the additive logistic mechanism of the ALM paper
-(Thm. 4.1), :class:`SnappingDpEvent`, Laplace noise released through Mironov's snapping mechanism, and :class:`TreeAggregationDpEvent`, DP-FTRL's tree aggregation over several epochs without
+(Thm. 4.1), :class:`DiscreteGaussianDpEvent`, the discrete Gaussian on a grid, :class:`SnappingDpEvent`, Laplace noise released through Mironov's snapping mechanism, and :class:`TreeAggregationDpEvent`, DP-FTRL's tree aggregation over several epochs without
 restarting the tree (Kairouz et al. 2021, App. D.2), which DP-FTRL-FedEmb uses.
 
 Noise multipliers are always relative to the L2 (Gaussian) or L1 (Laplace, logistic) sensitivity of the
@@ -43,6 +43,23 @@ class LogisticDpEvent(DpEvent):
     """
 
     noise_multiplier: float
+    #: what a release on a grid pays beyond 1 / noise_multiplier: d Lambda / s for d coordinates rounded to the grid
+    #: step Lambda (ALM's exact discrete-logistic release, :mod:`privaudit.defenses.alm.grid`); 0 over the reals
+    overhead: float = 0.0
+
+
+@attr.define(frozen=True)
+class DiscreteGaussianDpEvent(DpEvent):
+    """The discrete Gaussian N_Z(0, sigma_g^2) per coordinate of a query rounded to a grid (Canonne, Kamath & Steinke
+    2020, "The discrete Gaussian for differential privacy").
+
+    ``noise_multiplier`` is sigma / (Delta_2 + sqrt(d) Lambda): the noise over the L2 sensitivity of the grid points
+    (rounding to the grid step Lambda adds at most sqrt(d) Lambda). It is rho-zCDP with rho = 1 / (2 z^2) (CKS 2020,
+    Thm. 14), i.e. (alpha, alpha / (2 z^2))-RDP for every alpha > 1; the continuous Gaussian's privacy loss
+    distribution and analytic curve are not claimed for it.
+    """
+
+    noise_multiplier: float
 
 
 @attr.define(frozen=True)
@@ -78,6 +95,7 @@ class TreeAggregationDpEvent(DpEvent):
 
 
 _EXTRA_EVENTS: dict[str, type[DpEvent]] = {"LogisticDpEvent": LogisticDpEvent,
+                                           "DiscreteGaussianDpEvent": DiscreteGaussianDpEvent,
                                            "SnappingDpEvent": SnappingDpEvent,
                                            "TreeAggregationDpEvent": TreeAggregationDpEvent}
 
@@ -162,7 +180,9 @@ def describe(event: DpEvent) -> str:
     name = type(event).__name__.replace("DpEvent", "")
     if isinstance(event, SnappingDpEvent):
         return f"Snapping(z={event.noise_multiplier:.4g}, overhead={event.overhead:.3g})"
-    if isinstance(event, (GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent)):
+    if isinstance(event, LogisticDpEvent) and event.overhead:
+        return f"Logistic(z={event.noise_multiplier:.4g}, grid overhead={event.overhead:.3g})"
+    if isinstance(event, (GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent, DiscreteGaussianDpEvent)):
         return f"{name}(z={event.noise_multiplier:.4g})"
     if isinstance(event, SelfComposedDpEvent):
         inner = describe(event.event)

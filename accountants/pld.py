@@ -30,7 +30,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from privaudit.accountants.base import Accountant, NotApplicable, refuse
 from privaudit.accountants.claim import PrivacyClaim
-from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
+from privaudit.accountants.events import (ComposedDpEvent, DiscreteGaussianDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
                                 NoOpDpEvent, PoissonSampledDpEvent, SampledWithoutReplacementDpEvent,
                                 SelfComposedDpEvent, SingleEpochTreeAggregationDpEvent, SnappingDpEvent,
                                 TreeAggregationDpEvent, describe, effective_gaussian_noise)
@@ -48,6 +48,8 @@ _NO_PLD = {
     LogisticDpEvent: "pld: dp-accounting has no privacy loss distribution for the logistic mechanism; use 'pure'",
     SnappingDpEvent: "pld: the snapping mechanism's grid outputs have no Laplace privacy loss distribution; "
                      "use 'pure'",
+    DiscreteGaussianDpEvent: "pld: the discrete Gaussian's privacy loss distribution is not the continuous "
+                             "Gaussian's; use 'rdp' (its zCDP, CKS 2020 Thm. 14)",
 }
 
 

@@ -5,7 +5,8 @@
 - Logistic noise of scale s, per coordinate: eps = Delta_1 / s = 1 / noise_multiplier, with Delta_1 the L1
   sensitivity (ALM paper, Thm. 4.1 for scalar queries and Remark 4.1 for vector queries). The bound is
   correct: the log-density of Logistic(0, s) is (1/s)-Lipschitz (its derivative is -tanh(x / 2s) / s),
-  so per coordinate the privacy loss is at most |f(x)_i - f(y)_i| / s, and the coordinates add up.
+  so per coordinate the privacy loss is at most |f(x)_i - f(y)_i| / s, and the coordinates add up. Released on a
+  grid (ALM's exact discrete logistic): + the event's ``overhead`` d Lambda / s (rounding to the grid).
 - Laplace noise released through Mironov's snapping mechanism (floating-point safe): eps = 1 / noise_multiplier
   + the snapping's overhead d 2^-49 B / lambda (Mironov 2012, Thm. 1, per coordinate).
 - Composition: epsilons add (basic composition, Dwork et al. 2006), for any delta >= 0.
@@ -31,7 +32,9 @@ def pure_epsilon(event: DpEvent) -> float:
         return 0.0
     if isinstance(event, SnappingDpEvent):
         return math.inf if event.noise_multiplier <= 0 else 1.0 / event.noise_multiplier + float(event.overhead)
-    if isinstance(event, (LaplaceDpEvent, LogisticDpEvent)):
+    if isinstance(event, LogisticDpEvent):
+        return math.inf if event.noise_multiplier <= 0 else 1.0 / event.noise_multiplier + float(event.overhead)
+    if isinstance(event, LaplaceDpEvent):
         return math.inf if event.noise_multiplier <= 0 else 1.0 / event.noise_multiplier
     if isinstance(event, SelfComposedDpEvent):
         return event.count * pure_epsilon(event.event)

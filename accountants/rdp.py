@@ -37,7 +37,7 @@ from dp_accounting import rdp as dp_rdp
 from privaudit.accountants.base import Accountant, NotApplicable, refuse
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.conversions import check_conversion, rdp_to_dp
-from privaudit.accountants.events import (ComposedDpEvent, DpEvent, LogisticDpEvent, NonPrivateDpEvent, NoOpDpEvent,
+from privaudit.accountants.events import (ComposedDpEvent, DiscreteGaussianDpEvent, DpEvent, LogisticDpEvent, NonPrivateDpEvent, NoOpDpEvent,
                                 PoissonSampledDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent,
                                 SingleEpochTreeAggregationDpEvent, SnappingDpEvent, TreeAggregationDpEvent, describe,
                                 effective_gaussian_noise)
@@ -130,6 +130,9 @@ class RdpAccountant(Accountant):
             return sum((self._rdp(e, relation) for e in event.events), np.zeros(len(orders)))
         if isinstance(event, (TreeAggregationDpEvent, SingleEpochTreeAggregationDpEvent)):
             return tree_rdp(event, orders)
+        if isinstance(event, DiscreteGaussianDpEvent):  # rho-zCDP, rho = 1 / (2 z^2) (CKS 2020, Thm. 14)
+            z = float(event.noise_multiplier)
+            return np.full(len(orders), np.inf) if z <= 0 else np.asarray(orders, dtype=float) / (2 * z * z)
         refuse(event, _NO_CURVE)
         if (isinstance(event, SampledWithoutReplacementDpEvent) and self.wor_bound == "thm9"
                 and relation == "replace-one"):

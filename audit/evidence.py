@@ -385,8 +385,27 @@ def pair_bound_differences(pair: dict[str, Any]) -> list[str]:
                                                 "delta": float(b["delta"]), "counts": b["clopper_pearson"]}, 1)}
     except (KeyError, TypeError, ValueError) as exc:
         return [f"bounds cannot be recomputed from its counts ({type(exc).__name__}: {exc})"]
-    return [f"{k} recomputes to {v:.6g} from its counts, the evidence says {pair.get(k)!r}"
-            for k, v in again.items() if not _same(v, pair.get(k))]
+    out = [f"{k} recomputes to {v:.6g} from its counts, the evidence says {pair.get(k)!r}"
+           for k, v in again.items() if not _same(v, pair.get(k))]
+    return out + _support_differences(pair)
+
+
+def _support_differences(pair: dict[str, Any]) -> list[str]:
+    """A release pair's reachability test (:mod:`privaudit.attacks.reachability`) recomputed from its counts: each
+    direction's Clopper-Pearson lower bound on the impossible outputs' probability; the differences."""
+    from privaudit.attacks.reachability import impossible_fraction_lower
+
+    out = []
+    for name, d in (pair.get("support") or {}).items():
+        try:
+            again = impossible_fraction_lower(int(d["impossible"]), int(d["draws"]), float(d["alpha"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            out.append(f"reachability test {name} cannot be recomputed from its counts ({type(exc).__name__}: {exc})")
+            continue
+        if not _same(again, d.get("fraction_lower")):
+            out.append(f"reachability test {name}'s fraction_lower recomputes to {again:.6g} from its counts, the "
+                       f"evidence says {d.get('fraction_lower')!r}")
+    return out
 
 
 def restep(result: dict[str, Any]) -> list[str]:

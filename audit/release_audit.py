@@ -37,6 +37,13 @@ point's rounding cell), the likelihood ratio of the discrete release; the Cloppe
 as for any statistic of the release (mass at the clamp's +-B is not modelled: a choice of statistic, not a
 condition of soundness). The logistic ratio (the default) has no plateau.
 
+Support. A statistical bound cannot see an output that the neighbour cannot produce at all (the float64 logistic
+release put 77-99% of its outputs there: Mironov 2012). Every pair also runs the reachability test
+(:func:`support_check`, :mod:`privaudit.attacks.reachability`) on the release as ALM makes it
+(:func:`privaudit.defenses.alm.mechanisms.release_of`), in both directions; an impossible output refutes the claim
+(at delta: when the Clopper-Pearson lower bound on their probability exceeds it). ALM's logistic and Gaussian
+releases are exact on a grid (:mod:`privaudit.defenses.alm.grid`), so every output is reachable from every input.
+
 Pairs: ``canary`` -- the canonical pair at the claimed sensitivity: m0 = theta(members) and m1 = m0 +
 Delta_1 e_0 (difference exactly the sampled L1 sensitivity along one coordinate: the worst case the claim
 allows, whose true epsilon is the claim's); ``extreme`` -- the members with the first replaced by a
@@ -55,10 +62,13 @@ from typing import Any, Mapping
 
 import torch
 
+from privaudit.attacks.reachability import describe as describe_reachability
+from privaudit.attacks.reachability import reachability_test, recorded_error, recorded_refutes
 from privaudit.attacks.step_distinguisher import KnownMechanism, additive_step_scores
 from privaudit.audit.step_pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
                                         witness_info, write_witness)
 from privaudit.core.errors import ConfigError
+from privaudit.defenses.alm import mechanisms
 from privaudit.defenses.alm.mechanisms import add_noise, log_density
 from privaudit.defenses.alm.snapping import snapped_log_mass
 
@@ -131,7 +141,9 @@ def _release_claim(cal: Any, eps_claim: float, mu_claim: float, request: StepReq
             "noise_multiplier": cal.noise_multiplier, "norm": cal.norm, "pure": cal.delta == 0,
             "target_epsilon": request.target_epsilon, "calibration": cal.calibration,
             "clamp_bound": cal.clamp_bound, "grid": cal.grid, "coordinates": cal.coordinates,
-            "snapping_overhead": cal.overhead,
+            "snapping_overhead": cal.overhead if cal.mechanism == "laplace" else 0.0,
+            "grid_overhead": cal.overhead if cal.mechanism == "logistic" else 0.0, "grid_cost": cal.grid_cost,
+            "release": mechanisms.release_of(cal.mechanism, cal.scale, cal.clamp_bound, cal.grid).description,
             "what": "one release of the fine-tuned head plus i.i.d. noise at the scale calibrated to the "
                     f"sampled {cal.norm.upper()} sensitivity (ALM Thm. 4.1, Prop. 4.1); mu: the tightest "
                     "mu of its canonical pair (one coordinate shifted by the claimed sensitivity)"}
@@ -146,12 +158,17 @@ def _release_row(kind: str, index: int, m0: torch.Tensor, m1: torch.Tensor, cal:
     diff = m1 - m0
     if not bool(torch.isfinite(diff).all()):
         raise ConfigError(f"pair {kind}: the release's noiseless output is not finite")
-    release = partial(_release, mechanism=cal.mechanism, scale=cal.scale, clamp_bound=cal.clamp_bound)
+    release = partial(_release, mechanism=cal.mechanism, scale=cal.scale, clamp_bound=cal.clamp_bound, grid=cal.grid)
     s0, s1 = additive_step_scores(m0, m1, release, release_log_likelihood(cal.mechanism, cal.scale, cal.grid),
                                   cal.scale, int(request.draws), request.generator(index), noise=request.noise)
     bd = request.bounds(s0, s1, index, cal.delta)
     dist = float(torch.linalg.vector_norm(diff, ord=1 if cal.norm == "l1" else 2))
     refuted = refutes(bd.mu_lower, bd.epsilon_lower, mu_claim, eps_claim, gates_mu=cal.mechanism == "gaussian")
+    support = support_check(m0, m1, cal, request, index)
+    errors = [e for e in (recorded_error(d) for d in support.values()) if e]
+    if errors:
+        return {"pair": kind, "verdict": "error", "error": errors[0], "support": support}
+    support_refuted = any(recorded_refutes(d, cal.delta) for d in support.values())
     return {"pair": kind, "difference_norm": dist, "difference_l2": float(torch.linalg.vector_norm(diff)),
             "difference_linf": float(diff.abs().max()), "coordinates_differing": int((diff != 0).sum()),
             "sensitivity_claimed": cal.sensitivity, "noise_scale": cal.scale,
@@ -160,8 +177,37 @@ def _release_row(kind: str, index: int, m0: torch.Tensor, m1: torch.Tensor, cal:
             "epsilon_claim": eps_claim, "mu_claim": mu_claim,
             "mu_lower": bd.mu_lower, "epsilon_lower": bd.epsilon_lower, "epsilon_from_mu": bd.epsilon_from_mu,
             "power": bd.epsilon_lower / eps_claim, "power_epsilon": bd.epsilon_lower / eps_claim,
-            "power_mu": bd.mu_lower / mu_claim, "verdict": "refuted" if refuted else "not refuted",
-            "bounds": bd.to_dict(), "conditioned_on": [], "batch": [n, n]}
+            "power_mu": bd.mu_lower / mu_claim, "verdict": "refuted" if refuted or support_refuted else "not refuted",
+            "bounds": bd.to_dict(), "support": support, "support_refuted": support_refuted,
+            "conditioned_on": [], "batch": [n, n]}
+
+
+#: the reachability test's draws: at most this many released values per direction (outputs x coordinates)
+SUPPORT_ELEMENTS = 1 << 22
+
+
+def support_check(m0: torch.Tensor, m1: torch.Tensor, cal: Any, request: StepRequest, index: int) -> dict[str, Any]:
+    """The reachability test (:mod:`privaudit.attacks.reachability`) of the release as ALM makes it
+    (:func:`privaudit.defenses.alm.mechanisms.release_of`, the object :func:`add_noise` draws through), in both
+    directions on the coordinates where the pair differs (elsewhere both sides release the same input, whose
+    outputs are reachable from it): outputs of m0 checked against m1 and of m1 against m0, at the pair's level
+    alpha / (2 pairs) split over the two directions."""
+    release = mechanisms.release_of(cal.mechanism, cal.scale, cal.clamp_bound, cal.grid)
+    where = torch.nonzero(m0 != m1).reshape(-1)
+    if where.numel() == 0:
+        where = torch.zeros(1, dtype=torch.long)
+    a, b = m0.double()[where], m1.double()[where]
+    draws = int(max(100, min(int(request.draws), SUPPORT_ELEMENTS // where.numel())))
+    gen = torch.Generator().manual_seed(int(request.seed) * 1000 + 500 + index)
+    alpha = request.alpha_per_bound / 2
+    return {"m0_against_m1": reachability_test(release, a, b, draws, gen, alpha=alpha).to_dict(),
+            "m1_against_m0": reachability_test(release, b, a, draws, gen, alpha=alpha).to_dict()}
+
+
+def support_summary(pair: Mapping[str, Any]) -> str:
+    """The pair's reachability test in one line (both directions)."""
+    return "; ".join(f"{k.replace('_', ' ')}: {describe_reachability(d)}"
+                     for k, d in (pair.get("support") or {}).items())
 
 
 def audit_release(name: str, ctx: Any, request: StepRequest) -> StepAudit:
@@ -193,17 +239,21 @@ def audit_release(name: str, ctx: Any, request: StepRequest) -> StepAudit:
             m1[0] += cal.sensitivity
         row = {**_release_row(kind, i, pair.m0, m1, cal, request, n), **pair.info}
         if claim is None:
-            claim = _release_claim(cal, row["epsilon_claim"], row["mu_claim"], request)
+            claim = _release_claim(cal, float(cal.epsilon), _claim_mu(cal.mechanism, float(cal.epsilon),
+                                                                       cal.noise_multiplier), request)
         if row["verdict"] == "refuted" and request.out_dir is not None:
             row["witness"] = _save_witness(request.out_dir, name, kind, pair.a, pair.b, pair.m0, m1, {
                 k: row[k] for k in WITNESS_META} | {"claim": claim, "config": defense.config_dict()})
         row["seconds"] = round(time.perf_counter() - start, 3)
         rows.append(row)
     assert claim is not None
-    best = max(rows, key=lambda r: r["epsilon_lower"])
+    done = [r for r in rows if r["verdict"] != "error"]
+    if not done:
+        return StepAudit(name, "replace-one", "example", claim, request.settings(), tuple(rows), audit_verdict(rows))
+    best = max(done, key=lambda r: r["epsilon_lower"])
     return StepAudit(name, "replace-one", "example", claim, request.settings(), tuple(rows),
                      audit_verdict(rows), best["pair"],
-                     max(r["mu_lower"] for r in rows), best["epsilon_lower"], best["epsilon_lower"] / claim["epsilon"])
+                     max(r["mu_lower"] for r in done), best["epsilon_lower"], best["epsilon_lower"] / claim["epsilon"])
 
 
 def release_log_likelihood(mechanism: str, scale: float, grid: float | None):
@@ -218,6 +268,6 @@ def release_log_likelihood(mechanism: str, scale: float, grid: float | None):
 
 
 def _release(m: torch.Tensor, gen: torch.Generator, *, mechanism: str, scale: float,
-             clamp_bound: float | None = None) -> torch.Tensor:
+             clamp_bound: float | None = None, grid: float | None = None) -> torch.Tensor:
     """ALM's own release of ``m`` (:func:`privaudit.defenses.alm.mechanisms.add_noise`), one draw per row."""
-    return add_noise(m, mechanism, scale, gen, clamp_bound=clamp_bound)
+    return add_noise(m, mechanism, scale, gen, clamp_bound=clamp_bound, grid=grid)

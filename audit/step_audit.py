@@ -553,9 +553,16 @@ def _refutation_text(name: str, r: Mapping[str, Any]) -> str:
     refuting = [p for p in r["pairs"] if p.get("verdict") == "refuted"]
     pure = bool(r["claim"].get("pure"))
     stat, claimed = ("eps_lb", "epsilon_lower") if pure else ("mu_lb", "mu_lower")
-    where = "; ".join(f"{p['pair']} pair {stat} {p[claimed]:.3g}" + (f", witness {p['witness']}"
-                                                                   if p.get("witness") else "")
-                      for p in refuting)
+    def one(p: Mapping[str, Any]) -> str:
+        if p.get("support_refuted"):
+            from privaudit.audit.release_audit import support_summary
+
+            text = f"{p['pair']} pair: floating-point support ({support_summary(p)})"
+        else:
+            text = f"{p['pair']} pair {stat} {p[claimed]:.3g}"
+        return text + (f", witness {p['witness']}" if p.get("witness") else "")
+
+    where = "; ".join(one(p) for p in refuting)
     what = f"eps = {r['claim']['epsilon']:.3g} (pure DP)" if pure else f"mu = {r['claim']['mu']:.3g}"
     return f"step audit of {name}: per-step claim {what} refuted by measurement ({where})"
 

@@ -86,6 +86,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "one_run_bound": ("privaudit.attacks", "one_run_bound"),
     "multi_run_bound": ("privaudit.attacks", "multi_run_bound"),
     "summarize_scores": ("privaudit.attacks.metrics", "summarize"),
+    "reachability_test": ("privaudit.attacks.reachability", "reachability_test"),
+    "reachable": ("privaudit.attacks.reachability", "reachable"),
     # accountants
     "PrivacyClaim": ("privaudit.accountants", "PrivacyClaim"),
     "sampled_gaussian_claim": ("privaudit.accountants.sampled_gaussian", "sampled_gaussian_claim"),

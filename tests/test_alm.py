@@ -7,15 +7,15 @@ import pytest
 import torch
 from scipy import stats
 
-from privaudit.accountants.events import GaussianDpEvent, LogisticDpEvent, SnappingDpEvent
+from privaudit.accountants.events import DiscreteGaussianDpEvent, LogisticDpEvent, SnappingDpEvent
 from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget, Trained, make_defense
 from privaudit.defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
 from privaudit.defenses.alm.head import HeadProblem, fit_heads, gradient, head_as_linear, hessian, newton_solve, objective
 from privaudit.accountants.gaussian import (analytic_gaussian_delta, analytic_gaussian_epsilon,
                                   analytic_gaussian_noise_multiplier, classical_gaussian_noise_multiplier)
-from privaudit.defenses.alm.mechanisms import (calibrate_noise, epsilon_of_noise, noise_std,
-                                     standard_noise)
+from privaudit.defenses.alm.mechanisms import (calibrate_noise, discrete_gaussian_epsilon, epsilon_of_noise,
+                                               noise_std, standard_noise)
 
 
 # -- mechanisms ---------------------------------------------------------------------------------------
@@ -64,26 +64,36 @@ def test_analytic_gaussian_without_the_library_function_solves_the_same_theorem(
     assert analytic_gaussian_epsilon(1e9, 1e-5) == 0.0 and analytic_gaussian_epsilon(0.0, 1e-5) == math.inf
 
 
-def test_classical_gaussian_is_flagged_outside_its_proof():
+def test_classical_gaussian_claims_what_its_noise_gives():
     assert classical_gaussian_noise_multiplier(0.5, 1e-5) == pytest.approx(math.sqrt(2 * math.log(1.25e5)) / 0.5)
-    assert calibrate_noise("gaussian", 0.5, l1=1, l2=1, delta=1e-5, gaussian="classical").valid
-    assert not calibrate_noise("gaussian", 5.0, l1=1, l2=1, delta=1e-5, gaussian="classical").valid
+    for eps in (0.5, 5.0):
+        cal = calibrate_noise("gaussian", eps, l1=1, l2=1, delta=1e-5, gaussian="classical", clamp_bound=1024.0,
+                              coordinates=10)
+        assert cal.valid and cal.epsilon == pytest.approx(discrete_gaussian_epsilon(cal.noise_multiplier, 1e-5))
     # At large epsilon the classical sigma is *smaller* than the exact one: it under-noises.
     assert classical_gaussian_noise_multiplier(10, 1e-5) < analytic_gaussian_noise_multiplier(10, 1e-5)
 
 
 def test_calibration_uses_the_right_norm_and_inverts():
-    cal = calibrate_noise("logistic", 2.0, l1=3.0, l2=0.5)
-    assert (cal.scale, cal.norm, cal.delta) == (1.5, "l1", 0.0)  # s = Delta_1 / eps (Thm. 4.1)
-    assert cal.std == pytest.approx(1.5 * math.pi / math.sqrt(3))
+    cal = calibrate_noise("logistic", 2.0, l1=3.0, l2=0.5, clamp_bound=1024.0, coordinates=10)
+    assert cal.norm == "l1" and cal.delta == 0.0 and cal.calibration == "grid"
+    # s = (Delta_1 + d Lambda) / eps, rounded up to the sampler's integers: the claimed eps is the target to 1e-11
+    assert cal.scale == pytest.approx(1.5, rel=1e-10) and cal.epsilon <= 2.0 and cal.epsilon == pytest.approx(2.0)
+    assert cal.overhead == pytest.approx(10 * cal.grid / cal.scale) and cal.grid <= 1.5 * 2.0 ** -40
+    assert cal.std == pytest.approx(cal.scale * math.pi / math.sqrt(3))
     lap = calibrate_noise("laplace", 2.0, l1=3.0, l2=0.5, clamp_bound=1024.0, coordinates=10)
     assert lap.std < cal.std  # logistic adds more noise at equal eps (snapped Laplace: lambda ~ Delta_1 / eps)
-    g = calibrate_noise("gaussian", 2.0, l1=3.0, l2=0.5, delta=1e-5)
-    assert g.norm == "l2" and g.scale == pytest.approx(0.5 * analytic_gaussian_noise_multiplier(2.0, 1e-5))
+    g = calibrate_noise("gaussian", 2.0, l1=3.0, l2=0.5, delta=1e-5, clamp_bound=1024.0, coordinates=10)
+    assert g.norm == "l2" and g.epsilon <= 2.0 and g.epsilon == pytest.approx(2.0, rel=1e-6)
+    # the zCDP calibration adds more noise than the continuous Gaussian's analytic curve would need
+    assert g.scale > 0.5 * analytic_gaussian_noise_multiplier(2.0, 1e-5)
+    assert g.noise_multiplier == pytest.approx(g.scale / (0.5 + math.sqrt(10) * g.grid))
     assert epsilon_of_noise("gaussian", g.noise_multiplier, delta=1e-5) == pytest.approx(2.0, rel=1e-6)
-    assert epsilon_of_noise("logistic", cal.noise_multiplier) == pytest.approx(2.0)
+    assert epsilon_of_noise("logistic", cal.noise_multiplier) + cal.overhead == pytest.approx(cal.epsilon)
     with pytest.raises(ConfigError, match="mechanism: unknown value 'cauchy'"):
-        calibrate_noise("cauchy", 1.0, l1=1, l2=1)
+        calibrate_noise("cauchy", 1.0, l1=1, l2=1, clamp_bound=1024.0, coordinates=10)
+    with pytest.raises(ConfigError, match="clamp_bound: the logistic release needs"):
+        calibrate_noise("logistic", 1.0, l1=1, l2=1)
 
 
 # -- head fine-tuning ---------------------------------------------------------------------------------
@@ -138,12 +148,13 @@ def test_utility_loss_and_curve():
     w = newton_solve(p, torch.ones(p.size, dtype=torch.float64))[0]
     rows = privacy_utility_curve(w, p.x, p.y, l1=0.5, l2=0.1, epsilons=[0.1, 100.0], delta=1e-5,
                                  gen=torch.Generator().manual_seed(0), draws=10)
-    assert [r["mechanism"] for r in rows[::2]] == ["logistic", "laplace", "gaussian-analytic", "gaussian-classical"]
+    assert [r["mechanism"] for r in rows[::2]] == ["logistic", "laplace", "gaussian-zcdp", "gaussian-classical"]
     clean = float(head_accuracy(w, p.x, p.y))
     for low, high in zip(rows[::2], rows[1::2]):
         assert high["utility_loss_mean"] < low["utility_loss_mean"]
         assert high["accuracy_clean"] == clean and abs(high["utility_loss_mean"]) < 0.05
-    assert [r["valid"] for r in rows[6:]] == [True, False]
+    assert all(r["valid"] for r in rows)  # the classical rows claim what their noise gives
+    assert rows[7]["epsilon_claimed"] > 100.0 > rows[5]["epsilon_claimed"]  # the paper's formula under-noises
     tiny = privacy_utility_curve(w, p.x, p.y, l1=0.5, l2=0.1, epsilons=[1e-4], delta=1e-5, mechanisms=["laplace"],
                                  gen=torch.Generator().manual_seed(0), draws=2, clamp_bound=1024.0)
     assert not tiny[0]["valid"] and "clamp_bound: must lie in" in tiny[0]["reason"]  # lambda 5000 > B
@@ -198,8 +209,9 @@ def test_alm_fit_is_deterministic_and_reuses_features(digits, monkeypatch):
     for norm in ("l1", "l2"):
         assert runs[0].extras["sensitivity"][norm]["value"] == runs[1].extras["sensitivity"][norm]["value"]
     claim = runs[0].claim
-    assert isinstance(claim.event, GaussianDpEvent) and claim.delta == 1e-5
-    assert claim.event.noise_multiplier == pytest.approx(analytic_gaussian_noise_multiplier(1.0, 1e-5))
+    assert isinstance(claim.event, DiscreteGaussianDpEvent) and claim.delta == 1e-5
+    assert claim.paper_accountant == "rdp"
+    assert discrete_gaussian_epsilon(claim.event.noise_multiplier, 1e-5) == pytest.approx(1.0, rel=1e-6)
 
 
 def test_alm_budgets(digits):

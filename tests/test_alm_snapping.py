@@ -119,7 +119,7 @@ def test_bad_clamp_bound_is_a_config_error_naming_the_field():
         make_defense("alm", mechanism="laplace", clamp_bound=-1.0)
     with pytest.raises(ConfigError, match="clamp_bound: must be a finite number > 0"):
         make_defense("alm", mechanism="laplace", clamp_bound=float("inf"))
-    with pytest.raises(ConfigError, match="clamp_bound: the Laplace release"):
+    with pytest.raises(ConfigError, match="clamp_bound: the laplace release"):
         add_noise(torch.zeros(3), "laplace", 1.0, torch.Generator())
 
 

@@ -21,7 +21,10 @@ def test_train_alm_at_a_target_epsilon(capsys):
                            "--no-save", "--json", *ALM_TINY)
     result = json.loads(out)
     assert code == 0
-    assert result["claim"]["event"] == {"type": "LogisticDpEvent", "noise_multiplier": 0.5}
+    event = result["claim"]["event"]  # released on a grid: s = (Delta_1 + d Lambda) / eps, the grid's cost stated
+    assert event["type"] == "LogisticDpEvent" and 0 < event["overhead"] < 1e-8
+    assert event["noise_multiplier"] == pytest.approx(0.5, rel=1e-8)
+    assert 1 / event["noise_multiplier"] + event["overhead"] == pytest.approx(2.0, rel=1e-11)  # at most 2
     assert result["claim"]["params"]["m"] == 20 and "SAMPLED" in result["claim"]["notes"][0]
     assert {"head_accuracy_clean", "head_accuracy_released", "utility_loss"} <= set(result["utility"])
 

@@ -70,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
         ex = sens["exhaustive"]
         print(f"exact maximum over all remove-one pairs of the members: L1 = {ex['l1']:.4g}, L2 = {ex['l2']:.4g}")
     print(f"utility loss 1 - acc(noisy)/acc(clean) (Def. 6.1), mean +- std over {curve['draws']} noise draws; "
-          f"Gaussian delta = {curve['delta']:.3g}; * = the classical Gaussian formula is not proven for eps >= 1")
+          f"Gaussian delta = {curve['delta']:.3g}; gaussian-classical: the paper's sigma, its claim the epsilon that "
+          f"noise gives (epsilon_claimed in --json); * = no release (outside the snapping theorem's condition)")
     mechanisms = list(dict.fromkeys(r["mechanism"] for r in curve["rows"]))
     by = {(r["mechanism"], r["epsilon"]): r for r in curve["rows"]}
     epsilons = list(dict.fromkeys(r["epsilon"] for r in curve["rows"]))

@@ -41,8 +41,11 @@ def privacy_utility_curve(weights: torch.Tensor, x_eval: torch.Tensor, y_eval: t
 
     Logistic and Laplace noise use the L1 sensitivity ``l1`` (Laplace: snapped with ``clamp_bound`` B, its
     epsilon including the overhead); Gaussian noise the L2 sensitivity ``l2`` and ``delta``, once per
-    calibration in ``gaussian`` (``analytic``: exact; ``classical``: the paper's formula, ``valid`` False for
-    epsilon >= 1). A Laplace row whose lambda breaks the snapping theorem's lambda < B < 2^46 lambda is
+    calibration in ``gaussian`` (``zcdp``: the discrete Gaussian's sound calibration; ``classical``: the paper's
+    formula, the row's ``epsilon_claimed`` what that noise gives). Logistic and Gaussian rows add the continuous
+    noise at the released scale (common random numbers): the release itself is on a grid 2^-40 s (logistic) or
+    sigma / 4096 (Gaussian) fine, so its utility is the same to that resolution. A Laplace row whose lambda breaks
+    the snapping theorem's lambda < B < 2^46 lambda is
     reported ``valid`` False with the reason and no utility (no release is made there).
     """
     check_positive("draws", draws)
@@ -57,7 +60,7 @@ def privacy_utility_curve(weights: torch.Tensor, x_eval: torch.Tensor, y_eval: t
             for eps in epsilons:
                 try:
                     cal = calibrate_noise(mechanism, eps, l1=l1, l2=l2, delta=delta,
-                                          gaussian=calibration if mechanism == "gaussian" else "analytic",
+                                          gaussian=calibration if mechanism == "gaussian" else "zcdp",
                                           clamp_bound=clamp_bound, coordinates=int(weights.numel()))
                 except ConfigError as exc:  # snapping outside Thm. 1's lambda < B < 2^46 lambda: no release
                     if mechanism != "laplace":
@@ -76,7 +79,7 @@ def privacy_utility_curve(weights: torch.Tensor, x_eval: torch.Tensor, y_eval: t
                 loss = utility_loss(acc, clean)
                 rows.append({
                     "mechanism": mechanism if mechanism != "gaussian" else f"gaussian-{calibration}",
-                    "epsilon": eps, "delta": cal.delta, "norm": cal.norm, "sensitivity": cal.sensitivity,
+                    "epsilon": eps, "epsilon_claimed": cal.epsilon, "delta": cal.delta, "norm": cal.norm, "sensitivity": cal.sensitivity,
                     "scale": cal.scale, "noise_std": cal.std, "valid": cal.valid,
                     "accuracy_clean": clean, "accuracy_mean": float(acc.mean()),
                     "utility_loss_mean": float(loss.mean()), "utility_loss_std": float(loss.std()) if draws > 1 else 0.0,

@@ -15,12 +15,17 @@ Departures from the paper, each because the paper's version is not well defined 
   training runs' randomness.
 * Features are standardised with public-split statistics (folded into the released ``nn.Linear``,
   which is post-processing) so the regulariser treats every feature alike.
-* Gaussian noise is calibrated exactly (analytic Gaussian mechanism) by default; the paper's
-  sqrt(2 ln(1.25/delta)) Delta_2 / eps is only proven for eps < 1 (``gaussian_calibration=classical``
-  reproduces it and flags it).
-* Laplace noise is released through Mironov's snapping mechanism (:mod:`privaudit.defenses.alm.snapping`): the plain
-  float64 Laplace release leaks through its last bits (Mironov 2012; measured by the release audit), and the
-  claimed epsilon includes the snapping's overhead d 2^-49 B / lambda (Thm. 1).
+* Every release is sound in floating point (:mod:`privaudit.defenses.alm.mechanisms`): the textbook float64
+  release x + s xi leaks through its last bits (Mironov 2012): most of its outputs cannot be produced from a
+  neighbour (the reachability test, :mod:`privaudit.attacks.reachability`: 77% at epsilon 1 on digits). The
+  logistic (default) and Gaussian noise are released exactly on a power-of-two grid (:mod:`privaudit.defenses.alm.grid`:
+  discrete logistic, discrete Gaussian) after clamping to [-B, B]; the claimed epsilon includes the grid's cost
+  (logistic: d Lambda / s; Gaussian: its zCDP at the sensitivity plus sqrt(d) Lambda). Laplace noise is released
+  through Mironov's snapping mechanism (:mod:`privaudit.defenses.alm.snapping`), its overhead d 2^-49 B / lambda
+  (Thm. 1) included.
+* The Gaussian's guarantee is the discrete Gaussian's zCDP (Canonne, Kamath & Steinke 2020, Thm. 14) through the
+  RDP accountant (``gaussian_calibration = zcdp``, default); the paper's sqrt(2 ln(1.25/delta)) Delta_2 / eps is
+  only proven for eps < 1: ``classical`` sets the noise by it and claims the epsilon that noise actually gives.
 """
 
 from __future__ import annotations
@@ -33,15 +38,16 @@ from typing import Any
 import torch
 
 from privaudit.accountants.claim import PrivacyClaim
-from privaudit.accountants.events import GaussianDpEvent, LogisticDpEvent, SnappingDpEvent
+from privaudit.accountants.events import DiscreteGaussianDpEvent, LogisticDpEvent, SnappingDpEvent
 from privaudit.core.datasets import MembershipData
 from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 from privaudit.defenses.sensitivity_sampling import (SampledSensitivity, exhaustive_remove_one, sample_sensitivity_alm,
                                        sample_sensitivity_rubinstein_alda)
 from privaudit.defenses.alm.curve import head_accuracy, privacy_utility_curve, utility_loss
 from privaudit.defenses.alm.head import HeadProblem, fit_heads, head_as_linear, newton_solve
-from privaudit.defenses.alm.mechanisms import (GAUSSIAN_CALIBRATIONS, MECHANISMS, NoiseCalibration, add_noise, calibrate_noise,
-                                     epsilon_of_noise, noise_std, snapped_calibration)
+from privaudit.defenses.alm.mechanisms import (GAUSSIAN_CALIBRATIONS, MECHANISMS, NoiseCalibration, add_noise,
+                                               epsilon_at, gaussian_calibration, logistic_calibration,
+                                               snapped_calibration)
 from privaudit.defenses.alm.snapping import default_clamp_bound
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from privaudit.defenses.evaluation import embed
@@ -65,16 +71,16 @@ class ALMConfig(ContrastiveConfig):
     statistic; ``rdp_gamma`` optional, databases drawn from ``oracle_pool``). ``exhaustive_pairs``:
     also compute the exact maximum over all remove-one pairs within the members (n head fits).
     ``curve_epsilons``/``curve_draws``: the privacy–utility curve (Sec. 6.1) stored in extras.
-    ``clamp_bound``: B of the snapped Laplace release (``mechanism = "laplace"``), every released weight clamped
-    to [-B, B]; None (default): :func:`privaudit.defenses.alm.snapping.default_clamp_bound` of the class count and
-    ``head_l2`` (public only; provably never binds on the fine-tuned head). Must exceed the noise scale lambda
-    and stay below 2^46 lambda (Mironov 2012, Thm. 1).
+    ``clamp_bound``: B of every release, every released weight clamped to [-B, B]; None (default):
+    :func:`privaudit.defenses.alm.snapping.default_clamp_bound` of the class count and ``head_l2`` (public only;
+    provably never binds on the fine-tuned head). For Laplace it must exceed the noise scale lambda and stay
+    below 2^46 lambda (Mironov 2012, Thm. 1).
     """
 
     head_l2: float = 0.1
     head_tol: float = 1e-9
     mechanism: str = "logistic"
-    gaussian_calibration: str = "analytic"
+    gaussian_calibration: str = "zcdp"
     sensitivity_sampler: str = "alm"
     sensitivity_m: int = 500
     rdp_gamma: float | None = None
@@ -176,7 +182,7 @@ class ALM(Defense):
                                                   oracle=f"{cfg.oracle_pool} split")
 
     def clamp_bound_for(self, num_classes: int) -> float:
-        """B of the snapped Laplace release: ``clamp_bound`` or the public default for ``num_classes``."""
+        """B of the release: ``clamp_bound`` or the public default for ``num_classes``."""
         cfg = self.config
         return float(cfg.clamp_bound) if cfg.clamp_bound is not None else default_clamp_bound(num_classes, cfg.head_l2)
 
@@ -184,32 +190,26 @@ class ALM(Defense):
                       coordinates: int | None = None) -> NoiseCalibration | None:
         """The noise the release adds at ``budget`` given the (sampled) L1 / L2 sensitivities (None: no noise).
 
-        Laplace (snapped) also needs the class count (for the default clamp bound) and the number of released
-        coordinates (the overhead is paid per coordinate).
+        Every release also needs the class count (for the default clamp bound) and the number of released
+        coordinates (the floating-point-safe releases pay per coordinate).
         """
         cfg = self.config
         if not budget.private:
             return None
+        if num_classes is None or coordinates is None:
+            raise ConfigError(f"mechanism {cfg.mechanism!r}: the release needs num_classes and coordinates")
+        z = budget.noise_multiplier
+        if z is not None and z <= 0:
+            raise ConfigError("noise_multiplier: the ALM releases noised weights; it must be > 0")
+        bound = self.clamp_bound_for(num_classes)
         if cfg.mechanism == "laplace":
-            if num_classes is None or coordinates is None:
-                raise ConfigError("mechanism 'laplace': the snapped release needs num_classes and coordinates")
-            if budget.noise_multiplier is not None and budget.noise_multiplier <= 0:
-                raise ConfigError("noise_multiplier: the ALM releases noised weights; it must be > 0")
-            return snapped_calibration(budget.target_epsilon, l1=l1, clamp_bound=self.clamp_bound_for(num_classes),
-                                       coordinates=coordinates, noise_multiplier=budget.noise_multiplier)
-        delta = budget.resolve_delta(n) if cfg.mechanism == "gaussian" else 0.0
-        if budget.noise_multiplier is not None:
-            z = budget.noise_multiplier
-            if z <= 0:
-                raise ConfigError("noise_multiplier: the ALM releases noised weights; it must be > 0")
-            eps = epsilon_of_noise(cfg.mechanism, z, delta=delta, gaussian=cfg.gaussian_calibration)
-            norm, sensitivity = ("l2", l2) if cfg.mechanism == "gaussian" else ("l1", l1)
-            valid = cfg.mechanism != "gaussian" or cfg.gaussian_calibration == "analytic" or eps < 1
-            return NoiseCalibration(cfg.mechanism, eps, delta, norm, sensitivity, z, z * sensitivity,
-                                    noise_std(cfg.mechanism, z * sensitivity),
-                                    cfg.gaussian_calibration if cfg.mechanism == "gaussian" else "pure", valid)
-        return calibrate_noise(cfg.mechanism, budget.target_epsilon, l1=l1, l2=l2, delta=delta,
-                               gaussian=cfg.gaussian_calibration)
+            return snapped_calibration(budget.target_epsilon, l1=l1, clamp_bound=bound, coordinates=coordinates,
+                                       noise_multiplier=z)
+        if cfg.mechanism == "logistic":
+            return logistic_calibration(budget.target_epsilon, l1=l1, clamp_bound=bound, coordinates=coordinates,
+                                        noise_multiplier=z)
+        return gaussian_calibration(budget.target_epsilon, l2=l2, delta=budget.resolve_delta(n), clamp_bound=bound,
+                                    coordinates=coordinates, gaussian=cfg.gaussian_calibration, noise_multiplier=z)
 
     def _claim(self, cal: NoiseCalibration | None, sens: dict[str, SampledSensitivity],
                exhaustive: dict[str, float] | None, n: int) -> PrivacyClaim:
@@ -224,12 +224,14 @@ class ALM(Defense):
         norm_used = sens[cal.norm]
         notes = [norm_used.describe()]
         if cal.mechanism == "gaussian":
-            notes.append(f"epsilon = {cal.epsilon:.4g} at delta = {cal.delta:.3g} ({cal.calibration} Gaussian "
-                         f"calibration, sigma = {cal.scale:.4g} = {cal.noise_multiplier:.4g} x the sampled L2 "
-                         f"sensitivity)")
-            if not cal.valid:
-                notes.append("the classical calibration sigma = sqrt(2 ln(1.25/delta)) Delta_2 / eps (ALM Remark 4.2, "
-                             "Dwork & Roth Thm. A.1) is only proven for eps < 1; this epsilon is not a guarantee")
+            notes.append(f"epsilon = {cal.epsilon:.4g} at delta = {cal.delta:.3g}: discrete Gaussian noise (Remark "
+                         f"4.2) released exactly on the grid Lambda = {cal.grid:.4g} (clamp bound B = "
+                         f"{cal.clamp_bound:.4g}), "
+                         f"sigma = {cal.scale:.4g}; rho-zCDP with rho = (Delta_2 + sqrt(d) Lambda)^2 / (2 sigma^2) "
+                         f"(Canonne, Kamath & Steinke 2020, Thm. 14; d = {cal.coordinates} coordinates, the grid adds "
+                         f"{cal.grid_cost:.3g} of the sampled L2 sensitivity), converted by the RDP accountant "
+                         f"({cal.calibration} calibration); valid only for neighbours whose head weights differ by at "
+                         f"most the sampled L2 sensitivity")
         elif cal.mechanism == "laplace":
             notes.append(f"epsilon = (Delta_1 + d 2^-49 B) / lambda = {cal.epsilon:.4g} (pure DP): Laplace noise "
                          f"(Remark 4.2) released through Mironov's snapping mechanism (2012, Sec. 5.2, Thm. 1, per "
@@ -238,9 +240,12 @@ class ALM(Defense):
                          f"overhead d 2^-49 B / lambda = {cal.overhead:.3g} is included; valid only for neighbours "
                          f"whose head weights differ by at most the sampled L1 sensitivity")
         else:
-            notes.append(f"epsilon = Delta_1 / scale = {cal.epsilon:.4g} (pure DP, Thm. 4.1) "
-                         f"with scale {cal.scale:.4g} and the sampled L1 sensitivity; valid only for neighbours whose "
-                         f"head weights differ by at most that much")
+            notes.append(f"epsilon = (Delta_1 + d Lambda) / s = {cal.epsilon:.4g} (pure DP, Thm. 4.1 on the grid): "
+                         f"logistic noise of scale s = {cal.scale:.4g} released exactly on the grid Lambda = "
+                         f"{cal.grid:.4g} (a discrete logistic, clamp bound B = {cal.clamp_bound:.4g}, d = "
+                         f"{cal.coordinates} coordinates); the grid's cost d Lambda / s = {cal.overhead:.3g} is "
+                         f"included; valid only for neighbours whose head weights differ by at most the sampled L1 "
+                         f"sensitivity")
         if exhaustive is not None:
             worst = exhaustive[cal.norm]
             notes.append(f"the exact maximum over all {n * (n - 1) // 2} remove-one pairs within the members is "
@@ -248,21 +253,23 @@ class ALM(Defense):
                          f"same noise gives epsilon {self._epsilon_at(cal, worst):.4g}")
         params.update({"mechanism": cal.mechanism, "epsilon": cal.epsilon, "scale": cal.scale,
                        "noise_multiplier": cal.noise_multiplier, "calibration": cal.calibration})
+        params.update({"clamp_bound": cal.clamp_bound, "grid": cal.grid, "coordinates": cal.coordinates,
+                       "grid_cost": cal.grid_cost})
         if cal.mechanism == "laplace":
-            params.update({"clamp_bound": cal.clamp_bound, "grid": cal.grid, "coordinates": cal.coordinates,
-                           "snapping_overhead": cal.overhead})
+            params["snapping_overhead"] = cal.overhead
             event = SnappingDpEvent(cal.noise_multiplier, cal.overhead)
+        elif cal.mechanism == "logistic":
+            params["grid_overhead"] = cal.overhead
+            event = LogisticDpEvent(cal.noise_multiplier, cal.overhead)
         else:
-            event = {"logistic": LogisticDpEvent, "gaussian": GaussianDpEvent}[cal.mechanism](cal.noise_multiplier)
-        accountant = "pure" if cal.mechanism != "gaussian" else f"gaussian:{cal.calibration}"
+            event = DiscreteGaussianDpEvent(cal.noise_multiplier)
+        accountant = "pure" if cal.mechanism != "gaussian" else "rdp"
         return PrivacyClaim(event, relation="replace-one", unit="example",
                             delta=cal.delta, paper_accountant=accountant, sampler=None, source=SOURCE,
                             notes=tuple(notes), params=params)
 
     def _epsilon_at(self, cal: NoiseCalibration, sensitivity: float) -> float:
-        if cal.mechanism == "gaussian":
-            return epsilon_of_noise("gaussian", cal.scale / sensitivity, delta=cal.delta, gaussian=cal.calibration)
-        return epsilon_of_noise(cal.mechanism, cal.scale / sensitivity) + cal.overhead
+        return epsilon_at(cal, sensitivity)
 
     def fit(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
             progress: bool = True) -> Trained:
@@ -286,7 +293,7 @@ class ALM(Defense):
         w_released = w_clean
         if cal is not None:
             w_released = add_noise(w_clean, cal.mechanism, cal.scale, torch_generator(seed, "alm", "noise"),
-                                   clamp_bound=cal.clamp_bound)
+                                   clamp_bound=cal.clamp_bound, grid=cal.grid)
         classifier = head_as_linear(w_released, prep.mean, prep.std).to(device)
 
         acc_clean = float(head_accuracy(w_clean, prep.x_test, data.test.y))
