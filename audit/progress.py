@@ -33,7 +33,10 @@ clock = time.monotonic
 INTERVAL = 20.0
 
 #: Stages every cell runs before its attacks (audit/cell.py); the attack stages are named by their labels.
-CELL_STAGES = ("train", "utility", "epsilon")
+CELL_STAGES = ("train", "utility", "epsilon", "claim checks")
+
+#: Finished tasks of a kind before their own measured-over-planned ratio replaces the ratio over every kind.
+SPEED_SAMPLE = 3
 
 KIND_NAMES = {"cell": ("cell", "cells"), "sensitivity": ("sensitivity claim", "sensitivity claims"),
               "step audit": ("step audit", "step audits")}
@@ -186,11 +189,13 @@ class Progress:
         return (sum(done) + sum(longer)) / (len(done) + len(longer))
 
     def speed(self, kind: str | None = None) -> float:
-        """Measured over planned seconds of the finished tasks that have priors: of ``kind`` when one has finished,
-        else of every kind (the machine's speed against the priors), else 1 (the priors as they are)."""
+        """Measured over planned seconds of the finished tasks that have priors: of ``kind`` once
+        :data:`SPEED_SAMPLE` of them have finished, else of every kind (the machine's speed against the priors; one
+        cheap task of a kind, such as a non-private cell, would otherwise set the speed of all the others), else 1
+        (the priors as they are)."""
         done = [t for t in self.tasks.values() if t.finished is not None and t.prior and t.seconds is not None]
         same = [t for t in done if t.kind == kind]
-        pool = same or done
+        pool = same if len(same) >= SPEED_SAMPLE else done
         return sum(t.seconds for t in pool) / sum(t.prior for t in pool) if pool else 1.0
 
     def _train_ratio(self) -> float | None:

@@ -14,29 +14,31 @@ from typing import Any
 
 from privaudit.audit.progress import CELL_STAGES
 
-#: Seconds per stage of a cell (attacks by their registry name).
-STAGE_SECONDS = {"train": 3.5, "utility": 0.4, "epsilon": 2.0, "loss": 0.1, "lira": 22.0, "rmia": 1.0,
-                 "gradient-canary": 7.0, "user-canary": 3.0, "user-data-canary": 7.0}
+#: Seconds per stage of a cell (attacks by their registry name): the means of the quickstart's cells on a 2-core
+#: CPU (digits), measured stage by stage at the code that added the claim checks' noise-structure tests.
+STAGE_SECONDS = {"train": 1.5, "utility": 0.2, "epsilon": 1.0, "claim checks": 1.5, "loss": 0.1, "lira": 11.0,
+                 "rmia": 0.1, "gradient-canary": 4.0, "user-canary": 2.5, "user-data-canary": 2.5}
 #: A stage not in :data:`STAGE_SECONDS`.
 OTHER_STAGE = 5.0
 #: LiRA's default number of reference models (the count :data:`STAGE_SECONDS`' ``lira`` is for).
 REFERENCE_MODELS = 8
-#: A sensitivity claim: seconds per evaluated pair, and a claim with neither evaluations nor a budget.
+#: A sensitivity claim: seconds per evaluated pair, and a claim with neither evaluations nor a budget (the
+#: quickstart's fifteen claims' mean on the same machine).
 SECONDS_PER_EVALUATION = 0.075
-SENSITIVITY_CLAIM = 30.0
+SENSITIVITY_CLAIM = 12.0
 #: A step audit: one defense's 10^5 noise draws a side, plus seconds per witness evaluation when its pair is the
 #: witness.
-STEP_AUDIT = 6.0
+STEP_AUDIT = 2.7
 STEP_AUDIT_DRAWS = 100_000
-SECONDS_PER_WITNESS_EVALUATION = 0.12
+SECONDS_PER_WITNESS_EVALUATION = 0.04
 
 
 def cell_priors(spec: Any) -> dict[str, float]:
-    """Planned seconds per stage of a cell (:class:`privaudit.audit.suite.CellSpec`): no epsilon stage cost for a
-    non-private defense; LiRA in proportion to its reference models."""
+    """Planned seconds per stage of a cell (:class:`privaudit.audit.suite.CellSpec`): no epsilon or claim-check
+    cost for a non-private defense; LiRA in proportion to its reference models."""
     priors = {s: STAGE_SECONDS[s] for s in CELL_STAGES}
     if not spec.defense.private:
-        priors["epsilon"] = 0.0
+        priors["epsilon"] = priors["claim checks"] = 0.0
     for attack in spec.attacks:
         cost = STAGE_SECONDS.get(attack.name, OTHER_STAGE)
         if attack.name == "lira":

@@ -125,3 +125,29 @@ def test_the_eta_script_reads_the_error_at_each_fraction_of_a_log(tmp_path, caps
     assert script.main([str(log), "--total", "200"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "10%: +20s, estimate 100s, truth 180s, error -44.4%", "50%: +100s, estimate 10s, truth 100s, error -90.0%"]
+
+
+def test_one_cheap_task_of_a_kind_does_not_set_the_speed_of_its_kind(monkeypatch):
+    """The quickstart's first finished cell is its non-private baseline (a sixth of its prior, where the DP cells
+    take about a half): a kind's own ratio is used only once :data:`SPEED_SAMPLE` of its tasks have finished;
+    before that the ratio over every finished task. Planted: the kind's ratio from one task (the rule before)
+    predicts the DP cells at a sixth of their cost."""
+    from privaudit.audit import progress as progress_module
+
+    clock = FakeClock()
+    progress = Progress(jobs=1, now=clock)
+    for k in range(4):
+        progress.add(f"claim{k}", "sensitivity", priors={"run": 10.0})
+    progress.add("cheap", "cell", "nonprivate", CELL_STAGES, {"train": 30.0})
+    progress.add("dp", "cell", "dp-gcl", CELL_STAGES, {"train": 30.0})
+    for k, (start, end) in enumerate([(0, 5), (5, 10), (10, 15), (15, 20)]):
+        progress.start(f"claim{k}", start)
+        progress.finish(f"claim{k}", None, end)
+    progress.start("cheap", 20)
+    progress.finish("cheap", {"train": 5.0}, 25)
+    assert progress_module.SPEED_SAMPLE == 3
+    assert progress.speed("cell") == pytest.approx(25 / 70)  # every kind: (4 x 5 + 5) / (4 x 10 + 30)
+    clock.t = 25.0
+    assert progress.estimate()[0] == pytest.approx(30 * 25 / 70)
+    monkeypatch.setattr(progress_module, "SPEED_SAMPLE", 1)  # planted: the rule before, one cell's own ratio
+    assert progress.estimate()[0] == pytest.approx(30 * 5 / 30)  # the DP cell at a sixth of its prior
