@@ -114,18 +114,17 @@ def describe_failures(structure: Mapping[str, Mapping[str, Any]]) -> list[tuple[
                                   f"(chi-square p = {pairs['p']:.3g}, level {pairs['alpha']:g}): its release reuses "
                                   "or correlates its noise across steps"))
     tensors = structure.get("tensors") or {}
-    level = f"level {{:.3g}} = {tensors.get('alpha', 0):g} / {tensors.get('tests')} tests"
-    for name in tensors.get("rejected") or []:
-        v, pairs = tensors["tensors"][name]["variance"], tensors["tensors"][name].get("pairs") or {}
-        if v["rejected"]:
-            out.append((PER_TENSOR, f"{PER_TENSOR}: tensor {name!r}: the noise on its {v['n']} canary residuals has "
-                                    f"{v['std_ratio']:.4g} of the claimed std (chi-square p = {v['p']:.3g}, "
-                                    f"{level.format(v['alpha'])}): its release adds less noise on this tensor than "
-                                    "its claim states"))
-        if pairs.get("rejected"):
-            out.append((PER_TENSOR, f"{PER_TENSOR}: tensor {name!r}: its residuals' differences over disjoint "
-                                    f"step pairs ({pairs['n']} coordinate-pair cells) have {pairs['std_ratio']:.4g} of the std "
-                                    f"fresh noise gives (chi-square p = {pairs['p']:.3g}, "
-                                    f"{level.format(pairs['alpha'])}): its release reuses, correlates or omits its "
-                                    "noise across steps on this tensor"))
+    rows = [(name, tensors["tensors"][name]) for name in tensors.get("rejected") or []]
+    level = f"level {tensors.get('alpha', 0):g} / {tensors.get('tests')} tests each"
+    low = [f"tensor {name!r} ({t['variance']['std_ratio']:.3g} of the claimed std on {t['variance']['n']} residuals, "
+           f"p = {t['variance']['p']:.3g})" for name, t in rows if t["variance"]["rejected"]]
+    if low:
+        out.append((PER_TENSOR, f"{PER_TENSOR}: {len(low)} of {len(tensors['tensors'])} tensors hold less noise than "
+                                f"the claim states (chi-square lower tail, {level}): " + "; ".join(low)))
+    same = [f"tensor {name!r} ({t['pairs']['std_ratio']:.3g} of fresh noise's std over {t['pairs']['n']} step pairs, "
+            f"p = {t['pairs']['p']:.3g})" for name, t in rows if (t.get("pairs") or {}).get("rejected")]
+    if same:
+        out.append((PER_TENSOR, f"{PER_TENSOR}: {len(same)} of {len(tensors['tensors'])} tensors' residual differences "
+                                f"over disjoint step pairs are smaller than fresh noise gives: the release reuses, "
+                                f"correlates or omits their noise across steps ({level}): " + "; ".join(same)))
     return out

@@ -165,7 +165,7 @@ def test_gate_names_the_failing_check_and_tensor_and_counts_both_in_its_error_ra
     assert good["status"] == "pass"
     assert reused["status"] == "fail" and any("noise independence across steps" in r and "reuses" in r
                                               for r in reused["reasons"])
-    assert missing["status"] == "fail" and any("noise per tensor: tensor 'b'" in r for r in missing["reasons"])
+    assert missing["status"] == "fail" and any("noise per tensor: 1 of" in r and "tensor 'b' (" in r for r in missing["reasons"])
     for c, g in zip(cells, (good, reused, missing)):
         c["gate"] = g
     suite = suite_gate(cells, [], None, GateConfig())
