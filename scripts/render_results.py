@@ -7,7 +7,7 @@ Every number in the documentation comes from this page. A user's ``privaudit run
 ``reports/quickstart/``, which git ignores; the reference run lives under its own path. After a change that moves
 the numbers, two commands from the repository's root:
 
-    privaudit run quickstart --out reports/reference/quickstart    # only its report.json is tracked
+    privaudit run suites/quickstart.toml --out reports/reference/quickstart    # only its report.json is tracked
     python scripts/render_results.py
 
 then ``pytest tests/test_docs.py`` checks the page against the report, and you commit
