@@ -32,40 +32,23 @@ counts a run saves, so the gate recomputes them against the cell's own claim.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
-from scipy import stats
-
-from privaudit.attacks.released_noise import NOISE_ALPHA
-from privaudit.core.errors import ConfigError
+from privaudit.attacks.released_noise import NOISE_ALPHA, check_noise_args, chi_square_lower_tail
 
 #: What the gate calls each check (its messages and ``caught_by``).
 INDEPENDENCE, PER_TENSOR = "noise independence across steps", "noise per tensor"
-
-
-def _lower_tail(n: int, statistic: float, alpha: float) -> dict[str, Any]:
-    """The chi-square lower tail of ``statistic`` on n degrees of freedom, with the measured std over the claimed."""
-    p = float(stats.chi2.cdf(statistic, n))
-    return {"n": n, "std_ratio": math.sqrt(statistic / n), "p": p, "alpha": alpha, "rejected": p < alpha}
-
-
-def _check_args(claimed_multiplier: float, alpha: float) -> None:
-    if not 0 < alpha < 1:
-        raise ConfigError(f"alpha: must be in (0, 1), got {alpha!r}")
-    if not claimed_multiplier > 0:
-        raise ConfigError(f"claimed_multiplier: must be > 0, got {claimed_multiplier!r}")
 
 
 def independence_check(counts: Mapping[str, Any], claimed_multiplier: float, *,
                        alpha: float = NOISE_ALPHA) -> dict[str, Any] | None:
     """The step-pair test of the module docstring from ``pair_n`` and ``pair_ss``; None without pairs. ``std_ratio``
     is the differences' measured std over sqrt(2) z_c (0 when the noise is reused)."""
-    _check_args(claimed_multiplier, alpha)
+    check_noise_args(claimed_multiplier, alpha)
     n, ss = int(counts.get("pair_n") or 0), float(counts.get("pair_ss") or 0.0)
     if n < 1:
         return None
-    return {**_lower_tail(n, ss / (2 * float(claimed_multiplier) ** 2), alpha),
+    return {**chi_square_lower_tail(n, ss / (2 * float(claimed_multiplier) ** 2), alpha),
             "claimed_multiplier": float(claimed_multiplier)}
 
 
@@ -77,7 +60,7 @@ def tensor_checks(counts: Mapping[str, Any], claimed_multiplier: float, *,
     Returns ``tensors`` (each covered tensor's ``variance`` test and, with step pairs, its ``pairs`` test, every one
     at ``alpha_each`` = alpha / L over the L tests), ``uncovered`` (tensors without a residual) and ``rejected`` (the
     names of the tensors with a failing test; the family fails when any does)."""
-    _check_args(claimed_multiplier, alpha)
+    check_noise_args(claimed_multiplier, alpha)
     per = counts.get("tensor_noise")
     if not per:
         return None
@@ -87,9 +70,9 @@ def tensor_checks(counts: Mapping[str, Any], claimed_multiplier: float, *,
     each = alpha / max(1, tests)
     tensors = {}
     for name, c in covered.items():
-        tensors[name] = {"variance": _lower_tail(int(c["n"]), float(c["ss"]) / z2, each)}
+        tensors[name] = {"variance": chi_square_lower_tail(int(c["n"]), float(c["ss"]) / z2, each)}
         if int(c.get("pair_n") or 0) > 0:
-            tensors[name]["pairs"] = _lower_tail(int(c["pair_n"]), float(c["pair_ss"]) / (2 * z2), each)
+            tensors[name]["pairs"] = chi_square_lower_tail(int(c["pair_n"]), float(c["pair_ss"]) / (2 * z2), each)
     return {"tensors": tensors, "uncovered": sorted(set(per) - set(covered)), "alpha": alpha, "tests": tests,
             "alpha_each": each, "claimed_multiplier": float(claimed_multiplier),
             "rejected": sorted(name for name, t in tensors.items() if any(v["rejected"] for v in t.values()))}

@@ -38,6 +38,21 @@ from privaudit.core.errors import ConfigError
 NOISE_ALPHA = TRACE_ALPHA
 
 
+def check_noise_args(claimed_multiplier: float, alpha: float) -> None:
+    """Refuse a level outside (0, 1) or a claimed multiplier that is not positive (every noise check's inputs)."""
+    if not 0 < alpha < 1:
+        raise ConfigError(f"alpha: must be in (0, 1), got {alpha!r}")
+    if not claimed_multiplier > 0:
+        raise ConfigError(f"claimed_multiplier: must be > 0, got {claimed_multiplier!r}")
+
+
+def chi_square_lower_tail(n: int, statistic: float, alpha: float) -> dict[str, Any]:
+    """The chi-square lower tail of ``statistic`` (a sum of n squared residuals over their claimed variance) on n
+    degrees of freedom, with the measured std over the claimed; ``rejected`` when p < alpha."""
+    p = float(stats.chi2.cdf(statistic, n))
+    return {"n": n, "std_ratio": math.sqrt(statistic / n), "p": p, "alpha": alpha, "rejected": p < alpha}
+
+
 def released_noise_check(counts: Mapping[str, Any], claimed_multiplier: float, *,
                          alpha: float = NOISE_ALPHA) -> dict[str, Any] | None:
     """The check of the module docstring from saved counts (``noise_n`` residuals, ``noise_ss`` their sum of
@@ -45,10 +60,7 @@ def released_noise_check(counts: Mapping[str, Any], claimed_multiplier: float, *
 
     Returns n, the measured std over the claimed (``std_ratio``), its upper confidence bound at 1 - alpha
     (``std_ratio_upper``: sqrt(sum r^2 / chi^2_N(alpha)) / z_c), the lower-tail p-value and ``rejected`` (p < alpha)."""
-    if not 0 < alpha < 1:
-        raise ConfigError(f"alpha: must be in (0, 1), got {alpha!r}")
-    if not claimed_multiplier > 0:
-        raise ConfigError(f"claimed_multiplier: must be > 0, got {claimed_multiplier!r}")
+    check_noise_args(claimed_multiplier, alpha)
     n, ss = int(counts.get("noise_n") or 0), float(counts.get("noise_ss") or 0.0)
     if n < 1:
         return None

@@ -8,7 +8,6 @@ import pytest
 import torch
 from scipy import stats
 
-from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent, event_to_dict
 from privaudit.attacks.canary_strata import PER_TENSOR, stratified_coordinates, tensor_index
 from privaudit.attacks.gradient_canary import GradientCanaries
 from privaudit.attacks.noise_structure import independence_check, structure_checks, tensor_checks
@@ -18,6 +17,7 @@ from privaudit.audit.gate import gate_cells, suite_gate
 from privaudit.audit.suite import GateConfig
 from privaudit.core.errors import ConfigError
 from soundness import critical
+from test_released_noise import canary_cell
 
 Z = 1.3
 
@@ -147,15 +147,7 @@ def test_stratified_placement_tops_up_every_tensor_and_keeps_a_covering_draw():
 def cell(counts: dict, z: float = Z) -> dict:
     """A DP cell whose gradient canaries' trajectory bound is consistent with its claim (multiplier z), with the
     residual ``counts`` (a run's ``to_dict()``)."""
-    ev = SelfComposedDpEvent(PoissonSampledDpEvent(0.1, GaussianDpEvent(z)), 10)
-    counts = {"threshold": 0.5, "n0": 5000, "fp": 2500, "n1": 5000, "fn": 2500, "event": event_to_dict(ev), **counts}
-    bound = {"method": "white-box-trajectory", "confidence": 0.95, "delta": 1e-5, "relation": "add-remove",
-             "unit": "example", "counts": counts}
-    claim = {"event": event_to_dict(ev), "params": {}, "relation": "add-remove", "unit": "example", "delta": 1e-5}
-    return {"id": "digits/dpsgd/eps=1/seed=0", "defense": "dpsgd", "claim": claim, "epsilon": {"pld": 1.0},
-            "details": {"epsilon": {"pld": {}}, "claim": claim},
-            "attacks": {"canary": {"eps_lower_bound": 0.0, "eps_lb_trajectory": 0.0,
-                                   "details": {"bound": bound, "trajectory_bound": bound}}}}
+    return canary_cell(counts, z, defense="dpsgd")
 
 
 def test_gate_names_the_failing_check_and_tensor_and_counts_both_in_its_error_rate():

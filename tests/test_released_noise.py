@@ -104,20 +104,23 @@ def test_canaries_count_every_coordinate_less_its_designed_contribution(paired):
     assert released_noise_check(counts, 1.1 * sigma / d)["rejected"]
 
 
-def cell(noise_ss: float | None, z: float = 2.0, n: int = 10_000) -> dict:
-    """A DP cell whose gradient canaries' trajectory bound is consistent with its claim, with residuals of mean
-    square ``noise_ss / n`` (None: evidence without residuals)."""
+def canary_cell(counts: dict, z: float = 2.0, defense: str = "dp-gcl") -> dict:
+    """A DP cell (claim: Poisson-sampled Gaussian at multiplier z, 10 steps) whose gradient canaries' trajectory
+    bound is consistent with its claim, its saved counts extended by ``counts`` (residual counts)."""
     ev = SelfComposedDpEvent(PoissonSampledDpEvent(0.1, GaussianDpEvent(z)), 10)
-    counts = {"threshold": 0.5, "n0": 5000, "fp": 2500, "n1": 5000, "fn": 2500, "event": event_to_dict(ev)}
-    if noise_ss is not None:
-        counts.update(noise_n=n, noise_ss=noise_ss)
+    counts = {"threshold": 0.5, "n0": 5000, "fp": 2500, "n1": 5000, "fn": 2500, "event": event_to_dict(ev), **counts}
     bound = {"method": "white-box-trajectory", "confidence": 0.95, "delta": 1e-5, "relation": "add-remove",
              "unit": "example", "counts": counts}
     claim = {"event": event_to_dict(ev), "params": {}, "relation": "add-remove", "unit": "example", "delta": 1e-5}
-    return {"id": "digits/dp-gcl/eps=1/seed=0", "defense": "dp-gcl", "claim": claim, "epsilon": {"pld": 1.0},
+    return {"id": f"digits/{defense}/eps=1/seed=0", "defense": defense, "claim": claim, "epsilon": {"pld": 1.0},
             "details": {"epsilon": {"pld": {}}, "claim": claim},
             "attacks": {"canary": {"eps_lower_bound": 0.0, "eps_lb_trajectory": 0.0,
                                    "details": {"bound": bound, "trajectory_bound": bound}}}}
+
+
+def cell(noise_ss: float | None, z: float = 2.0, n: int = 10_000) -> dict:
+    """:func:`canary_cell` with residuals of mean square ``noise_ss / n`` (None: evidence without residuals)."""
+    return canary_cell({} if noise_ss is None else {"noise_n": n, "noise_ss": noise_ss}, z)
 
 
 def test_gate_fails_a_claim_whose_release_adds_too_little_and_passes_a_correct_one():
