@@ -20,122 +20,31 @@ Measured checks, each at level ``alpha`` in total (the chance that a correct run
 * *Noise.* The noise vector of a step is N(0, sigma^2 I_d), so ||noise||^2 / sigma^2 ~ chi^2_d. A step whose
   realised norm lies in the lower alpha / (2 T) tail of that law did not add the noise it records (a
   Bonferroni correction over the T steps).
-* *Sampling.* Under Poisson sampling at rate q each of the n units joins a step independently, so the realised
-  batch size is Binomial(n, q), independent across steps. A step whose size lies in the upper alpha / (4 T)
-  tail, or a total over all steps in the upper alpha / 4 tail of Binomial(n T, q), was sampled at a larger rate
-  than the claim's (the total catches a small excess spread over many steps).
+* *Sampling, as drawn* (:mod:`privaudit.accountants.as_run`, alpha / 2 in all): each step's drawn size and their
+  total against Binomial(n, q), two-sided; the disjoint step pairs' overlaps and the units' inclusion counts against
+  the claim's sampling; repeated batches.
+
+The code as it ran (:mod:`privaudit.accountants.as_run`, exact): the clipped units' norms against the clip, a
+normaliser that changes with the batch, a step that reused another's noise, replayed neighbours whose releases
+differ by more than the claimed sensitivity.
 
 A correct run fails a measured check with probability at most alpha (union bound); the gate states it.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from scipy import stats
 
+from privaudit.accountants.as_run import as_run_findings
 from privaudit.accountants.claim import PrivacyClaim
-from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
-                                          SampledWithoutReplacementDpEvent, SelfComposedDpEvent, describe)
-from privaudit.core.errors import ConfigError
+from privaudit.accountants.trace_record import (RUN_FIELDS, STEP_FIELDS, ClaimedStep, TraceMismatch,  # noqa: F401
+                                                TrainingTrace, claimed_steps)
 
 #: The measured checks' total level per run (the chance that a correct run fails them).
 TRACE_ALPHA = 1e-6
-#: Columns recorded once per step, and the run-level fields.
-STEP_FIELDS = ("batch_size", "noise_std", "sensitivity", "multiplier", "units", "noise_norm")
-RUN_FIELDS = ("unit", "sampler", "population", "sample_rate", "batch_size_configured", "dim", "clip")
 _REL_TOL = 1e-9
-
-
-@dataclass(frozen=True)
-class TrainingTrace:
-    """What a run did: run-level fields (:data:`RUN_FIELDS`) and one list per :data:`STEP_FIELDS`, one entry
-    per step taken. ``noise_norm`` entries may be None (not observed); ``dim`` is the noise vector's length."""
-
-    unit: str
-    sampler: str
-    population: int
-    sample_rate: float
-    batch_size_configured: int
-    dim: int
-    clip: float
-    columns: dict[str, list[float | None]]
-
-    def __post_init__(self) -> None:
-        lengths = {k: len(self.columns.get(k, ())) for k in STEP_FIELDS}
-        if len(set(lengths.values())) != 1:
-            raise ConfigError(f"trace: every step column needs one entry per step, got lengths {lengths}")
-
-    @property
-    def steps(self) -> int:
-        return len(self.columns["batch_size"])
-
-    def step(self, t: int) -> dict[str, Any]:
-        return {k: self.columns[k][t] for k in STEP_FIELDS}
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d.pop("columns")
-        return {**d, "steps": self.steps, **{k: list(v) for k, v in self.columns.items()}}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "TrainingTrace":
-        missing = [k for k in RUN_FIELDS + STEP_FIELDS if k not in data]
-        if missing:
-            raise ConfigError(f"trace: missing field(s) {', '.join(missing)}")
-        return cls(**{k: data[k] for k in RUN_FIELDS}, columns={k: list(data[k]) for k in STEP_FIELDS})
-
-    @classmethod
-    def from_history(cls, history: dict[str, list[float]], **run: Any) -> "TrainingTrace":
-        """The trace from a training history holding the :data:`STEP_FIELDS` per step (``run``: the run fields)."""
-        missing = [k for k in STEP_FIELDS if k not in history]
-        if missing:
-            raise ConfigError(f"trace: the training history has no {', '.join(missing)}")
-        return cls(**run, columns={k: list(history[k]) for k in STEP_FIELDS})
-
-
-@dataclass(frozen=True)
-class TraceMismatch:
-    """One discrepancy: the step (1-based; None for the run as a whole), the field, both values, a sentence."""
-
-    step: int | None
-    field: str
-    claimed: Any
-    observed: Any
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class ClaimedStep:
-    """A claimed step event read as (sampler, rate, population, batch, noise multiplier)."""
-
-    sampler: str
-    rate: float
-    population: int | None
-    batch: int | None
-    multiplier: float
-
-
-def claimed_steps(event: DpEvent) -> list[ClaimedStep | str]:
-    """The claim's event as its sequence of steps (self-compositions and compositions unrolled); a step that is
-    not a (sampled) Gaussian is kept as its description (a string), which :func:`check_trace` reports."""
-    if isinstance(event, SelfComposedDpEvent):
-        return claimed_steps(event.event) * int(event.count)
-    if isinstance(event, ComposedDpEvent):
-        return [s for e in event.events for s in claimed_steps(e)]
-    if isinstance(event, GaussianDpEvent):
-        return [ClaimedStep("none", 1.0, None, None, float(event.noise_multiplier))]
-    inner = getattr(event, "event", None)
-    if isinstance(event, PoissonSampledDpEvent) and isinstance(inner, GaussianDpEvent):
-        return [ClaimedStep("poisson", float(event.sampling_probability), None, None, float(inner.noise_multiplier))]
-    if isinstance(event, SampledWithoutReplacementDpEvent) and isinstance(inner, GaussianDpEvent):
-        n, b = int(event.source_dataset_size), int(event.sample_size)
-        return [ClaimedStep("without-replacement", b / n, n, b, float(inner.noise_multiplier))]
-    return [describe(event)]
 
 
 def _exact_step(t: int, claimed: ClaimedStep | str, trace: TrainingTrace) -> list[TraceMismatch]:
@@ -187,30 +96,6 @@ def _noise_checks(trace: TrainingTrace, alpha: float) -> list[TraceMismatch]:
     return out
 
 
-def _sampling_checks(trace: TrainingTrace, claimed: Sequence[ClaimedStep | str], alpha: float) -> list[TraceMismatch]:
-    """Poisson steps' realised batch sizes against Binomial(n, q_claim): per step at alpha / (4 T), in total at
-    alpha / 4 (upper tails)."""
-    rates = [c.rate for c in claimed[:trace.steps] if isinstance(c, ClaimedStep) and c.sampler == "poisson"]
-    if trace.sampler != "poisson" or len(rates) < trace.steps or trace.population < 1:
-        return []
-    out, n, steps = [], trace.population, trace.steps
-    sizes = [int(b) for b in trace.columns["batch_size"]]
-    for t, (b, q) in enumerate(zip(sizes, rates)):
-        p = float(stats.binom.sf(b - 1, n, q))
-        if p < alpha / (4 * steps):
-            out.append(TraceMismatch(t + 1, "batch_size", n * q, b,
-                                     f"step {t + 1}: batch of {b} of {n} units; the claimed rate {q:.6g} gives "
-                                     f"{n * q:.4g} on average (binomial p = {p:.2g})"))
-    q_mean, total = sum(rates) / steps, sum(sizes)
-    p = float(stats.binom.sf(total - 1, n * steps, q_mean))
-    if p < alpha / 4:
-        out.append(TraceMismatch(None, "batch_size", n * steps * q_mean, total,
-                                 f"the {steps} steps drew {total} units; the claimed rates give "
-                                 f"{n * steps * q_mean:.4g} on average (binomial p = {p:.2g}): sampled at a larger "
-                                 "rate than claimed"))
-    return out
-
-
 def check_trace(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any], *,
                 alpha: float = TRACE_ALPHA) -> list[TraceMismatch]:
     """Every discrepancy between what training did and the claim's event (module docstring); empty when none."""
@@ -224,4 +109,4 @@ def check_trace(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any], *,
                                  f"{len(claimed) + 1}-{trace.steps} are not accounted"))
     for t in range(min(trace.steps, len(claimed))):
         out += _exact_step(t, claimed[t], trace)
-    return out + _noise_checks(trace, alpha) + _sampling_checks(trace, claimed, alpha)
+    return out + _noise_checks(trace, alpha) + as_run_findings(trace, claimed, alpha / 2)

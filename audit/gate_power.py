@@ -133,6 +133,16 @@ def planted_comparisons(control: str) -> int:
 
 def run_planted(job: PlantedRun) -> dict[str, Any]:
     """Train the planted control, run its claim checks and primary attack, and return its cell record (PLD epsilon)."""
+    p = job.planted
+    params = {**p.params, "control_factor": job.factor, "plant": job.plant}
+    return cell_record(p.control, params, p.label, p.attack, job,
+                       f"{p.label}/eps={job.epsilon:g}/{job.plant}x{job.factor:g}/seed={job.seed}")
+
+
+def cell_record(name: str, params: dict[str, Any], label: str, attack: Any, job: Any, cell_id: str) -> dict[str, Any]:
+    """Train defense ``name`` at the job's epsilon and seed, run its claim checks and ``attack``, and return the
+    cell record the gate judges (PLD epsilon). ``job`` carries epsilon, seed, dataset, data_dir, delta, device and
+    threads."""
     import torch
 
     from privaudit.accountants import epsilon as account
@@ -147,22 +157,19 @@ def run_planted(job: PlantedRun) -> dict[str, Any]:
 
     torch.set_num_threads(job.threads)
     device = str(resolve_device(job.device))
-    p = job.planted
-    params = {**p.params, "control_factor": job.factor, "plant": job.plant}
     data = load_dataset(job.dataset, seed=job.seed, data_dir=job.data_dir)
     budget = Budget(target_epsilon=job.epsilon, delta=job.delta)
-    trained = resolve_defense(p.control, params).fit(data, budget, job.seed, device=device, progress=False)
+    trained = resolve_defense(name, params).fit(data, budget, job.seed, device=device, progress=False)
     pld = account(trained.claim, "pld")
-    record = {"id": f"{p.label}/eps={job.epsilon:g}/{job.plant}x{job.factor:g}/seed={job.seed}", "defense": p.label,
-              "claim": claim_record(trained.claim), "epsilon": {"pld": pld.epsilon},
+    record = {"id": cell_id, "defense": label, "claim": claim_record(trained.claim), "epsilon": {"pld": pld.epsilon},
               "details": {"epsilon": {"pld": pld.to_dict()}, "claim": trained.claim.to_dict()}, "attacks": {}}
-    checks = run_claim_checks(p.control, params, trained, data, target_epsilon=job.epsilon,
+    checks = run_claim_checks(name, params, trained, data, target_epsilon=job.epsilon,
                               delta=float(trained.claim.delta), seed=job.seed)
     if checks is not None:
         record["claim_checks"] = checks[0]
-    target = Target(trained, data, p.control, params, budget, job.seed, device)
-    result = make_attack(p.attack.name, p.attack.params).run(target)
-    record["attacks"][p.attack.label] = attack_record(result)
+    target = Target(trained, data, name, params, budget, job.seed, device)
+    result = make_attack(attack.name, attack.params).run(target)
+    record["attacks"][attack.label] = attack_record(result)
     return record
 
 

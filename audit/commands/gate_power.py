@@ -39,6 +39,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=2, help="planted runs in parallel processes (default 2)")
     p.add_argument("--out", default=None, help="output directory (default: <the suite's out>/gate-power)")
     p.add_argument("--data-dir", default=None, help="directory holding torchvision-format datasets")
+    p.add_argument("--bugs", default=None, metavar="FILE",
+                   help="plant a catalogue of bugs (a Python file defining BUGS, e.g. tests/bug_plants.py) instead "
+                        "of noise shortfalls: each bug's catch rate over --seeds seeds (needs --allow-plugins)")
+    p.add_argument("--bug-names", default=None, help="comma-separated bugs of the catalogue (default: all)")
+    p.add_argument("--allow-plugins", action="store_true", help="allow --bugs to import its catalogue file")
     p.add_argument("--json", action="store_true", help="print the result as one JSON object")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
@@ -58,6 +63,38 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def bugs_markdown(result: dict[str, Any]) -> str:
+    """The bug catalogue's result: per class its catch rate and worst row, then every row."""
+    rows = [[r["class"], r["bug"], r["defense"], f"{r['epsilon']:g}", f"{r['caught']}/{r['runs']}",
+             ", ".join(f"{k} {v}" for k, v in sorted(r["caught_by"].items())) or "-"] for r in result["rows"]]
+    classes = [f"- **{name}**: the gate failed {c['caught']} of {c['runs']} planted runs; lowest rate "
+               f"{c['worst']['rate']:.0%} ({c['worst']['bug']} in {c['worst']['defense']} at epsilon "
+               f"{c['worst']['epsilon']:g})" for name, c in result["classes"].items() if name != "correct"]
+    correct = result["classes"].get("correct")
+    if correct:
+        classes.append(f"- **correct** (no bug): the gate failed {correct['caught']} of {correct['runs']} runs")
+    return "\n".join([f"# Gate power over bug classes: {result['suite']}", "",
+                      f"Catalogue `{Path(result['catalogue']).name}`; {result['seeds']} seeds per row; each run judged "
+                      f"as a claim by the suite's gate (family {result['family']} plus its own comparisons); "
+                      "'failed' counts the runs the gate failed.", "", *classes, "", "```",
+                      format_table(["class", "bug", "defense", "ε", "failed", "failed by"], rows), "```", ""])
+
+
+def run_bugs(args: argparse.Namespace, suite: Any, out: Path, defenses: list[str] | None) -> int:
+    from privaudit.audit.gate_power_bugs import measure_bugs
+    from privaudit.core.io import atomic_write_json, atomic_write_text, to_json
+
+    if not args.allow_plugins:
+        raise ConfigError("--bugs imports a Python file: pass --allow-plugins to allow it")
+    names = None if args.bug_names is None else [b.strip() for b in args.bug_names.split(",") if b.strip()]
+    result = measure_bugs(suite, args.bugs, bugs=names, seeds=args.seeds, defenses=defenses,
+                          epsilons=args.epsilons, workers=args.workers, progress=not args.quiet)
+    atomic_write_json(out / "gate_power_bugs.json", result)
+    atomic_write_text(out / "gate_power_bugs.md", bugs_markdown(result))
+    print(to_json(result) if args.json else bugs_markdown(result))
+    return 3 if result["errors"] else 0
+
+
 def run(args: argparse.Namespace) -> int:
     from privaudit.audit.gate_power import measure
     from privaudit.audit.suite import load_suite
@@ -66,6 +103,8 @@ def run(args: argparse.Namespace) -> int:
     suite = load_suite(args.suite, data_dir=args.data_dir)
     out = check_output_dir(args.out if args.out is not None else Path(suite.out) / "gate-power")
     defenses = None if args.defenses is None else [d.strip() for d in args.defenses.split(",") if d.strip()]
+    if args.bugs is not None:
+        return run_bugs(args, suite, Path(out), defenses)
     result = measure(suite, factors=args.factors, seeds=args.seeds, needed=args.needed,
                      plants=[p.strip() for p in args.plants.split(",") if p.strip()], defenses=defenses,
                      epsilons=args.epsilons, workers=args.workers, progress=not args.quiet)

@@ -43,7 +43,8 @@ from privaudit.defenses.dp.contrastive import tracking
 from privaudit.defenses.dp.embedder import Embedder
 from privaudit.defenses.dp.gradients import ENGINES, ClippedSum, engine_reason, zero_sum
 from privaudit.defenses.dp.randomness import StepRandomness
-from privaudit.defenses.dp.step import CanarySource, canaries_at, release
+from privaudit.defenses.dp.as_run import SamplingRecorder, crafted_record, replay, replay_steps
+from privaudit.defenses.dp.step import CanarySource, Release, canaries_at, release
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 from privaudit.defenses.pretrain import check_init, initial_state, load_into
 from privaudit.defenses.sampling import make_batches
@@ -208,6 +209,12 @@ class DPDefense(Defense):
     def model_spec(self, info: DatasetInfo) -> ModelSpec:
         return self.config.model_spec(info)
 
+    def release_normalizer(self, plan: SamplingPlan, batch: int) -> float:
+        """What a step divides its noisy sum by: :meth:`normalizer`'s constant, whatever the realised ``batch`` size
+        (recorded per step and replayed on neighbours, :mod:`privaudit.accountants.as_run`, so a normaliser that
+        followed the batch would show)."""
+        return self.normalizer(plan)
+
     def step_noise_std(self, step: int, noise_std: float) -> float:
         """The gradient noise std step ``step`` adds (recorded in the trace): the calibrated one. Positive controls
         (:mod:`privaudit.defenses.controls`) override it to plant a bug."""
@@ -340,32 +347,58 @@ class DPDefense(Defense):
         embedder = self.make_embedder(model)
         engine_note = self.engine_note(embedder)
 
+        sampling, digests, replays = SamplingRecorder(n), [], []
+        to_replay = replay_steps(plan.steps) if len(mechanisms) == 1 else set()
+        low, high = x.amin(0), x.amax(0)
+
+        def clip_step(ctx: StepContext, xb: torch.Tensor, rnd: StepRandomness) -> StepOutput:
+            if len(xb) < self.min_batch():
+                return StepOutput(zero_sum(embedder, ctx.params, cfg.clip, self.unit_kind), float("nan"))
+            return self.compute(ctx, xb, rnd)
+
+        def release_step(out: StepOutput, t: int, rnd: StepRandomness, batch: int, canaries_t) -> tuple[Release, float]:
+            total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
+            std = self.step_noise_std(t, noise_std)
+            rel = release(total, std, rnd.generator("noise", gradient.name),
+                          normalizer=self.release_normalizer(plan, batch), canaries=canaries_t,
+                          canary_bound=canary_bound, added_scale=self.added_noise_scale())
+            return rel, std
+
+        def privatize(ctx: StepContext, t: int, rnd: StepRandomness) -> Callable[[torch.Tensor], tuple]:
+            def run(xb: torch.Tensor) -> tuple:
+                out = clip_step(ctx, xb, rnd)
+                return out.clipped, release_step(out, t, rnd, len(xb), None)[0]
+            return run
+
         def step(idx: torch.Tensor) -> dict[str, float]:
             t = counter["t"]
             counter["t"] += 1
+            sampling.observe(idx)
             rnd = StepRandomness(run_seed, t)
             if plan.max_batch is not None and len(idx) > plan.max_batch:
                 counter["overflowed"] += 1
                 idx = idx[:0]
             ctx = StepContext(model, embedder, embedder.params(), augment, plan, multipliers,
                               {m.name: m.sensitivity for m in mechanisms}, cfg.unit_chunk)
-            if len(idx) < self.min_batch():
-                out = StepOutput(zero_sum(embedder, ctx.params, cfg.clip, self.unit_kind), float("nan"))
-            else:
-                out = self.compute(ctx, x[idx.to(x.device)], rnd)
+            xb = x[idx.to(x.device)]
+            out = clip_step(ctx, xb, rnd)
             _count_engine(counter, out.clipped)
-            total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
-            std = self.step_noise_std(t, noise_std)
-            rel = release(total, std, rnd.generator("noise", gradient.name), normalizer=normalizer,
-                          canaries=canaries_at(canaries, t), canary_bound=canary_bound,
-                          added_scale=self.added_noise_scale())
+            rel, std = release_step(out, t, rnd, len(xb), canaries_at(canaries, t))
+            digests.append(rel.noise_digest)
+            if t in to_replay and len(xb) > self.min_batch():
+                base = release_step(out, t, rnd, len(xb), None)[0]
+                replays.extend(replay(t, xb, crafted_record(xb, low, high), claim.relation, (out.clipped, base),
+                                      privatize(ctx, t, rnd), normalizer=normalizer, sensitivity=gradient.sensitivity))
             embedder.space.write_grad(model, rel.gradient)
             used = effective_multiplier({**multipliers, gradient.name: std / gradient.sensitivity})
             return {"loss": out.loss, "clipped_fraction": out.clipped.clipped_fraction, "grad_snr": rel.snr,
                     "signal_norm": rel.signal_norm, "noise_norm": rel.noise_norm, "batch_size": float(len(idx)),
                     "units": float(out.clipped.n_units), "canaries": float(rel.canaries), "noise_std": std,
-                    "sensitivity": gradient.sensitivity, "multiplier": used}
+                    "sensitivity": gradient.sensitivity, "multiplier": used,
+                    "unit_norm_max": out.clipped.entered_max, "normalizer": rel.normalizer}
 
+        counter.update(sampling=sampling, noise_digests=digests, replays=replays,
+                       replayed=bool(to_replay) or f"not replayed: the step releases {len(mechanisms)} mechanisms")
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
                          "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
                          "param_numels": embedder.space.numels,
@@ -393,10 +426,14 @@ class DPDefense(Defense):
         frac = [v for v in history.get("clipped_fraction", []) if not math.isnan(v)]
         dp["mean_clipped_fraction"] = sum(frac) / len(frac) if frac else None
         released = self.released(run.model)
-        trace = TrainingTrace.from_history(history, unit=self.unit_kind, sampler=run.plan.sampler,
-                                           population=run.plan.n, sample_rate=run.plan.sample_rate,
+        if isinstance(counter.get("replayed"), str):
+            dp["replay_note"] = counter["replayed"]
+        trace = TrainingTrace.from_history({**history, "noise_digest": counter["noise_digests"]}, unit=self.unit_kind,
+                                           sampler=run.plan.sampler, population=run.plan.n,
+                                           sample_rate=run.plan.sample_rate,
                                            batch_size_configured=run.plan.batch_size, dim=int(dp["param_count"]),
-                                           clip=float(self.config.clip))
+                                           clip=float(self.config.clip), sampling=counter["sampling"].to_dict(),
+                                           replays=list(counter["replays"]))
         return Trained(self.name, released, self.model_spec(data.info), run.claim, history, self.config_dict(), seed,
                        extras={"dp": dp, "init": run.extras.get("init", {"init": self.config.init}),
                                "trace": trace.to_dict()})

@@ -142,6 +142,7 @@ def chunked_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], 
     n_units, size = len(units), embedder.space.size
     total = torch.zeros(size, dtype=ref.dtype, device=ref.device)
     norms = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
+    entered = torch.zeros(n_units, dtype=ref.dtype, device=ref.device)
     if units.dense:
         split = split_dense(sources, units.cotangents)
         own = _Rows(embedder, params, split.own_sources, split.own_cotangents, split.own_owners, plan)
@@ -158,8 +159,9 @@ def chunked_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], 
         part = clip_unit_grads(grads, None if units.weights is None else units.weights[lo:hi], clip)
         total += part.total
         norms[lo:hi] = part.norms
+        entered[lo:hi] = part.entered
         del grads
-    return LayerwiseSum(total, norms, plan.describe(n_units, sum(len(s) for s in sources)))
+    return LayerwiseSum(total, norms, plan.describe(n_units, sum(len(s) for s in sources)), entered)
 
 
 class _Rows:

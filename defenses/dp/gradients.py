@@ -91,6 +91,15 @@ class ClippedSum:
     kind: str
     engine: str = "vmap"
     detail: str = ""  # the layerwise engine's chunks, where memory made it cut the step (defenses.dp.chunked)
+    entered: torch.Tensor | None = None  # ||Clip_C(g_u)|| as each unit entered the sum (the factor applied)
+
+    @property
+    def entered_max(self) -> float:
+        """The largest clipped unit norm that entered the sum (before the unit's weight): at most the clip the
+        claim's sensitivity was derived from, whatever clip the code actually applied (the trace checks it)."""
+        if self.entered is None or not self.entered.numel():
+            return 0.0
+        return float(self.entered.max())
 
     @property
     def n_units(self) -> int:
@@ -139,7 +148,7 @@ def clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources:
                 out = layerwise_clipped_sum(embedder, params, sources, units, clip, chunk, tape)
             else:  # the single pass would not fit in memory: units and rows in chunks
                 out = chunked_clipped_sum(embedder, params, sources, units, clip, tape)
-            return ClippedSum(out.total, out.norms, clip, units.kind, "layerwise", out.detail)
+            return ClippedSum(out.total, out.norms, clip, units.kind, "layerwise", out.detail, out.entered)
         if engine == "layerwise":
             raise ValueError(f"layerwise engine: {reason}")
         if reason not in _WARNED:
@@ -154,15 +163,16 @@ def _vmap_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], so
     ref = next(iter(params.values()))
     total = torch.zeros(embedder.space.size, dtype=ref.dtype, device=ref.device)
     norms = torch.zeros(len(units), dtype=ref.dtype, device=ref.device)
+    entered = torch.zeros(len(units), dtype=ref.dtype, device=ref.device)
     for start, g in unit_gradients(embedder, params, sources, units, chunk):
         stop = start + g.shape[0]
         nrm = torch.linalg.vector_norm(g, dim=1)
-        scale = clip_factors(nrm, clip)
-        if units.weights is not None:
-            scale = scale * units.weights[start:stop].to(scale)
+        factors = clip_factors(nrm, clip)
+        scale = factors if units.weights is None else factors * units.weights[start:stop].to(factors)
         total += scale @ g
         norms[start:stop] = nrm
-    return ClippedSum(total, norms, clip, units.kind, engine)
+        entered[start:stop] = factors * nrm
+    return ClippedSum(total, norms, clip, units.kind, engine, entered=entered)
 
 
 def zero_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], clip: float, kind: str) -> ClippedSum:

@@ -236,6 +236,7 @@ class LayerwiseSum:
     total: torch.Tensor
     norms: torch.Tensor
     detail: str = ""
+    entered: torch.Tensor | None = None  # ||Clip_C(g_u)|| as each unit entered the sum (before its weight)
 
 
 def row_owners(units: Units, sources: Sequence[Source]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -276,10 +277,9 @@ def clip_unit_grads(grads: torch.Tensor, weights: torch.Tensor | None, clip: flo
     from privaudit.defenses.dp.clipping import clip_factors
 
     nrm = torch.linalg.vector_norm(grads, dim=1)
-    scale = clip_factors(nrm, clip)
-    if weights is not None:
-        scale = scale * weights.to(scale)
-    return LayerwiseSum(scale @ grads, nrm)
+    factors = clip_factors(nrm, clip)
+    scale = factors if weights is None else factors * weights.to(factors)
+    return LayerwiseSum(scale @ grads, nrm, entered=factors * nrm)
 
 
 def partition_unit_grads(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],

@@ -201,23 +201,26 @@ def efficient_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x
     """sum_ij tau_ij Clip_B(grad Z_ij) as grad of sum_ij lambda_ij Z_ij (Logit-DP Sec. 5.3)."""
     if tracking():  # the sensitivity checks: lambda keeps its graph (first-order search), through the logits
         nrm = pair_norms(embedder, params, x, y, a, b, norms, chunk)
-        lam = tau * clip_factors(nrm, pair_clip)
+        factors = clip_factors(nrm, pair_clip)
+        lam = tau * factors
         g = grad(lambda p: (lam * _logits(embedder, p, x, y, similarity)).sum())(dict(params))
-        return ClippedSum(embedder.space.flatten(g), nrm.reshape(-1), pair_clip, "pair")
+        return ClippedSum(embedder.space.flatten(g), nrm.reshape(-1), pair_clip, "pair",
+                          entered=(factors * nrm).reshape(-1).detach())
     if norms not in PAIR_NORMS:
         raise ValueError(f"pair norms: {norms!r} not in {PAIR_NORMS}")
     if grams is None:
         grams = pair_grams(embedder, params, x, y, norms == "exact", chunk)
     ca, cb = grams.coordinates(a, b)
     nrm = gram_norms(grams, ca, cb, norms, a.dtype)
-    lam = (tau * clip_factors(nrm, pair_clip)).detach()
+    factors = clip_factors(nrm, pair_clip).detach()
+    lam = (tau * factors).detach()
     # grad of F = sum_ij lambda_ij Z_ij through the pieces the Grams were made of (no further backward pass):
     # sum_i J_{x_i}^T (sum_j lambda_ij a_ij) + sum_j J_{y_j}^T (sum_i lambda_ij b_ij)
     lam64 = lam.double()
     total = grams.pullback(torch.bmm(lam64[:, None], ca)[:, 0], torch.bmm(lam64.T[:, None], cb.transpose(0, 1))[:, 0])
     return ClippedSum(total, nrm.reshape(-1), pair_clip, "pair",
                       "layerwise (ghost Grams)" if grams_engine(embedder) == "layerwise" else "vmap (row Jacobians)",
-                      grams.detail)
+                      grams.detail, (factors * nrm).reshape(-1).detach())
 
 
 def direct_pair_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,

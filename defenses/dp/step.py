@@ -42,6 +42,7 @@ from typing import Callable, Optional, Union
 import torch
 
 from privaudit.core.errors import ConfigError
+from privaudit.defenses.dp.as_run import noise_digest
 from privaudit.defenses.dp.noise import gaussian
 
 
@@ -136,6 +137,8 @@ class Release:
     signal_norm: float  # ||clipped sum + canaries||
     noise_norm: float  # ||noise||
     canaries: int
+    normalizer: float = 1.0  # what the noisy sum was divided by
+    noise_digest: str | None = None  # of the noise drawn (defenses.dp.as_run.noise_digest)
 
     @property
     def snr(self) -> float:
@@ -166,4 +169,4 @@ def release(clipped_total: torch.Tensor, noise_std: float, generator: torch.Gene
         centred = getattr(canaries, "centred", False)
         canaries.observer((noisy - clipped_total).detach() if centred else noisy.detach())
     return Release(noisy / normalizer, float(torch.linalg.vector_norm(signal)),
-                   float(torch.linalg.vector_norm(noise)), n_canaries)
+                   float(torch.linalg.vector_norm(noise)), n_canaries, float(normalizer), noise_digest(noise))

@@ -1,0 +1,157 @@
+"""A catalogue of planted DP bugs: one-line bugs of the kinds found in real DP libraries, planted into the DP-SGD
+engine (:mod:`privaudit.defenses.dp.base`) for the length of a ``with`` block. Test fixtures, outside the product
+path: each wraps a function the training calls (the sampler, the clipping factors, the noise, the release, the
+claim) and changes nothing on disk. ``privaudit gate-power SUITE --bugs tests/bug_plants.py --allow-plugins``
+plants each into each gated DP defense; tests/test_as_run_plants.py plants them into DP-GCL.
+
+Four classes, each with at least two variants (:data:`BUGS`):
+
+* ``sampling``: shuffled fixed-size batches under the claim's Poisson (or independent without-replacement)
+  sampling (Chua et al. 2024); batches drawn at 1.5x the claimed rate (or size).
+* ``clipping``: units clipped at twice the clip the noise is calibrated to (as in the fast-clipping bug Opacus
+  fixed in its PR #664); clipping skipped (every unit at its raw norm).
+* ``noise``: a noise generator re-created with one seed at every step (reused noise); no noise on the biases;
+  a 1.1x noise shortfall that no record shows (the release adds 1/1.1 of the noise drawn).
+* ``accounting``: a normaliser that follows the realised batch size; the accountant composes half the steps run;
+  the accountant is given a dataset 1.5x larger than the one sampled (a 1.5x smaller rate).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Callable, ContextManager, Iterator
+
+import torch
+
+import privaudit.defenses.dp.base as dp_base
+import privaudit.defenses.dp.clipping as dp_clipping
+import privaudit.defenses.dp.gradients as dp_gradients
+import privaudit.defenses.dp.pairs as dp_pairs
+import privaudit.defenses.dp.step as dp_step
+from privaudit.defenses.sampling import fixed_size_batches, poisson_batches, shuffled_batches, steps_per_epoch
+from privaudit.defenses.seeding import torch_generator
+
+DP_SGD_STYLE = ("dpsgd", "dp-clip", "dp-gcl", "logit-dp", "dpcl-simclr", "dpcl-barlow")
+
+
+@dataclass(frozen=True)
+class Bug:
+    """One planted bug: its class, what it does, and the context manager that plants it into a defense."""
+
+    name: str
+    cls: str
+    description: str
+    plant: Callable[[str, dict], ContextManager[None]]
+    applies: tuple[str, ...] = DP_SGD_STYLE
+
+
+@contextlib.contextmanager
+def patched(target: object, name: str, value: object) -> Iterator[None]:
+    """``target.name = value`` for the block (the original restored after)."""
+    original = getattr(target, name)
+    setattr(target, name, value)
+    try:
+        yield
+    finally:
+        setattr(target, name, original)
+
+
+def shuffled(defense: str, params: dict) -> ContextManager[None]:
+    """Epochs of a shuffled permutation cut into fixed-size batches, whatever the claim's sampler."""
+    def planted(sampler, n, batch_size, epochs, gen):
+        return shuffled_batches(n, batch_size, epochs, gen), steps_per_epoch(n, batch_size) * epochs
+    return patched(dp_base, "make_batches", planted)
+
+
+def larger_rate(defense: str, params: dict) -> ContextManager[None]:
+    """Batches drawn at 1.5x the planned expected size (Poisson: 1.5x the rate); the claim keeps the plan's."""
+    def planted(sampler, n, batch_size, epochs, gen):
+        steps, larger = steps_per_epoch(n, batch_size) * epochs, min(n, math.ceil(1.5 * batch_size))
+        if sampler == "poisson":
+            return poisson_batches(n, larger / n, steps, gen), steps
+        return fixed_size_batches(n, larger, steps, gen), steps
+    return patched(dp_base, "make_batches", planted)
+
+
+@contextlib.contextmanager
+def clip_scaled(scale: float | None) -> Iterator[None]:
+    """Every engine's clipping factors computed at ``scale`` times the clip (None: no clipping at all)."""
+    original = dp_clipping.clip_factors
+
+    def planted(norms: torch.Tensor, clip: float) -> torch.Tensor:
+        return torch.ones_like(norms) if scale is None else original(norms, scale * clip)
+    with patched(dp_clipping, "clip_factors", planted), patched(dp_gradients, "clip_factors", planted), \
+            patched(dp_pairs, "clip_factors", planted):
+        yield
+
+
+def reused_noise(defense: str, params: dict) -> ContextManager[None]:
+    """Every step's noise from a generator re-created with one seed."""
+    release = dp_base.release
+    return patched(dp_base, "release", lambda total, std, generator, **kw: release(
+        total, std, torch_generator(0, "reused"), **kw))
+
+
+@contextlib.contextmanager
+def unnoised_biases(defense: str, params: dict) -> Iterator[None]:
+    """No noise on the coordinates of the tensors whose name ends in 'bias' (the model's layout read from its
+    embedder the first time the noise is drawn)."""
+    gaussian = dp_step.gaussian
+    state: dict[str, torch.Tensor] = {}
+    original_write = dp_base.Embedder.params
+
+    def planted(shape, std, generator, **kw):
+        draw = gaussian(shape, std, generator, **kw)
+        keep = state.get("keep")
+        return draw * keep.to(draw.device, draw.dtype) if keep is not None and draw.numel() == keep.numel() else draw
+
+    def params_spy(self):
+        out = original_write(self)
+        state["keep"] = torch.cat([torch.full((k,), 0.0 if n.endswith("bias") else 1.0)
+                                   for n, k in zip(self.space.names, self.space.numels)])
+        return out
+    with patched(dp_step, "gaussian", planted), patched(dp_base.Embedder, "params", params_spy):
+        yield
+
+
+def noise_shortfall(defense: str, params: dict) -> ContextManager[None]:
+    """The release adds 1/1.1 of the noise it draws and records."""
+    return patched(dp_base.DPDefense, "added_noise_scale", lambda self: 1 / 1.1)
+
+
+def batch_normaliser(defense: str, params: dict) -> ContextManager[None]:
+    """The noisy sum divided by the realised batch size (times the plan's normaliser per expected example)."""
+    def planted(self, plan, batch):
+        return self.normalizer(plan) * max(1, batch) / max(1, plan.batch_size)
+    return patched(dp_base.DPDefense, "release_normalizer", planted)
+
+
+def claim_with_plan(change: Callable) -> Callable[[str, dict], ContextManager[None]]:
+    """A plant whose claim (and calibration) is made for ``change(plan)`` while training runs the plan."""
+    def plant(defense: str, params: dict) -> ContextManager[None]:
+        original = dp_base.DPDefense.claim_for
+
+        def planted(self, plan, mechanisms, multiplier, delta):
+            return original(self, change(plan), mechanisms, multiplier, delta)
+        return patched(dp_base.DPDefense, "claim_for", planted)
+    return plant
+
+
+half_the_steps = claim_with_plan(lambda plan: dataclasses.replace(plan, steps=max(1, math.ceil(plan.steps / 2))))
+smaller_rate = claim_with_plan(lambda plan: dataclasses.replace(plan, n=math.ceil(1.5 * plan.n)))
+
+BUGS = {b.name: b for b in (
+    Bug("shuffled", "sampling", "shuffled fixed-size batches under the claim's sampling", shuffled),
+    Bug("rate-1.5x", "sampling", "batches drawn at 1.5x the claimed rate", larger_rate),
+    Bug("clip-2x", "clipping", "units clipped at twice the claimed clip", lambda d, p: clip_scaled(2.0)),
+    Bug("no-clip", "clipping", "clipping skipped", lambda d, p: clip_scaled(None)),
+    Bug("reused-noise", "noise", "one noise draw reused at every step", reused_noise),
+    Bug("unnoised-biases", "noise", "no noise on the biases", unnoised_biases),
+    Bug("shortfall-1.1x", "noise", "1/1.1 of the recorded noise added", noise_shortfall),
+    Bug("batch-normaliser", "accounting", "normaliser follows the realised batch size", batch_normaliser),
+    Bug("half-steps", "accounting", "the accountant composes half the steps run", half_the_steps),
+    Bug("rate-misreported", "accounting", "the accountant is given a 1.5x smaller sampling rate", smaller_rate),
+)}

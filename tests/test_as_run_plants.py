@@ -1,0 +1,54 @@
+"""The catalogue's planted bugs (tests/bug_plants.py) through DP-GCL's real training code, read by the trace's
+as-run checks (:mod:`privaudit.accountants.as_run`): every bug the trace can see is found, naming its check, and the
+correct run has no finding. The noise bugs only the canaries can see (no noise on the biases, a shortfall no
+record shows) are planted in tests/test_noise_plants.py and measured by ``privaudit gate-power --bugs``."""
+
+import pytest
+
+from bug_plants import BUGS
+from privaudit.accountants.trace import check_trace
+from privaudit.defenses import Budget
+from privaudit.defenses.registry import make_defense
+
+PARAMS = {"epochs": 2, "batch_size": 128}
+#: The trace's field that names each bug the trace can see.
+SEEN_BY = {"shuffled": "sampling", "rate-1.5x": "batch_size", "clip-2x": "unit_norm", "no-clip": "unit_norm",
+           "reused-noise": "noise", "batch-normaliser": "normalizer", "half-steps": "steps",
+           "rate-misreported": "sample_rate"}
+
+
+def findings(digits, bug: str | None, eps: float = 8.0):
+    defense = make_defense("dp-gcl", PARAMS)
+    if bug is None:
+        trained = defense.fit(digits, Budget(target_epsilon=eps), 0, progress=False)
+    else:
+        with BUGS[bug].plant("dp-gcl", PARAMS):
+            trained = defense.fit(digits, Budget(target_epsilon=eps), 0, progress=False)
+    return trained, check_trace(trained.claim, trained.extras["trace"])
+
+
+def test_the_correct_run_has_no_finding_and_records_what_ran(digits):
+    trained, found = findings(digits, None)
+    trace = trained.extras["trace"]
+    assert found == []
+    steps = trace["steps"]
+    assert len(trace["noise_digest"]) == len(set(trace["noise_digest"])) == steps
+    assert sum(trace["sampling"]["counts"]) == sum(trace["sampling"]["sizes"])
+    assert len(trace["sampling"]["overlaps"]) == steps // 2
+    assert max(trace["unit_norm_max"]) <= trace["clip"] * (1 + 1e-5)
+    assert {r["neighbour"] for r in trace["replays"]} == {"add", "remove"}
+    assert all(0 < r["ratio"] <= 1 for r in trace["replays"])
+
+
+@pytest.mark.parametrize("bug", sorted(SEEN_BY))
+def test_each_planted_bug_is_found_by_its_check(digits, bug):
+    _, found = findings(digits, bug)
+    assert SEEN_BY[bug] in {m.field for m in found}, [m.message for m in found]
+
+
+def test_the_catalogue_has_four_classes_of_at_least_two_variants():
+    classes = {}
+    for bug in BUGS.values():
+        classes.setdefault(bug.cls, []).append(bug.name)
+    assert set(classes) == {"sampling", "clipping", "noise", "accounting"}
+    assert min(len(v) for v in classes.values()) >= 2
