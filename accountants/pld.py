@@ -23,6 +23,7 @@ and snapping mechanisms (use ``pure``).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -70,6 +71,13 @@ def _base(event: DpEvent, q: float, pessimistic: bool, interval: float) -> PLD:
         raise NotApplicable(f"pld: sampling of {describe(event)} (only Gaussian or Laplace noise)")
     if z == 0:
         raise _NoNoise
+    return _gaussian_pld(float(z), float(q), bool(pessimistic), float(interval))
+
+
+@functools.lru_cache(maxsize=64)
+def _gaussian_pld(z: float, q: float, pessimistic: bool, interval: float) -> PLD:
+    """dp-accounting's PLD of the Gaussian mechanism at noise z sampled at rate q, cached: calibration and the
+    bounds ask for the same one many times in a run (the objects are immutable: composing makes new ones)."""
     return pld_lib.from_gaussian_mechanism(z, sensitivity=1.0, pessimistic_estimate=pessimistic,
                                            value_discretization_interval=interval, sampling_prob=q,
                                            use_connect_dots=pessimistic)

@@ -37,9 +37,17 @@ def load_catalogue(path: str | Path) -> dict[str, Any]:
     folder = str(path.resolve().parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    spec = importlib.util.spec_from_file_location(f"privaudit_bug_catalogue_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    name = f"privaudit_bug_catalogue_{path.stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    module = sys.modules[name]
     bugs = getattr(module, "BUGS", None)
     if not isinstance(bugs, dict) or not bugs:
         raise ConfigError(f"--bugs: {str(path)!r} defines no BUGS mapping (name -> bug with a plant(defense, params))")

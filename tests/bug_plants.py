@@ -31,10 +31,13 @@ import privaudit.defenses.dp.clipping as dp_clipping
 import privaudit.defenses.dp.gradients as dp_gradients
 import privaudit.defenses.dp.pairs as dp_pairs
 import privaudit.defenses.dp.step as dp_step
+import privaudit.defenses.fedemb.aggregate as fed_aggregate
+import privaudit.defenses.fedemb.defense as fed_defense
 from privaudit.defenses.sampling import fixed_size_batches, poisson_batches, shuffled_batches, steps_per_epoch
 from privaudit.defenses.seeding import torch_generator
 
 DP_SGD_STYLE = ("dpsgd", "dp-clip", "dp-gcl", "logit-dp", "dpcl-simclr", "dpcl-barlow")
+FEDERATED = ("dp-fedemb", "dp-fedavg")
 
 
 @dataclass(frozen=True)
@@ -89,16 +92,51 @@ def clip_scaled(scale: float | None) -> Iterator[None]:
 
 
 def reused_noise(defense: str, params: dict) -> ContextManager[None]:
-    """Every step's noise from a generator re-created with one seed."""
+    """Every step's (federated: round's) noise from a generator re-created with one seed."""
+    if defense in FEDERATED:
+        release = fed_aggregate.noised_release
+        return federated_release(lambda sums, norms, clip, z, gen, *a, **kw: release(
+            sums, norms, clip, z, torch_generator(0, "reused"), *a, **kw))
     release = dp_base.release
     return patched(dp_base, "release", lambda total, std, generator, **kw: release(
         total, std, torch_generator(0, "reused"), **kw))
 
 
+def federated_noise(scale: Callable[[str], float]) -> ContextManager[None]:
+    """A round's release with the noise on tensor ``name`` scaled by ``scale(name)`` (the planted copy of
+    :func:`privaudit.defenses.fedemb.aggregate.noised_release`: the noise is drawn, then scaled as added)."""
+    release = fed_aggregate.noised_release
+
+    def planted(sums, norms, clip, z, gen, canary=None, observer=None):
+        out = release(sums, norms, clip, z, gen, canary, observer=None)
+        if observer is None and all(scale(n) == 1 for n in sums):
+            return out
+        replay = release(sums, norms, clip, 0.0, gen, canary, observer=None)  # noise-free update, same draws skipped
+        noisy = {n: replay.update[n] + scale(n) * (out.update[n] - replay.update[n]) for n in sums}
+        if observer is not None:
+            count = norms.numel()
+            observer({n: v * count for n, v in noisy.items()}, {n: t.detach() for n, t in sums.items()})
+        return dataclasses.replace(out, update=noisy)
+    return federated_release(planted)
+
+
 @contextlib.contextmanager
-def unnoised_biases(defense: str, params: dict) -> Iterator[None]:
-    """No noise on the coordinates of the tensors whose name ends in 'bias' (the model's layout read from its
-    embedder the first time the noise is drawn)."""
+def federated_release(planted: Callable) -> Iterator[None]:
+    """``planted`` in place of a round's release on both of its call paths (whole and chunked aggregation)."""
+    with patched(fed_aggregate, "noised_release", planted), patched(fed_defense, "noised_release", planted):
+        yield
+
+
+def unnoised_biases(defense: str, params: dict) -> ContextManager[None]:
+    """No noise on the tensors whose name ends in 'bias'."""
+    if defense in FEDERATED:
+        return federated_noise(lambda name: 0.0 if name.endswith("bias") else 1.0)
+    return _unnoised_dp_biases()
+
+
+@contextlib.contextmanager
+def _unnoised_dp_biases() -> Iterator[None]:
+    """The DP-SGD engine's noise zeroed on the bias coordinates (the layout read from the embedder)."""
     gaussian = dp_step.gaussian
     state: dict[str, torch.Tensor] = {}
     original_write = dp_base.Embedder.params
@@ -119,6 +157,8 @@ def unnoised_biases(defense: str, params: dict) -> Iterator[None]:
 
 def noise_shortfall(defense: str, params: dict) -> ContextManager[None]:
     """The release adds 1/1.1 of the noise it draws and records."""
+    if defense in FEDERATED:
+        return federated_noise(lambda name: 1 / 1.1)
     return patched(dp_base.DPDefense, "added_noise_scale", lambda self: 1 / 1.1)
 
 
@@ -148,9 +188,9 @@ BUGS = {b.name: b for b in (
     Bug("rate-1.5x", "sampling", "batches drawn at 1.5x the claimed rate", larger_rate),
     Bug("clip-2x", "clipping", "units clipped at twice the claimed clip", lambda d, p: clip_scaled(2.0)),
     Bug("no-clip", "clipping", "clipping skipped", lambda d, p: clip_scaled(None)),
-    Bug("reused-noise", "noise", "one noise draw reused at every step", reused_noise),
-    Bug("unnoised-biases", "noise", "no noise on the biases", unnoised_biases),
-    Bug("shortfall-1.1x", "noise", "1/1.1 of the recorded noise added", noise_shortfall),
+    Bug("reused-noise", "noise", "one noise draw reused at every step", reused_noise, DP_SGD_STYLE + FEDERATED),
+    Bug("unnoised-biases", "noise", "no noise on the biases", unnoised_biases, DP_SGD_STYLE + FEDERATED),
+    Bug("shortfall-1.1x", "noise", "1/1.1 of the recorded noise added", noise_shortfall, DP_SGD_STYLE + FEDERATED),
     Bug("batch-normaliser", "accounting", "normaliser follows the realised batch size", batch_normaliser),
     Bug("half-steps", "accounting", "the accountant composes half the steps run", half_the_steps),
     Bug("rate-misreported", "accounting", "the accountant is given a 1.5x smaller sampling rate", smaller_rate),
