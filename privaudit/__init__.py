@@ -44,8 +44,6 @@ import importlib
 import warnings
 from typing import Any
 
-__version__ = "0.1.0"
-
 _LAYERS = ("core", "accountants", "defenses", "attacks", "audit")
 
 
@@ -65,6 +63,8 @@ def _source_checkout_layers() -> list[str]:
 
 
 __path__ += [p for p in _source_checkout_layers() if p not in __path__]  # noqa: F821 (a package's own __path__)
+
+from privaudit.core.version import __version__  # noqa: E402 (after __path__: a checkout maps privaudit.core there)
 
 #: public name -> (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {
