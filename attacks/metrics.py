@@ -110,6 +110,50 @@ def summarize(scores: np.ndarray, membership: np.ndarray,
     return SortedScores.of(scores[membership], scores[~membership]).summary(targets)
 
 
+@dataclass(frozen=True)
+class ScoreMetrics:
+    """What :func:`score_metrics` measures of an attack's scores: AUC, advantage, balanced accuracy, TPR at each
+    FPR target (keyed by the target as a number: ``tpr_at_fpr[0.01]``, or :meth:`tpr_at`), whether each target is
+    resolved by the non-members' count (resolution 1 / n), and the counts. :meth:`to_dict` is the report's form
+    (targets as strings, ``"0.01"``)."""
+
+    auc: float
+    advantage: float
+    balanced_accuracy: float
+    tpr_at_fpr: dict[float, float]
+    fpr_resolved: dict[float, bool]
+    fpr_resolution: float
+    n_members: int
+    n_nonmembers: int
+
+    def tpr_at(self, fpr: float) -> float:
+        """The TPR at FPR target ``fpr`` (one of the targets it was computed for)."""
+        if fpr not in self.tpr_at_fpr:
+            raise ConfigError(f"fpr: {fpr!r} is not a computed target; accepted: "
+                              f"{', '.join(fpr_key(t) for t in self.tpr_at_fpr)}")
+        return self.tpr_at_fpr[fpr]
+
+    def to_dict(self) -> dict[str, object]:
+        """The summary as reports hold it (:func:`summarize`'s dict)."""
+        return {"auc": self.auc, "balanced_accuracy": self.balanced_accuracy, "advantage": self.advantage,
+                "tpr_at_fpr": {fpr_key(t): v for t, v in self.tpr_at_fpr.items()},
+                "fpr_resolution": self.fpr_resolution,
+                "fpr_resolved": {fpr_key(t): v for t, v in self.fpr_resolved.items()},
+                "n_members": self.n_members, "n_nonmembers": self.n_nonmembers}
+
+
+def score_metrics(members: np.ndarray, nonmembers: np.ndarray,
+                  targets: tuple[float, ...] = FPR_TARGETS) -> ScoreMetrics:
+    """The metrics of the module docstring for the members' and the non-members' scores (higher = member), the
+    same two sides :func:`privaudit.audit.score_audit.audit_scores` takes."""
+    s = SortedScores.of(members, nonmembers)
+    d = s.summary(targets)
+    return ScoreMetrics(d["auc"], d["advantage"], d["balanced_accuracy"],
+                        {float(t): d["tpr_at_fpr"][fpr_key(t)] for t in targets},
+                        {float(t): d["fpr_resolved"][fpr_key(t)] for t in targets}, d["fpr_resolution"],
+                        d["n_members"], d["n_nonmembers"])
+
+
 #: Members merged per chunk by :class:`SortedScores` (bounds its temporary arrays).
 CHUNK = 1 << 16
 

@@ -4,4 +4,6 @@ Nothing in ``core``, ``accountants``, ``defenses`` or ``attacks`` imports this p
 (``tests/test_import_layers.py`` enforces it).
 """
 
-__version__ = "0.1.0"
+from privaudit.core.version import __version__
+
+__all__ = ["__version__"]

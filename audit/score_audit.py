@@ -115,7 +115,15 @@ class ScoreAudit:
 
     @property
     def tpr_at_fpr(self) -> dict[str, float]:
+        """TPR per FPR target, keyed as in the report (``"0.01"``); :meth:`tpr_at` takes the target as a number."""
         return dict(self.summary["tpr_at_fpr"])
+
+    def tpr_at(self, fpr: float) -> float:
+        """The TPR at FPR target ``fpr`` (0.001, 0.01 or 0.1)."""
+        key = metrics.fpr_key(fpr)
+        if key not in self.summary["tpr_at_fpr"]:
+            raise ConfigError(f"fpr: {fpr!r} is not a computed target; accepted: {', '.join(self.summary['tpr_at_fpr'])}")
+        return float(self.summary["tpr_at_fpr"][key])
 
     @property
     def eps_lower_bound(self) -> float:

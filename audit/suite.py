@@ -10,7 +10,8 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
     epsilons = [4.0]          # default target epsilons of private defenses
     # delta = 1e-5            # default: 1 / (N ln N) of each training set
     # threads = 1             # torch threads per cell and per task (part of the cache key)
-    # allow_plugins = false   # true: defenses named "module:Class" are imported (a suite with plugins is code)
+    # allow_plugins = false   # true: defenses and attacks named "module:Class" are imported (a suite with
+    #                         # plugins is code)
 
     [[defenses]]
     name = "nonprivate"       # a registry name or "module:Class"
@@ -26,7 +27,7 @@ A suite names datasets, defenses (with hyper-parameters), target epsilons and de
     # control = true          # a positive control: its claim is known false and the gate must catch it
 
     [[attacks]]
-    name = "lira"
+    name = "lira"             # a registry name or "module:Class"
     params = { shadow_models = 4 }
 
     [sensitivity]
@@ -502,7 +503,7 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
         raise where.error("threads", f"must lie in [1, 256], got {threads}")
     defaults = _BudgetDefaults(_epsilons(where, "epsilons", raw["epsilons"]) if "epsilons" in raw else None,
                                _delta(where, "delta", raw.get("delta")))
-    attacks = _attacks(where, raw)  # first: defenses refer to them by label
+    attacks = _attacks(where, raw, allow_plugins)  # first: defenses refer to them by label
     defenses = _defenses(where, raw, tuple(a.label for a in attacks), defaults, allow_plugins)
     sensitivity = _sensitivity(where, raw.get("sensitivity"))
     gate = _table_config(where, raw, "gate", GateConfig)
@@ -575,12 +576,12 @@ def _device(where: _Where, raw: Mapping[str, Any], present: bool = True) -> str:
     return device
 
 
-def _attacks(where: _Where, raw: Mapping[str, Any]) -> tuple[AttackEntry, ...]:
-    """``[[attacks]]``: registry names with settings, each under a distinct label."""
+def _attacks(where: _Where, raw: Mapping[str, Any], allow_plugins: bool) -> tuple[AttackEntry, ...]:
+    """``[[attacks]]``: registry names (or plugins) with settings, each under a distinct label."""
     attacks: list[AttackEntry] = []
     for i, entry in enumerate(_list(where, "attacks", raw.get("attacks", []), dict, "tables")
                               if "attacks" in raw else []):
-        attack = _attack(where, f"attacks[{i}]", entry)
+        attack = _attack(where, f"attacks[{i}]", entry, allow_plugins)
         if any(a.label == attack.label for a in attacks):
             raise where.error(f"attacks[{i}].label", f"duplicate label {attack.label!r} (give each entry a distinct "
                                                      "label)")
@@ -588,22 +589,39 @@ def _attacks(where: _Where, raw: Mapping[str, Any]) -> tuple[AttackEntry, ...]:
     return tuple(attacks)
 
 
-def _attack(where: _Where, key: str, entry: Mapping[str, Any]) -> AttackEntry:
-    from privaudit.attacks.registry import ATTACKS, attack_class
+def _attack(where: _Where, key: str, entry: Mapping[str, Any], allow_plugins: bool) -> AttackEntry:
+    """One ``[[attacks]]`` table: name (or plugin), label (default: the name, a plugin's class name) and settings."""
+    from privaudit.attacks.registry import ATTACKS
 
     _unknown(where, key, entry, ATTACK_KEYS)
     if "name" not in entry:
-        raise where.error(f"{key}.name", f"missing; accepted: {', '.join(ATTACKS)}")
+        raise where.error(f"{key}.name", f"missing; accepted: {', '.join(ATTACKS)}, or module:Class")
     name = _typed(where, f"{key}.name", entry["name"], str, "a string")
-    if name not in ATTACKS:
-        raise where.error(f"{key}.name", f"unknown attack {name!r}; accepted: {', '.join(ATTACKS)}")
-    label = _label(where, f"{key}.label", entry.get("label", name))
+    cls = _attack_class(where, f"{key}.name", name, allow_plugins)
+    label = _label(where, f"{key}.label", entry.get("label", name.rsplit(":", 1)[-1]))
     params = dict(_typed(where, f"{key}.params", entry.get("params", {}), dict, "a table"))
     try:
-        attack = attack_class(name)(params)
+        attack = cls(params)
     except ConfigError as exc:
         raise where.wrap(f"{key}.params", exc) from None
     return AttackEntry(name, label, params, attack.config_dict())
+
+
+def _attack_class(where: _Where, key: str, name: str, allow_plugins: bool):
+    """The attack class ``name`` names: registered, or a ``module:Class`` plugin (only with ``allow_plugins``)."""
+    from privaudit.attacks.registry import ATTACKS, attack_class, is_plugin
+
+    if not is_plugin(name):
+        if name not in ATTACKS:
+            raise where.error(key, f"unknown attack {name!r}; accepted: {', '.join(ATTACKS)}, or module:Class")
+        return attack_class(name)
+    if not allow_plugins:
+        raise where.error(key, f"{name!r} is a plugin: importing it runs its code; set allow_plugins = true at the "
+                               "top of the suite (or pass --allow-plugins) to allow it")
+    try:
+        return attack_class(name)
+    except ConfigError as exc:
+        raise where.error(key, str(exc)) from None
 
 
 @dataclass(frozen=True)

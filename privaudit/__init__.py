@@ -41,9 +41,8 @@ Public names: see :data:`__all__`; the README's "Python API" section says what e
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import Any
-
-__version__ = "0.1.0"
 
 _LAYERS = ("core", "accountants", "defenses", "attacks", "audit")
 
@@ -65,6 +64,8 @@ def _source_checkout_layers() -> list[str]:
 
 __path__ += [p for p in _source_checkout_layers() if p not in __path__]  # noqa: F821 (a package's own __path__)
 
+from privaudit.core.version import __version__  # noqa: E402 (after __path__: a checkout maps privaudit.core there)
+
 #: public name -> (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {
     # your own scores or model
@@ -85,7 +86,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "EpsilonLowerBound": ("privaudit.attacks", "EpsilonLowerBound"),
     "one_run_bound": ("privaudit.attacks", "one_run_bound"),
     "multi_run_bound": ("privaudit.attacks", "multi_run_bound"),
-    "summarize_scores": ("privaudit.attacks.metrics", "summarize"),
+    "score_metrics": ("privaudit.attacks.metrics", "score_metrics"),
+    "ScoreMetrics": ("privaudit.attacks.metrics", "ScoreMetrics"),
     "reachability_test": ("privaudit.attacks.reachability", "reachability_test"),
     "reachable": ("privaudit.attacks.reachability", "reachable"),
     # accountants
@@ -98,7 +100,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # datasets
     "load_dataset": ("privaudit.core.datasets", "load_dataset"),
     # sensitivity checks
-    "check_claims": ("privaudit.audit.sensitivity", "check_claims"),
+    "check_sensitivity_claims": ("privaudit.audit.sensitivity", "check_claims"),
     "SensitivityResult": ("privaudit.audit.sensitivity", "SensitivityResult"),
     # suites and reports
     "load_suite": ("privaudit.audit.suite", "load_suite"),
@@ -111,10 +113,23 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ConfigError": ("privaudit.core.errors", "ConfigError"),
 }
 
+#: deprecated public name -> (its replacement, module, attribute): kept for one release; every use warns.
+_DEPRECATED: dict[str, tuple[str, str, str]] = {
+    # checks the papers' *sensitivity* claims (not privacy claims: those are the `claims` command's)
+    "check_claims": ("check_sensitivity_claims", "privaudit.audit.sensitivity", "check_claims"),
+    # (scores, membership) where audit_scores takes (members, nonmembers); its TPRs keyed by strings
+    "summarize_scores": ("score_metrics(members, nonmembers)", "privaudit.attacks.metrics", "summarize"),
+}
+
 __all__ = sorted(_EXPORTS) + ["__version__"]
 
 
 def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        new, module, attr = _DEPRECATED[name]
+        warnings.warn(f"privaudit.{name} is deprecated and will be removed in the next release; use "
+                      f"privaudit.{new}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(module), attr)  # not cached: every use warns
     try:
         module, attr = _EXPORTS[name]
     except KeyError:

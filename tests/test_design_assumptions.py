@@ -85,7 +85,10 @@ def _rr_bounds(eps: float, seeds: int, m: int) -> tuple[np.ndarray, int]:
 @pytest.mark.parametrize("eps", [1.0, 8.0])
 def test_fair_coin_designs_keep_their_level(eps):
     """200 seeds: over-claims (a true claim of eps refuted) within the check's level; the fair coin refused on at
-    most as many seeds as its level allows. The audit is tight enough that the x1.2 variant is caught at both."""
+    most as many seeds as its level allows. The audit is tight enough that the x1.2 variant is caught at both.
+    Each seed runs the whole audit_scores on 10^4 scores, so 200 seeds: the check's power against a bound
+    over-claiming on 2 beta of them is 0.04 (tests/soundness.py); the bound's counts-level soundness is tested
+    with power 0.9 in tests/test_one_run_soundness.py."""
     values, refused = _rr_bounds(eps, 200, 10_000)
     assert refused < critical(200, COIN_TEST_SHARE * BETA), refused
     assert_sound(f"audit_scores one-run, randomized response eps={eps}", values, eps, BETA)

@@ -102,7 +102,8 @@ def test_gate_bound_is_sound_on_the_idealised_mechanism():
     1e-6 (tests/soundness.py). The bound is conservative here by construction (mean power about 0.45: a one-run
     audit of a Gaussian mechanism cannot be tight; 0.78 at 10^6 canaries), so x1.2 is no over-claim on this
     mechanism and no over-claim count can reject it: :func:`test_bound_is_the_epsilon_of_its_rejected_scale` is
-    what catches an inflated bound."""
+    what catches an inflated bound. (At 100 runs the check's power against a doubled over-claim rate is 0.005,
+    tests/soundness.py: this test guards gross unsoundness, the exactness test the rest.)"""
     ev = event(2.0)
     runs, m, k = 100, 4000, 200
     coin, scores = simulate_canary_scores(runs * m, rate=Q, steps=T, norm=1.0, noise_std=2.0, paired=False,

@@ -43,7 +43,8 @@ def test_pairs_are_disjoint_consecutive_steps_and_an_odd_last_step_is_left_out()
 def test_independence_level_over_4000_seeds_and_overlapping_pairs_fail_the_same_check():
     """Fresh N(0, z^2) residuals: the disjoint-pair test rejects at most alpha of 4,000 runs (exact chi-square); the
     unsound variant that takes the overlapping pairs (0,1), (1,2), ... as independent (their differences are
-    correlated -1/2, so the sum's variance is 1.5 times the chi-square's) rejects far more, caught by the same check."""
+    correlated -1/2, so the sum's variance is 1.5 times the chi-square's) rejects far more, caught by the same check.
+    At 4,000 runs the check rejects a test failing on 2 alpha of them with probability above 0.999."""
     rng, seeds, steps, m, alpha = np.random.default_rng(5), 4000, 7, 30, 0.05
     fails, overlapping = 0, 0
     for _ in range(seeds):
@@ -58,7 +59,8 @@ def test_independence_level_over_4000_seeds_and_overlapping_pairs_fail_the_same_
 def test_tensor_family_level_over_2000_seeds_and_no_bonferroni_fails_the_same_check():
     """Five tensors of fresh noise over four steps: the family (a variance and a step-pair test per tensor, each at
     alpha / 10) fails at most alpha of 2,000 runs; the same tests each at alpha (no Bonferroni) fail about
-    1 - (1 - alpha)^10 = 40% of them, which the check rejects."""
+    1 - (1 - alpha)^10 = 40% of them, which the check rejects. At 2,000 runs the check rejects a family failing on
+    2 alpha of them with probability above 0.999."""
     rng, seeds, steps, alpha = np.random.default_rng(6), 2000, 4, 0.05
     sizes = np.array([3, 5, 40, 7, 25])
     tensors = np.repeat(np.arange(5), sizes)

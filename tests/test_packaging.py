@@ -67,7 +67,9 @@ def test_the_wheel_installs_one_import_name_with_the_suites_license_and_front_do
     """Everything the wheel installs lies under ``privaudit/`` (the layers as ``privaudit.core``, ...) or its
     dist-info: nothing else lands at the top of site-packages."""
     names = built_wheel(tmp_path)
-    assert {n.split("/")[0] for n in names} == {"privaudit", "privaudit-0.1.0.dist-info"}
+    from privaudit.core.version import __version__
+
+    assert {n.split("/")[0] for n in names} == {"privaudit", f"privaudit-{__version__}.dist-info"}
     layers = ("core", "accountants", "defenses", "attacks", "audit")
     assert {f"privaudit/{layer}/__init__.py" for layer in layers} <= names
     sources = {str(p.relative_to(ROOT)) for layer in layers for p in (ROOT / layer).rglob("*.py")}
@@ -90,3 +92,22 @@ def test_the_floor_script_installs_every_declared_floor():
 
     assert set(pinned) == set(floors) and len(floors) == 10
     assert {name: padded(v) for name, v in pinned.items()} == {name: padded(v) for name, v in floors.items()}
+
+
+def test_the_version_is_written_in_one_place():
+    """core/version.py holds the version; pyproject.toml reads it, the front door, the harness (``--version``,
+    each report) and the installed metadata give the same string, and no other module assigns one."""
+    from importlib.metadata import version
+
+    import privaudit
+    from privaudit.audit import __version__ as harness
+    from privaudit.core.version import __version__
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "privaudit.core.version.__version__"}
+    assert privaudit.__version__ == harness == version("privaudit") == __version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", __version__)
+    assigned = [str(p.relative_to(ROOT)) for pkg in ("core", "accountants", "defenses", "attacks", "audit", "privaudit")
+                for p in (ROOT / pkg).rglob("*.py") if re.search(r"^__version__\s*=", p.read_text(), re.M)]
+    assert assigned == ["core/version.py"]

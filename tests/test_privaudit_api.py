@@ -63,3 +63,32 @@ def test_readme_names_every_public_name():
     section = (ROOT / "README.md").read_text().split("## Python API", 1)[1].split("\n## ", 1)[0]
     missing = [n for n in privaudit.__all__ if n != "__version__" and f"`{n}`" not in section]
     assert missing == []
+
+
+@pytest.mark.parametrize("old, new", [("check_claims", "check_sensitivity_claims"),
+                                      ("summarize_scores", "score_metrics")])
+def test_renamed_names_warn_and_still_work(old, new):
+    """A renamed public name stays for one release: it warns, names its replacement, and is what it was."""
+    with pytest.warns(DeprecationWarning, match=rf"privaudit\.{old} is deprecated .* use privaudit\.{new}"):
+        value = getattr(privaudit, old)
+    with pytest.warns(DeprecationWarning):  # every use warns, not only the first
+        assert getattr(privaudit, old) is value
+    assert old not in privaudit.__all__ and new in privaudit.__all__
+
+
+def test_score_metrics_takes_the_sides_audit_scores_takes_and_keys_tprs_by_number():
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    members, nonmembers = rng.normal(1.0, 1.0, 1000), rng.normal(0.0, 1.0, 1000)
+    m = privaudit.score_metrics(members, nonmembers)
+    scores = np.r_[members, nonmembers]
+    membership = np.r_[np.ones(1000, bool), np.zeros(1000, bool)]
+    with pytest.warns(DeprecationWarning):
+        old = privaudit.summarize_scores(scores, membership)
+    assert m.to_dict() == old and 0.7 < m.auc < 0.8
+    assert m.tpr_at(0.01) == old["tpr_at_fpr"]["0.01"] and m.tpr_at_fpr[0.1] == old["tpr_at_fpr"]["0.1"]
+    with pytest.raises(privaudit.ConfigError, match="fpr: 0.05 is not a computed target; accepted: 0.001, 0.01, 0.1"):
+        m.tpr_at(0.05)
+    audit = privaudit.audit_scores(members, nonmembers, delta=1e-5)
+    assert audit.tpr_at(0.01) == m.tpr_at(0.01) and audit.auc == pytest.approx(m.auc)

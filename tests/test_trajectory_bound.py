@@ -46,17 +46,23 @@ def over_claims_acceptably(over: int, seeds: int, beta: float = BETA) -> bool:
 
 
 @pytest.mark.parametrize("cell", sorted(QUICKSTART))
-def test_sound_over_500_seeds_and_an_inflated_variant_fails(cell):
+def test_sound_with_power_and_an_inflated_variant_fails(cell):
     """P[mu_lb > mu] <= beta on the idealised mechanism (the epsilon is monotone in mu_lb, so the same runs
-    over-claim epsilon exactly when they over-claim mu); 1.2 mu_lb, an unsound variant, fails the same test."""
+    over-claim epsilon exactly when they over-claim mu); 1.2 mu_lb, an unsound variant, fails the same test. 950
+    runs of simulated counts: the shared check rejects a bound over-claiming on 2 beta of them with probability
+    >= 0.9 (tests/soundness.py)."""
+    from soundness import TARGET_POWER, assert_sound, runs_for_power
+
     q, steps, z = QUICKSTART[cell]
+    seeds = runs_for_power(BETA)
     rng = np.random.default_rng(7)
     tau = plan_threshold(noise_multiplier=z, n0=M * steps * (1 - q / 2), n1=M * steps * q / 2, beta=BETA)
-    fp, n0, fn, n1 = idealised_counts(rng, 500, q, steps, z, tau)
+    fp, n0, fn, n1 = idealised_counts(rng, seeds, q, steps, z, tau)
     mu = mu_lower(fp, n0, fn, n1, beta=BETA)
-    assert mu.shape == (500,)
-    assert over_claims_acceptably(int(np.sum(mu > 1.0 / z)), 500)
-    assert not over_claims_acceptably(int(np.sum(1.2 * mu > 1.0 / z)), 500)
+    assert mu.shape == (seeds,)
+    assert over_claims_acceptably(int(np.sum(mu > 1.0 / z)), seeds)
+    assert not over_claims_acceptably(int(np.sum(1.2 * mu > 1.0 / z)), seeds)
+    assert_sound(f"trajectory bound, {cell}", mu, 1.0 / z, BETA, min_power=TARGET_POWER)
 
 
 def test_sound_when_steps_add_more_noise_than_claimed():
@@ -169,22 +175,25 @@ def paired_counts(rng, seeds: int, z: float, per_side: int, tau: float = 0.5):
 
 
 @pytest.mark.parametrize("cell", sorted(PAIRED))
-def test_pooled_form_sound_over_500_seeds_and_an_inflated_variant_fails(cell):
-    """The pooled form (one interval on FP + FN): P[mu_lb > mu] <= beta on the idealised paired mechanism over 500
-    seeds, at the gate's usual family level too; 1.1 mu_lb, an unsound variant, fails the same test."""
+def test_pooled_form_sound_with_power_and_an_inflated_variant_fails(cell):
+    """The pooled form (one interval on FP + FN): P[mu_lb > mu] <= beta on the idealised paired mechanism, at the
+    gate's usual family level too; 1.1 mu_lb, an unsound variant, fails the same test. The runs are simulated
+    counts, so there are enough of them (950, tests/soundness.py: runs_for_power) for the shared check to reject a
+    bound over-claiming on 2 beta of them with probability >= 0.9."""
     from privaudit.attacks.pooled_gdp import mu_lower_pooled
 
-    from soundness import assert_planted_rejected, assert_sound
+    from soundness import TARGET_POWER, assert_planted_rejected, assert_sound, runs_for_power
 
     z, per_side = PAIRED[cell]
+    seeds = runs_for_power(BETA)
     rng = np.random.default_rng(5)
-    counts = paired_counts(rng, 500, z, per_side)
+    counts = paired_counts(rng, seeds, z, per_side)
     for beta in (BETA, BETA / 25):
         mu = mu_lower_pooled(*counts, beta=beta)
-        assert mu.shape == (500,) and over_claims_acceptably(int(np.sum(mu > 1.0 / z)), 500, beta)
-    assert not over_claims_acceptably(int(np.sum(1.1 * mu_lower_pooled(*counts, beta=BETA) > 1.0 / z)), 500)
+        assert mu.shape == (seeds,) and over_claims_acceptably(int(np.sum(mu > 1.0 / z)), seeds, beta)
+    assert not over_claims_acceptably(int(np.sum(1.1 * mu_lower_pooled(*counts, beta=BETA) > 1.0 / z)), seeds)
     mu = mu_lower_pooled(*counts, beta=BETA)  # the shared check of every gated bound (tests/soundness.py)
-    assert_sound(f"pooled trajectory form, {cell}", mu, 1.0 / z, BETA)
+    assert_sound(f"pooled trajectory form, {cell}", mu, 1.0 / z, BETA, min_power=TARGET_POWER)
     assert_planted_rejected(f"pooled trajectory form, {cell}", mu, 1.0 / z, BETA)
 
 

@@ -12,7 +12,8 @@ from privaudit.attacks.executor import EXECUTORS
 from privaudit.attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
 from privaudit.attacks.shadow_models import resolve_defense
 from privaudit.audit.commands.common import (add_budget_args, add_data_args, add_output_args, budget_from_args,
-                                             check_plugins, emit_json, format_table, integer, parse_params)
+                                             check_attack_plugin, check_plugins, emit_json, format_table, integer,
+                                             parse_params)
 from privaudit.core.datasets import load_dataset
 from privaudit.audit.device import DEVICES, resolve_device
 from privaudit.core.errors import ConfigError, one_of
@@ -28,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("attack", help="attack a defense's model: AUC, TPR at low FPR and an epsilon lower bound")
     p.add_argument("--defense", default="nonprivate", help=f"one of: {', '.join(DEFENSES)}")
     p.add_argument("--attack", default="rmia",
-                   help=f"one of: {', '.join(ATTACKS)} (default rmia: the strongest at a small reference budget)")
+                   help=f"one of: {', '.join(ATTACKS)} (default rmia: the strongest at a small reference budget), or "
+                        "module:Class with --allow-plugins")
     add_data_args(p)
     add_budget_args(p)
     p.add_argument("--shadow-models", type=integer(1, 10 ** 5), default=None,
@@ -40,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--param", action="append", metavar="KEY=VALUE", help="a defense hyper-parameter (repeatable)")
     p.add_argument("--attack-param", action="append", metavar="KEY=VALUE", help="an attack setting (repeatable)")
     p.add_argument("--allow-plugins", action="store_true",
-                   help="allow --defense module:Class (imports it: runs its code)")
+                   help="allow --defense and --attack module:Class (imports them: runs their code)")
     p.add_argument("--executor", default="local", help=f"one of: {', '.join(EXECUTORS)}")
     p.add_argument("--device", default="auto", help=f"one of: {', '.join(DEVICES)}")
     p.add_argument("--out", default=None, help="directory for scores.npz and result.json")
@@ -81,6 +83,7 @@ def target_utility(trained, data, device) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_attack_plugin(args.attack, args.allow_plugins)
     attack = make_attack(args.attack, _attack_params(args))
     params = _defense_params(args)
     defense = resolve_defense(args.defense, params)

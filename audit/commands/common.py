@@ -159,6 +159,15 @@ def check_plugins(defense: str, params: dict[str, Any], allow_plugins: bool) -> 
                                   "--allow-plugins to allow it")
 
 
+def check_attack_plugin(attack: str, allow_plugins: bool) -> None:
+    """Without ``--allow-plugins``, refuse an ``--attack module:Class``: importing it runs its code."""
+    from privaudit.attacks.registry import is_plugin
+
+    if is_plugin(attack) and not allow_plugins:
+        raise ConfigError(f"--attack: {attack!r} is a plugin: importing it runs its code; pass --allow-plugins "
+                          "to allow it")
+
+
 def emit_json(obj: Any, *, one_line: bool = False) -> None:
     """Print ``obj`` as JSON (indented; ``one_line``: on one line, for one object per line)."""
     sys.stdout.write(to_json(obj, indent=None if one_line else 2) + "\n")

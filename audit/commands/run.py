@@ -27,8 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="cells (and the sensitivity checks) run in N parallel processes; the report is the same as "
                         "with --jobs 1 (default: the number of cores, %(default)s here)")
     p.add_argument("--allow-plugins", action="store_true",
-                   help="import defenses the suite names as module:Class (runs their code; same as allow_plugins = "
-                        "true in the suite)")
+                   help="import defenses and attacks the suite names as module:Class (runs their code; same as "
+                        "allow_plugins = true in the suite)")
     p.add_argument("--yes-large", action="store_true",
                    help="run a suite of more than 1000 cells (its size is printed when this is missing)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage lines")

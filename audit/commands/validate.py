@@ -28,7 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="suite files (or shipped suites' names: privaudit suites lists them)")
     p.add_argument("--data-dir", default=None, help="directory holding torchvision-format datasets (as for run)")
     p.add_argument("--allow-plugins", action="store_true",
-                   help="accept defenses named module:Class (imports them, which runs their code; as for run)")
+                   help="accept defenses and attacks named module:Class (imports them, which runs their code; as for "
+                        "run)")
     p.add_argument("--no-machine-checks", action="store_true",
                    help="skip what depends on this machine: the datasets' files and the device (lint a suite "
                         "meant for another machine, e.g. a GPU suite on a CPU CI runner)")

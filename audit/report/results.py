@@ -37,7 +37,7 @@ def page(report: dict[str, Any], report_path: str, sha256: str, figures: list[st
              f"a run of `privaudit run {suite['path']}` with privaudit {report['version']} at commit "
              f"`{report.get('git_commit') or 'unknown'}` on {report['device']}. The report's HTML page has the same "
              "tables, every attack, ROC curves and each claim's caveats; how to read them: "
-             "[reports and the gate](reports-and-gate.md).", "",
+             "[reports and the gate](gate.md).", "",
              (suite.get("description") or "").strip(), ""]
     lines += markdown.gate_lines(report) + markdown.summary_lines(report)
     for name in figures:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -282,8 +282,3 @@ class ImageDomain(Domain):
         if self.users_per_client:
             d["users_per_client"] = self.users_per_client
         return d
-
-
-def replace_unit(pair: Pair, **changes: Any) -> Pair:
-    """A copy of ``pair`` with fields changed (dataclasses.replace, named for readability)."""
-    return replace(pair, **changes)

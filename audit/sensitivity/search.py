@@ -39,7 +39,7 @@ from typing import Any, Callable
 import torch
 
 from privaudit.audit.sensitivity.domains import Domain, Pair, Rows, cat_rows, n_rows, slice_rows
-from privaudit.audit.sensitivity.verdict import distance, vector_norm
+from privaudit.audit.sensitivity.verdict import distance
 from privaudit.defenses.dp.contrastive import differentiable_quantities
 from privaudit.defenses.dp.params import parameter_values
 
@@ -661,7 +661,3 @@ def search(target: Target, gen: torch.Generator, *, seconds: float | None = None
                    "last_phase": last_phase, "restarts": len(starts), "pairs_total": ev.spent})
     covered = n_random >= 1 and steps >= 1 and ev.spent >= MIN_PAIRS
     return SearchResult(ev.best, ev.evaluations, time.perf_counter() - start, phases, covered)
-
-
-def output_norms(found: Found, norm: str) -> tuple[float, float]:
-    return vector_norm(found.fa, norm), vector_norm(found.fb, norm)
