@@ -116,6 +116,10 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
               table(s.ATTACK_HEADERS, s.attack_rows(report)), "", ATTACK_EXPLAIN, ""]
     if "epsilon" in plots:
         lines += [f"![theory versus measurement]({plots['epsilon']})", ""]
+    final = s.final_model_rows(report)
+    if final:
+        lines += ["## The final model: what hiding the iterates buys", "",
+                  table(s.FINAL_MODEL_HEADERS, final), "", s.FINAL_MODEL_EXPLAIN, ""]
     rocs = [k for k in plots if k.startswith("roc-")]
     if rocs:
         lines += ["## ROC curves", ""] + [f"![{k}]({plots[k]})" for k in rocs] + [""]
