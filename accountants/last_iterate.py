@@ -27,6 +27,10 @@ What it is, and what it is not:
   the final model faces exactly this pair. So for the worst-case loss, the final model's epsilon is at least
   the heuristic; and since the pair is a post-processing of the releases the accountants bound, it is at most
   the claim's epsilon (tested).
+* **Plain SGD's final iterate.** The pair is the final model when each update is the learning rate times the noised
+  sum. Momentum weighs the steps unequally and Adam rescales them (the project's defenses train with Adam by
+  default), so there it is the plain-SGD, linear-loss reference, not that optimizer's own final-iterate epsilon
+  (which the claim still bounds: every optimizer's iterate is a post-processing of the noised sums).
 * **Not monotone in T.** Each step's noise also hides the other steps' contributions: at small T a longer run can
   have the smaller heuristic (q = 0.02, z = 1: T = 1 above T = 2 and 5, tested); over many steps it grows.
 * **A yardstick for black-box audits.** An audit that sees only the released model (loss, LiRA, RMIA, input
