@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from privaudit.accountants.base import EpsilonResult, NotApplicable
-from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.claim import RELATIONS, PrivacyClaim
 from privaudit.accountants.events import (DpEvent, NonPrivateDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent, describe,
                                           effective_gaussian_noise)
@@ -65,13 +65,11 @@ from privaudit.core.errors import ConfigError, check_positive, one_of
 
 #: The name the heuristic's results carry (it is not an accountant: no verdict rests on it).
 NAME = "last-iterate"
-#: Binomial mass left out of each tail of K: it changes either hockey-stick divergence by at most (1 + e^eps) times
-#: this, far below any delta a claim states.
+#: Binomial mass left out of K's two tails together: it changes either hockey-stick divergence by at most
+#: (1 + e^eps) times this, far below any delta a claim states.
 TAIL_MASS = 1e-20
 #: Largest epsilon searched; a pair with delta(EPS_MAX) still above the target answers infinity.
 EPS_MAX = 1e3
-
-RELATIONS = ("add-remove", "replace-one")
 
 
 @dataclass(frozen=True)
@@ -216,9 +214,9 @@ def pair_of(claim: PrivacyClaim) -> LastIteratePair:
         if claim.relation != "replace-one":
             raise NotApplicable("last-iterate: sampling without replacement is analysed under replace-one only")
         q, event = event.sample_size / event.source_dataset_size, event.event
-    # Gaussians released together on the step's batch are one Gaussian (z_eff); anything else is not DP-SGD's step.
-    z = effective_gaussian_noise(event) if not isinstance(event, (PoissonSampledDpEvent,
-                                                                   SampledWithoutReplacementDpEvent)) else None
+    # Gaussians released together on the step's batch are one Gaussian (z_eff); anything else (a second sampler
+    # among them) is not DP-SGD's step.
+    z = effective_gaussian_noise(event)
     if z is None:
         raise NotApplicable(f"last-iterate: defined for T steps of one sampled Gaussian (DP-SGD), not "
                             f"{describe(claim.event)}")
