@@ -310,6 +310,21 @@ def multi_run_mechanism_bound(in_scores: np.ndarray, out_scores: np.ndarray, *, 
     return _multi_run_result(fp, outs.size, fn, ins.size, t, how, event, relation, unit, beta, delta)
 
 
+def multi_run_mechanism_bound_counts(fp: int, n_out: int, fn: int, n_in: int, *, event: DpEvent, relation: str,
+                                     unit: str = "example", beta: float = 0.05, delta: float,
+                                     threshold: float = float("nan"),
+                                     how: str = "threshold fixed before these runs") -> EpsilonLowerBound:
+    """``eps_lb_mechanism`` of a threshold's errors on runs it was not chosen on (``fp`` of ``n_out`` runs without
+    the canary scored at or above it, ``fn`` of ``n_in`` with the canary below it): :func:`multi_run_rejects` and
+    the scale search."""
+    check_relation_unit(relation, unit)
+    check_probability("beta", beta)
+    if not (0 <= fp <= n_out and 0 <= fn <= n_in and min(n_in, n_out) >= 1):
+        raise ConfigError(f"multi-run counts: need 0 <= fp <= n_out, 0 <= fn <= n_in, n >= 1; got fp={fp}, "
+                          f"n_out={n_out}, fn={fn}, n_in={n_in}")
+    return _multi_run_result(fp, n_out, fn, n_in, threshold, how, event, relation, unit, beta, delta)
+
+
 def multi_run_mechanism_ceiling(runs_in: int, runs_out: int, *, event: DpEvent, relation: str, beta: float = 0.05,
                                 delta: float) -> float:
     """The largest :func:`multi_run_mechanism_bound` these runs can give: no error on the counted half."""

@@ -191,12 +191,15 @@ def _utility(spec: CellSpec, trained: Any, data: Any, device: Any) -> dict[str, 
 
 
 def _account(trained: Any, data: Any, record: dict[str, Any], clock: _StageClock) -> None:
-    """Every accountant's epsilon of the claim the training emitted, and the run's size."""
+    """Every accountant's epsilon of the claim the training emitted, the last-iterate heuristic beside them (not an
+    accountant: no verdict reads it), and the run's size."""
     from privaudit.accountants import all_epsilons
+    from privaudit.accountants.last_iterate import last_iterate_epsilon
 
-    results = clock("epsilon", lambda: all_epsilons(trained.claim))
+    results, last = clock("epsilon", lambda: (all_epsilons(trained.claim), last_iterate_epsilon(trained.claim)))
     record["epsilon"] = {name: r.to_dict()["epsilon"] for name, r in results.items()}
     record["details"]["epsilon"] = {name: r.to_dict() for name, r in results.items()}
+    record["details"]["last_iterate"] = last.to_dict()
     record["details"]["n_train"] = len(data.train)
     record["details"]["steps"] = len(trained.history.get("step", []))
 

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from privaudit.audit.final_model import DEFAULT_CANARY_RUNS, DESIGNS, FinalModelDesign
 from privaudit.audit.user_claim import UserClaim, Verdict, claim_from_args, judge
 from privaudit.core.errors import ConfigError
 
@@ -117,8 +118,7 @@ class ModelAudit:
         notes = [f"Verdict from {self.verdict_attack} (the first of {', '.join(VERDICT_ORDER)} that ran, fixed "
                  "before any score)."] if self.verdict_attack else []
         if "canary" in self.attacks:
-            notes.append("canary: scores are runs of your training function with and without one canary "
-                         f"({self.canary}); members / non-members count runs, not examples.")
+            notes.extend(_canary_notes(self.canary, self.attacks["canary"]))
         return UserReport("privaudit model audit", dict(self.inputs),
                           None if self.claim is None else self.claim.to_dict(),
                           None if self.verdict is None else self.verdict.to_dict(), rows, curves, hists, notes)
@@ -135,6 +135,36 @@ class ModelAudit:
         return out
 
 
+def _num(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3g}"
+
+
+def _canary_notes(canary: dict[str, Any], s: dict[str, Any]) -> list[str]:
+    """The report's lines on the canary runs: the design, the claim judged, the heuristic estimates (labelled) and
+    the bound against the number of runs."""
+    if canary.get("design") != "crafted":
+        return ["canary: scores are runs of your training function with and without one canary "
+                f"({canary}); members / non-members count runs, not examples."]
+    pair = canary.get("pair_claim")
+    h = canary["heuristic"]
+    notes = [f"canary (final-model audit, crafted): D = the first {canary['pair_size']} members, D' = D plus a canary "
+             f"(input coordinate {canary['coordinate']} at {canary['value']:.3g}, label {canary['label']}); every "
+             f"run starts from one worst-case initialisation (pretrained on D, parameters x{canary['scale']:g}) and "
+             "is scored on its final weights only; members / non-members count runs, not examples.",
+             "canary: judged against " + (f"the pair's own claim, epsilon {pair['epsilon']:.4g} ({pair['source']})"
+                                          if pair else "your claim's epsilon (no accountant returned by the runs: "
+                                          "the Clopper-Pearson bound, which holds for any mechanism)") + ".",
+             f"canary, heuristic (not a bound): GDP epsilon of the Clopper-Pearson rates {_num(h['gdp_epsilon'])}; "
+             f"point estimate mu_hat = {h['mu_hat']:.3g} (epsilon {_num(h['mu_hat_epsilon'])} if the curve is "
+             "Gaussian)."]
+    curve = "; ".join(f"{p['runs_per_side']}: {p['eps_lb']:.3g}" + (
+        "" if p["eps_lb_mechanism"] is None else f" / {p['eps_lb_mechanism']:.3g}") for p in s["runs_curve"])
+    notes.append("canary, bound against runs a side (Clopper-Pearson" + (" / vs the claim's mechanism"
+                 if s["runs_curve"][-1]["eps_lb_mechanism"] is not None else "") + ", each at the audit's "
+                 f"confidence on its own): {curve}.")
+    return notes
+
+
 def output_names(attacks: Sequence[str]) -> list[str]:
     """The files :meth:`ModelAudit.files` writes for ``attacks``."""
     return [*REPORT_FILES, *(f"{a}/{f}" for a in attacks for f in ("scores.npz", "result.json"))]
@@ -144,7 +174,8 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
                 nonmembers: Any = None, population: Any = None, train_fn: str | None = None,
                 claimed_epsilon: float | None = None, delta: float | None = None, relation: str = "add-remove",
                 unit: str = "example", opacus_state: str | Path | None = None, claim: UserClaim | None = None,
-                attacks: Sequence[str] | None = None, reference_models: int = 8, canary_runs: int = 16,
+                attacks: Sequence[str] | None = None, reference_models: int = 8, canary_runs: int = DEFAULT_CANARY_RUNS,
+                canary_design: str = "crafted", canary_pair_size: int = 32, canary_scale: float = 10.0,
                 epochs: int = 20, batch_size: int = 64, lr: float = 0.05, beta: float = 0.05, seed: int = 0,
                 out: str | Path | None = None, force: bool = False, progress: bool = False) -> ModelAudit:
     """Audit the classifier ``factory()`` with ``weights`` on the user's ``members`` / ``nonmembers`` (module
@@ -155,7 +186,9 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     ``train_fn``). ``reference_models``: LiRA's and RMIA's (even, >= 4; shared). ``canary_runs``: runs on each
     side of the canary pair (>= 4). ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with
     ``train_fn``). The claim: ``claimed_epsilon`` at ``delta`` (``relation``, ``unit``), or ``opacus_state``, or
-    ``claim``. ``beta``: 1 - confidence. ``out``: the report, each attack's scores and ``report.json``; files there
+    ``claim``. ``canary_design``: ``crafted`` (:mod:`privaudit.audit.final_model`: worst-case initialisation, a
+    crafted canary, D = the first ``canary_pair_size`` members, parameters scaled by ``canary_scale``) or
+    ``quiet-coordinate`` (:mod:`privaudit.audit.canary_runs`: D = every member). ``beta``: 1 - confidence. ``out``: the report, each attack's scores and ``report.json``; files there
     that privaudit did not write are kept unless ``force``.
     """
     from privaudit.audit import out_dir
@@ -168,18 +201,23 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     _check_claim(claim)
     delta = claim.delta if claim is not None else (1e-5 if delta is None else delta)
     attacks = _attack_names(attacks, train_fn, population is not None, reference_models, canary_runs)
+    if canary_design not in DESIGNS:
+        raise ConfigError(f"--canary-design: unknown value {canary_design!r}; accepted: {', '.join(DESIGNS)}")
+    design = FinalModelDesign(canary_pair_size, canary_scale) if canary_design == "crafted" else None
     if out is not None:
         out_dir.prepare(out, output_names(attacks), force=force, need=(1 + len(attacks)) * out_dir.REPORT_BYTES)
     data, trained, params, inputs = _setup(factory, weights, members, nonmembers, population, train_fn,
                                            dict(epochs=epochs, batch_size=batch_size, lr=lr), seed)
     one_run_beta = _coin_test(data, attacks, beta)
     results, canary = _run_attacks(attacks, data, trained, params, seed, one_run_beta, beta, delta, reference_models,
-                                   canary_runs, progress)
-    summaries = {name: _summary(result, claim, beta if name == "canary" else one_run_beta, delta)
+                                   canary_runs, progress, design, claim)
+    summaries = {name: (_crafted_summary(result, canary) if name == "canary" and design else
+                        _summary(result, claim, beta if name == "canary" else one_run_beta, delta))
                  for name, result in results.items()}
     verdict_attack = next(a for a in VERDICT_ORDER if a in results)
+    judged = _verdict_claim(claim, canary) if verdict_attack == "canary" and design else claim
     audit = ModelAudit(factory, train_fn, inputs, summaries, claim,
-                       _verdict(claim, summaries[verdict_attack], beta), verdict_attack if claim else None,
+                       _verdict(judged, summaries[verdict_attack], beta), verdict_attack if claim else None,
                        canary, results)
     if out is not None:
         out_dir.write(out, audit.files())
@@ -280,7 +318,8 @@ def _load_into(net: nn.Module, state: Mapping[str, torch.Tensor], factory: str, 
 
 def _run_attacks(attacks: Sequence[str], data: Any, trained: Any, params: dict[str, Any], seed: int,
                  one_run_beta: float, beta: float, delta: float, reference_models: int, canary_runs: int,
-                 progress: bool) -> tuple[dict[str, Any], dict[str, Any] | None]:
+                 progress: bool, design: FinalModelDesign | None = None,
+                 claim: UserClaim | None = None) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """Each attack's :class:`privaudit.attacks.AttackResult` (the canary runs' as one too, at ``beta``; the one-run
     attacks at ``one_run_beta``) and the canary used."""
     from privaudit.attacks import Target, make_attack
@@ -290,6 +329,10 @@ def _run_attacks(attacks: Sequence[str], data: Any, trained: Any, params: dict[s
     results: dict[str, Any] = {}
     canary = None
     for name in attacks:
+        if name == "canary" and design is not None:
+            results[name], canary = _crafted_canary_attack(data, params, seed, beta, delta, canary_runs, design,
+                                                           claim)
+            continue
         if name == "canary":
             results[name], canary = _canary_attack(data, trained, params, seed, beta, delta, canary_runs)
             continue
@@ -322,6 +365,85 @@ def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, b
                           counts={"n_training_runs": 2 * runs, "runs_with_canary": runs,
                                   "n_target_members": len(data.train)}, bound=bound)
     return result, canary.to_dict()
+
+
+def _crafted_canary_attack(data: Any, params: dict[str, Any], seed: int, beta: float, delta: float, runs: int,
+                           design: FinalModelDesign, claim: UserClaim | None) -> tuple[Any, dict[str, Any]]:
+    """The final-model audit of :mod:`privaudit.audit.final_model` on D = the first ``design.pair_size`` members:
+    its result (the Clopper-Pearson bound; the bound against the runs' own mechanism when the training function
+    returned Opacus' accountant) and what the report shows of it (the canary, the pair's claim, the heuristic
+    estimates, the bound against the number of runs)."""
+    from privaudit.attacks.result import AttackResult
+    from privaudit.audit import final_model as fm
+    from privaudit.audit.canary_runs import choose_canary
+    from privaudit.defenses.seeding import derive_seed
+    from privaudit.defenses.user_model import build, load_callable
+
+    design.validate(len(data.train))
+    x, y = data.train.x[:design.pair_size], data.train.y[:design.pair_size]
+    net0 = build(params["factory"], derive_seed(seed, "canary-init") % (2 ** 32))
+    fm.worst_case_init(net0, x, y, design, derive_seed(seed, "canary-pretrain"))
+    canary = choose_canary(data, net0)
+    ins, outs, returned = fm.run_pair(net0, x, y, canary.x, canary.y, load_callable(params["train_fn"], "train_fn"),
+                                      runs, lambda i: derive_seed(seed, "final-model-run", i))
+    pair_claim = _pair_claim(fm.accountant_history(returned), claim, delta)
+    event = None if pair_claim is None else pair_claim.event
+    split = derive_seed(seed, "canary-split")
+    b = fm.final_model_bounds(ins, outs, beta=beta, delta=delta, event=event, seed=split)
+    result = AttackResult(attack="canary", variant="final-model/crafted", scores=np.r_[ins, outs],
+                          membership=np.r_[np.ones(runs, bool), np.zeros(runs, bool)],
+                          config={"runs": runs, "split_seed": split, "design": "crafted", **design.to_dict()},
+                          counts={"n_training_runs": 2 * runs, "runs_with_canary": runs,
+                                  "n_target_members": int(design.pair_size)}, bound=b["cp"])
+    result.mechanism_bound = b["mechanism"]
+    info = {**canary.to_dict(), "design": "crafted", **design.to_dict(),
+            "pair_claim": None if pair_claim is None else pair_claim.to_dict(), "heuristic": b["heuristic"],
+            "ceiling": b["cp_ceiling"], "mechanism_ceiling": b["mechanism_ceiling"],
+            "runs_curve": fm.runs_curve(ins, outs, beta=beta, delta=delta, event=event, seed=split)}
+    return result, info
+
+
+def _pair_claim(history: Any, claim: UserClaim | None, delta: float) -> UserClaim | None:
+    """The audited pair's own claim: the accountant every run returned (None without one, or for a claim at
+    another relation or unit)."""
+    from privaudit.accountants.base import NotApplicable
+    from privaudit.audit.user_claim import history_claim
+
+    if history is None or not 0 < delta < 1 or (claim is not None and claim.relation != "add-remove"):
+        return None
+    try:
+        return history_claim(history[0], history[1], delta, what="accountant returned by every canary run",
+                             where="--train-fn: the accountant it returned", source="the training function's "
+                             "Opacus accountant on the audited pair")
+    except (ConfigError, NotApplicable):
+        return None
+
+
+def _verdict_claim(claim: UserClaim | None, canary: dict[str, Any] | None) -> UserClaim | None:
+    """The claim the final-model verdict judges: the pair's own (its mechanism is the audited runs'), else the
+    user's epsilon without a mechanism (the user's accountant accounts another dataset than the pair)."""
+    import dataclasses
+
+    if claim is None:
+        return None
+    pair = (canary or {}).get("pair_claim")
+    if pair is not None:
+        from privaudit.accountants.events import event_from_dict
+
+        return UserClaim(pair["epsilon"], pair["delta"], pair["relation"], pair["unit"], pair["source"],
+                         event_from_dict(pair["event"]), pair["accountants"])
+    return dataclasses.replace(claim, event=None)
+
+
+def _crafted_summary(result: Any, canary: dict[str, Any]) -> dict[str, Any]:
+    s = result.summary()
+    s["ceiling"] = canary["ceiling"]
+    s["ceiling_design"] = "final-model multi-run: no error among the counted runs"
+    if result.mechanism_bound is not None:
+        s["mechanism_ceiling"] = canary["mechanism_ceiling"]
+    s["heuristic"] = canary["heuristic"]
+    s["runs_curve"] = canary["runs_curve"]
+    return s
 
 
 def _summary(result: Any, claim: UserClaim | None, beta: float, delta: float) -> dict[str, Any]:

@@ -116,24 +116,35 @@ def opacus_claim(path: str | Path, delta: float, *, epsilon: float | None = None
                  unit: str = "example") -> UserClaim:
     """The claim of an Opacus accountant's saved state at ``delta`` (module docstring); ``epsilon`` overrides the
     claimed epsilon (the mechanism is still the history's)."""
+    mechanism, history = read_opacus_state(path)
+    return history_claim(mechanism, history, delta, epsilon=epsilon, relation=relation, unit=unit,
+                         where=f"--opacus-state: {path}", what=f"accountant state {Path(path).name}",
+                         source=f"Opacus {mechanism} accountant state {path}")
+
+
+def history_claim(mechanism: str, history: list[tuple[float, float, int]], delta: float, *,
+                  epsilon: float | None = None, relation: str = "add-remove", unit: str = "example",
+                  where: str = "the training function's accountant", what: str = "accountant",
+                  source: str = "Opacus accountant") -> UserClaim:
+    """The claim of an Opacus accountant's ``history`` (noise multiplier, sample rate, steps) under ``mechanism``
+    (its ``mechanism()``: rdp, prv or gdp) at ``delta``: :func:`opacus_claim` without the file."""
     from privaudit.accountants import PrivacyClaim, all_epsilons
     from privaudit.accountants.events import ComposedDpEvent
     from privaudit.accountants.sampled_gaussian import sampled_gaussian_event
 
-    mechanism, history = read_opacus_state(path)
     check_claim(epsilon if epsilon is not None else 1.0, delta, relation, unit)
     if not 0 < delta < 1:
         raise ConfigError(f"--delta: a claim read from an accountant needs 0 < delta < 1, got {delta!r}")
     events = [sampled_gaussian_event(z, steps, sample_rate=q) for z, q, steps in history]
     event = events[0] if len(events) == 1 else ComposedDpEvent(events)
     claim = PrivacyClaim(event=event, relation=relation, unit=unit, delta=delta, paper_accountant=mechanism,
-                         sampler="poisson", source=f"Opacus {mechanism} accountant state {path}")
+                         sampler="poisson", source=source)
     results = {name: r.epsilon for name, r in all_epsilons(claim).items() if r.applicable}
     ours = OPACUS_ACCOUNTANTS[mechanism]
     if epsilon is None and ours not in results:
-        raise ConfigError(f"--opacus-state: {path}: privaudit's {ours} accountant does not apply to this history")
+        raise ConfigError(f"{where}: privaudit's {ours} accountant does not apply to this history")
     claimed = float(results[ours]) if epsilon is None else float(epsilon)
-    source = (f"Opacus {mechanism} accountant state {Path(path).name}: " + ", ".join(
+    source = (f"Opacus {mechanism} {what}: " + ", ".join(
         f"{z:.4g} noise x {q:.4g} rate x {s} steps" for z, q, s in history) +
         (f"; epsilon by privaudit's {ours} accountant" if epsilon is None else "; epsilon as stated"))
     return UserClaim(claimed, delta, relation, unit, source, event, results)

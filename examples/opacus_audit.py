@@ -15,7 +15,8 @@ What a user of Opacus has after training, on scikit-learn's digits (64 pixel fea
 gives it). ``OPACUS_AUDIT_NOISE_SCALE=0.1`` plants a bug: the optimizer adds a tenth of the noise while Opacus'
 accountant records the calibrated noise, so the saved claim says epsilon 8 and the model is far less private.
 Set it for both this script and ``privaudit audit-model`` (privaudit imports ``train`` from this module).
-``OPACUS_AUDIT_EPOCHS`` changes the recipe's epochs (the tests' reduced flow).
+``OPACUS_AUDIT_EPOCHS`` changes the recipe's epochs (the tests' reduced flow), ``OPACUS_AUDIT_EPSILON`` the epsilon
+its noise is calibrated to (default 8).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-TARGET_EPSILON, DELTA = 8.0, 1e-5
+TARGET_EPSILON, DELTA = float(os.environ.get("OPACUS_AUDIT_EPSILON", "8")), 1e-5
 EPOCHS = int(os.environ.get("OPACUS_AUDIT_EPOCHS", "15"))
 BATCH_SIZE, LR, MAX_GRAD_NORM = 64, 0.5, 1.0
 NOISE_SCALE = float(os.environ.get("OPACUS_AUDIT_NOISE_SCALE", "1"))

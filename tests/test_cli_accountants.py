@@ -19,7 +19,7 @@ def test_epsilon_json_matches_the_api(capsys):
     code, out, _ = run_cli(capsys, "epsilon", "--noise-multiplier", "1.1", "--steps", "300", "--delta", "1e-5",
                            "--sample-rate", "0.01", "--json")
     result = json.loads(out)
-    assert code == 0 and set(result) == {"rdp", "pld", "prv", "pure", "gaussian", "tree", "brackets", "notes"}
+    assert code == 0 and set(result) == {"rdp", "pld", "prv", "pure", "gaussian", "tree", "last-iterate", "brackets", "notes"}
     claim = sampled_gaussian_claim(1.1, 300, 1e-5, sample_rate=0.01)
     assert result["rdp"] == pytest.approx(epsilon(claim, "rdp").epsilon)
     assert result["pld"] == pytest.approx(epsilon(claim, "pld").epsilon)

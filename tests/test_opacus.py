@@ -84,9 +84,10 @@ def test_readme_flow_has_the_three_commands():
 
 
 def test_readme_flow_reduced(tmp_path):
-    """The README's flow at a test's size (1 epoch, 4 canary runs a side): a verdict on Opacus' own claim, the
+    """The README's flow at a test's size (1 epoch, 8 canary runs a side): a verdict on Opacus' own claim, the
     design's ceiling, and the report."""
-    report = run_flow(tmp_path, {"OPACUS_AUDIT_EPOCHS": "1"}, (("--canary-runs 48", "--canary-runs 4"),))
+    report = run_flow(tmp_path, {"OPACUS_AUDIT_EPOCHS": "1"}, (("--out my-audit/report",
+                                                                "--canary-runs 8 --out my-audit/report"),))
     assert report["claim"]["epsilon"] == pytest.approx(8.0, abs=0.05)  # privaudit's RDP on Opacus' history
     assert set(report["attacks"]) == {"loss", "canary"} and report["verdict_attack"] == "canary"
     detail = report["verdict_detail"]
@@ -96,7 +97,7 @@ def test_readme_flow_reduced(tmp_path):
     assert (tmp_path / "my-audit" / "report" / "report.html").is_file()
 
 
-@pytest.mark.slow  # several minutes of CPU: 2 x (Opacus training, 96 canary runs, the mechanism tests)
+@pytest.mark.slow  # several minutes of CPU: 2 x (Opacus training, 2000 canary runs, the mechanism tests)
 @pytest.mark.parametrize("scale, refuted", [("1", False), ("0.1", True)], ids=["honest", "tenth of the noise"])
 def test_readme_flow_refutes_a_tenth_of_the_noise_and_not_the_honest_model(tmp_path, scale, refuted):
     report = run_flow(tmp_path, {"OPACUS_AUDIT_NOISE_SCALE": scale}, audit_status=int(refuted))

@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 
 from privaudit.audit.commands.common import (SEED, add_claim_args, add_output_args, claim_of, emit_json,
-                                             format_table, integer, refuted_status,
+                                             format_table, integer, number, refuted_status,
                                              show_required)
+
+from privaudit.audit.final_model import DEFAULT_CANARY_RUNS, DESIGNS
 
 HELP = ("audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
         "training function by canary runs: a verdict on your claim and the design's ceiling")
@@ -35,8 +37,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "canary with --train-fn)")
     p.add_argument("--reference-models", type=integer(4, 4096), default=8,
                    help="LiRA's and RMIA's reference models, shared (even, >= 4)")
-    p.add_argument("--canary-runs", type=integer(4, 100_000), default=16,
+    p.add_argument("--canary-runs", type=integer(4, 100_000), default=DEFAULT_CANARY_RUNS,
                    help="runs of --train-fn with the canary and as many without (privaudit plan sizes them)")
+    p.add_argument("--canary-design", choices=DESIGNS, default="crafted",
+                   help="crafted: the final-model audit (worst-case initialisation, a crafted canary, D = the first "
+                        "--canary-pair-size members); quiet-coordinate: D = every member, the factory's "
+                        "initialisation")
+    p.add_argument("--canary-pair-size", type=integer(1, 10_000_000), default=32,
+                   help="crafted design: how many of the members form D (the canary makes D')")
+    p.add_argument("--canary-scale", type=number(positive=True), default=10.0,
+                   help="crafted design: the factor on the pretrained initial parameters (1: pretrained only)")
     p.add_argument("--epochs", type=integer(1, 1_000_000), default=20, help="epochs of the default SGD loop")
     p.add_argument("--seed", type=SEED, default=0, help="seed of the reference models and canary runs")
     add_claim_args(p)
@@ -54,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
     attacks = None if args.attacks is None else [a.strip() for a in args.attacks.split(",") if a.strip()]
     a = audit_model(args.factory, args.weights, members=args.members, nonmembers=args.nonmembers,
                     population=args.population, train_fn=args.train_fn, claim=claim_of(args), attacks=attacks,
-                    reference_models=args.reference_models, canary_runs=args.canary_runs, epochs=args.epochs,
+                    reference_models=args.reference_models, canary_runs=args.canary_runs,
+                    canary_design=args.canary_design, canary_pair_size=args.canary_pair_size,
+                    canary_scale=args.canary_scale, epochs=args.epochs,
                     beta=1 - args.confidence, seed=args.seed, out=args.out, force=args.force,
                     progress=not args.json)
     if args.json:

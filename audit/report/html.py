@@ -167,6 +167,11 @@ def _measurement(report: dict[str, Any], plots: dict[str, bytes]) -> list[str]:
         parts.append('<div class="figs">' + figure("epsilon", plots["epsilon"], CAPTIONS["epsilon"]) + "</div>")
     parts.append(table(s.ATTACK_HEADERS, s.attack_rows(report), table_id="attack-table", badge_cols=("comparison",)))
     parts.append(f"<p><small>{e(ATTACK_EXPLAIN)}</small></p>")
+    final = s.final_model_rows(report)
+    if final:
+        parts.append('<h2 id="final-model">The final model: what hiding the iterates buys</h2>')
+        parts.append(table(s.FINAL_MODEL_HEADERS, final, table_id="final-model-table"))
+        parts.append(f"<p><small>{e(s.FINAL_MODEL_EXPLAIN)}</small></p>")
     rocs = [k for k in plots if k.startswith("roc-")]
     if rocs:
         parts.append('<h2 id="roc">ROC curves</h2><div class="figs">' + "".join(

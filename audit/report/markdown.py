@@ -98,6 +98,15 @@ def sensitivity_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def final_model_lines(report: dict[str, Any]) -> list[str]:
+    """The last-iterate heuristic beside each DP-SGD cell's claim and its final-model attacks (none without one)."""
+    rows = s.final_model_rows(report)
+    if not rows:
+        return []
+    return ["## The final model: what hiding the iterates buys", "", table(s.FINAL_MODEL_HEADERS, rows), "",
+            s.FINAL_MODEL_EXPLAIN, ""]
+
+
 def caveat_lines(report: dict[str, Any]) -> list[str]:
     """Each defense's claim and caveats, the accountants that do not apply and the bounds' notes."""
     lines = ["## Claims and caveats", ""]
@@ -116,6 +125,7 @@ def render(report: dict[str, Any], plots: dict[str, str]) -> str:
               table(s.ATTACK_HEADERS, s.attack_rows(report)), "", ATTACK_EXPLAIN, ""]
     if "epsilon" in plots:
         lines += [f"![theory versus measurement]({plots['epsilon']})", ""]
+    lines += final_model_lines(report)
     rocs = [k for k in plots if k.startswith("roc-")]
     if rocs:
         lines += ["## ROC curves", ""] + [f"![{k}]({plots[k]})" for k in rocs] + [""]

@@ -23,17 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from privaudit.audit.report.summary import shown_accountants, strongest_bound
+from privaudit.audit.report.summary import WHITE_BOX, attack_names, shown_accountants, strongest_bound
 
 MARKERS = ("o", "s", "D", "^", "v", "P", "X", "*")
 # Okabe & Ito's colour-blind-safe palette; each series also gets its own marker (and baselines a dashed line),
 # so no two series are told apart by colour alone.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
 MAX_CURVES = len(PALETTE)  # per panel: every curve of a panel has a colour and a marker of its own
-# The registered attacks that read the training's internals (white-box canaries: their Config derives from
-# privaudit.attacks.gradient_canary.CanaryAuditConfig; tests/test_report_html.py keeps the two in step); every other
-# attack queries the released model.
-WHITE_BOX = ("gradient-canary", "user-canary")
 # Defense families, for faceting: the paper a defense implements (its variants and its positive control with it).
 FAMILIES = {"nonprivate": "baselines", "supervised": "baselines", "dpsgd": "DP-SGD", "dp-clip": "DP-SGD",
             "dpcl-simclr": "DPCL", "dpcl-barlow": "DPCL", "dp-gcl": "DP-GCL", "control-undernoised": "DP-GCL",
@@ -264,7 +260,7 @@ def _privacy_utility_points(report: dict[str, Any], cells: list[dict[str, Any]])
         dict[str, dict[float, list[_Entry]]], dict[str, list[_Entry]]]:
     """Each defense's entries by target epsilon (a fixed-noise cell at its smallest finite epsilon), and the
     entries of the cells with no epsilon (non-private baselines)."""
-    names = {a["label"]: a["name"] for a in (report.get("suite") or {}).get("attacks", []) if "label" in a}
+    names = attack_names(report)
     points: dict[str, dict[float, list[_Entry]]] = defaultdict(lambda: defaultdict(list))
     baselines: dict[str, list[_Entry]] = defaultdict(list)
     for cell in cells:

@@ -42,7 +42,7 @@ def page(report: dict[str, Any], report_path: str, sha256: str, figures: list[st
     lines += markdown.gate_lines(report) + markdown.summary_lines(report)
     for name in figures:
         lines += [f"![{FIGURES[name]}]({figure_name(name)})", ""]
-    lines += markdown.sensitivity_lines(report) + markdown.caveat_lines(report)
+    lines += markdown.final_model_lines(report) + markdown.sensitivity_lines(report) + markdown.caveat_lines(report)
     return "\n".join(lines)
 
 
