@@ -28,13 +28,18 @@ if str(ROOT) not in sys.path:
 
 
 def combine(results: list[dict]) -> dict:
-    """One result from per-defense results of one suite and catalogue: their rows, the classes recomputed."""
-    from privaudit.audit.gate_power_bugs import class_rates
+    """One result from per-defense results of one suite and catalogue: their rows (those of a bug the catalogue no
+    longer applies to the defense left out), the classes recomputed."""
+    from privaudit.audit.gate_power_bugs import CORRECT, class_rates
 
+    from privaudit.audit.gate_power_bugs import load_catalogue
+
+    bugs = load_catalogue(ROOT / "tests" / "bug_plants.py")
     first = results[0]
     if any((r["suite"], r["seeds"], r["family"]) != (first["suite"], first["seeds"], first["family"]) for r in results):
         raise SystemExit("combine: the results are not of one suite, seed count and family")
-    rows = [row for r in results for row in r["rows"]]
+    rows = [row for r in results for row in r["rows"]
+            if row["bug"] == CORRECT or row["defense"] in tuple(getattr(bugs.get(row["bug"]), "applies", ()))]
     return {"suite": first["suite"], "catalogue": Path(first["catalogue"]).name, "seeds": first["seeds"],
             "family": first["family"], "rows": rows, "errors": sum(r["errors"] for r in results),
             "classes": class_rates(rows)}

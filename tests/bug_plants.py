@@ -38,6 +38,9 @@ from privaudit.defenses.seeding import torch_generator
 
 DP_SGD_STYLE = ("dpsgd", "dp-clip", "dp-gcl", "logit-dp", "dpcl-simclr", "dpcl-barlow")
 FEDERATED = ("dp-fedemb", "dp-fedavg")
+#: The defenses that sample Poisson batches: under fixed-size batches (DPCL) the realised size is the planned one,
+#: so a normaliser that follows it is still a constant (no bug to plant).
+POISSON = ("dpsgd", "dp-clip", "dp-gcl", "logit-dp")
 
 
 @dataclass(frozen=True)
@@ -191,7 +194,7 @@ BUGS = {b.name: b for b in (
     Bug("reused-noise", "noise", "one noise draw reused at every step", reused_noise, DP_SGD_STYLE + FEDERATED),
     Bug("unnoised-biases", "noise", "no noise on the biases", unnoised_biases, DP_SGD_STYLE + FEDERATED),
     Bug("shortfall-1.1x", "noise", "1/1.1 of the recorded noise added", noise_shortfall, DP_SGD_STYLE + FEDERATED),
-    Bug("batch-normaliser", "accounting", "normaliser follows the realised batch size", batch_normaliser),
+    Bug("batch-normaliser", "accounting", "normaliser follows the realised batch size", batch_normaliser, POISSON),
     Bug("half-steps", "accounting", "the accountant composes half the steps run", half_the_steps),
     Bug("rate-misreported", "accounting", "the accountant is given a 1.5x smaller sampling rate", smaller_rate),
 )}

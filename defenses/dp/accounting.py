@@ -202,8 +202,3 @@ def build_claim(plan: SamplingPlan, mechanisms: Sequence[Mechanism], gradient_mu
     return PrivacyClaim(event=event, relation=plan.relation, unit="example", delta=delta,
                         paper_accountant=paper_accountant, sampler=sampler, source=source, notes=tuple(notes),
                         params=record)
-
-
-def require_private_budget(target_epsilon: float | None, noise_multiplier: float | None, name: str) -> None:
-    if target_epsilon is None and noise_multiplier is None:
-        raise ConfigError(f"defense {name!r} is private: give --target-epsilon or --noise-multiplier")

@@ -7,10 +7,11 @@
 * :func:`replay`: a step's own privatisation re-run on neighbouring batches under the same randomness
   (:class:`~privaudit.defenses.dp.randomness.StepRandomness` is position-stable: a record appended last, or the last
   removed, leaves every other record's views, groups and noise as they were), the releases' distance in units of
-  the claimed normaliser, and its float32 rounding slack. The neighbours follow the claim's relation: add/remove
-  appends a crafted record (:func:`crafted_record`: the batch's first row reflected through the data's range, far
-  from the data, so its raw gradient tends to exceed the clip and clipping lies on its path) and removes the
-  batch's last record; replace-one replaces the last record by the crafted one.
+  the claimed normaliser, and its float32 rounding slack. The neighbours follow the claim's relation
+  (:func:`neighbour_pairs`): add/remove appends a crafted record (:func:`crafted_record`: the batch's first row
+  reflected through the data's range, far from the data) and removes a record (the one of largest clipped
+  contribution, moved last with the base re-run in that order, where the units are the batch's records; else the
+  last), and appends a copy of that record; replace-one replaces the last record by the crafted one.
 """
 
 from __future__ import annotations
