@@ -24,6 +24,7 @@ mechanism or the trajectory bound exceeds the claimed epsilon; every check is na
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,9 +142,12 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     x, y, inputs = _members(members, nonmembers)
     if out is not None:
         out_dir.prepare(out, REPORT_FILES, force=force)
+    start = time.perf_counter()
     replays = replay_sizes(recipe, x, y, radius=int(size_radius), steps=REPLAY_STEPS)
+    replay_s = time.perf_counter() - start
     first = replays[len(x)]
-    rate, z, clip = first["accountant_rate"] or first["sample_rate"], first["noise_multiplier"], first["clip"]
+    rate, clip = first["accountant_rate"] or first["sample_rate"], first["clip"]
+    z = first["accountant_multiplier"] or first["noise_multiplier"]
     if rate is None:
         raise ConfigError(f"--train-fn {train_fn!r}: its first release was seen by no accountant and drawn by no "
                           "Opacus Poisson sampler: no sample rate to audit against")
@@ -163,8 +167,10 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     noise, noise_found = tc.noise_findings(counts, z) if counts else ({}, [])
     findings += noise_found
     verdict, canary = _verdict(claim, result, counts, findings, beta)
+    analysis_s = time.perf_counter() - start - replay_s - run.seconds
     plain = time_plain(recipe, x, y) if time_training else None
-    costs = {"audited_run_s": run.seconds, "replays": len(replays) + 1, "training_alone_s": plain}
+    costs = {"audited_run_s": run.seconds, "replays": len(replays), "replays_s": replay_s, "analysis_s": analysis_s,
+             "audit_s": time.perf_counter() - start - (plain or 0.0), "training_alone_s": plain}
     audit = TrainingAudit(inputs={**inputs, "factory": factory, "train_fn": train_fn}, claim=claim, verdict=verdict,
                           findings=findings, canary=canary, noise=noise,
                           sizes={str(k): {q: v for q, v in r.items() if q != "tensors"} for k, r in replays.items()}, costs=costs, trace=trace, result=result)

@@ -19,8 +19,9 @@ def notes(audit: Any) -> list[str]:
     out.append(f"neighbours: the recipe replayed (first releases) at sizes {sizes[0]}..{sizes[-1]}")
     k = audit.costs
     if k.get("training_alone_s"):
-        out.append(f"cost: audited run {k['audited_run_s']:.3g} s, training alone {k['training_alone_s']:.3g} s, "
-                   f"plus {k['replays'] - 1} replays of the first releases")
+        out.append(f"cost: audit {k['audit_s']:.3g} s (audited run {k['audited_run_s']:.3g} s, {k['replays']} replays "
+                   f"of the first releases {k['replays_s']:.3g} s, bounds and checks {k['analysis_s']:.3g} s); "
+                   f"training alone {k['training_alone_s']:.3g} s")
     return out
 
 
