@@ -42,6 +42,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit-model": ("privaudit.audit.commands.audit_model",
                     "audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
                     "training function by canary runs: a verdict on your claim and the design's ceiling"),
+    "audit-training": ("privaudit.audit.commands.audit_training",
+                       "audit your Opacus training function white-box in one run, its neighbouring dataset sizes "
+                       "replayed: a verdict on its accountant's claim, each check named"),
     "audit-scores": ("privaudit.audit.commands.audit_scores",
                      "audit your own member / non-member scores: ROC, AUC, advantage, TPR at low FPR, an epsilon lower "
                      "bound, and a verdict on your claim with the design's ceiling"),
@@ -80,6 +83,10 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                     "--nonmembers nonmembers.npz --claimed-epsilon 8 --delta 1e-5 --out audit/",
                     "privaudit audit-model --factory mypkg.models:make_net --weights net.safetensors --members train/ "
                     "--nonmembers held-out/ --train-fn mypkg.train:fit --opacus-state accountant.pt --delta 1e-5"),
+    "audit-training": ("privaudit audit-training --factory mypkg.models:make_net --train-fn mypkg.train:fit "
+                       "--members members.npz --delta 1e-5 --out audit/",
+                       "privaudit audit-training --factory mypkg.models:make_net --train-fn mypkg.train:fit "
+                       "--members train.csv --delta 1e-5 --claimed-epsilon 8 --json"),
     "audit-scores": ("privaudit audit-scores --members train_loss.npy --nonmembers test_loss.npy --kind loss --out r/",
                      "privaudit audit-scores --tf-privacy attack_input.npz --claimed-epsilon 8 --delta 1e-5 --json"),
     "audit-step": ("privaudit audit-step --defense dpcl-simclr",

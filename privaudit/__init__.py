@@ -72,6 +72,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "audit_scores": ("privaudit.audit.score_audit", "audit_scores"),
     "ScoreAudit": ("privaudit.audit.score_audit", "ScoreAudit"),
     "audit_model": ("privaudit.audit.model_audit", "audit_model"),
+    "audit_training": ("privaudit.audit.training_audit", "audit_training"),
     "ModelAudit": ("privaudit.audit.model_audit", "ModelAudit"),
     # defenses
     "make_defense": ("privaudit.defenses", "make_defense"),

@@ -1,0 +1,144 @@
+"""One Opacus release as it ran: what :class:`~privaudit.defenses.opacus_watch.OpacusWatch` sees inside a
+``DPOptimizer.pre_step``.
+
+Opacus' ``pre_step`` calls, on the optimizer, ``clip_and_accumulate`` (per-sample clipping into ``p.summed_grad``),
+``add_noise`` (``p.grad = p.summed_grad + N(0, (z C)^2)``), ``scale_grad`` (``p.grad /= expected_batch_size *
+accumulated_iterations`` under ``loss_reduction="mean"``) and the accountant's step hook. For the duration of one
+``pre_step`` the watch shadows each of the three methods *as the optimizer resolves them* (an instance attribute a
+recipe set, or the class's) with a recording shim that calls it, so a recipe that replaced one of them is observed
+as it ran:
+
+* clipping (:meth:`StepObserver.clip`): before the real call the same method is run on each of the ``probe``
+  units of largest raw norm alone (its own per-sample gradient as the only row), and the norm of what it
+  accumulated is that unit's norm *after clipping as the code applied it* (``unit_norm_max``: the largest);
+* noise (:meth:`StepObserver.noise`): the data's clipped sum is read, the canaries of the hook of
+  :mod:`privaudit.defenses.dp.step` (Dirac, norm at most the clip C the noise is calibrated to) are added to it,
+  the method runs, and ``p.grad - summed`` is the noise it added (its norm; per tensor, whether any was added);
+  the stds of Opacus' ``_generate_noise`` draws and a digest of the drawn noise come from the watch's
+  interception of that function; the observer gets the noisy sum less the data's clipped sum (canaries + noise);
+* the normaliser (:meth:`StepObserver.scale`): what the release divided the noisy sum by, measured as
+  ``<g, g> / <g, g'>`` from the gradient before (g) and after (g') the call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from privaudit.defenses.dp.as_run import noise_digest
+from privaudit.defenses.dp.step import CanarySource, canaries_at
+
+#: Units per step whose clipping is replayed alone (those of largest raw norm).
+PROBE_UNITS = 8
+
+
+def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The tensors flattened and concatenated (the optimizer's parameter order: the flat layout)."""
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
+@dataclass
+class StepRecord:
+    """What one release did (the :class:`~privaudit.accountants.trace_record.TrainingTrace` step columns)."""
+
+    units: int = 0
+    unit_norm_max: float | None = None
+    clip: float = 0.0
+    multiplier: float = 0.0
+    noise_std: float = 0.0
+    drawn_std: float | None = None
+    noise_norm: float | None = None
+    noise_digest: str | None = None
+    normalizer: float | None = None
+    silent_tensors: list[int] = field(default_factory=list)
+    canaries: int = 0
+    accountant: list[tuple[float, float]] = field(default_factory=list)
+    indices: torch.Tensor | None = None
+
+
+class StepObserver:
+    """The shims of one ``pre_step`` (module docstring); ``draws`` collects the ``_generate_noise`` results."""
+
+    def __init__(self, opt: Any, step: int, canaries: CanarySource | None, record: StepRecord,
+                 probe: int = PROBE_UNITS):
+        self.opt, self.step, self.canaries, self.rec, self.probe = opt, step, canaries, record, probe
+        self.draws: list[tuple[float, torch.Tensor]] = []
+
+    def clip(self, inner: Callable[[], Any]) -> Any:
+        params = self.opt.params
+        samples = [p.grad_sample for p in params]
+        rows = [self.opt._get_flat_grad_sample(p) for p in params]
+        if len(rows) and len(rows[0]):
+            self.rec.units += int(len(rows[0]))
+            self._probe(params, rows, inner)
+        for p, s in zip(params, samples):
+            p.grad_sample = s
+        return inner()
+
+    def _probe(self, params: list[torch.nn.Parameter], rows: list[torch.Tensor], inner: Callable[[], Any]) -> None:
+        """The clipped norm of each of the largest units run through the code's own clipping alone."""
+        raw = torch.stack([r.reshape(len(r), -1).double().norm(dim=1) for r in rows], dim=1).norm(dim=1)
+        prior = [p.summed_grad for p in params]
+        best = self.rec.unit_norm_max or 0.0
+        try:
+            for i in torch.argsort(raw, descending=True)[:self.probe].tolist():
+                for p, r in zip(params, rows):
+                    p.grad_sample, p.summed_grad = r[i:i + 1].detach().clone(), None
+                inner()
+                best = max(best, float(flat([p.summed_grad for p in params]).double().norm()))
+        finally:
+            for p, s in zip(params, prior):
+                p.summed_grad = s
+        self.rec.unit_norm_max = best
+
+    def noise(self, inner: Callable[[], Any]) -> Any:
+        params = self.opt.params
+        z, c = float(self.opt.noise_multiplier), float(self.opt.max_grad_norm)
+        self.rec.clip, self.rec.multiplier, self.rec.noise_std = c, z, z * c
+        data = flat([p.summed_grad for p in params]).clone()
+        inserted = self._add_canaries(params, data, c)
+        out = inner()
+        grads = flat([p.grad for p in params])
+        added = grads - (data if inserted is None else data + inserted[0])
+        self.rec.noise_norm = float(added.double().norm())
+        self.rec.silent_tensors = _silent(added, [p.numel() for p in params])
+        if self.draws:
+            self.rec.drawn_std = min(s for s, _ in self.draws)
+            self.rec.noise_digest = noise_digest(torch.cat([d.reshape(-1) for _, d in self.draws]))
+        if inserted is not None and inserted[1].observer is not None:
+            inserted[1].observer((grads - data) if getattr(inserted[1], "centred", False) else grads)
+        return out
+
+    def _add_canaries(self, params: list[torch.nn.Parameter], data: torch.Tensor, bound: float):
+        """Add the step's canaries to ``p.summed_grad`` (before the noise); (their flat vector, the canaries)."""
+        chosen = canaries_at(self.canaries, self.step)
+        if chosen is None:
+            return None
+        vec = chosen.total(data.numel(), bound, device=data.device, dtype=data.dtype)
+        start = 0
+        for p in params:
+            k = p.numel()
+            p.summed_grad.add_(vec[start:start + k].view_as(p.summed_grad))
+            start += k
+        self.rec.canaries = int(chosen.include.sum())
+        return vec, chosen
+
+    def scale(self, inner: Callable[[], Any]) -> Any:
+        before = flat([p.grad for p in self.opt.params]).double()
+        out = inner()
+        after = flat([p.grad for p in self.opt.params]).double()
+        cross = float(before @ after)
+        self.rec.normalizer = float(before @ before) / cross if cross > 0 else None
+        return out
+
+
+def _silent(added: torch.Tensor, numels: list[int]) -> list[int]:
+    """The tensors (positions in the flat layout) to which exactly no noise was added."""
+    out, start = [], 0
+    for j, k in enumerate(numels):
+        if k and not bool(added[start:start + k].any()):
+            out.append(j)
+        start += k
+    return out

@@ -1,0 +1,268 @@
+"""Watch an unmodified Opacus training function run: every release it makes, recorded as it ran.
+
+:class:`OpacusWatch` is a context manager around the user's ``train(model, x, y, seed=...)``. While it is open it
+patches, at class level (restored on exit, whatever happens):
+
+* ``DPOptimizer.pre_step`` (and every subclass's own): each call that adds noise is one *release*; inside it the
+  optimizer's clipping, noise and normaliser are observed (:mod:`privaudit.defenses.opacus_step`), and the
+  canaries of the hook of :mod:`privaudit.defenses.dp.step` are added to the clipped sum before the noise;
+* Opacus' ``_generate_noise`` (in every Opacus module that holds it): the std of each draw and the noise drawn;
+* ``torch.utils.data``'s loader iterator (``_next_index``): the index batches drawn from the training set (a
+  loader over ``population`` records), assigned to the release that follows them, and the sampler that drew them
+  (Opacus' ``UniformWithReplacementSampler``: Poisson at its ``sample_rate``; torch's ``RandomSampler`` /
+  ``SequentialSampler`` in a ``BatchSampler``: shuffled / sequential fixed-size batches);
+* every Opacus accountant's ``step``: the (noise multiplier, sample rate) the accountant was told at each release,
+  and the last accountant stepped (the claim when the training function returns none).
+
+:meth:`OpacusWatch.trace` turns the records into the :class:`~privaudit.accountants.trace_record.TrainingTrace`
+that :func:`~privaudit.accountants.trace.check_trace` judges. ``stop_after`` ends the run after that many releases
+(:class:`Stopped`, a ``BaseException`` a training loop's ``except Exception`` does not swallow): the replays of
+:mod:`privaudit.audit.training_neighbours` need only the first steps' configuration.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+import torch
+
+from privaudit.accountants.trace_record import TrainingTrace
+from privaudit.defenses.dp.as_run import SamplingRecorder
+from privaudit.defenses.dp.step import CanarySource
+from privaudit.defenses.opacus_step import PROBE_UNITS, StepObserver, StepRecord
+
+SHIMMED = ("clip_and_accumulate", "add_noise", "scale_grad")
+#: Relative float32 rounding slack of the measured normaliser (<g, g> / <g, g'>): values this close to the first
+#: step's are that value (a normaliser that follows the data moves by 1 / batch or more).
+NORMALIZER_SLACK = 1e-5
+
+
+class Stopped(BaseException):
+    """Raised from a release once ``stop_after`` releases are recorded."""
+
+
+def sampler_kind(batch_sampler: Any) -> tuple[str, float | None]:
+    """(kind, Opacus' configured rate) of a loader's batch sampler: ``poisson``, ``shuffled``, ``sequential`` or
+    ``unknown`` (Opacus' batch splitting for physical batches is looked through)."""
+    from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+
+    inner = getattr(batch_sampler, "sampler", None)
+    if type(batch_sampler).__name__ == "BatchSplittingSampler" and inner is not None:
+        batch_sampler = inner
+    if type(batch_sampler).__name__ in ("UniformWithReplacementSampler", "DistributedUniformWithReplacementSampler"):
+        return "poisson", float(batch_sampler.sample_rate)
+    if isinstance(batch_sampler, BatchSampler):
+        if isinstance(batch_sampler.sampler, RandomSampler):
+            return "shuffled", None
+        if isinstance(batch_sampler.sampler, SequentialSampler):
+            return "sequential", None
+    return "unknown", None
+
+
+class OpacusWatch:
+    """Records every release of an Opacus run (module docstring). ``population``: the training set's size;
+    ``canaries``: the canary hook's source (step -> canaries or None); ``names``: parameter id -> name."""
+
+    def __init__(self, population: int, *, canaries: CanarySource | None = None, stop_after: int | None = None,
+                 names: dict[int, str] | None = None, probe: int = PROBE_UNITS):
+        self.population, self.canaries, self.stop_after, self.probe = int(population), canaries, stop_after, probe
+        self.names = names or {}
+        self.steps: list[StepRecord] = []
+        self.pending: list[torch.Tensor] = []
+        self.loader: dict[str, Any] | None = None
+        self.optimizer: dict[str, Any] | None = None
+        self.accountant: Any = None
+        self.unaccounted: list[tuple[float, float]] = []
+        self._current: StepObserver | None = None
+        self._depth = 0
+        self._undo: list[Callable[[], None]] = []
+
+    # -- patching --------------------------------------------------------------------------------------
+    def __enter__(self) -> "OpacusWatch":
+        try:
+            self._patch_optimizers()
+            self._patch_noise()
+            self._patch_loader()
+            self._patch_accountants()
+        except BaseException:
+            self._restore()
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> bool:
+        self._restore()
+        return exc[0] is Stopped
+
+    def _restore(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def _set(self, owner: Any, name: str, value: Any) -> None:
+        old = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+        setattr(owner, name, value)
+        self._undo.append(lambda: setattr(owner, name, old))
+
+    def _patch_optimizers(self) -> None:
+        import opacus.optimizers  # noqa: F401  (every DPOptimizer subclass, so each own pre_step is found)
+        from opacus.optimizers.optimizer import DPOptimizer
+
+        for cls in [DPOptimizer, *_subclasses(DPOptimizer)]:
+            if "pre_step" in cls.__dict__:
+                self._set(cls, "pre_step", self._pre_step(cls.__dict__["pre_step"]))
+
+    def _patch_noise(self) -> None:
+        import opacus.optimizers.optimizer as base
+
+        original = base._generate_noise
+
+        def generate(std: float, reference: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+            noise = original(std, reference, *args, **kwargs)
+            if self._current is not None:
+                self._current.draws.append((float(std), noise.detach().clone()))
+            return noise
+
+        for name, module in list(sys.modules.items()):
+            if name.startswith("opacus") and getattr(module, "_generate_noise", None) is original:
+                self._set(module, "_generate_noise", generate)
+
+    def _patch_loader(self) -> None:
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        original = _BaseDataLoaderIter._next_index
+
+        def next_index(it: Any) -> Any:
+            index = original(it)
+            self._saw_batch(it, index)
+            return index
+
+        self._set(_BaseDataLoaderIter, "_next_index", next_index)
+
+    def _patch_accountants(self) -> None:
+        import opacus.accountants  # noqa: F401  (every accountant class)
+        from opacus.accountants.accountant import IAccountant
+
+        for cls in _subclasses(IAccountant):
+            if "step" in cls.__dict__:
+                self._set(cls, "step", self._accountant_step(cls.__dict__["step"]))
+
+    # -- recording -------------------------------------------------------------------------------------
+    def _saw_batch(self, it: Any, index: Any) -> None:
+        try:
+            size = len(it._dataset)
+        except TypeError:
+            return
+        if size != self.population or not isinstance(index, (list, tuple, torch.Tensor)):
+            return
+        self.pending.append(torch.as_tensor(index, dtype=torch.long).reshape(-1))
+        if self.loader is None:
+            kind, rate = sampler_kind(it._index_sampler)
+            try:
+                per_epoch = len(it._index_sampler)
+            except TypeError:
+                per_epoch = None
+            self.loader = {"sampler": kind, "sample_rate": rate, "batches_per_epoch": per_epoch,
+                           "batch_size": getattr(it._index_sampler, "batch_size", None)}
+
+    def _accountant_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def step(acc: Any, *args: Any, **kwargs: Any) -> Any:
+            z, q = kwargs.get("noise_multiplier", args[0] if args else None), kwargs.get(
+                "sample_rate", args[1] if len(args) > 1 else None)
+            entry = (float(z), float(q))
+            (self._current.rec.accountant if self._current is not None else self.unaccounted).append(entry)
+            self.accountant = acc
+            return original(acc, *args, **kwargs)
+        return step
+
+    def _pre_step(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def pre_step(opt: Any, *args: Any, **kwargs: Any) -> Any:
+            if self._depth:
+                return original(opt, *args, **kwargs)
+            self._depth += 1
+            rec = StepRecord()
+            observer = self._current = StepObserver(opt, len(self.steps), self.canaries, rec, self.probe)
+            shadowed = {n: opt.__dict__[n] for n in SHIMMED if n in opt.__dict__}
+            try:
+                for n in SHIMMED:
+                    effective, shim = getattr(opt, n), getattr(observer, {"clip_and_accumulate": "clip",
+                                                                          "add_noise": "noise",
+                                                                          "scale_grad": "scale"}[n])
+                    setattr(opt, n, (lambda s, e: lambda *a, **k: s(lambda: e(*a, **k)))(shim, effective))
+                released = original(opt, *args, **kwargs)
+            finally:
+                for n in SHIMMED:
+                    opt.__dict__.pop(n, None)
+                opt.__dict__.update(shadowed)
+                self._current, self._depth = None, 0
+            if rec.noise_norm is not None:
+                self._released(opt, rec)
+            return released
+        return pre_step
+
+    def _released(self, opt: Any, rec: StepRecord) -> None:
+        if self.pending:
+            rec.indices, self.pending = torch.cat(self.pending), []
+        if self.optimizer is None:
+            self.optimizer = {"expected_batch_size": getattr(opt, "expected_batch_size", None),
+                              "loss_reduction": getattr(opt, "loss_reduction", None),
+                              "class": type(opt).__name__,
+                              "tensors": [(self.names.get(id(p), f"param{j}"), int(p.numel()))
+                                          for j, p in enumerate(opt.params)]}
+        self.steps.append(rec)
+        if self.stop_after is not None and len(self.steps) >= self.stop_after:
+            raise Stopped()
+
+    # -- the trace -------------------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        return sum(k for _, k in (self.optimizer or {}).get("tensors", []))
+
+    def trace(self, claimed_rate: float) -> TrainingTrace:
+        """The run's trace. An unknown sampler is read as the claim's (``claimed_rate``): its batches, recorded, are
+        then judged by the measured sampling tests alone."""
+        loader = self.loader or {"sampler": "unknown", "sample_rate": None, "batch_size": None}
+        kind, rate = loader["sampler"], loader["sample_rate"]
+        if kind == "unknown":
+            kind, rate = "poisson", claimed_rate
+        elif kind != "poisson":
+            rate = (loader["batch_size"] or 0) / self.population
+        sampling = None
+        recorded = [r.indices for r in self.steps]
+        if recorded and all(i is not None for i in recorded):
+            sampler = SamplingRecorder(self.population)
+            for idx in recorded:
+                sampler.observe(idx)
+            sampling = sampler.to_dict()
+        ebs = (self.optimizer or {}).get("expected_batch_size")
+        cols = {"batch_size": [len(r.indices) if r.indices is not None else r.units for r in self.steps],
+                "noise_std": [r.noise_std if r.drawn_std is None else min(r.noise_std, r.drawn_std)
+                              for r in self.steps],
+                "sensitivity": [r.clip for r in self.steps],
+                "multiplier": [r.multiplier for r in self.steps], "units": [r.units for r in self.steps],
+                "noise_norm": [r.noise_norm for r in self.steps],
+                "unit_norm_max": [r.unit_norm_max for r in self.steps],
+                "normalizer": [r.normalizer for r in self.steps],
+                "noise_digest": [r.noise_digest for r in self.steps]}
+        cols["normalizer"] = _snap(cols["normalizer"])
+        clip = self.steps[0].clip if self.steps else 0.0
+        return TrainingTrace(unit="example", sampler=kind, population=self.population, sample_rate=float(rate),
+                             batch_size_configured=int(ebs or loader.get("batch_size") or 0), dim=self.dim,
+                             clip=float(clip), columns=cols, sampling=sampling)
+
+
+def _snap(values: list[float | None]) -> list[float | None]:
+    """Measured normalisers within :data:`NORMALIZER_SLACK` of the first one, set to it."""
+    first = next((v for v in values if v is not None), None)
+    if first is None:
+        return values
+    return [first if v is not None and abs(v - first) <= NORMALIZER_SLACK * abs(first) else v for v in values]
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, stack = [], list(cls.__subclasses__())
+    while stack:
+        c = stack.pop()
+        if c not in out:
+            out.append(c)
+            stack.extend(c.__subclasses__())
+    return out

@@ -1,0 +1,107 @@
+"""The honest Opacus recipe (``examples/opacus_recipe.py``) with one planted bug each: the catalogue's classes
+(:mod:`tests.bug_plants`: noise, sampling, clipping) planted in the recipe and in Opacus' optimizer instance, as a
+user's code could. Test fixtures only: privaudit imports them as ``opacus_plants:train_<name>``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
+import opacus_recipe as recipe  # noqa: E402
+
+make_net = recipe.make_net
+
+
+def _finish(private, model, accountant):
+    private._close()
+    model.eval()
+    return accountant
+
+
+def train_shortfall(model, x, y, *, seed):
+    """The noise drawn at 1/1.1 of the multiplier the accountant records."""
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    add_noise = opt.add_noise
+
+    def short() -> None:
+        opt.noise_multiplier /= 1.1
+        try:
+            add_noise()
+        finally:
+            opt.noise_multiplier *= 1.1
+    opt.add_noise = short
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_reused_noise(model, x, y, *, seed):
+    """The noise generator re-seeded before every step: every step draws the same noise."""
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    add_noise = opt.add_noise
+
+    def reused() -> None:
+        opt.generator = torch.Generator().manual_seed(seed)
+        add_noise()
+    opt.add_noise = reused
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_shuffled(model, x, y, *, seed):
+    """Shuffled fixed-size batches (an epoch's disjoint batches) while the accountant is told Poisson at the rate."""
+    private, opt, _, acc = recipe.private_parts(model, x, y, seed)
+    batches = DataLoader(TensorDataset(x, y), batch_size=recipe.EXPECTED_BATCH, shuffle=True,
+                         generator=torch.Generator().manual_seed(seed))
+    recipe.fit(private, opt, batches)
+    return _finish(private, model, acc)
+
+
+def train_clip_mismatch(model, x, y, *, seed):
+    """Per-sample gradients clipped at twice the norm the noise is calibrated to."""
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    clip = opt.clip_and_accumulate
+
+    def loose() -> None:
+        opt.max_grad_norm *= 2
+        try:
+            clip()
+        finally:
+            opt.max_grad_norm /= 2
+    opt.clip_and_accumulate = loose
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_missing_noise(model, x, y, *, seed):
+    """The last parameter tensor (the output bias) released without noise."""
+    from opacus.optimizers.optimizer import _generate_noise
+
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+
+    def partial() -> None:
+        for p in opt.params[:-1]:
+            p.grad = (p.summed_grad + _generate_noise(opt.noise_multiplier * opt.max_grad_norm, p.summed_grad,
+                                                      opt.generator)).view_as(p)
+        last = opt.params[-1]
+        last.grad = last.summed_grad.clone().view_as(last)
+    opt.add_noise = partial
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_raises(model, x, y, *, seed):
+    raise RuntimeError("the user's bug")
+
+
+def train_no_optimizer(model, x, y, *, seed):
+    """A plain SGD loop: never steps an Opacus DPOptimizer."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
