@@ -91,7 +91,7 @@ def _restep_claim(audit: dict[str, Any], claim: PrivacyClaim, trace: Mapping[str
     trained_multipliers`); it replaces the saved one. Returns the differences."""
     import math
 
-    from privaudit.attacks.bounds import gdp_epsilon
+    from privaudit.attacks.bounds.gdp import gdp_epsilon
     from privaudit.audit.step_audit import trained_multipliers
 
     z = trained_multipliers(claim, trace)

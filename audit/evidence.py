@@ -253,7 +253,8 @@ def reaccount(cell: dict[str, Any]) -> list[str]:
 def recount(bound: dict[str, Any], scores: np.ndarray, membership: np.ndarray) -> dict[str, Any] | None:
     """The guess counts of ``bound`` re-derived from the scores it was computed on, or None where its guesses are
     not on these scores (pairs drawn from the candidates, a multi-run split, or another m)."""
-    from privaudit.attacks.bounds import one_run_guesses, one_sided_counts
+    from privaudit.attacks.bounds.one_run import one_run_guesses
+    from privaudit.attacks.bounds.fdp import one_sided_counts
 
     c, method = bound.get("counts") or {}, bound.get("method")
     if int(c.get("m", -1)) != scores.size:

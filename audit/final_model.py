@@ -25,7 +25,7 @@ The bound (:func:`final_model_bounds`). A seeded :data:`SELECT_FRACTION` of each
 power); the errors are counted on the other runs, which the threshold does not depend on. Those counts give, at 1 - beta:
 
 * against the claim's own mechanism (when the claim has one: the training function returned Opacus' accountant,
-  whose history is the mechanism of the audited runs): :func:`privaudit.attacks.mechanism_bound.multi_run_rejects`
+  whose history is the mechanism of the audited runs): :func:`privaudit.attacks.bounds.mechanism.multi_run_rejects`
   and its scale search (sound for runs with that mechanism's profile);
 * the Clopper-Pearson (eps, delta) bound (sound for any mechanism): the verdict's fallback without a mechanism;
 * beside them, labelled **heuristic, not a bound**: the GDP epsilon of the same Clopper-Pearson rates (Nasr et al.
@@ -181,7 +181,7 @@ def pick_threshold(ins: np.ndarray, outs: np.ndarray, counted_in: int, counted_o
     the two sides' means."""
     from scipy import stats
 
-    from privaudit.attacks.bounds import cp_upper_vec
+    from privaudit.attacks.bounds.multi_run import cp_upper_vec
 
     m_in, m_out = float(np.mean(ins)), float(np.mean(outs))
     s_in, s_out = float(np.std(ins, ddof=1)), float(np.std(outs, ddof=1))
@@ -201,7 +201,9 @@ def final_model_bounds(ins: np.ndarray, outs: np.ndarray, *, beta: float, delta:
     """The bounds of the module docstring from the runs' scores (higher = canary in): ``cp`` (Clopper-Pearson,
     any mechanism), ``mechanism`` (against ``event``'s own curve, None without one), their ceilings (no error among
     the counted runs), ``heuristic`` (labelled estimates, not bounds) and the threshold's counts."""
-    from privaudit.attacks.bounds import EpsilonLowerBound, gdp_mu_lower, hypothesis_test_epsilon
+    from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound
+    from privaudit.attacks.bounds.gdp import gdp_mu_lower
+    from privaudit.attacks.bounds.multi_run import hypothesis_test_epsilon
 
     ins, outs = np.asarray(ins, np.float64).ravel(), np.asarray(outs, np.float64).ravel()
     if min(ins.size, outs.size) < 4:
@@ -222,7 +224,7 @@ def final_model_bounds(ins: np.ndarray, outs: np.ndarray, *, beta: float, delta:
                                                                            delta=delta)[0],
                            "mechanism": None, "mechanism_ceiling": None, "counts": counts}
     if event is not None:
-        from privaudit.attacks import mechanism_bound as mb
+        from privaudit.attacks.bounds import mechanism as mb
 
         out["mechanism"] = mb.multi_run_mechanism_bound_counts(fp, n_out, fn, n_in, event=event, relation=relation,
                                                                beta=beta, delta=delta, threshold=t, how=how)
@@ -241,7 +243,7 @@ def final_model_bounds(ins: np.ndarray, outs: np.ndarray, *, beta: float, delta:
 
 def _gdp(mu: float, delta: float) -> float | None:
     """mu-GDP's epsilon at ``delta`` (None at delta 0; infinity beyond mu = 40, where it exceeds any claim)."""
-    from privaudit.attacks.bounds import gdp_epsilon
+    from privaudit.attacks.bounds.gdp import gdp_epsilon
 
     if not delta > 0:
         return None

@@ -16,7 +16,7 @@ A comparison between an empirical lower bound and a claimed epsilon is made only
   (eps, delta_b)-DP for every delta_b >= delta_c, so a bound at delta_b exceeding eps contradicts it;
 * the claimed epsilon is the smallest one any applicable accountant gives for the claim at its delta;
 * an attack that also reports ``eps_lb_mechanism`` (the one-run f-DP bound against the claim's own
-  mechanism, :mod:`privaudit.attacks.mechanism_bound`) is compared and gated on that bound, the more powerful sound
+  mechanism, :mod:`privaudit.attacks.bounds.mechanism`) is compared and gated on that bound, the more powerful sound
   test of the same claim (an accountant's epsilon for the claim's event is at least the exact epsilon of
   that event, which the bound exceeds with probability at most beta when the run has the event's
   profile); its (eps, delta) bound is kept beside it as ``eps_lb_any_mechanism``.
@@ -64,7 +64,9 @@ def _fmt(x: float | None) -> str:
 
 def family_bound(bound: dict[str, Any], family: int) -> float | None:
     """The lower bound recomputed from its counts at 1 - (1 - confidence) / ``family`` (None: cannot)."""
-    from privaudit.attacks.bounds import best_one_run_epsilon, fdp_one_run_parameter, hypothesis_test_epsilon, one_run_epsilon
+    from privaudit.attacks.bounds.fdp import best_one_run_epsilon, fdp_one_run_parameter
+    from privaudit.attacks.bounds.multi_run import hypothesis_test_epsilon
+    from privaudit.attacks.bounds.one_run import one_run_epsilon
 
     c = bound.get("counts") or {}
     # the bound stored its confidence as 1 - beta; 1 - (1 - beta) is off by an ulp (1 - 0.95 = 0.050000000000000044),
@@ -75,11 +77,11 @@ def family_bound(bound: dict[str, Any], family: int) -> float | None:
     if method == "one-run-best":
         return best_one_run_epsilon(c, beta=beta, delta=delta)
     if method == "one-run-fdp-mechanism":
-        from privaudit.attacks.mechanism_bound import mechanism_one_run_epsilon
+        from privaudit.attacks.bounds.mechanism import mechanism_one_run_epsilon
 
         return mechanism_one_run_epsilon(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
     if method == "white-box-trajectory":
-        from privaudit.attacks.trajectory_bound import trajectory_epsilon_from_counts
+        from privaudit.attacks.bounds.trajectory import trajectory_epsilon_from_counts
 
         return trajectory_epsilon_from_counts(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
     if method == "step-gdp":  # a per-cell step-audit pair: its mu_lb (compared with the per-step claim's mu)
@@ -137,7 +139,7 @@ def release_target(cell: dict[str, Any], bound: dict[str, Any]) -> tuple[float, 
     The canaries observe the gradient release alone. A claim whose steps also release other mechanisms (DPCL's
     noised similarity matrix, each mechanism with its own multiplier, composed as one Gaussian of multiplier
     z_eff < z_grad) states, through the multipliers its accountant composes, that the gradient release alone is
-    E(z_grad): the claim's event with its Gaussian at z_grad (:func:`~privaudit.attacks.trajectory_bound.
+    E(z_grad): the claim's event with its Gaussian at z_grad (:func:`~privaudit.attacks.bounds.trajectory.
     gradient_event`). The bound eps_opt(E(1 / mu_lb)) exceeds eps_opt(E(z_grad)) exactly when mu_lb > 1 / z_grad
     (the optimistic PLD epsilon decreases with the multiplier), which under the claim happens with probability at
     most the bound's beta (trajectory_bound's theorem with z_c = z_grad): the comparison is as sound as the one
@@ -146,7 +148,7 @@ def release_target(cell: dict[str, Any], bound: dict[str, Any]) -> tuple[float, 
     if bound.get("method") != "white-box-trajectory":
         return None
     from privaudit.accountants.events import event_from_dict
-    from privaudit.attacks.trajectory_bound import step_multiplier, trajectory_epsilon
+    from privaudit.attacks.bounds.trajectory import step_multiplier, trajectory_epsilon
 
     claim = (cell.get("details") or {}).get("claim") or {}
     if claim.get("event") is None:
@@ -297,7 +299,7 @@ def released_noise_checks(cell: dict[str, Any], comparisons: list[dict[str, Any]
     from privaudit.accountants.events import event_from_dict
     from privaudit.attacks.noise_structure import structure_checks
     from privaudit.attacks.released_noise import released_noise_check
-    from privaudit.attacks.trajectory_bound import step_multiplier
+    from privaudit.attacks.bounds.trajectory import step_multiplier
 
     out = []
     claim = (cell.get("details") or {}).get("claim") or {}

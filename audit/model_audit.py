@@ -226,9 +226,9 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
 
 def _coin_test(data: Any, attacks: Sequence[str], beta: float) -> float:
     """The one-run attacks' beta, after their fair coin is tested on the counts of the user's split
-    (:func:`privaudit.attacks.bounds.check_fair_coin` at its share of ``beta``; refuses when contradicted, before
+    (:func:`privaudit.attacks.bounds.fair_coin.check_fair_coin` at its share of ``beta``; refuses when contradicted, before
     any training). The canary runs (multi-run, equal run counts by construction) keep the full ``beta``."""
-    from privaudit.attacks.bounds import check_fair_coin, split_beta
+    from privaudit.attacks.bounds.fair_coin import check_fair_coin, split_beta
 
     if not set(attacks) - {"canary"}:
         return beta
@@ -348,7 +348,7 @@ def _run_attacks(attacks: Sequence[str], data: Any, trained: Any, params: dict[s
 
 def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, beta: float, delta: float,
                    runs: int) -> tuple[Any, dict[str, Any]]:
-    from privaudit.attacks.bounds import multi_run_bound
+    from privaudit.attacks.bounds.multi_run import multi_run_bound
     from privaudit.attacks.result import AttackResult
     from privaudit.audit.canary_runs import canary_scores, choose_canary
     from privaudit.defenses.seeding import derive_seed
@@ -448,8 +448,9 @@ def _crafted_summary(result: Any, canary: dict[str, Any]) -> dict[str, Any]:
 
 def _summary(result: Any, claim: UserClaim | None, beta: float, delta: float) -> dict[str, Any]:
     """An attack's report object with its ceiling and, for a claim with a mechanism, the bound against it."""
-    from privaudit.attacks import mechanism_bound as mb
-    from privaudit.attacks.bounds import multi_run_ceiling, one_run_epsilon
+    from privaudit.attacks.bounds import mechanism as mb
+    from privaudit.attacks.bounds.multi_run import multi_run_ceiling
+    from privaudit.attacks.bounds.one_run import one_run_epsilon
 
     s = result.summary()
     c = result.bound.counts
@@ -473,7 +474,7 @@ def _summary(result: Any, claim: UserClaim | None, beta: float, delta: float) ->
 
 
 def _mechanism_bound(result: Any, claim: UserClaim, beta: float, multi: bool) -> Any:
-    from privaudit.attacks import mechanism_bound as mb
+    from privaudit.attacks.bounds import mechanism as mb
 
     scores, inside = result.scores, result.membership
     if multi:

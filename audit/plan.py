@@ -3,8 +3,8 @@
 A design's **ceiling** is the largest lower bound it can give, reached when every guess is right (one run) or
 no counted run is misclassified (multi run); a design whose ceiling is at most the claimed epsilon cannot
 refute the claim whatever the model does. Every ceiling here is the project's own bound evaluated at perfect
-counts (:func:`privaudit.attacks.bounds.one_run_search_ceiling`, :func:`privaudit.attacks.bounds.multi_run_ceiling`,
-:func:`privaudit.attacks.mechanism_bound.multi_run_mechanism_ceiling`), searched over the design's size: a
+counts (:func:`privaudit.attacks.bounds.one_run.one_run_search_ceiling`, :func:`privaudit.attacks.bounds.multi_run.multi_run_ceiling`,
+:func:`privaudit.attacks.bounds.mechanism.multi_run_mechanism_ceiling`), searched over the design's size: a
 geometric scan, then bisection between the last size that cannot and the first that can.
 
 Designs, as privaudit runs them:
@@ -17,7 +17,7 @@ Designs, as privaudit runs them:
   of them and the errors counted on the other half, Clopper-Pearson -- ``audit-scores --design multi-run``,
   ``audit-model --canary-runs n``;
 * ``multi-run-mechanism`` (a claim read from an accountant's history): the same runs tested against the claim's
-  own trade-off curve (:mod:`privaudit.attacks.mechanism_bound`).
+  own trade-off curve (:mod:`privaudit.attacks.bounds.mechanism`).
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ def _bisect(ceiling: Callable[[int], float], target: float, below: int, above: i
 def one_run_design(claim: UserClaim, beta: float) -> dict[str, Any]:
     """The fewest one-run candidates whose every-guess-right bound exceeds the claim (the bound at the share of
     ``beta`` the audits leave it after testing the fair coin on the counts: :func:`split_beta`)."""
-    from privaudit.attacks.bounds import one_run_epsilon, one_run_search_ceiling, split_beta
+    from privaudit.attacks.bounds.one_run import one_run_epsilon, one_run_search_ceiling
+    from privaudit.attacks.bounds.fair_coin import split_beta
     from privaudit.audit.score_audit import one_run_grid
 
     beta = split_beta(beta)[1]
@@ -94,7 +95,7 @@ def one_run_design(claim: UserClaim, beta: float) -> dict[str, Any]:
 
 def multi_run_design(claim: UserClaim, beta: float) -> dict[str, Any]:
     """The fewest runs per side of a fixed pair whose error-free Clopper-Pearson bound exceeds the claim."""
-    from privaudit.attacks.bounds import multi_run_ceiling
+    from privaudit.attacks.bounds.multi_run import multi_run_ceiling
 
     def ceiling(n: int) -> float:
         return multi_run_ceiling(n, n, alpha=beta, delta=claim.delta)
@@ -106,7 +107,7 @@ def multi_run_design(claim: UserClaim, beta: float) -> dict[str, Any]:
 
 def mechanism_design(claim: UserClaim, beta: float) -> dict[str, Any] | None:
     """With the claim's mechanism: the fewest runs per side whose error-free test against it exceeds the claim."""
-    from privaudit.attacks.mechanism_bound import multi_run_mechanism_ceiling
+    from privaudit.attacks.bounds.mechanism import multi_run_mechanism_ceiling
 
     if claim.event is None:
         return None

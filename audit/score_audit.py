@@ -10,14 +10,14 @@ the scores, because only the design makes a bound sound:
   non-members are m candidates of **one** training run, **each included independently by a fair coin**
   (probability 1/2), like privaudit's audit pool. The auditor guesses "member" for the k+ highest
   scores and "non-member" for the k- lowest; (k+, k-) is searched over a fixed grid of 8 pairs with a
-  Bonferroni correction (:func:`privaudit.attacks.bounds.one_run_bound_search`), so the bound holds at
+  Bonferroni correction (:func:`privaudit.attacks.bounds.one_run.one_run_bound_search`), so the bound holds at
   confidence 1 - beta. If the split was *not* a fair coin per example (e.g. a model's train set against
   its held-out test set), the theorem does not apply: ROC and AUC still describe the attack, but the
   epsilon is not a lower bound on the training algorithm's epsilon.
 * ``design="multi-run"`` (Jagielski et al. 2020; Nasr et al. 2021): each score comes from an
   **independent training run** on a fixed neighbouring pair, on D' (the target example included:
   "members") or D (excluded: "non-members"). The threshold is chosen on a seeded half of the runs and
-  the errors counted on the other half, with Clopper-Pearson bounds (:func:`privaudit.attacks.bounds.multi_run_bound`).
+  the errors counted on the other half, with Clopper-Pearson bounds (:func:`privaudit.attacks.bounds.multi_run.multi_run_bound`).
 
 Either bound is on add/remove epsilon at ``delta`` for one example (one candidate), at confidence
 1 - beta (the multi-run bound at whatever relation the user's fixed pair has). Many examples scored on *one*
@@ -26,7 +26,7 @@ model are not independent runs of one pair, so the multi-run design does not app
 Given a claim (:mod:`privaudit.audit.user_claim`), the result carries a verdict and the design's **ceiling**: the
 largest bound these counts could give (every guess right). A claim read from an accountant's history has a
 mechanism; its verdict rests on the test against that mechanism's own trade-off curve
-(:mod:`privaudit.attacks.mechanism_bound`, one-sided guesses on the same grid, Bonferroni), the (eps, delta)
+(:mod:`privaudit.attacks.bounds.mechanism`, one-sided guesses on the same grid, Bonferroni), the (eps, delta)
 bound beside it; a stated claim's verdict rests on the (eps, delta) bound. The verdict's test is fixed by the
 claim's kind before any score is read.
 
@@ -45,9 +45,10 @@ from typing import Any
 import numpy as np
 
 from privaudit.attacks import metrics
-from privaudit.attacks.bounds import (EpsilonLowerBound, check_fair_coin, fair_coin_subsample, multi_run_bound,
-                                     multi_run_ceiling, one_run_bound_search_sorted, one_run_search_ceiling,
-                                     sorted_guess_counts, split_beta)
+from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound
+from privaudit.attacks.bounds.fair_coin import check_fair_coin, fair_coin_subsample, split_beta
+from privaudit.attacks.bounds.multi_run import multi_run_bound, multi_run_ceiling
+from privaudit.attacks.bounds.one_run import one_run_bound_search_sorted, one_run_search_ceiling, sorted_guess_counts
 from privaudit.audit.score_inputs import (KINDS, Scores, check_same_classes, read_scores, read_tf_privacy,
                                          scores_of)
 from privaudit.audit.user_claim import UserClaim, Verdict, claim_from_args, judge
@@ -231,7 +232,7 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     for the design that produced the scores (see the module docstring). ``inclusion_probability``: the one-run
     design's known probability of each example's inclusion (default 1/2, the fair coin); the counts are tested
     against it, and another value bounds a seeded subsample on which membership is a fair coin
-    (:func:`privaudit.attacks.bounds.fair_coin_subsample`). The bound is at ``delta`` (default
+    (:func:`privaudit.attacks.bounds.fair_coin.fair_coin_subsample`). The bound is at ``delta`` (default
     1e-5, or the claim's) with confidence 1 - ``beta``. The claim: ``claimed_epsilon`` at ``delta`` with
     ``relation`` and ``unit``, or ``opacus_state`` (an Opacus accountant's saved state_dict), or ``claim``.
     ``out``: write the report there (JSON, Markdown, HTML, plots); existing files privaudit did not write are
@@ -393,7 +394,7 @@ def _bound(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray]
 def _mechanism(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray] | None, design: str,
                beta: float, claim: UserClaim | None) -> tuple[EpsilonLowerBound | None, float | None]:
     """With a claim that has a mechanism: the bound against its own trade-off curve, and that bound's ceiling."""
-    from privaudit.attacks import mechanism_bound as mb
+    from privaudit.attacks.bounds import mechanism as mb
 
     if claim is None or claim.event is None:
         return None, None

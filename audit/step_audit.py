@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from privaudit.attacks.bounds import gdp_epsilon
+from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.attacks.step_distinguisher import NOISE_MODES, gaussian_step_scores, step_mu
 from privaudit.audit.failures import failure_line
 from privaudit.audit.step_pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,

@@ -7,7 +7,7 @@ JSON): its ``history`` of (noise multiplier, sample rate, steps) is the mechanis
 composition of Poisson-subsampled Gaussian steps, and the claimed epsilon is privaudit's accountant of the same
 name on it (``rdp`` for Opacus' RDP, ``prv`` for PRV, ``pld`` for GDP) at the claim's delta, unless
 ``--claimed-epsilon`` states another. A claim with a mechanism can be tested against that mechanism's own
-trade-off curve (:mod:`privaudit.attacks.mechanism_bound`), the test with the power to refute a DP-SGD claim.
+trade-off curve (:mod:`privaudit.attacks.bounds.mechanism`), the test with the power to refute a DP-SGD claim.
 
 Verdict (:func:`judge`): a sound lower bound eps_lb at confidence 1 - beta **refutes** the claim when
 eps_lb > E; otherwise the claim is **not refuted** at that confidence. The **ceiling** is the largest eps_lb the

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from privaudit.attacks import metrics
-from privaudit.attacks.bounds import one_run_bound
+from privaudit.attacks.bounds.one_run import one_run_bound
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privaudit.attacks.bounds import COIN_TEST_SHARE, check_fair_coin, fair_coin_p_value, split_beta
+from privaudit.attacks.bounds.fair_coin import COIN_TEST_SHARE, check_fair_coin, fair_coin_p_value, split_beta
 from privaudit.audit import score_audit
 from privaudit.audit.cli import main
 from privaudit.audit.score_audit import audit_scores

@@ -10,7 +10,7 @@ import pytest
 
 import soundness
 from privaudit.accountants.sampled_gaussian import sampled_gaussian_event
-from privaudit.attacks.bounds import gdp_epsilon
+from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.audit import final_model as fm
 
 BETA, DELTA = 0.05, 1e-5

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.attacks.bounds import one_run_bound
+from privaudit.attacks.bounds.one_run import one_run_bound
 from privaudit.audit.cli import main
 from privaudit.audit.gate import gate_cells, suite_gate
 from privaudit.audit.suite import GateConfig

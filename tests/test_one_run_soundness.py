@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.attacks.bounds import (best_one_run_bound, check_relation_unit, fdp_one_run_bound, gdp_epsilon,
-                                      one_run_bound, paired_one_run_bound, pool_pairs)
+from privaudit.attacks.bounds.fdp import best_one_run_bound, fdp_one_run_bound
+from privaudit.attacks.bounds.lower_bound import check_relation_unit
+from privaudit.attacks.bounds.gdp import gdp_epsilon
+from privaudit.attacks.bounds.one_run import one_run_bound, paired_one_run_bound, pool_pairs
 from privaudit.audit.gate import family_bound
 from privaudit.core.errors import ConfigError
 from soundness import (PLANTED, TARGET_POWER, assert_planted_rejected, assert_sound, guess_counts, per_counts,
@@ -208,7 +210,8 @@ def test_unsupported_relation_or_unit_is_an_error_naming_both():
 
 def test_fdp_bound_matches_the_closed_form_when_every_guess_is_right():
     """r of r correct, delta = 0: both one-run bounds reject exactly eps < logit(beta^(1/r)) (closed form)."""
-    from privaudit.attacks.bounds import fdp_one_run_parameter, one_run_epsilon
+    from privaudit.attacks.bounds.fdp import fdp_one_run_parameter
+    from privaudit.attacks.bounds.one_run import one_run_epsilon
 
     q = 0.05 ** (1 / 100)
     closed = math.log(q / (1 - q))

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from privaudit.attacks.bounds import multi_run_ceiling, one_run_search_ceiling
+from privaudit.attacks.bounds.multi_run import multi_run_ceiling
+from privaudit.attacks.bounds.one_run import one_run_search_ceiling
 from privaudit.audit.cli import main
 from privaudit.audit.plan import plan
 from privaudit.audit.score_audit import one_run_grid

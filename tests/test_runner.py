@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privaudit.attacks.bounds import one_run_bound
+from privaudit.attacks.bounds.one_run import one_run_bound
 from privaudit.attacks.metrics import summarize
 from privaudit.audit.cli import main
 from privaudit.core.io import load_npz, read_json

@@ -13,7 +13,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from privaudit.attacks.bounds import sorted_guess_counts
+from privaudit.attacks.bounds.one_run import sorted_guess_counts
 from privaudit.attacks.metrics import SortedScores
 from privaudit.audit.score_audit import audit_scores, one_run_grid
 

@@ -69,7 +69,7 @@ def step_powered() -> dict[str, tuple[np.ndarray, float]]:
     Each run draws 10^4 scores per side, so there are 100 runs: the shared check's power against a bound
     over-claiming on 2 alpha of them is only 0.005 (tests/soundness.py; 950 runs reach 0.9). Its power here is
     against the x1.2 variant, which these tight bounds make over-claim on nearly every run."""
-    from privaudit.attacks.bounds import multi_run_bound
+    from privaudit.attacks.bounds.multi_run import multi_run_bound
     from privaudit.attacks.step_distinguisher import gdp_bound
 
     rng = np.random.default_rng([31, 3])
@@ -96,7 +96,7 @@ def test_planted_x1_2_step_bound_is_rejected_by_the_same_check(step_powered, bou
 def test_step_bounds_are_the_two_bounds_tested_above():
     """The step audit's :func:`step_bounds` reports exactly the Clopper-Pearson and GDP bounds the powered tests
     check (the split and the thresholds seeded alike), so an inflation there fails too."""
-    from privaudit.attacks.bounds import multi_run_bound
+    from privaudit.attacks.bounds.multi_run import multi_run_bound
     from privaudit.attacks.step_distinguisher import gdp_bound
 
     out, inn = KnownMechanism("gaussian", 1.0).sample(4000, np.random.default_rng([31, 4]))

@@ -20,9 +20,9 @@ Soundness argument.
    grid G is pointwise smaller, so it is f_s-DP. The PLD is built with ``pessimistic_estimate=True``
    (its delta(eps) is an upper bound on the pair's), which only lowers f_s: H_s still holds.
 2. Mahloujifar, Melis & Chaudhuri 2025 ("Auditing f-Differential Privacy in One Run", the recursion
-   :func:`privaudit.attacks.bounds.fdp_recursion_rejects`): if the run is f-DP with respect to each of m canaries
+   :func:`privaudit.attacks.bounds.fdp.fdp_recursion_rejects`): if the run is f-DP with respect to each of m canaries
    included by independent fair coins (or, for paired replace-one slots, choosing which of two candidates
-   is trained on; :func:`privaudit.attacks.bounds.paired_one_run_bound`'s argument), then counts (r guesses, v
+   is trained on; :func:`privaudit.attacks.bounds.one_run.paired_one_run_bound`'s argument), then counts (r guesses, v
    correct, k fixed before the scores exist) reject f with probability at most beta.
 3. The curves f_s increase with s (more noise, smaller delta_s), so the rejected scales form an interval
    [s*, inf) up to discretisation; a bisection on a fixed geometric grid of scales finds the smallest
@@ -63,7 +63,8 @@ from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEv
                                 SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_from_dict,
                                 event_to_dict)
 from privaudit.accountants.pld import build_pld
-from privaudit.attacks.bounds import EpsilonLowerBound, check_relation_unit, fdp_recursion_rejects, one_sided_counts
+from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound, check_relation_unit
+from privaudit.attacks.bounds.fdp import fdp_recursion_rejects, one_sided_counts
 from privaudit.core.errors import ConfigError, check_probability
 
 METHOD = "one-run-fdp-mechanism"
@@ -285,7 +286,7 @@ def multi_run_rejects(fp: int, n_out: int, fn: int, n_in: int, event: DpEvent, r
     f_s(FPR_hi) <= f_s(FPR) <= FNR <= FNR_hi (f_s is non-increasing), likewise with the roles swapped; so
     FNR_hi < f_s(FPR_hi) or FPR_hi < f_s(FNR_hi) happens with probability at most beta under H_s.
     """
-    from privaudit.attacks.bounds import clopper_pearson_upper
+    from privaudit.attacks.bounds.multi_run import clopper_pearson_upper
 
     fpr_hi = clopper_pearson_upper(fp, n_out, beta / 2)
     fnr_hi = clopper_pearson_upper(fn, n_in, beta / 2)
@@ -297,9 +298,9 @@ def multi_run_mechanism_bound(in_scores: np.ndarray, out_scores: np.ndarray, *, 
                               unit: str = "example", beta: float = 0.05, delta: float,
                               seed: int = 0) -> EpsilonLowerBound:
     """``eps_lb_mechanism`` of runs on a fixed pair (higher score = the canary was in): the threshold chosen on a
-    seeded half of each side's runs (:func:`privaudit.attacks.bounds.multi_run_bound`'s ``split``), the errors
+    seeded half of each side's runs (:func:`privaudit.attacks.bounds.multi_run.multi_run_bound`'s ``split``), the errors
     counted on the other half, H_s tested by :func:`multi_run_rejects` and the scale searched as for one run."""
-    from privaudit.attacks.bounds import _multi_run_threshold
+    from privaudit.attacks.bounds.multi_run import _multi_run_threshold
 
     check_relation_unit(relation, unit)
     check_probability("beta", beta)

@@ -1,6 +1,6 @@
 """A GDP lower bound from the pooled error count of one threshold test: one confidence interval instead of two.
 
-Setting (:mod:`privaudit.attacks.trajectory_bound`): n0 absent and n1 present trials, independent given their
+Setting (:mod:`privaudit.attacks.bounds.trajectory`): n0 absent and n1 present trials, independent given their
 labels, each trial's law mu-GDP (every test has FNR >= f_mu(FPR), f_mu(a) = Phi(Phi^-1(1 - a) - mu)); a threshold
 fixed before any observation gives FP false positives and FN false negatives. The two-sided bound puts a
 Clopper-Pearson interval on each rate at beta / 2 and adds their margins. When the trials are balanced (paired
@@ -21,7 +21,7 @@ r < 1 - 1/n. Outside that event g_w(mu) <= r <= R = g_w(mu_lb), and g_w decreasi
 
 The labels (hence w) come from the auditor's coins and sampling, independent of the noise; conditioning on them
 keeps the trials independent. Which form a run uses is chosen from the claim alone, before any observation
-(:func:`privaudit.attacks.trajectory_bound.plan_trajectory`), so choosing does not cost a union bound.
+(:func:`privaudit.attacks.bounds.trajectory.plan_trajectory`), so choosing does not cost a union bound.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import math
 import numpy as np
 from scipy import optimize, stats
 
-from privaudit.attacks.bounds import cp_upper_vec
+from privaudit.attacks.bounds.multi_run import cp_upper_vec
 from privaudit.core.errors import check_probability
 
 

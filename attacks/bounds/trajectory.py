@@ -36,7 +36,7 @@ trial). So P[a > A] <= beta / 2, likewise P[b > B] <= beta / 2, and outside both
 f_mu(A) <= f_mu(a) <= b <= B, i.e. Phi^-1(1 - A) - mu <= Phi^-1(B): mu_lb <= mu. (With identical trials
 the counts are binomial and CP is exact.) This is Nasr et al. 2023's GDP audit (their Sec. 4) applied to
 the m T per-step trials. For balanced trials (paired replace-one canaries, n0 ~ n1) one interval on the pooled
-error count FP + FN is tighter than two on the rates (:mod:`privaudit.attacks.pooled_gdp`, with its proof); the
+error count FP + FN is tighter than two on the rates (:mod:`privaudit.attacks.bounds.pooled_gdp`, with its proof); the
 form is planned from the claim alone with the threshold (:func:`plan_trajectory`), before any observation.
 
 From steps to the run. The claim's event composes T steps of Sampled(Gaussian(z)) (the trace check,
@@ -72,7 +72,9 @@ from scipy import stats
 from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_from_dict,
                                           event_to_dict)
-from privaudit.attacks.bounds import EpsilonLowerBound, check_relation_unit, cp_upper_vec, gdp_epsilon
+from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound, check_relation_unit
+from privaudit.attacks.bounds.multi_run import cp_upper_vec
+from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.core.errors import ConfigError, check_probability, one_of
 
 METHOD = "white-box-trajectory"
@@ -146,7 +148,7 @@ def mu_lower(fp: np.ndarray | int, n0: np.ndarray | int, fn: np.ndarray | int, n
 
 
 #: The per-step bound's forms: a Clopper-Pearson interval on each rate (the module docstring's theorem), or one on
-#: the pooled error count (:mod:`privaudit.attacks.pooled_gdp`), tighter for balanced trials.
+#: the pooled error count (:mod:`privaudit.attacks.bounds.pooled_gdp`), tighter for balanced trials.
 FORMS = ("two-sided", "pooled")
 
 
@@ -156,7 +158,7 @@ def mu_lower_form(form: str, fp: np.ndarray | int, n0: np.ndarray | int, fn: np.
     if form == "two-sided":
         return mu_lower(fp, n0, fn, n1, beta=beta)
     if form == "pooled":
-        from privaudit.attacks.pooled_gdp import mu_lower_pooled
+        from privaudit.attacks.bounds.pooled_gdp import mu_lower_pooled
 
         return mu_lower_pooled(fp, n0, fn, n1, beta=beta)
     raise one_of("trajectory form", form, FORMS)
@@ -295,7 +297,7 @@ class TrajectoryCounts:
 def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float) -> float:
     """eps_opt(E(1 / mu)) at ``delta``: the optimistic PLD epsilon of the claim's gradient release at multiplier
     1 / mu (0 for mu = 0; inf for mu = inf)."""
-    from privaudit.attacks.mechanism_bound import optimistic_epsilon
+    from privaudit.attacks.bounds.mechanism import optimistic_epsilon
 
     if mu <= 0:
         return 0.0
