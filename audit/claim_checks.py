@@ -9,7 +9,7 @@ verified composition" the whole-training claim:
   noise norms and batch sizes agree with the recorded stds and the claimed rate. A mismatch names the step and the
   field. The exact checks cannot fail a correct run; the measured ones fail one with probability at most
   :data:`~privaudit.accountants.trace.TRACE_ALPHA` per cell.
-* **The step as it ran.** :func:`privaudit.audit.step_audit.audit_trained_step`: the cell's own configuration,
+* **The step as it ran.** :func:`privaudit.audit.step.audit.audit_trained_step`: the cell's own configuration,
   the smallest noise any step of its trace used, its trained parameters; the canary pair (a unit at exactly the
   claimed sensitivity) and the extreme pair (a Dirac-like image), each a sound GDP lower bound mu_lb on the step's
   mu against the claim's per-step mu = 1 / z. The gate recomputes each pair's mu_lb from its saved counts at its
@@ -37,7 +37,7 @@ def run_claim_checks(name: str, params: Mapping[str, Any], trained: Any, data: A
                      delta: float, seed: int, draws: int = CELL_STEP_DRAWS
                      ) -> tuple[dict[str, Any], dict[str, Any]] | None:
     """(the record's ``claim_checks``, the evidence to save) of a trained run with a trace; None without one."""
-    from privaudit.audit.step_audit import audit_trained_step
+    from privaudit.audit.step.audit import audit_trained_step
 
     trace = (trained.extras or {}).get("trace")
     if trace is None:
@@ -87,12 +87,12 @@ def recheck(checks: dict[str, Any], claim: Mapping[str, Any], evidence: Mapping[
 
 
 def _restep_claim(audit: dict[str, Any], claim: PrivacyClaim, trace: Mapping[str, Any]) -> list[str]:
-    """The cell step audit's claim re-derived from the cell's claim and trace (:func:`privaudit.audit.step_audit.
+    """The cell step audit's claim re-derived from the cell's claim and trace (:func:`privaudit.audit.step.audit.
     trained_multipliers`); it replaces the saved one. Returns the differences."""
     import math
 
     from privaudit.attacks.bounds.gdp import gdp_epsilon
-    from privaudit.audit.step_audit import trained_multipliers
+    from privaudit.audit.step.audit import trained_multipliers
 
     z = trained_multipliers(claim, trace)
     saved = dict(audit.get("claim") or {})

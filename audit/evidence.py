@@ -411,7 +411,7 @@ def _support_differences(pair: dict[str, Any]) -> list[str]:
 
 def restep(result: dict[str, Any]) -> list[str]:
     """A step audit's pair and defense verdicts recomputed from the saved bounds and claim; the differences."""
-    from privaudit.audit.step_pairs import audit_verdict, recorded_pair_verdict
+    from privaudit.audit.step.pairs import audit_verdict, recorded_pair_verdict
 
     name, claim, problems = result.get("defense"), result.get("claim") or {}, []
     pairs = [dict(p) for p in result.get("pairs") or []]

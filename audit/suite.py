@@ -163,7 +163,7 @@ class SensitivityConfig:
 
 @dataclass(frozen=True)
 class StepAuditConfig:
-    """``[step_audit]``: audit each listed defense's privatised step (:mod:`privaudit.audit.step_audit`).
+    """``[step_audit]``: audit each listed defense's privatised step (:mod:`privaudit.audit.step.audit`).
 
     ``expect`` documents refutations the suite knows of (``{"dpcl-simclr" = "refuted"}``), like the
     sensitivity ``expect`` map: an undocumented refutation fails the gate.
@@ -726,7 +726,7 @@ def _defense_attacks(where: _Where, key: str, entry: Mapping[str, Any], labels: 
 def _step_audit(where: _Where, raw: Any) -> StepAuditConfig | None:
     if raw is None:
         return None
-    from privaudit.audit.step_audit import DEFAULT_DRAWS, DEFAULT_WITNESS_EVALUATIONS, PAIR_CHOICES, validate_defenses
+    from privaudit.audit.step.audit import DEFAULT_DRAWS, DEFAULT_WITNESS_EVALUATIONS, PAIR_CHOICES, validate_defenses
 
     _typed(where, "step_audit", raw, dict, "a table")
     _unknown(where, "step_audit", raw, STEP_AUDIT_KEYS)

@@ -53,7 +53,7 @@ def test_documented_sensitivity_violation_is_found(ctx, claim, tmp_path):
 def test_dpcl_step_is_refuted(ctx, defense):
     """The sensitivity search's pair (8 pairs evaluated) through DPCL's own step, 5000 noise draws per side: the
     gradient moves by more than the claimed 4C, and the measured mu_lb exceeds the per-step claim."""
-    from privaudit.audit.step_audit import audit_defense
+    from privaudit.audit.step.audit import audit_defense
 
     r = audit_defense(defense, pair="witness", draws=5000, witness_evaluations=8, context=ctx)
     pair = r.pairs[0]

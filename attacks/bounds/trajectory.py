@@ -50,7 +50,7 @@ claim's epsilon under every sound accountant (epsilon decreases with the noise; 
 releases other mechanisms too is only less private than its gradient release). So the gate may compare
 it: P[eps_lb_trajectory > eps_claim] <= beta for a true claim. What it refutes: that each step's gradient
 release is the claim's Gaussian mechanism (its noise, and the sensitivity its canaries are set to); the
-sensitivity itself is the step audit's witness pair (:mod:`privaudit.audit.step_audit`).
+sensitivity itself is the step audit's witness pair (:mod:`privaudit.audit.step.audit`).
 
 Estimates (asymptotic, reported beside the bound, never gated): the per-step point estimate
 mu_hat = Phi^-1(1 - FP / n0) - Phi^-1(FN / n1) composed like the bound; the Gaussian-moment estimate

@@ -65,7 +65,7 @@ import torch
 from privaudit.attacks.reachability import describe as describe_reachability
 from privaudit.attacks.reachability import reachability_test, recorded_error, recorded_refutes
 from privaudit.attacks.step_distinguisher import KnownMechanism, additive_step_scores
-from privaudit.audit.step_pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
+from privaudit.audit.step.pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
                                         witness_info, write_witness)
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.alm import mechanisms

@@ -25,7 +25,7 @@ the same s = q(D) + sigma_q e (:class:`PinnedRandomness`); only the gradient the
 distinguishability above 1 / z_g at that s refutes the gradient mechanism's claim.
 
 ALM has no training step: its privatised "step" is the one release of the noised head, audited at delta 0
-(pure DP) by :mod:`privaudit.audit.release_audit`, which :func:`audit_defense` hands ``alm`` to.
+(pure DP) by :mod:`privaudit.audit.step.release`, which :func:`audit_defense` hands ``alm`` to.
 
 Each pair's verdict: ``refuted`` when mu_lb > mu_claim or eps_lb > eps_claim (each bound at
 alpha / (2 pairs), so the defense's family-wise error is alpha), else ``not refuted``; the power
@@ -46,7 +46,7 @@ import torch
 from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.attacks.step_distinguisher import NOISE_MODES, gaussian_step_scores, step_mu
 from privaudit.audit.failures import failure_line
-from privaudit.audit.step_pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
+from privaudit.audit.step.pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
                                         witness_info, write_witness)
 from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 from privaudit.defenses.dp import bounds as dp_bounds
@@ -63,7 +63,7 @@ GRADIENT_CLAIMS = {"dpsgd": "dpgcl.sample-level", "dp-clip": "dpgcl.batch-level"
                    "dpcl-simclr": "dpcl.simclr-gradient", "dpcl-barlow": "dpcl.barlow-gradient"}
 #: Federated defenses: their privatised step is the round's aggregation (clipped client deltas, summed, noised).
 FEDERATED = ("dp-fedemb", "dp-fedavg")
-#: One-shot additive releases (ALM's noised head): audited by :mod:`privaudit.audit.release_audit`.
+#: One-shot additive releases (ALM's noised head): audited by :mod:`privaudit.audit.step.release`.
 RELEASES = ("alm",)
 DEFENSES = tuple(GRADIENT_CLAIMS) + FEDERATED + RELEASES
 FEDERATED_DIM = 256  # coordinates of the synthetic client deltas (the aggregation does not depend on their origin)
@@ -402,7 +402,7 @@ def audit_defense(name: str, *, params: Mapping[str, Any] | None = None, target_
         return _federated_step(name, make_defense(name, dict(request.params)), data, request)
     ctx = context or Context(seed, dataset, data_dir)
     if name in RELEASES:
-        from privaudit.audit.release_audit import audit_release
+        from privaudit.audit.step.release import audit_release
 
         return audit_release(name, ctx, request)
     return _GradientAudit(name, ctx, request).run()
@@ -555,7 +555,7 @@ def _refutation_text(name: str, r: Mapping[str, Any]) -> str:
     stat, claimed = ("eps_lb", "epsilon_lower") if pure else ("mu_lb", "mu_lower")
     def one(p: Mapping[str, Any]) -> str:
         if p.get("support_refuted"):
-            from privaudit.audit.release_audit import support_summary
+            from privaudit.audit.step.release import support_summary
 
             text = f"{p['pair']} pair: floating-point support ({support_summary(p)})"
         else:

@@ -1,4 +1,4 @@
-"""What the step audits share (:mod:`privaudit.audit.step_audit`, :mod:`privaudit.audit.release_audit`): the
+"""What the step audits share (:mod:`privaudit.audit.step.audit`, :mod:`privaudit.audit.step.release`): the
 request, the result type, neighbouring pairs and the witness files."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from privaudit.core.errors import ConfigError
 
 @dataclass(frozen=True)
 class StepRequest:
-    """How to audit a defense's step (validated by :func:`privaudit.audit.step_audit.audit_defense`): the
+    """How to audit a defense's step (validated by :func:`privaudit.audit.step.audit.audit_defense`): the
     defense's hyper-parameters, the budget its noise is calibrated to, the draws per side, the pairs, the
     family-wise failure probability ``alpha``, the seed, the noise mode, the dataset, the witness search's
     evaluations and where refuting pairs' witnesses go (None: nowhere)."""
