@@ -12,7 +12,7 @@ from scipy import stats
 
 from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.audit.cli import main
-from privaudit.audit.score_audit import audit_scores
+from privaudit.audit.user.score_audit import audit_scores
 from privaudit.core.errors import ConfigError
 
 

@@ -5,8 +5,8 @@ import pytest
 
 from privaudit.attacks.bounds.multi_run import multi_run_bound
 from privaudit.attacks.bounds.one_run import one_run_bound
-from privaudit.audit.gate import family_bound, gate_cells, sensitivity_gate, suite_gate
-from privaudit.audit.suite import GateConfig, SensitivityConfig
+from privaudit.audit.gate.judge import family_bound, gate_cells, sensitivity_gate, suite_gate
+from privaudit.audit.suite.model import GateConfig, SensitivityConfig
 
 
 def cell(cid="digits/x/eps=1/seed=0", *, relation="add-remove", unit="example", eps=1.0, delta=1e-5, bound=None,

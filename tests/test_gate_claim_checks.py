@@ -10,8 +10,8 @@ from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent,
 from privaudit.attacks.bounds.mechanism import optimistic_epsilon
 from privaudit.attacks.step_distinguisher import gaussian_step_scores, gdp_bound, gdp_mu_recomputed
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts, trajectory_bound
-from privaudit.audit.gate import gate_cells, suite_gate
-from privaudit.audit.suite import GateConfig
+from privaudit.audit.gate.judge import gate_cells, suite_gate
+from privaudit.audit.suite.model import GateConfig
 
 Z, Q, T, DELTA = 0.8527, 0.344, 6, 1e-5
 EVENT = SelfComposedDpEvent(PoissonSampledDpEvent(Q, GaussianDpEvent(Z)), T)

@@ -189,7 +189,7 @@ def _copy_tree(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("where, line", [
-    ("defenses/sampling.py", "from privaudit.audit.runner import run_suite\n"),       # module level
+    ("defenses/sampling.py", "from privaudit.audit.run.runner import run_suite\n"),       # module level
     ("core/errors.py", "def f():\n    import privaudit.defenses.base\n"),              # inside a function
     ("accountants/rdp.py", "def f():\n    from ..attacks import bounds\n"),          # relative, deferred
 ])

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.runner import CACHE_SCHEMA, run_suite
-from privaudit.audit.suite import load_suite
+from privaudit.audit.run.runner import CACHE_SCHEMA, run_suite
+from privaudit.audit.suite.model import load_suite
 from privaudit.core.io import read_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -274,7 +274,7 @@ def test_bad_input_names_the_field(ctx):
 
 
 def test_step_gate_documented_and_undocumented_refutations():
-    from privaudit.audit.suite import StepAuditConfig
+    from privaudit.audit.suite.model import StepAuditConfig
     from privaudit.audit.step.audit import step_gate
 
     def result(name, verdict):
@@ -291,7 +291,7 @@ def test_step_gate_documented_and_undocumented_refutations():
 
 
 def test_suite_step_audit_validation(tmp_path):
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.suite.model import load_suite
 
     base = 'name = "s"\ndatasets = ["digits"]\nepsilons = [8.0]\n[[defenses]]\nname = "dp-clip"\n'
     p = tmp_path / "s.toml"
@@ -372,9 +372,9 @@ def test_alm_release_with_the_old_float_sampler_is_refuted_by_its_support(ctx, m
     """The textbook float64 logistic release planted back (what ALM released before): most of its outputs are
     impossible under the neighbour (Mironov 2012), so the reachability test refutes the claim although the
     likelihood-ratio bound stays below it; the gate fails, and the verdict recomputes from the saved counts."""
-    from privaudit.audit.evidence import restep
+    from privaudit.audit.verify.evidence import restep
     from privaudit.audit.step.audit import audit_defense, step_gate
-    from privaudit.audit.suite import StepAuditConfig
+    from privaudit.audit.suite.model import StepAuditConfig
     from privaudit.defenses.alm import mechanisms
 
     sound = mechanisms.release_of
@@ -421,7 +421,7 @@ def test_alm_release_with_less_noise_than_claimed_is_refuted(ctx, tmp_path, monk
     from dataclasses import replace
 
     from privaudit.audit.step.audit import audit_defense, step_gate
-    from privaudit.audit.suite import StepAuditConfig
+    from privaudit.audit.suite.model import StepAuditConfig
     from privaudit.defenses.alm.defense import ALM
 
     honest = ALM.release_noise

@@ -12,8 +12,8 @@ import pytest
 from privaudit.attacks.bounds.multi_run import clopper_pearson_upper
 from privaudit.attacks.bounds import mechanism as mb
 from privaudit.audit.cli import main
-from privaudit.audit.score_audit import audit_scores
-from privaudit.audit.user_claim import UserClaim
+from privaudit.audit.user.score_audit import audit_scores
+from privaudit.audit.user.claim import UserClaim
 
 
 def fair_coin(m: int, shift: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

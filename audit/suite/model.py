@@ -454,7 +454,7 @@ def load_suite(path: str | Path, *, out: str | None = None, data_dir: str | None
     override the suite's; ``allow_plugins`` is the CLI's ``--allow-plugins`` (else the suite's own
     ``allow_plugins``); ``machine_checks=False`` skips what depends on this machine (the datasets' files, the
     device's presence), to lint a suite meant for another machine."""
-    from privaudit.audit.shipped import resolve_suite
+    from privaudit.audit.suite.shipped import resolve_suite
 
     given, path = str(path), resolve_suite(path)
     try:

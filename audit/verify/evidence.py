@@ -1,7 +1,7 @@
 """The gate of a finished run recomputed from its evidence: what ``privaudit gate`` and ``privaudit report`` show.
 
 ``report.json`` is a rendering of the run, not evidence: no verdict, bound, epsilon or status in it is trusted.
-The evidence is what the runner saved, each file a keyed artifact (:func:`privaudit.audit.runner.write_keyed`:
+The evidence is what the runner saved, each file a keyed artifact (:func:`privaudit.audit.run.runner.write_keyed`:
 schema version, key, a SHA-256 digest of its content and the SHA-256 of every file it references)::
 
     run.json                   the manifest: the resolved suite, its grid (each cell's id, key and directory), the
@@ -9,7 +9,7 @@ schema version, key, a SHA-256 digest of its content and the SHA-256 of every fi
     cells/<dir>/cell.json      a finished cell: its record (the claim in full, with its event), the hashes of its
                                attacks' scores.npz and result.json
     cells/<dir>/error.json     a cell that errored, with its error
-    cells/<dir>/claim_checks.json  a DP cell's claim and training trace (:mod:`privaudit.audit.claim_checks`)
+    cells/<dir>/claim_checks.json  a DP cell's claim and training trace (:mod:`privaudit.audit.run.claim_checks`)
     sensitivity.json           the sensitivity verdicts, the hashes of their witnesses
     step_audit/results.json    the step audits, the hashes of their witnesses
 
@@ -21,14 +21,14 @@ schema version, key, a SHA-256 digest of its content and the SHA-256 of every fi
 3. each attack's AUC is recomputed from its saved scores, and its guess counts where the guesses are on those
    scores (one-run, f-DP, best-of and mechanism bounds on canaries or candidates; not the replace-one pairs a
    black-box attack draws from its candidates, nor a multi-run split); each bound is recomputed from its counts
-   (:func:`privaudit.audit.gate.family_bound` at the bound's own confidence), the white-box trajectory bound from
+   (:func:`privaudit.audit.gate.judge.family_bound` at the bound's own confidence), the white-box trajectory bound from
    its trial counts over the cell's claim's event (the per-step observations themselves are not kept);
    each DP cell's claim checks: the trace check re-run on its saved trace against its claim, its own step audit's
    per-step claim re-derived from the two, and each of its pairs' bounds recomputed from their counts (the gate
    then recomputes each pair's mu_lb at the family-wise level);
 4. each sensitivity verdict is recomputed from its observed distance, bound, tolerance, closed form and
    coverage, and each step-audit pair's bounds from their counts and its verdict from them and the claim;
-5. the gate is :func:`privaudit.audit.gate.judge_run` (the runner's own) on that evidence; every discrepancy
+5. the gate is :func:`privaudit.audit.gate.judge.judge_run` (the runner's own) on that evidence; every discrepancy
    found above, every difference between ``report.json`` and the evidence, and a ``report.json`` status that
    differs from the recomputed one is a reason to fail.
 
@@ -45,11 +45,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from privaudit.audit.gate import GateSettings, family_bound, gate_settings, judge_run
+from privaudit.audit.gate.judge import GateSettings, family_bound, gate_settings, judge_run
 from privaudit.audit.report import write_report
 from privaudit.audit.report.schema import load_report
-from privaudit.audit.runner import MANIFEST, SENSITIVITY, STEP_AUDIT, cell_record, file_sha256, read_keyed
-from privaudit.audit.suite import config_hash
+from privaudit.audit.run.runner import MANIFEST, SENSITIVITY, STEP_AUDIT, cell_record, file_sha256, read_keyed
+from privaudit.audit.suite.model import config_hash
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import read_json, strict
 
@@ -337,10 +337,10 @@ def _trajectory_event(where: str, bound: dict[str, Any], cell: dict[str, Any]) -
 
 def recheck_claims(out: Path, cell: dict[str, Any]) -> list[str]:
     """A DP cell's claim checks recomputed from its evidence (its ``claim_checks.json``, hashed in cell.json and
-    run.json): the trace check and the step audit's claim (:func:`privaudit.audit.claim_checks.recheck`), then each
+    run.json): the trace check and the step audit's claim (:func:`privaudit.audit.run.claim_checks.recheck`), then each
     step-audit pair's bounds and verdicts (:func:`restep`). The recomputed values replace the record's; returns the
     differences."""
-    from privaudit.audit.claim_checks import recheck
+    from privaudit.audit.run.claim_checks import recheck
 
     checks = cell.get("claim_checks")
     if not checks or (cell.get("details") or {}).get("error"):

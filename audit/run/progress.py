@@ -32,7 +32,7 @@ clock = time.monotonic
 #: Seconds between two progress lines in a CI log.
 INTERVAL = 20.0
 
-#: Stages every cell runs before its attacks (audit/cell.py); the attack stages are named by their labels.
+#: Stages every cell runs before its attacks (audit/run/cell.py); the attack stages are named by their labels.
 CELL_STAGES = ("train", "utility", "epsilon", "claim checks")
 
 #: Finished tasks of a kind before their own measured-over-planned ratio replaces the ratio over every kind.
@@ -130,7 +130,7 @@ class Progress:
 
     def add(self, task_id: str, kind: str, group: str = "", stages: Sequence[str] = (),
             priors: dict[str, float] | None = None) -> None:
-        """Register a task; ``priors``: its planned cost in seconds per stage (:mod:`privaudit.audit.stage_costs`)."""
+        """Register a task; ``priors``: its planned cost in seconds per stage (:mod:`privaudit.audit.run.stage_costs`)."""
         with self._lock:
             self.tasks.setdefault(task_id, Task(task_id, kind, group, tuple(stages),
                                                 priors={k: float(v) for k, v in (priors or {}).items()}))

@@ -6,7 +6,7 @@
 * **They write nothing after it.** Before each write into the output directory a worker checks that the run is
   alive (:func:`privaudit.core.io.guard_writes`), and otherwise exits at once, writing nothing.
 * **They hold the run's lock.** Each worker inherits the descriptor of the output directory's lock
-  (:mod:`privaudit.audit.lock`), so the directory stays locked until the last worker is gone, even when the main
+  (:mod:`privaudit.audit.run.lock`), so the directory stays locked until the last worker is gone, even when the main
   process was killed first.
 * **They are stopped, not waited for, when the run stops early.** When the run ends by an exception (SIGTERM,
   Ctrl-C, a full disk, an error), :func:`worker_pool` terminates the workers and waits until they are gone
@@ -56,7 +56,7 @@ def worker_pool(jobs: int, lock_fd: int | None = None, initializer: Callable[...
                 initargs: tuple[Any, ...] = ()) -> Iterator[ProcessPoolExecutor]:
     """``jobs`` spawned worker processes that die with the run (module docstring), holding ``lock_fd`` (the
     output directory's lock) while they live, each running ``initializer(*initargs)`` once set up (the progress
-    events' queue: :func:`privaudit.audit.progress.attach`). On a normal exit the pool waits for its tasks; when
+    events' queue: :func:`privaudit.audit.run.progress.attach`). On a normal exit the pool waits for its tasks; when
     the block ends by an exception, the workers are terminated and reaped before the exception goes on."""
     lock = None if lock_fd is None else InheritedFd(lock_fd)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),

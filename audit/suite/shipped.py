@@ -12,8 +12,8 @@ from pathlib import Path
 
 from privaudit.core.errors import ConfigError
 
-_PACKAGE_DIR = Path(__file__).resolve().parent / "suites"   # installed: package data
-_CHECKOUT_DIR = Path(__file__).resolve().parents[1] / "suites"  # source checkout
+_PACKAGE_DIR = Path(__file__).resolve().parents[1] / "suites"   # installed: package data (privaudit/audit/suites)
+_CHECKOUT_DIR = Path(__file__).resolve().parents[2] / "suites"  # source checkout
 
 
 def suites_dir() -> Path | None:

@@ -4,7 +4,7 @@ Each task's prior is its planned work times a stage cost: a cell's stages (train
 attack by name; LiRA scaled by its reference models against the default), a sensitivity claim by its evaluations
 (or its time budget), a step audit by its pair (a witness search costs its evaluations). The costs are seconds on a
 2-core laptop CPU at the quickstart's settings (digits) and set only the scale and the proportions:
-:class:`privaudit.audit.progress.Progress` multiplies them by the measured over planned seconds of the finished
+:class:`privaudit.audit.run.progress.Progress` multiplies them by the measured over planned seconds of the finished
 tasks (its ``speed``), and replaces a cell's by the measured stage times once a cell of its defense has finished.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from privaudit.audit.progress import CELL_STAGES
+from privaudit.audit.run.progress import CELL_STAGES
 
 #: Seconds per stage of a cell (attacks by their registry name): the means of the quickstart's cells on a 2-core
 #: CPU (digits), measured stage by stage at the code that added the claim checks' noise-structure tests.
@@ -34,7 +34,7 @@ SECONDS_PER_WITNESS_EVALUATION = 0.04
 
 
 def cell_priors(spec: Any) -> dict[str, float]:
-    """Planned seconds per stage of a cell (:class:`privaudit.audit.suite.CellSpec`): no epsilon or claim-check
+    """Planned seconds per stage of a cell (:class:`privaudit.audit.suite.model.CellSpec`): no epsilon or claim-check
     cost for a non-private defense; LiRA in proportion to its reference models."""
     priors = {s: STAGE_SECONDS[s] for s in CELL_STAGES}
     if not spec.defense.private:

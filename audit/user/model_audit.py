@@ -16,10 +16,10 @@ population (needed for both). Their one-run bound (Steinke, Nasr & Jagielski 202
 included by an independent fair coin.
 
 ``canary`` (needs ``train_fn``: it audits the training recipe, not the given weights): ``canary_runs`` runs on
-each side of a fixed pair, D = the members and D' = D plus one canary (:mod:`privaudit.audit.canary_runs`). It
+each side of a fixed pair, D = the members and D' = D plus one canary (:mod:`privaudit.audit.user.canary_runs`). It
 is the design that can refute a DP-SGD claim at a large epsilon; ``privaudit plan`` sizes it.
 
-The claim (:mod:`privaudit.audit.user_claim`) is stated, or read from an Opacus accountant's saved state (then
+The claim (:mod:`privaudit.audit.user.claim`) is stated, or read from an Opacus accountant's saved state (then
 every bound is also tested against the claim's own mechanism). The verdict rests on one test fixed before any
 score: the canary runs when they run, else LiRA, else RMIA, else LOSS; against the claim's mechanism when it
 has one. Every attack reports its ceiling (the largest bound its design could show).
@@ -35,8 +35,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from privaudit.audit.final_model import DEFAULT_CANARY_RUNS, DESIGNS, FinalModelDesign
-from privaudit.audit.user_claim import UserClaim, Verdict, claim_from_args, judge
+from privaudit.audit.user.final_model import DEFAULT_CANARY_RUNS, DESIGNS, FinalModelDesign
+from privaudit.audit.user.claim import UserClaim, Verdict, claim_from_args, judge
 from privaudit.core.errors import ConfigError
 
 ATTACKS_RUN = ("loss", "lira", "rmia", "canary")
@@ -102,9 +102,9 @@ class ModelAudit:
                 "verdict_attack": self.verdict_attack, "canary": self.canary, "attacks": self.attacks}
 
     def report(self) -> Any:
-        """The :class:`privaudit.audit.user_report.UserReport` of this audit."""
+        """The :class:`privaudit.audit.user.report.UserReport` of this audit."""
         from privaudit.attacks.metrics import SortedScores
-        from privaudit.audit.user_report import Row, UserReport
+        from privaudit.audit.user.report import Row, UserReport
 
         rows, curves, hists = [], {}, {}
         for name, s in self.attacks.items():
@@ -126,7 +126,7 @@ class ModelAudit:
     def files(self) -> dict[str, bytes]:
         """Every file :func:`audit_model` writes into ``out``: the report's, and ``<attack>/scores.npz`` and
         ``result.json`` for each attack."""
-        from privaudit.audit.user_report import files
+        from privaudit.audit.user.report import files
         from privaudit.core.io import strict, to_json
 
         out = {"report.json": (to_json(strict(self.to_dict())) + "\n").encode("utf-8"), **files(self.report())}
@@ -186,12 +186,12 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     ``train_fn``). ``reference_models``: LiRA's and RMIA's (even, >= 4; shared). ``canary_runs``: runs on each
     side of the canary pair (>= 4). ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with
     ``train_fn``). The claim: ``claimed_epsilon`` at ``delta`` (``relation``, ``unit``), or ``opacus_state``, or
-    ``claim``. ``canary_design``: ``crafted`` (:mod:`privaudit.audit.final_model`: worst-case initialisation, a
+    ``claim``. ``canary_design``: ``crafted`` (:mod:`privaudit.audit.user.final_model`: worst-case initialisation, a
     crafted canary, D = the first ``canary_pair_size`` members, parameters scaled by ``canary_scale``) or
-    ``quiet-coordinate`` (:mod:`privaudit.audit.canary_runs`: D = every member). ``beta``: 1 - confidence. ``out``: the report, each attack's scores and ``report.json``; files there
+    ``quiet-coordinate`` (:mod:`privaudit.audit.user.canary_runs`: D = every member). ``beta``: 1 - confidence. ``out``: the report, each attack's scores and ``report.json``; files there
     that privaudit did not write are kept unless ``force``.
     """
-    from privaudit.audit import out_dir
+    from privaudit.audit.user import out_dir
 
     if members is None or nonmembers is None:
         raise ConfigError("--members and --nonmembers: both required: the examples your model was trained on and "
@@ -350,7 +350,7 @@ def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, b
                    runs: int) -> tuple[Any, dict[str, Any]]:
     from privaudit.attacks.bounds.multi_run import multi_run_bound
     from privaudit.attacks.result import AttackResult
-    from privaudit.audit.canary_runs import canary_scores, choose_canary
+    from privaudit.audit.user.canary_runs import canary_scores, choose_canary
     from privaudit.defenses.seeding import derive_seed
 
     canary = choose_canary(data, trained.model)
@@ -369,13 +369,13 @@ def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, b
 
 def _crafted_canary_attack(data: Any, params: dict[str, Any], seed: int, beta: float, delta: float, runs: int,
                            design: FinalModelDesign, claim: UserClaim | None) -> tuple[Any, dict[str, Any]]:
-    """The final-model audit of :mod:`privaudit.audit.final_model` on D = the first ``design.pair_size`` members:
+    """The final-model audit of :mod:`privaudit.audit.user.final_model` on D = the first ``design.pair_size`` members:
     its result (the Clopper-Pearson bound; the bound against the runs' own mechanism when the training function
     returned Opacus' accountant) and what the report shows of it (the canary, the pair's claim, the heuristic
     estimates, the bound against the number of runs)."""
     from privaudit.attacks.result import AttackResult
-    from privaudit.audit import final_model as fm
-    from privaudit.audit.canary_runs import choose_canary
+    from privaudit.audit.user import final_model as fm
+    from privaudit.audit.user.canary_runs import choose_canary
     from privaudit.defenses.seeding import derive_seed
     from privaudit.defenses.user_model import build, load_callable
 
@@ -407,7 +407,7 @@ def _pair_claim(history: Any, claim: UserClaim | None, delta: float) -> UserClai
     """The audited pair's own claim: the accountant every run returned (None without one, or for a claim at
     another relation or unit)."""
     from privaudit.accountants.base import NotApplicable
-    from privaudit.audit.user_claim import history_claim
+    from privaudit.audit.user.claim import history_claim
 
     if history is None or not 0 < delta < 1 or (claim is not None and claim.relation != "add-remove"):
         return None

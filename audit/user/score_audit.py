@@ -1,7 +1,7 @@
 """Audit scores a user already has: ROC, AUC, TPR at low FPR and a sound epsilon lower bound.
 
 The input is one score per example, higher meaning "member" (or losses / logits that
-:mod:`privaudit.audit.score_inputs` turns into scores), for members and non-members. The metrics are those of
+:mod:`privaudit.audit.user.score_inputs` turns into scores), for members and non-members. The metrics are those of
 :mod:`privaudit.attacks.metrics` (ROC with no points dropped; TPR at FPR 0.1%, 1%, 10% read at the last ROC point
 within the budget). The lower bound is one of :mod:`privaudit.attacks.bounds`, chosen by the *design* that produced
 the scores, because only the design makes a bound sound:
@@ -23,7 +23,7 @@ Either bound is on add/remove epsilon at ``delta`` for one example (one candidat
 1 - beta (the multi-run bound at whatever relation the user's fixed pair has). Many examples scored on *one*
 model are not independent runs of one pair, so the multi-run design does not apply to them.
 
-Given a claim (:mod:`privaudit.audit.user_claim`), the result carries a verdict and the design's **ceiling**: the
+Given a claim (:mod:`privaudit.audit.user.claim`), the result carries a verdict and the design's **ceiling**: the
 largest bound these counts could give (every guess right). A claim read from an accountant's history has a
 mechanism; its verdict rests on the test against that mechanism's own trade-off curve
 (:mod:`privaudit.attacks.bounds.mechanism`, one-sided guesses on the same grid, Bonferroni), the (eps, delta)
@@ -49,15 +49,15 @@ from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound
 from privaudit.attacks.bounds.fair_coin import check_fair_coin, fair_coin_subsample, split_beta
 from privaudit.attacks.bounds.multi_run import multi_run_bound, multi_run_ceiling
 from privaudit.attacks.bounds.one_run import one_run_bound_search_sorted, one_run_search_ceiling, sorted_guess_counts
-from privaudit.audit.score_inputs import (KINDS, Scores, check_same_classes, read_scores, read_tf_privacy,
+from privaudit.audit.user.score_inputs import (KINDS, Scores, check_same_classes, read_scores, read_tf_privacy,
                                          scores_of)
-from privaudit.audit.user_claim import UserClaim, Verdict, claim_from_args, judge
+from privaudit.audit.user.claim import UserClaim, Verdict, claim_from_args, judge
 from privaudit.core.datasets.user_files import check_distinct
 from privaudit.core.errors import ConfigError, check_probability, one_of
 
 DESIGNS = ("one-run", "multi-run")
 GRID_FRACTIONS = (0.01, 0.03, 0.1, 0.3)
-#: What :meth:`ScoreAudit.write` writes into ``out`` (beside the manifest of :mod:`privaudit.audit.out_dir`).
+#: What :meth:`ScoreAudit.write` writes into ``out`` (beside the manifest of :mod:`privaudit.audit.user.out_dir`).
 FILES = ("report.json", "scores.npz", "report.md", "report.html", "roc.png", "histogram.png")
 
 ASSUMPTIONS = {
@@ -170,8 +170,8 @@ class ScoreAudit:
         }
 
     def report(self) -> Any:
-        """The :class:`privaudit.audit.user_report.UserReport` of this audit."""
-        from privaudit.audit.user_report import Row, UserReport
+        """The :class:`privaudit.audit.user.report.UserReport` of this audit."""
+        from privaudit.audit.user.report import Row, UserReport
 
         rows = [Row(f"scores ({self.design})", self.summary, self.bound.epsilon, self.ceiling, self.bound.label)]
         if self.mechanism is not None:
@@ -185,7 +185,7 @@ class ScoreAudit:
 
     def files(self) -> dict[str, bytes | memoryview]:
         """Every file :meth:`write` writes, as bytes (``scores.npz``: each side sorted, uncompressed)."""
-        from privaudit.audit.user_report import files
+        from privaudit.audit.user.report import files
         from privaudit.core.io import strict, to_json
 
         buffer = io.BytesIO()
@@ -195,8 +195,8 @@ class ScoreAudit:
 
     def write(self, out: str | Path, *, force: bool = False) -> dict[str, Path]:
         """Write :data:`FILES` into ``out`` atomically, all or nothing; files of the user's are never replaced
-        without ``force`` (:mod:`privaudit.audit.out_dir`)."""
-        from privaudit.audit import out_dir
+        without ``force`` (:mod:`privaudit.audit.user.out_dir`)."""
+        from privaudit.audit.user import out_dir
 
         need = 2 * out_dir.input_bytes(self.members, self.nonmembers) + out_dir.REPORT_BYTES
         out_dir.prepare(out, FILES, force=force, need=need)
@@ -223,7 +223,7 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     """Audit member / non-member scores: ROC, AUC, advantage, TPR at FPR 0.1/1/10%, a sound epsilon lower bound
     with its ceiling, and with a claim, a verdict.
 
-    ``members``, ``nonmembers``: arrays or file paths (``.npy``/``.npz``/CSV; see :mod:`privaudit.audit.score_inputs`),
+    ``members``, ``nonmembers``: arrays or file paths (``.npy``/``.npz``/CSV; see :mod:`privaudit.audit.user.score_inputs`),
     higher = member; ``kind`` says what they hold (``score``, ``loss``: score = -loss, ``logits`` / ``probs``
     with ``*_labels``: LiRA's logit statistic). ``tf_privacy``: one ``.npz`` in TF-Privacy's
     ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the two sides.
@@ -267,7 +267,7 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
         raise ConfigError(f"delta: must lie in [0, 1), got {delta!r}")
     _check_relation(claim, design)
     if out is not None:
-        from privaudit.audit import out_dir
+        from privaudit.audit.user import out_dir
 
         need = 2 * out_dir.input_bytes(members, nonmembers, tf_privacy) + out_dir.REPORT_BYTES
         out_dir.prepare(out, FILES, force=force, need=need)

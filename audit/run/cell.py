@@ -1,6 +1,6 @@
 """One cell of a suite: train a defense, evaluate utility, account epsilon, run the attacks.
 
-:func:`run_cell` is a plain function of a :class:`privaudit.audit.suite.CellSpec` that returns a
+:func:`run_cell` is a plain function of a :class:`privaudit.audit.suite.model.CellSpec` that returns a
 :class:`CellOutcome` (the cell's report record, its attack results with per-example scores, stage
 timings, or the error). It writes nothing: the runner persists outcomes, so a cell can run in this
 process or on a Ray worker on another machine. Everything goes through the registries (defenses,
@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from privaudit.attacks.result import AttackResult
 from privaudit.audit.failures import failure_line
-from privaudit.audit.suite import CellSpec
+from privaudit.audit.suite.model import CellSpec
 
 # The attack summary keys every report carries first (the report's schema), in this order.
 ATTACK_KEYS = ("auc", "tpr_at_fpr", "eps_lower_bound", "eps_lb_method", "n_members", "n_nonmembers")
@@ -121,7 +121,7 @@ def _run_stages(spec: CellSpec, executor: ExecutorSpec, progress: bool, record: 
                 results: dict[str, AttackResult], clock: _StageClock) -> dict[str, Any] | None:
     """Load the data, train the defense, then fill ``record`` stage by stage (utility, epsilon, the claim checks,
     each attack); return the claim checks' evidence (None for a run without a trace)."""
-    from privaudit.audit.claim_checks import run_claim_checks
+    from privaudit.audit.run.claim_checks import run_claim_checks
     from privaudit.attacks import DataRef, Target
     from privaudit.attacks.shadow_models import resolve_defense
     from privaudit.audit.device import resolve_device

@@ -1,7 +1,7 @@
 """One run per output directory: an advisory lock (``fcntl.flock``) on ``<out>/.privaudit.lock``.
 
 The lock is held by the process that runs the suite for as long as it runs. Its worker processes inherit the
-lock's file descriptor (:func:`privaudit.audit.workers.worker_pool`), and a ``flock`` lock belongs to the open
+lock's file descriptor (:func:`privaudit.audit.run.workers.worker_pool`), and a ``flock`` lock belongs to the open
 file that every copy of the descriptor shares: the kernel releases it only when the last of those processes
 has closed it or died. So the directory stays locked until the last process that could write into it is
 gone (kill -9 of the main process included), and a killed run never leaves a stale lock behind: ``--resume``

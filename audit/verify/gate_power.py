@@ -5,8 +5,8 @@ defense of a suite (a defense with a planted control, :data:`privaudit.defenses.
 attack) and every epsilon of it, this plants an under-noising of factor f (:data:`FACTORS`) into the defense -- its
 control with ``control_factor = f`` -- trains it on ``seeds`` seeds, runs the defense's primary attack (its bounds
 and, for white-box canaries, the released-noise check, :mod:`privaudit.attacks.released_noise`) and the claim checks
-(trace and own step audit, :mod:`privaudit.audit.claim_checks`; DP-SGD-style defenses only), and judges the planted
-cell as a positive control of the suite's gate (:func:`privaudit.audit.gate.gate_cells`) at the family size the
+(trace and own step audit, :mod:`privaudit.audit.run.claim_checks`; DP-SGD-style defenses only), and judges the planted
+cell as a positive control of the suite's gate (:func:`privaudit.audit.gate.judge.gate_cells`) at the family size the
 suite's gate would use with the planted cell added (:func:`suite_family`; its bounds recomputed at that Bonferroni
 level). A factor is *caught* when the gate catches at least ``needed`` of the ``seeds`` runs.
 
@@ -149,8 +149,8 @@ def cell_record(name: str, params: dict[str, Any], label: str, attack: Any, job:
     from privaudit.attacks import Target
     from privaudit.attacks.registry import make_attack
     from privaudit.attacks.shadow_models import resolve_defense
-    from privaudit.audit.cell import attack_record, claim_record
-    from privaudit.audit.claim_checks import run_claim_checks
+    from privaudit.audit.run.cell import attack_record, claim_record
+    from privaudit.audit.run.claim_checks import run_claim_checks
     from privaudit.audit.device import resolve_device
     from privaudit.core.datasets import load_dataset
     from privaudit.defenses.base import Budget
@@ -175,7 +175,7 @@ def cell_record(name: str, params: dict[str, Any], label: str, attack: Any, job:
 
 def judge_planted(record: dict[str, Any], family: int, config: Any) -> tuple[bool, list[str]]:
     """Whether the suite's gate catches the planted cell at family size ``family``, and what caught it."""
-    from privaudit.audit.gate import gate_cells
+    from privaudit.audit.gate.judge import gate_cells
 
     gate = gate_cells([record], config, {record["defense"]: (next(iter(record["attacks"])), True)},
                       family=family)[0]

@@ -4,7 +4,7 @@ One page: what was audited (inputs), the claim and the verdict with its ceiling 
 design could show), a table of measurements per attack -- AUC, advantage (max TPR - FPR, the "attacker
 advantage" TF-Privacy reports) beside balanced accuracy, TPR at low FPR, the sound epsilon lower bound and
 its ceiling -- the log-log ROC and the score histograms. The content comes from the audit's JSON; the
-files are returned as bytes for :func:`privaudit.audit.out_dir.write`.
+files are returned as bytes for :func:`privaudit.audit.user.out_dir.write`.
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ Strict expectations. A documented known-broken finding (a sensitivity ``expect =
 setting or pair that raised) fails it, naming the exception; an ``inconclusive`` one fails it unless the suite
 allows it (``sensitivity.allow_inconclusive``); a grid cell without a result fails it (:func:`judge_run`, the one
 gate of a run, which the runner applies and ``privaudit gate`` recomputes from the run's evidence:
-:mod:`privaudit.audit.evidence`; docs/gate.md).
+:mod:`privaudit.audit.verify.evidence`; docs/gate.md).
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from privaudit.audit.suite import GateConfig, SensitivityConfig, StepAuditConfig
+from privaudit.audit.suite.model import GateConfig, SensitivityConfig, StepAuditConfig
 
 SOUND_METHODS = ("one-run", "one-run-search", "one-run-paired", "one-run-fdp", "one-run-best", "clopper-pearson",
                  "one-run-fdp-mechanism", "white-box-trajectory")
@@ -179,7 +179,7 @@ def _compared_bound(attack: dict[str, Any]) -> tuple[float | None, dict[str, Any
 
 
 def step_comparisons(cell: dict[str, Any]) -> list[dict[str, Any]]:
-    """The cell's own step audit (:mod:`privaudit.audit.claim_checks`) as comparisons: each pair's GDP mu_lb against
+    """The cell's own step audit (:mod:`privaudit.audit.run.claim_checks`) as comparisons: each pair's GDP mu_lb against
     the per-step claim mu = 1 / z the accountant composes, pending the family-wise level; an errored pair is
     ``not comparable`` with its error (and a reason to fail, :func:`claim_check_reasons`)."""
     audit = (cell.get("claim_checks") or {}).get("step_audit")

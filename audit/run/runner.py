@@ -5,7 +5,7 @@ Layout of the output directory::
 
     report.json  report.md  report.html  plots/*.png      the report (generated from report.json)
     run.json                                              the manifest of the evidence (privaudit gate recomputes
-                                                          every verdict from it: privaudit.audit.evidence)
+                                                          every verdict from it: privaudit.audit.verify.evidence)
     timings.json                                          wall time per cell, stage and claim (not in the report)
     cells/<id>-<key>/cell.json                            a finished cell's record (written last)
     cells/<id>-<key>/attacks/<attack>/scores.npz          per-example scores, membership, variants
@@ -13,7 +13,7 @@ Layout of the output directory::
     cells/<id>-<key>/claim_checks.json                    a DP cell's claim (its event) and training trace
     sensitivity.json  sensitivity/witnesses/*             the sensitivity verdicts and their witnesses
 
-A cell's key hashes its resolved configuration (:meth:`privaudit.audit.suite.CellSpec.resolved`). Every file is
+A cell's key hashes its resolved configuration (:meth:`privaudit.audit.suite.model.CellSpec.resolved`). Every file is
 written atomically (:mod:`privaudit.core.io`) and ``cell.json`` only after the cell's scores, so a run killed at
 any point leaves finished cells complete and nothing torn; ``--resume`` reuses every finished cell whose
 key matches and redoes the rest. Cells are computed from seeds alone, so the report of a resumed run
@@ -26,7 +26,7 @@ edited cache is recomputed, and one line on stderr says which and why. ``--only`
 merges every other finished cell into the report, so a partial report never replaces a whole one.
 
 ``--jobs N`` runs cells and side checks in worker processes that never outlive the run and never write after it
-(:mod:`privaudit.audit.workers`): a run stopped early (SIGTERM, Ctrl-C, a full disk) terminates and reaps them
+(:mod:`privaudit.audit.run.workers`): a run stopped early (SIGTERM, Ctrl-C, a full disk) terminates and reaps them
 before it releases the output directory's lock, and a killed run's workers die with it.
 """
 
@@ -42,18 +42,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from privaudit.audit.cell import CellOutcome, ExecutorSpec, base_record, run_cell
-from privaudit.audit.claim_checks import EVIDENCE_FILE as CLAIM_EVIDENCE
+from privaudit.audit.run.cell import CellOutcome, ExecutorSpec, base_record, run_cell
+from privaudit.audit.run.claim_checks import EVIDENCE_FILE as CLAIM_EVIDENCE
 from privaudit.audit.failures import failure_line
 from privaudit.core.errors import ConfigError, one_of
-from privaudit.audit.gate import gate_settings, judge_run
-from privaudit.audit.lock import output_lock
-from privaudit.audit.progress import (CELL_STAGES, Heartbeat, Progress, StageReporter, Tracked, attach,
+from privaudit.audit.gate.judge import gate_settings, judge_run
+from privaudit.audit.run.lock import output_lock
+from privaudit.audit.run.progress import (CELL_STAGES, Heartbeat, Progress, StageReporter, Tracked, attach,
                                       round_robin)
-from privaudit.audit.stage_costs import cell_priors, sensitivity_prior, step_audit_prior
-from privaudit.audit.workers import worker_pool
+from privaudit.audit.run.stage_costs import cell_priors, sensitivity_prior, step_audit_prior
+from privaudit.audit.run.workers import worker_pool
 from privaudit.core.io import TEMP_GLOB, atomic_write_json, check_output_dir, read_json, strict, to_json
-from privaudit.audit.suite import CellSpec, SensitivityConfig, Suite, config_hash
+from privaudit.audit.suite.model import CellSpec, SensitivityConfig, Suite, config_hash
 
 EXECUTOR_CHOICES = ("local", "ray")
 MAX_JOBS = 256  # worker processes (--jobs)
@@ -220,12 +220,12 @@ def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
     return record
 
 
-#: The run's manifest and its side checks' results (the evidence :mod:`privaudit.audit.evidence` recomputes from).
+#: The run's manifest and its side checks' results (the evidence :mod:`privaudit.audit.verify.evidence` recomputes from).
 MANIFEST, SENSITIVITY, STEP_AUDIT = "run.json", "sensitivity.json", "step_audit/results.json"
 
 
 def write_manifest(out: Path, suite: Suite, sensitivity_key: str | None, step_key: str | None) -> None:
-    """Write ``run.json``, the manifest of the run's evidence (:mod:`privaudit.audit.evidence`): the resolved suite,
+    """Write ``run.json``, the manifest of the run's evidence (:mod:`privaudit.audit.verify.evidence`): the resolved suite,
     the grid, the side checks' keys and the SHA-256 of the evidence files present (each cell's record, error and
     claim checks' evidence, the side checks' results)."""
     suite_dict = strict(suite.to_dict())
@@ -267,7 +267,7 @@ def _run_local(cells: Sequence[CellSpec], progress: bool, bar, tracker: Progress
 def _run_pool(cells: Sequence[CellSpec], pool: ProcessPoolExecutor) -> Iterator[CellOutcome]:
     """Cells in parallel worker processes (``--jobs``); each sets its own torch threads, so the numbers are the
     ones ``--jobs 1`` gives. Outcomes come back as cells finish; the runner orders the report by the suite.
-    Each worker reports the cell's start and stages to the progress tracker (:mod:`privaudit.audit.progress`)."""
+    Each worker reports the cell's start and stages to the progress tracker (:mod:`privaudit.audit.run.progress`)."""
     futures = {pool.submit(Tracked(spec.id, run_cell), spec, ExecutorSpec("local"), False, StageReporter(spec.id)):
                spec for spec in cells}
     for future in as_completed(futures):
@@ -461,7 +461,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
               yes_large: bool = False) -> RunResult:
     """Run ``suite`` end to end and write its report; see the module docstring.
 
-    The output directory is locked for the whole run (:func:`privaudit.audit.lock.output_lock`): a second run on the
+    The output directory is locked for the whole run (:func:`privaudit.audit.run.lock.output_lock`): a second run on the
     same directory is refused with one line instead of racing the first for its files."""
     if executor not in EXECUTOR_CHOICES:
         raise one_of("--executor", executor, EXECUTOR_CHOICES)
