@@ -88,7 +88,7 @@ def test_allow_inconclusive_is_validated(tmp_path, table, message):
 
 def test_step_audit_pair_errors_fail_the_gate_and_the_command(tmp_path, capsys, monkeypatch):
     from privaudit.audit.step import audit as step_audit
-    from privaudit.audit.step.audit import step_gate
+    from privaudit.audit.step.gate import step_gate
     from privaudit.audit.suite.model import StepAuditConfig
 
     cfg = StepAuditConfig(("dp-clip", "dpcl-simclr"), 1000, "all", 8.0, 10, 0, {"dpcl-simclr": "refuted"})

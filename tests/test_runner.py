@@ -288,7 +288,7 @@ def test_step_audits_are_saved_as_strict_json_without_seconds(tiny_suite, tmp_pa
         return [{"defense": "dpsgd", "relation": "add-remove", "claim": {"mu": 1.0, "epsilon": 8.0},
                  "verdict": "not refuted", "power": 0.25, "pairs": [pair], "seconds": 2.5}], []
 
-    monkeypatch.setattr("privaudit.audit.step.audit.run_suite_step_audits", planted)
+    monkeypatch.setattr("privaudit.audit.step.runs.run_suite_step_audits", planted)
     suite = tmp_path / "s.toml"
     suite.write_text(tiny_suite.read_text() + "\n[step_audit]\ndefenses = ['dpsgd']\n")
     out = tmp_path / "out"

@@ -275,7 +275,7 @@ def test_bad_input_names_the_field(ctx):
 
 def test_step_gate_documented_and_undocumented_refutations():
     from privaudit.audit.suite.model import StepAuditConfig
-    from privaudit.audit.step.audit import step_gate
+    from privaudit.audit.step.gate import step_gate
 
     def result(name, verdict):
         return {"defense": name, "verdict": verdict, "claim": {"mu": 0.3}, "power": 2.0,
@@ -325,7 +325,7 @@ def test_cli_audit_step(capsys):
 
 def test_report_rows_and_markdown_section():
     from privaudit.audit.report import markdown
-    from privaudit.audit.step.audit import STEP_HEADERS, step_rows
+    from privaudit.audit.step.render import STEP_HEADERS, step_rows
 
     result = {"defense": "dpcl-simclr", "relation": "replace-one", "claim": {"mu": 0.348, "epsilon": 1.33},
               "pairs": [{"pair": "witness", "mu_lower": 0.467, "epsilon_lower": 1.15, "power_mu": 1.34,
@@ -373,7 +373,8 @@ def test_alm_release_with_the_old_float_sampler_is_refuted_by_its_support(ctx, m
     impossible under the neighbour (Mironov 2012), so the reachability test refutes the claim although the
     likelihood-ratio bound stays below it; the gate fails, and the verdict recomputes from the saved counts."""
     from privaudit.audit.verify.evidence import restep
-    from privaudit.audit.step.audit import audit_defense, step_gate
+    from privaudit.audit.step.audit import audit_defense
+    from privaudit.audit.step.gate import step_gate
     from privaudit.audit.suite.model import StepAuditConfig
     from privaudit.defenses.alm import mechanisms
 
@@ -420,7 +421,8 @@ def test_alm_release_with_less_noise_than_claimed_is_refuted(ctx, tmp_path, monk
     delta 0 above the claim), with its witness written."""
     from dataclasses import replace
 
-    from privaudit.audit.step.audit import audit_defense, step_gate
+    from privaudit.audit.step.audit import audit_defense
+    from privaudit.audit.step.gate import step_gate
     from privaudit.audit.suite.model import StepAuditConfig
     from privaudit.defenses.alm.defense import ALM
 

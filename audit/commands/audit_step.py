@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from privaudit.audit.step.audit import audit_defense, summary_line
+    from privaudit.audit.step.audit import audit_defense
+    from privaudit.audit.step.render import summary_line
 
     if args.out is not None:
         check_output_dir(args.out)  # before the audit: a bad --out loses no work

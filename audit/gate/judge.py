@@ -561,8 +561,8 @@ def judge_run(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, A
     """The gate of a whole run, the one implementation the runner and ``privaudit gate`` share: each cell's gate
     (set as ``cell["gate"]``), then the suite's: the cells', every grid cell without a result (a run of part of the
     suite does not pass its gate), the sensitivity verdicts and the step audits (strict expectations: see
-    :func:`sensitivity_gate` and :func:`privaudit.audit.step.audit.step_gate`) and ``errors``."""
-    from privaudit.audit.step.audit import step_gate
+    :func:`sensitivity_gate` and :func:`privaudit.audit.step.gate.step_gate`) and ``errors``."""
+    from privaudit.audit.step.gate import step_gate
 
     for cell, gate in zip(cells, gate_cells(cells, settings.config, settings.roles)):
         cell["gate"] = gate

@@ -625,7 +625,7 @@ def _submit_side_checks(plan: _RunPlan, pool: ProcessPoolExecutor | None, tracke
     cached_step = _cached_step_audit(suite, out) if plan.run_step and plan.resume else None
     step_futures = None
     if pool is not None and plan.run_step and cached_step is None:
-        from privaudit.audit.step.audit import run_suite_step_audits
+        from privaudit.audit.step.runs import run_suite_step_audits
 
         step_futures = [_submit_tracked(pool, tracker, f"step audit {name}", "step audit",
                                         step_audit_prior(suite.step_audit, name), run_suite_step_audits,
@@ -737,7 +737,7 @@ def _step_audit_results(plan: _RunPlan, cached: list[dict[str, Any]] | None,
         if step_raw is not None:
             raw, errors = step_raw
         else:
-            from privaudit.audit.step.audit import run_suite_step_audits
+            from privaudit.audit.step.runs import run_suite_step_audits
 
             tracker.begin_phase("the step audits")
             raw, errors = run_suite_step_audits(suite, out, plan.progress)

@@ -36,7 +36,6 @@ the pins, the model) is saved as safetensors beside a JSON header.
 from __future__ import annotations
 
 import dataclasses
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -45,12 +44,12 @@ import torch
 
 from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.attacks.step_distinguisher import NOISE_MODES, gaussian_step_scores, step_mu
-from privaudit.audit.failures import failure_line
 from privaudit.audit.step.pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
                                         witness_info, write_witness)
 from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 from privaudit.defenses.dp import bounds as dp_bounds
 from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.audit.step.render import summary_line
 
 PAIRS = ("canary", "extreme", "witness")
 PAIR_CHOICES = ("all", "canonical") + PAIRS
@@ -454,21 +453,6 @@ def audit_trained_step(name: str, params: Mapping[str, Any], trained: Any, data:
     return dataclasses.replace(result, settings={**result.settings, "model": where, "noise_from": "the run's trace"})
 
 
-def summary_line(r: StepAudit) -> str:
-    """The audit in one line: the claim, the measured bounds, the power and the verdict."""
-    c = r.claim
-    if r.verdict == "error":
-        failed = "; ".join(f"{p['pair']} pair: {p.get('error')}" for p in r.pairs if p.get("verdict") == "error")
-        return f"{r.defense}: error ({failed or 'no pair finished'})"
-    if c.get("pure"):
-        return (f"{r.defense} ({r.relation}): per-release claim eps = {c['epsilon']:.3g} (pure DP, delta 0; "
-                f"canonical mu {c['mu']:.3f}); measured eps_lb = {r.epsilon_lower:.3g} ({r.best_pair} pair), "
-                f"mu_lb = {r.mu_lower:.3f}; power (eps) {r.power:.2f}: {r.verdict}")
-    return (f"{r.defense} ({r.relation}): per-step claim mu = {c['mu']:.3f} (eps {c['epsilon']:.3g} at delta "
-            f"{c['delta']:g}); measured mu_lb = {r.mu_lower:.3f} ({r.best_pair} pair), eps_lb = "
-            f"{r.epsilon_lower:.3g}; power {r.power:.2f}: {r.verdict}")
-
-
 def validate_defenses(names: Any, where: str = "defenses") -> tuple[str, ...]:
     if not isinstance(names, (list, tuple)) or not names or not all(isinstance(n, str) for n in names):
         raise ConfigError(f"{where}: expected a non-empty list of defense names; accepted: {', '.join(DEFENSES)}")
@@ -478,123 +462,6 @@ def validate_defenses(names: Any, where: str = "defenses") -> tuple[str, ...]:
     return tuple(names)
 
 
-__all__ = ["audit_defense", "summary_line", "StepAudit", "DEFENSES", "PAIRS", "PAIR_CHOICES", "DEFAULT_DRAWS"]
+__all__ = ["audit_defense", "StepAudit", "DEFENSES", "PAIRS", "PAIR_CHOICES", "DEFAULT_DRAWS"]
 
 
-# -- suite glue ---------------------------------------------------------------------------------------
-def run_suite_step_audits(suite: Any, out: Path, progress: bool = True,
-                          names: list[str] | None = None) -> tuple[list[dict[str, Any]], list[str]]:
-    """The suite's ``[step_audit]``: one result per listed defense (or per name of ``names``; hyper-parameters
-    from the suite's entry of that defense, if any), witnesses under ``out/step_audit/witnesses``; plus error
-    lines. Each defense's audit is seeded by the suite's step-audit seed alone, so running the defenses one
-    by one (in parallel workers) gives the numbers one pass gives."""
-    cfg = suite.step_audit
-    params = {d.name: dict(d.params) for d in suite.defenses if d.name in cfg.defenses}
-    delta = next((d.delta for d in suite.defenses if d.delta is not None), None) or 1e-5
-    results, errors = [], []
-    torch.set_num_threads(1)
-    wdir = Path(out) / "step_audit" / "witnesses"
-    for name in (cfg.defenses if names is None else names):
-        start = time.perf_counter()
-        try:
-            audit = audit_defense(name, params=params.get(name), target_epsilon=cfg.target_epsilon, delta=delta,
-                                  draws=cfg.draws, seed=cfg.seed,
-                                  pair=cfg.pair if isinstance(cfg.pair, str) else cfg.pair.get(name, "canonical"),
-                                  dataset=suite.datasets[0], data_dir=suite.data_dir,
-                                  witness_evaluations=cfg.witness_evaluations, out_dir=wdir)
-        except Exception as exc:  # noqa: BLE001 - reported through the gate
-            errors.append(failure_line(f"step audit of {name} errored", exc))
-            continue
-        r = audit.to_dict()
-        r["seconds"] = round(time.perf_counter() - start, 3)
-        for p in r["pairs"]:
-            if p.get("witness"):
-                p["witness"] = str(Path(p["witness"]).relative_to(Path(out)))
-        results.append(r)
-        if progress:
-            print(f"step audit: {summary_line(audit)} ({r['seconds']:.1f}s)", file=sys.stderr, flush=True)
-    return results, errors
-
-
-def step_gate(results: list[dict[str, Any]], config: Any) -> tuple[list[str], list[str]]:
-    """Reasons to fail and notes. Strict: an undocumented refutation fails; a documented one (``expect``) is a
-    note, and one that no longer reproduces fails (the auditor lost power); a pair that errored fails, named."""
-    if config is None:
-        return [], []
-    reasons, notes = [], []
-    seen = {r["defense"] for r in results}
-    for name in config.defenses:
-        if name not in seen:
-            reasons.append(f"step audit of {name}: no result was returned")
-    for r in results:
-        name, verdict = r["defense"], r.get("verdict")
-        expected = config.expect.get(name, "not refuted")
-        errored = [p for p in r.get("pairs") or [] if p.get("verdict") == "error"]
-        reasons += [f"step audit of {name}: pair {p.get('pair')} errored: {p.get('error')}" for p in errored]
-        if verdict == "error" and not errored:
-            reasons.append(f"step audit of {name}: errored (no pair finished)")
-        if verdict == "refuted":
-            text = _refutation_text(name, r)
-            if expected == "refuted":
-                notes.append(text + "; expected by the suite (documented broken claim)")
-            else:
-                reasons.append(text)
-        elif expected == "refuted":
-            reasons.append(f"step audit of {name}: expected refuted, found {verdict} (power "
-                           f"{r.get('power') or 0:.2f}): the auditor lost power; if the claim was fixed, update the "
-                           "suite's step_audit.expect")
-        elif verdict not in ("not refuted", "error"):
-            reasons.append(f"step audit of {name}: unknown verdict {verdict!r}")
-    return reasons, notes
-
-
-def _refutation_text(name: str, r: Mapping[str, Any]) -> str:
-    """The line naming a refuted per-step claim and every refuting pair's bound and witness."""
-    refuting = [p for p in r["pairs"] if p.get("verdict") == "refuted"]
-    pure = bool(r["claim"].get("pure"))
-    stat, claimed = ("eps_lb", "epsilon_lower") if pure else ("mu_lb", "mu_lower")
-    def one(p: Mapping[str, Any]) -> str:
-        if p.get("support_refuted"):
-            from privaudit.audit.step.release import support_summary
-
-            text = f"{p['pair']} pair: floating-point support ({support_summary(p)})"
-        else:
-            text = f"{p['pair']} pair {stat} {p[claimed]:.3g}"
-        return text + (f", witness {p['witness']}" if p.get("witness") else "")
-
-    where = "; ".join(one(p) for p in refuting)
-    what = f"eps = {r['claim']['epsilon']:.3g} (pure DP)" if pure else f"mu = {r['claim']['mu']:.3g}"
-    return f"step audit of {name}: per-step claim {what} refuted by measurement ({where})"
-
-
-STEP_HEADERS = ["defense", "relation", "pair", "claim μ", "claim ε", "μ_lb", "ε_lb", "power", "verdict", "expected",
-                "witness"]
-
-
-def step_rows(report: Mapping[str, Any]) -> list[list[str]]:
-    """One row per audited pair for the Markdown / HTML reports."""
-    expect = ((report.get("suite") or {}).get("step_audit") or {}).get("expect") or {}
-
-    def f(x: Any) -> str:
-        return "-" if x is None else (f"{x:.3g}" if isinstance(x, float) else str(x))
-
-    rows = []
-    for r in report.get("step_audit") or []:
-        for p in r["pairs"]:
-            rows.append([r["defense"], r["relation"], p["pair"], f(r["claim"]["mu"]), f(r["claim"]["epsilon"]),
-                         f(p.get("mu_lower")), f(p.get("epsilon_lower")), f(p.get("power", p.get("power_mu"))),
-                         p["verdict"] if p["verdict"] != "error" else f"error: {p.get('error')}",
-                         expect.get(r["defense"], "not refuted"), p.get("witness") or "-"])
-    return rows
-
-
-STEP_EXPLAIN = ("Each defense's own privatised step on a neighbouring pair of batches with shared non-noise "
-                "randomness, run on each side with many noise draws and scored by the optimal (likelihood-ratio) "
-                "test. claim μ = 1 / z: the per-step Gaussian privacy the accountant assumes (claimed sensitivity "
-                "over noise std); μ_lb (GDP) and ε_lb (Clopper–Pearson at the claim's δ) are sound lower bounds; "
-                "power = μ_lb / claim μ. A bound above the claim refutes it (witness attached). Pairs: canary = the "
-                "worst case the claimed sensitivity allows, extreme = a Dirac-like image, witness = the "
-                "sensitivity search's best pair. ALM (one release of the noised head, pure DP): claim ε is the "
-                "per-release ε at δ = 0, ε_lb the Clopper–Pearson bound at δ = 0, power = ε_lb / claim ε (the "
-                "verdict compares ε only), claim μ the tightest μ of its canonical pair (one coordinate shifted "
-                "by the sampled sensitivity).")
