@@ -103,7 +103,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "check_sensitivity_claims": ("privaudit.audit.sensitivity", "check_claims"),
     "SensitivityResult": ("privaudit.audit.sensitivity", "SensitivityResult"),
     # suites and reports
-    "load_suite": ("privaudit.audit.suite.model", "load_suite"),
+    "load_suite": ("privaudit.audit.suite.load", "load_suite"),
     "Suite": ("privaudit.audit.suite.model", "Suite"),
     "run_suite": ("privaudit.audit.run.runner", "run_suite"),
     "RunResult": ("privaudit.audit.run.runner", "RunResult"),

@@ -243,7 +243,7 @@ def test_at_least_forty_kinds():
 
 def test_a_large_suite_runs_with_yes_large_only(tmp_path):
     """The size check is the only thing --yes-large lifts (validated here without running the 1002 cells)."""
-    from privaudit.audit.suite.model import load_suite
+    from privaudit.audit.suite.load import load_suite
     from privaudit.core.errors import ConfigError
 
     path = tmp_path / "s.toml"

@@ -97,7 +97,7 @@ def test_fair_coin_designs_keep_their_level(eps):
 
 def test_a_suite_cannot_include_its_pool_by_an_unfair_coin():
     """The suite's audit pool feeds the same one-run bounds: its inclusion probability is the fair coin's."""
-    from privaudit.audit.suite.model import parse_suite
+    from privaudit.audit.suite.load import parse_suite
 
     raw = {"name": "s", "datasets": ["digits"], "splits": {"inclusion_probability": 0.8},
            "defenses": [{"name": "nonprivate"}]}

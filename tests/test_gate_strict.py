@@ -10,7 +10,7 @@ import pytest
 
 from privaudit.audit.cli import main
 from privaudit.audit.run.runner import run_suite
-from privaudit.audit.suite.model import load_suite
+from privaudit.audit.suite.load import load_suite
 from privaudit.core.errors import ConfigError
 
 SUITE = """

@@ -66,7 +66,7 @@ def test_undernoised_control_is_caught_by_the_gate(tmp_path):
     random init (the quickstart fine-tunes a pretrained encoder for three), attacked by 2000 of its gradient canaries
     (the quickstart inserts up to 20000): the gate catches it and passes ("control caught")."""
     from privaudit.audit.run.runner import run_suite
-    from privaudit.audit.suite.model import parse_suite
+    from privaudit.audit.suite.load import parse_suite
 
     control = next(d for d in QUICKSTART["defenses"] if d.get("control"))
     raw = {"name": "control", "datasets": ["digits"], "delta": QUICKSTART["delta"],

@@ -13,7 +13,7 @@ import pytest
 
 from privaudit.audit.cli import main
 from privaudit.audit.suite.shipped import resolve_suite, shipped_suites
-from privaudit.audit.suite.model import load_suite
+from privaudit.audit.suite.load import load_suite
 from privaudit.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

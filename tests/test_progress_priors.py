@@ -13,7 +13,7 @@ import pytest
 
 from privaudit.audit.run import stage_costs
 from privaudit.audit.run.progress import CELL_STAGES, Progress
-from privaudit.audit.suite.model import parse_suite
+from privaudit.audit.suite.load import parse_suite
 from test_progress import FakeClock, schedule
 
 try:

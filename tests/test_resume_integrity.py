@@ -18,7 +18,7 @@ import pytest
 
 from privaudit.audit.cli import main
 from privaudit.audit.run.runner import CACHE_SCHEMA, run_suite
-from privaudit.audit.suite.model import load_suite
+from privaudit.audit.suite.load import load_suite
 from privaudit.core.io import read_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -124,7 +124,7 @@ def check_clean_end(path: Path, marker: Path, out: Path, sig: int, wait: float) 
 
 def _resume(path: Path, out: Path) -> None:
     from privaudit.audit.run.runner import run_suite
-    from privaudit.audit.suite.model import load_suite
+    from privaudit.audit.suite.load import load_suite
 
     result = run_suite(load_suite(path), out=out, resume=True, progress=False, jobs=1)
     assert result.exit_code == 0 and sorted(result.ran + result.reused) == sorted(IDS)
@@ -142,7 +142,7 @@ def test_a_killed_run_leaves_no_process_and_no_late_write_and_resumes(tmp_path, 
 @pytest.mark.skipif(not LINUX, reason="finds the run's processes through /proc")
 def test_ten_seconds_after_sigterm_or_sigkill_nothing_is_left_and_resume_equals_a_whole_run(tmp_path):
     from privaudit.audit.run.runner import run_suite
-    from privaudit.audit.suite.model import load_suite
+    from privaudit.audit.suite.load import load_suite
 
     path, marker = write_suite(tmp_path)
     assert run_suite(load_suite(path), out=tmp_path / "whole", progress=False, jobs=1).exit_code == 0
@@ -285,7 +285,7 @@ def _full_disk_at(monkeypatch, fragment: str) -> list[str]:
 def finished(tmp_path_factory):
     """The suite run once with --jobs 1 (no pause): (suite path, output directory)."""
     from privaudit.audit.run.runner import run_suite
-    from privaudit.audit.suite.model import load_suite
+    from privaudit.audit.suite.load import load_suite
 
     directory = tmp_path_factory.mktemp("finished")
     path, _ = write_suite(directory)

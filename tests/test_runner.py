@@ -16,7 +16,7 @@ from privaudit.audit.cli import main
 from privaudit.core.io import load_npz, read_json
 from privaudit.audit.report import TOP_LEVEL
 from privaudit.audit.run.runner import run_suite
-from privaudit.audit.suite.model import load_suite
+from privaudit.audit.suite.load import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL_KEYS = {"id", "dataset", "defense", "target_epsilon", "delta", "seed", "claim", "epsilon", "utility", "attacks",

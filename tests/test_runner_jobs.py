@@ -6,7 +6,7 @@ import json
 import re
 
 from privaudit.audit.run.runner import run_suite
-from privaudit.audit.suite.model import load_suite
+from privaudit.audit.suite.load import load_suite
 
 
 def test_two_jobs_give_the_same_report(tiny_suite, tmp_path, capsys, monkeypatch):

@@ -291,7 +291,7 @@ def test_step_gate_documented_and_undocumented_refutations():
 
 
 def test_suite_step_audit_validation(tmp_path):
-    from privaudit.audit.suite.model import load_suite
+    from privaudit.audit.suite.load import load_suite
 
     base = 'name = "s"\ndatasets = ["digits"]\nepsilons = [8.0]\n[[defenses]]\nname = "dp-clip"\n'
     p = tmp_path / "s.toml"

@@ -335,15 +335,3 @@ def pool_pairs(membership: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.nd
     pairs = fixed_pairs(membership.size, seed)
     mixed = membership[pairs[:, 0]] != membership[pairs[:, 1]]
     return pairs[mixed], membership[pairs[mixed, 0]]
-
-
-# --------------------------------------------------------------------------------------------------
-# f-DP one run (Mahloujifar, Melis & Chaudhuri 2025)
-# --------------------------------------------------------------------------------------------------
-
-
-# --------------------------------------------------------------------------------------------------
-# Multi run: hypothesis testing with Clopper-Pearson, and the Gaussian-DP variant
-# --------------------------------------------------------------------------------------------------
-
-

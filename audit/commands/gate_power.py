@@ -97,7 +97,7 @@ def run_bugs(args: argparse.Namespace, suite: Any, out: Path, defenses: list[str
 
 def run(args: argparse.Namespace) -> int:
     from privaudit.audit.verify.gate_power import measure
-    from privaudit.audit.suite.model import load_suite
+    from privaudit.audit.suite.load import load_suite
     from privaudit.core.io import atomic_write_json, atomic_write_text, check_output_dir, to_json
 
     suite = load_suite(args.suite, data_dir=args.data_dir)

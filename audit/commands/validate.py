@@ -53,7 +53,7 @@ def summary(suite: Any) -> dict[str, Any]:
 def check(path: str, data_dir: str | None = None, allow_plugins: bool = False,
           machine_checks: bool = True) -> dict[str, Any]:
     """``{"suite", "valid", "error"}`` for one suite, with :func:`summary`'s fields when it is valid."""
-    from privaudit.audit.suite.model import load_suite
+    from privaudit.audit.suite.load import load_suite
 
     try:
         suite = load_suite(path, data_dir=data_dir, allow_plugins=allow_plugins, machine_checks=machine_checks)
