@@ -11,7 +11,8 @@ import pytest
 
 from privaudit.audit.cli import main
 from privaudit.audit.verify.evidence import MANIFEST, recompute
-from privaudit.audit.run.runner import file_sha256, read_keyed, run_suite, write_keyed
+from privaudit.audit.run.cache import file_sha256, read_keyed, write_keyed
+from privaudit.audit.run.runner import run_suite
 from privaudit.audit.suite.model import config_hash
 from privaudit.audit.suite.load import load_suite
 from privaudit.core.io import read_json

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.run.runner import CACHE_SCHEMA, run_suite
+from privaudit.audit.run.cache import CACHE_SCHEMA
+from privaudit.audit.run.runner import run_suite
 from privaudit.audit.suite.load import load_suite
 from privaudit.core.io import read_json
 

@@ -12,7 +12,7 @@ import pytest
 
 from privaudit.audit.cli import main
 from privaudit.audit.run.lock import LOCK_NAME, output_lock
-from privaudit.audit.run.runner import clean_temporaries
+from privaudit.audit.run.cache import clean_temporaries
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import atomic_write_json
 

@@ -71,7 +71,7 @@ def prepare(out: str | Path, names: Sequence[str], *, force: bool = False, field
     check_space(out, need, field)
     if force or not out.is_dir():
         return out
-    from privaudit.audit.run.runner import file_sha256  # only when --out exists: a fresh directory needs no suite machinery
+    from privaudit.audit.run.cache import file_sha256
     ours = read_manifest(out)
     for name in (*names, MANIFEST):
         path = out / name

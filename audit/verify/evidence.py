@@ -1,7 +1,7 @@
 """The gate of a finished run recomputed from its evidence: what ``privaudit gate`` and ``privaudit report`` show.
 
 ``report.json`` is a rendering of the run, not evidence: no verdict, bound, epsilon or status in it is trusted.
-The evidence is what the runner saved, each file a keyed artifact (:func:`privaudit.audit.run.runner.write_keyed`:
+The evidence is what the runner saved, each file a keyed artifact (:func:`privaudit.audit.run.cache.write_keyed`:
 schema version, key, a SHA-256 digest of its content and the SHA-256 of every file it references)::
 
     run.json                   the manifest: the resolved suite, its grid (each cell's id, key and directory), the
@@ -48,7 +48,7 @@ import numpy as np
 from privaudit.audit.gate.judge import GateSettings, family_bound, gate_settings, judge_run
 from privaudit.audit.report import write_report
 from privaudit.audit.report.schema import load_report
-from privaudit.audit.run.runner import MANIFEST, SENSITIVITY, STEP_AUDIT, cell_record, file_sha256, read_keyed
+from privaudit.audit.run.cache import MANIFEST, SENSITIVITY, STEP_AUDIT, cell_record, file_sha256, read_keyed
 from privaudit.audit.suite.model import config_hash
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import read_json, strict
