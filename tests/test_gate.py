@@ -5,7 +5,8 @@ import pytest
 
 from privaudit.attacks.bounds.multi_run import multi_run_bound
 from privaudit.attacks.bounds.one_run import one_run_bound
-from privaudit.audit.gate.judge import family_bound, gate_cells, sensitivity_gate, suite_gate
+from privaudit.audit.gate.recompute import family_bound
+from privaudit.audit.gate.judge import gate_cells, sensitivity_gate, suite_gate
 from privaudit.audit.suite.model import GateConfig, SensitivityConfig
 
 
