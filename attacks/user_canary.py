@@ -61,7 +61,7 @@ from privaudit.attacks.base import Attack, AttackConfig, Target
 from privaudit.attacks.bounds.lower_bound import check_relation_unit
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.gradient_canary import (CanaryAuditConfig, GradientCanaries, canary_audit_result,
-                                              track_claimed_trajectory)
+                                               track_claimed_trajectory)
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.seeding import torch_generator

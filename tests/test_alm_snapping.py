@@ -18,8 +18,8 @@ from privaudit.attacks.step_distinguisher import additive_step_scores, step_boun
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.alm.mechanisms import add_noise, calibrate_noise, snapped_calibration
 from privaudit.defenses.alm.snapping import (correctly_rounded_log, default_clamp_bound, full_grid_uniform, grid_step,
-                                   round_to_grid, snap, snapped_log_mass, snapping_epsilon, snapping_scale,
-                                   unit_laplace)
+                                             round_to_grid, snap, snapped_log_mass, snapping_epsilon, snapping_scale,
+                                             unit_laplace)
 
 ALPHA = 0.05
 

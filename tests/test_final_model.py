@@ -1,5 +1,5 @@
-"""The final-model audit (:mod:`privaudit.audit.user.final_model`): its bound's soundness on the idealised mechanism, the
-planted inflated variant the same check catches, and the design on a real Opacus recipe at a test's size."""
+"""The final-model audit (:mod:`privaudit.audit.user.final_model`): its bound's soundness on the idealised mechanism,
+the planted inflated variant the same check catches, and the design on a real Opacus recipe at a test's size."""
 
 from __future__ import annotations
 

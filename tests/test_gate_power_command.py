@@ -6,8 +6,8 @@ import json
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.verify.gate_power import (NEEDED, PLANTED_COMPARISONS, FactorRow, judge_planted, plantable, statements,
-                                        suite_family)
+from privaudit.audit.verify.gate_power import (NEEDED, PLANTED_COMPARISONS, FactorRow, judge_planted, plantable,
+                                               statements, suite_family)
 from privaudit.audit.suite.model import GateConfig
 from privaudit.audit.suite.load import load_suite
 

@@ -13,7 +13,7 @@ from privaudit.accountants.events import (GaussianDpEvent, LaplaceDpEvent, Poiss
 from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.attacks.gradient_canary import simulate_canary_scores, step_llr
 from privaudit.attacks.bounds.mechanism import (METHOD, mechanism_epsilon, mechanism_one_run_bound, scale_noise,
-                                     unsupported_reason, _epsilon_optimistic, _key)
+                                                unsupported_reason, _epsilon_optimistic, _key)
 from privaudit.audit.gate.judge import compare
 from privaudit.audit.gate.recompute import family_bound
 from privaudit.core.errors import ConfigError

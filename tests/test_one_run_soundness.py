@@ -4,8 +4,8 @@ Default run (tests/soundness.py's check: a binomial test at false-alarm 1e-6, an
 times 1.2): each bound the gate recomputes -- Steinke et al.'s on add/remove inclusion coins (``one-run``), the
 same p-value on replace-one paired slots (``one-run-paired``), the f-DP one-run bound (Mahloujifar et al. 2025,
 (eps, delta) null, ``one-run-fdp``) and the user-level max of both at beta / 2 on paired canary users
-(``one-run-best``) -- is evaluated through :func:`privaudit.audit.gate.recompute.family_bound` (what the gate computes) on
-200 runs of randomized response at eps = 2, exactly eps-DP with respect to each coin and the mechanism one-run
+(``one-run-best``) -- is evaluated through :func:`privaudit.audit.gate.recompute.family_bound` (what the gate computes)
+on 200 runs of randomized response at eps = 2, exactly eps-DP with respect to each coin and the mechanism one-run
 audits are tight on (mean power 0.91-0.96), so the x1.2 variant over-claims on 94-100% of runs and the check
 rejects it with power above 0.9999, while the honest bound passes. The attacks' own bound functions are checked
 to give the gate's numbers on the same scores. The ``slow`` version runs every bound on three mechanisms (randomized

@@ -1,8 +1,8 @@
-"""The time left is estimated from the run's first line: each task's planned cost (:mod:`privaudit.audit.run.stage_costs`)
-at the speed measured on the finished tasks, then their measured times. On tests/test_progress.py's replay of the
-quickstart's schedule, with priors wrong for this machine by a common factor and by each task's own error, the
-estimate exists from the start and is within 25% of the time left from a tenth of the run on (30 s near the end);
-the same priors taken at face value (no speed correction, planted) are not."""
+"""The time left is estimated from the run's first line: each task's planned cost
+(:mod:`privaudit.audit.run.stage_costs`) at the speed measured on the finished tasks, then their measured times. On
+tests/test_progress.py's replay of the quickstart's schedule, with priors wrong for this machine by a common factor and
+by each task's own error, the estimate exists from the start and is within 25% of the time left from a tenth of the run
+on (30 s near the end); the same priors taken at face value (no speed correction, planted) are not."""
 
 from __future__ import annotations
 

@@ -65,7 +65,8 @@ def test_a_second_run_on_the_same_directory_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom privaudit.audit.run.lock import output_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+         "from privaudit.audit.run.lock import output_lock\n"
          f"with output_lock(Path({str(out)!r})):\n    print('locked', flush=True)\n    time.sleep(30)\n"],
         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""}, stdout=subprocess.PIPE, text=True)
     try:

@@ -14,8 +14,8 @@ from privaudit.accountants.events import (ComposedDpEvent, GaussianDpEvent, Lapl
 from privaudit.attacks.gradient_canary import GradientCanaries
 from privaudit.attacks.bounds.mechanism import optimistic_epsilon
 from privaudit.attacks.bounds.trajectory import (METHOD, TrajectoryCounts, gradient_event, mu_lower, mu_lower_form,
-                                                plan_threshold, plan_trajectory, step_multiplier, trajectory_bound,
-                                                trajectory_epsilon, trajectory_epsilon_from_counts, unsupported_reason)
+                                                 plan_threshold, plan_trajectory, step_multiplier, trajectory_bound,
+                                                 trajectory_epsilon, trajectory_epsilon_from_counts, unsupported_reason)
 from privaudit.core.errors import ConfigError
 
 BETA, DELTA = 0.05, 1e-5

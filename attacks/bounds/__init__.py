@@ -54,5 +54,6 @@ Modules: :mod:`~privaudit.attacks.bounds.lower_bound` (the bound's record, its r
 :mod:`~privaudit.attacks.bounds.fdp` (f-DP one run), :mod:`~privaudit.attacks.bounds.multi_run` (multi run),
 :mod:`~privaudit.attacks.bounds.gdp` (Gaussian DP), and the bounds against a claim's own mechanism
 (:mod:`~privaudit.attacks.bounds.mechanism`), over a whole training trajectory
-(:mod:`~privaudit.attacks.bounds.trajectory`) and from a pooled error count (:mod:`~privaudit.attacks.bounds.pooled_gdp`).
+(:mod:`~privaudit.attacks.bounds.trajectory`) and from a pooled error count
+(:mod:`~privaudit.attacks.bounds.pooled_gdp`).
 """

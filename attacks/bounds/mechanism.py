@@ -60,8 +60,8 @@ from typing import Any, Callable
 import numpy as np
 
 from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
-                                SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_from_dict,
-                                event_to_dict)
+                                          SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_from_dict,
+                                          event_to_dict)
 from privaudit.accountants.pld import build_pld
 from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound, check_relation_unit
 from privaudit.attacks.bounds.fdp import fdp_recursion_rejects, one_sided_counts

@@ -1,4 +1,5 @@
-"""``privaudit audit-scores``: audit member / non-member scores a user already has (see :mod:`privaudit.audit.user.score_audit`)."""
+"""``privaudit audit-scores``: audit member / non-member scores a user already has (see
+:mod:`privaudit.audit.user.score_audit`)."""
 
 from __future__ import annotations
 

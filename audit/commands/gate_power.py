@@ -1,7 +1,8 @@
 """``privaudit gate-power SUITE``: the smallest noise shortfall the suite's gate catches, per epsilon.
 
-Plants under-noising factors into each gated DP-SGD-style defense of the suite (:mod:`privaudit.audit.verify.gate_power`)
-and writes ``gate_power.json`` and ``gate_power.md`` into ``--out`` (default: the suite's out, ``/gate-power``).
+Plants under-noising factors into each gated DP-SGD-style defense of the suite
+(:mod:`privaudit.audit.verify.gate_power`) and writes ``gate_power.json`` and ``gate_power.md`` into ``--out`` (default:
+the suite's out, ``/gate-power``).
 """
 
 from __future__ import annotations

@@ -150,13 +150,14 @@ def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
     return record
 
 
-#: The run's manifest and its side checks' results (the evidence :mod:`privaudit.audit.verify.evidence` recomputes from).
+#: The run's manifest and its side checks' results (the evidence :mod:`privaudit.audit.verify.evidence` recomputes
+#: from).
 MANIFEST, SENSITIVITY, STEP_AUDIT = "run.json", "sensitivity.json", "step_audit/results.json"
 
 
 def write_manifest(out: Path, suite: Suite, sensitivity_key: str | None, step_key: str | None) -> None:
-    """Write ``run.json``, the manifest of the run's evidence (:mod:`privaudit.audit.verify.evidence`): the resolved suite,
-    the grid, the side checks' keys and the SHA-256 of the evidence files present (each cell's record, error and
+    """Write ``run.json``, the manifest of the run's evidence (:mod:`privaudit.audit.verify.evidence`): the resolved
+    suite, the grid, the side checks' keys and the SHA-256 of the evidence files present (each cell's record, error and
     claim checks' evidence, the side checks' results)."""
     suite_dict = strict(suite.to_dict())
     grid, files = [], []

@@ -130,7 +130,8 @@ class Progress:
 
     def add(self, task_id: str, kind: str, group: str = "", stages: Sequence[str] = (),
             priors: dict[str, float] | None = None) -> None:
-        """Register a task; ``priors``: its planned cost in seconds per stage (:mod:`privaudit.audit.run.stage_costs`)."""
+        """Register a task; ``priors``: its planned cost in seconds per stage
+        (:mod:`privaudit.audit.run.stage_costs`)."""
         with self._lock:
             self.tasks.setdefault(task_id, Task(task_id, kind, group, tuple(stages),
                                                 priors={k: float(v) for k, v in (priors or {}).items()}))

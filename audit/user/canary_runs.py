@@ -4,8 +4,8 @@ The pair (add/remove, one example): D = the user's members, D' = D plus one cana
 user's training function on each (fresh seeds for everything the recipe draws: batches, noise; one fixed
 initialisation, since a DP guarantee holds for any initialisation chosen independently of the data), and
 one score per run. A threshold chosen on a seeded half of each side's runs, the errors counted on the other
-half: the Clopper-Pearson bound on (eps, delta) (:func:`privaudit.attacks.bounds.multi_run.multi_run_bound`; Jagielski et
-al. 2020, Nasr et al. 2021) and, when the claim has a mechanism, the test against its own trade-off curve
+half: the Clopper-Pearson bound on (eps, delta) (:func:`privaudit.attacks.bounds.multi_run.multi_run_bound`; Jagielski
+et al. 2020, Nasr et al. 2021) and, when the claim has a mechanism, the test against its own trade-off curve
 (:func:`privaudit.attacks.bounds.mechanism.multi_run_mechanism_bound`). Any canary and any score fixed before the
 runs give a sound bound; these are chosen for power:
 

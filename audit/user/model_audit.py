@@ -188,8 +188,9 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     ``train_fn``). The claim: ``claimed_epsilon`` at ``delta`` (``relation``, ``unit``), or ``opacus_state``, or
     ``claim``. ``canary_design``: ``crafted`` (:mod:`privaudit.audit.user.final_model`: worst-case initialisation, a
     crafted canary, D = the first ``canary_pair_size`` members, parameters scaled by ``canary_scale``) or
-    ``quiet-coordinate`` (:mod:`privaudit.audit.user.canary_runs`: D = every member). ``beta``: 1 - confidence. ``out``: the report, each attack's scores and ``report.json``; files there
-    that privaudit did not write are kept unless ``force``.
+    ``quiet-coordinate`` (:mod:`privaudit.audit.user.canary_runs`: D = every member). ``beta``: 1 - confidence. ``out``:
+    the report, each attack's scores and ``report.json``; files there that privaudit did not write are kept unless
+    ``force``.
     """
     from privaudit.audit.user import out_dir
 
@@ -226,8 +227,8 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
 
 def _coin_test(data: Any, attacks: Sequence[str], beta: float) -> float:
     """The one-run attacks' beta, after their fair coin is tested on the counts of the user's split
-    (:func:`privaudit.attacks.bounds.fair_coin.check_fair_coin` at its share of ``beta``; refuses when contradicted, before
-    any training). The canary runs (multi-run, equal run counts by construction) keep the full ``beta``."""
+    (:func:`privaudit.attacks.bounds.fair_coin.check_fair_coin` at its share of ``beta``; refuses when contradicted,
+    before any training). The canary runs (multi-run, equal run counts by construction) keep the full ``beta``."""
     from privaudit.attacks.bounds.fair_coin import check_fair_coin, split_beta
 
     if not set(attacks) - {"canary"}:

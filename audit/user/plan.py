@@ -3,9 +3,10 @@
 A design's **ceiling** is the largest lower bound it can give, reached when every guess is right (one run) or
 no counted run is misclassified (multi run); a design whose ceiling is at most the claimed epsilon cannot
 refute the claim whatever the model does. Every ceiling here is the project's own bound evaluated at perfect
-counts (:func:`privaudit.attacks.bounds.one_run.one_run_search_ceiling`, :func:`privaudit.attacks.bounds.multi_run.multi_run_ceiling`,
-:func:`privaudit.attacks.bounds.mechanism.multi_run_mechanism_ceiling`), searched over the design's size: a
-geometric scan, then bisection between the last size that cannot and the first that can.
+counts (:func:`privaudit.attacks.bounds.one_run.one_run_search_ceiling`,
+:func:`privaudit.attacks.bounds.multi_run.multi_run_ceiling`,
+:func:`privaudit.attacks.bounds.mechanism.multi_run_mechanism_ceiling`), searched over the design's size: a geometric
+scan, then bisection between the last size that cannot and the first that can.
 
 Designs, as privaudit runs them:
 

@@ -17,7 +17,8 @@ the scores, because only the design makes a bound sound:
 * ``design="multi-run"`` (Jagielski et al. 2020; Nasr et al. 2021): each score comes from an
   **independent training run** on a fixed neighbouring pair, on D' (the target example included:
   "members") or D (excluded: "non-members"). The threshold is chosen on a seeded half of the runs and
-  the errors counted on the other half, with Clopper-Pearson bounds (:func:`privaudit.attacks.bounds.multi_run.multi_run_bound`).
+  the errors counted on the other half, with Clopper-Pearson bounds
+  (:func:`privaudit.attacks.bounds.multi_run.multi_run_bound`).
 
 Either bound is on add/remove epsilon at ``delta`` for one example (one candidate), at confidence
 1 - beta (the multi-run bound at whatever relation the user's fixed pair has). Many examples scored on *one*
@@ -49,8 +50,7 @@ from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound
 from privaudit.attacks.bounds.fair_coin import check_fair_coin, fair_coin_subsample, split_beta
 from privaudit.attacks.bounds.multi_run import multi_run_bound, multi_run_ceiling
 from privaudit.attacks.bounds.one_run import one_run_bound_search_sorted, one_run_search_ceiling, sorted_guess_counts
-from privaudit.audit.user.score_inputs import (KINDS, Scores, check_same_classes, read_scores, read_tf_privacy,
-                                         scores_of)
+from privaudit.audit.user.score_inputs import KINDS, Scores, check_same_classes, read_scores, read_tf_privacy, scores_of
 from privaudit.audit.user.claim import UserClaim, Verdict, claim_from_args, judge
 from privaudit.core.datasets.user_files import check_distinct
 from privaudit.core.errors import ConfigError, check_probability, one_of
@@ -223,10 +223,10 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     """Audit member / non-member scores: ROC, AUC, advantage, TPR at FPR 0.1/1/10%, a sound epsilon lower bound
     with its ceiling, and with a claim, a verdict.
 
-    ``members``, ``nonmembers``: arrays or file paths (``.npy``/``.npz``/CSV; see :mod:`privaudit.audit.user.score_inputs`),
-    higher = member; ``kind`` says what they hold (``score``, ``loss``: score = -loss, ``logits`` / ``probs``
-    with ``*_labels``: LiRA's logit statistic). ``tf_privacy``: one ``.npz`` in TF-Privacy's
-    ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the two sides.
+    ``members``, ``nonmembers``: arrays or file paths (``.npy``/``.npz``/CSV; see
+    :mod:`privaudit.audit.user.score_inputs`), higher = member; ``kind`` says what they hold (``score``, ``loss``:
+    score = -loss, ``logits`` / ``probs`` with ``*_labels``: LiRA's logit statistic). ``tf_privacy``: one ``.npz`` in
+    TF-Privacy's ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the two sides.
     ``design``: ``one-run`` (each example included by an independent fair coin in one training run) or
     ``multi-run`` (each score from an independent run on a fixed neighbouring pair); the bound is sound only
     for the design that produced the scores (see the module docstring). ``inclusion_probability``: the one-run

@@ -21,8 +21,8 @@ schema version, key, a SHA-256 digest of its content and the SHA-256 of every fi
 3. each attack's AUC is recomputed from its saved scores, and its guess counts where the guesses are on those
    scores (one-run, f-DP, best-of and mechanism bounds on canaries or candidates; not the replace-one pairs a
    black-box attack draws from its candidates, nor a multi-run split); each bound is recomputed from its counts
-   (:func:`privaudit.audit.gate.recompute.family_bound` at the bound's own confidence), the white-box trajectory bound from
-   its trial counts over the cell's claim's event (the per-step observations themselves are not kept);
+   (:func:`privaudit.audit.gate.recompute.family_bound` at the bound's own confidence), the white-box trajectory bound
+   from its trial counts over the cell's claim's event (the per-step observations themselves are not kept);
    each DP cell's claim checks: the trace check re-run on its saved trace against its claim, its own step audit's
    per-step claim re-derived from the two, and each of its pairs' bounds recomputed from their counts (the gate
    then recomputes each pair's mu_lb at the family-wise level);

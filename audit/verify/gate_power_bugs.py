@@ -1,15 +1,15 @@
 """Gate power over bug classes: ``privaudit gate-power SUITE --bugs CATALOGUE --allow-plugins``.
 
-:mod:`privaudit.audit.verify.gate_power` measures the smallest noise shortfall the gate catches. Real DP bugs are not all
-shortfalls: batches sampled otherwise than claimed, a clip other than the one the noise is calibrated to, reused
+:mod:`privaudit.audit.verify.gate_power` measures the smallest noise shortfall the gate catches. Real DP bugs are not
+all shortfalls: batches sampled otherwise than claimed, a clip other than the one the noise is calibrated to, reused
 noise, noise missing on some parameters, a normaliser that follows the data, wrong accountant inputs. A catalogue
 (a Python file outside the product path, loaded like a plugin: ``BUGS``, name -> an object with ``cls``,
 ``description``, ``applies`` (defense names) and ``plant(defense, params)``, a context manager that plants the
 bug into the real training code for its block; the project's is ``tests/bug_plants.py``) is planted, bug by bug,
 into each gated DP defense of the suite it applies to, at each epsilon, on ``seeds`` seeds. Each planted run is
 the defense's own cell (its claim checks and its primary attack, :func:`privaudit.audit.verify.gate_power.cell_record`),
-judged as a claim by the suite's gate at its family size (:func:`privaudit.audit.gate.judge.gate_cells`): caught when the
-gate fails it. The correct defense runs beside the bugs on the same seeds (``correct``: every one must pass). All
+judged as a claim by the suite's gate at its family size (:func:`privaudit.audit.gate.judge.gate_cells`): caught when
+the gate fails it. The correct defense runs beside the bugs on the same seeds (``correct``: every one must pass). All
 seeds run (a catch *rate*, not a decision). Output: ``gate_power_bugs.json`` and ``gate_power_bugs.md``.
 """
 
