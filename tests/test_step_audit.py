@@ -372,7 +372,7 @@ def test_alm_release_with_the_old_float_sampler_is_refuted_by_its_support(ctx, m
     """The textbook float64 logistic release planted back (what ALM released before): most of its outputs are
     impossible under the neighbour (Mironov 2012), so the reachability test refutes the claim although the
     likelihood-ratio bound stays below it; the gate fails, and the verdict recomputes from the saved counts."""
-    from privaudit.audit.verify.evidence import restep
+    from privaudit.audit.verify.recheck import restep
     from privaudit.audit.step.audit import audit_defense
     from privaudit.audit.step.gate import step_gate
     from privaudit.audit.suite.model import StepAuditConfig

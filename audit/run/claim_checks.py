@@ -68,7 +68,7 @@ def recheck(checks: dict[str, Any], claim: Mapping[str, Any], evidence: Mapping[
     the cell's own claim (the one its epsilons are re-accounted from; the evidence's copy must be it), and its step
     audit's claim (per-step mu = 1 / z of the claim, the trace's smallest noise) re-derived from the two. The
     recomputed values replace ``checks``'; the pairs' bounds and verdicts are the step audits' own recomputation
-    (:func:`privaudit.audit.verify.evidence.restep`). Returns the differences."""
+    (:func:`privaudit.audit.verify.recheck.restep`). Returns the differences."""
     problems = [] if evidence.get("claim") == claim else [f"{EVIDENCE_FILE}'s claim is not the cell's claim"]
     try:
         found = [m.to_dict() for m in trace_findings({**evidence, "claim": claim})]
