@@ -85,7 +85,8 @@ def test_heartbeat_prints_in_a_ci_log():
     import io
     import time as _time
 
-    from privaudit.audit.run.progress import CELL_STAGES, Heartbeat, Progress
+    from privaudit.audit.run.progress import CELL_STAGES, Progress
+    from privaudit.audit.run.heartbeat import Heartbeat
 
     progress = Progress(jobs=2)
     for seed in range(4):

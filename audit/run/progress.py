@@ -11,15 +11,13 @@ time the running ones have run so far (:meth:`Progress._mean`); a running cell w
 predicted stage by stage. Until every kind of task still to run has one finished task the line says what is not
 timed yet instead of guessing.
 
-In a worker process (``--jobs N``) the events travel through a queue: :func:`attach` (the pool's initializer)
-connects the worker, :class:`Tracked` reports a task's start and :class:`StageReporter` each stage; the parent's
-:class:`Heartbeat` reads them. :class:`Heartbeat` prints ``[privaudit +Ns] ...`` at least every ``interval``
-seconds when stdout is not a terminal (a terminal has tqdm's bars instead).
+In a worker process (``--jobs N``) the events travel through a queue (:mod:`privaudit.audit.run.progress_events`);
+the parent's :class:`~privaudit.audit.run.heartbeat.Heartbeat` applies them here and prints the line at least every
+``interval`` seconds when stdout is not a terminal (a terminal has tqdm's bars instead).
 """
 
 from __future__ import annotations
 
-import queue as queue_module
 import sys
 import threading
 import time
@@ -29,8 +27,6 @@ from typing import Any, Callable, Sequence, TextIO
 #: The clock every process uses: system-wide on Linux and macOS, so a worker's times compare with the parent's.
 clock = time.monotonic
 
-#: Seconds between two progress lines in a CI log.
-INTERVAL = 20.0
 
 #: Stages every cell runs before its attacks (audit/run/cell.py); the attack stages are named by their labels.
 CELL_STAGES = ("train", "utility", "epsilon", "claim checks")
@@ -345,105 +341,3 @@ class Progress:
 def _and(items: Sequence[str]) -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return " and ".join(items) if len(items) < 3 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
-# -- worker side ---------------------------------------------------------------------------------------------------
-
-_QUEUE: Any = None  # in a pool worker: where its events go (set by attach)
-
-
-def attach(events: Any) -> None:
-    """A pool worker's initializer: send this process's progress events to ``events`` (a multiprocessing queue)."""
-    global _QUEUE
-    _QUEUE = events
-
-
-def report(task_id: str, what: str, name: str = "") -> None:
-    """Send one event to the parent (nothing outside a pool worker)."""
-    if _QUEUE is not None:
-        _QUEUE.put((task_id, what, name, clock()))
-
-
-@dataclass(frozen=True)
-class StageReporter:
-    """A cell's ``on_stage`` callback in a worker (picklable): reports each stage it starts."""
-
-    task_id: str
-
-    def __call__(self, stage: str) -> None:
-        report(self.task_id, "stage", stage)
-
-
-@dataclass(frozen=True)
-class Tracked:
-    """``fn`` as a pool task (picklable): reports its start, then runs it."""
-
-    task_id: str
-    fn: Callable[..., Any]
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        report(self.task_id, "start")
-        return self.fn(*args, **kwargs)
-
-
-# -- parent side ---------------------------------------------------------------------------------------------------
-
-
-class Heartbeat:
-    """Prints ``[privaudit +Ns] <progress line>`` every ``interval`` seconds while active, and applies the workers'
-    events from :attr:`events` (created on first use, for a pool's initializer) to :attr:`progress`.
-
-    Silent on a terminal, where tqdm's bars already show progress, and when ``enabled`` is false (``--quiet``); the
-    events are read either way (the progress is also what the runner's bar shows).
-    """
-
-    def __init__(self, progress: Progress, *, interval: float | None = None, enabled: bool = True,
-                 stream: TextIO | None = None):
-        self.progress = progress
-        self.stream = stream or sys.stdout
-        self.enabled = enabled and not interactive(self.stream)
-        self.interval = INTERVAL if interval is None else interval
-        self._events: Any = None
-        self._stop = threading.Event()
-        self._threads: list[threading.Thread] = []
-
-    @property
-    def events(self) -> Any:
-        """The queue pool workers report to (a spawn-context multiprocessing queue)."""
-        if self._events is None:
-            import multiprocessing
-
-            self._events = multiprocessing.get_context("spawn").Queue()
-            self._start(self._listen)
-        return self._events
-
-    def line(self) -> str:
-        return self.progress.line()
-
-    def _print(self) -> None:
-        while not self._stop.wait(self.interval):
-            print(self.line(), file=self.stream, flush=True)
-
-    def _listen(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.progress.apply(self._events.get(timeout=0.5))
-            except queue_module.Empty:
-                continue
-            except (EOFError, OSError, ValueError):  # the queue was closed under us: the run is ending
-                return
-
-    def _start(self, target: Callable[[], None]) -> None:
-        thread = threading.Thread(target=target, daemon=True)
-        thread.start()
-        self._threads.append(thread)
-
-    def __enter__(self) -> "Heartbeat":
-        if self.enabled:
-            self._start(self._print)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=2.0)

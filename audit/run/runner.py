@@ -45,7 +45,9 @@ from privaudit.audit.run.cell import CellOutcome
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.audit.gate.judge import gate_settings, judge_run
 from privaudit.audit.run.lock import output_lock
-from privaudit.audit.run.progress import Heartbeat, Progress, attach, round_robin
+from privaudit.audit.run.heartbeat import Heartbeat
+from privaudit.audit.run.progress import Progress, round_robin
+from privaudit.audit.run.progress_events import attach
 from privaudit.audit.run.workers import worker_pool
 from privaudit.core.io import atomic_write_json, check_output_dir, strict
 from privaudit.audit.suite.model import CellSpec, Suite

@@ -9,7 +9,8 @@ from typing import Any, Iterator, Sequence
 
 from privaudit.audit.run.cell import CellOutcome, ExecutorSpec, base_record, run_cell
 from privaudit.audit.failures import failure_line
-from privaudit.audit.run.progress import CELL_STAGES, Progress, StageReporter, Tracked
+from privaudit.audit.run.progress import CELL_STAGES, Progress
+from privaudit.audit.run.progress_events import StageReporter, Tracked
 from privaudit.audit.run.stage_costs import cell_priors
 from privaudit.audit.suite.model import CellSpec, Suite
 
