@@ -70,9 +70,9 @@ from privaudit.core.version import __version__  # noqa: E402 (after __path__: a 
 _EXPORTS: dict[str, tuple[str, str]] = {
     # your own scores or model
     "audit_scores": ("privaudit.audit.user.score_audit", "audit_scores"),
-    "ScoreAudit": ("privaudit.audit.user.score_audit", "ScoreAudit"),
+    "ScoreAudit": ("privaudit.audit.user.score_result", "ScoreAudit"),
     "audit_model": ("privaudit.audit.user.model_audit", "audit_model"),
-    "ModelAudit": ("privaudit.audit.user.model_audit", "ModelAudit"),
+    "ModelAudit": ("privaudit.audit.user.model_result", "ModelAudit"),
     # defenses
     "make_defense": ("privaudit.defenses", "make_defense"),
     "Budget": ("privaudit.defenses", "Budget"),

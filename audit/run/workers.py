@@ -56,8 +56,8 @@ def worker_pool(jobs: int, lock_fd: int | None = None, initializer: Callable[...
                 initargs: tuple[Any, ...] = ()) -> Iterator[ProcessPoolExecutor]:
     """``jobs`` spawned worker processes that die with the run (module docstring), holding ``lock_fd`` (the
     output directory's lock) while they live, each running ``initializer(*initargs)`` once set up (the progress
-    events' queue: :func:`privaudit.audit.run.progress_events.attach`). On a normal exit the pool waits for its tasks; when
-    the block ends by an exception, the workers are terminated and reaped before the exception goes on."""
+    events' queue: :func:`privaudit.audit.run.progress_events.attach`). On a normal exit the pool waits for its tasks;
+    when the block ends by an exception, the workers are terminated and reaped before the exception goes on."""
     lock = None if lock_fd is None else InheritedFd(lock_fd)
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
                                initializer=_init_worker, initargs=(os.getpid(), lock, initializer, initargs))

@@ -27,7 +27,6 @@ has one. Every attack reports its ceiling (the largest bound its design could sh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -38,11 +37,10 @@ import torch.nn as nn
 from privaudit.audit.user.final_model import DEFAULT_CANARY_RUNS, DESIGNS, FinalModelDesign
 from privaudit.audit.user.claim import UserClaim, Verdict, claim_from_args, judge
 from privaudit.core.errors import ConfigError
+from privaudit.audit.user.model_bounds import attack_summary, crafted_summary
+from privaudit.audit.user.model_result import ModelAudit, VERDICT_ORDER, output_names
 
 ATTACKS_RUN = ("loss", "lira", "rmia", "canary")
-#: The verdict's test: the first of these that runs (fixed before any score is read).
-VERDICT_ORDER = ("canary", "lira", "rmia", "loss")
-REPORT_FILES = ("report.json", "report.md", "report.html", "roc.png", "histogram.png")
 
 
 def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
@@ -76,98 +74,6 @@ def load_state_dict(weights: str | Path) -> dict[str, torch.Tensor]:
         raise ConfigError(f"--weights: {path}: {len(bad)} tensor(s) hold NaN or infinite values (first: {bad[0]!r}); "
                           "the model cannot score anything")
     return state
-
-
-@dataclass(frozen=True)
-class ModelAudit:
-    """The result of :func:`audit_model`: what was audited, the claim and verdict, and each attack's report object
-    by name (``auc``, ``advantage``, ``tpr_at_fpr``, ``eps_lower_bound``, ``ceiling``, ``eps_lb_method``, ...)."""
-
-    factory: str
-    train_fn: str | None
-    inputs: dict[str, str]
-    attacks: dict[str, dict[str, Any]]
-    claim: UserClaim | None = None
-    verdict: Verdict | None = None
-    verdict_attack: str | None = None
-    canary: dict[str, Any] | None = None
-    results: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        """``report.json``'s content."""
-        return {"factory": self.factory, "train_fn": self.train_fn, "inputs": dict(self.inputs),
-                "claim": None if self.claim is None else self.claim.to_dict(),
-                "verdict": None if self.verdict is None else self.verdict.verdict,
-                "verdict_detail": None if self.verdict is None else self.verdict.to_dict(),
-                "verdict_attack": self.verdict_attack, "canary": self.canary, "attacks": self.attacks}
-
-    def report(self) -> Any:
-        """The :class:`privaudit.audit.user.report.UserReport` of this audit."""
-        from privaudit.attacks.metrics import SortedScores
-        from privaudit.audit.user.report import Row, UserReport
-
-        rows, curves, hists = [], {}, {}
-        for name, s in self.attacks.items():
-            extra = {} if s.get("eps_lb_mechanism") is None else {
-                "ε vs the claim's mechanism": f"{s['eps_lb_mechanism']:.4g}",
-                "its ceiling": f"{s['mechanism_ceiling']:.4g}"}
-            rows.append(Row(name, s, s["eps_lower_bound"], s["ceiling"], s["eps_lb_method"], extra))
-            result = self.results[name]
-            sides = SortedScores.of(result.scores[result.membership], result.scores[~result.membership])
-            curves[name], hists[name] = sides.roc(), sides.histogram()
-        notes = [f"Verdict from {self.verdict_attack} (the first of {', '.join(VERDICT_ORDER)} that ran, fixed "
-                 "before any score)."] if self.verdict_attack else []
-        if "canary" in self.attacks:
-            notes.extend(_canary_notes(self.canary, self.attacks["canary"]))
-        return UserReport("privaudit model audit", dict(self.inputs),
-                          None if self.claim is None else self.claim.to_dict(),
-                          None if self.verdict is None else self.verdict.to_dict(), rows, curves, hists, notes)
-
-    def files(self) -> dict[str, bytes]:
-        """Every file :func:`audit_model` writes into ``out``: the report's, and ``<attack>/scores.npz`` and
-        ``result.json`` for each attack."""
-        from privaudit.audit.user.report import files
-        from privaudit.core.io import strict, to_json
-
-        out = {"report.json": (to_json(strict(self.to_dict())) + "\n").encode("utf-8"), **files(self.report())}
-        for name, result in self.results.items():
-            out.update({f"{name}/{k}": v for k, v in result.files().items()})
-        return out
-
-
-def _num(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3g}"
-
-
-def _canary_notes(canary: dict[str, Any], s: dict[str, Any]) -> list[str]:
-    """The report's lines on the canary runs: the design, the claim judged, the heuristic estimates (labelled) and
-    the bound against the number of runs."""
-    if canary.get("design") != "crafted":
-        return ["canary: scores are runs of your training function with and without one canary "
-                f"({canary}); members / non-members count runs, not examples."]
-    pair = canary.get("pair_claim")
-    h = canary["heuristic"]
-    notes = [f"canary (final-model audit, crafted): D = the first {canary['pair_size']} members, D' = D plus a canary "
-             f"(input coordinate {canary['coordinate']} at {canary['value']:.3g}, label {canary['label']}); every "
-             f"run starts from one worst-case initialisation (pretrained on D, parameters x{canary['scale']:g}) and "
-             "is scored on its final weights only; members / non-members count runs, not examples.",
-             "canary: judged against " + (f"the pair's own claim, epsilon {pair['epsilon']:.4g} ({pair['source']})"
-                                          if pair else "your claim's epsilon (no accountant returned by the runs: "
-                                          "the Clopper-Pearson bound, which holds for any mechanism)") + ".",
-             f"canary, heuristic (not a bound): GDP epsilon of the Clopper-Pearson rates {_num(h['gdp_epsilon'])}; "
-             f"point estimate mu_hat = {h['mu_hat']:.3g} (epsilon {_num(h['mu_hat_epsilon'])} if the curve is "
-             "Gaussian)."]
-    curve = "; ".join(f"{p['runs_per_side']}: {p['eps_lb']:.3g}" + (
-        "" if p["eps_lb_mechanism"] is None else f" / {p['eps_lb_mechanism']:.3g}") for p in s["runs_curve"])
-    notes.append("canary, bound against runs a side (Clopper-Pearson" + (" / vs the claim's mechanism"
-                 if s["runs_curve"][-1]["eps_lb_mechanism"] is not None else "") + ", each at the audit's "
-                 f"confidence on its own): {curve}.")
-    return notes
-
-
-def output_names(attacks: Sequence[str]) -> list[str]:
-    """The files :meth:`ModelAudit.files` writes for ``attacks``."""
-    return [*REPORT_FILES, *(f"{a}/{f}" for a in attacks for f in ("scores.npz", "result.json"))]
 
 
 def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], *, members: Any = None,
@@ -212,8 +118,8 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     one_run_beta = _coin_test(data, attacks, beta)
     results, canary = _run_attacks(attacks, data, trained, params, seed, one_run_beta, beta, delta, reference_models,
                                    canary_runs, progress, design, claim)
-    summaries = {name: (_crafted_summary(result, canary) if name == "canary" and design else
-                        _summary(result, claim, beta if name == "canary" else one_run_beta, delta))
+    summaries = {name: (crafted_summary(result, canary) if name == "canary" and design else
+                        attack_summary(result, claim, beta if name == "canary" else one_run_beta, delta))
                  for name, result in results.items()}
     verdict_attack = next(a for a in VERDICT_ORDER if a in results)
     judged = _verdict_claim(claim, canary) if verdict_attack == "canary" and design else claim
@@ -434,56 +340,6 @@ def _verdict_claim(claim: UserClaim | None, canary: dict[str, Any] | None) -> Us
         return UserClaim(pair["epsilon"], pair["delta"], pair["relation"], pair["unit"], pair["source"],
                          event_from_dict(pair["event"]), pair["accountants"])
     return dataclasses.replace(claim, event=None)
-
-
-def _crafted_summary(result: Any, canary: dict[str, Any]) -> dict[str, Any]:
-    s = result.summary()
-    s["ceiling"] = canary["ceiling"]
-    s["ceiling_design"] = "final-model multi-run: no error among the counted runs"
-    if result.mechanism_bound is not None:
-        s["mechanism_ceiling"] = canary["mechanism_ceiling"]
-    s["heuristic"] = canary["heuristic"]
-    s["runs_curve"] = canary["runs_curve"]
-    return s
-
-
-def _summary(result: Any, claim: UserClaim | None, beta: float, delta: float) -> dict[str, Any]:
-    """An attack's report object with its ceiling and, for a claim with a mechanism, the bound against it."""
-    from privaudit.attacks.bounds import mechanism as mb
-    from privaudit.attacks.bounds.multi_run import multi_run_ceiling
-    from privaudit.attacks.bounds.one_run import one_run_epsilon
-
-    s = result.summary()
-    c = result.bound.counts
-    multi = result.attack == "canary"
-    if multi:
-        s["ceiling"] = multi_run_ceiling(int(result.n_members), int(result.n_nonmembers), alpha=beta, delta=delta)
-        s["ceiling_design"] = "multi-run: no error among the counted runs"
-    else:
-        s["ceiling"] = one_run_epsilon(int(c["m"]), int(c["r"]), int(c["r"]), beta=beta, delta=delta)
-        s["ceiling_design"] = f"one-run: k+={int(c['k_pos'])}, k-={int(c['k_neg'])} fixed in advance, every guess right"
-    if claim is not None and claim.event is not None:
-        result.mechanism_bound = _mechanism_bound(result, claim, beta, multi)
-        s["eps_lb_mechanism"] = result.mechanism_bound.epsilon
-        s["eps_lb_mechanism_method"] = result.mechanism_bound.label
-        s["mechanism_bound"] = result.mechanism_bound.to_dict()
-        s["mechanism_ceiling"] = (
-            mb.multi_run_mechanism_ceiling(result.n_members, result.n_nonmembers, event=claim.event,
-                                           relation=claim.relation, beta=beta, delta=claim.delta) if multi else
-            result.mechanism_bound.counts["ceiling"])  # the guess ladder's: every guess of every rung right
-    return s
-
-
-def _mechanism_bound(result: Any, claim: UserClaim, beta: float, multi: bool) -> Any:
-    from privaudit.attacks.bounds import mechanism as mb
-
-    scores, inside = result.scores, result.membership
-    if multi:
-        return mb.multi_run_mechanism_bound(scores[inside], scores[~inside], event=claim.event,
-                                            relation=claim.relation, beta=beta, delta=claim.delta,
-                                            seed=int(result.config["split_seed"]))
-    return mb.mechanism_one_run_bound(scores, inside, k_pos=int(result.bound.counts["k_pos"]), event=claim.event,
-                                      relation=claim.relation, beta=beta, delta=claim.delta)
 
 
 def _verdict(claim: UserClaim | None, s: dict[str, Any], beta: float) -> Verdict | None:
