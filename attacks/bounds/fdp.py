@@ -61,7 +61,7 @@ def fdp_recursion_rejects(inv: Callable[[float], float], m: int, r: int, v: int,
     """The recursion of :func:`fdp_one_run_rejects` for any null trade-off curve f, given x -> f(1 - x).
 
     One implementation for every null: the (eps, delta) and Gaussian curves here, the claim's own
-    mechanism in :mod:`privaudit.attacks.mechanism_bound`.
+    mechanism in :mod:`privaudit.attacks.bounds.mechanism`.
     """
     if r == 0 or v == 0:
         return False
