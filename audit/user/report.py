@@ -13,7 +13,8 @@ import io
 from dataclasses import dataclass, field
 from typing import Any
 
-from privaudit.attacks.metrics import Roc, roc_plot_bytes
+from privaudit.attacks.metrics import Roc
+from privaudit.attacks.roc_plot import roc_plot_bytes
 
 FILES = ("report.md", "report.html", "roc.png", "histogram.png")
 ADVANTAGE = "advantage (max TPR - FPR)"
