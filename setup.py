@@ -7,7 +7,7 @@ dist-info) lands at the top of site-packages. Editable installs map the same nam
 
 ``suites/`` stays the project's one copy of the suites; the wheel carries them as package data in
 ``privaudit/audit/suites/`` so that ``privaudit run quickstart`` works after a non-editable install, from any
-directory (:mod:`privaudit.audit.shipped`). Everything else is in ``pyproject.toml``.
+directory (:mod:`privaudit.audit.suite.shipped`). Everything else is in ``pyproject.toml``.
 """
 
 from pathlib import Path

@@ -18,8 +18,8 @@ from typing import Any, ClassVar, Mapping, Sequence
 import numpy as np
 import torch
 
-from privaudit.attacks.bounds import (EpsilonLowerBound, check_relation_unit, default_guesses, one_run_bound,
-                                     paired_one_run_bound, pool_pairs)
+from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound, check_relation_unit
+from privaudit.attacks.bounds.one_run import default_guesses, one_run_bound, paired_one_run_bound, pool_pairs
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
 from privaudit.attacks.shadow_models import DataRef, DefenseRef, resolve_defense
@@ -132,10 +132,10 @@ class Attack(ABC):
 
         Inclusion of one candidate is an add/remove neighbour at the example level. When the target's
         claim is **replace-one** at the example level, the candidates are paired in advance and the
-        mixed pairs are replace-one slots (:func:`privaudit.attacks.bounds.pool_pairs`), scored by the difference
-        of the two candidates' scores and bounded by :func:`privaudit.attacks.bounds.paired_one_run_bound`
-        (k+ = k- = ``k_fraction`` of the slots). Any other claim relation or unit gets the add/remove
-        example bound with a note saying it is not comparable with the claim.
+        mixed pairs are replace-one slots (:func:`privaudit.attacks.bounds.one_run.pool_pairs`), scored by the
+        difference of the two candidates' scores and bounded by
+        :func:`privaudit.attacks.bounds.one_run.paired_one_run_bound` (k+ = k- = ``k_fraction`` of the slots). Any other
+        claim relation or unit gets the add/remove example bound with a note saying it is not comparable with the claim.
         """
         cfg = self.config
         claim = None if target.trained is None else target.trained.claim

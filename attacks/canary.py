@@ -10,11 +10,11 @@ cosine similarity of fixed augmented views (the contrastive alignment loss, nega
 * ``one-run`` (Steinke, Nasr & Jagielski 2023): m canaries, each inserted independently with
   probability 1/2 into the target's training set (all of the target's members stay in); ONE run of
   the defense; guesses on the k+ highest and k- lowest canary scores, fixed by the configuration;
-  :func:`privaudit.attacks.bounds.one_run_bound`.
+  :func:`privaudit.attacks.bounds.one_run.one_run_bound`.
 * ``multi-run``: a fixed neighbouring pair D = the target's members, D' = D plus one canary
   (add/remove); ``runs`` independent trainings on each, the canary's score in each run, and the
   Clopper-Pearson bound with the threshold chosen on a separate half of the runs
-  (:func:`privaudit.attacks.bounds.multi_run_bound`); the Gaussian-DP variant is reported next to it (extras).
+  (:func:`privaudit.attacks.bounds.multi_run.multi_run_bound`); the Gaussian-DP variant is reported next to it (extras).
   Runs go through the executor and the defense's vectorised ``fit_many`` when it has one.
 
 White-box gradient canaries, inserted through the DP-SGD engine's canary hook, are the attack
@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from privaudit.attacks.base import Attack, AttackConfig, Target, relation_notes
-from privaudit.attacks.bounds import THRESHOLD_STRATEGIES, multi_run_bound
+from privaudit.attacks.bounds.multi_run import THRESHOLD_STRATEGIES, multi_run_bound
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
 from privaudit.attacks.shadow_models import TrainJob, train_models, with_pool

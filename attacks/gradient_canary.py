@@ -23,7 +23,7 @@ assumes, so the one-run bound on these scores is a sound lower bound on the clai
 add/remove epsilon.
 
 Replace-one claims (DPCL: fixed-size batches without replacement) are audited with **paired** Dirac
-canaries (:func:`privaudit.attacks.bounds.paired_one_run_bound`): slot i holds the two candidate gradients
+canaries (:func:`privaudit.attacks.bounds.one_run.paired_one_run_bound`): slot i holds the two candidate gradients
 +(Delta/2) e_i and -(Delta/2) e_i (difference Delta, the replace-one sensitivity); a fair coin picks which
 one is in the training set, so the dataset size never changes; the slot takes part in each step with the
 accountant's marginal rate q = |B|/n. Given every other slot, the two outputs are (1 - q) P_0 + q N(s + a)
@@ -38,9 +38,9 @@ product. Any score fixed before the run gives a sound bound.
 
 Bounds. ``bound`` (``eps_lower_bound``) is the larger of Steinke et al.'s (k+ = k- planned) and the f-DP
 one-run bound (Mahloujifar, Melis & Chaudhuri 2025; k+ planned, one-sided) against the (eps, delta) curve,
-each at beta / 2 (:func:`privaudit.attacks.bounds.best_one_run_bound`): sound for any (eps, delta)-DP
+each at beta / 2 (:func:`privaudit.attacks.bounds.fdp.best_one_run_bound`): sound for any (eps, delta)-DP
 mechanism. ``mechanism_bound`` (``eps_lb_mechanism``, on by default) is the f-DP one-run bound against the
-claim's own mechanism at beta (:mod:`privaudit.attacks.mechanism_bound`): it refutes the mechanism the claim
+claim's own mechanism at beta (:mod:`privaudit.attacks.bounds.mechanism`): it refutes the mechanism the claim
 accounts, and is the bound the gate compares. Guess counts come from :func:`planned_guesses`, a simulation
 of the claim; the canary count is ``canaries_per_param`` of the trainable parameters, between 1000 and
 ``max_canaries``.
@@ -61,12 +61,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from privaudit.attacks.base import Attack, AttackConfig, Target
-from privaudit.attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses, one_run_bound
+from privaudit.attacks.bounds.fdp import best_one_run_bound
+from privaudit.attacks.bounds.lower_bound import check_relation_unit
+from privaudit.attacks.bounds.one_run import default_guesses, one_run_bound
 from privaudit.attacks.canary_strata import stratified_coordinates, tensor_index
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.trajectory_bound import TrajectoryCounts, plan_trajectory, step_multiplier, trajectory_bound
-from privaudit.attacks.trajectory_bound import unsupported_reason as trajectory_unsupported
+from privaudit.attacks.bounds.trajectory import TrajectoryCounts, plan_trajectory, step_multiplier, trajectory_bound
+from privaudit.attacks.bounds.trajectory import unsupported_reason as trajectory_unsupported
 from privaudit.core.errors import ConfigError, check_probability, one_of
 from privaudit.defenses.seeding import numpy_rng, torch_generator
 
@@ -235,9 +237,9 @@ class GradientCanaries:
         """Scores and bound. ``k_fdp_fraction`` None: Steinke only (method ``one-run``); else the best of
         Steinke and f-DP at beta / 2 each (``one-run-best``). Paired canaries give a replace-one bound.
         ``event`` (the claim's DpEvent) with ``k_mechanism`` guesses adds ``mechanism_bound``, the one-run
-        f-DP bound against the claim's own mechanism (:mod:`privaudit.attacks.mechanism_bound`), at its own beta.
+        f-DP bound against the claim's own mechanism (:mod:`privaudit.attacks.bounds.mechanism`), at its own beta.
         ``trajectory_claim`` (the claim's event, its per-step noise multiplier) with a tracked trajectory adds
-        ``trajectory_bound`` (:mod:`privaudit.attacks.trajectory_bound`), at its own beta."""
+        ``trajectory_bound`` (:mod:`privaudit.attacks.bounds.trajectory`), at its own beta."""
         if self.steps == 0:
             raise ConfigError("gradient canaries: no step was observed")
         kp, kn = default_guesses(self.m, k_fraction)
@@ -252,7 +254,7 @@ class GradientCanaries:
                                        delta=delta, relation=relation, unit=unit)
         mechanism = None
         if event is not None:
-            from privaudit.attacks.mechanism_bound import mechanism_one_run_bound
+            from privaudit.attacks.bounds.mechanism import mechanism_one_run_bound
 
             k_m = k_mechanism if k_mechanism is not None else max(1, int(round(0.02 * self.m)))
             mechanism = mechanism_one_run_bound(self.scores, self.inserted, k_pos=k_m, event=event,
@@ -311,8 +313,9 @@ def planned_guesses(m: int, *, rate: float, steps: int, norm: float, noise_std: 
     (Steinke's and the f-DP bound at beta / 2 each, as reported; the mechanism bound at beta). The real
     scores are never read, so k is fixed in advance and the bounds need no correction for the choice.
     """
-    from privaudit.attacks.bounds import fdp_one_run_parameter, one_run_epsilon
-    from privaudit.attacks.mechanism_bound import LADDER, mechanism_epsilon
+    from privaudit.attacks.bounds.fdp import fdp_one_run_parameter
+    from privaudit.attacks.bounds.one_run import one_run_epsilon
+    from privaudit.attacks.bounds.mechanism import LADDER, mechanism_epsilon
 
     rng = numpy_rng(seed, "planned-guesses")
     ks = sorted({max(1, min(m // 2, int(round(f * m)))) for f in GUESS_FRACTIONS})
@@ -352,9 +355,9 @@ class CanaryAuditConfig(AttackConfig):
     barrier); False scores the released sums alone. ``score``: ``sum`` (sum over steps of the projections)
     or ``llr`` (sum over steps of the idealised step's log-likelihood ratio, :func:`step_llr`; needs
     ``centred``). ``mechanism``: also report ``eps_lb_mechanism``, the one-run f-DP bound against the
-    claim's own mechanism (:mod:`privaudit.attacks.mechanism_bound`), beside the (eps, delta) bound.
+    claim's own mechanism (:mod:`privaudit.attacks.bounds.mechanism`), beside the (eps, delta) bound.
     ``trajectory``: also report ``eps_lb_trajectory``, the white-box bound from every step's centred canary
-    observation (:mod:`privaudit.attacks.trajectory_bound`; needs ``centred``).
+    observation (:mod:`privaudit.attacks.bounds.trajectory`; needs ``centred``).
     """
 
     canaries: int | None = None
@@ -394,7 +397,7 @@ def track_claimed_trajectory(canaries: GradientCanaries, cfg: CanaryAuditConfig,
                              steps: int) -> None:
     """Count the per-step trials (``cfg.trajectory`` with centred scores) at the threshold and for the bound's form
     planned from the claim's per-step noise multiplier and the expected trial counts
-    (:func:`privaudit.attacks.trajectory_bound.plan_trajectory`)."""
+    (:func:`privaudit.attacks.bounds.trajectory.plan_trajectory`)."""
     if not (cfg.trajectory and cfg.centred) or canaries.rate is None:
         return
     trials = canaries.m * canaries.rate * steps
@@ -433,7 +436,7 @@ def canary_audit_result(canaries: GradientCanaries, cfg: CanaryAuditConfig, *, s
     notes: tuple[str, ...] = (why_not,) if why_not else ()
     event = event if cfg.mechanism else None
     if event is not None:
-        from privaudit.attacks.mechanism_bound import unsupported_reason
+        from privaudit.attacks.bounds.mechanism import unsupported_reason
 
         reason = unsupported_reason(event, "replace-one" if canaries.paired else "add-remove")
         if reason is not None:

@@ -145,7 +145,7 @@ class ScoreMetrics:
 def score_metrics(members: np.ndarray, nonmembers: np.ndarray,
                   targets: tuple[float, ...] = FPR_TARGETS) -> ScoreMetrics:
     """The metrics of the module docstring for the members' and the non-members' scores (higher = member), the
-    same two sides :func:`privaudit.audit.score_audit.audit_scores` takes."""
+    same two sides :func:`privaudit.audit.user.score_audit.audit_scores` takes."""
     s = SortedScores.of(members, nonmembers)
     d = s.summary(targets)
     return ScoreMetrics(d["auc"], d["advantage"], d["balanced_accuracy"],
@@ -284,35 +284,3 @@ class SortedScores:
         }
 
 
-def roc_plot_bytes(curves: dict[str, Roc], fmt: str = "png", title: str = "") -> bytes:
-    """A log-log ROC plot (one curve per entry, chance line dashed) as the bytes of a PNG/PDF/SVG file."""
-    import io
-
-    import matplotlib
-    from sklearn.metrics import auc as area  # trapezoidal area; np.trapezoid needs numpy >= 2
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(4.2, 3.6))
-    floor = min(0.5 / max(r.n_nonmembers, 1) for r in curves.values())
-    for name, r in curves.items():
-        pts = loglog_roc(r, floor)
-        ax.plot(pts["fpr"], pts["tpr"], label=f"{name} (AUC {area(r.fpr, r.tpr):.3f})")
-    ax.plot([floor, 1], [floor, 1], ls="--", color="grey", lw=1, label="chance")
-    ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1), xlabel="FPR", ylabel="TPR", title=title)
-    ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format=fmt)
-    plt.close(fig)
-    return buffer.getvalue()
-
-
-def plot_roc(curves: dict[str, Roc], path: str, title: str = "") -> str:
-    """Write a log-log ROC plot (one curve per entry, chance line dashed) to ``path`` (PNG/PDF/SVG)."""
-    from privaudit.core.io import atomic_write_bytes
-
-    fmt = path.rsplit(".", 1)[-1] if "." in path else "png"
-    atomic_write_bytes(path, roc_plot_bytes(curves, fmt, title))
-    return path

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from privaudit.attacks import metrics
-from privaudit.attacks.bounds import EpsilonLowerBound
+from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import atomic_write_group, load_npz, read_json, to_json
 
@@ -36,9 +36,9 @@ class AttackResult:
         bound: the epsilon lower bound these scores support (None where no sound bound applies).
         extras: plain-data details (decision threshold and accuracy, timings, notes).
         mechanism_bound: the lower bound against the claim's own mechanism (``eps_lb_mechanism``,
-            :mod:`privaudit.attacks.mechanism_bound`; refutes that mechanism, not every (eps, delta) one), or None.
+            :mod:`privaudit.attacks.bounds.mechanism`; refutes that mechanism, not every (eps, delta) one), or None.
         trajectory_bound: the white-box bound from every step's canary observation (``eps_lb_trajectory``,
-            :mod:`privaudit.attacks.trajectory_bound`; refutes the claim's per-step release, composed), or None.
+            :mod:`privaudit.attacks.bounds.trajectory`; refutes the claim's per-step release, composed), or None.
     """
 
     attack: str

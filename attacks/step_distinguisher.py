@@ -19,7 +19,7 @@ std is sigma = z Delta: per step mu_claim = Delta / sigma = 1 / z. From n draws 
 scores become two sound lower bounds (:func:`step_bounds`):
 
 * **Clopper-Pearson epsilon** at the claim's delta (Kairouz et al. 2015; Jagielski et al. 2020):
-  :func:`privaudit.attacks.bounds.multi_run_bound` with the threshold chosen on a separate half.
+  :func:`privaudit.attacks.bounds.multi_run.multi_run_bound` with the threshold chosen on a separate half.
 * **GDP mu** (Nasr et al. 2023, "Tight Auditing of DP ML", Sec. 4): thresholds chosen on one half,
   then on the other half mu_lb = max_t Phi^-1(1 - FPR_hi(t)) - Phi^-1(FNR_hi(t)) with one-sided
   Clopper-Pearson bounds at alpha / (2k) for k thresholds (Bonferroni). If the step is mu-GDP every
@@ -43,7 +43,8 @@ import numpy as np
 import torch
 from scipy import optimize, stats
 
-from privaudit.attacks.bounds import clopper_pearson_upper, gdp_epsilon, multi_run_bound
+from privaudit.attacks.bounds.multi_run import clopper_pearson_upper, multi_run_bound
+from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 
 NOISE_MODES = ("projected", "full")

@@ -16,16 +16,16 @@ Two games, chosen by the relation the bound is stated at (``relation``; default 
   slot takes part in a round with the sampler's marginal rate q = users per round / users. Given
   every other slot, the two outputs of a round are (1 - q) P_0 + q N(s + gamma e_j) and
   (1 - q) P_0 + q N(s - gamma e_j): the pair the without-replacement replace-one accountant bounds.
-  :func:`privaudit.attacks.bounds.paired_one_run_bound` with ``unit="user"``.
+  :func:`privaudit.attacks.bounds.one_run.paired_one_run_bound` with ``unit="user"``.
 * ``add-remove``: whole canary users, each in the population with probability 1/2, update gamma e_j
-  when sampled (rate q); :func:`privaudit.attacks.bounds.one_run_bound` with ``unit="user"``. (Not comparable
+  when sampled (rate q); :func:`privaudit.attacks.bounds.one_run.one_run_bound` with ``unit="user"``. (Not comparable
   with a replace-one claim; offered for user-level add/remove claims.)
 
 The reported bound is the larger of Steinke's and the f-DP one-run bound at beta / 2 each
-(:func:`privaudit.attacks.bounds.best_one_run_bound`), as for the gradient canaries.
+(:func:`privaudit.attacks.bounds.fdp.best_one_run_bound`), as for the gradient canaries.
 
 ``mechanism_bound`` (``eps_lb_mechanism``, on by default) is the one-run f-DP bound against the claim's own
-mechanism (:mod:`privaudit.attacks.mechanism_bound`), at beta, as for the gradient canaries. Why it is sound for the
+mechanism (:mod:`privaudit.attacks.bounds.mechanism`), at beta, as for the gradient canaries. Why it is sound for the
 paired (replace-one) game:
 
 1. *Each slot's pair is dominated by the claim's.* Fix every other slot's coin and participation and the
@@ -41,10 +41,10 @@ paired (replace-one) game:
    H_s for every s <= 1), so P[eps_lb_mechanism > the claim's epsilon] <= beta. With adaptive clipping the canary moves by the round's clip norm and the noise
    scales with it; the claim's event then also accounts the count query (z < sigma / 2), so it still
    dominates.
-2. *The guesses are one-sided.* The recursion (:func:`privaudit.attacks.bounds.fdp_recursion_rejects`) is that of
+2. *The guesses are one-sided.* The recursion (:func:`privaudit.attacks.bounds.fdp.fdp_recursion_rejects`) is that of
    Mahloujifar, Melis & Chaudhuri 2025 for one-sided "member" guesses on independent fair coins. Here the
    coin is "the + candidate is the one in the population" and the k+ guesses are "+" on the highest scores
-   (:func:`privaudit.attacks.bounds.one_sided_counts`): exactly that game with "member" read as "+". The score need
+   (:func:`privaudit.attacks.bounds.fdp.one_sided_counts`): exactly that game with "member" read as "+". The score need
    not be the likelihood ratio; any score fixed before the run is sound. (Guessing "-" on the lowest scores
    too would use the recursion outside the one-sided game it is stated for; we do not.)
 """
@@ -58,10 +58,10 @@ import numpy as np
 import torch
 
 from privaudit.attacks.base import Attack, AttackConfig, Target
-from privaudit.attacks.bounds import check_relation_unit
+from privaudit.attacks.bounds.lower_bound import check_relation_unit
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.gradient_canary import (CanaryAuditConfig, GradientCanaries, canary_audit_result,
-                                              track_claimed_trajectory)
+                                               track_claimed_trajectory)
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.seeding import torch_generator

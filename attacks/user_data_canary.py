@@ -17,11 +17,11 @@ per user for DP-FedEmb and DP-FedAvg, App. C):
   exactly one of them in the population, so the number of users never depends on the coins. The slot's
   score is s(A_i) - s(B_i); fixing every other coin, the populations with A_i and with B_i are replace-one
   neighbours at the user level, which is all the one-run argument needs
-  (:func:`privaudit.attacks.bounds.paired_one_run_bound`'s proof sketch, with a user as the unit).
+  (:func:`privaudit.attacks.bounds.one_run.paired_one_run_bound`'s proof sketch, with a user as the unit).
 * ``add-remove``: m canary users, each in the population with probability 1/2; score s(user).
 
 The bound is the larger of Steinke et al.'s and the f-DP one-run bound at beta / 2 each
-(:func:`privaudit.attacks.bounds.best_one_run_bound`) with ``unit = "user"``, guesses fixed by the configuration.
+(:func:`privaudit.attacks.bounds.fdp.best_one_run_bound`) with ``unit = "user"``, guesses fixed by the configuration.
 The real users keep the partition the defense gives them (the canary users get fresh user ids), and the
 canary run calibrates its noise to the same target epsilon for its own population, as a user would.
 """
@@ -35,7 +35,9 @@ import numpy as np
 import torch
 
 from privaudit.attacks.base import Attack, AttackConfig, Target
-from privaudit.attacks.bounds import best_one_run_bound, check_relation_unit, default_guesses
+from privaudit.attacks.bounds.fdp import best_one_run_bound
+from privaudit.attacks.bounds.lower_bound import check_relation_unit
+from privaudit.attacks.bounds.one_run import default_guesses
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
 from privaudit.attacks.shadow_models import TrainJob, train_models, with_pool

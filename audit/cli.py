@@ -43,8 +43,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     "audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
                     "training function by canary runs: a verdict on your claim and the design's ceiling"),
     "audit-training": ("privaudit.audit.commands.audit_training",
-                       "audit your Opacus training function white-box in one run, its neighbouring dataset sizes "
-                       "replayed: a verdict on its accountant's claim, each check named"),
+                       "audit your Opacus training function white-box in one run (every release observed, gradient "
+                       "canaries in its optimizer step, neighbouring dataset sizes replayed): a verdict on its "
+                       "accountant's claim, each check named"),
     "audit-scores": ("privaudit.audit.commands.audit_scores",
                      "audit your own member / non-member scores: ROC, AUC, advantage, TPR at low FPR, an epsilon lower "
                      "bound, and a verdict on your claim with the design's ceiling"),

@@ -17,7 +17,7 @@ patches, at class level (restored on exit, whatever happens):
 :meth:`OpacusWatch.trace` turns the records into the :class:`~privaudit.accountants.trace_record.TrainingTrace`
 that :func:`~privaudit.accountants.trace.check_trace` judges. ``stop_after`` ends the run after that many releases
 (:class:`Stopped`, a ``BaseException`` a training loop's ``except Exception`` does not swallow): the replays of
-:mod:`privaudit.audit.training_neighbours` need only the first steps' configuration.
+:mod:`privaudit.audit.user.training_neighbours` need only the first steps' configuration.
 """
 
 from __future__ import annotations

@@ -69,11 +69,11 @@ from privaudit.core.version import __version__  # noqa: E402 (after __path__: a 
 #: public name -> (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {
     # your own scores or model
-    "audit_scores": ("privaudit.audit.score_audit", "audit_scores"),
-    "ScoreAudit": ("privaudit.audit.score_audit", "ScoreAudit"),
-    "audit_model": ("privaudit.audit.model_audit", "audit_model"),
-    "audit_training": ("privaudit.audit.training_audit", "audit_training"),
-    "ModelAudit": ("privaudit.audit.model_audit", "ModelAudit"),
+    "audit_scores": ("privaudit.audit.user.score_audit", "audit_scores"),
+    "ScoreAudit": ("privaudit.audit.user.score_result", "ScoreAudit"),
+    "audit_model": ("privaudit.audit.user.model_audit", "audit_model"),
+    "audit_training": ("privaudit.audit.user.training_audit", "audit_training"),
+    "ModelAudit": ("privaudit.audit.user.model_result", "ModelAudit"),
     # defenses
     "make_defense": ("privaudit.defenses", "make_defense"),
     "Budget": ("privaudit.defenses", "Budget"),
@@ -104,13 +104,13 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "check_sensitivity_claims": ("privaudit.audit.sensitivity", "check_claims"),
     "SensitivityResult": ("privaudit.audit.sensitivity", "SensitivityResult"),
     # suites and reports
-    "load_suite": ("privaudit.audit.suite", "load_suite"),
-    "Suite": ("privaudit.audit.suite", "Suite"),
-    "run_suite": ("privaudit.audit.runner", "run_suite"),
-    "RunResult": ("privaudit.audit.runner", "RunResult"),
-    "shipped_suites": ("privaudit.audit.shipped", "shipped_suites"),
+    "load_suite": ("privaudit.audit.suite.load", "load_suite"),
+    "Suite": ("privaudit.audit.suite.model", "Suite"),
+    "run_suite": ("privaudit.audit.run.runner", "run_suite"),
+    "RunResult": ("privaudit.audit.run.runner", "RunResult"),
+    "shipped_suites": ("privaudit.audit.suite.shipped", "shipped_suites"),
     "write_report": ("privaudit.audit.report", "write_report"),
-    "render_report": ("privaudit.audit.evidence", "render_report"),
+    "render_report": ("privaudit.audit.verify.evidence", "render_report"),
     "ConfigError": ("privaudit.core.errors", "ConfigError"),
 }
 

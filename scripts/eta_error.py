@@ -2,7 +2,7 @@
 
     privaudit run quickstart > run.log; python scripts/eta_error.py run.log --total SECONDS
 
-Each progress line reads ``[privaudit +ELAPSEDs] ...; about LEFTs left`` (:mod:`privaudit.audit.progress`).
+Each progress line reads ``[privaudit +ELAPSEDs] ...; about LEFTs left`` (:mod:`privaudit.audit.run.progress`).
 ``--total`` is the run's wall-clock seconds (the log's lines stop before the report is written). For each fraction
 (default 10%, 50%, 90%) the first line at or after that fraction of the run gives the estimate; the truth is
 ``total - elapsed`` and the error ``(estimate - truth) / truth``, printed one fraction a line.

@@ -30,9 +30,9 @@ if str(ROOT) not in sys.path:
 def combine(results: list[dict]) -> dict:
     """One result from per-defense results of one suite and catalogue: their rows (those of a bug the catalogue no
     longer applies to the defense left out), the classes recomputed."""
-    from privaudit.audit.gate_power_bugs import CORRECT, class_rates
+    from privaudit.audit.verify.gate_power_bugs import CORRECT, class_rates
 
-    from privaudit.audit.gate_power_bugs import load_catalogue
+    from privaudit.audit.verify.gate_power_bugs import load_catalogue
 
     bugs = load_catalogue(ROOT / "tests" / "bug_plants.py")
     first = results[0]

@@ -55,8 +55,8 @@ def tiny_suite(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_run(tiny_suite, tmp_path_factory):
     """The tiny suite run once, in process, with the local executor: (RunResult, output directory)."""
-    from privaudit.audit.runner import run_suite
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.run.runner import run_suite
+    from privaudit.audit.suite.load import load_suite
 
     out = tmp_path_factory.mktemp("tiny-run")
     return run_suite(load_suite(tiny_suite), out=out, progress=False), out

@@ -93,7 +93,7 @@ def rr_runs(rng: np.random.Generator, seeds: int, m: int, eps: float) -> tuple[n
 
 def guess_counts(scores: np.ndarray, coins: np.ndarray, k_pos: int, k_neg: int) -> np.ndarray:
     """Correct guesses per run (row): "in" on the k+ highest scores, "out" on the k- lowest (ties by position, as
-    :func:`privaudit.attacks.bounds.one_run_guesses`)."""
+    :func:`privaudit.attacks.bounds.one_run.one_run_guesses`)."""
     order = np.argsort(-scores, axis=1, kind="stable")
     top = np.take_along_axis(coins, order[:, :k_pos], 1).sum(1)
     bottom = (~np.take_along_axis(coins, order[:, scores.shape[1] - k_neg:], 1)).sum(1) if k_neg else 0

@@ -18,8 +18,8 @@ from privaudit.attacks.step_distinguisher import additive_step_scores, step_boun
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.alm.mechanisms import add_noise, calibrate_noise, snapped_calibration
 from privaudit.defenses.alm.snapping import (correctly_rounded_log, default_clamp_bound, full_grid_uniform, grid_step,
-                                   round_to_grid, snap, snapped_log_mass, snapping_epsilon, snapping_scale,
-                                   unit_laplace)
+                                             round_to_grid, snap, snapped_log_mass, snapping_epsilon, snapping_scale,
+                                             unit_laplace)
 
 ALPHA = 0.05
 
@@ -138,7 +138,7 @@ def test_snapped_log_mass_is_the_cells_laplace_mass():
 def _snapped_bound(draws: int, seed: int) -> tuple[float, float]:
     """(eps_lb, claimed eps) of the snapped release on the leak test's canonical pair (m0 = 0.3, difference
     Delta = 1.4, claimed eps 2, scored by the exact log-mass)."""
-    from privaudit.audit.release_audit import release_log_likelihood
+    from privaudit.audit.step.release import release_log_likelihood
 
     delta_1, eps, bound = 1.4, 2.0, 1024.0
     cal = calibrate_noise("laplace", eps, l1=delta_1, l2=delta_1, clamp_bound=bound, coordinates=1)

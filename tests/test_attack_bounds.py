@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.attacks.bounds import (clopper_pearson_upper, gdp_delta, gdp_epsilon, gdp_mu_lower, hypothesis_test_epsilon,
-                            multi_run_bound, one_run_bound, one_run_bound_search, one_run_epsilon,
-                            one_run_guesses, one_run_p_value)
+from privaudit.attacks.bounds.multi_run import clopper_pearson_upper, hypothesis_test_epsilon, multi_run_bound
+from privaudit.attacks.bounds.gdp import gdp_delta, gdp_epsilon, gdp_mu_lower
+from privaudit.attacks.bounds.one_run import (one_run_bound, one_run_bound_search, one_run_epsilon, one_run_guesses,
+                                              one_run_p_value)
 from privaudit.core.errors import ConfigError
 
 
@@ -110,7 +111,7 @@ def test_multi_run_threshold_strategies():
 
 
 def test_threshold_search_is_the_bound_at_the_chosen_threshold_and_cuts_gaps_in_the_middle():
-    from privaudit.attacks.bounds import _best_threshold
+    from privaudit.attacks.bounds.multi_run import _best_threshold
 
     rng = np.random.default_rng(2)
     ins, outs = rng.normal(1.5, 1, 300), rng.normal(0, 1, 300)

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from privaudit.attacks.bounds import multi_run_ceiling, one_run_epsilon
+from privaudit.attacks.bounds.multi_run import multi_run_ceiling
+from privaudit.attacks.bounds.one_run import one_run_epsilon
 from privaudit.audit.cli import main
-from privaudit.audit.model_audit import audit_model
+from privaudit.audit.user.model_audit import audit_model
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import atomic_save_tensors
 

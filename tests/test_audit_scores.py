@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.attacks.bounds import gdp_epsilon
+from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.audit.cli import main
-from privaudit.audit.score_audit import audit_scores
+from privaudit.audit.user.score_audit import audit_scores
 from privaudit.core.errors import ConfigError
 
 

@@ -41,7 +41,7 @@ def members(tmp_path) -> Path:
 
 
 def audit(members: Path, train: str, **kw):
-    from privaudit.audit.training_audit import audit_training
+    from privaudit.audit.user.training_audit import audit_training
 
     return audit_training("opacus_recipe:make_net", train, members=members, delta=1e-5, time_training=False,
                           size_radius=1, **kw)
@@ -89,7 +89,7 @@ def test_a_size_derived_normaliser_is_found_by_replay(members, monkeypatch):
     import opacus_audit
 
     monkeypatch.setattr(opacus_audit, "EPOCHS", 1)
-    from privaudit.audit.training_audit import audit_training
+    from privaudit.audit.user.training_audit import audit_training
 
     from sklearn.datasets import load_digits
 
@@ -127,7 +127,7 @@ def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon
     monkeypatch.setattr(opacus_recipe, "EPOCHS", 15)
     monkeypatch.setattr(opacus_recipe, "TARGET_EPSILON", epsilon)
     opacus_recipe.noise_multiplier.cache_clear()
-    from privaudit.audit.training_audit import audit_training
+    from privaudit.audit.user.training_audit import audit_training
 
     a = audit_training("opacus_recipe:make_net", "opacus_recipe:train", members=members, delta=1e-5)
     assert a.verdict.verdict == "not refuted" and not a.findings

@@ -1,7 +1,7 @@
 """Auditor soundness on mechanisms with known epsilon: bounds never exceed it, and come within a factor.
 
 * Gaussian mechanism on a scalar (sensitivity 1, noise 1/mu): exactly mu-GDP, so its epsilon at delta
-  is known in closed form (:func:`privaudit.attacks.bounds.gdp_epsilon`, checked against dp-accounting).
+  is known in closed form (:func:`privaudit.attacks.bounds.gdp.gdp_epsilon`, checked against dp-accounting).
 * Randomised response on each canary's inclusion bit: pure eps-DP, the worst case for one-run audits.
 * White-box gradient canaries on a simulated DP-SGD-style aggregate (T noisy sums of unit gradients
   of norm C with noise sigma C): each canary is the T-fold Gaussian mechanism, mu = sqrt(T) / sigma.
@@ -15,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from privaudit.attacks.bounds import gdp_epsilon, multi_run_bound, one_run_bound, one_run_epsilon
+from privaudit.attacks.bounds.gdp import gdp_epsilon
+from privaudit.attacks.bounds.multi_run import multi_run_bound
+from privaudit.attacks.bounds.one_run import one_run_bound, one_run_epsilon
 from privaudit.attacks.gradient_canary import GradientCanaries, gradient_canary_scores
 from soundness import guess_counts, per_counts, rr_runs
 

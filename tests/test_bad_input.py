@@ -243,7 +243,7 @@ def test_at_least_forty_kinds():
 
 def test_a_large_suite_runs_with_yes_large_only(tmp_path):
     """The size check is the only thing --yes-large lifts (validated here without running the 1002 cells)."""
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.suite.load import load_suite
     from privaudit.core.errors import ConfigError
 
     path = tmp_path / "s.toml"
@@ -418,7 +418,7 @@ def test_a_bom_does_not_change_the_scores(tmp_path):
     """A CSV saved with a UTF-8 byte-order mark reads as the same scores (the BOM is not part of the header)."""
     import numpy as np
 
-    from privaudit.audit.score_audit import audit_scores
+    from privaudit.audit.user.score_audit import audit_scores
 
     rng = np.random.default_rng(0)
     mem, non = rng.normal(1, 1, 300), rng.normal(0, 1, 300)
@@ -438,9 +438,9 @@ def test_a_full_disk_is_one_line_before_any_work(tmp_path, capsys, monkeypatch, 
     """An --out on a disk without room for the report (simulated: 1 kB free) is refused before any scoring."""
     import shutil
 
-    import privaudit.audit.out_dir
+    import privaudit.audit.user.out_dir
 
     _prepare_user(tmp_path)
-    monkeypatch.setattr(privaudit.audit.out_dir.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(
+    monkeypatch.setattr(privaudit.audit.user.out_dir.shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(
         10**9, 10**9 - 1000, 1000))
     _check(tmp_path, capsys, argv, "--out: '{tmp}/out' has 0.0 MB free on its disk; this audit writes up to ")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from privaudit.attacks.step_distinguisher import gaussian_step_scores, gdp_bound, gdp_mu_recomputed
-from privaudit.audit.step_audit import audit_trained_step, trained_multipliers
+from privaudit.audit.step.audit import audit_trained_step, trained_multipliers
 from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget
 from privaudit.defenses.registry import make_defense

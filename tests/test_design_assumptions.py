@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from privaudit.attacks.bounds import COIN_TEST_SHARE, check_fair_coin, fair_coin_p_value, split_beta
-from privaudit.audit import score_audit
+from privaudit.attacks.bounds.fair_coin import COIN_TEST_SHARE, check_fair_coin, fair_coin_p_value, split_beta
+from privaudit.audit.user import score_audit
 from privaudit.audit.cli import main
-from privaudit.audit.score_audit import audit_scores
+from privaudit.audit.user.score_audit import audit_scores
 from privaudit.core.errors import ConfigError
 from soundness import assert_planted_rejected, assert_sound, critical, rejects, rr_runs
 
@@ -97,7 +97,7 @@ def test_fair_coin_designs_keep_their_level(eps):
 
 def test_a_suite_cannot_include_its_pool_by_an_unfair_coin():
     """The suite's audit pool feeds the same one-run bounds: its inclusion probability is the fair coin's."""
-    from privaudit.audit.suite import parse_suite
+    from privaudit.audit.suite.load import parse_suite
 
     raw = {"name": "s", "datasets": ["digits"], "splits": {"inclusion_probability": 0.8},
            "defenses": [{"name": "nonprivate"}]}

@@ -1,7 +1,8 @@
 """The reference pages that describe the code's shape are checked against it: docs/cli.md's synopsis lists every
 subcommand with every option the parser takes (and no other); docs/layout.md names every module and package of
-every layer and every file of examples/ and scripts/ (and no file that is gone); and no public function or class
-of the layers is dead (defined but named nowhere else in the repository)."""
+every layer, of audit's subpackages and of attacks/bounds/, and every file of examples/ and scripts/ (and no file
+that is gone); and no public function or class of the layers is dead (defined but named nowhere else in the
+repository)."""
 
 from __future__ import annotations
 
@@ -61,18 +62,34 @@ def test_cli_page_says_where_each_subcommand_is_described():
 
 def layout_rows() -> dict[str, str]:
     text = (ROOT / "docs" / "layout.md").read_text(encoding="utf-8")
-    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `([\w.]+)/` \| (.*) \|$", text, re.M)}
+    return {m.group(1): m.group(2) for m in re.finditer(r"^\| `([\w./]+)/` \| (.*) \|$", text, re.M)}
+
+
+#: Subpackages with a row of their own in docs/layout.md (every subpackage of ``audit`` and the bound modules'):
+#: the row names every module and package in them, as a layer's row does.
+SUBPACKAGES = tuple(sorted(f"audit/{p.name}" for p in (ROOT / "audit").iterdir()
+                           if p.is_dir() and (p / "__init__.py").is_file())) + ("attacks/bounds",)
+
+
+def unnamed(folder: Path, row: str) -> list[str]:
+    """The modules (``x.py``) and packages (``x/``) directly in ``folder`` that ``row`` does not name."""
+    names = [p.name for p in folder.glob("*.py") if p.name != "__init__.py"]
+    names += [f"{p.name}/" for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file()]
+    return sorted(n for n in names if f"`{n}`" not in row)
 
 
 def test_layout_names_every_module_and_package_of_every_layer():
     rows = layout_rows()
-    missing = {}
-    for layer in LAYERS:
-        folder = ROOT / layer
-        names = [p.name for p in folder.glob("*.py") if p.name != "__init__.py"]
-        names += [f"{p.name}/" for p in folder.iterdir() if p.is_dir() and (p / "__init__.py").is_file()]
-        missing[layer] = sorted(n for n in names if f"`{n}`" not in rows.get(layer, ""))
+    missing = {layer: unnamed(ROOT / layer, rows.get(layer, "")) for layer in LAYERS}
     assert missing == {layer: [] for layer in LAYERS}
+
+
+def test_layout_names_every_module_and_package_of_every_subpackage():
+    rows = layout_rows()
+    assert "audit/run" in SUBPACKAGES and "audit/sensitivity" in SUBPACKAGES
+    assert [p for p in SUBPACKAGES if p not in rows] == []
+    missing = {package: unnamed(ROOT / package, rows[package]) for package in SUBPACKAGES}
+    assert missing == {package: [] for package in SUBPACKAGES}
 
 
 @pytest.mark.parametrize("folder", ["examples", "scripts"])
@@ -83,7 +100,7 @@ def test_layout_names_every_example_and_script(folder):
 
 def test_layout_names_no_module_that_is_gone():
     rows = layout_rows()
-    for layer in LAYERS:
+    for layer in (*LAYERS, *SUBPACKAGES):
         named = re.findall(r"`([\w]+\.py)`", rows[layer])
         present = {p.name for p in (ROOT / layer).rglob("*.py")}
         assert sorted(set(named) - present) == [], layer

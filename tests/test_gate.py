@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
-from privaudit.attacks.bounds import multi_run_bound, one_run_bound
-from privaudit.audit.gate import family_bound, gate_cells, sensitivity_gate, suite_gate
-from privaudit.audit.suite import GateConfig, SensitivityConfig
+from privaudit.attacks.bounds.multi_run import multi_run_bound
+from privaudit.attacks.bounds.one_run import one_run_bound
+from privaudit.audit.gate.recompute import family_bound
+from privaudit.audit.gate.judge import gate_cells, sensitivity_gate, suite_gate
+from privaudit.audit.suite.model import GateConfig, SensitivityConfig
 
 
 def cell(cid="digits/x/eps=1/seed=0", *, relation="add-remove", unit="example", eps=1.0, delta=1e-5, bound=None,
@@ -111,5 +113,5 @@ def test_bounds_are_compared_at_their_own_relation_and_unit():
     assert v["r2"]["verdict"] == "not comparable" and "the claim is add-remove" in v["r2"]["reason"]
     assert v["u2"]["verdict"] == "not comparable" and "per user" in v["u2"]["reason"]
     # one-run-best is recomputed from both counts at the family level: max of Steinke and f-DP at beta / 2.
-    from privaudit.attacks.bounds import best_one_run_epsilon
+    from privaudit.attacks.bounds.fdp import best_one_run_epsilon
     assert family_bound(users, 2) == pytest.approx(best_one_run_epsilon(users["counts"], beta=0.025, delta=1e-5))

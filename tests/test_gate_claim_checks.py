@@ -7,11 +7,11 @@ import pytest
 import torch
 
 from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent, event_to_dict
-from privaudit.attacks.mechanism_bound import optimistic_epsilon
+from privaudit.attacks.bounds.mechanism import optimistic_epsilon
 from privaudit.attacks.step_distinguisher import gaussian_step_scores, gdp_bound, gdp_mu_recomputed
-from privaudit.attacks.trajectory_bound import TrajectoryCounts, trajectory_bound
-from privaudit.audit.gate import gate_cells, suite_gate
-from privaudit.audit.suite import GateConfig
+from privaudit.attacks.bounds.trajectory import TrajectoryCounts, trajectory_bound
+from privaudit.audit.gate.judge import gate_cells, suite_gate
+from privaudit.audit.suite.model import GateConfig
 
 Z, Q, T, DELTA = 0.8527, 0.344, 6, 1e-5
 EVENT = SelfComposedDpEvent(PoissonSampledDpEvent(Q, GaussianDpEvent(Z)), T)
@@ -116,7 +116,7 @@ def test_a_two_release_claim_gates_its_canaries_against_the_gradient_release_alo
     (the claim's steps at z_grad), not the whole claim's, whose second release would hide a gradient under-noised
     by up to sqrt(2). The verdict flips where mu_lb crosses 1 / z_grad (at the gate's level); the whole claim's
     epsilon (the planted weaker comparison) misses a run that the release's catches."""
-    from privaudit.attacks.trajectory_bound import mu_lower
+    from privaudit.attacks.bounds.trajectory import mu_lower
 
     z_grad = 1.206
     caught = judge([two_release_cell(fp) for fp in (5000, 7000)])[0]

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.evidence import MANIFEST, recompute
-from privaudit.audit.runner import file_sha256, read_keyed, run_suite, write_keyed
-from privaudit.audit.suite import config_hash, load_suite
+from privaudit.audit.verify.evidence import MANIFEST, recompute
+from privaudit.audit.run.cache import file_sha256, read_keyed, write_keyed
+from privaudit.audit.run.runner import run_suite
+from privaudit.audit.suite.model import config_hash
+from privaudit.audit.suite.load import load_suite
 from privaudit.core.io import read_json
 
 SUITE = """
@@ -200,7 +202,7 @@ DP = "digits/dp-gcl/eps=8/seed=0"
 def dp_run(tmp_path_factory):
     """One DP-GCL cell (one epoch from a random init, 2000 gradient canaries): its claim checks and its trajectory
     bound saved as evidence; the gate passes."""
-    from privaudit.audit.suite import parse_suite
+    from privaudit.audit.suite.load import parse_suite
 
     raw = {"name": "claimed", "datasets": ["digits"], "delta": 1e-5, "epsilons": [8.0],
            "defenses": [{"name": "dp-gcl", "primary": "gradient-canary",

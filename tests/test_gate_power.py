@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.attacks.bounds import one_run_bound
+from privaudit.attacks.bounds.one_run import one_run_bound
 from privaudit.audit.cli import main
-from privaudit.audit.gate import gate_cells, suite_gate
-from privaudit.audit.suite import GateConfig
+from privaudit.audit.gate.judge import gate_cells, suite_gate
+from privaudit.audit.suite.model import GateConfig
 
 
 def _cell(cid, defense, eps, attacks):
@@ -85,7 +85,8 @@ def test_heartbeat_prints_in_a_ci_log():
     import io
     import time as _time
 
-    from privaudit.audit.progress import CELL_STAGES, Heartbeat, Progress
+    from privaudit.audit.run.progress import CELL_STAGES, Progress
+    from privaudit.audit.run.heartbeat import Heartbeat
 
     progress = Progress(jobs=2)
     for seed in range(4):

@@ -8,8 +8,8 @@ import pytest
 
 from privaudit.audit.cli import main
 from privaudit.audit.commands.gate_power import bugs_markdown
-from privaudit.audit.gate_power_bugs import CORRECT, class_rates, judge, load_catalogue
-from privaudit.audit.suite import GateConfig
+from privaudit.audit.verify.gate_power_bugs import CORRECT, class_rates, judge, load_catalogue
+from privaudit.audit.suite.model import GateConfig
 from privaudit.core.errors import ConfigError
 
 from test_gate_power_command import SUITE, suite_file  # noqa: F401  (the fixture)

@@ -6,9 +6,10 @@ import json
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.gate_power import (NEEDED, PLANTED_COMPARISONS, FactorRow, judge_planted, plantable, statements,
-                                        suite_family)
-from privaudit.audit.suite import GateConfig, load_suite
+from privaudit.audit.verify.gate_power import (NEEDED, PLANTED_COMPARISONS, FactorRow, judge_planted, plantable,
+                                               statements, suite_family)
+from privaudit.audit.suite.model import GateConfig
+from privaudit.audit.suite.load import load_suite
 
 SUITE = """
 name = "power"
@@ -97,7 +98,7 @@ def test_one_small_planted_run_end_to_end(suite_file, tmp_path, capsys):
 
 def test_bad_arguments_are_one_line(suite_file):
     from privaudit.core.errors import ConfigError
-    from privaudit.audit.gate_power import measure
+    from privaudit.audit.verify.gate_power import measure
 
     suite = load_suite(str(suite_file))
     with pytest.raises(ConfigError, match="--factors: every factor must be > 1"):
@@ -112,8 +113,8 @@ def test_a_planted_two_release_cell_is_judged_against_its_gradient_release(suite
     """A planted record carries its whole claim as a suite's cell does, so the gate compares a multi-release
     claim's canaries with its gradient release (DPCL: gradient and similarity matrix), not with the whole claim,
     whose other release would hide the planted gradient shortfall."""
-    from privaudit.audit.gate import compare
-    from privaudit.audit.gate_power import Planted, PlantedRun, run_planted
+    from privaudit.audit.gate.judge import compare
+    from privaudit.audit.verify.gate_power import Planted, PlantedRun, run_planted
 
     attack = next(a for a in load_suite(suite_file).attacks if a.name == "gradient-canary")
     planted = Planted("dpcl-simclr", "dpcl-simclr", "control-dpcl-simclr", {"epochs": 1}, (8.0,), attack)
@@ -144,7 +145,7 @@ name = "user-canary"
 def test_a_federated_control_is_planted_and_caught_by_its_released_noise(tmp_path):
     """DP-FedEmb has a control (its rounds add 1/f of the claimed noise; no trace records it): planted at 1.25x, the
     gate catches it by the canary users' released-noise check, at a family with its primary bound alone."""
-    from privaudit.audit.gate_power import PlantedRun, run_planted
+    from privaudit.audit.verify.gate_power import PlantedRun, run_planted
 
     path = tmp_path / "fed.toml"
     path.write_text(f'out = "{tmp_path / "out"}"\n' + FEDERATED)
@@ -154,7 +155,7 @@ def test_a_federated_control_is_planted_and_caught_by_its_released_noise(tmp_pat
     record = run_planted(PlantedRun(planted, 8.0, "noise", 1.25, 0, "digits", None, 1e-5, "cpu", 1))
     caught, by = judge_planted(record, 2, GateConfig())
     assert caught and "released noise" in by
-    from privaudit.audit.gate import gate_cells
+    from privaudit.audit.gate.judge import gate_cells
 
     (gate,) = gate_cells([record], GateConfig(), {"dp-fedemb": ("user-canary", True)})
     assert gate["released_noise"][0]["std_ratio"] == pytest.approx(1 / 1.25, rel=0.02)

@@ -9,8 +9,8 @@ import json
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.runner import run_suite
-from privaudit.audit.suite import load_suite
+from privaudit.audit.run.runner import run_suite
+from privaudit.audit.suite.load import load_suite
 from privaudit.core.errors import ConfigError
 
 SUITE = """
@@ -87,9 +87,9 @@ def test_allow_inconclusive_is_validated(tmp_path, table, message):
 
 
 def test_step_audit_pair_errors_fail_the_gate_and_the_command(tmp_path, capsys, monkeypatch):
-    from privaudit.audit import step_audit
-    from privaudit.audit.step_audit import step_gate
-    from privaudit.audit.suite import StepAuditConfig
+    from privaudit.audit.step import audit as step_audit
+    from privaudit.audit.step.gate import step_gate
+    from privaudit.audit.suite.model import StepAuditConfig
 
     cfg = StepAuditConfig(("dp-clip", "dpcl-simclr"), 1000, "all", 8.0, 10, 0, {"dpcl-simclr": "refuted"})
     ok = {"defense": "dp-clip", "verdict": "error", "claim": {"mu": 0.3}, "power": 0.9,

@@ -53,7 +53,7 @@ def test_documented_sensitivity_violation_is_found(ctx, claim, tmp_path):
 def test_dpcl_step_is_refuted(ctx, defense):
     """The sensitivity search's pair (8 pairs evaluated) through DPCL's own step, 5000 noise draws per side: the
     gradient moves by more than the claimed 4C, and the measured mu_lb exceeds the per-step claim."""
-    from privaudit.audit.step_audit import audit_defense
+    from privaudit.audit.step.audit import audit_defense
 
     r = audit_defense(defense, pair="witness", draws=5000, witness_evaluations=8, context=ctx)
     pair = r.pairs[0]
@@ -65,8 +65,8 @@ def test_undernoised_control_is_caught_by_the_gate(tmp_path):
     """The quickstart's positive control (DP-GCL claiming epsilon 1 with a tenth of the noise), one epoch from a
     random init (the quickstart fine-tunes a pretrained encoder for three), attacked by 2000 of its gradient canaries
     (the quickstart inserts up to 20000): the gate catches it and passes ("control caught")."""
-    from privaudit.audit.runner import run_suite
-    from privaudit.audit.suite import parse_suite
+    from privaudit.audit.run.runner import run_suite
+    from privaudit.audit.suite.load import parse_suite
 
     control = next(d for d in QUICKSTART["defenses"] if d.get("control"))
     raw = {"name": "control", "datasets": ["digits"], "delta": QUICKSTART["delta"],

@@ -8,6 +8,18 @@ Layers, lowest first; a module may import its own package and any package before
 
 ``accountants`` sits below ``defenses`` because every defense states and calibrates the privacy
 claim it implements (``PrivacyClaim``, ``calibrate``); accountants themselves need no defense.
+
+Inside ``audit``, the subpackages import one way too, lowest first (a module may import its own tier and any
+tier before it):
+
+    audit (the package, failures, device) -> sensitivity -> step -> report -> suite -> gate -> run -> verify
+    -> user -> commands, cli
+
+A step audit is run by a suite, gated and rendered, so ``step`` sits below ``report`` (its table) and ``gate``
+(its verdict); the gate's rules judge records without running anything, so ``run`` calls ``gate`` at the end of
+a run and ``verify`` (a finished run's evidence recomputed, the gate's power) reads what ``run`` wrote;
+``user`` (your own scores or model) writes its output directory with ``run``'s keyed cache; ``commands`` and
+``cli`` are the command line over all of them.
 """
 
 from __future__ import annotations
@@ -126,12 +138,46 @@ def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...] = LAYERS)
                   if rank[t.split(".")[0]] > rank[m.split(".")[0]])
 
 
+AUDIT_TIERS: tuple[tuple[str, ...], ...] = (
+    ("audit", "audit.failures", "audit.device"),
+    ("audit.sensitivity",), ("audit.step",), ("audit.report",), ("audit.suite",), ("audit.gate",), ("audit.run",),
+    ("audit.verify",), ("audit.user",),
+    ("audit.commands", "audit.cli"),
+)
+
+
+def audit_tier(module: str, tiers: tuple[tuple[str, ...], ...] = AUDIT_TIERS) -> int | None:
+    """The tier of an ``audit`` module: that of the longest tier name it is or lies under (None: no tier)."""
+    best: tuple[int, int] | None = None
+    for rank, names in enumerate(tiers):
+        for name in names:
+            if (module == name or (name != "audit" and module.startswith(name + "."))) and \
+                    (best is None or len(name) > best[1]):
+                best = (rank, len(name))
+    return None if best is None else best[0]
+
+
+def upward_audit_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b`` for each import inside ``audit`` of a module in a higher tier than the importer's."""
+    tier = {m: audit_tier(m) for m in graph if m.split(".")[0] == "audit"}
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() if tier.get(m) is not None
+                  for t in targets if tier.get(t) is not None and tier[t] > tier[m])
+
+
 def test_no_import_cycles():
     assert cycles(import_graph(ROOT)) == []
 
 
 def test_no_upward_imports():
     assert upward_imports(import_graph(ROOT)) == []
+
+
+def test_every_audit_module_has_a_tier():
+    assert [m for m in import_graph(ROOT) if m.split(".")[0] == "audit" and audit_tier(m) is None] == []
+
+
+def test_audit_subpackages_import_one_way():
+    assert upward_audit_imports(import_graph(ROOT)) == []
 
 
 def test_every_layer_is_scanned():
@@ -189,7 +235,7 @@ def _copy_tree(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("where, line", [
-    ("defenses/sampling.py", "from privaudit.audit.runner import run_suite\n"),       # module level
+    ("defenses/sampling.py", "from privaudit.audit.run.runner import run_suite\n"),       # module level
     ("core/errors.py", "def f():\n    import privaudit.defenses.base\n"),              # inside a function
     ("accountants/rdp.py", "def f():\n    from ..attacks import bounds\n"),          # relative, deferred
 ])
@@ -198,6 +244,20 @@ def test_detects_a_planted_upward_import(tmp_path, where, line):
     with open(root / where, "a") as handle:
         handle.write("\n" + line)
     found = upward_imports(import_graph(root))
+    assert len(found) == 1 and found[0].startswith(where[:-3].replace("/", "."))
+
+
+@pytest.mark.parametrize("where, line", [
+    ("audit/gate/judge.py", "from privaudit.audit.run.runner import run_suite\n"),          # module level
+    ("audit/step/audit.py", "def f():\n    from privaudit.audit.report import write_report\n"),  # deferred
+    ("audit/run/cache.py", "def f():\n    from ..verify import evidence\n"),             # relative, deferred
+    ("audit/failures.py", "def f():\n    import privaudit.audit.sensitivity\n"),         # the shared leaves
+])
+def test_detects_a_planted_upward_audit_import(tmp_path, where, line):
+    root = _copy_tree(tmp_path)
+    with open(root / where, "a") as handle:
+        handle.write("\n" + line)
+    found = upward_audit_imports(import_graph(root))
     assert len(found) == 1 and found[0].startswith(where[:-3].replace("/", "."))
 
 

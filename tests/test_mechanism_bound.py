@@ -10,11 +10,12 @@ from scipy import stats
 
 from privaudit.accountants.events import (GaussianDpEvent, LaplaceDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_to_dict)
-from privaudit.attacks.bounds import gdp_epsilon
+from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.attacks.gradient_canary import simulate_canary_scores, step_llr
-from privaudit.attacks.mechanism_bound import (METHOD, mechanism_epsilon, mechanism_one_run_bound, scale_noise,
-                                     unsupported_reason, _epsilon_optimistic, _key)
-from privaudit.audit.gate import compare, family_bound
+from privaudit.attacks.bounds.mechanism import (METHOD, mechanism_epsilon, mechanism_one_run_bound, scale_noise,
+                                                unsupported_reason, _epsilon_optimistic, _key)
+from privaudit.audit.gate.judge import compare
+from privaudit.audit.gate.recompute import family_bound
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.seeding import numpy_rng
 from soundness import assert_sound, guess_counts, per_counts

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from privaudit.audit.cli import main
-from privaudit.audit.score_audit import audit_scores, inverted_warning
+from privaudit.audit.user.score_audit import audit_scores
+from privaudit.audit.user.score_bounds import inverted_warning
 from privaudit.core.errors import ConfigError
 
 import user_classifier

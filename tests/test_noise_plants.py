@@ -14,8 +14,8 @@ import privaudit.defenses.dp.base as dp_base
 import privaudit.defenses.dp.step as dp_step
 from privaudit.attacks.base import Target
 from privaudit.attacks.registry import make_attack
-from privaudit.audit.gate import gate_cells
-from privaudit.audit.suite import GateConfig
+from privaudit.audit.gate.judge import gate_cells
+from privaudit.audit.suite.model import GateConfig
 from privaudit.defenses import Budget
 from privaudit.defenses.registry import make_defense
 from privaudit.defenses.seeding import torch_generator

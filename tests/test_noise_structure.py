@@ -12,9 +12,9 @@ from privaudit.attacks.canary_strata import PER_TENSOR, stratified_coordinates, 
 from privaudit.attacks.gradient_canary import GradientCanaries
 from privaudit.attacks.noise_structure import independence_check, structure_checks, tensor_checks
 from privaudit.attacks.released_noise import released_noise_check
-from privaudit.attacks.trajectory_bound import TrajectoryCounts
-from privaudit.audit.gate import gate_cells, suite_gate
-from privaudit.audit.suite import GateConfig
+from privaudit.attacks.bounds.trajectory import TrajectoryCounts
+from privaudit.audit.gate.judge import gate_cells, suite_gate
+from privaudit.audit.suite.model import GateConfig
 from privaudit.core.errors import ConfigError
 from soundness import critical
 from test_released_noise import canary_cell

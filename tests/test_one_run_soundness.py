@@ -4,8 +4,8 @@ Default run (tests/soundness.py's check: a binomial test at false-alarm 1e-6, an
 times 1.2): each bound the gate recomputes -- Steinke et al.'s on add/remove inclusion coins (``one-run``), the
 same p-value on replace-one paired slots (``one-run-paired``), the f-DP one-run bound (Mahloujifar et al. 2025,
 (eps, delta) null, ``one-run-fdp``) and the user-level max of both at beta / 2 on paired canary users
-(``one-run-best``) -- is evaluated through :func:`privaudit.audit.gate.family_bound` (what the gate computes) on
-200 runs of randomized response at eps = 2, exactly eps-DP with respect to each coin and the mechanism one-run
+(``one-run-best``) -- is evaluated through :func:`privaudit.audit.gate.recompute.family_bound` (what the gate computes)
+on 200 runs of randomized response at eps = 2, exactly eps-DP with respect to each coin and the mechanism one-run
 audits are tight on (mean power 0.91-0.96), so the x1.2 variant over-claims on 94-100% of runs and the check
 rejects it with power above 0.9999, while the honest bound passes. The attacks' own bound functions are checked
 to give the gate's numbers on the same scores. The ``slow`` version runs every bound on three mechanisms (randomized
@@ -20,9 +20,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.attacks.bounds import (best_one_run_bound, check_relation_unit, fdp_one_run_bound, gdp_epsilon,
-                                      one_run_bound, paired_one_run_bound, pool_pairs)
-from privaudit.audit.gate import family_bound
+from privaudit.attacks.bounds.fdp import best_one_run_bound, fdp_one_run_bound
+from privaudit.attacks.bounds.lower_bound import check_relation_unit
+from privaudit.attacks.bounds.gdp import gdp_epsilon
+from privaudit.attacks.bounds.one_run import one_run_bound, paired_one_run_bound, pool_pairs
+from privaudit.audit.gate.recompute import family_bound
 from privaudit.core.errors import ConfigError
 from soundness import (PLANTED, TARGET_POWER, assert_planted_rejected, assert_sound, guess_counts, per_counts,
                        rr_runs, runs_for_power)
@@ -208,7 +210,8 @@ def test_unsupported_relation_or_unit_is_an_error_naming_both():
 
 def test_fdp_bound_matches_the_closed_form_when_every_guess_is_right():
     """r of r correct, delta = 0: both one-run bounds reject exactly eps < logit(beta^(1/r)) (closed form)."""
-    from privaudit.attacks.bounds import fdp_one_run_parameter, one_run_epsilon
+    from privaudit.attacks.bounds.fdp import fdp_one_run_parameter
+    from privaudit.attacks.bounds.one_run import one_run_epsilon
 
     q = 0.05 ** (1 / 100)
     closed = math.log(q / (1 - q))

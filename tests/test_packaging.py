@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.shipped import resolve_suite, shipped_suites
-from privaudit.audit.suite import load_suite
+from privaudit.audit.suite.shipped import resolve_suite, shipped_suites
+from privaudit.audit.suite.load import load_suite
 from privaudit.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,11 +7,12 @@ import json
 
 import pytest
 
-from privaudit.attacks.bounds import multi_run_ceiling, one_run_search_ceiling
+from privaudit.attacks.bounds.multi_run import multi_run_ceiling
+from privaudit.attacks.bounds.one_run import one_run_search_ceiling
 from privaudit.audit.cli import main
-from privaudit.audit.plan import plan
-from privaudit.audit.score_audit import one_run_grid
-from privaudit.audit.user_claim import UserClaim
+from privaudit.audit.user.plan import plan
+from privaudit.audit.user.score_bounds import one_run_grid
+from privaudit.audit.user.claim import UserClaim
 
 
 def one_run(m: int, delta: float) -> float:

@@ -21,9 +21,9 @@ def test_front_door_doctests_pass():
 
 
 def test_score_audit_doctest_passes():
-    import privaudit.audit.score_audit
+    import privaudit.audit.user.score_audit
 
-    result = doctest.testmod(privaudit.audit.score_audit)
+    result = doctest.testmod(privaudit.audit.user.score_audit)
     assert result.attempted >= 4 and result.failed == 0, result
 
 
@@ -53,7 +53,7 @@ def test_readme_python_api_example_runs(tmp_path, monkeypatch):
     exec(compile(readme_api_example(), "README.md#python-api", "exec"), namespace)
     a = namespace["result"]
     assert abs(a.auc - 0.92) < 0.01 and abs(a.eps_lower_bound - 3.7) < 0.1  # what the example's comment says
-    from privaudit.attacks.bounds import gdp_epsilon
+    from privaudit.attacks.bounds.gdp import gdp_epsilon
 
     assert a.eps_lower_bound < gdp_epsilon(2.0, 1e-5) == pytest.approx(10.0, abs=0.01)  # sound: below the truth
     assert (tmp_path / "my-audit" / "report.html").is_file()

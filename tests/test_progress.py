@@ -12,7 +12,7 @@ import heapq
 
 import pytest
 
-from privaudit.audit.progress import CELL_STAGES, Progress, round_robin
+from privaudit.audit.run.progress import CELL_STAGES, Progress, round_robin
 
 # (defense, stage seconds) per cell in the suite's order; the two epsilons of one defense differ, as they do.
 CELLS = [

@@ -1,8 +1,8 @@
-"""The time left is estimated from the run's first line: each task's planned cost (:mod:`privaudit.audit.stage_costs`)
-at the speed measured on the finished tasks, then their measured times. On tests/test_progress.py's replay of the
-quickstart's schedule, with priors wrong for this machine by a common factor and by each task's own error, the
-estimate exists from the start and is within 25% of the time left from a tenth of the run on (30 s near the end);
-the same priors taken at face value (no speed correction, planted) are not."""
+"""The time left is estimated from the run's first line: each task's planned cost
+(:mod:`privaudit.audit.run.stage_costs`) at the speed measured on the finished tasks, then their measured times. On
+tests/test_progress.py's replay of the quickstart's schedule, with priors wrong for this machine by a common factor and
+by each task's own error, the estimate exists from the start and is within 25% of the time left from a tenth of the run
+on (30 s near the end); the same priors taken at face value (no speed correction, planted) are not."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import re
 import numpy as np
 import pytest
 
-from privaudit.audit import stage_costs
-from privaudit.audit.progress import CELL_STAGES, Progress
-from privaudit.audit.suite import parse_suite
+from privaudit.audit.run import stage_costs
+from privaudit.audit.run.progress import CELL_STAGES, Progress
+from privaudit.audit.suite.load import parse_suite
 from test_progress import FakeClock, schedule
 
 try:
@@ -132,7 +132,7 @@ def test_one_cheap_task_of_a_kind_does_not_set_the_speed_of_its_kind(monkeypatch
     take about a half): a kind's own ratio is used only once :data:`SPEED_SAMPLE` of its tasks have finished;
     before that the ratio over every finished task. Planted: the kind's ratio from one task (the rule before)
     predicts the DP cells at a sixth of their cost."""
-    from privaudit.audit import progress as progress_module
+    from privaudit.audit.run import progress as progress_module
 
     clock = FakeClock()
     progress = Progress(jobs=1, now=clock)

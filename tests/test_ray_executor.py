@@ -41,8 +41,8 @@ def test_ray_executor_maps_in_order(local_ray):
 
 
 def test_ray_run_equals_local_run(local_ray, tiny_suite, tiny_run, tmp_path):
-    from privaudit.audit.runner import run_suite
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.run.runner import run_suite
+    from privaudit.audit.suite.load import load_suite
 
     _, reference_out = tiny_run
     result = run_suite(load_suite(tiny_suite), out=tmp_path / "ray", executor="ray", progress=False)

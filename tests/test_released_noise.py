@@ -13,8 +13,8 @@ from scipy import stats
 from privaudit.accountants.events import PoissonSampledDpEvent, GaussianDpEvent, SelfComposedDpEvent, event_to_dict
 from privaudit.attacks.gradient_canary import GradientCanaries
 from privaudit.attacks.released_noise import NOISE_ALPHA, describe_check, released_noise_check
-from privaudit.audit.gate import gate_cells
-from privaudit.audit.suite import GateConfig
+from privaudit.audit.gate.judge import gate_cells
+from privaudit.audit.suite.model import GateConfig
 from privaudit.core.errors import ConfigError
 
 Z = 5.095  # DPCL's gradient multiplier at epsilon 1 in the quickstart

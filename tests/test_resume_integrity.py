@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.runner import CACHE_SCHEMA, run_suite
-from privaudit.audit.suite import load_suite
+from privaudit.audit.run.cache import CACHE_SCHEMA
+from privaudit.audit.run.runner import run_suite
+from privaudit.audit.suite.load import load_suite
 from privaudit.core.io import read_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.lock import output_lock
-from privaudit.audit.workers import worker_pool
+from privaudit.audit.run.lock import output_lock
+from privaudit.audit.run.workers import worker_pool
 from privaudit.core.io import read_json
 from test_resume_integrity import IDS, THREE, comparable
 
@@ -123,8 +123,8 @@ def check_clean_end(path: Path, marker: Path, out: Path, sig: int, wait: float) 
 
 
 def _resume(path: Path, out: Path) -> None:
-    from privaudit.audit.runner import run_suite
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.run.runner import run_suite
+    from privaudit.audit.suite.load import load_suite
 
     result = run_suite(load_suite(path), out=out, resume=True, progress=False, jobs=1)
     assert result.exit_code == 0 and sorted(result.ran + result.reused) == sorted(IDS)
@@ -141,8 +141,8 @@ def test_a_killed_run_leaves_no_process_and_no_late_write_and_resumes(tmp_path, 
 @pytest.mark.slow  # ~1 min: two killed runs watched for the full 10 s, and an uninterrupted run to compare with
 @pytest.mark.skipif(not LINUX, reason="finds the run's processes through /proc")
 def test_ten_seconds_after_sigterm_or_sigkill_nothing_is_left_and_resume_equals_a_whole_run(tmp_path):
-    from privaudit.audit.runner import run_suite
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.run.runner import run_suite
+    from privaudit.audit.suite.load import load_suite
 
     path, marker = write_suite(tmp_path)
     assert run_suite(load_suite(path), out=tmp_path / "whole", progress=False, jobs=1).exit_code == 0
@@ -177,7 +177,7 @@ def _lock_seen_by_worker(lock_path: str) -> tuple[bool, bool]:
     (taking it again on the same open file succeeds; any other open file would be refused)."""
     import fcntl
 
-    from privaudit.audit import workers
+    from privaudit.audit.run import workers
 
     fd = workers.HELD_LOCK_FD
     same = fd is not None and os.path.samestat(os.fstat(fd), os.stat(lock_path))
@@ -234,7 +234,7 @@ def test_an_orphaned_worker_writes_nothing(tmp_path):
 
 CHILD = """
 import os, sys, threading, time
-from privaudit.audit.workers import _watch_parent, die_with_parent
+from privaudit.audit.run.workers import _watch_parent, die_with_parent
 if sys.argv[1] == "signal":
     die_with_parent(os.getppid(), interval=3600)  # the kernel's parent-death signal alone (the watcher sleeps)
 else:
@@ -284,8 +284,8 @@ def _full_disk_at(monkeypatch, fragment: str) -> list[str]:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     """The suite run once with --jobs 1 (no pause): (suite path, output directory)."""
-    from privaudit.audit.runner import run_suite
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.run.runner import run_suite
+    from privaudit.audit.suite.load import load_suite
 
     directory = tmp_path_factory.mktemp("finished")
     path, _ = write_suite(directory)
@@ -412,7 +412,7 @@ def test_lock_waits_for_the_workers_of_a_dead_run_but_not_for_a_live_one(tmp_pat
     import fcntl
     import threading
 
-    from privaudit.audit.lock import LOCK_NAME, output_lock
+    from privaudit.audit.run.lock import LOCK_NAME, output_lock
     from privaudit.core.errors import ConfigError
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

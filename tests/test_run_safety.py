@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.lock import LOCK_NAME, output_lock
-from privaudit.audit.runner import clean_temporaries
+from privaudit.audit.run.lock import LOCK_NAME, output_lock
+from privaudit.audit.run.cache import clean_temporaries
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import atomic_write_json
 
@@ -65,7 +65,8 @@ def test_a_second_run_on_the_same_directory_is_refused(tmp_path, capsys):
     out = tmp_path / "out"
     out.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\nfrom privaudit.audit.lock import output_lock\n"
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+         "from privaudit.audit.run.lock import output_lock\n"
          f"with output_lock(Path({str(out)!r})):\n    print('locked', flush=True)\n    time.sleep(30)\n"],
         cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": ""}, stdout=subprocess.PIPE, text=True)
     try:

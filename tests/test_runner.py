@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from privaudit.attacks.bounds import one_run_bound
+from privaudit.attacks.bounds.one_run import one_run_bound
 from privaudit.attacks.metrics import summarize
 from privaudit.audit.cli import main
 from privaudit.core.io import load_npz, read_json
 from privaudit.audit.report import TOP_LEVEL
-from privaudit.audit.runner import run_suite
-from privaudit.audit.suite import load_suite
+from privaudit.audit.run.runner import run_suite
+from privaudit.audit.suite.load import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
 CELL_KEYS = {"id", "dataset", "defense", "target_epsilon", "delta", "seed", "claim", "epsilon", "utility", "attacks",
@@ -279,7 +279,7 @@ def test_bad_sensitivity_tables_exit_2_naming_the_key(tmp_path, capsys, table, m
 def test_step_audits_are_saved_as_strict_json_without_seconds(tiny_suite, tmp_path, monkeypatch, capsys):
     """A step audit's infinite bound is null in report.json (which the one checked reader refuses otherwise) and in
     its evidence alike, so ``privaudit gate`` finds them equal; its seconds go to timings.json only."""
-    from privaudit.audit.evidence import recompute
+    from privaudit.audit.verify.evidence import recompute
     from privaudit.audit.report.schema import load_report
 
     def planted(suite, out, progress=True, names=None):
@@ -288,7 +288,7 @@ def test_step_audits_are_saved_as_strict_json_without_seconds(tiny_suite, tmp_pa
         return [{"defense": "dpsgd", "relation": "add-remove", "claim": {"mu": 1.0, "epsilon": 8.0},
                  "verdict": "not refuted", "power": 0.25, "pairs": [pair], "seconds": 2.5}], []
 
-    monkeypatch.setattr("privaudit.audit.step_audit.run_suite_step_audits", planted)
+    monkeypatch.setattr("privaudit.audit.step.runs.run_suite_step_audits", planted)
     suite = tmp_path / "s.toml"
     suite.write_text(tiny_suite.read_text() + "\n[step_audit]\ndefenses = ['dpsgd']\n")
     out = tmp_path / "out"

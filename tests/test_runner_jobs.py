@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import re
 
-from privaudit.audit.runner import run_suite
-from privaudit.audit.suite import load_suite
+from privaudit.audit.run.runner import run_suite
+from privaudit.audit.suite.load import load_suite
 
 
 def test_two_jobs_give_the_same_report(tiny_suite, tmp_path, capsys, monkeypatch):
     """Byte for byte: the report holds no wall-clock time, and the workers' numbers are the in-process ones. The
     workers report each cell's stages: the progress lines of a CI log name them."""
-    monkeypatch.setattr("privaudit.audit.progress.INTERVAL", 0.25)
+    monkeypatch.setattr("privaudit.audit.run.heartbeat.INTERVAL", 0.25)
     suite = load_suite(tiny_suite)
     one = run_suite(suite, out=tmp_path / "one", progress=False, jobs=1)
     two = run_suite(suite, out=tmp_path / "two", progress=True, jobs=2)

@@ -13,9 +13,10 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from privaudit.attacks.bounds import sorted_guess_counts
+from privaudit.attacks.bounds.one_run import sorted_guess_counts
 from privaudit.attacks.metrics import SortedScores
-from privaudit.audit.score_audit import audit_scores, one_run_grid
+from privaudit.audit.user.score_audit import audit_scores
+from privaudit.audit.user.score_bounds import one_run_grid
 
 SMALL, LARGE = 200_000, 2_000_000
 

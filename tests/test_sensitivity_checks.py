@@ -20,7 +20,8 @@ from privaudit.core.errors import ConfigError
 from privaudit.audit.sensitivity import RESULT_KEYS, check_claims, load_witness, replay
 from privaudit.audit.sensitivity.domains import ImageDomain, Pair, VectorDomain
 from privaudit.audit.sensitivity.register import CLAIMS, Context, Setting
-from privaudit.audit.sensitivity.search import Clock, Evaluator, Target, gradient_ascent, zeroth_order_ascent
+from privaudit.audit.sensitivity.evaluator import Clock, Evaluator, Target
+from privaudit.audit.sensitivity.search import gradient_ascent, zeroth_order_ascent
 from privaudit.audit.sensitivity.verdict import is_violation, tolerance, verdict
 from privaudit.defenses.dp.bounds import logitdp_infonce_sound
 

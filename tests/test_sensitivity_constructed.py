@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from privaudit.audit.sensitivity import CLAIMS, Context, Setting
-from privaudit.audit.sensitivity.extremal import (chunk_seeds, flip_seeds, logit_seeds, split_flip_angles, split_flip_head,
-                                        split_flip_ratio, split_flip_seeds, spreadout_seeds,
-                                        spreadout_supremum, group_clip_limit, group_clip_seeds,
-                                        group_clip_supremum)
-from privaudit.audit.sensitivity.search import Evaluator, gradient_ascent, Clock
+from privaudit.audit.sensitivity.extremal import (chunk_seeds, flip_seeds, logit_seeds, split_flip_angles,
+                                                  split_flip_head, split_flip_ratio, split_flip_seeds, spreadout_seeds,
+                                                  spreadout_supremum, group_clip_limit, group_clip_seeds,
+                                                  group_clip_supremum)
+from privaudit.audit.sensitivity.evaluator import Evaluator, Clock
+from privaudit.audit.sensitivity.search import gradient_ascent
 from privaudit.audit.sensitivity.witness import replay, save_witness
 from privaudit.defenses.dp.params import parameter_values
 

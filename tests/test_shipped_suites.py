@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from privaudit.audit.suite import parse_suite
+from privaudit.audit.suite.load import parse_suite
 
 try:
     import tomllib

@@ -69,7 +69,7 @@ def step_powered() -> dict[str, tuple[np.ndarray, float]]:
     Each run draws 10^4 scores per side, so there are 100 runs: the shared check's power against a bound
     over-claiming on 2 alpha of them is only 0.005 (tests/soundness.py; 950 runs reach 0.9). Its power here is
     against the x1.2 variant, which these tight bounds make over-claim on nearly every run."""
-    from privaudit.attacks.bounds import multi_run_bound
+    from privaudit.attacks.bounds.multi_run import multi_run_bound
     from privaudit.attacks.step_distinguisher import gdp_bound
 
     rng = np.random.default_rng([31, 3])
@@ -96,7 +96,7 @@ def test_planted_x1_2_step_bound_is_rejected_by_the_same_check(step_powered, bou
 def test_step_bounds_are_the_two_bounds_tested_above():
     """The step audit's :func:`step_bounds` reports exactly the Clopper-Pearson and GDP bounds the powered tests
     check (the split and the thresholds seeded alike), so an inflation there fails too."""
-    from privaudit.attacks.bounds import multi_run_bound
+    from privaudit.attacks.bounds.multi_run import multi_run_bound
     from privaudit.attacks.step_distinguisher import gdp_bound
 
     out, inn = KnownMechanism("gaussian", 1.0).sample(4000, np.random.default_rng([31, 4]))
@@ -206,7 +206,7 @@ def ctx():
 
 
 def test_dp_clip_step_is_tight_and_not_refuted(ctx, tmp_path):
-    from privaudit.audit.step_audit import audit_defense
+    from privaudit.audit.step.audit import audit_defense
 
     r = audit_defense("dp-clip", pair="canonical", draws=50000, context=ctx, out_dir=tmp_path)
     assert r.verdict == "not refuted"
@@ -219,7 +219,7 @@ def test_dp_clip_step_is_tight_and_not_refuted(ctx, tmp_path):
 def test_dp_fedemb_aggregation_step_is_tight_and_not_refuted(ctx):
     """DP-FedEmb's round aggregation (its own noised_mean) on replace-one rounds: user level, the claimed
     sensitivity 2 gamma met exactly by the canary pair, power >= 0.8 at epsilon 8 (measured 0.95-0.96)."""
-    from privaudit.audit.step_audit import audit_defense
+    from privaudit.audit.step.audit import audit_defense
 
     r = audit_defense("dp-fedemb", params={"rounds": 10}, pair="all", draws=50000, context=ctx)
     assert (r.relation, r.unit, r.verdict) == ("replace-one", "user", "not refuted")
@@ -235,7 +235,7 @@ def test_dp_fedemb_aggregation_step_is_tight_and_not_refuted(ctx):
 def test_undernoised_control_is_refuted_with_witness(ctx, tmp_path):
     from safetensors import safe_open
 
-    from privaudit.audit.step_audit import audit_defense
+    from privaudit.audit.step.audit import audit_defense
 
     r = audit_defense("control-undernoised", pair="canary", draws=20000, context=ctx, out_dir=tmp_path)
     assert r.verdict == "refuted"
@@ -246,7 +246,7 @@ def test_undernoised_control_is_refuted_with_witness(ctx, tmp_path):
 
 
 def test_pinned_conditioning_gives_identical_outputs_on_identical_batches(ctx):
-    from privaudit.audit.step_audit import _Step, calibrated
+    from privaudit.audit.step.audit import _Step, calibrated
     from privaudit.defenses.registry import make_defense
 
     d = make_defense("dpcl-simclr", {"batch_size": 4})
@@ -263,7 +263,7 @@ def test_pinned_conditioning_gives_identical_outputs_on_identical_batches(ctx):
 
 
 def test_bad_input_names_the_field(ctx):
-    from privaudit.audit.step_audit import audit_defense
+    from privaudit.audit.step.audit import audit_defense
 
     with pytest.raises(ConfigError, match="defense"):
         audit_defense("nonprivate", context=ctx)
@@ -274,8 +274,8 @@ def test_bad_input_names_the_field(ctx):
 
 
 def test_step_gate_documented_and_undocumented_refutations():
-    from privaudit.audit.suite import StepAuditConfig
-    from privaudit.audit.step_audit import step_gate
+    from privaudit.audit.suite.model import StepAuditConfig
+    from privaudit.audit.step.gate import step_gate
 
     def result(name, verdict):
         return {"defense": name, "verdict": verdict, "claim": {"mu": 0.3}, "power": 2.0,
@@ -291,7 +291,7 @@ def test_step_gate_documented_and_undocumented_refutations():
 
 
 def test_suite_step_audit_validation(tmp_path):
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.suite.load import load_suite
 
     base = 'name = "s"\ndatasets = ["digits"]\nepsilons = [8.0]\n[[defenses]]\nname = "dp-clip"\n'
     p = tmp_path / "s.toml"
@@ -325,7 +325,7 @@ def test_cli_audit_step(capsys):
 
 def test_report_rows_and_markdown_section():
     from privaudit.audit.report import markdown
-    from privaudit.audit.step_audit import STEP_HEADERS, step_rows
+    from privaudit.audit.step.render import STEP_HEADERS, step_rows
 
     result = {"defense": "dpcl-simclr", "relation": "replace-one", "claim": {"mu": 0.348, "epsilon": 1.33},
               "pairs": [{"pair": "witness", "mu_lower": 0.467, "epsilon_lower": 1.15, "power_mu": 1.34,
@@ -346,7 +346,7 @@ ALM_PARAMS = {"epochs": 1, "sensitivity_m": 20, "curve_draws": 2}
 def test_alm_release_canonical_pair_is_tight_and_not_refuted(ctx, tmp_path):
     """The canonical pair (one coordinate moved by exactly the sampled L1 sensitivity) through ALM's own
     release: eps_lb at delta 0 within [0.8, 1] of the claimed per-release eps at 1 and 8."""
-    from privaudit.audit.step_audit import audit_defense
+    from privaudit.audit.step.audit import audit_defense
 
     for eps in (1.0, 8.0):
         r = audit_defense("alm", params=ALM_PARAMS, target_epsilon=eps, pair="canary", draws=100_000,
@@ -372,9 +372,10 @@ def test_alm_release_with_the_old_float_sampler_is_refuted_by_its_support(ctx, m
     """The textbook float64 logistic release planted back (what ALM released before): most of its outputs are
     impossible under the neighbour (Mironov 2012), so the reachability test refutes the claim although the
     likelihood-ratio bound stays below it; the gate fails, and the verdict recomputes from the saved counts."""
-    from privaudit.audit.evidence import restep
-    from privaudit.audit.step_audit import audit_defense, step_gate
-    from privaudit.audit.suite import StepAuditConfig
+    from privaudit.audit.verify.recheck import restep
+    from privaudit.audit.step.audit import audit_defense
+    from privaudit.audit.step.gate import step_gate
+    from privaudit.audit.suite.model import StepAuditConfig
     from privaudit.defenses.alm import mechanisms
 
     sound = mechanisms.release_of
@@ -402,7 +403,7 @@ def test_alm_release_with_the_old_float_sampler_is_refuted_by_its_support(ctx, m
 def test_alm_snapped_laplace_release_is_tight_and_not_refuted(ctx):
     """ALM's Laplace option (the snapping mechanism) on its canonical pair at eps 2, where the plain float64
     Laplace release was refuted (eps_lb 2.37 at 10^6 draws): below the claim, which includes the overhead."""
-    from privaudit.audit.step_audit import audit_defense
+    from privaudit.audit.step.audit import audit_defense
 
     r = audit_defense("alm", params={**ALM_PARAMS, "mechanism": "laplace"}, target_epsilon=2.0, pair="canary",
                       draws=200_000, context=ctx)
@@ -420,8 +421,9 @@ def test_alm_release_with_less_noise_than_claimed_is_refuted(ctx, tmp_path, monk
     delta 0 above the claim), with its witness written."""
     from dataclasses import replace
 
-    from privaudit.audit.step_audit import audit_defense, step_gate
-    from privaudit.audit.suite import StepAuditConfig
+    from privaudit.audit.step.audit import audit_defense
+    from privaudit.audit.step.gate import step_gate
+    from privaudit.audit.suite.model import StepAuditConfig
     from privaudit.defenses.alm.defense import ALM
 
     honest = ALM.release_noise
@@ -447,7 +449,7 @@ def test_alm_release_witness_pair_exceeds_sampled_sensitivity(ctx):
     """The sensitivity search's pair moves the head by more than the sampled L1 sensitivity, so its exact
     pure epsilon (|d|_1 / s) exceeds the claim; measured, it is not refuted: the difference is spread over
     hundreds of coordinates, and the excess sits in their joint tails."""
-    from privaudit.audit.step_audit import audit_defense
+    from privaudit.audit.step.audit import audit_defense
 
     r = audit_defense("alm", target_epsilon=8.0, pair="witness", draws=20000, witness_evaluations=30, context=ctx)
     p = r.pairs[0]

@@ -5,7 +5,7 @@ import pytest
 
 from privaudit.audit.cli import main
 from privaudit.core.errors import ConfigError
-from privaudit.audit.suite import load_suite, parse_suite
+from privaudit.audit.suite.load import load_suite, parse_suite
 
 GOOD = """
 name = "grid"

@@ -12,10 +12,10 @@ from scipy import stats
 from privaudit.accountants.events import (ComposedDpEvent, GaussianDpEvent, LaplaceDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_to_dict)
 from privaudit.attacks.gradient_canary import GradientCanaries
-from privaudit.attacks.mechanism_bound import optimistic_epsilon
-from privaudit.attacks.trajectory_bound import (METHOD, TrajectoryCounts, gradient_event, mu_lower, mu_lower_form,
-                                                plan_threshold, plan_trajectory, step_multiplier, trajectory_bound,
-                                                trajectory_epsilon, trajectory_epsilon_from_counts, unsupported_reason)
+from privaudit.attacks.bounds.mechanism import optimistic_epsilon
+from privaudit.attacks.bounds.trajectory import (METHOD, TrajectoryCounts, gradient_event, mu_lower, mu_lower_form,
+                                                 plan_threshold, plan_trajectory, step_multiplier, trajectory_bound,
+                                                 trajectory_epsilon, trajectory_epsilon_from_counts, unsupported_reason)
 from privaudit.core.errors import ConfigError
 
 BETA, DELTA = 0.05, 1e-5
@@ -180,7 +180,7 @@ def test_pooled_form_sound_with_power_and_an_inflated_variant_fails(cell):
     gate's usual family level too; 1.1 mu_lb, an unsound variant, fails the same test. The runs are simulated
     counts, so there are enough of them (950, tests/soundness.py: runs_for_power) for the shared check to reject a
     bound over-claiming on 2 beta of them with probability >= 0.9."""
-    from privaudit.attacks.pooled_gdp import mu_lower_pooled
+    from privaudit.attacks.bounds.pooled_gdp import mu_lower_pooled
 
     from soundness import TARGET_POWER, assert_planted_rejected, assert_sound, runs_for_power
 
@@ -224,7 +224,7 @@ def test_planned_form_stays_two_sided_for_add_remove_designs():
 
 def test_pooled_error_floor_closed_form():
     """g_w: w = 1/2 gives Phi(-mu/2); it decreases in mu; its inverse recovers mu; at mu = 0 it is min(w, 1 - w)."""
-    from privaudit.attacks.pooled_gdp import error_floor, mu_from_error
+    from privaudit.attacks.bounds.pooled_gdp import error_floor, mu_from_error
 
     assert error_floor(0.8, 0.5) == pytest.approx(stats.norm.cdf(-0.4))
     values = [error_floor(mu, 0.3) for mu in (0.0, 0.5, 1.0, 2.0, 4.0)]

@@ -9,11 +9,11 @@ import json
 import numpy as np
 import pytest
 
-from privaudit.attacks.bounds import clopper_pearson_upper
-from privaudit.attacks import mechanism_bound as mb
+from privaudit.attacks.bounds.multi_run import clopper_pearson_upper
+from privaudit.attacks.bounds import mechanism as mb
 from privaudit.audit.cli import main
-from privaudit.audit.score_audit import audit_scores
-from privaudit.audit.user_claim import UserClaim
+from privaudit.audit.user.score_audit import audit_scores
+from privaudit.audit.user.claim import UserClaim
 
 
 def fair_coin(m: int, shift: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -105,7 +105,7 @@ def test_alpha_star_by_bisection_is_the_maximum_over_every_window():
     maximum over all windows, so the faster p-value is the same sound p-value."""
     from scipy import special, stats
 
-    from privaudit.attacks.bounds import _alpha_star
+    from privaudit.attacks.bounds.one_run import _alpha_star
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -120,7 +120,7 @@ def test_alpha_star_by_bisection_is_the_maximum_over_every_window():
 def test_guess_counts_from_sorted_sides_match_a_random_order():
     """Without ties the counts equal the argsort guesses'; with ties they are distributed as after a random order
     (a tie broken in the members' favour, the unsound variant, would not be)."""
-    from privaudit.attacks.bounds import one_run_guesses, sorted_guess_counts
+    from privaudit.attacks.bounds.one_run import one_run_guesses, sorted_guess_counts
     from privaudit.attacks.metrics import SortedScores
 
     rng = np.random.default_rng(1)

@@ -9,7 +9,8 @@ from typing import Any
 
 from privaudit.attacks import ATTACKS, DataRef, Target, make_attack, make_executor
 from privaudit.attacks.executor import EXECUTORS
-from privaudit.attacks.metrics import FPR_TARGETS, fpr_key, plot_roc
+from privaudit.attacks.metrics import FPR_TARGETS, fpr_key
+from privaudit.attacks.roc_plot import plot_roc
 from privaudit.attacks.shadow_models import resolve_defense
 from privaudit.audit.commands.common import (add_budget_args, add_data_args, add_output_args, budget_from_args,
                                              check_attack_plugin, check_plugins, emit_json, format_table, integer,

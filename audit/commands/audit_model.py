@@ -1,5 +1,5 @@
 """``privaudit audit-model``: audit your own PyTorch classifier on your own members and non-members, and its
-training recipe by canary runs, against your claim (see :mod:`privaudit.audit.model_audit`)."""
+training recipe by canary runs, against your claim (see :mod:`privaudit.audit.user.model_audit`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from privaudit.audit.commands.common import (SEED, add_claim_args, add_output_ar
                                              format_table, integer, number, refuted_status,
                                              show_required)
 
-from privaudit.audit.final_model import DEFAULT_CANARY_RUNS, DESIGNS
+from privaudit.audit.user.final_model import DEFAULT_CANARY_RUNS, DESIGNS
 
 HELP = ("audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
         "training function by canary runs: a verdict on your claim and the design's ceiling")
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from privaudit.attacks.metrics import FPR_TARGETS, fpr_key
-    from privaudit.audit.model_audit import audit_model
+    from privaudit.audit.user.model_audit import audit_model
 
     attacks = None if args.attacks is None else [a.strip() for a in args.attacks.split(",") if a.strip()]
     a = audit_model(args.factory, args.weights, members=args.members, nonmembers=args.nonmembers,

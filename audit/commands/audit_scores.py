@@ -1,4 +1,5 @@
-"""``privaudit audit-scores``: audit member / non-member scores a user already has (see :mod:`privaudit.audit.score_audit`)."""
+"""``privaudit audit-scores``: audit member / non-member scores a user already has (see
+:mod:`privaudit.audit.user.score_audit`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import sys
 
 from privaudit.audit.commands.common import (PROBABILITY, add_claim_args, add_output_args, claim_of, emit_json,
                                              format_table, number, refuted_status)
-from privaudit.audit.score_inputs import KINDS
-from privaudit.audit.score_audit import DESIGNS
+from privaudit.audit.user.score_inputs import KINDS
+from privaudit.audit.user.score_audit import DESIGNS
 
 HELP = ("audit your own member / non-member scores: ROC, AUC, advantage, TPR at low FPR, an epsilon lower bound, "
         "and a verdict on your claim with the design's ceiling")
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tf_privacy is None and (args.members is None or args.nonmembers is None):
         raise ConfigError("--members and --nonmembers: both required (or --tf-privacy FILE.npz)")
-    from privaudit.audit.score_audit import audit_scores
+    from privaudit.audit.user.score_audit import audit_scores
 
     claim = claim_of(args)
     a = audit_scores(args.members, args.nonmembers, kind=args.kind, tf_privacy=args.tf_privacy, delta=args.delta,

@@ -1,4 +1,4 @@
-"""``privaudit audit-step``: audit one privatised training step of a defense (see :mod:`privaudit.audit.step_audit`).
+"""``privaudit audit-step``: audit one privatised training step of a defense (see :mod:`privaudit.audit.step.audit`).
 
     privaudit audit-step --defense NAME [--draws N] [--pair all|canonical|canary|extreme|witness]
                          [--target-epsilon E | --noise-multiplier Z] [--delta D] [--param KEY=VALUE ...]
@@ -24,7 +24,7 @@ HEADERS = ["pair", "|d| / Delta", "mu pair", "mu_lb", "mu claim", "power", "eps 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from privaudit.audit.step_audit import DEFAULT_DRAWS, DEFAULT_WITNESS_EVALUATIONS, DEFENSES, PAIR_CHOICES
+    from privaudit.audit.step.audit import DEFAULT_DRAWS, DEFAULT_WITNESS_EVALUATIONS, DEFENSES, PAIR_CHOICES
 
     p = sub.add_parser("audit-step", help="audit one privatised step of a defense on neighbouring batches")
     p.add_argument("--defense", required=True, choices=DEFENSES, help="the defense whose step is audited")
@@ -53,7 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from privaudit.audit.step_audit import audit_defense, summary_line
+    from privaudit.audit.step.audit import audit_defense
+    from privaudit.audit.step.render import summary_line
 
     if args.out is not None:
         check_output_dir(args.out)  # before the audit: a bad --out loses no work

@@ -1,5 +1,5 @@
 """``privaudit audit-training``: audit an unmodified Opacus training function white-box in one run, its neighbours
-replayed (see :mod:`privaudit.audit.training_audit`)."""
+replayed (see :mod:`privaudit.audit.user.training_audit`)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from privaudit.audit.training_audit import audit_training
+    from privaudit.audit.user.training_audit import audit_training
 
     a = audit_training(args.factory, args.train_fn, members=args.members, nonmembers=args.nonmembers,
                        delta=args.delta, claimed_epsilon=args.claimed_epsilon, beta=1 - args.confidence,

@@ -205,8 +205,8 @@ def format_table(headers: list[str], rows: list[list[Any]], width: int = TABLE_W
 
 def add_claim_args(parser: argparse.ArgumentParser, *, default_delta: float | None = None) -> None:
     """The claim to audit: ``--claimed-epsilon E --delta D [--relation] [--unit]`` or ``--opacus-state FILE``,
-    and ``--confidence`` of the verdict (:mod:`privaudit.audit.user_claim`)."""
-    from privaudit.audit.user_claim import RELATIONS, UNITS
+    and ``--confidence`` of the verdict (:mod:`privaudit.audit.user.claim`)."""
+    from privaudit.audit.user.claim import RELATIONS, UNITS
 
     parser.add_argument("--claimed-epsilon", type=number(positive=True), default=None, metavar="E",
                         help="the epsilon you claim (a verdict and its ceiling are reported against it)")
@@ -226,8 +226,8 @@ def add_claim_args(parser: argparse.ArgumentParser, *, default_delta: float | No
 
 
 def claim_of(args: argparse.Namespace) -> Any:
-    """The :class:`privaudit.audit.user_claim.UserClaim` of :func:`add_claim_args`' flags (None: no claim)."""
-    from privaudit.audit.user_claim import claim_from_args
+    """The :class:`privaudit.audit.user.claim.UserClaim` of :func:`add_claim_args`' flags (None: no claim)."""
+    from privaudit.audit.user.claim import claim_from_args
 
     if not 0 < args.confidence < 1:
         raise ConfigError(f"--confidence: must lie in (0, 1), got {args.confidence!r}")

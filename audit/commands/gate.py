@@ -1,6 +1,6 @@
-"""``privaudit gate DIR``: the gate of a finished run, recomputed from its evidence (:mod:`privaudit.audit.evidence`),
-per cell: bound, claim, margin, verdict; exit 0 when the recomputed gate passes, 1 when it fails (report.json's
-own status is never read as the answer), 2 when DIR holds no report."""
+"""``privaudit gate DIR``: the gate of a finished run, recomputed from its evidence
+(:mod:`privaudit.audit.verify.evidence`), per cell: bound, claim, margin, verdict; exit 0 when the recomputed gate
+passes, 1 when it fails (report.json's own status is never read as the answer), 2 when DIR holds no report."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from privaudit.audit.evidence import recompute
+    from privaudit.audit.verify.evidence import recompute
 
     recomputed = recompute(args.directory)
     gate = recomputed.gate

@@ -1,7 +1,8 @@
 """``privaudit gate-power SUITE``: the smallest noise shortfall the suite's gate catches, per epsilon.
 
-Plants under-noising factors into each gated DP-SGD-style defense of the suite (:mod:`privaudit.audit.gate_power`)
-and writes ``gate_power.json`` and ``gate_power.md`` into ``--out`` (default: the suite's out, ``/gate-power``).
+Plants under-noising factors into each gated DP-SGD-style defense of the suite
+(:mod:`privaudit.audit.verify.gate_power`) and writes ``gate_power.json`` and ``gate_power.md`` into ``--out`` (default:
+the suite's out, ``/gate-power``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def _floats(text: str) -> list[float]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from privaudit.audit.gate_power import FACTORS, NEEDED, PLANTS, SEEDS
+    from privaudit.audit.verify.gate_power import FACTORS, NEEDED, PLANTS, SEEDS
 
     p = sub.add_parser("gate-power", help="plant noise shortfalls into a suite's DP defenses and report the smallest "
                                           "one its gate catches, per epsilon")
@@ -81,7 +82,7 @@ def bugs_markdown(result: dict[str, Any]) -> str:
 
 
 def run_bugs(args: argparse.Namespace, suite: Any, out: Path, defenses: list[str] | None) -> int:
-    from privaudit.audit.gate_power_bugs import measure_bugs
+    from privaudit.audit.verify.gate_power_bugs import measure_bugs
     from privaudit.core.io import atomic_write_json, atomic_write_text, to_json
 
     if not args.allow_plugins:
@@ -96,8 +97,8 @@ def run_bugs(args: argparse.Namespace, suite: Any, out: Path, defenses: list[str
 
 
 def run(args: argparse.Namespace) -> int:
-    from privaudit.audit.gate_power import measure
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.verify.gate_power import measure
+    from privaudit.audit.suite.load import load_suite
     from privaudit.core.io import atomic_write_json, atomic_write_text, check_output_dir, to_json
 
     suite = load_suite(args.suite, data_dir=args.data_dir)

@@ -1,5 +1,5 @@
 """``privaudit plan``: size an audit before training -- the candidates, guesses or runs a design needs to be able
-to refute a claimed epsilon (see :mod:`privaudit.audit.plan`)."""
+to refute a claimed epsilon (see :mod:`privaudit.audit.user.plan`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ HELP = "size an audit before training: the candidates, guesses or runs a design 
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from privaudit.audit.user_claim import RELATIONS, UNITS
+    from privaudit.audit.user.claim import RELATIONS, UNITS
 
     p = sub.add_parser("plan", help=HELP, description=HELP + ". A design's ceiling is the largest lower bound it can "
                        "show (every guess right); below the claim it cannot refute it, whatever the model does.")
@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from privaudit.audit.plan import plan
-    from privaudit.audit.user_claim import claim_from_args
+    from privaudit.audit.user.plan import plan
+    from privaudit.audit.user.claim import claim_from_args
     from privaudit.core.errors import ConfigError
 
     if args.claimed_epsilon is None and args.opacus_state is None:

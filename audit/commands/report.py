@@ -1,5 +1,5 @@
 """``privaudit report DIR``: regenerate report.md, report.html and the plots of a run, with its gate recomputed from
-its evidence (:mod:`privaudit.audit.evidence`): the pages never show a gate the evidence does not give.
+its evidence (:mod:`privaudit.audit.verify.evidence`): the pages never show a gate the evidence does not give.
 report.json itself is left as it is."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from privaudit.audit.evidence import render_report
+    from privaudit.audit.verify.evidence import render_report
 
     paths = render_report(args.directory)
     print(f"wrote {', '.join(str(p) for p in paths.values())}")

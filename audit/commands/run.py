@@ -7,8 +7,8 @@ import os
 import sys
 
 from privaudit.audit.commands.common import integer
-from privaudit.audit.runner import EXECUTOR_CHOICES, MAX_JOBS, run_suite
-from privaudit.audit.suite import load_suite
+from privaudit.audit.run.runner import EXECUTOR_CHOICES, MAX_JOBS, run_suite
+from privaudit.audit.suite.load import load_suite
 from privaudit.core.errors import Terminated
 
 

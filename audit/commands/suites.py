@@ -26,7 +26,7 @@ def _description(path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from privaudit.audit.shipped import shipped_suites
+    from privaudit.audit.suite.shipped import shipped_suites
 
     suites = shipped_suites()
     if args.json:

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def summary(suite: Any) -> dict[str, Any]:
     """What a valid suite will run: its cells, sensitivity claims and step audits."""
     from privaudit.audit.sensitivity import select
-    from privaudit.audit.suite import MAX_CELLS
+    from privaudit.audit.suite.model import MAX_CELLS
 
     sens = suite.sensitivity
     claims = None if sens is None else len(select(None if sens.claims is None else list(sens.claims)))
@@ -53,7 +53,7 @@ def summary(suite: Any) -> dict[str, Any]:
 def check(path: str, data_dir: str | None = None, allow_plugins: bool = False,
           machine_checks: bool = True) -> dict[str, Any]:
     """``{"suite", "valid", "error"}`` for one suite, with :func:`summary`'s fields when it is valid."""
-    from privaudit.audit.suite import load_suite
+    from privaudit.audit.suite.load import load_suite
 
     try:
         suite = load_suite(path, data_dir=data_dir, allow_plugins=allow_plugins, machine_checks=machine_checks)

@@ -45,7 +45,7 @@ def git_commit() -> str | None:
     """The commit of the checkout privaudit runs from, or of the privaudit clone in the current directory
     (``+dirty`` with uncommitted changes to tracked files), else None."""
     candidates = [Path(__file__).resolve().parents[2], Path.cwd()]  # the checkout, or the clone run from
-    root = next((r for r in candidates if (r / ".git").exists() and (r / "audit" / "suite.py").is_file()), None)
+    root = next((r for r in candidates if (r / ".git").exists() and (r / "audit" / "cli.py").is_file()), None)
     if root is None:
         return None
     try:

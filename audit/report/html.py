@@ -201,7 +201,7 @@ def _sensitivity(report: dict[str, Any]) -> list[str]:
 def _step_audit(report: dict[str, Any]) -> list[str]:
     if not report.get("step_audit"):
         return []
-    from privaudit.audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
+    from privaudit.audit.step.render import STEP_EXPLAIN, STEP_HEADERS, step_rows
 
     return ['<h2 id="step-audit">Step-level audit</h2>',
             table(STEP_HEADERS, step_rows(report), table_id="step-audit-table", badge_cols=("verdict",)),

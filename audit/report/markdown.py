@@ -92,7 +92,7 @@ def sensitivity_lines(report: dict[str, Any]) -> list[str]:
     else:
         lines += ["No sensitivity checks in this run.", ""]
     if report.get("step_audit"):
-        from privaudit.audit.step_audit import STEP_EXPLAIN, STEP_HEADERS, step_rows
+        from privaudit.audit.step.render import STEP_EXPLAIN, STEP_HEADERS, step_rows
 
         lines += ["## Step-level audit", "", table(STEP_HEADERS, step_rows(report)), "", STEP_EXPLAIN, ""]
     return lines

@@ -1,4 +1,4 @@
-"""How a register entry becomes a search :class:`~privaudit.audit.sensitivity.search.Target` at one setting.
+"""How a register entry becomes a search :class:`~privaudit.audit.sensitivity.evaluator.Target` at one setting.
 
 Each builder takes the defense's privatized quantity for the claim (:meth:`ClaimSpec.quantity`), the input
 domain the neighbours are drawn from, the bound's parameters realised at the setting, and the defense's own
@@ -15,7 +15,7 @@ from privaudit.core.errors import ConfigError
 from privaudit.audit.sensitivity.claim_spec import Builder, ClaimSpec, Params, Setting
 from privaudit.audit.sensitivity.context import Context
 from privaudit.audit.sensitivity.domains import ImageDomain, VectorDomain
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 from privaudit.defenses.base import PrivatizedQuantity
 
 ParamFn = Callable[[Setting, PrivatizedQuantity], dict[str, Any]]

@@ -27,7 +27,8 @@ from typing import Any
 from privaudit.audit.failures import failure_line
 from privaudit.core.errors import ConfigError, check_positive
 from privaudit.audit.sensitivity.register import ClaimSpec, Context, select
-from privaudit.audit.sensitivity.search import MIN_PAIRS, SearchResult, Target, search
+from privaudit.audit.sensitivity.search import MIN_PAIRS, SearchResult, search
+from privaudit.audit.sensitivity.evaluator import Target
 from privaudit.audit.sensitivity.verdict import is_violation, tolerance, verdict
 from privaudit.audit.sensitivity.witness import num_threads, save_witness
 from privaudit.defenses.seeding import torch_generator

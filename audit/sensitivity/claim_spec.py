@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import torch
 
 from privaudit.core.errors import ConfigError
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 from privaudit.defenses.base import PrivatizedQuantity
 
 if TYPE_CHECKING:

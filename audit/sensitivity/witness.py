@@ -27,7 +27,7 @@ import torch
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import atomic_save_tensors, atomic_write_json
 from privaudit.audit.sensitivity.domains import Rows
-from privaudit.audit.sensitivity.search import Found, Target
+from privaudit.audit.sensitivity.evaluator import Found, Target
 from privaudit.audit.sensitivity.verdict import distance, is_violation, tolerance
 
 FORMAT = "privaudit-sensitivity-witness"

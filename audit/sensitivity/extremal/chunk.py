@@ -20,7 +20,7 @@ import torch
 from privaudit.audit.sensitivity.domains import ImageDomain, Pair, cat_rows
 from privaudit.audit.sensitivity.extremal.heads import HEAD_SHAPES, label_head
 from privaudit.audit.sensitivity.extremal.layer_inputs import last_layer_inputs, row_labels, shared_seed
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 
 
 def _first_key_seed(gen: torch.Generator, n: int, tries: int) -> tuple[int, torch.Tensor]:

@@ -24,7 +24,7 @@ from privaudit.audit.sensitivity.domains import ImageDomain, Pair, cat_rows
 from privaudit.audit.sensitivity.extremal.heads import HEAD_SHAPES, label_head
 from privaudit.audit.sensitivity.extremal.layer_inputs import (last_layer_inputs, projector_inputs, row_labels,
                                                                shared_seed)
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 
 
 def flip_seeds(target: Target, gen: torch.Generator, images: int = 2) -> list[Pair]:

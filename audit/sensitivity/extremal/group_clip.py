@@ -21,7 +21,7 @@ from privaudit.audit.sensitivity.domains import ImageDomain, Pair
 from privaudit.audit.sensitivity.extremal.angles import SPLIT_MARGIN, evolve_angles
 from privaudit.audit.sensitivity.extremal.heads import split_flip_head
 from privaudit.audit.sensitivity.extremal.layer_inputs import projector, projector_inputs, shared_seed
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 
 
 def _group_directions(theta: torch.Tensor, groups: torch.Tensor, k: int, tau: float, big: float) -> torch.Tensor:

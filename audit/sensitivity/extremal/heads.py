@@ -20,7 +20,7 @@ import torch
 
 from privaudit.audit.sensitivity.domains import Pair, Rows
 from privaudit.audit.sensitivity.extremal.layer_inputs import last_linear, projector
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 
 # (scale a, tan of the marked rows' angle): saturated clipping at a small scale, several angles
 HEAD_SHAPES = ((1e-3, 1.0), (1e-4, 3.0), (1e-2, 0.3))

@@ -11,7 +11,7 @@ import torch
 
 from privaudit.audit.sensitivity.domains import ImageDomain, Pair, cat_rows, slice_rows
 from privaudit.audit.sensitivity.extremal.layer_inputs import shared_seed
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 
 
 def image_seeds(target: Target, gen: torch.Generator, images: int = 3) -> list[Pair]:

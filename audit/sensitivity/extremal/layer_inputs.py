@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from privaudit.audit.sensitivity.search import SEED_RANGE, Target
+from privaudit.audit.sensitivity.search import SEED_RANGE
+from privaudit.audit.sensitivity.evaluator import Target
 
 
 def shared_seed(gen: torch.Generator) -> int:

@@ -24,7 +24,7 @@ import torch
 from privaudit.audit.sensitivity.domains import ImageDomain, Pair
 from privaudit.audit.sensitivity.extremal.heads import affine_fit, blank_head, with_head
 from privaudit.audit.sensitivity.extremal.layer_inputs import layer_inputs, shared_seed
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 
 # (delta, epsilon, epsilon''): the small angles of :func:`logit_seeds`
 LOGIT_ANGLES = ((0.1, 0.1, 0.1), (0.3, 0.3, 0.3), (0.03, 0.03, 0.03))

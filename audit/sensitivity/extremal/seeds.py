@@ -15,7 +15,7 @@ from privaudit.audit.sensitivity.extremal.images import image_seeds
 from privaudit.audit.sensitivity.extremal.logit import logit_seeds
 from privaudit.audit.sensitivity.extremal.split_flip import split_flip_seeds
 from privaudit.audit.sensitivity.extremal.spreadout import spreadout_seeds
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 
 
 def gradient_seeds(target: Target, gen: torch.Generator) -> list[Pair]:

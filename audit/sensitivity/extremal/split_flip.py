@@ -41,7 +41,7 @@ from privaudit.audit.sensitivity.domains import ImageDomain, Pair
 from privaudit.audit.sensitivity.extremal.angles import SPLIT_MARGIN, evolve_angles
 from privaudit.audit.sensitivity.extremal.heads import line_head_pairs
 from privaudit.audit.sensitivity.extremal.layer_inputs import projector, projector_inputs, shared_seed
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 
 # the smallest torque |dL/dtheta_r| (mean loss) the construction counts in full: with K = 100, sin theta >=
 # sin(margin) and scale 1e-6, a row's gradient is >= 5e6 times its torque (>= 50 at the floor), so every

@@ -19,7 +19,7 @@ import torch
 from privaudit.audit.sensitivity.domains import ImageDomain, Pair
 from privaudit.audit.sensitivity.extremal.heads import line_head_pairs
 from privaudit.audit.sensitivity.extremal.layer_inputs import projector, projector_inputs, shared_seed
-from privaudit.audit.sensitivity.search import Target
+from privaudit.audit.sensitivity.evaluator import Target
 
 # (delta_x, delta_y): the spreadout pair's angles from the ends of (0, pi), see :func:`spreadout_seeds`
 SPREADOUT_ANGLES = ((0.05, 0.05), (0.02, 0.02), (0.1, 0.1))

@@ -1,0 +1,74 @@
+"""The maths the gate needs from a saved bound: its epsilon recomputed from its counts at the family-wise level
+(:func:`family_bound`), and what a white-box trajectory bound is compared with when a claim's step releases more
+than the gradient (:func:`release_target`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def family_bound(bound: dict[str, Any], family: int) -> float | None:
+    """The lower bound recomputed from its counts at 1 - (1 - confidence) / ``family`` (None: cannot)."""
+    from privaudit.attacks.bounds.fdp import best_one_run_epsilon, fdp_one_run_parameter
+    from privaudit.attacks.bounds.multi_run import hypothesis_test_epsilon
+    from privaudit.attacks.bounds.one_run import one_run_epsilon
+
+    c = bound.get("counts") or {}
+    # the bound stored its confidence as 1 - beta; 1 - (1 - beta) is off by an ulp (1 - 0.95 = 0.050000000000000044),
+    # which moves a bisected epsilon in its last bit: 12 significant digits recover beta itself, however small
+    beta = float(f"{1.0 - float(bound['confidence']):.12g}") / family
+    delta = float(bound.get("delta", 0.0))
+    method = bound.get("method")
+    if method == "one-run-best":
+        return best_one_run_epsilon(c, beta=beta, delta=delta)
+    if method == "one-run-fdp-mechanism":
+        from privaudit.attacks.bounds.mechanism import mechanism_one_run_epsilon
+
+        return mechanism_one_run_epsilon(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
+    if method == "white-box-trajectory":
+        from privaudit.attacks.bounds.trajectory import trajectory_epsilon_from_counts
+
+        return trajectory_epsilon_from_counts(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
+    if method == "step-gdp":  # a per-cell step-audit pair: its mu_lb (compared with the per-step claim's mu)
+        from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
+
+        return gdp_mu_recomputed(bound["gdp"], beta)
+    if method == "one-run-fdp":
+        return fdp_one_run_parameter(int(c["m"]), int(c["r"]), int(c["v"]), beta=beta, delta=delta)
+    if method in ("one-run", "one-run-search", "one-run-paired"):
+        beta /= int(c.get("grid_size", 1))
+        return one_run_epsilon(int(c["m"]), int(c["r"]), int(c["v"]), beta=beta, delta=delta)
+    if method == "clopper-pearson":
+        return hypothesis_test_epsilon(int(c["false_positives"]), int(c["runs_out"]), int(c["false_negatives"]),
+                                       int(c["runs_in"]), alpha=beta, delta=delta, tests=int(c.get("tests", 1)))[0]
+    return None
+
+
+def release_target(cell: dict[str, Any], bound: dict[str, Any]) -> tuple[float, str] | None:
+    """What a white-box trajectory bound is compared with when the claim's step releases more than the gradient:
+    (the gradient release's own epsilon, how it was computed), else None (the claim's epsilon).
+
+    The canaries observe the gradient release alone. A claim whose steps also release other mechanisms (DPCL's
+    noised similarity matrix, each mechanism with its own multiplier, composed as one Gaussian of multiplier
+    z_eff < z_grad) states, through the multipliers its accountant composes, that the gradient release alone is
+    E(z_grad): the claim's event with its Gaussian at z_grad (:func:`~privaudit.attacks.bounds.trajectory.
+    gradient_event`). The bound eps_opt(E(1 / mu_lb)) exceeds eps_opt(E(z_grad)) exactly when mu_lb > 1 / z_grad
+    (the optimistic PLD epsilon decreases with the multiplier), which under the claim happens with probability at
+    most the bound's beta (trajectory_bound's theorem with z_c = z_grad): the comparison is as sound as the one
+    with the whole claim's epsilon, and it sees a shortfall of the gradient's noise that the other releases'
+    share of the budget would hide. Both are recomputed from the cell's saved claim (event and multipliers)."""
+    if bound.get("method") != "white-box-trajectory":
+        return None
+    from privaudit.accountants.events import event_from_dict
+    from privaudit.attacks.bounds.trajectory import step_multiplier, trajectory_epsilon
+
+    claim = (cell.get("details") or {}).get("claim") or {}
+    if claim.get("event") is None:
+        return None
+    event = event_from_dict(claim["event"])
+    z_grad, z_event = step_multiplier(event, claim.get("params")), step_multiplier(event)
+    if z_grad <= z_event * (1 + 1e-9):
+        return None
+    eps = trajectory_epsilon(1.0 / z_grad, event, bound.get("relation", "add-remove"), float(bound["delta"]))
+    return eps, f"gradient release alone, z = {z_grad:.4g} (the claim: z_eff = {z_event:.4g})"

@@ -1,0 +1,47 @@
+"""The files of a training audit (:mod:`privaudit.audit.user.training_audit`): ``report.json``, ``trace.json`` and the
+one-page report of :mod:`privaudit.audit.user.report` (the canaries' row, its ROC and histograms, one note per
+finding, the neighbours' quantities and the cost)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def notes(audit: Any) -> list[str]:
+    """The report's lines: every finding with its check, the canaries' bounds, the sizes replayed, the cost."""
+    out = [f"{f['check']}: {f['message']}" for f in audit.findings] or [
+        "every check passed: the trace against the accountant, the neighbours replayed, the released noise"]
+    c = audit.canary
+    out.append(f"canaries: {c['canaries']} Dirac gradient canaries over {c['steps']} releases; trajectory bound "
+               f"{_num(c['eps_lb_trajectory'])} ({_num(c['ratio_to_claim'])} of the claim), one-run bound "
+               f"{_num(c['eps_lb_one_run'])}, ceiling {_num(c['ceiling'])}")
+    sizes = sorted(audit.sizes, key=int)
+    out.append(f"neighbours: the recipe replayed (first releases) at sizes {sizes[0]}..{sizes[-1]}")
+    k = audit.costs
+    if k.get("training_alone_s"):
+        out.append(f"cost: audit {k['audit_s']:.3g} s (audited run {k['audited_run_s']:.3g} s, {k['replays']} replays "
+                   f"of the first releases {k['replays_s']:.3g} s, bounds and checks {k['analysis_s']:.3g} s); "
+                   f"training alone {k['training_alone_s']:.3g} s")
+    return out
+
+
+def _num(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.4g}"
+
+
+def report_files(audit: Any) -> dict[str, bytes]:
+    """Every file ``--out`` receives."""
+    from privaudit.attacks.metrics import SortedScores
+    from privaudit.audit.user.report import Row, UserReport, files
+    from privaudit.core.io import strict, to_json
+
+    result = audit.result
+    s = result.summary()
+    row = Row("gradient-canary", s, audit.verdict.eps_lower_bound, audit.verdict.ceiling, audit.verdict.method,
+              {"one-run bound": _num(audit.canary["eps_lb_one_run"])})
+    sides = SortedScores.of(result.scores[result.membership], result.scores[~result.membership])
+    report = UserReport("privaudit training audit", dict(audit.inputs), audit.claim.to_dict(),
+                        audit.verdict.to_dict(), [row], {"gradient-canary": sides.roc()},
+                        {"gradient-canary": sides.histogram()}, notes(audit))
+    return {"report.json": (to_json(strict(audit.to_dict())) + "\n").encode("utf-8"),
+            "trace.json": (to_json(strict(audit.trace)) + "\n").encode("utf-8"), **files(report)}
