@@ -73,7 +73,11 @@ def bugs_markdown(result: dict[str, Any]) -> str:
                f"{c['worst']['epsilon']:g})" for name, c in result["classes"].items() if name != "correct"]
     correct = result["classes"].get("correct")
     if correct:
-        classes.append(f"- **correct** (no bug): the gate failed {correct['caught']} of {correct['runs']} runs")
+        failed = [f"{r['defense']} at epsilon {r['epsilon']:g} ({r['caught']} of {r['runs']}, by "
+                  f"{', '.join(sorted(r['caught_by'])) or '-'})" for r in result["rows"]
+                  if r["class"] == "correct" and r["caught"]]
+        classes.append(f"- **correct** (no bug): the gate failed {correct['caught']} of {correct['runs']} runs"
+                       + (f"; each a false refutation: {'; '.join(failed)}" if failed else ""))
     return "\n".join([f"# Gate power over bug classes: {result['suite']}", "",
                       f"Catalogue `{Path(result['catalogue']).name}`; {result['seeds']} seeds per row; each run judged "
                       f"as a claim by the suite's gate (family {result['family']} plus its own comparisons); "
