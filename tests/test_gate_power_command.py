@@ -118,7 +118,7 @@ def test_a_planted_two_release_cell_is_judged_against_its_gradient_release(suite
 
     attack = next(a for a in load_suite(suite_file).attacks if a.name == "gradient-canary")
     planted = Planted("dpcl-simclr", "dpcl-simclr", "control-dpcl-simclr", {"epochs": 1}, (8.0,), attack)
-    record = run_planted(PlantedRun(planted, 8.0, "noise", 2.0, 0, "digits", None, 1e-5, "cpu", 1))
+    record = run_planted(PlantedRun(planted, 8.0, 0, "digits", None, 1e-5, "cpu", 1, plant="noise", factor=2.0))
     assert set(record["details"]["claim"]["params"]["noise_multipliers"]) == {"gradient", "similarity"}
     row = compare(record, "gradient-canary", record["attacks"]["gradient-canary"], 0.0, "gradient-canary")
     assert row["accountant"].startswith("gradient release alone") and row["epsilon"] < 0.75 * row["claim_epsilon"]
@@ -152,7 +152,7 @@ def test_a_federated_control_is_planted_and_caught_by_its_released_noise(tmp_pat
     suite = load_suite(str(path))
     (planted,), skipped = plantable(suite)
     assert (planted.control, skipped, suite_family(suite)) == ("control-dp-fedemb", [], 1)
-    record = run_planted(PlantedRun(planted, 8.0, "noise", 1.25, 0, "digits", None, 1e-5, "cpu", 1))
+    record = run_planted(PlantedRun(planted, 8.0, 0, "digits", None, 1e-5, "cpu", 1, plant="noise", factor=1.25))
     caught, by = judge_planted(record, 2, GateConfig())
     assert caught and "released noise" in by
     from privaudit.audit.gate.judge import gate_cells

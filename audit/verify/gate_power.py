@@ -53,19 +53,25 @@ class Planted:
 
 
 @dataclass(frozen=True)
-class PlantedRun:
-    """One planted cell to run (plain, picklable data)."""
+class CellRun:
+    """One cell of a planted defense to run, and where (plain, picklable data)."""
 
     planted: Planted
     epsilon: float
-    plant: str
-    factor: float
     seed: int
     dataset: str
     data_dir: str | None
     delta: float
     device: str
     threads: int
+
+
+@dataclass(frozen=True)
+class PlantedRun(CellRun):
+    """A cell of the defense's control, planted with ``plant`` at ``factor``."""
+
+    plant: str = "claim"
+    factor: float = 2.0
 
 
 @dataclass
@@ -139,10 +145,10 @@ def run_planted(job: PlantedRun) -> dict[str, Any]:
                        f"{p.label}/eps={job.epsilon:g}/{job.plant}x{job.factor:g}/seed={job.seed}")
 
 
-def cell_record(name: str, params: dict[str, Any], label: str, attack: Any, job: Any, cell_id: str) -> dict[str, Any]:
+def cell_record(name: str, params: dict[str, Any], label: str, attack: Any, job: CellRun,
+                cell_id: str) -> dict[str, Any]:
     """Train defense ``name`` at the job's epsilon and seed, run its claim checks and ``attack``, and return the
-    cell record the gate judges (PLD epsilon). ``job`` carries epsilon, seed, dataset, data_dir, delta, device and
-    threads."""
+    cell record the gate judges (PLD epsilon)."""
     import torch
 
     from privaudit.accountants import epsilon as account
@@ -182,11 +188,15 @@ def judge_planted(record: dict[str, Any], family: int, config: Any) -> tuple[boo
     return bool(gate.get("caught")), list(gate.get("caught_by", ()))
 
 
+def planted_delta(suite: Any, planted: Planted) -> float:
+    """The delta the suite gives the planted defense (1e-5 where it gives none)."""
+    return next((d.delta for d in suite.defenses if d.label == planted.label and d.delta is not None), None) or 1e-5
+
+
 def _jobs(suite: Any, planted: Planted, eps: float, plant: str, factor: float, seeds: Sequence[int]
           ) -> list[PlantedRun]:
-    delta = next((d.delta for d in suite.defenses if d.label == planted.label and d.delta is not None), None) or 1e-5
-    return [PlantedRun(planted, eps, plant, factor, s, suite.datasets[0], suite.data_dir, delta, suite.device,
-                       suite.threads) for s in seeds]
+    return [PlantedRun(planted, eps, s, suite.datasets[0], suite.data_dir, planted_delta(suite, planted),
+                       suite.device, suite.threads, plant=plant, factor=factor) for s in seeds]
 
 
 def _factor_row(pool: ProcessPoolExecutor, jobs: list[PlantedRun], family: int, config: Any, seeds: int,

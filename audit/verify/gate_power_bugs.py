@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from privaudit.audit.verify.gate_power import Planted, cell_record, plantable, planted_comparisons, suite_family
+from privaudit.audit.verify.gate_power import (CellRun, Planted, cell_record, plantable, planted_comparisons,
+                                               planted_delta, suite_family)
 from privaudit.core.errors import ConfigError, check_positive
 
 CORRECT = "correct"
@@ -55,19 +56,11 @@ def load_catalogue(path: str | Path) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class BugRun:
-    """One planted (or correct) cell to run: plain, picklable data."""
+class BugRun(CellRun):
+    """A cell of the defense with catalogue ``catalogue``'s ``bug`` planted (none for :data:`CORRECT`)."""
 
-    planted: Planted
-    epsilon: float
-    bug: str
-    catalogue: str
-    seed: int
-    dataset: str
-    data_dir: str | None
-    delta: float
-    device: str
-    threads: int
+    bug: str = CORRECT
+    catalogue: str = ""
 
 
 def run_bug(job: BugRun) -> dict[str, Any]:
@@ -126,8 +119,8 @@ def measure_bugs(suite: Any, catalogue: str, *, bugs: Sequence[str] | None = Non
     family, rows = suite_family(suite), []
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         for p, eps, bug in _cells(suite, catalogue_bugs, names, defenses, epsilons):
-            jobs = [BugRun(p, eps, bug, str(Path(catalogue).resolve()), s, suite.datasets[0], suite.data_dir,
-                           _delta(suite, p), suite.device, suite.threads) for s in range(seeds)]
+            jobs = [BugRun(p, eps, s, suite.datasets[0], suite.data_dir, planted_delta(suite, p), suite.device,
+                           suite.threads, bug=bug, catalogue=str(Path(catalogue).resolve())) for s in range(seeds)]
             row = _row(pool, jobs, family + planted_comparisons(p.name), suite.gate, catalogue_bugs)
             rows.append(row)
             if progress:
@@ -137,10 +130,6 @@ def measure_bugs(suite: Any, catalogue: str, *, bugs: Sequence[str] | None = Non
                       file=sys.stderr, flush=True)
     return {"suite": suite.name, "catalogue": str(catalogue), "seeds": seeds, "family": family, "rows": rows,
             "errors": sum(len(r["errors"]) for r in rows), "classes": class_rates(rows)}
-
-
-def _delta(suite: Any, p: Planted) -> float:
-    return next((d.delta for d in suite.defenses if d.label == p.label and d.delta is not None), None) or 1e-5
 
 
 def _row(pool: ProcessPoolExecutor, jobs: list[BugRun], family: int, config: Any, bugs: dict[str, Any]
