@@ -12,7 +12,7 @@ from privaudit.audit.verify.gate_power_bugs import CORRECT, class_rates, judge, 
 from privaudit.audit.suite.model import GateConfig
 from privaudit.core.errors import ConfigError
 
-from test_gate_power_command import SUITE, suite_file  # noqa: F401  (the fixture)
+from test_gate_power_command import SUITE, planted_record, suite_file  # noqa: F401  (the fixture)
 
 CATALOGUE = "tests/bug_plants.py"
 
@@ -35,12 +35,7 @@ def test_bugs_need_allow_plugins(suite_file, capsys):  # noqa: F811
 
 
 def test_a_planted_record_is_judged_as_a_claim_naming_the_check():
-    trace = {"steps": 3, "alpha": 1e-6, "mismatches": [{"step": 2, "field": "unit_norm",
-                                                         "message": "step 2: a clipped unit entered the sum with norm 2"}]}
-    record = {"id": "x", "defense": "dp-gcl", "claim": {"relation": "add-remove", "unit": "example", "delta": 1e-5,
-                                                        "paper_accountant": "pld"},
-              "epsilon": {"pld": 8.0}, "details": {"epsilon": {"pld": {"infinite": False}}},
-              "attacks": {"canary": {"eps_lower_bound": None, "details": {}}}, "claim_checks": {"trace": trace}}
+    record = planted_record("unit_norm", "step 2: a clipped unit entered the sum with norm 2")
     caught, by, reason = judge(record, 20, GateConfig())
     assert caught and by == ["trace: unit_norm"] and "norm 2" in reason
     record["claim_checks"]["trace"]["mismatches"] = []

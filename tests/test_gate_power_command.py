@@ -71,13 +71,17 @@ def test_statements_say_the_largest_smallest_caught_factor():
     assert out[1].startswith("this gate detects a noise shortfall of 1.25x or more at epsilon 8")
 
 
+def planted_record(field: str, message: str) -> dict:
+    """A DP-GCL cell record at epsilon 8 whose trace check found one mismatch (``field``, ``message``) at step 2."""
+    trace = {"steps": 3, "alpha": 1e-6, "mismatches": [{"step": 2, "field": field, "message": message}]}
+    return {"id": "x", "defense": "dp-gcl", "claim": {"relation": "add-remove", "unit": "example", "delta": 1e-5,
+                                                      "paper_accountant": "pld"},
+            "epsilon": {"pld": 8.0}, "details": {"epsilon": {"pld": {"infinite": False}}},
+            "attacks": {"canary": {"eps_lower_bound": None, "details": {}}}, "claim_checks": {"trace": trace}}
+
+
 def test_a_planted_record_is_judged_as_a_control_at_the_family_size():
-    trace = {"steps": 3, "alpha": 1e-6, "mismatches": [{"step": 2, "field": "noise_multiplier",
-                                                         "message": "step 2: noise multiplier 0.5 is below 1"}]}
-    record = {"id": "x", "defense": "dp-gcl", "claim": {"relation": "add-remove", "unit": "example", "delta": 1e-5,
-                                                        "paper_accountant": "pld"},
-              "epsilon": {"pld": 8.0}, "details": {"epsilon": {"pld": {"infinite": False}}},
-              "attacks": {"canary": {"eps_lower_bound": None, "details": {}}}, "claim_checks": {"trace": trace}}
+    record = planted_record("noise_multiplier", "step 2: noise multiplier 0.5 is below 1")
     assert judge_planted(record, 20, GateConfig()) == (True, ["trace"])
     record["claim_checks"]["trace"]["mismatches"] = []
     assert judge_planted(record, 20, GateConfig()) == (False, [])
