@@ -13,7 +13,9 @@ coordinates of the flattened parameter vector: orthogonal, cheap to score for an
 coordinate carries one canary, so the only interference is the model's own gradient there -- the barrier
 Keinan, Shenfeld & Ligett 2025 identify, removed by centring) or **Gaussian** (dense unit vectors).
 
-The audit (:class:`GradientCanaryAudit`, attack ``gradient-canary``) runs the target's own DP defense
+The audit (:class:`~privaudit.attacks.gradient_canary_audit.GradientCanaryAudit`, attack ``gradient-canary``;
+the running of it is :mod:`privaudit.attacks.gradient_canary_audit`, the bounds from finished scores
+:mod:`privaudit.attacks.canary_audit`; this module is the maths) runs the target's own DP defense
 through the engine's canary hook (:mod:`privaudit.defenses.dp.step`): each inserted canary joins every step
 independently with the defense's own Poisson rate q, exactly like an example, and contributes Delta e_i
 to the sum before the noise, Delta the sensitivity the noise is calibrated to (a canary is a worst-case
@@ -52,25 +54,19 @@ array of privatised sums, or parameter deltas of plain SGD, which are proportion
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 
-import dataclasses
-from dataclasses import dataclass
-
-from privaudit.attacks.base import Attack, AttackConfig, Target
 from privaudit.attacks.bounds.fdp import best_one_run_bound
-from privaudit.attacks.bounds.lower_bound import check_relation_unit
 from privaudit.attacks.bounds.one_run import default_guesses, one_run_bound
 from privaudit.attacks.canary_strata import stratified_coordinates, tensor_index
-from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.bounds.trajectory import TrajectoryCounts, plan_trajectory, step_multiplier, trajectory_bound
-from privaudit.attacks.bounds.trajectory import unsupported_reason as trajectory_unsupported
-from privaudit.core.errors import ConfigError, check_probability, one_of
-from privaudit.defenses.seeding import numpy_rng, torch_generator
+from privaudit.attacks.bounds.trajectory import TrajectoryCounts, trajectory_bound
+from privaudit.core.errors import ConfigError, one_of
+from privaudit.defenses.seeding import numpy_rng
 
 DIRECTIONS = ("dirac", "gaussian")
 _DENSE_LIMIT = 50_000_000  # m * d entries for Gaussian directions
@@ -339,205 +335,16 @@ def planned_guesses(m: int, *, rate: float, steps: int, norm: float, noise_std: 
                      km[int(np.argmax(me))] if event is not None else None)
 
 
-@dataclass(frozen=True)
-class CanaryAuditConfig(AttackConfig):
-    """Settings shared by the white-box canary audits (gradient canaries, canary users).
-
-    ``canaries``: how many Dirac canaries (None: ``canaries_per_param`` of the trainable parameters,
-    clamped to [1000, ``max_canaries``] and to the parameter count). ``k_fdp_fraction``: the f-DP bound's
-    one-sided guesses as a fraction of m (None: Steinke's bound only). ``relation``: the relation the
-    bound is stated at (None: the claim's; a relation this audit cannot state for the defense is an error).
-    ``plan_guesses``: choose k (Steinke's k+ = k-, the f-DP k+, the mechanism bound's k+) by
-    :func:`planned_guesses` from the claim before the scores exist (explicit ``k_pos`` / ``k_neg`` still
-    win; ``k_fdp_fraction`` None still turns the f-DP bound off). ``centred``: score the privatised sums
-    minus the data's clipped sums (the auditor knows the rest of the data; :mod:`privaudit.defenses.dp.step`),
-    removing the data gradient's interference on the canary coordinates (Keinan, Shenfeld & Ligett 2025's
-    barrier); False scores the released sums alone. ``score``: ``sum`` (sum over steps of the projections)
-    or ``llr`` (sum over steps of the idealised step's log-likelihood ratio, :func:`step_llr`; needs
-    ``centred``). ``mechanism``: also report ``eps_lb_mechanism``, the one-run f-DP bound against the
-    claim's own mechanism (:mod:`privaudit.attacks.bounds.mechanism`), beside the (eps, delta) bound.
-    ``trajectory``: also report ``eps_lb_trajectory``, the white-box bound from every step's centred canary
-    observation (:mod:`privaudit.attacks.bounds.trajectory`; needs ``centred``).
-    """
-
-    canaries: int | None = None
-    canaries_per_param: float = 1.0
-    max_canaries: int = 20000
-    k_fdp_fraction: float | None = 0.02
-    relation: str | None = None
-    plan_guesses: bool = True
-    centred: bool = True
-    score: str = "sum"
-    mechanism: bool = False
-    trajectory: bool = False
-
-    def validate(self) -> None:
-        super().validate()
-        if self.canaries is not None and self.canaries < 2:
-            raise ConfigError(f"canaries: must be >= 2, got {self.canaries!r}")
-        if not 0 < self.canaries_per_param <= 1:
-            raise ConfigError(f"canaries_per_param: must lie in (0, 1], got {self.canaries_per_param!r}")
-        if self.max_canaries < 2:
-            raise ConfigError(f"max_canaries: must be >= 2, got {self.max_canaries!r}")
-        if self.k_fdp_fraction is not None:
-            check_probability("k_fdp_fraction", self.k_fdp_fraction)
-        if self.score not in SCORES:
-            raise one_of("score", self.score, SCORES)
-        if self.score == "llr" and not self.centred:
-            raise ConfigError("score: 'llr' is the likelihood ratio of the centred steps; set centred = true "
-                              "or score = 'sum'")
-
-    def count(self, dim: int) -> int:
-        if self.canaries is not None:
-            return self.canaries
-        return int(min(dim, max(min(1000, dim), min(self.max_canaries, round(self.canaries_per_param * dim)))))
+#: Names that moved to the audit modules (:mod:`privaudit.attacks.canary_audit`,
+#: :mod:`privaudit.attacks.gradient_canary_audit`), still importable from here.
+_MOVED = {"CanaryAuditConfig": "canary_audit", "track_claimed_trajectory": "canary_audit",
+          "canary_audit_result": "canary_audit", "GradientCanaryConfig": "gradient_canary_audit",
+          "SUPPORTED": "gradient_canary_audit", "GradientCanaryAudit": "gradient_canary_audit"}
 
 
-def track_claimed_trajectory(canaries: GradientCanaries, cfg: CanaryAuditConfig, *, multiplier: float,
-                             steps: int) -> None:
-    """Count the per-step trials (``cfg.trajectory`` with centred scores) at the threshold and for the bound's form
-    planned from the claim's per-step noise multiplier and the expected trial counts
-    (:func:`privaudit.attacks.bounds.trajectory.plan_trajectory`)."""
-    if not (cfg.trajectory and cfg.centred) or canaries.rate is None:
-        return
-    trials = canaries.m * canaries.rate * steps
-    n1, n0 = (trials / 2, trials / 2) if canaries.paired else (trials / 2, canaries.m * steps - trials / 2)
-    canaries.track_trajectory(*plan_trajectory(noise_multiplier=multiplier, n0=n0, n1=n1, beta=cfg.beta))
+def __getattr__(name: str):
+    if name in _MOVED:
+        import importlib
 
-
-def _trajectory_claim(canaries: GradientCanaries, cfg: CanaryAuditConfig, event, params) -> tuple[tuple | None, str]:
-    """(the claim's event and per-step multiplier, or None; a note saying why there is no trajectory bound)."""
-    if not cfg.trajectory or event is None:
-        return None, ""
-    if canaries.trajectory is None:
-        return None, "no trajectory bound: it needs centred scores (the privatised sums less the data's clipped sums)"
-    reason = trajectory_unsupported(event, "replace-one" if canaries.paired else "add-remove")
-    if reason is None:
-        try:
-            return (event, step_multiplier(event, params)), ""
-        except ConfigError as err:
-            reason = str(err)
-    return None, f"no trajectory bound: {reason}"
-
-
-def canary_audit_result(canaries: GradientCanaries, cfg: CanaryAuditConfig, *, steps: int, delta: float,
-                        seed: int, unit: str, event=None, claim_params: dict | None = None) -> AttackResult:
-    """The bounds of a finished canary audit with the guesses planned from the claim (:func:`planned_guesses`).
-
-    The one place the canary audits turn scores into bounds: explicit ``k_pos`` / ``k_neg`` win over the
-    plan; ``k_fdp_fraction`` None turns the f-DP bound off; with ``cfg.mechanism`` and the claim's ``event``
-    the mechanism bound is added; with ``cfg.trajectory`` and a tracked trajectory the trajectory bound (the claim's
-    per-step multiplier read from ``claim_params`` or the event). The simulation uses the canaries' own rate, norm,
-    noise and score.
-    """
-    if canaries.rate is None or canaries.noise_std is None:
-        raise ConfigError("canary audit: the canaries need their sampling rate and noise std to plan guesses")
-    trajectory, why_not = _trajectory_claim(canaries, cfg, event, claim_params)
-    notes: tuple[str, ...] = (why_not,) if why_not else ()
-    event = event if cfg.mechanism else None
-    if event is not None:
-        from privaudit.attacks.bounds.mechanism import unsupported_reason
-
-        reason = unsupported_reason(event, "replace-one" if canaries.paired else "add-remove")
-        if reason is not None:
-            event, notes = None, notes + (f"no mechanism bound: {reason}",)
-    k_pos, k_neg, k_fdp, k_mech = cfg.k_pos, cfg.k_neg, cfg.k_fdp_fraction, None
-    if cfg.plan_guesses:
-        plan = planned_guesses(canaries.m, rate=canaries.rate, steps=steps, norm=canaries.clip_norm,
-                               noise_std=canaries.noise_std, paired=canaries.paired, beta=cfg.beta, delta=delta,
-                               seed=seed, score=canaries.score, event=event,
-                               relation="replace-one" if canaries.paired else "add-remove")
-        k_pos = plan.k_steinke if k_pos is None else k_pos
-        k_neg = plan.k_steinke if k_neg is None else k_neg
-        k_fdp = plan.k_fdp / canaries.m if k_fdp is not None else None
-        k_mech = plan.k_mechanism
-    result = canaries.result(beta=cfg.beta, delta=delta, k_pos=k_pos, k_neg=k_neg, k_fraction=cfg.k_fraction,
-                             k_fdp_fraction=k_fdp, unit=unit, k_mechanism=k_mech, event=event,
-                             trajectory_claim=trajectory)
-    if notes:
-        result.bound = dataclasses.replace(result.bound, notes=result.bound.notes + notes)
-    return result
-
-
-@dataclass(frozen=True)
-class GradientCanaryConfig(CanaryAuditConfig):
-    """:class:`CanaryAuditConfig` for Dirac gradient canaries: the idealised step's likelihood-ratio score, the
-    mechanism bound and the trajectory bound on by default."""
-
-    score: str = "llr"
-    mechanism: bool = True
-    trajectory: bool = True
-
-    def validate(self) -> None:
-        super().validate()
-        if self.relation is not None:
-            check_relation_unit(self.relation, "example", what="attack 'gradient-canary'")
-
-
-#: (sampler, relation) pairs the engine's canaries can be sampled for, and how: Poisson add/remove (a canary
-#: joins a step with rate q, an example added or removed) and without-replacement replace-one (paired slots).
-SUPPORTED = {("poisson", "add-remove"): False, ("without-replacement", "replace-one"): True}
-
-
-class GradientCanaryAudit(Attack):
-    """White-box one-run audit of a DP-SGD-style defense with Dirac gradient canaries (module docstring)."""
-
-    name = "gradient-canary"
-    Config = GradientCanaryConfig
-    needs_model = False
-
-    def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
-        from privaudit.defenses.dp import DPDefense, dirac_canaries
-
-        cfg = self.config
-        defense = self.audited_defense(target, DPDefense, "DP-SGD engine to insert gradient canaries into; use it with "
-                                                          "dpsgd, dp-clip, dp-gcl, logit-dp or dpcl-*")
-        probe = defense.prepare(target.data, target.budget, target.seed, device=target.device)
-        claim = probe.claim
-        sampler = probe.plan.sampler
-        supported = [(r, "example") for (smp, r) in SUPPORTED if smp == sampler]
-        relation = self.audited_relation(target, claim.relation, claim.unit, supported, batches=sampler)
-        paired = SUPPORTED[(sampler, relation)]
-        dp = probe.extras["dp"]
-        dim, bound, rate = int(dp["param_count"]), float(dp["canary_bound"]), probe.plan.sample_rate
-        m = cfg.count(dim)
-        if m > dim:
-            raise ConfigError(f"canaries: {m} Dirac canaries need at least as many trainable "
-                              f"parameters; the model has {dim}")
-        norm = bound / 2 if paired else bound
-        noise_std = float(dp["gradient_noise_std"])
-        canaries = GradientCanaries(dim, m, clip_norm=norm, kind="dirac",
-                                    seed=target.derive_seed("gradient-canary"), paired=paired, score=cfg.score,
-                                    rate=rate, noise_std=noise_std,
-                                    tensors=list(zip(dp["param_names"], dp["param_numels"])))
-        coords = torch.as_tensor(canaries.directions)
-        inserted = torch.as_tensor(canaries.inserted)
-        signs = inserted.double() * 2 - 1
-        sampling = torch_generator(target.derive_seed("gradient-canary"), "poisson")
-        track_claimed_trajectory(canaries, cfg, multiplier=step_multiplier(claim.event, claim.params),
-                                 steps=probe.plan.steps)
-
-        def source(t: int):
-            sampled = torch.rand(m, generator=sampling) < rate
-            observer = lambda noisy: canaries.observe(t, noisy, sampled)  # noqa: E731
-            if paired:  # every slot holds one candidate; it joins the step with the marginal rate q
-                return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs, centred=cfg.centred)
-            return dirac_canaries(coords, norm, inserted & sampled, observer=observer, centred=cfg.centred)
-
-        defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
-                    canaries=source)
-        delta = cfg.delta if cfg.delta is not None else claim.delta
-        result = canary_audit_result(canaries, cfg, steps=probe.plan.steps, delta=delta,
-                                     seed=target.derive_seed("planned-guesses"), unit="example", event=claim.event,
-                                     claim_params=claim.params)
-        if paired:
-            what = (f"white-box: {m} paired replace-one Dirac slots (+-Delta/2 e_j, Delta={bound:.4g} the replace-one "
-                    f"gradient sensitivity; a fair coin picks the sign), each taking part with the sampler's marginal "
-                    f"rate q={rate:.4g} at each of {canaries.steps} steps")
-        else:
-            what = (f"white-box: {m} Dirac canaries of norm Delta={bound:.4g} (the gradient sensitivity), "
-                    f"each sampled with the defense's rate q={rate:.4g} at each of {canaries.steps} steps")
-        bound_with_notes = dataclasses.replace(result.bound, notes=result.bound.notes + (what,))
-        counts = {**result.counts, "sample_rate": rate, "canary_norm": norm}
-        return dataclasses.replace(result, bound=bound_with_notes, counts=counts,
-                                   config={**result.config, **self.config_dict(), "defense": target.defense})
+        return getattr(importlib.import_module(f"privaudit.attacks.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

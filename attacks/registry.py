@@ -22,7 +22,7 @@ ATTACKS: Registry[type[Attack]] = Registry("attack", {
     "lira": "privaudit.attacks.lira:LiRA",
     "rmia": "privaudit.attacks.rmia:RMIA",
     "canary": "privaudit.attacks.canary:CanaryAudit",
-    "gradient-canary": "privaudit.attacks.gradient_canary:GradientCanaryAudit",
+    "gradient-canary": "privaudit.attacks.gradient_canary_audit:GradientCanaryAudit",
     "user-canary": "privaudit.attacks.user_canary:UserCanaryAudit",
     "user-data-canary": "privaudit.attacks.user_data_canary:UserDataCanaryAudit",
 })

@@ -18,8 +18,9 @@ from typing import Any
 
 import torch
 
-from privaudit.attacks.gradient_canary import (GradientCanaries, GradientCanaryConfig, canary_audit_result,
-                                               track_claimed_trajectory)
+from privaudit.attacks.canary_audit import canary_audit_result, track_claimed_trajectory
+from privaudit.attacks.gradient_canary import GradientCanaries
+from privaudit.attacks.gradient_canary_audit import GradientCanaryConfig
 from privaudit.defenses.dp.step import dirac_canaries
 from privaudit.defenses.seeding import derive_seed, torch_generator
 

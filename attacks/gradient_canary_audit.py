@@ -1,0 +1,104 @@
+"""Attack ``gradient-canary``: the white-box one-run audit of a DP-SGD-style defense with Dirac gradient canaries,
+run through the defense's own engine (orchestration; the maths and the argument are
+:mod:`privaudit.attacks.gradient_canary`, the bounds from the finished scores :mod:`privaudit.attacks.canary_audit`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from privaudit.attacks.base import Attack, Target
+from privaudit.attacks.bounds.lower_bound import check_relation_unit
+from privaudit.attacks.bounds.trajectory import step_multiplier
+from privaudit.attacks.canary_audit import CanaryAuditConfig, canary_audit_result, track_claimed_trajectory
+from privaudit.attacks.executor import Executor
+from privaudit.attacks.gradient_canary import GradientCanaries
+from privaudit.attacks.result import AttackResult
+from privaudit.core.errors import ConfigError
+from privaudit.defenses.seeding import torch_generator
+
+@dataclass(frozen=True)
+class GradientCanaryConfig(CanaryAuditConfig):
+    """:class:`CanaryAuditConfig` for Dirac gradient canaries: the idealised step's likelihood-ratio score, the
+    mechanism bound and the trajectory bound on by default."""
+
+    score: str = "llr"
+    mechanism: bool = True
+    trajectory: bool = True
+
+    def validate(self) -> None:
+        super().validate()
+        if self.relation is not None:
+            check_relation_unit(self.relation, "example", what="attack 'gradient-canary'")
+
+
+#: (sampler, relation) pairs the engine's canaries can be sampled for, and how: Poisson add/remove (a canary
+#: joins a step with rate q, an example added or removed) and without-replacement replace-one (paired slots).
+SUPPORTED = {("poisson", "add-remove"): False, ("without-replacement", "replace-one"): True}
+
+
+class GradientCanaryAudit(Attack):
+    """White-box one-run audit of a DP-SGD-style defense with Dirac gradient canaries (module docstring)."""
+
+    name = "gradient-canary"
+    Config = GradientCanaryConfig
+    needs_model = False
+
+    def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
+        from privaudit.defenses.dp import DPDefense, dirac_canaries
+
+        cfg = self.config
+        defense = self.audited_defense(target, DPDefense, "DP-SGD engine to insert gradient canaries into; use it with "
+                                                          "dpsgd, dp-clip, dp-gcl, logit-dp or dpcl-*")
+        probe = defense.prepare(target.data, target.budget, target.seed, device=target.device)
+        claim = probe.claim
+        sampler = probe.plan.sampler
+        supported = [(r, "example") for (smp, r) in SUPPORTED if smp == sampler]
+        relation = self.audited_relation(target, claim.relation, claim.unit, supported, batches=sampler)
+        paired = SUPPORTED[(sampler, relation)]
+        dp = probe.extras["dp"]
+        dim, bound, rate = int(dp["param_count"]), float(dp["canary_bound"]), probe.plan.sample_rate
+        m = cfg.count(dim)
+        if m > dim:
+            raise ConfigError(f"canaries: {m} Dirac canaries need at least as many trainable "
+                              f"parameters; the model has {dim}")
+        norm = bound / 2 if paired else bound
+        noise_std = float(dp["gradient_noise_std"])
+        canaries = GradientCanaries(dim, m, clip_norm=norm, kind="dirac",
+                                    seed=target.derive_seed("gradient-canary"), paired=paired, score=cfg.score,
+                                    rate=rate, noise_std=noise_std,
+                                    tensors=list(zip(dp["param_names"], dp["param_numels"])))
+        coords = torch.as_tensor(canaries.directions)
+        inserted = torch.as_tensor(canaries.inserted)
+        signs = inserted.double() * 2 - 1
+        sampling = torch_generator(target.derive_seed("gradient-canary"), "poisson")
+        track_claimed_trajectory(canaries, cfg, multiplier=step_multiplier(claim.event, claim.params),
+                                 steps=probe.plan.steps)
+
+        def source(t: int):
+            sampled = torch.rand(m, generator=sampling) < rate
+            observer = lambda noisy: canaries.observe(t, noisy, sampled)  # noqa: E731
+            if paired:  # every slot holds one candidate; it joins the step with the marginal rate q
+                return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs, centred=cfg.centred)
+            return dirac_canaries(coords, norm, inserted & sampled, observer=observer, centred=cfg.centred)
+
+        defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
+                    canaries=source)
+        delta = cfg.delta if cfg.delta is not None else claim.delta
+        result = canary_audit_result(canaries, cfg, steps=probe.plan.steps, delta=delta,
+                                     seed=target.derive_seed("planned-guesses"), unit="example", event=claim.event,
+                                     claim_params=claim.params)
+        if paired:
+            what = (f"white-box: {m} paired replace-one Dirac slots (+-Delta/2 e_j, Delta={bound:.4g} the replace-one "
+                    f"gradient sensitivity; a fair coin picks the sign), each taking part with the sampler's marginal "
+                    f"rate q={rate:.4g} at each of {canaries.steps} steps")
+        else:
+            what = (f"white-box: {m} Dirac canaries of norm Delta={bound:.4g} (the gradient sensitivity), "
+                    f"each sampled with the defense's rate q={rate:.4g} at each of {canaries.steps} steps")
+        bound_with_notes = dataclasses.replace(result.bound, notes=result.bound.notes + (what,))
+        counts = {**result.counts, "sample_rate": rate, "canary_norm": norm}
+        return dataclasses.replace(result, bound=bound_with_notes, counts=counts,
+                                   config={**result.config, **self.config_dict(), "defense": target.defense})
