@@ -11,7 +11,9 @@ Four classes, each with at least two variants (:data:`BUGS`):
 * ``clipping``: units clipped at twice the clip the noise is calibrated to (as in the fast-clipping bug Opacus
   fixed in its PR #664); clipping skipped (every unit at its raw norm).
 * ``noise``: a noise generator re-created with one seed at every step (reused noise); no noise on the biases;
-  a 1.1x noise shortfall that no record shows (the release adds 1/1.1 of the noise drawn).
+  a 1.1x noise shortfall that no record shows (the release adds 1/1.1 of the noise drawn); noise correlated across
+  coordinates (DP-SGD-style engines): every tensor's noise from a generator re-created with the step's one seed,
+  or one draw per tensor broadcast over it.
 * ``accounting``: a normaliser that follows the realised batch size; the accountant composes half the steps run;
   the accountant is given a dataset 1.5x larger than the one sampled (a 1.5x smaller rate).
 """
@@ -158,6 +160,49 @@ def _unnoised_dp_biases() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _per_tensor_noise(draw_tensor: Callable[[int, float, torch.Generator], torch.Tensor]) -> Iterator[None]:
+    """The DP-SGD engine's flat noise draw replaced by ``draw_tensor(numel, std, generator)`` for every parameter
+    tensor in the embedder's layout, concatenated (other draws, e.g. DPCL's similarity noise, untouched)."""
+    gaussian = dp_step.gaussian
+    state: dict[str, list[int]] = {}
+    original_params = dp_base.Embedder.params
+
+    def planted(shape, std, generator, **kw):
+        numels = state.get("numels")
+        if numels is None or math.prod(tuple(shape)) != sum(numels):
+            return gaussian(shape, std, generator, **kw)
+        flat = torch.cat([draw_tensor(k, std, generator) for k in numels])
+        return flat.reshape(tuple(shape)).to(device=kw.get("device", "cpu"), dtype=kw.get("dtype", torch.float32))
+
+    def params_spy(self):
+        out = original_params(self)
+        state["numels"] = list(self.space.numels)
+        return out
+    with patched(dp_step, "gaussian", planted), patched(dp_base.Embedder, "params", params_spy):
+        yield
+
+
+def tensor_reused_noise(defense: str, params: dict) -> ContextManager[None]:
+    """Every tensor's noise from a generator re-created with the step's one seed: fresh at every step, the same
+    stream on every tensor (a per-parameter noise loop that re-seeds its generator)."""
+    seeds: dict[int, int] = {}
+
+    def draw(k: int, std: float, generator: torch.Generator) -> torch.Tensor:
+        key = id(generator)
+        if key not in seeds:
+            seeds.clear()
+            seeds[key] = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
+        return std * torch.randn(k, generator=torch_generator(seeds[key], "tensor"))
+    return _per_tensor_noise(draw)
+
+
+def broadcast_noise(defense: str, params: dict) -> ContextManager[None]:
+    """One draw per tensor broadcast over it (noise of shape (1,) expanded to the parameter's shape): every
+    coordinate's variance as claimed, fresh at every step, all coordinates of a tensor equal."""
+    return _per_tensor_noise(lambda k, std, generator: (std * torch.randn(1, generator=generator)).expand(k))
+
+
 def noise_shortfall(defense: str, params: dict) -> ContextManager[None]:
     """The release adds 1/1.1 of the noise it draws and records."""
     if defense in FEDERATED:
@@ -194,6 +239,8 @@ BUGS = {b.name: b for b in (
     Bug("reused-noise", "noise", "one noise draw reused at every step", reused_noise, DP_SGD_STYLE + FEDERATED),
     Bug("unnoised-biases", "noise", "no noise on the biases", unnoised_biases, DP_SGD_STYLE + FEDERATED),
     Bug("shortfall-1.1x", "noise", "1/1.1 of the recorded noise added", noise_shortfall, DP_SGD_STYLE + FEDERATED),
+    Bug("tensor-reused-noise", "noise", "every tensor's noise from one re-created generator", tensor_reused_noise),
+    Bug("broadcast-noise", "noise", "one noise draw per tensor broadcast over it", broadcast_noise),
     Bug("batch-normaliser", "accounting", "normaliser follows the realised batch size", batch_normaliser, POISSON),
     Bug("half-steps", "accounting", "the accountant composes half the steps run", half_the_steps),
     Bug("rate-misreported", "accounting", "the accountant is given a 1.5x smaller sampling rate", smaller_rate),

@@ -89,6 +89,8 @@ def trace(**columns):
     ({"unit_norm_max": [1.0, 2.0, 1.0]}, "unit_norm"),
     ({"normalizer": [10.0, 12.0, 10.0]}, "normalizer"),
     ({"noise_digest": ["x", "y", "x"]}, "noise"),
+    ({"tensor_noise_digests": [["a", "b"], ["c", "a"], ["d", "e"]]}, "noise"),
+    ({"tensor_noise_digests": [["a", None], ["c", "b"], ["d", "b"]]}, "noise"),
 ])
 def test_the_exact_code_checks_name_their_field(columns, field):
     found = code_findings(trace(**columns))
@@ -104,4 +106,27 @@ def test_replays_within_the_sensitivity_and_slack_pass_and_beyond_it_fail():
     found = code_findings(TrainingTrace("example", "poisson", 100, 0.1, 10, 5, 1.0, trace().columns, replays=[bad]))
     assert [m.field for m in found] == ["replay"] and "add neighbour" in found[0].message
     assert code_findings(trace(unit_norm_max=[1.0, 1.0 + 1e-7, 0.5], normalizer=[8.0] * 3,
-                               noise_digest=["a", "b", "c"])) == []
+                               noise_digest=["a", "b", "c"],
+                               tensor_noise_digests=[["a", None], ["b", None], ["c", "d"]])) == []
+
+
+def test_tensor_digests_name_both_cells_and_whether_the_reuse_is_across_tensors_or_steps():
+    within = code_findings(trace(tensor_noise_digests=[["a", "b", "a"], ["c", "d", "e"], ["f", "g", "h"]]))
+    assert "tensor 2 at step 1 began with the same noise as tensor 0 at step 1" in within[0].message
+    assert "across tensors" in within[0].message
+    across = code_findings(trace(tensor_noise_digests=[["a", "b"], ["c", "d"], ["e", "b"]]))
+    assert "tensor 1 at step 3 began with the same noise as tensor 1 at step 1" in across[0].message
+    assert "across steps" in across[0].message and across[0].step == 3
+
+
+def test_tensor_noise_digests_see_the_leading_values_of_each_tensor():
+    import torch
+    from privaudit.defenses.dp.as_run import PREFIX, tensor_noise_digests
+
+    noise = torch.randn(40, generator=torch.Generator().manual_seed(0))
+    digests = tensor_noise_digests(noise, [16, 4, 20])
+    assert digests[1] is None and len({digests[0], digests[2]}) == 2 and len(digests[0]) == 12
+    repeated = torch.cat([noise[:16], noise[:4], noise[:16], noise[16:20]])
+    first, _, third = tensor_noise_digests(repeated, [16, 4, 20])
+    assert first == third == digests[0]  # same first PREFIX values, whatever follows
+    assert tensor_noise_digests(noise, [PREFIX - 1, 41 - PREFIX])[0] is None

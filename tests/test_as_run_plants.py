@@ -13,8 +13,8 @@ from privaudit.defenses.registry import make_defense
 PARAMS = {"epochs": 2, "batch_size": 128}
 #: The trace's field that names each bug the trace can see.
 SEEN_BY = {"shuffled": "sampling", "rate-1.5x": "batch_size", "clip-2x": "unit_norm", "no-clip": "unit_norm",
-           "reused-noise": "noise", "batch-normaliser": "normalizer", "half-steps": "steps",
-           "rate-misreported": "sample_rate"}
+           "reused-noise": "noise", "tensor-reused-noise": "noise", "batch-normaliser": "normalizer",
+           "half-steps": "steps", "rate-misreported": "sample_rate"}
 
 
 def findings(digits, bug: str | None, eps: float = 8.0):
@@ -33,6 +33,8 @@ def test_the_correct_run_has_no_finding_and_records_what_ran(digits):
     assert found == []
     steps = trace["steps"]
     assert len(trace["noise_digest"]) == len(set(trace["noise_digest"])) == steps
+    cells = [d for row in trace["tensor_noise_digests"] for d in row if d is not None]
+    assert len(trace["tensor_noise_digests"]) == steps and len(cells) == len(set(cells)) > steps
     assert sum(trace["sampling"]["counts"]) == sum(trace["sampling"]["sizes"])
     assert len(trace["sampling"]["overlaps"]) == steps // 2
     assert max(trace["unit_norm_max"]) <= trace["clip"] * (1 + 1e-5)
@@ -44,6 +46,13 @@ def test_the_correct_run_has_no_finding_and_records_what_ran(digits):
 def test_each_planted_bug_is_found_by_its_check(digits, bug):
     _, found = findings(digits, bug)
     assert SEEN_BY[bug] in {m.field for m in found}, [m.message for m in found]
+
+
+def test_noise_reused_across_tensors_is_named_by_tensor_and_step(digits):
+    _, found = findings(digits, "tensor-reused-noise")
+    message = next(m.message for m in found if m.field == "noise")
+    assert "tensor 1 at step 1 began with the same noise as tensor 0 at step 1" in message
+    assert "reused across tensors" in message
 
 
 def test_the_catalogue_has_four_classes_of_at_least_two_variants():

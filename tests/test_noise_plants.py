@@ -73,6 +73,7 @@ def test_the_correct_release_passes_every_noise_check(digits):
     gate = audited_gate(digits)
     noise = gate["released_noise"][0]
     assert gate["status"] == "pass" and not noise["independence"]["rejected"] and not noise["tensors"]["rejected"]
+    assert not noise["coordinates"]["rejected"]
     assert not noise["tensors"]["uncovered"]  # stratified: every tensor holds canaries
 
 
@@ -96,3 +97,16 @@ def test_missing_noise_on_a_tensor_is_caught_and_named(digits, layout, monkeypat
     if where == "biases":
         share = sum(k for n, k in zip(*layout) if unnoised(n)) / sum(layout[1])
         assert share < 0.02 and not gate["released_noise"][0]["rejected"]  # the pooled check alone misses it
+
+
+def test_noise_broadcast_over_each_tensor_is_caught_across_coordinates_only(digits):
+    """One draw per tensor broadcast over it (tests/bug_plants.py): every coordinate's variance as claimed, fresh at
+    every step; the coordinate test rejects by a wide margin and the gate names it (the checks that sum squares over
+    coordinates also see it, by chance, from how few independent values the tensors hold)."""
+    from bug_plants import BUGS
+
+    with BUGS["broadcast-noise"].plant("dpsgd", PARAMS):
+        gate = audited_gate(digits)
+    noise = gate["released_noise"][0]
+    assert noise["coordinates"]["rejected"] and noise["coordinates"]["std_ratio"] > 10
+    assert any("noise independence across coordinates" in r for r in gate["reasons"])

@@ -10,7 +10,7 @@ from scipy import stats
 
 from privaudit.attacks.canary_strata import PER_TENSOR, stratified_coordinates, tensor_index
 from privaudit.attacks.gradient_canary import GradientCanaries
-from privaudit.attacks.noise_structure import independence_check, structure_checks, tensor_checks
+from privaudit.attacks.noise_structure import coordinate_check, independence_check, structure_checks, tensor_checks
 from privaudit.attacks.released_noise import released_noise_check
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts
 from privaudit.audit.gate.judge import gate_cells, suite_gate
@@ -80,7 +80,8 @@ def test_tensor_family_level_over_2000_seeds_and_no_bonferroni_fails_the_same_ch
 def simulate(plant: str, *, steps: int = 6, paired: bool = False, seed: int = 0) -> dict:
     """Counts of :class:`GradientCanaries` observing a release with fresh N(0, sigma^2) noise on every coordinate and
     step (``plant="none"``), the same noise at every step (``"reused"``: a generator re-created with one seed), or no
-    noise on the tensor ``b`` (``"missing"``: 16 of 4,016 parameters)."""
+    noise on the tensor ``b`` (``"missing"``: 16 of 4,016 parameters), or noise with a component shared by every
+    coordinate (``"common"``: correlation 0.05 between coordinates, each coordinate's variance still sigma^2)."""
     tensors = [("w", 4000), ("b", 16)]
     dim, m, c, sigma = 4016, 400, 0.5, 0.65
     can = GradientCanaries(dim, m, clip_norm=c, seed=seed, paired=paired, tensors=tensors)
@@ -98,6 +99,9 @@ def simulate(plant: str, *, steps: int = 6, paired: bool = False, seed: int = 0)
         noise = sigma * torch.randn(dim, generator=gen, dtype=torch.float64)
         if plant == "missing":
             noise[4000:] = 0
+        if plant == "common":
+            shared = float(torch.randn(1, generator=gen, dtype=torch.float64))
+            noise = noise * (1 - 0.05) ** 0.5 + sigma * 0.05 ** 0.5 * shared
         if plant == "reused-b":  # only the small tensor's noise comes from one seed
             noise[4000:] = sigma * torch.randn(16, generator=torch.Generator().manual_seed(99), dtype=torch.float64)
         can.observe(t, total + 3.0 + noise - 3.0, sampled.numpy())  # through a data sum, as centred steps are
@@ -163,7 +167,7 @@ def test_gate_names_the_failing_check_and_tensor_and_counts_both_in_its_error_ra
     for c, g in zip(cells, (good, reused, missing)):
         c["gate"] = g
     suite = suite_gate(cells, [], None, GateConfig())
-    assert "9 released-noise checks" in " ".join(suite["notes"])  # 3 cells x (pooled, steps, tensors)
+    assert "12 released-noise checks" in " ".join(suite["notes"])  # 3 cells x (pooled, steps, tensors, coordinates)
     control = gate_cells([cell(simulate("missing"), z)], GateConfig(), {"dpsgd": ("canary", True)})[0]
     assert control["caught"] and control["caught_by"] == ["noise per tensor"]
 
@@ -178,7 +182,7 @@ def test_old_evidence_without_the_new_counts_is_not_judged():
     c = cell(old, z)
     c["gate"] = gate
     notes = " ".join(suite_gate([c], [], None, GateConfig())["notes"])
-    assert "2 released-noise checks not judged" in notes and "1 released-noise checks (pooled" in notes
+    assert "3 released-noise checks not judged" in notes and "1 released-noise checks (pooled" in notes
 
 
 def test_the_report_names_a_failing_check_and_tensor():
@@ -192,3 +196,34 @@ def test_the_report_names_a_failing_check_and_tensor():
     text = released_noise_text(missing["released_noise"][0])
     assert "per tensor: FAIL on 'b'" in text and "across steps" in text and "consistent" in text
     assert "across steps: not judged; per tensor: not judged" in released_noise_text(old["released_noise"][0])
+    assert "across coordinates: not judged" in released_noise_text(old["released_noise"][0])
+    common = gate_cells([cell(simulate("common"), z)], GateConfig())[0]
+    assert "across coordinates: " in released_noise_text(common["released_noise"][0])
+    assert "(correlated: FAIL)" in released_noise_text(common["released_noise"][0])
+
+
+def test_coordinate_level_over_4000_seeds_and_a_lower_tail_variant_fails_the_same_check():
+    """Fresh N(0, z^2) residuals: the coordinate test (upper tail of sum_t s_t^2 / (m z^2) on T degrees of freedom)
+    rejects at most alpha of 4,000 runs; the unsound variant that forgets the 1/m scaling (each step's sum taken as
+    one residual of variance z^2) rejects nearly every run, caught by the same check. At 4,000 runs the check
+    rejects a test failing on 2 alpha of them with probability above 0.999."""
+    rng, seeds, steps, m, alpha = np.random.default_rng(8), 4000, 6, 40, 0.05
+    fails, unscaled = 0, 0
+    for _ in range(seeds):
+        c = counts_of(Z * rng.standard_normal((steps, m)))
+        fails += coordinate_check(c, Z, alpha=alpha)["rejected"]
+        unscaled += stats.chi2.sf(c["mode_ss"] * m / Z ** 2, c["mode_n"]) < alpha
+    assert fails < critical(seeds, alpha) and fails > 100  # not vacuous: about 200 expected
+    assert unscaled >= critical(seeds, alpha)
+
+
+def test_noise_shared_by_the_coordinates_is_caught_while_every_other_check_passes():
+    """Correlation 0.05 between coordinates (each coordinate's variance as claimed, fresh at every step): the pooled,
+    step-pair and per-tensor checks all pass; the coordinate test rejects far below any level the gate uses."""
+    counts = simulate("common")
+    checks = structure_checks(counts, 1.3)
+    assert not released_noise_check(counts, 1.3)["rejected"]
+    assert not checks["independence"]["rejected"] and not checks["tensors"]["rejected"]
+    assert checks["coordinates"]["rejected"] and checks["coordinates"]["p"] < 1e-6
+    assert checks["coordinates"]["n"] == 6 and checks["coordinates"]["std_ratio"] > 1.5
+    assert not structure_checks(simulate("none"), 1.3)["coordinates"]["rejected"]

@@ -125,15 +125,16 @@ def _null_curve(event_key: str, relation: str, s: float) -> tuple[np.ndarray, np
 
 
 @lru_cache(maxsize=512)
-def _epsilon_optimistic(event_key: str, relation: str, s: float, delta: float) -> float:
+def _epsilon_optimistic(event_key: str, relation: str, s: float, delta: float, interval: float = EPS_INTERVAL) -> float:
     pld = build_pld(scale_noise(event_from_dict(json.loads(event_key)), s), relation, pessimistic=False,
-                    interval=EPS_INTERVAL)
+                    interval=interval)
     return max(0.0, float(pld.get_epsilon_for_delta(delta)))
 
 
-def optimistic_epsilon(event: DpEvent, relation: str, delta: float) -> float:
-    """The optimistic PLD epsilon of ``event`` at ``delta`` (at most its exact epsilon; cached per event)."""
-    return _epsilon_optimistic(_key(event), relation, 1.0, float(delta))
+def optimistic_epsilon(event: DpEvent, relation: str, delta: float, interval: float = EPS_INTERVAL) -> float:
+    """The optimistic PLD epsilon of ``event`` at ``delta`` on a privacy-loss grid of step ``interval`` (at most its
+    exact epsilon at any step; a finer step comes closer; cached per event)."""
+    return _epsilon_optimistic(_key(event), relation, 1.0, float(delta), float(interval))
 
 
 def blow_up_inverse(event: DpEvent, relation: str, s: float) -> Callable[[float], float]:

@@ -256,7 +256,7 @@ def released_noise_checks(cell: dict[str, Any], comparisons: list[dict[str, Any]
 
 def noise_failures(noise: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     """(check name, one line) for every failing released-noise check: the pooled one
-    (:mod:`privaudit.attacks.released_noise`), independence across steps and each tensor
+    (:mod:`privaudit.attacks.released_noise`), independence across steps and coordinates, and each tensor
     (:mod:`privaudit.attacks.noise_structure`)."""
     from privaudit.attacks.noise_structure import describe_failures
     from privaudit.attacks.released_noise import describe_check
@@ -274,7 +274,7 @@ def noise_levels(noise: Sequence[dict[str, Any]]) -> tuple[int, list[str]]:
     """(how many released-noise checks were judged, each at the level NOISE_ALPHA; why each other was not)."""
     judged, unjudged = 0, []
     for n in noise:
-        for check in (n, n.get("independence") or {}, n.get("tensors") or {}):
+        for check in (n, n.get("independence") or {}, n.get("tensors") or {}, n.get("coordinates") or {}):
             if "unjudged" in check:
                 unjudged.append(check["unjudged"])
             elif check:

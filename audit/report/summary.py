@@ -242,7 +242,8 @@ def released_noise_text(check: dict[str, Any] | None) -> str:
 
 
 def structure_text(check: dict[str, Any]) -> str:
-    """The gate's checks of the noise across steps and per tensor (:mod:`privaudit.attacks.noise_structure`), short."""
+    """The gate's checks of the noise across steps, per tensor and across coordinates
+    (:mod:`privaudit.attacks.noise_structure`), short."""
     pairs, tensors = check.get("independence") or {}, check.get("tensors") or {}
     out = ""
     if pairs:
@@ -258,6 +259,11 @@ def structure_text(check: dict[str, Any]) -> str:
             out += f"; per tensor: {len(tensors['tensors'])} consistent"
         if tensors.get("uncovered"):
             out += f" ({len(tensors['uncovered'])} without canaries)"
+    coordinates = check.get("coordinates") or {}
+    if coordinates:
+        out += ("; across coordinates: not judged" if "unjudged" in coordinates else
+                f"; across coordinates: {coordinates['std_ratio']:.4g} " + ("(correlated: FAIL)"
+                                                                            if coordinates["rejected"] else "consistent"))
     return out
 
 

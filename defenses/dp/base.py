@@ -347,7 +347,7 @@ class DPDefense(Defense):
         embedder = self.make_embedder(model)
         engine_note = self.engine_note(embedder)
 
-        sampling, digests, replays = SamplingRecorder(n), [], []
+        sampling, digests, tensor_digests, replays = SamplingRecorder(n), [], [], []
         to_replay = replay_steps(plan.steps) if len(mechanisms) == 1 else set()
         low, high = x.amin(0), x.amax(0)
 
@@ -361,7 +361,8 @@ class DPDefense(Defense):
             std = self.step_noise_std(t, noise_std)
             rel = release(total, std, rnd.generator("noise", gradient.name),
                           normalizer=self.release_normalizer(plan, batch), canaries=canaries_t,
-                          canary_bound=canary_bound, added_scale=self.added_noise_scale())
+                          canary_bound=canary_bound, added_scale=self.added_noise_scale(),
+                          segments=embedder.space.numels)
             return rel, std
 
         def privatize(ctx: StepContext, t: int, rnd: StepRandomness) -> Callable[[torch.Tensor], tuple]:
@@ -385,6 +386,7 @@ class DPDefense(Defense):
             _count_engine(counter, out.clipped)
             rel, std = release_step(out, t, rnd, len(xb), canaries_at(canaries, t))
             digests.append(rel.noise_digest)
+            tensor_digests.append(rel.tensor_digests)
             if t in to_replay and len(xb) > self.min_batch():
                 base = release_step(out, t, rnd, len(xb), None)[0]
                 replays.extend(replay(t, xb, crafted_record(xb, low, high), claim.relation, (out.clipped, base),
@@ -397,7 +399,7 @@ class DPDefense(Defense):
                     "sensitivity": gradient.sensitivity, "multiplier": used,
                     "unit_norm_max": out.clipped.entered_max, "normalizer": rel.normalizer}
 
-        counter.update(sampling=sampling, noise_digests=digests, replays=replays,
+        counter.update(sampling=sampling, noise_digests=digests, tensor_noise_digests=tensor_digests, replays=replays,
                        replayed=bool(to_replay) or f"not replayed: the step releases {len(mechanisms)} mechanisms")
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
                          "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
@@ -428,7 +430,8 @@ class DPDefense(Defense):
         released = self.released(run.model)
         if isinstance(counter.get("replayed"), str):
             dp["replay_note"] = counter["replayed"]
-        trace = TrainingTrace.from_history({**history, "noise_digest": counter["noise_digests"]}, unit=self.unit_kind,
+        trace = TrainingTrace.from_history({**history, "noise_digest": counter["noise_digests"],
+                                            "tensor_noise_digests": counter["tensor_noise_digests"]}, unit=self.unit_kind,
                                            sampler=run.plan.sampler, population=run.plan.n,
                                            sample_rate=run.plan.sample_rate,
                                            batch_size_configured=run.plan.batch_size, dim=int(dp["param_count"]),
