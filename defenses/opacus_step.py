@@ -79,7 +79,7 @@ class StepObserver:
 
     def _probe(self, params: list[torch.nn.Parameter], rows: list[torch.Tensor], inner: Callable[[], Any]) -> None:
         """The clipped norm of each of the largest units run through the code's own clipping alone."""
-        raw = torch.stack([r.reshape(len(r), -1).double().norm(dim=1) for r in rows], dim=1).norm(dim=1)
+        raw = torch.stack([r.reshape(len(r), -1).norm(dim=1) for r in rows], dim=1).norm(dim=1)  # ranks only
         prior = [p.summed_grad for p in params]
         best = self.rec.unit_norm_max or 0.0
         try:

@@ -12,7 +12,9 @@ patches, at class level (restored on exit, whatever happens):
   (Opacus' ``UniformWithReplacementSampler``: Poisson at its ``sample_rate``; torch's ``RandomSampler`` /
   ``SequentialSampler`` in a ``BatchSampler``: shuffled / sequential fixed-size batches);
 * every Opacus accountant's ``step``: the (noise multiplier, sample rate) the accountant was told at each release,
-  and the last accountant stepped (the claim when the training function returns none).
+  and the last accountant stepped (the claim when the training function returns none);
+* a plain loop's declared releases (:mod:`privaudit.defenses.declared_release`): while the watch is open it is the
+  one ``privaudit.declare_release`` records into (an accountant stepped after a declared release is that release's).
 
 :meth:`OpacusWatch.trace` turns the records into the :class:`~privaudit.accountants.trace_record.TrainingTrace`
 that :func:`~privaudit.accountants.trace.check_trace` judges. ``stop_after`` ends the run after that many releases
@@ -28,6 +30,7 @@ from typing import Any, Callable
 import torch
 
 from privaudit.accountants.trace_record import TrainingTrace
+from privaudit.defenses.declared_release import ACTIVE
 from privaudit.defenses.dp.as_run import SamplingRecorder
 from privaudit.defenses.dp.step import CanarySource
 from privaudit.defenses.opacus_step import PROBE_UNITS, StepObserver, StepRecord
@@ -75,6 +78,7 @@ class OpacusWatch:
         self.accountant: Any = None
         self.unaccounted: list[tuple[float, float]] = []
         self._current: StepObserver | None = None
+        self._declared: StepRecord | None = None  # the last declared release, until an accountant steps
         self._depth = 0
         self._undo: list[Callable[[], None]] = []
 
@@ -88,6 +92,8 @@ class OpacusWatch:
         except BaseException:
             self._restore()
             raise
+        ACTIVE.append(self)
+        self._undo.append(lambda: ACTIVE.remove(self))
         return self
 
     def __exit__(self, *exc: Any) -> bool:
@@ -169,7 +175,13 @@ class OpacusWatch:
             z, q = kwargs.get("noise_multiplier", args[0] if args else None), kwargs.get(
                 "sample_rate", args[1] if len(args) > 1 else None)
             entry = (float(z), float(q))
-            (self._current.rec.accountant if self._current is not None else self.unaccounted).append(entry)
+            if self._current is not None:
+                self._current.rec.accountant.append(entry)
+            elif self._declared is not None:  # a plain loop steps its accountant after its declared release
+                self._declared.accountant.append(entry)
+                self._declared = None
+            else:
+                self.unaccounted.append(entry)
             self.accountant = acc
             return original(acc, *args, **kwargs)
         return step
@@ -195,19 +207,31 @@ class OpacusWatch:
                 opt.__dict__.update(shadowed)
                 self._current, self._depth = None, 0
             if rec.noise_norm is not None:
-                self._released(opt, rec)
+                self._released(rec, lambda: {
+                    "expected_batch_size": getattr(opt, "expected_batch_size", None),
+                    "loss_reduction": getattr(opt, "loss_reduction", None), "class": type(opt).__name__,
+                    "tensors": [(self.names.get(id(p), f"param{j}"), int(p.numel())) for j, p in enumerate(opt.params)]})
             return released
         return pre_step
 
-    def _released(self, opt: Any, rec: StepRecord) -> None:
+    def record_declared(self, rec: StepRecord, numels: list[int], rate: float) -> None:
+        """A release a plain loop declared (:mod:`privaudit.defenses.declared_release`): its tensors take the model's
+        parameter names when they are as many; with no data loader seen, its sampler is the declared Poisson rate."""
+        if self.loader is None:
+            self.loader = {"sampler": "poisson", "sample_rate": rate, "batches_per_epoch": None, "batch_size": None}
+        names = list(self.names.values())
+        names = names if len(names) == len(numels) else [f"tensor{j}" for j in range(len(numels))]
+        self._declared = rec
+        self._released(rec, lambda: {"expected_batch_size": None, "loss_reduction": None, "class": "declared release",
+                                     "tensors": list(zip(names, numels))})
+
+    def _released(self, rec: StepRecord, layout: Callable[[], dict[str, Any]]) -> None:
         if self.pending:
-            rec.indices, self.pending = torch.cat(self.pending), []
+            if rec.indices is None:
+                rec.indices = torch.cat(self.pending)
+            self.pending = []
         if self.optimizer is None:
-            self.optimizer = {"expected_batch_size": getattr(opt, "expected_batch_size", None),
-                              "loss_reduction": getattr(opt, "loss_reduction", None),
-                              "class": type(opt).__name__,
-                              "tensors": [(self.names.get(id(p), f"param{j}"), int(p.numel()))
-                                          for j, p in enumerate(opt.params)]}
+            self.optimizer = layout()
         self.steps.append(rec)
         if self.stop_after is not None and len(self.steps) >= self.stop_after:
             raise Stopped()

@@ -8,7 +8,8 @@ int(len(dataset) * sample_rate)``) from the data it is given, so the released me
 size. This recipe fixes both before seeing the data, at Opacus' own lower level: a ``DPDataLoader`` at a fixed
 Poisson rate ``SAMPLE_RATE`` (``1 / SAMPLE_RATE`` batches an epoch, whatever the size), a ``DPOptimizer`` dividing by
 the constant ``EXPECTED_BATCH``, and Opacus' RDP accountant attached to its steps, its noise calibrated by Opacus to
-``OPACUS_RECIPE_EPSILON`` (default 8) at delta 1e-5 over ``OPACUS_RECIPE_EPOCHS`` (default 15) epochs.
+``OPACUS_RECIPE_EPSILON`` (default 8) at delta 1e-5 over ``OPACUS_RECIPE_EPOCHS`` (default 15) epochs; the MLP has
+``OPACUS_RECIPE_HIDDEN`` (default 128) hidden units.
 
 ``python examples/opacus_recipe.py --out DIR`` writes the members (``members.npz``: digits, each example in by a fair
 coin) for the command above.
@@ -30,12 +31,13 @@ from torch.utils.data import TensorDataset
 
 TARGET_EPSILON, DELTA = float(os.environ.get("OPACUS_RECIPE_EPSILON", "8")), 1e-5
 EPOCHS = int(os.environ.get("OPACUS_RECIPE_EPOCHS", "15"))
+HIDDEN = int(os.environ.get("OPACUS_RECIPE_HIDDEN", "128"))
 SAMPLE_RATE, EXPECTED_BATCH, LR, MAX_GRAD_NORM = 1 / 14, 64, 0.5, 1.0
 
 
 def make_net() -> nn.Module:
-    """The model: an MLP on the 64 pixel features."""
-    return nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    """The model: an MLP on the 64 pixel features, ``OPACUS_RECIPE_HIDDEN`` (default 128) hidden units."""
+    return nn.Sequential(nn.Linear(64, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, 10))
 
 
 @functools.lru_cache(maxsize=None)

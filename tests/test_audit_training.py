@@ -120,8 +120,9 @@ def test_bad_training_functions_are_one_line_and_write_nothing(members, tmp_path
 @pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [8.0, 1.0])
 def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon):
-    """15 epochs at epsilon 8 and 1, one run each. Measured (Opacus 1.6.0, seed 0): the trajectory bound is 0.878 of
-    the RDP accountant's epsilon at 8 and 0.787 at 1 (below the issue's 0.8 at 1)."""
+    """15 epochs at epsilon 8 and 1, one run each: the trajectory bound against the RDP accountant's epsilon (the claim),
+    and against the most the bound reaches on a correct run (its optimistic PLD epsilon at the claim's own noise, which
+    at epsilon 1 is itself only about 0.8 of the RDP epsilon: the gap is the accountants', not the canaries')."""
     import opacus_recipe
 
     monkeypatch.setattr(opacus_recipe, "EPOCHS", 15)
@@ -131,5 +132,8 @@ def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon
 
     a = audit_training("opacus_recipe:make_net", "opacus_recipe:train", members=members, delta=1e-5)
     assert a.verdict.verdict == "not refuted" and not a.findings
-    print(f"epsilon {epsilon}: ratio {a.canary['ratio_to_claim']:.3f}, costs {a.costs}")
-    assert a.canary["ratio_to_claim"] >= 0.75
+    c = a.canary
+    print(f"epsilon {epsilon}: ratio {c['ratio_to_claim']:.3f}; bound at the claim {c['eps_bound_at_claim']:.4g} "
+          f"(ratio to it {c['ratio_to_bound_at_claim']:.3f}); accountants {a.claim.accountants}; costs {a.costs}")
+    assert c["ratio_to_claim"] >= 0.75 and c["ratio_to_bound_at_claim"] >= 0.95
+    assert c["eps_bound_at_claim"] <= a.claim.accountants["pld"] <= a.claim.accountants["rdp"]

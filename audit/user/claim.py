@@ -125,9 +125,11 @@ def opacus_claim(path: str | Path, delta: float, *, epsilon: float | None = None
 def history_claim(mechanism: str, history: list[tuple[float, float, int]], delta: float, *,
                   epsilon: float | None = None, relation: str = "add-remove", unit: str = "example",
                   where: str = "the training function's accountant", what: str = "accountant",
-                  source: str = "Opacus accountant") -> UserClaim:
+                  source: str = "Opacus accountant",
+                  options: dict[str, dict[str, Any]] | None = None) -> UserClaim:
     """The claim of an Opacus accountant's ``history`` (noise multiplier, sample rate, steps) under ``mechanism``
-    (its ``mechanism()``: rdp, prv or gdp) at ``delta``: :func:`opacus_claim` without the file."""
+    (its ``mechanism()``: rdp, prv or gdp) at ``delta``: :func:`opacus_claim` without the file. ``options``: the
+    accountants' options (:func:`~privaudit.accountants.all_epsilons`)."""
     from privaudit.accountants import PrivacyClaim, all_epsilons
     from privaudit.accountants.events import ComposedDpEvent
     from privaudit.accountants.sampled_gaussian import sampled_gaussian_event
@@ -139,7 +141,7 @@ def history_claim(mechanism: str, history: list[tuple[float, float, int]], delta
     event = events[0] if len(events) == 1 else ComposedDpEvent(events)
     claim = PrivacyClaim(event=event, relation=relation, unit=unit, delta=delta, paper_accountant=mechanism,
                          sampler="poisson", source=source)
-    results = {name: r.epsilon for name, r in all_epsilons(claim).items() if r.applicable}
+    results = {name: r.epsilon for name, r in all_epsilons(claim, options).items() if r.applicable}
     ours = OPACUS_ACCOUNTANTS[mechanism]
     if epsilon is None and ours not in results:
         raise ConfigError(f"{where}: privaudit's {ours} accountant does not apply to this history")

@@ -10,6 +10,8 @@ Each canary is then an example the claim covers, sampled as the accountant assum
 trajectory bound and the released-noise checks are those of the engine's canaries, sound against the claim (the
 canaries are planned from the first release's (z, q, C); the trajectory bound is stated only when the claim's
 every step has rate >= q and multiplier z, so a canary is never sampled more often than the claim's examples).
+The one-run f-DP bound against the claim's own mechanism is not computed here: with every step observed the
+trajectory bound is the verdict's, and the mechanism bound's scale search cost more than the training it audits.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from privaudit.attacks.gradient_canary_audit import GradientCanaryConfig
 from privaudit.defenses.dp.step import dirac_canaries
 from privaudit.defenses.seeding import derive_seed, torch_generator
 
+#: The ceiling's per-step mu is capped at this multiple of the claim's (:func:`trajectory_ceiling`).
+CEILING_MU_FACTOR = 3.0
+
 
 def plan_canaries(tensors: list[tuple[str, int]], *, clip: float, multiplier: float, rate: float, seed: int,
                   beta: float, steps_planned: int) -> tuple[GradientCanaries, GradientCanaryConfig, Any]:
     """(the canaries, their config, the hook's source) for a layout of ``tensors`` at the first release's values."""
     dim = sum(k for _, k in tensors)
-    cfg = GradientCanaryConfig(beta=beta)
+    cfg = GradientCanaryConfig(beta=beta, mechanism=False)
     m = cfg.count(dim)
     canaries = GradientCanaries(dim, m, clip_norm=clip, kind="dirac", seed=derive_seed(seed, "training-canaries"),
                                 score=cfg.score, rate=rate, noise_std=multiplier * clip, tensors=tensors)
@@ -61,12 +66,16 @@ def claim_fits(event: Any, rate: float, multiplier: float) -> str | None:
 
 def canary_result(canaries: GradientCanaries, cfg: GradientCanaryConfig, *, claim: Any, steps: int,
                   delta: float, seed: int, rate: float, multiplier: float) -> Any:
-    """The canaries' :class:`~privaudit.attacks.result.AttackResult`: one-run, mechanism and trajectory bounds
-    against the claim's event when :func:`claim_fits`, else the one-run bound alone (with the reason noted)."""
+    """The canaries' :class:`~privaudit.attacks.result.AttackResult`: the one-run and trajectory bounds against the
+    claim's event when :func:`claim_fits` (the one-run bound then at its default guesses, fixed before any score:
+    the trajectory bound is the verdict's), else the one-run bound alone, its guesses planned from the claim (with the
+    reason noted)."""
     import dataclasses
 
     reason = claim_fits(claim.event, rate, multiplier)
     event = None if reason is not None else claim.event
+    if reason is None:  # the trajectory bound is the verdict's: the one-run bound's guesses need no planning
+        cfg = dataclasses.replace(cfg, plan_guesses=False)
     result = canary_audit_result(canaries, cfg, steps=steps, delta=delta, seed=derive_seed(seed, "planned-guesses"),
                                  unit="example", event=event)
     if reason is not None:
@@ -74,12 +83,25 @@ def canary_result(canaries: GradientCanaries, cfg: GradientCanaryConfig, *, clai
     return result
 
 
-def trajectory_ceiling(counts: dict[str, Any], event: Any, *, beta: float, delta: float) -> float:
-    """The largest trajectory bound these trial counts could give (no error on any trial)."""
+def trajectory_ceiling(counts: dict[str, Any], event: Any, *, beta: float, delta: float,
+                       multiplier: float) -> tuple[float, bool]:
+    """(the largest trajectory bound these trial counts could give (no error on any trial), capped): its per-step mu
+    is capped at :data:`CEILING_MU_FACTOR` times the claim's 1 / ``multiplier`` (capped True: the design can show at
+    least this much; the uncapped PLD of a near-noiseless step costs seconds and only says "far above the claim")."""
     from privaudit.attacks.bounds.trajectory import mu_lower_form, trajectory_epsilon
 
     mu = float(mu_lower_form(counts.get("form", "two-sided"), 0, int(counts["n0"]), 0, int(counts["n1"]), beta=beta))
-    return trajectory_epsilon(mu, event, "add-remove", delta)
+    cap = CEILING_MU_FACTOR / multiplier
+    return trajectory_epsilon(min(mu, cap), event, "add-remove", delta), mu > cap
+
+
+def bound_at_claim(event: Any, *, multiplier: float, delta: float) -> float:
+    """The trajectory bound's value when its per-step mu_lb is the claim's 1 / ``multiplier`` exactly: what the bound
+    reaches on a correct run as the trials grow (the optimistic PLD epsilon of the claim's steps; its ratio to an RDP
+    epsilon is the bound's most on a correct run)."""
+    from privaudit.attacks.bounds.trajectory import trajectory_epsilon
+
+    return trajectory_epsilon(1.0 / multiplier, event, "add-remove", delta)
 
 
 def noise_findings(counts: dict[str, Any], multiplier: float) -> tuple[dict[str, Any], list[dict[str, str]]]:

@@ -14,7 +14,10 @@ def notes(audit: Any) -> list[str]:
     c = audit.canary
     out.append(f"canaries: {c['canaries']} Dirac gradient canaries over {c['steps']} releases; trajectory bound "
                f"{_num(c['eps_lb_trajectory'])} ({_num(c['ratio_to_claim'])} of the claim), one-run bound "
-               f"{_num(c['eps_lb_one_run'])}, ceiling {_num(c['ceiling'])}")
+               f"{_num(c['eps_lb_one_run'])}, ceiling {'at least ' if c.get('ceiling_capped') else ''}"
+               f"{_num(c['ceiling'])}; on a correct run the bound approaches {_num(c.get('eps_bound_at_claim'))} (the "
+               f"optimistic PLD epsilon at the claim's noise; reached: {_num(c.get('ratio_to_bound_at_claim'))}); the "
+               f"claim's epsilon by accountant: " + ", ".join(f"{k} {_num(v)}" for k, v in audit.claim.accountants.items()))
     sizes = sorted(audit.sizes, key=int)
     out.append(f"neighbours: the recipe replayed (first releases) at sizes {sizes[0]}..{sizes[-1]}")
     k = audit.costs

@@ -18,8 +18,9 @@ from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.step import CanarySource
 from privaudit.defenses.opacus_watch import OpacusWatch
 
-NO_RELEASE = ("never released through an Opacus DPOptimizer (no optimizer.step() of one added noise): audit-training "
-              "watches Opacus' DPOptimizer (make_private, or DPOptimizer around your optimizer)")
+NO_RELEASE = ("never released through an Opacus DPOptimizer (no optimizer.step() of one added noise) nor a declared "
+              "release: audit-training watches Opacus' DPOptimizer (make_private, or DPOptimizer around your "
+              "optimizer); a loop that adds its own noise wraps it in privaudit.declare_release")
 
 
 @dataclass
