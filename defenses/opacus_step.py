@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import torch
 
-from privaudit.defenses.dp.as_run import noise_digest
+from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
 from privaudit.defenses.dp.step import CanarySource, canaries_at
 
 #: Units per step whose clipping is replayed alone (those of largest raw norm).
@@ -51,6 +51,7 @@ class StepRecord:
     drawn_std: float | None = None
     noise_norm: float | None = None
     noise_digest: str | None = None
+    tensor_digests: list[str | None] | None = None
     normalizer: float | None = None
     silent_tensors: list[int] = field(default_factory=list)
     canaries: int = 0
@@ -106,7 +107,9 @@ class StepObserver:
         self.rec.silent_tensors = _silent(added, [p.numel() for p in params])
         if self.draws:
             self.rec.drawn_std = min(s for s, _ in self.draws)
-            self.rec.noise_digest = noise_digest(torch.cat([d.reshape(-1) for _, d in self.draws]))
+            drawn = torch.cat([d.reshape(-1) for _, d in self.draws])
+            self.rec.noise_digest = noise_digest(drawn)
+            self.rec.tensor_digests = tensor_noise_digests(drawn, [d.numel() for _, d in self.draws])
         if inserted is not None and inserted[1].observer is not None:
             inserted[1].observer((grads - data) if getattr(inserted[1], "centred", False) else grads)
         return out

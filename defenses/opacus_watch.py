@@ -266,7 +266,8 @@ class OpacusWatch:
                 "noise_norm": [r.noise_norm for r in self.steps],
                 "unit_norm_max": [r.unit_norm_max for r in self.steps],
                 "normalizer": [r.normalizer for r in self.steps],
-                "noise_digest": [r.noise_digest for r in self.steps]}
+                "noise_digest": [r.noise_digest for r in self.steps],
+                "tensor_noise_digests": [r.tensor_digests for r in self.steps]}
         cols["normalizer"] = _snap(cols["normalizer"])
         clip = self.steps[0].clip if self.steps else 0.0
         return TrainingTrace(unit="example", sampler=kind, population=self.population, sample_rate=float(rate),

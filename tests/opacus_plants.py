@@ -52,6 +52,25 @@ def train_reused_noise(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
+def train_tensor_reused_noise(model, x, y, *, seed):
+    """A per-parameter noise loop that re-seeds its generator for every tensor (fresh at every step): every tensor
+    starts with the same noise values."""
+    from opacus.optimizers.optimizer import _generate_noise
+
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    steps = iter(range(10 ** 9))
+
+    def per_tensor() -> None:
+        step_seed = seed * 100_003 + next(steps)
+        for p in opt.params:
+            gen = torch.Generator().manual_seed(step_seed)
+            p.grad = (p.summed_grad + _generate_noise(opt.noise_multiplier * opt.max_grad_norm, p.summed_grad,
+                                                      gen)).view_as(p)
+    opt.add_noise = per_tensor
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
 def train_shuffled(model, x, y, *, seed):
     """Shuffled fixed-size batches (an epoch's disjoint batches) while the accountant is told Poisson at the rate."""
     private, opt, _, acc = recipe.private_parts(model, x, y, seed)

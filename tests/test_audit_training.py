@@ -78,7 +78,8 @@ def test_honest_recipe_is_not_refuted(members, tmp_path):
 
 @pytest.mark.parametrize("plant, check", [("shortfall", "trace: noise_multiplier"), ("reused_noise", "trace: noise"),
                                           ("shuffled", "trace: sampler"), ("clip_mismatch", "trace: unit_norm"),
-                                          ("missing_noise", "noise per tensor")])
+                                          ("missing_noise", "noise per tensor"),
+                                          ("tensor_reused_noise", "trace: noise")])
 def test_each_planted_bug_is_refuted_naming_its_check(members, plant, check):
     a = audit(members, f"opacus_plants:train_{plant}")
     assert a.verdict.verdict == "refuted" and check in {f["check"] for f in a.findings}, a.findings
@@ -120,9 +121,10 @@ def test_bad_training_functions_are_one_line_and_write_nothing(members, tmp_path
 @pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [8.0, 1.0])
 def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon):
-    """15 epochs at epsilon 8 and 1, one run each: the trajectory bound against the RDP accountant's epsilon (the claim),
-    and against the most the bound reaches on a correct run (its optimistic PLD epsilon at the claim's own noise, which
-    at epsilon 1 is itself only about 0.8 of the RDP epsilon: the gap is the accountants', not the canaries')."""
+    """15 epochs at epsilon 8 and 1, one run each: the trajectory bound at least 0.8 of the RDP accountant's epsilon
+    (the claim; measured 0.888 and 0.866), and at least 0.95 of the most the bound reaches on a correct run (its
+    optimistic PLD epsilon at the claim's own noise, 0.885 of the RDP epsilon at epsilon 1: the rest of the gap is
+    RDP's slack over the PLD, not the canaries'). On a fixed 1e-3 grid the conversion read 0.804 there."""
     import opacus_recipe
 
     monkeypatch.setattr(opacus_recipe, "EPOCHS", 15)
@@ -135,5 +137,5 @@ def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon
     c = a.canary
     print(f"epsilon {epsilon}: ratio {c['ratio_to_claim']:.3f}; bound at the claim {c['eps_bound_at_claim']:.4g} "
           f"(ratio to it {c['ratio_to_bound_at_claim']:.3f}); accountants {a.claim.accountants}; costs {a.costs}")
-    assert c["ratio_to_claim"] >= 0.75 and c["ratio_to_bound_at_claim"] >= 0.95
+    assert c["ratio_to_claim"] >= 0.8 and c["ratio_to_bound_at_claim"] >= 0.95
     assert c["eps_bound_at_claim"] <= a.claim.accountants["pld"] <= a.claim.accountants["rdp"]
