@@ -9,16 +9,18 @@ from privaudit.audit.gate.recompute import family_bound
 from privaudit.audit.gate.judge import gate_cells, sensitivity_gate, suite_gate
 from privaudit.audit.suite.model import GateConfig, SensitivityConfig
 
+from cell_records import make_attack_record, make_cell_record, make_claim
+
+COUNTS = {"m": 700, "r": 140, "v": 120, "k_pos": 70, "k_neg": 70}
+
 
 def cell(cid="digits/x/eps=1/seed=0", *, relation="add-remove", unit="example", eps=1.0, delta=1e-5, bound=None,
-         eps_lb=None):
+         eps_lb=None, counts=COUNTS):
     bound = bound or {"method": "one-run", "relation": "add-remove", "delta": delta, "confidence": 0.95,
-                      "counts": {"m": 700, "r": 140, "v": 120, "k_pos": 70, "k_neg": 70}}
-    return {"id": cid, "claim": {"relation": relation, "unit": unit, "delta": delta, "paper_accountant": "rdp"},
-            "epsilon": {"rdp": eps, "pld": None if eps is None else eps * 0.9},
-            "details": {"epsilon": {"rdp": {"infinite": False}, "pld": {"infinite": False}}},
-            "attacks": {"loss": {"auc": 0.6, "eps_lower_bound": 1.5 if eps_lb is None else eps_lb,
-                                 "details": {"bound": bound}}}}
+                      "counts": counts}
+    return make_cell_record(cid, claim=make_claim(relation=relation, unit=unit, delta=delta),
+                            epsilon={"rdp": eps, "pld": None if eps is None else eps * 0.9},
+                            attacks={"loss": make_attack_record(1.5 if eps_lb is None else eps_lb, bound=bound)})
 
 
 def test_family_bound_reproduces_the_attack_bound_and_shrinks_with_the_family():
@@ -40,35 +42,33 @@ def test_only_sound_example_level_add_remove_comparisons_are_made():
              cell("f", bound={"method": "one-run", "relation": "add-remove", "delta": 1e-7, "confidence": 0.95,
                               "counts": {"m": 700, "r": 140, "v": 120}})]
     gates = gate_cells(cells, GateConfig())
-    verdicts = {c["id"]: g["comparisons"][0] for c, g in zip(cells, gates)}
+    verdicts = {c.id: g.comparisons[0] for c, g in zip(cells, gates)}
     a = verdicts["a"]
-    assert a["verdict"] == "exceeds" and a["accountant"] == "pld" and a["epsilon"] == pytest.approx(0.9)
-    assert a["gate_confidence"] == pytest.approx(0.95)  # the only comparable pair: family of one
-    assert gates[0]["reasons"][0].startswith("cell a: loss's sound lower bound eps_lb = ")
-    assert "the claim is replace-one: the bound is on add-remove epsilon" in verdicts["b"]["reason"]
-    assert "the claim protects a user; the bound's coin is one example" in verdicts["c"]["reason"]
-    assert verdicts["d"]["reason"] == "no accountant gives an epsilon for this claim"
-    assert "'gdp' is not a sound lower bound in general" in verdicts["e"]["reason"]
-    assert "the bound is at delta=1e-07 < the claim's delta=1e-05" in verdicts["f"]["reason"]
-    assert [g["status"] for g in gates] == ["fail", "pass", "pass", "pass", "pass", "pass"]
+    assert a.verdict == "exceeds" and a.accountant == "pld" and a.epsilon == pytest.approx(0.9)
+    assert a.gate_confidence == pytest.approx(0.95)  # the only comparable pair: family of one
+    assert gates[0].reasons[0].startswith("cell a: loss's sound lower bound eps_lb = ")
+    assert "the claim is replace-one: the bound is on add-remove epsilon" in verdicts["b"].reason
+    assert "the claim protects a user; the bound's coin is one example" in verdicts["c"].reason
+    assert verdicts["d"].reason == "no accountant gives an epsilon for this claim"
+    assert "'gdp' is not a sound lower bound in general" in verdicts["e"].reason
+    assert "the bound is at delta=1e-07 < the claim's delta=1e-05" in verdicts["f"].reason
+    assert [g.status for g in gates] == ["fail", "pass", "pass", "pass", "pass", "pass"]
     # Slack: the claim is allowed (1 + slack) times its epsilon.
-    assert gate_cells([cell("a")], GateConfig(epsilon_slack=10.0))[0]["status"] == "pass"
+    assert gate_cells([cell("a")], GateConfig(epsilon_slack=10.0))[0].status == "pass"
     # More comparisons, each bound at beta / N: the same bound can stop exceeding.
-    many = [cell(f"m{i}", eps_lb=0.95) for i in range(50)]
-    for c in many:
-        c["attacks"]["loss"]["details"]["bound"]["counts"] = {"m": 700, "r": 140, "v": 90}
-    single = gate_cells(many[:1], GateConfig())[0]["comparisons"][0]["gate_eps_lower_bound"]
-    fifty = gate_cells(many, GateConfig())[0]["comparisons"][0]["gate_eps_lower_bound"]
+    many = [cell(f"m{i}", eps_lb=0.95, counts={"m": 700, "r": 140, "v": 90}) for i in range(50)]
+    single = gate_cells(many[:1], GateConfig())[0].comparisons[0].gate_eps_lower_bound
+    fifty = gate_cells(many, GateConfig())[0].comparisons[0].gate_eps_lower_bound
     assert fifty < single
 
 
 def test_errors_max_auc_and_sensitivity_expectations():
-    broken = {"id": "z", "details": {"error": "train: RuntimeError: boom"}, "attacks": {}, "claim": None, "epsilon": {}}
+    broken = make_cell_record("z", error="train: RuntimeError: boom", no_claim=True, epsilon={})
     ok = cell("ok", eps=100.0)
     gates = gate_cells([broken, ok], GateConfig(max_auc=0.55))
-    assert gates[0]["reasons"] == ["cell z errored: train: RuntimeError: boom"]
-    assert gates[1]["reasons"] == ["cell ok: loss reaches AUC 0.6 >= gate.max_auc 0.55"]
-    assert gate_cells([broken], GateConfig(fail_on_error=False))[0]["status"] == "pass"
+    assert gates[0].reasons == ("cell z errored: train: RuntimeError: boom",)
+    assert gates[1].reasons == ("cell ok: loss reaches AUC 0.6 >= gate.max_auc 0.55",)
+    assert gate_cells([broken], GateConfig(fail_on_error=False))[0].status == "pass"
     results = [{"claim": "dpcl.mean", "source": "s", "bound": 1.0, "observed": 2.0, "verdict": "violated", "witness": "w.json"},
                {"claim": "dpcl.sse", "source": "s", "bound": 1.0, "observed": 0.5, "verdict": "holds", "witness": None},
                {"claim": "logitdp.infonce", "source": "s", "bound": 1.0, "observed": None, "verdict": "inconclusive"}]
@@ -93,8 +93,9 @@ def test_errors_max_auc_and_sensitivity_expectations():
                 "config": {"errors": ["setting {'units': 1}: RuntimeError: boom"]}}]
     reasons, _ = sensitivity_gate(errored, allowed, GateConfig())
     assert reasons == ["sensitivity claim logitdp.infonce errored: setting {'units': 1}: RuntimeError: boom"]
-    report_cells = [{**ok, "gate": gates[1]}]
-    assert suite_gate(report_cells, results[:1], SensitivityConfig(("dpcl.mean",), 1.0, None, 0, {}), GateConfig())["status"] == "fail"
+    report_cells = [ok.with_gate(gates[1])]
+    assert suite_gate(report_cells, results[:1], SensitivityConfig(("dpcl.mean",), 1.0, None, 0, {}),
+                      GateConfig()).status == "fail"
 
 
 def test_bounds_are_compared_at_their_own_relation_and_unit():
@@ -107,11 +108,11 @@ def test_bounds_are_compared_at_their_own_relation_and_unit():
                                                                     bound=users),
              cell("r2", bound=paired), cell("u2", relation="replace-one", bound=users)]
     gates = gate_cells(cells, GateConfig())
-    v = {c["id"]: g["comparisons"][0] for c, g in zip(cells, gates)}
-    assert v["r1"]["verdict"] == "exceeds" and (v["r1"]["relation"], v["r1"]["unit"]) == ("replace-one", "example")
-    assert v["u1"]["verdict"] == "exceeds" and v["u1"]["unit"] == "user"
-    assert v["r2"]["verdict"] == "not comparable" and "the claim is add-remove" in v["r2"]["reason"]
-    assert v["u2"]["verdict"] == "not comparable" and "per user" in v["u2"]["reason"]
+    v = {c.id: g.comparisons[0] for c, g in zip(cells, gates)}
+    assert v["r1"].verdict == "exceeds" and (v["r1"].relation, v["r1"].unit) == ("replace-one", "example")
+    assert v["u1"].verdict == "exceeds" and v["u1"].unit == "user"
+    assert v["r2"].verdict == "not comparable" and "the claim is add-remove" in v["r2"].reason
+    assert v["u2"].verdict == "not comparable" and "per user" in v["u2"].reason
     # one-run-best is recomputed from both counts at the family level: max of Steinke and f-DP at beta / 2.
     from privaudit.attacks.bounds.fdp import best_one_run_epsilon
     assert family_bound(users, 2) == pytest.approx(best_one_run_epsilon(users["counts"], beta=0.025, delta=1e-5))

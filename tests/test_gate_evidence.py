@@ -105,7 +105,7 @@ def test_gate_recomputes_a_run_and_prints_bound_claim_margin(runs, capsys):
     honest = report["cells"][0]["gate"]["comparisons"][0]
     row = next(line for line in out.splitlines() if line.startswith(HONEST))
     assert f"{honest['epsilon'] - honest['gate_eps_lower_bound']:.4g}" in row
-    assert recompute(passing).gate == report["gate"]  # the runner's gate is the one recomputed
+    assert recompute(passing).gate.to_dict() == report["gate"]  # the runner's gate is the one recomputed
     assert main(["gate", str(failing)]) == 1
     out = capsys.readouterr().out
     assert "gate: FAIL" in out and f"cell {CONTROL}: loss's sound lower bound" in out
@@ -230,7 +230,7 @@ def test_claim_checks_are_evidence_the_gate_recomputes(dp_run, capsys):
     rel = _evidence_rel(dp_run)
     assert rel in read_json(dp_run / MANIFEST)["evidence"]
     again = recompute(dp_run)
-    assert again.gate["status"] == "pass" and again.gate == read_json(dp_run / "report.json")["gate"]
+    assert again.gate.status == "pass" and again.gate.to_dict() == read_json(dp_run / "report.json")["gate"]
     methods = [c["method"] for c in again.report["cells"][0]["gate"]["comparisons"]]
     assert "white-box-trajectory" in methods and methods.count("step-gdp") == 2
     noise = again.report["cells"][0]["gate"]["released_noise"][0]  # recomputed: pooled, across steps, per tensor

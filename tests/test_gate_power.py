@@ -14,13 +14,12 @@ from privaudit.audit.cli import main
 from privaudit.audit.gate.judge import gate_cells, suite_gate
 from privaudit.audit.suite.model import GateConfig
 
+from cell_records import make_attack_record, make_cell_record
+
 
 def _cell(cid, defense, eps, attacks):
-    return {"id": cid, "defense": defense, "claim": {"relation": "add-remove", "unit": "example", "delta": 1e-5,
-                                                      "paper_accountant": "rdp"},
-            "epsilon": {"rdp": eps}, "details": {"epsilon": {"rdp": {"infinite": False}}},
-            "attacks": {label: {"auc": 0.6, "eps_lower_bound": b["epsilon"], "details": {"bound": b}}
-                        for label, b in attacks.items()}}
+    return make_cell_record(cid, defense=defense, epsilon={"rdp": eps},
+                            attacks={label: make_attack_record(b["epsilon"], bound=b) for label, b in attacks.items()})
 
 
 def _rr_bound(eps_true: float, rng: np.random.Generator, m: int = 1000, k: int = 100) -> dict:
@@ -37,14 +36,14 @@ def test_only_primary_bounds_are_gated_and_counted():
     rng = np.random.default_rng(0)
     strong, weak = _rr_bound(4.0, rng), _rr_bound(0.1, rng)
     cells = [_cell("a", "dp", 1.0, {"white": strong, "black": weak})]
-    everything = gate_cells(cells, GateConfig())[0]["comparisons"]
-    primary = gate_cells(cells, GateConfig(), {"dp": ("white", False)})[0]["comparisons"]
-    assert [c["verdict"] for c in primary] == ["exceeds", "secondary"]
-    assert "primary statistic for this defense is 'white'" in primary[1]["reason"]
+    everything = gate_cells(cells, GateConfig())[0].comparisons
+    primary = gate_cells(cells, GateConfig(), {"dp": ("white", False)})[0].comparisons
+    assert [c.verdict for c in primary] == ["exceeds", "secondary"]
+    assert "primary statistic for this defense is 'white'" in primary[1].reason
     # one gated test instead of two: the primary bound is recomputed at 97.5%, not 98.75%
-    assert primary[0]["gate_confidence"] == pytest.approx(0.95)
-    assert everything[0]["gate_confidence"] == pytest.approx(0.975)
-    assert primary[0]["gate_eps_lower_bound"] > everything[0]["gate_eps_lower_bound"]
+    assert primary[0].gate_confidence == pytest.approx(0.95)
+    assert everything[0].gate_confidence == pytest.approx(0.975)
+    assert primary[0].gate_eps_lower_bound > everything[0].gate_eps_lower_bound
 
 
 def test_positive_control_must_be_caught():
@@ -55,17 +54,15 @@ def test_positive_control_must_be_caught():
     roles = {"control": ("canary", True), "dp": ("canary", False)}
     for cells, status, caught in (([real, leaky], "pass", True), ([real, honest_control], "fail", False)):
         gates = gate_cells(cells, GateConfig(), roles)
-        for c, g in zip(cells, gates):
-            c["gate"] = g
-        report_gate = suite_gate(cells, [], None, GateConfig())
-        assert report_gate["status"] == status and report_gate["controls_caught"] == int(caught)
-        assert gates[0]["status"] == "pass"  # the real claim is consistent either way
+        report_gate = suite_gate([c.with_gate(g) for c, g in zip(cells, gates)], [], None, GateConfig())
+        assert report_gate.status == status and report_gate.controls_caught == int(caught)
+        assert gates[0].status == "pass"  # the real claim is consistent either way
         if caught:
-            assert gates[1]["comparisons"][0]["verdict"] == "caught"
-            assert any("positive control ctl caught, as expected" in n for n in report_gate["notes"])
+            assert gates[1].comparisons[0].verdict == "caught"
+            assert any("positive control ctl caught, as expected" in n for n in report_gate.notes)
         else:
-            assert "positive control not caught" in report_gate["reasons"][0]
-        assert report_gate["family_wise_error"] == pytest.approx(0.05)
+            assert "positive control not caught" in report_gate.reasons[0]
+        assert report_gate.family_wise_error == pytest.approx(0.05)
 
 
 @pytest.mark.parametrize("family", [1, 5])
@@ -77,7 +74,7 @@ def test_family_wise_error_rate_on_known_mechanisms(family):
     for _ in range(suites):
         cells = [_cell(f"c{i}", "dp", 2.0, {"canary": _rr_bound(2.0, rng)}) for i in range(family)]
         gates = gate_cells(cells, GateConfig(), {"dp": ("canary", False)})
-        failures += any(g["status"] == "fail" for g in gates)
+        failures += any(g.status == "fail" for g in gates)
     assert stats.binomtest(failures, suites, 0.05, alternative="greater").pvalue > 0.01, failures
 
 

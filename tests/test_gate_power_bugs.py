@@ -8,11 +8,13 @@ import pytest
 
 from privaudit.audit.cli import main
 from privaudit.audit.commands.gate_power import bugs_markdown
-from privaudit.audit.verify.gate_power_bugs import CORRECT, class_rates, judge, load_catalogue
+from privaudit.audit.verify.gate_power_bugs import CORRECT, class_rates, load_catalogue
+from privaudit.audit.verify.power_gate import judge_as_claim
 from privaudit.audit.suite.model import GateConfig
 from privaudit.core.errors import ConfigError
 
-from test_gate_power_command import SUITE, planted_record, suite_file  # noqa: F401  (the fixture)
+from cell_records import planted_record
+from test_gate_power_command import SUITE, suite_file  # noqa: F401  (the fixture)
 
 CATALOGUE = "tests/bug_plants.py"
 
@@ -36,10 +38,9 @@ def test_bugs_need_allow_plugins(suite_file, capsys):  # noqa: F811
 
 def test_a_planted_record_is_judged_as_a_claim_naming_the_check():
     record = planted_record("unit_norm", "step 2: a clipped unit entered the sum with norm 2")
-    caught, by, reason = judge(record, 20, GateConfig())
+    caught, by, reason = judge_as_claim(record, 20, GateConfig())
     assert caught and by == ["trace: unit_norm"] and "norm 2" in reason
-    record["claim_checks"]["trace"]["mismatches"] = []
-    assert judge(record, 20, GateConfig())[:2] == (False, [])
+    assert judge_as_claim(planted_record(None), 20, GateConfig())[:2] == (False, [])
 
 
 def test_class_rates_take_each_class_worst_row_and_invert_the_correct_rows():

@@ -6,10 +6,14 @@ import json
 import pytest
 
 from privaudit.audit.cli import main
-from privaudit.audit.verify.gate_power import (NEEDED, PLANTED_COMPARISONS, FactorRow, judge_planted, plantable,
-                                               statements, suite_family)
+from privaudit.audit.verify.gate_power import NEEDED, FactorRow
+from privaudit.audit.verify.planted import PLANTED_COMPARISONS, plantable, suite_family
+from privaudit.audit.verify.power_gate import judge_as_control
+from privaudit.audit.verify.power_render import statements
 from privaudit.audit.suite.model import GateConfig
 from privaudit.audit.suite.load import load_suite
+
+from cell_records import planted_record
 
 SUITE = """
 name = "power"
@@ -71,20 +75,10 @@ def test_statements_say_the_largest_smallest_caught_factor():
     assert out[1].startswith("this gate detects a noise shortfall of 1.25x or more at epsilon 8")
 
 
-def planted_record(field: str, message: str) -> dict:
-    """A DP-GCL cell record at epsilon 8 whose trace check found one mismatch (``field``, ``message``) at step 2."""
-    trace = {"steps": 3, "alpha": 1e-6, "mismatches": [{"step": 2, "field": field, "message": message}]}
-    return {"id": "x", "defense": "dp-gcl", "claim": {"relation": "add-remove", "unit": "example", "delta": 1e-5,
-                                                      "paper_accountant": "pld"},
-            "epsilon": {"pld": 8.0}, "details": {"epsilon": {"pld": {"infinite": False}}},
-            "attacks": {"canary": {"eps_lower_bound": None, "details": {}}}, "claim_checks": {"trace": trace}}
-
-
 def test_a_planted_record_is_judged_as_a_control_at_the_family_size():
     record = planted_record("noise_multiplier", "step 2: noise multiplier 0.5 is below 1")
-    assert judge_planted(record, 20, GateConfig()) == (True, ["trace"])
-    record["claim_checks"]["trace"]["mismatches"] = []
-    assert judge_planted(record, 20, GateConfig()) == (False, [])
+    assert judge_as_control(record, 20, GateConfig()) == (True, ["trace"])
+    assert judge_as_control(planted_record(None), 20, GateConfig()) == (False, [])
     row = FactorRow("dp-gcl", 8.0, "noise", 1.25, runs=2, caught=1, caught_by={"trace": 1})
     assert row.to_dict()["caught_by"] == {"trace": 1}
 
@@ -123,9 +117,9 @@ def test_a_planted_two_release_cell_is_judged_against_its_gradient_release(suite
     attack = next(a for a in load_suite(suite_file).attacks if a.name == "gradient-canary")
     planted = Planted("dpcl-simclr", "dpcl-simclr", "control-dpcl-simclr", {"epochs": 1}, (8.0,), attack)
     record = run_planted(PlantedRun(planted, 8.0, 0, "digits", None, 1e-5, "cpu", 1, plant="noise", factor=2.0))
-    assert set(record["details"]["claim"]["params"]["noise_multipliers"]) == {"gradient", "similarity"}
-    row = compare(record, "gradient-canary", record["attacks"]["gradient-canary"], 0.0, "gradient-canary")
-    assert row["accountant"].startswith("gradient release alone") and row["epsilon"] < 0.75 * row["claim_epsilon"]
+    assert set(record.claim_in_full["params"]["noise_multipliers"]) == {"gradient", "similarity"}
+    row = compare(record, "gradient-canary", record.attacks["gradient-canary"], 0.0, "gradient-canary")
+    assert row.accountant.startswith("gradient release alone") and row.epsilon < 0.75 * row.claim_epsilon
 
 
 FEDERATED = """
@@ -157,12 +151,12 @@ def test_a_federated_control_is_planted_and_caught_by_its_released_noise(tmp_pat
     (planted,), skipped = plantable(suite)
     assert (planted.control, skipped, suite_family(suite)) == ("control-dp-fedemb", [], 1)
     record = run_planted(PlantedRun(planted, 8.0, 0, "digits", None, 1e-5, "cpu", 1, plant="noise", factor=1.25))
-    caught, by = judge_planted(record, 2, GateConfig())
+    caught, by = judge_as_control(record, 2, GateConfig())
     assert caught and "released noise" in by
     from privaudit.audit.gate.judge import gate_cells
 
     (gate,) = gate_cells([record], GateConfig(), {"dp-fedemb": ("user-canary", True)})
-    assert gate["released_noise"][0]["std_ratio"] == pytest.approx(1 / 1.25, rel=0.02)
+    assert gate.released_noise[0]["std_ratio"] == pytest.approx(1 / 1.25, rel=0.02)
 
 
 def test_a_federated_control_offers_the_claim_and_noise_plants_only():

@@ -128,12 +128,16 @@ def test_it_is_not_an_accountant():
 def test_report_rows_set_it_beside_the_final_model_attacks_only():
     from privaudit.audit.report import summary as s
 
-    cell = {"id": "c", "epsilon": {"rdp": 2.0, "pld": 1.6, "pure": None},
-            "details": {"last_iterate": {"epsilon": 0.8}},
-            "attacks": {"canary": {"eps_lower_bound": 0.2}, "wb": {"eps_lower_bound": 0.1, "eps_lb_mechanism": 1.5}}}
+    from cell_records import make_attack_record, make_cell_record
+
+    cell = make_cell_record("c", epsilon={"rdp": 2.0, "pld": 1.6, "pure": None},
+                            details={"last_iterate": {"epsilon": 0.8}},
+                            attacks={"canary": make_attack_record(0.2),
+                                     "wb": make_attack_record(0.1, eps_lb_mechanism=1.5)}).to_dict()
+    nonprivate = make_cell_record("nonprivate", epsilon={"rdp": None}, infinite=True,
+                                  details={"last_iterate": {"epsilon": None, "infinite": True}}).to_dict()
     report = {"suite": {"attacks": [{"label": "canary", "name": "canary"}, {"label": "wb", "name": "gradient-canary"}]},
-              "cells": [cell, {"id": "nonprivate", "epsilon": {"rdp": None},
-                               "details": {"last_iterate": {"epsilon": None, "infinite": True}}}]}
+              "cells": [cell, nonprivate]}
     assert s.final_model_rows(report) == [["c", "1.6", "0.8", "0.5", "canary", "0.2", "0.25"]]
     assert len(s.FINAL_MODEL_HEADERS) == 7
 

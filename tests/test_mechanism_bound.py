@@ -18,6 +18,8 @@ from privaudit.audit.gate.judge import compare
 from privaudit.audit.gate.recompute import family_bound
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.seeding import numpy_rng
+
+from cell_records import make_attack_record, make_cell_record, make_claim
 from soundness import assert_sound, guess_counts, per_counts
 
 Q, T = 0.344, 6
@@ -165,14 +167,13 @@ def test_gate_recomputes_and_compares_the_mechanism_bound():
         mechanism_epsilon(4000, c["r"], c["v"], event(0.8), "add-remove", beta=BETA / 30, delta=DELTA)[0]
         for c in rungs))
     assert family_bound(d, 10) <= b.epsilon
-    cell = {"claim": {"relation": "add-remove", "unit": "example", "delta": DELTA}, "epsilon": {"pld": 9.0},
-            "details": {"epsilon": {}}}
+    cell = make_cell_record(claim=make_claim(delta=DELTA), epsilon={"pld": 9.0})
     anyb = {"method": "one-run-best", "relation": "add-remove", "unit": "example", "delta": DELTA, "confidence": 0.95,
             "counts": {}}
-    attack = {"eps_lower_bound": 0.5, "eps_lb_mechanism": b.epsilon, "details": {"bound": anyb, "mechanism_bound": d}}
+    attack = make_attack_record(0.5, bound=anyb, mechanism_bound=d, eps_lb_mechanism=b.epsilon)
     c = compare(cell, "gradient-canary", attack, 0.0)
-    assert c["method"] == METHOD and c["eps_lower_bound"] == b.epsilon and c["eps_lb_any_mechanism"] == 0.5
-    assert c["verdict"] == "pending" and not math.isnan(c["epsilon"])
+    assert c.method == METHOD and c.eps_lower_bound == b.epsilon and c.eps_lb_any_mechanism == 0.5
+    assert c.verdict == "pending" and not math.isnan(c.epsilon)
 
 
 def test_the_guess_ladder_lifts_the_ceiling_of_one_k():

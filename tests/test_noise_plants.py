@@ -15,10 +15,13 @@ import privaudit.defenses.dp.step as dp_step
 from privaudit.attacks.base import Target
 from privaudit.attacks.registry import make_attack
 from privaudit.audit.gate.judge import gate_cells
+from privaudit.audit.report.records import CellGate
 from privaudit.audit.suite.model import GateConfig
 from privaudit.defenses import Budget
 from privaudit.defenses.registry import make_defense
 from privaudit.defenses.seeding import torch_generator
+
+from cell_records import make_attack_record, make_cell_record, make_claim
 
 pytestmark = pytest.mark.slow
 
@@ -54,25 +57,24 @@ def drop_noise(monkeypatch, layout, unnoised):
     monkeypatch.setattr(dp_step, "gaussian", planted)
 
 
-def audited_gate(digits) -> dict:
+def audited_gate(digits) -> CellGate:
     """DP-SGD audited by 3,000 gradient canaries, judged by the gate as a one-cell suite."""
     target = Target(None, digits, "dpsgd", PARAMS, BUDGET, seed=0)
     s = make_attack("gradient-canary", canaries=3000, mechanism=False).run(target).summary()
+    delta = s["trajectory_bound"]["delta"]
     claim = {"event": s["trajectory_bound"]["counts"]["event"], "params": {}, "relation": "add-remove",
-             "unit": "example", "delta": s["trajectory_bound"]["delta"]}
-    cell = {"id": "digits/dpsgd/eps=1/seed=0", "defense": "dpsgd", "claim": claim, "epsilon": {"pld": 1.0},
-            "details": {"epsilon": {"pld": {}}, "claim": claim},
-            "attacks": {"gradient-canary": {"eps_lower_bound": s["eps_lower_bound"],
-                                            "eps_lb_trajectory": s["eps_lb_trajectory"],
-                                            "details": {"bound": s["bound"],
-                                                        "trajectory_bound": s["trajectory_bound"]}}}}
+             "unit": "example", "delta": delta}
+    attack = make_attack_record(s["eps_lower_bound"], bound=s["bound"], trajectory_bound=s["trajectory_bound"],
+                                eps_lb_trajectory=s["eps_lb_trajectory"])
+    cell = make_cell_record("digits/dpsgd/eps=1/seed=0", defense="dpsgd", claim=make_claim(delta=delta),
+                            epsilon={"pld": 1.0}, full_claim=claim, attacks={"gradient-canary": attack})
     return gate_cells([cell], GateConfig())[0]
 
 
 def test_the_correct_release_passes_every_noise_check(digits):
     gate = audited_gate(digits)
-    noise = gate["released_noise"][0]
-    assert gate["status"] == "pass" and not noise["independence"]["rejected"] and not noise["tensors"]["rejected"]
+    noise = gate.released_noise[0]
+    assert gate.status == "pass" and not noise["independence"]["rejected"] and not noise["tensors"]["rejected"]
     assert not noise["coordinates"]["rejected"]
     assert not noise["tensors"]["uncovered"]  # stratified: every tensor holds canaries
 
@@ -80,9 +82,9 @@ def test_the_correct_release_passes_every_noise_check(digits):
 def test_reused_noise_is_caught_across_steps(digits, monkeypatch):
     reuse_noise(monkeypatch)
     gate = audited_gate(digits)
-    noise = gate["released_noise"][0]
+    noise = gate.released_noise[0]
     assert noise["independence"]["rejected"] and noise["independence"]["std_ratio"] < 0.01
-    assert any("noise independence across steps" in r for r in gate["reasons"])
+    assert any("noise independence across steps" in r for r in gate.reasons)
 
 
 @pytest.mark.parametrize("where", ["biases", "weight"])
@@ -90,13 +92,13 @@ def test_missing_noise_on_a_tensor_is_caught_and_named(digits, layout, monkeypat
     unnoised = (lambda n: n.endswith(".bias")) if where == "biases" else (lambda n: n == WEIGHT)
     drop_noise(monkeypatch, layout, unnoised)
     gate = audited_gate(digits)
-    tensors = gate["released_noise"][0]["tensors"]
+    tensors = gate.released_noise[0]["tensors"]
     expected = sorted(n for n in layout[0] if unnoised(n))
     assert tensors["rejected"] == expected and expected
-    assert all(any("noise per tensor" in r and f"tensor {n!r} (" in r for r in gate["reasons"]) for n in expected)
+    assert all(any("noise per tensor" in r and f"tensor {n!r} (" in r for r in gate.reasons) for n in expected)
     if where == "biases":
         share = sum(k for n, k in zip(*layout) if unnoised(n)) / sum(layout[1])
-        assert share < 0.02 and not gate["released_noise"][0]["rejected"]  # the pooled check alone misses it
+        assert share < 0.02 and not gate.released_noise[0]["rejected"]  # the pooled check alone misses it
 
 
 def test_noise_broadcast_over_each_tensor_is_caught_across_coordinates_only(digits):
@@ -107,6 +109,6 @@ def test_noise_broadcast_over_each_tensor_is_caught_across_coordinates_only(digi
 
     with BUGS["broadcast-noise"].plant("dpsgd", PARAMS):
         gate = audited_gate(digits)
-    noise = gate["released_noise"][0]
+    noise = gate.released_noise[0]
     assert noise["coordinates"]["rejected"] and noise["coordinates"]["std_ratio"] > 10
-    assert any("noise independence across coordinates" in r for r in gate["reasons"])
+    assert any("noise independence across coordinates" in r for r in gate.reasons)

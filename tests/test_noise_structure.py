@@ -14,6 +14,7 @@ from privaudit.attacks.noise_structure import coordinate_check, independence_che
 from privaudit.attacks.released_noise import released_noise_check
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts
 from privaudit.audit.gate.judge import gate_cells, suite_gate
+from privaudit.audit.report.records import CellRecord
 from privaudit.audit.suite.model import GateConfig
 from privaudit.core.errors import ConfigError
 from soundness import critical
@@ -150,7 +151,7 @@ def test_stratified_placement_tops_up_every_tensor_and_keeps_a_covering_draw():
         GradientCanaries(100, 10, clip_norm=1.0, tensors=[("w", 90)])
 
 
-def cell(counts: dict, z: float = Z) -> dict:
+def cell(counts: dict, z: float = Z) -> CellRecord:
     """A DP cell whose gradient canaries' trajectory bound is consistent with its claim (multiplier z), with the
     residual ``counts`` (a run's ``to_dict()``)."""
     return canary_cell(counts, z, defense="dpsgd")
@@ -160,28 +161,25 @@ def test_gate_names_the_failing_check_and_tensor_and_counts_both_in_its_error_ra
     z = 1.3
     cells = [cell(simulate("none"), z), cell(simulate("reused"), z), cell(simulate("missing"), z)]
     good, reused, missing = gate_cells(cells, GateConfig())
-    assert good["status"] == "pass"
-    assert reused["status"] == "fail" and any("noise independence across steps" in r and "reuses" in r
-                                              for r in reused["reasons"])
-    assert missing["status"] == "fail" and any("noise per tensor: 1 of" in r and "tensor 'b' (" in r for r in missing["reasons"])
-    for c, g in zip(cells, (good, reused, missing)):
-        c["gate"] = g
-    suite = suite_gate(cells, [], None, GateConfig())
-    assert "12 released-noise checks" in " ".join(suite["notes"])  # 3 cells x (pooled, steps, tensors, coordinates)
+    assert good.status == "pass"
+    assert reused.status == "fail" and any("noise independence across steps" in r and "reuses" in r
+                                              for r in reused.reasons)
+    assert missing.status == "fail" and any("noise per tensor: 1 of" in r and "tensor 'b' (" in r
+                                            for r in missing.reasons)
+    suite = suite_gate([c.with_gate(g) for c, g in zip(cells, (good, reused, missing))], [], None, GateConfig())
+    assert "12 released-noise checks" in " ".join(suite.notes)  # 3 cells x (pooled, steps, tensors, coordinates)
     control = gate_cells([cell(simulate("missing"), z)], GateConfig(), {"dpsgd": ("canary", True)})[0]
-    assert control["caught"] and control["caught_by"] == ["noise per tensor"]
+    assert control.caught and control.caught_by == ("noise per tensor",)
 
 
 def test_old_evidence_without_the_new_counts_is_not_judged():
     z = 1.3
     old = {k: v for k, v in simulate("none").items() if k in ("noise_n", "noise_ss")}
     gate = gate_cells([cell(old, z)], GateConfig())[0]
-    noise = gate["released_noise"][0]
-    assert gate["status"] == "pass" and not noise["rejected"]
+    noise = gate.released_noise[0]
+    assert gate.status == "pass" and not noise["rejected"]
     assert "unjudged" in noise["independence"] and "unjudged" in noise["tensors"]
-    c = cell(old, z)
-    c["gate"] = gate
-    notes = " ".join(suite_gate([c], [], None, GateConfig())["notes"])
+    notes = " ".join(suite_gate([cell(old, z).with_gate(gate)], [], None, GateConfig()).notes)
     assert "3 released-noise checks not judged" in notes and "1 released-noise checks (pooled" in notes
 
 
@@ -192,14 +190,14 @@ def test_the_report_names_a_failing_check_and_tensor():
     reused, missing, old = gate_cells([cell(simulate("reused"), z), cell(simulate("missing"), z),
                                        cell({k: v for k, v in simulate("none").items() if k.startswith("noise_")}, z)],
                                       GateConfig())
-    assert "(reused or correlated: FAIL)" in released_noise_text(reused["released_noise"][0])
-    text = released_noise_text(missing["released_noise"][0])
+    assert "(reused or correlated: FAIL)" in released_noise_text(reused.released_noise[0])
+    text = released_noise_text(missing.released_noise[0])
     assert "per tensor: FAIL on 'b'" in text and "across steps" in text and "consistent" in text
-    assert "across steps: not judged; per tensor: not judged" in released_noise_text(old["released_noise"][0])
-    assert "across coordinates: not judged" in released_noise_text(old["released_noise"][0])
+    assert "across steps: not judged; per tensor: not judged" in released_noise_text(old.released_noise[0])
+    assert "across coordinates: not judged" in released_noise_text(old.released_noise[0])
     common = gate_cells([cell(simulate("common"), z)], GateConfig())[0]
-    assert "across coordinates: " in released_noise_text(common["released_noise"][0])
-    assert "(correlated: FAIL)" in released_noise_text(common["released_noise"][0])
+    assert "across coordinates: " in released_noise_text(common.released_noise[0])
+    assert "(correlated: FAIL)" in released_noise_text(common.released_noise[0])
 
 
 def test_coordinate_level_over_4000_seeds_and_a_lower_tail_variant_fails_the_same_check():

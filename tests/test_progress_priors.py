@@ -30,12 +30,10 @@ def priors_for(tasks, machine: float, seed: int = 0) -> dict[str, dict[str, floa
             for task_id, _, _, stages in tasks}
 
 
-def replay_from_start(jobs: int, machine: float, step: float = 5.0, speed=None):
-    """(time, estimate, truth) every ``step`` seconds from 0 to the end; ``speed`` replaces the measured speed."""
+def replay_from_start(jobs: int, machine: float, step: float = 5.0):
+    """(time, estimate, truth) every ``step`` seconds from 0 to the end."""
     clock = FakeClock()
     progress = Progress(jobs=jobs, now=clock)
-    if speed is not None:
-        progress.speed = speed  # planted: the priors as they are
     tasks, events, end = schedule(jobs)
     priors = priors_for(tasks, machine)
     for task_id, kind, group, stages in tasks:
@@ -69,8 +67,11 @@ def test_estimate_from_the_start_within_25_percent_after_a_tenth(jobs, machine):
     assert off_by_more_than(samples, end) == []
 
 
-def test_priors_at_face_value_fail_the_same_check():
-    samples, end = replay_from_start(2, 1.6, speed=lambda kind=None: 1.0)
+def test_priors_at_face_value_fail_the_same_check(monkeypatch):
+    from privaudit.audit.run.progress_estimate import Estimator
+
+    monkeypatch.setattr(Estimator, "speed", lambda self, kind=None: 1.0)  # planted: the priors as they are
+    samples, end = replay_from_start(2, 1.6)
     assert len(off_by_more_than(samples, end)) > 10
 
 
@@ -132,7 +133,7 @@ def test_one_cheap_task_of_a_kind_does_not_set_the_speed_of_its_kind(monkeypatch
     take about a half): a kind's own ratio is used only once :data:`SPEED_SAMPLE` of its tasks have finished;
     before that the ratio over every finished task. Planted: the kind's ratio from one task (the rule before)
     predicts the DP cells at a sixth of their cost."""
-    from privaudit.audit.run import progress as progress_module
+    from privaudit.audit.run import progress_estimate as progress_module
 
     clock = FakeClock()
     progress = Progress(jobs=1, now=clock)

@@ -14,8 +14,11 @@ from privaudit.accountants.events import PoissonSampledDpEvent, GaussianDpEvent,
 from privaudit.attacks.gradient_canary import GradientCanaries
 from privaudit.attacks.released_noise import NOISE_ALPHA, describe_check, released_noise_check
 from privaudit.audit.gate.judge import gate_cells
+from privaudit.audit.report.records import CellRecord
 from privaudit.audit.suite.model import GateConfig
 from privaudit.core.errors import ConfigError
+
+from cell_records import make_attack_record, make_cell_record
 
 Z = 5.095  # DPCL's gradient multiplier at epsilon 1 in the quickstart
 N = 120_000  # 20,000 canaries over 6 steps
@@ -105,7 +108,7 @@ def test_canaries_count_every_coordinate_less_its_designed_contribution(paired):
     assert released_noise_check(counts, 1.1 * sigma / d)["rejected"]
 
 
-def canary_cell(counts: dict, z: float = 2.0, defense: str = "dp-gcl") -> dict:
+def canary_cell(counts: dict, z: float = 2.0, defense: str = "dp-gcl") -> CellRecord:
     """A DP cell (claim: Poisson-sampled Gaussian at multiplier z, 10 steps) whose gradient canaries' trajectory
     bound is consistent with its claim, its saved counts extended by ``counts`` (residual counts)."""
     ev = SelfComposedDpEvent(PoissonSampledDpEvent(0.1, GaussianDpEvent(z)), 10)
@@ -113,13 +116,12 @@ def canary_cell(counts: dict, z: float = 2.0, defense: str = "dp-gcl") -> dict:
     bound = {"method": "white-box-trajectory", "confidence": 0.95, "delta": 1e-5, "relation": "add-remove",
              "unit": "example", "counts": counts}
     claim = {"event": event_to_dict(ev), "params": {}, "relation": "add-remove", "unit": "example", "delta": 1e-5}
-    return {"id": f"digits/{defense}/eps=1/seed=0", "defense": defense, "claim": claim, "epsilon": {"pld": 1.0},
-            "details": {"epsilon": {"pld": {}}, "claim": claim},
-            "attacks": {"canary": {"eps_lower_bound": 0.0, "eps_lb_trajectory": 0.0,
-                                   "details": {"bound": bound, "trajectory_bound": bound}}}}
+    return make_cell_record(f"digits/{defense}/eps=1/seed=0", defense=defense, epsilon={"pld": 1.0}, full_claim=claim,
+                            attacks={"canary": make_attack_record(0.0, bound=bound, trajectory_bound=bound,
+                                                                  eps_lb_trajectory=0.0)})
 
 
-def cell(noise_ss: float | None, z: float = 2.0, n: int = 10_000) -> dict:
+def cell(noise_ss: float | None, z: float = 2.0, n: int = 10_000) -> CellRecord:
     """:func:`canary_cell` with residuals of mean square ``noise_ss / n`` (None: evidence without residuals)."""
     return canary_cell({} if noise_ss is None else {"noise_n": n, "noise_ss": noise_ss}, z)
 
@@ -127,18 +129,18 @@ def cell(noise_ss: float | None, z: float = 2.0, n: int = 10_000) -> dict:
 def test_gate_fails_a_claim_whose_release_adds_too_little_and_passes_a_correct_one():
     z, n = 2.0, 10_000
     good = gate_cells([cell(z * z * n, z, n)], GateConfig())[0]
-    assert good["status"] == "pass" and good["released_noise"][0]["std_ratio"] == pytest.approx(1.0)
+    assert good.status == "pass" and good.released_noise[0]["std_ratio"] == pytest.approx(1.0)
     bad = gate_cells([cell((z / 1.1) ** 2 * n, z, n)], GateConfig())[0]
-    assert bad["status"] == "fail"
+    assert bad.status == "fail"
     assert any("digits/dp-gcl/eps=1/seed=0: canary:" in r and "adds less noise than its claim states" in r
-               for r in bad["reasons"])
+               for r in bad.reasons)
 
 
 def test_gate_catches_a_control_by_its_released_noise_and_does_not_judge_old_evidence():
     z, n = 2.0, 10_000
     control = gate_cells([cell((z / 1.1) ** 2 * n, z, n)], GateConfig(), {"dp-gcl": ("canary", True)})[0]
-    assert control["caught"] and control["caught_by"] == ["released noise"] and control["status"] == "pass"
+    assert control.caught and control.caught_by == ("released noise",) and control.status == "pass"
     old = gate_cells([cell(None)], GateConfig())[0]
-    assert old["status"] == "pass" and old["released_noise"][0]["unjudged"] == "no released-noise residuals recorded"
+    assert old.status == "pass" and old.released_noise[0]["unjudged"] == "no released-noise residuals recorded"
     missed = gate_cells([cell(None)], GateConfig(), {"dp-gcl": ("canary", True)})[0]
-    assert missed["status"] == "fail" and "release's measured noise does not refute it" in missed["reasons"][0]
+    assert missed.status == "fail" and "release's measured noise does not refute it" in missed.reasons[0]

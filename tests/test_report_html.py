@@ -119,10 +119,12 @@ def test_white_box_attacks_are_the_registered_canary_audits():
 
 
 def _cell(defense: str, eps, attacks: dict[str, float], probe: float = 0.9) -> dict:
-    return {"id": f"digits/{defense}/eps={eps}", "dataset": "digits", "defense": defense, "target_epsilon": eps,
-            "seed": 0, "epsilon": {"rdp": eps}, "utility": {"linear_probe_accuracy": probe},
-            "details": {"defense_name": defense},
-            "attacks": {label: {"auc": auc, "eps_lower_bound": 0.0} for label, auc in attacks.items()}}
+    from cell_records import make_attack_record, make_cell_record
+
+    return make_cell_record(f"digits/{defense}/eps={eps}", defense=defense, target_epsilon=eps, epsilon={"rdp": eps},
+                            utility={"linear_probe_accuracy": probe}, details={"defense_name": defense},
+                            attacks={label: make_attack_record(0.0, auc=auc) for label, auc in attacks.items()}
+                            ).to_dict()
 
 
 def test_privacy_utility_puts_each_attack_in_its_own_panel():
@@ -173,10 +175,12 @@ def test_summary_and_plot_show_the_white_box_trajectory_bound():
     tables, and the theory-versus-measurement bar is the strongest of the three bounds an attack reports."""
     from privaudit.audit.report import summary as s
 
-    cell = {"id": "c", "defense": "dp-gcl", "dataset": "digits", "seed": 0, "target_epsilon": 8.0, "epsilon": {},
-            "attacks": {"loss": {"eps_lower_bound": 0.3, "auc": 0.52},
-                        "gradient-canary": {"eps_lower_bound": 2.8, "eps_lb_mechanism": 4.0,
-                                            "eps_lb_trajectory": 7.6, "auc": 0.76}}}
+    from cell_records import make_attack_record, make_cell_record
+
+    cell = make_cell_record("c", defense="dp-gcl", target_epsilon=8.0, epsilon={},
+                            attacks={"loss": make_attack_record(0.3, auc=0.52),
+                                     "gradient-canary": make_attack_record(2.8, eps_lb_mechanism=4.0,
+                                                                           eps_lb_trajectory=7.6, auc=0.76)}).to_dict()
     report = {"cells": [cell], "suite": {}}
     assert s.strongest_bound(cell) == 7.6
     row = dict(zip(s.summary_headers(report), s.summary_rows(report)[0]))

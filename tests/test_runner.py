@@ -298,5 +298,5 @@ def test_step_audits_are_saved_as_strict_json_without_seconds(tiny_suite, tmp_pa
     saved = read_json(out / "step_audit" / "results.json")["results"]
     assert saved == [row]
     assert read_json(out / "timings.json")["step_audit_defenses"] == {"dpsgd": {"seconds": 2.5, "pairs": [1.5]}}
-    reasons = recompute(out).gate["reasons"]
+    reasons = recompute(out).gate.reasons
     assert reasons and not [r for r in reasons if "step audit" in r]  # only the cells --only left out

@@ -45,9 +45,9 @@ def run(args: argparse.Namespace) -> int:
     gate = recomputed.gate
     print(format_table(["cell", "attack", "role", "ε_lb (gate)", "claimed ε (accountant)", "margin", "verdict"],
                        rows(recomputed.report)))
-    print(f"\ngate: {gate['status'].upper()} (recomputed from the evidence in {args.directory})")
-    for line in gate.get("notes", []):
+    print(f"\ngate: {gate.status.upper()} (recomputed from the evidence in {args.directory})")
+    for line in gate.notes:
         print(f"  note: {line}")
-    for line in gate.get("reasons", []):
+    for line in gate.reasons:
         print(f"  - {line}")
-    return 0 if gate["status"] == "pass" else 1
+    return 0 if gate.status == "pass" else 1

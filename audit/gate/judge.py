@@ -43,6 +43,11 @@ setting or pair that raised) fails it, naming the exception; an ``inconclusive``
 allows it (``sensitivity.allow_inconclusive``); a grid cell without a result fails it (:func:`judge_run`, the one
 gate of a run, which the runner applies and ``privaudit gate`` recomputes from the run's evidence:
 :mod:`privaudit.audit.verify.evidence`; docs/gate.md).
+
+Records. The gate reads a cell's result as a :class:`~privaudit.audit.report.records.CellRecord` and writes its
+evidence as records too: each cell's :class:`~privaudit.audit.report.records.CellGate` with its
+:class:`~privaudit.audit.report.records.Comparison` rows, and the run's
+:class:`~privaudit.audit.report.records.SuiteGate` (:class:`JudgedRun`: the cells with their gates, and the suite's).
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from privaudit.audit.report.records import AttackRecord, CellClaim, CellGate, CellRecord, Comparison, SuiteGate
 from privaudit.audit.suite.model import GateConfig, SensitivityConfig, StepAuditConfig
 from privaudit.audit.gate.recompute import family_bound, release_target
 
@@ -57,67 +63,76 @@ SOUND_METHODS = ("one-run", "one-run-search", "one-run-paired", "one-run-fdp", "
                  "one-run-fdp-mechanism", "white-box-trajectory")
 #: The per-cell step audit's pairs are gated at this base confidence (before the family-wise correction).
 STEP_CONFIDENCE = 0.95
+#: The verdicts of gated comparisons (counted in the family-wise error rate).
+GATED = ("consistent", "exceeds", "caught")
 
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def compare(cell: dict[str, Any], label: str, attack: dict[str, Any], slack: float,
-            primary: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Row:
+    """A comparison and, while it is ``pending``, the bound it is decided on and that bound's own confidence."""
+
+    comparison: Comparison
+    bound: Mapping[str, Any] | None = None
+    confidence: float | None = None
+
+
+def compare(cell: CellRecord, label: str, attack: AttackRecord, slack: float,
+            primary: str | None = None) -> Comparison:
     """One bound-versus-claim comparison: the claim it is compared with, or why it is ``not comparable``.
 
-    The verdict of a comparable primary pair is ``pending`` until :func:`decide` knows the family size; a
-    comparable bound that is not the cell's declared ``primary`` is ``secondary`` (reported, not gated).
-    """
+    The verdict of a comparable primary pair is ``pending`` until the gate knows the family size (:func:`gate_cells`);
+    a comparable bound that is not the cell's declared ``primary`` is ``secondary`` (reported, not gated)."""
+    return _compare(cell, label, attack, primary).comparison
+
+
+def _compare(cell: CellRecord, label: str, attack: AttackRecord, primary: str | None) -> _Row:
     eps_lb, bound, extra = _compared_bound(attack)
-    claim = cell["claim"] or {}
     out: dict[str, Any] = {"attack": label, "eps_lower_bound": eps_lb, "method": bound.get("method"),
                            "epsilon": None, "accountant": None, "gate_eps_lower_bound": None,
                            "gate_confidence": None, "verdict": "not comparable", "reason": None, **extra}
-    reason = _unsound(cell, claim, eps_lb, bound)
+    reason = _unsound(cell, eps_lb, bound)
     if reason is None:
         out.update(relation=bound.get("relation", "add-remove"), unit=bound.get("unit", "example"))
-        reason = _incomparable(cell, claim, bound)
+        reason = _incomparable(cell, bound)
     if reason is not None:
-        out["reason"] = reason
-        return out
-    applicable = {k: v for k, v in cell["epsilon"].items() if v is not None}
+        return _Row(Comparison(**{**out, "reason": reason}))
+    applicable = {k: v for k, v in (cell.epsilon or {}).items() if v is not None}
     accountant = min(applicable, key=lambda k: applicable[k])
-    out.update(epsilon=applicable[accountant], accountant=accountant, verdict="pending",
-               confidence=bound.get("confidence"), bound=bound)
+    out.update(epsilon=applicable[accountant], accountant=accountant, verdict="pending")
     release = release_target(cell, bound)
     if release is not None and release[0] < out["epsilon"]:
         out.update(epsilon=release[0], accountant=release[1], claim_epsilon=applicable[accountant])
     if primary is not None and label != primary:
         out.update(verdict="secondary", reason=f"not gated: the suite's primary statistic for this defense is "
                                                f"{primary!r}")
-        out.pop("bound"), out.pop("confidence")
-    return out
+        return _Row(Comparison(**out))
+    return _Row(Comparison(**out), bound, bound.get("confidence"))
 
 
-def _compared_bound(attack: dict[str, Any]) -> tuple[float | None, dict[str, Any], dict[str, Any]]:
+def _compared_bound(attack: AttackRecord) -> tuple[float | None, Mapping[str, Any], dict[str, Any]]:
     """(bound, its details, extra fields): the attack's white-box trajectory bound where it reports one (every
     step's observation: the most powerful test of the claim's steps), else its test of the claim's own mechanism
     (one-run, against the claim's curve), else its (eps, delta) bound; the others beside it. The order is fixed
     before any bound exists, so one bound per attack is gated."""
-    eps_lb = attack.get("eps_lower_bound")
-    details = attack.get("details") or {}
-    bound, mechanism, trajectory = details.get("bound") or {}, details.get("mechanism_bound"), \
-        details.get("trajectory_bound")
-    if trajectory and attack.get("eps_lb_trajectory") is not None:
-        return attack["eps_lb_trajectory"], trajectory, {"eps_lb_any_mechanism": eps_lb,
-                                                         "eps_lb_mechanism": attack.get("eps_lb_mechanism")}
-    if mechanism and attack.get("eps_lb_mechanism") is not None:
-        return attack["eps_lb_mechanism"], mechanism, {"eps_lb_any_mechanism": eps_lb}
-    return eps_lb, bound, {}
+    eps_lb = attack.eps_lower_bound
+    mechanism, trajectory = attack.mechanism_bound, attack.trajectory_bound
+    if trajectory and attack.eps_lb_trajectory is not None:
+        return attack.eps_lb_trajectory, trajectory, {"eps_lb_any_mechanism": eps_lb,
+                                                      "eps_lb_mechanism": attack.eps_lb_mechanism}
+    if mechanism and attack.eps_lb_mechanism is not None:
+        return attack.eps_lb_mechanism, mechanism, {"eps_lb_any_mechanism": eps_lb}
+    return eps_lb, attack.bound, {}
 
 
-def step_comparisons(cell: dict[str, Any]) -> list[dict[str, Any]]:
+def _step_rows(cell: CellRecord) -> list[_Row]:
     """The cell's own step audit (:mod:`privaudit.audit.run.claim_checks`) as comparisons: each pair's GDP mu_lb against
     the per-step claim mu = 1 / z the accountant composes, pending the family-wise level; an errored pair is
     ``not comparable`` with its error (and a reason to fail, :func:`claim_check_reasons`)."""
-    audit = (cell.get("claim_checks") or {}).get("step_audit")
+    audit = cell.step_audit
     if not audit:
         return []
     out = []
@@ -127,106 +142,99 @@ def step_comparisons(cell: dict[str, Any]) -> list[dict[str, Any]]:
                                "accountant": "per-step claim mu = 1/z", "gate_eps_lower_bound": None,
                                "gate_confidence": None, "verdict": "not comparable", "reason": None}
         if p.get("verdict") == "error" or not (p.get("bounds") or {}).get("gdp"):
-            row["reason"] = f"the pair errored: {p.get('error') or 'no bound recorded'}"
+            why = p.get("error") or "no bound recorded"
+            out.append(_Row(Comparison(**{**row, "reason": f"the pair errored: {why}"})))
         else:
-            row.update(verdict="pending", confidence=STEP_CONFIDENCE,
-                       bound={"method": "step-gdp", "confidence": STEP_CONFIDENCE, "gdp": p["bounds"]["gdp"]})
-        out.append(row)
+            out.append(_Row(Comparison(**{**row, "verdict": "pending"}),
+                            {"method": "step-gdp", "confidence": STEP_CONFIDENCE, "gdp": p["bounds"]["gdp"]},
+                            STEP_CONFIDENCE))
     return out
 
 
-def claim_check_reasons(cell: dict[str, Any]) -> list[str]:
+def claim_check_reasons(cell: CellRecord) -> list[str]:
     """Reasons from the cell's claim checks that need no family correction: every trace mismatch (exact, or a
     measured check at its own stated level) and every errored step-audit pair."""
-    checks = cell.get("claim_checks") or {}
-    cid = cell["id"]
-    reasons = [f"cell {cid}: its trace does not match its claim: {m['message']}"
-               for m in (checks.get("trace") or {}).get("mismatches") or []]
-    reasons += [f"cell {cid}: its step audit's {p.get('pair')} pair errored: {p.get('error')}"
-                for p in (checks.get("step_audit") or {}).get("pairs") or [] if p.get("verdict") == "error"]
+    reasons = [f"cell {cell.id}: its trace does not match its claim: {m['message']}" for m in cell.trace_mismatches]
+    reasons += [f"cell {cell.id}: its step audit's {p.get('pair')} pair errored: {p.get('error')}"
+                for p in (cell.step_audit or {}).get("pairs") or [] if p.get("verdict") == "error"]
     return reasons
 
 
-def _unsound(cell: dict[str, Any], claim: dict[str, Any], eps_lb: float | None, bound: dict[str, Any]) -> str | None:
+def _unsound(cell: CellRecord, eps_lb: float | None, bound: Mapping[str, Any]) -> str | None:
     """Why there is nothing sound to compare (no bound, no claim, an unsound method), or None."""
     if eps_lb is None:
         return "the attack gives no sound lower bound"
-    details = (cell.get("details") or {}).get("epsilon") or {}
-    if any(d.get("infinite") for d in details.values()) or claim.get("paper_accountant") == "none":
+    if cell.infinite or (cell.claim is not None and cell.claim.paper_accountant == "none"):
         return "no privacy claim (epsilon is infinite)"
     if bound.get("method") not in SOUND_METHODS:
         return f"bound method {bound.get('method')!r} is not a sound lower bound in general"
     return None
 
 
-def _incomparable(cell: dict[str, Any], claim: dict[str, Any], bound: dict[str, Any]) -> str | None:
+def _incomparable(cell: CellRecord, bound: Mapping[str, Any]) -> str | None:
     """Why a sound bound does not test this claim (another relation or unit, no applicable accountant, a
     smaller delta than the claim's), or None."""
+    claim = cell.claim
     b_rel, b_unit = bound.get("relation", "add-remove"), bound.get("unit", "example")
-    c_rel, c_unit = claim.get("relation"), claim.get("unit")
+    c_rel, c_unit = (claim.relation, claim.unit) if claim is not None else (None, None)
     if b_rel != c_rel:
         return f"the claim is {c_rel}: the bound is on {b_rel} epsilon, which the claim does not bound"
     if b_unit != c_unit:
         return (f"the claim protects a {c_unit}; the bound's coin is one {b_unit}, not a whole {c_unit}"
                 if c_unit == "user" else f"the claim protects a {c_unit}; the bound is per {b_unit}")
-    if not any(v is not None for v in cell["epsilon"].values()):
+    if not any(v is not None for v in (cell.epsilon or {}).values()):
         return "no accountant gives an epsilon for this claim"
-    claim_delta = float(claim.get("delta") or 0.0)
+    claim_delta = float(claim.delta or 0.0)
     bound_delta = float(bound.get("delta", 0.0))
     if bound_delta < claim_delta:
         return f"the bound is at delta={bound_delta:g} < the claim's delta={claim_delta:g}"
     return None
 
 
-def decide(comparison: dict[str, Any], family: int, slack: float) -> dict[str, Any]:
+def decide(row: _Row, family: int, slack: float) -> Comparison:
     """Settle a pending comparison with the bound at family-wise confidence over ``family`` comparisons."""
-    bound = comparison.pop("bound", None)
-    confidence = comparison.pop("confidence", None)
-    if comparison["verdict"] != "pending":
+    comparison = row.comparison
+    if comparison.verdict != "pending":
         return comparison
-    recomputed = family_bound(bound, family)
+    recomputed = family_bound(row.bound, family)
     if recomputed is None:  # a sound method without counts to recompute from: no correction possible
-        recomputed, level = comparison["eps_lower_bound"], float(confidence)
+        recomputed, level = comparison.eps_lower_bound, float(row.confidence)
     else:
-        level = 1.0 - (1.0 - float(confidence)) / family
-    comparison["gate_eps_lower_bound"] = recomputed
-    comparison["gate_confidence"] = level
-    comparison["verdict"] = "exceeds" if recomputed > (1.0 + slack) * comparison["epsilon"] else "consistent"
-    return comparison
+        level = 1.0 - (1.0 - float(row.confidence)) / family
+    verdict = "exceeds" if recomputed > (1.0 + slack) * comparison.epsilon else "consistent"
+    return comparison.updated(gate_eps_lower_bound=recomputed, gate_confidence=level, verdict=verdict)
 
 
-def gate_cells(cells: Sequence[dict[str, Any]], config: GateConfig,
+def gate_cells(cells: Sequence[CellRecord], config: GateConfig,
                roles: dict[str, tuple[str | None, bool]] | None = None, *, family: int | None = None
-               ) -> list[dict[str, Any]]:
+               ) -> list[CellGate]:
     """Every cell's gate: its comparisons (bounds at family-wise confidence over all cells) and reasons.
 
     ``roles`` maps a defense label to (primary attack label or None, is a positive control). The family is every
     pending comparison of ``cells`` (their primary bounds and their own step audits' pairs), or ``family`` when
     that is larger (a cell judged as if it sat in a larger suite: ``privaudit gate-power``)."""
     roles = roles or {}
-    pending = []
+    pending: list[list[_Row] | None] = []
     for cell in cells:
-        error = (cell.get("details") or {}).get("error")
-        primary, _ = roles.get(cell.get("defense"), (None, False))
-        pending.append(None if error else [compare(cell, label, a, config.epsilon_slack, primary)
-                                           for label, a in cell["attacks"].items()] + step_comparisons(cell))
-    family = max(1, sum(c["verdict"] == "pending" for cs in pending if cs for c in cs), family or 0)
+        primary, _ = roles.get(cell.defense, (None, False))
+        pending.append(None if cell.error else [_compare(cell, label, a, primary)
+                                                for label, a in (cell.attacks or {}).items()] + _step_rows(cell))
+    family = max(1, sum(r.comparison.verdict == "pending" for rs in pending if rs for r in rs), family or 0)
     gates = []
-    for cell, comparisons in zip(cells, pending):
-        if comparisons is None:
-            reasons = [f"cell {cell['id']} errored: {cell['details']['error']}"] if config.fail_on_error else []
-            gates.append({"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": []})
+    for cell, rows in zip(cells, pending):
+        if rows is None:
+            reasons = [f"cell {cell.id} errored: {cell.error}"] if config.fail_on_error else []
+            gates.append(CellGate(status="fail" if reasons else "pass", reasons=reasons, comparisons=()))
             continue
-        comparisons = [decide(c, family, config.epsilon_slack) for c in comparisons]
+        comparisons = [decide(r, family, config.epsilon_slack) for r in rows]
         noise = released_noise_checks(cell, comparisons)
-        _, control = roles.get(cell.get("defense"), (None, False))
-        gate = _control_gate(cell, comparisons, noise) if control else _claim_gate(cell, comparisons, family, config,
-                                                                                  noise)
-        gates.append({**gate, "released_noise": noise})
+        _, control = roles.get(cell.defense, (None, False))
+        gates.append(_control_gate(cell, comparisons, noise) if control
+                     else _claim_gate(cell, comparisons, family, config, noise))
     return gates
 
 
-def released_noise_checks(cell: dict[str, Any], comparisons: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
     """The released-noise check (:mod:`privaudit.attacks.released_noise`) of every gated white-box trajectory
     comparison, recomputed from the attack's saved residual counts against the gradient release's claimed
     multiplier re-derived from the cell's saved claim (never the attack's own record of it). A check without
@@ -237,24 +245,24 @@ def released_noise_checks(cell: dict[str, Any], comparisons: list[dict[str, Any]
     from privaudit.attacks.bounds.trajectory import step_multiplier
 
     out = []
-    claim = (cell.get("details") or {}).get("claim") or {}
+    claim = cell.claim_in_full
     for c in comparisons:
-        if c.get("method") != "white-box-trajectory" or c["verdict"] not in ("consistent", "exceeds"):
+        if c.method != "white-box-trajectory" or c.verdict not in ("consistent", "exceeds"):
             continue
-        attack = cell["attacks"].get(c["attack"]) or {}
-        counts = (((attack.get("details") or {}).get("trajectory_bound") or {}).get("counts")) or {}
+        attack = (cell.attacks or {}).get(c.attack)
+        counts = (((attack.trajectory_bound if attack is not None else None) or {}).get("counts")) or {}
         if claim.get("event") is None:
-            out.append({"attack": c["attack"], "rejected": False, "unjudged": "the cell's claim has no event"})
+            out.append({"attack": c.attack, "rejected": False, "unjudged": "the cell's claim has no event"})
             continue
         z = step_multiplier(event_from_dict(claim["event"]), claim.get("params"))
         check = released_noise_check(counts, z)
-        out.append({"attack": c["attack"], **(check or {"rejected": False,
-                                                        "unjudged": "no released-noise residuals recorded"}),
+        out.append({"attack": c.attack, **(check or {"rejected": False,
+                                                     "unjudged": "no released-noise residuals recorded"}),
                     **structure_checks(counts, z)})
     return out
 
 
-def noise_failures(noise: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+def noise_failures(noise: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """(check name, one line) for every failing released-noise check: the pooled one
     (:mod:`privaudit.attacks.released_noise`), independence across steps and coordinates, and each tensor
     (:mod:`privaudit.attacks.noise_structure`)."""
@@ -270,7 +278,7 @@ def noise_failures(noise: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     return out
 
 
-def noise_levels(noise: Sequence[dict[str, Any]]) -> tuple[int, list[str]]:
+def noise_levels(noise: Sequence[Mapping[str, Any]]) -> tuple[int, list[str]]:
     """(how many released-noise checks were judged, each at the level NOISE_ALPHA; why each other was not)."""
     judged, unjudged = 0, []
     for n in noise:
@@ -282,54 +290,50 @@ def noise_levels(noise: Sequence[dict[str, Any]]) -> tuple[int, list[str]]:
     return judged, unjudged
 
 
-def _control_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]],
-                  noise: list[dict[str, Any]]) -> dict[str, Any]:
+def _control_gate(cell: CellRecord, comparisons: list[Comparison], noise: list[dict[str, Any]]) -> CellGate:
     """A positive control's gate: caught (passes) when a gated comparison exceeds its claim, its trace does not
     match it or its release added less noise than it claims; else it fails (the gate has no power at this suite's
     size)."""
-    caught = [c for c in comparisons if c["verdict"] == "exceeds"]
-    for c in caught:
-        c["verdict"] = "caught"
-    trace = ((cell.get("claim_checks") or {}).get("trace") or {}).get("mismatches") or []
+    comparisons = [c.updated(verdict="caught") if c.verdict == "exceeds" else c for c in comparisons]
+    caught = [c for c in comparisons if c.verdict == "caught"]
     released = {name for name, _ in noise_failures(noise)}
-    by = sorted({c["attack"] for c in caught} | ({"trace"} if trace else set()) | released)
+    by = sorted({c.attack for c in caught} | ({"trace"} if cell.trace_mismatches else set()) | released)
     reasons = [] if by else [
-        f"cell {cell['id']}: positive control not caught: no gated bound exceeds its false claim (epsilon "
-        f"{_fmt(next((c['epsilon'] for c in comparisons if c['epsilon'] and c.get('quantity') != 'mu'), None))}), "
+        f"cell {cell.id}: positive control not caught: no gated bound exceeds its false claim (epsilon "
+        f"{_fmt(next((c.epsilon for c in comparisons if c.epsilon and c.quantity != 'mu'), None))}), "
         "its trace matches it and its release's measured noise does not refute it; the gate has no power at this "
         "suite's size"]
-    return {"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons, "control": True,
-            "caught": bool(by), "caught_by": by}
+    return CellGate(status="fail" if reasons else "pass", reasons=reasons, comparisons=comparisons, control=True,
+                    caught=bool(by), caught_by=by, released_noise=noise)
 
 
-def _claim_gate(cell: dict[str, Any], comparisons: list[dict[str, Any]], family: int,
-                config: GateConfig, noise: list[dict[str, Any]]) -> dict[str, Any]:
+def _exceeds_reason(cid: str, c: Comparison, claim: CellClaim | None, family: int) -> str:
+    """The reason a gated bound above its claim fails the gate."""
+    level = f"({100 * c.gate_confidence:.4g}% confidence, family-wise over {family})"
+    if c.quantity == "mu":
+        return (f"cell {cid}: {c.attack}'s sound lower bound mu_lb = {_fmt(c.gate_eps_lower_bound)} {level} exceeds "
+                f"the per-step claim mu = {_fmt(c.epsilon)} (1/z: the step its accountant composes)")
+    target = ("the smallest applicable epsilon" if c.claim_epsilon is None else
+              f"the claim's gradient release's epsilon (the whole claim's: {_fmt(c.claim_epsilon)})")
+    return (f"cell {cid}: {c.attack}'s sound lower bound eps_lb = {_fmt(c.gate_eps_lower_bound)} {level} exceeds "
+            f"{target} {_fmt(c.epsilon)} ({c.accountant}, {claim.relation}, per {claim.unit}, "
+            f"delta={claim.delta:.3g})")
+
+
+def _claim_gate(cell: CellRecord, comparisons: list[Comparison], family: int, config: GateConfig,
+                noise: list[dict[str, Any]]) -> CellGate:
     """A claim's gate: a reason for every gated bound above its claim, every claim-check finding, every release
     whose measured noise refutes the claim's and, with ``max_auc``, every attack reaching it."""
-    cid, claim = cell["id"], cell["claim"] or {}
-    reasons = []
-    for c in comparisons:
-        if c["verdict"] != "exceeds":
-            continue
-        level = f"({100 * c['gate_confidence']:.4g}% confidence, family-wise over {family})"
-        if c.get("quantity") == "mu":
-            reasons.append(f"cell {cid}: {c['attack']}'s sound lower bound mu_lb = {_fmt(c['gate_eps_lower_bound'])} "
-                           f"{level} exceeds the per-step claim mu = {_fmt(c['epsilon'])} (1/z: the step its "
-                           "accountant composes)")
-        else:
-            target = ("the smallest applicable epsilon" if c.get("claim_epsilon") is None else
-                      f"the claim's gradient release's epsilon (the whole claim's: {_fmt(c['claim_epsilon'])})")
-            reasons.append(f"cell {cid}: {c['attack']}'s sound lower bound eps_lb = {_fmt(c['gate_eps_lower_bound'])} "
-                           f"{level} exceeds {target} {_fmt(c['epsilon'])} ({c['accountant']}, "
-                           f"{claim.get('relation')}, per {claim.get('unit')}, delta={claim.get('delta'):.3g})")
+    reasons = [_exceeds_reason(cell.id, c, cell.claim, family) for c in comparisons if c.verdict == "exceeds"]
     reasons += claim_check_reasons(cell)
-    reasons += [f"cell {cid}: {text}" for _, text in noise_failures(noise)]
-    private = not any(d.get("infinite") for d in ((cell.get("details") or {}).get("epsilon") or {}).values())
-    if config.max_auc is not None and private and claim.get("paper_accountant") != "none":
-        for label, a in cell["attacks"].items():
-            if a.get("auc") is not None and a["auc"] >= config.max_auc:
-                reasons.append(f"cell {cid}: {label} reaches AUC {a['auc']:.4g} >= gate.max_auc {config.max_auc:g}")
-    return {"status": "fail" if reasons else "pass", "reasons": reasons, "comparisons": comparisons}
+    reasons += [f"cell {cell.id}: {text}" for _, text in noise_failures(noise)]
+    claimed = cell.claim is None or cell.claim.paper_accountant != "none"
+    if config.max_auc is not None and not cell.infinite and claimed:
+        for label, a in (cell.attacks or {}).items():
+            if a.auc is not None and a.auc >= config.max_auc:
+                reasons.append(f"cell {cell.id}: {label} reaches AUC {a.auc:.4g} >= gate.max_auc {config.max_auc:g}")
+    return CellGate(status="fail" if reasons else "pass", reasons=reasons, comparisons=comparisons,
+                    released_noise=noise)
 
 
 def sensitivity_gate(results: Sequence[dict[str, Any]], config: SensitivityConfig | None,
@@ -392,70 +396,76 @@ def _sensitivity_verdict(r: dict[str, Any], config: SensitivityConfig,
     return reasons, notes
 
 
-def _caught_note(cell: dict[str, Any]) -> str:
+def _caught_note(cell: CellRecord) -> str:
     """How a positive control was caught: its largest caught comparison (bound over claim) and its trace."""
-    caught = [c for c in cell["gate"]["comparisons"] if c["verdict"] == "caught"]
+    gate = cell.gate
+    caught = [c for c in gate.comparisons if c.verdict == "caught"]
     parts = []
     if caught:
-        best = max(caught, key=lambda c: c["gate_eps_lower_bound"] / c["epsilon"])
-        stat = "mu_lb" if best.get("quantity") == "mu" else "eps_lb"
-        parts.append(f"{stat} = {_fmt(best['gate_eps_lower_bound'])} > claimed {_fmt(best['epsilon'])} "
-                     f"({best['attack']})")
-    if "trace" in cell["gate"].get("caught_by", ()):
+        best = max(caught, key=lambda c: c.gate_eps_lower_bound / c.epsilon)
+        stat = "mu_lb" if best.quantity == "mu" else "eps_lb"
+        parts.append(f"{stat} = {_fmt(best.gate_eps_lower_bound)} > claimed {_fmt(best.epsilon)} ({best.attack})")
+    if "trace" in (gate.caught_by or ()):
         parts.append("its trace does not match its claim")
-    noise = cell["gate"].get("released_noise") or []
+    noise = gate.released_noise or ()
     for n in noise:
         if n["rejected"]:
             parts.append(f"its release added {n['std_ratio']:.3g} of the noise it claims ({n['attack']}, at most "
                          f"{n['std_ratio_upper']:.3g} at {100 * (1 - n['alpha']):.6g}% confidence)")
     parts += [text for name, text in noise_failures(noise) if name != "released noise"]
-    return f"positive control {cell['id']} caught, as expected: " + "; ".join(parts)
+    return f"positive control {cell.id} caught, as expected: " + "; ".join(parts)
 
 
-def suite_gate(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]],
+def _error_rate_note(comparisons: Sequence[Comparison], traced: int, released: int) -> tuple[float, str]:
+    """The family-wise error rate of the gated comparisons, the trace checks and the released-noise checks, and the
+    note that states it."""
+    from privaudit.accountants.trace import TRACE_ALPHA
+    from privaudit.attacks.released_noise import NOISE_ALPHA
+
+    level = min(c.gate_confidence for c in comparisons)
+    fwer = len(comparisons) * (1 - level) + traced * TRACE_ALPHA + released * NOISE_ALPHA
+    return fwer, (f"{len(comparisons)} gated bound-versus-claim comparisons (the suite's primary statistics and the "
+                  f"cells' own step audits); each bound is recomputed at {100 * level:.4g}% confidence (Bonferroni "
+                  f"over the {len(comparisons)})"
+                  + (f", and {traced} training traces checked with measured checks at {TRACE_ALPHA:g} each"
+                     if traced else "")
+                  + (f"{' and' if traced else ', and'} {released} released-noise checks (pooled, across steps, "
+                     f"per tensor) at {NOISE_ALPHA:g} each" if released else "")
+                  + f": family-wise error rate {100 * fwer:.3g}%, the chance that a true claim fails this gate")
+
+
+def suite_gate(cells: Sequence[CellRecord], sensitivity: Sequence[dict[str, Any]],
                sensitivity_config: SensitivityConfig | None, config: GateConfig,
-               errors: Sequence[str] = (), missing: Sequence[str] = ()) -> dict[str, Any]:
-    """The report's gate: status ``pass``/``fail``, every reason (the cells', then ``missing`` -- the grid's cells
-    without a result --, the sensitivity verdicts', then ``errors``), and notes on how to read it."""
-    reasons: list[str] = [r for c in cells for r in c["gate"]["reasons"]] + list(missing)
+               errors: Sequence[str] = (), missing: Sequence[str] = ()) -> SuiteGate:
+    """The report's gate over judged ``cells`` (each with its gate): status ``pass``/``fail``, every reason (the
+    cells', then ``missing`` -- the grid's cells without a result --, the sensitivity verdicts', then ``errors``),
+    and notes on how to read it."""
+    reasons: list[str] = [r for c in cells for r in c.gate.reasons] + list(missing)
     s_reasons, notes = sensitivity_gate(sensitivity, sensitivity_config, config)
     reasons += s_reasons
     reasons += list(errors)
-    gated = ("consistent", "exceeds", "caught")
-    comparisons = [c for cell in cells for c in cell["gate"]["comparisons"] if c["verdict"] in gated]
-    secondary = [c for cell in cells for c in cell["gate"]["comparisons"] if c["verdict"] == "secondary"]
-    skipped = [c for cell in cells for c in cell["gate"]["comparisons"]
-               if c["verdict"] == "not comparable" and c["eps_lower_bound"] is not None
-               and c["reason"] != "no privacy claim (epsilon is infinite)"]
+    rows = [c for cell in cells for c in cell.gate.comparisons]
+    comparisons = [c for c in rows if c.verdict in GATED]
+    secondary = [c for c in rows if c.verdict == "secondary"]
+    skipped = [c for c in rows if c.verdict == "not comparable" and c.eps_lower_bound is not None
+               and c.reason != "no privacy claim (epsilon is infinite)"]
     fwer = None
-    traced = sum(bool((c.get("claim_checks") or {}).get("trace")) for c in cells)
-    released, unjudged = noise_levels([n for c in cells for n in c["gate"].get("released_noise") or []])
+    traced = sum(bool((c.claim_checks or {}).get("trace")) for c in cells)
+    released, unjudged = noise_levels([n for c in cells for n in c.gate.released_noise or ()])
     if comparisons:
-        from privaudit.accountants.trace import TRACE_ALPHA
-        from privaudit.attacks.released_noise import NOISE_ALPHA
-
-        level = min(c["gate_confidence"] for c in comparisons)
-        fwer = len(comparisons) * (1 - level) + traced * TRACE_ALPHA + released * NOISE_ALPHA
-        notes.append(f"{len(comparisons)} gated bound-versus-claim comparisons (the suite's primary statistics and "
-                     f"the cells' own step audits); each bound is recomputed at {100 * level:.4g}% confidence "
-                     f"(Bonferroni over the {len(comparisons)})"
-                     + (f", and {traced} training traces checked with measured checks at {TRACE_ALPHA:g} each"
-                        if traced else "")
-                     + (f"{' and' if traced else ', and'} {released} released-noise checks (pooled, across steps, "
-                        f"per tensor) at {NOISE_ALPHA:g} each" if released else "")
-                     + f": family-wise error rate {100 * fwer:.3g}%, the chance that a true claim fails this gate")
+        fwer, note = _error_rate_note(comparisons, traced, released)
+        notes.append(note)
     if unjudged:
         notes.append(f"{len(unjudged)} released-noise checks not judged: " + "; ".join(sorted(set(unjudged))))
-    controls = [c for c in cells if c["gate"].get("control")]
-    notes += [_caught_note(cell) for cell in controls if cell["gate"]["caught"]]
+    controls = [c for c in cells if c.gate.control]
+    notes += [_caught_note(cell) for cell in controls if cell.gate.caught]
     if secondary:
         notes.append(f"{len(secondary)} secondary bounds reported at their own confidence, not gated")
     if skipped:
         notes.append(f"{len(skipped)} bounds were not compared with their claim (see each cell's comparisons "
                      "for the reason)")
-    return {"status": "fail" if reasons else "pass", "reasons": reasons, "notes": notes,
-            "family_wise_error": fwer, "controls": len(controls),
-            "controls_caught": sum(bool(c["gate"].get("caught")) for c in controls)}
+    return SuiteGate(status="fail" if reasons else "pass", reasons=reasons, notes=notes, family_wise_error=fwer,
+                     controls=len(controls), controls_caught=sum(bool(c.gate.caught) for c in controls))
 
 
 @dataclass(frozen=True)
@@ -490,23 +500,29 @@ def gate_settings(suite: Mapping[str, Any], grid: Sequence[str]) -> GateSettings
     return GateSettings(config, roles, sensitivity, step_audit, tuple(grid))
 
 
-def judge_run(cells: Sequence[dict[str, Any]], sensitivity: Sequence[dict[str, Any]],
+@dataclass(frozen=True)
+class JudgedRun:
+    """A run judged: its cells, each with its gate (in the order given), and the suite's gate."""
+
+    cells: tuple[CellRecord, ...]
+    gate: SuiteGate
+
+
+def judge_run(cells: Sequence[CellRecord], sensitivity: Sequence[dict[str, Any]],
               step_results: Sequence[dict[str, Any]], settings: GateSettings,
-              errors: Sequence[str] = ()) -> dict[str, Any]:
-    """The gate of a whole run, the one implementation the runner and ``privaudit gate`` share: each cell's gate
-    (set as ``cell["gate"]``), then the suite's: the cells', every grid cell without a result (a run of part of the
-    suite does not pass its gate), the sensitivity verdicts and the step audits (strict expectations: see
-    :func:`sensitivity_gate` and :func:`privaudit.audit.step.gate.step_gate`) and ``errors``."""
+              errors: Sequence[str] = ()) -> JudgedRun:
+    """The gate of a whole run, the one implementation the runner and ``privaudit gate`` share: each cell's gate,
+    then the suite's: the cells', every grid cell without a result (a run of part of the suite does not pass its
+    gate), the sensitivity verdicts and the step audits (strict expectations: see :func:`sensitivity_gate` and
+    :func:`privaudit.audit.step.gate.step_gate`) and ``errors``."""
     from privaudit.audit.step.gate import step_gate
 
-    for cell, gate in zip(cells, gate_cells(cells, settings.config, settings.roles)):
-        cell["gate"] = gate
-    have = {c.get("id") for c in cells}
+    judged = tuple(cell.with_gate(gate) for cell, gate in zip(cells, gate_cells(cells, settings.config,
+                                                                                settings.roles)))
+    have = {c.id for c in judged}
     missing = [f"cell {cid}: no result (it has not run in this output directory); the gate judges the whole "
                "suite" for cid in settings.grid if cid not in have]
-    gate = suite_gate(cells, sensitivity, settings.sensitivity, settings.config, errors, missing)
+    gate = suite_gate(judged, sensitivity, settings.sensitivity, settings.config, errors, missing)
     step_reasons, step_notes = step_gate(list(step_results), settings.step_audit)
-    gate["reasons"] += step_reasons
-    gate["notes"] += step_notes
-    gate["status"] = "fail" if gate["reasons"] else "pass"
-    return gate
+    gate = gate.with_reasons(step_reasons).updated(notes=(*gate.notes, *step_notes))
+    return JudgedRun(judged, gate)

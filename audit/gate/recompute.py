@@ -5,10 +5,12 @@ than the gradient (:func:`release_target`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
+
+from privaudit.audit.report.records import CellRecord
 
 
-def family_bound(bound: dict[str, Any], family: int) -> float | None:
+def family_bound(bound: Mapping[str, Any], family: int) -> float | None:
     """The lower bound recomputed from its counts at 1 - (1 - confidence) / ``family`` (None: cannot)."""
     from privaudit.attacks.bounds.fdp import best_one_run_epsilon, fdp_one_run_parameter
     from privaudit.attacks.bounds.multi_run import hypothesis_test_epsilon
@@ -45,7 +47,7 @@ def family_bound(bound: dict[str, Any], family: int) -> float | None:
     return None
 
 
-def release_target(cell: dict[str, Any], bound: dict[str, Any]) -> tuple[float, str] | None:
+def release_target(cell: CellRecord, bound: Mapping[str, Any]) -> tuple[float, str] | None:
     """What a white-box trajectory bound is compared with when the claim's step releases more than the gradient:
     (the gradient release's own epsilon, how it was computed), else None (the claim's epsilon).
 
@@ -63,7 +65,7 @@ def release_target(cell: dict[str, Any], bound: dict[str, Any]) -> tuple[float, 
     from privaudit.accountants.events import event_from_dict
     from privaudit.attacks.bounds.trajectory import step_multiplier, trajectory_epsilon
 
-    claim = (cell.get("details") or {}).get("claim") or {}
+    claim = cell.claim_in_full
     if claim.get("event") is None:
         return None
     event = event_from_dict(claim["event"])

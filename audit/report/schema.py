@@ -6,8 +6,13 @@ Checked, in order: the file is a regular file of at most :data:`MAX_REPORT_BYTES
 (``NaN`` and ``Infinity`` are refused: the writer turns non-finite numbers into null); it nests at most
 :data:`MAX_REPORT_DEPTH` levels (a deeper file is refused before it can exhaust the parser's stack); and every
 field that the gate and the renderers read has the type they assume (:data:`REPORT`: objects, lists, strings,
-numbers or null, the gate's status one of ``pass`` / ``fail``, score paths inside the run's directory). Fields the
-readers do not use are left unchecked, so reports with more fields still load.
+numbers or null, the gate's status one of ``pass`` / ``fail``, score paths inside the run's directory). The typed
+records of :mod:`privaudit.audit.report.records` (a cell, its attacks and claim, its gate and comparisons, the suite's
+gate) are closed: each field they have is listed here, a field they lack is refused by name, and so is one they do not
+have. Elsewhere fields the readers do not use are left unchecked, so reports with more of them still load.
+
+Every value is checked in two passes (:func:`validate`): first the type of every field present, then every required
+field's presence and every closed object's field names, so a field of the wrong type is named before a missing one.
 """
 
 from __future__ import annotations
@@ -27,23 +32,30 @@ MAX_REPORT_DEPTH = 64
 REBUILD = "rerun privaudit run --resume to rebuild it"
 
 
-class _Invalid(Exception):
-    """A field of the report is missing or does not have the type its readers assume (``where``: its path)."""
+class SchemaError(ConfigError):
+    """A record that is not of its schema: the message names the field (its path) and what was expected."""
 
-    def __init__(self, where: str, expected: str, value: Any = None, missing: bool = False):
-        if missing:
-            super().__init__(f"{where}: missing (expected {expected})")
+
+class _Invalid(Exception):
+    """A field of the report is missing, unexpected or does not have the type its readers assume (``where``: its
+    path)."""
+
+    def __init__(self, where: str, expected: str, value: Any = None, missing: bool = False, unexpected: bool = False):
+        if missing or unexpected:
+            super().__init__(f"{where}: {'missing (expected' if missing else 'unexpected:'} {expected}"
+                             + (")" if missing else ""))
             return
         shown = {dict: "an object", list: "a list"}.get(type(value)) or repr(value)[:60]
         super().__init__(f"{where or 'the top level'}: expected {expected}, got {shown}")
 
 
 class Spec:
-    """A type a field must have: :meth:`check` raises :class:`_Invalid` naming the field otherwise."""
+    """A type a field must have: :meth:`check` raises :class:`_Invalid` naming the field otherwise (``whole``: also
+    the objects' required and closed fields; :func:`validate` runs both passes)."""
 
     what = "a value"
 
-    def check(self, value: Any, where: str) -> None:
+    def check(self, value: Any, where: str, whole: bool = True) -> None:
         if not self.accepts(value):
             raise _Invalid(where, self.what, value)
 
@@ -81,23 +93,23 @@ class Nullable(Spec):
     def __init__(self, inner: Spec):
         self.inner, self.what = inner, f"{inner.what} or null"
 
-    def check(self, value: Any, where: str) -> None:
+    def check(self, value: Any, where: str, whole: bool = True) -> None:
         if value is None:
             return
         if isinstance(self.inner, Scalar) and not self.inner.accepts(value):
             raise _Invalid(where, self.what, value)
-        self.inner.check(value, where)
+        self.inner.check(value, where, whole)
 
 
 class ListOf(Spec):
     def __init__(self, item: Spec):
         self.item, self.what = item, f"a list of {item.what.removeprefix('a ').removeprefix('an ')}s"
 
-    def check(self, value: Any, where: str) -> None:
+    def check(self, value: Any, where: str, whole: bool = True) -> None:
         if not isinstance(value, list):
             raise _Invalid(where, self.what, value)
         for i, item in enumerate(value):
-            self.item.check(item, f"{where}[{i}]")
+            self.item.check(item, f"{where}[{i}]", whole)
 
 
 class MapOf(Spec):
@@ -108,56 +120,88 @@ class MapOf(Spec):
     def __init__(self, value: Spec):
         self.value = value
 
-    def check(self, value: Any, where: str) -> None:
+    def check(self, value: Any, where: str, whole: bool = True) -> None:
         if not isinstance(value, dict):
             raise _Invalid(where, self.what, value)
         for key, item in value.items():
-            self.value.check(item, f"{where}.{key}")
+            self.value.check(item, f"{where}.{key}", whole)
 
 
 class Obj(Spec):
-    """An object with ``required`` fields and ``optional`` ones (absent or of their type); other fields pass."""
+    """An object with ``required`` fields and ``optional`` ones (absent or of their type); other fields pass unless
+    the object is ``closed`` (``name``: what it is, for the message naming a field it does not have)."""
 
     what = "an object"
 
-    def __init__(self, required: dict[str, Spec] | None = None, optional: dict[str, Spec] | None = None):
+    def __init__(self, required: dict[str, Spec] | None = None, optional: dict[str, Spec] | None = None, *,
+                 closed: bool = False, name: str = "object"):
         self.required, self.optional = required or {}, optional or {}
+        self.closed, self.name = closed, name
 
-    def check(self, value: Any, where: str) -> None:
+    @property
+    def fields(self) -> dict[str, Spec]:
+        return {**self.required, **self.optional}
+
+    def check(self, value: Any, where: str, whole: bool = True) -> None:
         if not isinstance(value, dict):
             raise _Invalid(where, self.what, value)
-        for key, spec in self.required.items():
-            if key not in value:
-                raise _Invalid(f"{where}.{key}".lstrip("."), spec.what, missing=True)
-            spec.check(value[key], f"{where}.{key}".lstrip("."))
-        for key, spec in self.optional.items():
+        for key, spec in self.fields.items():
+            path = f"{where}.{key}".lstrip(".")
             if key in value:
-                spec.check(value[key], f"{where}.{key}".lstrip("."))
+                spec.check(value[key], path, whole)
+            elif whole and key in self.required:
+                raise _Invalid(path, spec.what, missing=True)
+        unexpected = [key for key in value if key not in self.fields] if whole and self.closed else []
+        if unexpected:
+            raise _Invalid(f"{where}.{unexpected[0]}".lstrip("."), f"no such field (a {self.name} has "
+                           f"{', '.join(self.fields)})", unexpected=True)
+
+
+def validate(spec: Spec, value: Any, where: str = "") -> None:
+    """Check ``value`` against ``spec`` in two passes: the types of the fields present, then the required and closed
+    fields (a :class:`SchemaError` naming the first field that is wrong)."""
+    try:
+        spec.check(value, where, whole=False)
+        spec.check(value, where, whole=True)
+    except _Invalid as exc:
+        raise SchemaError(str(exc)) from None
 
 
 def _opt(**fields: Spec) -> dict[str, Spec]:
-    """Fields that may be absent or null."""
+    """Fields that may be null (absent too, where they are optional)."""
     return {k: Nullable(v) for k, v in fields.items()}
 
 
 NUMBERS = MapOf(Nullable(NUM))
 NOTES = Nullable(ListOf(STR))
-COMPARISON = Obj({"attack": STR, "verdict": STR},
-                 _opt(epsilon=NUM, gate_eps_lower_bound=NUM, eps_lower_bound=NUM, accountant=STR, reason=STR,
-                      relation=STR, unit=STR))
-ATTACK = Obj(optional={**_opt(auc=NUM, eps_lower_bound=NUM, eps_lb_mechanism=NUM, tpr_at_fpr=NUMBERS, variant=STR,
-                              scores=REL_PATH),
-                       "details": Nullable(Obj(optional={"bound": Nullable(Obj(optional={"notes": NOTES}))}))})
-CLAIM = Obj({"mechanism": STR}, {**_opt(relation=STR, unit=STR, paper_accountant=STR, sampler=STR, source=STR),
-                                 "notes": NOTES})
+BOOL = Scalar("true or false", lambda x: isinstance(x, bool))
+STATUS = Scalar("'pass' or 'fail'", lambda x: x in ("pass", "fail"))
+# The typed records (privaudit.audit.report.records): closed, each field in the order the report writes it.
+COMPARISON = Obj({"attack": STR, "eps_lower_bound": Nullable(NUM), "method": Nullable(STR), "epsilon": Nullable(NUM),
+                  "accountant": Nullable(STR), "gate_eps_lower_bound": Nullable(NUM),
+                  "gate_confidence": Nullable(NUM), "verdict": STR, "reason": Nullable(STR)},
+                 _opt(quantity=STR, eps_lb_any_mechanism=NUM, eps_lb_mechanism=NUM, relation=STR, unit=STR,
+                      claim_epsilon=NUM), closed=True, name="comparison")
+CELL_GATE = Obj({"status": STATUS, "reasons": ListOf(STR), "comparisons": ListOf(COMPARISON)},
+                {"control": BOOL, "caught": BOOL, "caught_by": ListOf(STR), "released_noise": ListOf(Obj())},
+                closed=True, name="cell's gate")
+ATTACK = Obj({**_opt(auc=NUM, tpr_at_fpr=NUMBERS, eps_lower_bound=NUM, eps_lb_method=STR, n_members=INT,
+                     n_nonmembers=INT),
+              **_opt(variant=STR, scores=REL_PATH),
+              "details": Nullable(Obj(optional={"bound": Nullable(Obj(optional={"notes": NOTES}))}))},
+             _opt(eps_lb_mechanism=NUM, eps_lb_mechanism_method=STR, eps_lb_trajectory=NUM,
+                  eps_lb_trajectory_method=STR), closed=True, name="attack record")
+CLAIM = Obj({"mechanism": STR, **_opt(relation=STR, unit=STR, paper_accountant=STR, delta=NUM, sampler=STR,
+                                      source=STR), "notes": NOTES}, closed=True, name="claim")
 PANEL = Obj(optional={**{k: Nullable(NUMBERS) for k in ("trained", "init", "random", "nonprivate", "gap_closed")},
                       "vs_init": Nullable(MapOf(Nullable(Obj({"gained": INT, "lost": INT, "n": INT, "p_drop": NUM}))))})
-CELL = Obj({"id": STR, "defense": STR, "dataset": STR, "seed": INT},
-           {**_opt(target_epsilon=NUM, delta=NUM, claim=CLAIM, epsilon=NUMBERS, attacks=MapOf(ATTACK)),
+CELL = Obj({"id": STR, "dataset": STR, "defense": STR, **_opt(target_epsilon=NUM, delta=NUM), "seed": INT,
+            **_opt(claim=CLAIM, epsilon=NUMBERS),
             "utility": Nullable(Obj(optional=_opt(knn_accuracy=NUM, linear_probe_accuracy=NUM, panel=PANEL))),
+            "attacks": Nullable(MapOf(ATTACK)),
             "details": Nullable(Obj(optional=_opt(error=STR, init=Obj(),
-                                                  epsilon=MapOf(Nullable(Obj(optional=_opt(epsilon=NUM))))))),
-            "gate": Nullable(Obj(optional=_opt(status=STR, comparisons=ListOf(COMPARISON))))})
+                                                  epsilon=MapOf(Nullable(Obj(optional=_opt(epsilon=NUM)))))))},
+           {"claim_checks": Nullable(Obj()), "gate": Nullable(CELL_GATE)}, closed=True, name="cell record")
 SENSITIVITY = Obj(optional={**_opt(claim=STR, source=STR, relation=STR, bound=NUM, observed=NUM, ratio=NUM,
                                    verdict=STR, witness=REL_PATH),
                             "config": Nullable(Obj(optional={"notes": NOTES, "closed_form_supremum": Nullable(Obj(
@@ -170,8 +214,8 @@ EXPECT = Nullable(Obj(optional={"expect": Nullable(MapOf(STR))}))
 SUITE = Obj({"name": STR, "path": STR},
             {"description": Nullable(STR), "sensitivity": EXPECT, "step_audit": EXPECT,
              "attacks": Nullable(ListOf(Obj(optional={"label": STR, "name": STR})))})
-GATE = Obj({"status": Scalar("'pass' or 'fail'", lambda x: x in ("pass", "fail")), "reasons": ListOf(STR)},
-           {"notes": ListOf(STR)})
+GATE = Obj({"status": STATUS, "reasons": ListOf(STR), "notes": ListOf(STR), "family_wise_error": Nullable(NUM),
+            "controls": INT, "controls_caught": INT}, closed=True, name="suite's gate")
 #: What the gate and the renderers read of a report (see :mod:`privaudit.audit.report` for the whole layout).
 REPORT = Obj({"suite": SUITE, "version": STR, "git_commit": Nullable(STR), "device": STR,
               "cells": ListOf(CELL), "sensitivity": ListOf(SENSITIVITY), "gate": GATE},
@@ -185,8 +229,8 @@ def load_report(out: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{out}: no report.json here (give the output directory of privaudit run)")
     report = _parse(path, _read_text(path))
     try:
-        REPORT.check(report, "")
-    except _Invalid as exc:
+        validate(REPORT, report)
+    except SchemaError as exc:
         raise ConfigError(f"{path}: not a privaudit report ({exc}); {REBUILD}") from None
     return report
 

@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from privaudit.audit.report.records import CellRecord
+from privaudit.audit.report.schema import SchemaError
 from privaudit.audit.run.cell import CellOutcome
 from privaudit.audit.run.claim_checks import EVIDENCE_FILE as CLAIM_EVIDENCE
 from privaudit.core.io import TEMP_GLOB, atomic_write_json, read_json, strict, to_json
@@ -99,7 +101,7 @@ def read_keyed(path: Path, key: str, out: Path) -> tuple[dict[str, Any] | None, 
     return saved, None
 
 
-def load_cached(out: Path, spec: CellSpec) -> tuple[dict[str, Any] | None, str | None]:
+def load_cached(out: Path, spec: CellSpec) -> tuple[CellRecord | None, str | None]:
     """A finished cell's record (and None) when its cache is intact (:func:`read_keyed`) and names a score file
     for every attack; else (None, why it is recomputed) or (None, None) when it never finished."""
     saved, problem = read_keyed(cell_dir(out, spec) / "cell.json", spec.key, out)
@@ -110,20 +112,25 @@ def load_cached(out: Path, spec: CellSpec) -> tuple[dict[str, Any] | None, str |
     return cell_record(saved)
 
 
-def cell_record(saved: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """The record of a verified cell.json (:func:`read_keyed`) when it holds one whose every attack's score file is
-    among the files it holds a hash of; else (None, why)."""
+def cell_record(saved: dict[str, Any]) -> tuple[CellRecord | None, str | None]:
+    """The record of a verified cell.json (:func:`read_keyed`) when it holds one of the schema
+    (:class:`~privaudit.audit.report.records.CellRecord`) whose every attack's score file is among the files it holds
+    a hash of; else (None, why)."""
     record = saved.get("record")
     if not isinstance(record, dict):
         return None, "cell.json holds no record"
     for attack in (record.get("attacks") or {}).values():
         if not isinstance(attack, dict) or not attack.get("scores") or attack["scores"] not in saved["files"]:
             return None, "cell.json names a score file it holds no hash of"
-    return record, None
+    try:
+        return CellRecord.from_dict(record, "record"), None
+    except SchemaError as exc:
+        return None, f"cell.json holds no cell record ({exc})"
 
 
-def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
-    """Write a finished cell's scores, then its record (the commit point); return the record as JSON data."""
+def persist(out: Path, outcome: CellOutcome) -> CellRecord:
+    """Write a finished cell's scores, then its record (the commit point), read and written through the schema
+    (:meth:`~privaudit.audit.report.records.CellRecord.from_run`); return the record."""
     spec = outcome.spec
     directory = cell_dir(out, spec)
     record = outcome.record
@@ -132,7 +139,7 @@ def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
         atomic_write_json(directory / "error.json", {"id": spec.id, "error": outcome.error,
                                                       "traceback": record["details"].get("traceback")})
         record["details"].pop("traceback", None)
-        return strict(record)
+        return CellRecord.from_run(record, "record")
     files = []
     if outcome.evidence is not None:  # the claim checks' evidence, for the gate to recompute them
         atomic_write_json(directory / CLAIM_EVIDENCE, outcome.evidence)
@@ -143,11 +150,11 @@ def persist(out: Path, outcome: CellOutcome) -> dict[str, Any]:
         scores = directory / "attacks" / label / "scores.npz"
         record["attacks"][label]["scores"] = scores.relative_to(out).as_posix()
         files += [scores, scores.with_name("result.json")]
-    record = strict(record)
-    write_keyed(directory / "cell.json", out, spec.key, {"resolved": strict(spec.resolved()), "record": record},
-                files)
+    typed = CellRecord.from_run(record, "record")
+    write_keyed(directory / "cell.json", out, spec.key,
+                {"resolved": strict(spec.resolved()), "record": typed.to_dict()}, files)
     (directory / "error.json").unlink(missing_ok=True)
-    return record
+    return typed
 
 
 #: The run's manifest and its side checks' results (the evidence :mod:`privaudit.audit.verify.evidence` recomputes

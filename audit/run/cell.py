@@ -26,7 +26,9 @@ CLAIM_KEYS = ("mechanism", "relation", "unit", "paper_accountant", "delta", "sam
 
 @dataclass(frozen=True)
 class CellOutcome:
-    """What running a cell produced: its record (no ``gate`` yet), attack results, stage timings, error."""
+    """What running a cell produced: its record as built (plain data, no ``gate`` yet; read through the schema into
+    a :class:`~privaudit.audit.report.records.CellRecord` when :func:`privaudit.audit.run.cache.persist` writes it),
+    attack results, stage timings, error."""
 
     spec: CellSpec
     record: dict[str, Any]

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from privaudit.audit.report.records import CellRecord, SuiteGate
 from privaudit.audit.run.cell import CellOutcome
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.audit.gate.judge import gate_settings, judge_run
@@ -127,7 +128,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
 class _Finished:
     """The finished cells a run starts from (reused, or kept outside --only) and the cells it still runs."""
 
-    records: dict[str, dict[str, Any]]
+    records: dict[str, CellRecord]
     reused: list[str]
     pending: list[CellSpec]
 
@@ -137,7 +138,7 @@ class _Ran:
     """What the run computed under its progress display: the cells' records, the sensitivity results, the
     step audits gathered from the pool (None: not run there) and the error lines for the gate."""
 
-    records: dict[str, dict[str, Any]]
+    records: dict[str, CellRecord]
     ran: list[str]
     sensitivity: list[dict[str, Any]]
     errors: list[str]
@@ -171,7 +172,7 @@ def _run_locked(plan: RunPlan, lock_fd: int) -> RunResult:
 def _finished_cells(plan: RunPlan) -> _Finished:
     """Split the selected cells into those ``--resume`` reuses and those still to run (a cache that is not
     trusted says why on stderr); with ``--only``, add the finished cells outside the selection."""
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, CellRecord] = {}
     reused, pending = [], []
     for spec in plan.cells:
         cached, problem = load_cached(plan.out, spec) if plan.resume else (None, None)
@@ -190,7 +191,7 @@ def _finished_cells(plan: RunPlan) -> _Finished:
     return _Finished(records, reused, pending)
 
 
-def _keep_unselected(plan: RunPlan, records: dict[str, dict[str, Any]]) -> int:
+def _keep_unselected(plan: RunPlan, records: dict[str, CellRecord]) -> int:
     """--only: the cells left out keep their finished results, so the report stays whole (merged, never
     partial). Adds them to ``records``; returns how many."""
     selected = {spec.id for spec in plan.cells}
@@ -232,9 +233,9 @@ def _run_with_progress(plan: RunPlan, pending: list[CellSpec], side: SideChecks,
 
 
 def _persist_outcomes(plan: RunPlan, outcomes: Iterator[CellOutcome], total: int, timings: dict[str, Any], bar,
-                      tracker: Progress) -> tuple[dict[str, dict[str, Any]], list[str]]:
+                      tracker: Progress) -> tuple[dict[str, CellRecord], list[str]]:
     """Persist each cell as it finishes (:func:`persist`); its record by id, and the ids in finishing order."""
-    records: dict[str, dict[str, Any]] = {}
+    records: dict[str, CellRecord] = {}
     ran: list[str] = []
     for i, outcome in enumerate(outcomes, 1):
         records[outcome.spec.id] = persist(plan.out, outcome)
@@ -247,25 +248,26 @@ def _persist_outcomes(plan: RunPlan, outcomes: Iterator[CellOutcome], total: int
     return records, ran
 
 
-def _judge(plan: RunPlan, records: dict[str, dict[str, Any]], sensitivity: list[dict[str, Any]],
-           step_results: list[dict[str, Any]], errors: list[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _judge(plan: RunPlan, records: dict[str, CellRecord], sensitivity: list[dict[str, Any]],
+           step_results: list[dict[str, Any]], errors: list[str]) -> tuple[tuple[CellRecord, ...], SuiteGate]:
     """The cells' records in the suite's order, each with its gate, and the suite's gate (:func:`judge_run`, from
     the resolved suite as the report records it: the gate ``privaudit gate`` recomputes is this one)."""
     suite = plan.suite
     grid = [spec.id for spec in suite.cells()]
-    ordered = [dict(records[cid]) for cid in grid if cid in records]
-    gate = judge_run(ordered, sensitivity, step_results, gate_settings(strict(suite.to_dict()), grid), errors)
-    return ordered, gate
+    ordered = [records[cid] for cid in grid if cid in records]
+    judged = judge_run(ordered, sensitivity, step_results, gate_settings(strict(suite.to_dict()), grid), errors)
+    return judged.cells, judged.gate
 
 
-def _write_run_report(plan: RunPlan, ordered: list[dict[str, Any]], sensitivity: list[dict[str, Any]],
-                      gate: dict[str, Any], step_results: list[dict[str, Any]],
+def _write_run_report(plan: RunPlan, ordered: Sequence[CellRecord], sensitivity: list[dict[str, Any]],
+                      gate: SuiteGate, step_results: list[dict[str, Any]],
                       timings: dict[str, Any]) -> dict[str, Any]:
     """Build and write the report, then ``timings.json``; return the report."""
     from privaudit.audit.report import build_report, write_report
 
     start = time.perf_counter()
-    report = build_report(plan.suite, ordered, sensitivity, gate, only=plan.only or None)
+    report = build_report(plan.suite, [c.to_dict() for c in ordered], sensitivity, gate.to_dict(),
+                          only=plan.only or None)
     if step_results or plan.run_step:
         report["step_audit"] = step_results
     write_manifest(plan.out, plan.suite, sensitivity_key(plan.suite.sensitivity) if plan.suite.sensitivity else None,
@@ -277,8 +279,8 @@ def _write_run_report(plan: RunPlan, ordered: list[dict[str, Any]], sensitivity:
     return report
 
 
-def _exit_code(ordered: list[dict[str, Any]], errors: list[str], gate: dict[str, Any]) -> int:
+def _exit_code(ordered: Sequence[CellRecord], errors: list[str], gate: SuiteGate) -> int:
     """3 when a cell or a side check errored, else 1 when the gate failed, else 0."""
-    if errors or any((c.get("details") or {}).get("error") for c in ordered):
+    if errors or any(c.error for c in ordered):
         return EXIT_RUN_ERROR
-    return EXIT_GATE_FAILED if gate["status"] == "fail" else EXIT_OK
+    return EXIT_GATE_FAILED if gate.status == "fail" else EXIT_OK

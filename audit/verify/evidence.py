@@ -44,12 +44,13 @@ from typing import Any, Sequence
 
 from privaudit.audit.gate.judge import GateSettings, gate_settings, judge_run
 from privaudit.audit.report import write_report
+from privaudit.audit.report.records import CellGate, CellRecord, SuiteGate
 from privaudit.audit.report.schema import load_report
 from privaudit.audit.run.cache import MANIFEST, SENSITIVITY, STEP_AUDIT, cell_record, file_sha256, read_keyed
 from privaudit.audit.suite.model import config_hash
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import read_json
-from privaudit.audit.verify.recheck import reaccount, rebound, recheck_claims, resensitivity, restep
+from privaudit.audit.verify.recheck import recheck_cell, resensitivity, restep
 
 
 def read_run_report(out: str | Path) -> dict[str, Any]:
@@ -98,12 +99,12 @@ def changed_evidence(out: Path, manifest: dict[str, Any]) -> list[str]:
 
 @dataclass(frozen=True)
 class Recomputed:
-    """A run's gate recomputed from its evidence (``gate``), and ``report``: report.json with its cells,
+    """A run's gate recomputed from its evidence (``gate``), and ``report``: report.json's data with its cells,
     sensitivity verdicts and step audits replaced by the evidence's, every verdict and gate recomputed (what
     ``privaudit report`` renders)."""
 
     report: dict[str, Any]
-    gate: dict[str, Any]
+    gate: SuiteGate
 
 
 def recompute(out: str | Path) -> Recomputed:
@@ -125,15 +126,18 @@ def recompute(out: str | Path) -> Recomputed:
                                      settings.step_audit is not None, "step audits")
     problems += s_problems + t_problems
     problems += report_differences(report, manifest["suite"], cells, sensitivity, steps)
-    problems += [p for cell in cells for p in reaccount(cell) + rebound(out, cell) + recheck_claims(out, cell)]
+    rechecked = [recheck_cell(out, cell) for cell in cells]
+    cells = [cell for cell, _ in rechecked]
+    problems += [p for _, found in rechecked for p in found]
     problems += [p for r in sensitivity for p in resensitivity(r)] + [p for r in steps for p in restep(r)]
-    gate = judge_run(cells, sensitivity, steps, settings, problems)
+    judged = judge_run(cells, sensitivity, steps, settings, problems)
+    gate = judged.gate
     claimed = (report.get("gate") or {}).get("status") if isinstance(report.get("gate"), dict) else None
-    if claimed != gate["status"]:
-        gate["reasons"].append(f"report.json says the gate is {claimed!r}, its evidence says {gate['status']!r}: the "
-                               "report was edited or does not belong to this evidence")
-        gate["status"] = "fail"
-    shown = {**report, "cells": cells, "sensitivity": sensitivity, "gate": gate}
+    if claimed != gate.status:
+        gate = gate.with_reasons([f"report.json says the gate is {claimed!r}, its evidence says {gate.status!r}: the "
+                                  "report was edited or does not belong to this evidence"])
+    shown = {**report, "cells": [c.to_dict() for c in judged.cells], "sensitivity": sensitivity,
+             "gate": gate.to_dict()}
     if settings.step_audit is not None or "step_audit" in report:
         shown["step_audit"] = steps
     return Recomputed(shown, gate)
@@ -142,16 +146,17 @@ def recompute(out: str | Path) -> Recomputed:
 def _unverified(report: dict[str, Any], problem: str) -> Recomputed:
     """The gate of a report without usable evidence: FAIL, saying why; each cell's gate FAIL (nothing verified)."""
     reason = f"no verdict can be recomputed: {problem}"
-    gate = {"status": "fail", "reasons": [reason], "notes": [], "family_wise_error": None, "controls": 0,
-            "controls_caught": 0}
-    cells = [{**c, "gate": {"status": "fail", "reasons": [reason], "comparisons": []}} for c in report["cells"]]
-    return Recomputed({**report, "cells": cells, "gate": gate}, gate)
+    gate = SuiteGate(status="fail", reasons=[reason], notes=[], family_wise_error=None, controls=0, controls_caught=0)
+    cell_gate = CellGate(status="fail", reasons=[reason], comparisons=()).to_dict()
+    cells = [{**c, "gate": cell_gate} for c in report["cells"]]
+    return Recomputed({**report, "cells": cells, "gate": gate.to_dict()}, gate)
 
 
 # -- evidence files ------------------------------------------------------------------------------------
-def load_cells(out: Path, grid: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    """The grid's finished cells' records (cell.json, verified) and errored cells (error.json) in grid order, and
-    the problems of those that cannot be trusted; a cell with neither file has no result (the gate says so)."""
+def load_cells(out: Path, grid: Sequence[dict[str, Any]]) -> tuple[list[CellRecord], list[str]]:
+    """The grid's finished cells' records (cell.json, verified and read through the schema) and errored cells
+    (error.json) in grid order, and the problems of those that cannot be trusted; a cell with neither file has no
+    result (the gate says so)."""
     cells, problems = [], []
     root = out.resolve()
     for g in grid:
@@ -161,8 +166,8 @@ def load_cells(out: Path, grid: Sequence[dict[str, Any]]) -> tuple[list[dict[str
             continue
         saved, problem = read_keyed(directory / "cell.json", str(g.get("key")), out)
         record, problem = cell_record(saved) if saved is not None else (None, problem)
-        if record is not None and record.get("id") == cid:
-            cells.append(dict(record))
+        if record is not None and record.id == cid:
+            cells.append(record)
         elif problem or record is not None:
             problems.append(f"cell {cid}: its evidence cannot be trusted: {problem or 'cell.json holds another cell'}")
         elif (directory / "error.json").is_file():
@@ -170,13 +175,14 @@ def load_cells(out: Path, grid: Sequence[dict[str, Any]]) -> tuple[list[dict[str
     return cells, problems
 
 
-def _errored(cid: str, path: Path) -> dict[str, Any]:
-    """The record of a cell that errored, from its error.json (its hash is checked through the manifest)."""
+def _errored(cid: str, path: Path) -> CellRecord:
+    """The record of a cell that errored, from its error.json (its hash is checked through the manifest): its id,
+    its error and empty results."""
     try:
         error = str(read_json(path).get("error") or "no error recorded")
     except (OSError, ValueError, AttributeError) as exc:
         error = f"error.json does not parse ({type(exc).__name__})"
-    return {"id": cid, "claim": None, "epsilon": {}, "attacks": {}, "details": {"error": error}}
+    return CellRecord(id=cid, claim=None, epsilon={}, attacks={}, details={"error": error})
 
 
 def side_results(out: Path, rel: str, key: str | None, configured: bool,
@@ -193,22 +199,21 @@ def side_results(out: Path, rel: str, key: str | None, configured: bool,
     return [dict(r) for r in saved["results"]], []
 
 
-def report_differences(report: dict[str, Any], suite: dict[str, Any], cells: Sequence[dict[str, Any]],
+def report_differences(report: dict[str, Any], suite: dict[str, Any], cells: Sequence[CellRecord],
                        sensitivity: Sequence[dict[str, Any]], steps: Sequence[dict[str, Any]]) -> list[str]:
     """Where report.json differs from the evidence (before anything is recomputed): its suite, cells (gates aside),
     sensitivity verdicts and step audits."""
     problems = []
     if {k: v for k, v in (report.get("suite") or {}).items() if k != "only"} != suite:
         problems.append("report.json's suite differs from the suite the run recorded (run.json)")
-    evidence = {c["id"]: c for c in cells}
+    evidence = {c.id: c for c in cells}
     for cell in report.get("cells") or []:
         cid = cell.get("id")
         shown = {k: v for k, v in cell.items() if k != "gate"}
         saved = evidence.get(cid)
         if saved is None:
             problems.append(f"report.json's cell {cid} has no evidence")
-        elif shown != saved and not (saved["details"].get("error")
-                                     and (cell.get("details") or {}).get("error") == saved["details"]["error"]):
+        elif shown != saved.to_dict() and not (saved.error and (cell.get("details") or {}).get("error") == saved.error):
             problems.append(f"report.json's cell {cid} differs from its evidence (cell.json): the report was edited")
     if list(report.get("sensitivity") or []) != list(sensitivity):
         problems.append("report.json's sensitivity verdicts differ from their evidence (sensitivity.json)")

@@ -21,6 +21,10 @@ here is at most the suite gate's.
 
 The result says, per epsilon, the largest smallest-caught factor over the defenses and plants: "this gate detects
 a noise shortfall of 1.25x or more at epsilon 8".
+
+This module runs the measurement; the planted cell is :mod:`privaudit.audit.verify.planted`'s, its verdict
+:mod:`privaudit.audit.verify.power_gate`'s and the sentences :mod:`privaudit.audit.verify.power_render`'s (their names
+stay importable from here).
 """
 
 from __future__ import annotations
@@ -31,39 +35,20 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
+from privaudit.audit.verify.planted import (PLANTED_COMPARISONS, CellRun, Planted, cell_record, plantable,
+                                            planted_comparisons, planted_delta, suite_family)
+from privaudit.audit.verify.power_gate import judge_as_control as judge_planted
+from privaudit.audit.verify.power_render import factor_line, statements
+from privaudit.audit.report.records import CellRecord
 from privaudit.core.errors import ConfigError, check_positive, one_of
 
 FACTORS = (1.02, 1.05, 1.1, 1.25, 1.5, 2.0, 3.0)
 SEEDS, NEEDED = 10, 9
 PLANTS = ("claim", "noise")
-#: The planted cell's own gated comparisons: its primary bound and its step audit's two pairs.
-PLANTED_COMPARISONS = 3
 
-
-@dataclass(frozen=True)
-class Planted:
-    """One gated DP defense of the suite with its control and its primary attack."""
-
-    label: str
-    name: str
-    control: str
-    params: dict[str, Any]
-    epsilons: tuple[float, ...]
-    attack: Any  # the suite's AttackEntry of the primary attack
-
-
-@dataclass(frozen=True)
-class CellRun:
-    """One cell of a planted defense to run, and where (plain, picklable data)."""
-
-    planted: Planted
-    epsilon: float
-    seed: int
-    dataset: str
-    data_dir: str | None
-    delta: float
-    device: str
-    threads: int
+__all__ = ["FACTORS", "NEEDED", "PLANTED_COMPARISONS", "PLANTS", "SEEDS", "CellRun", "FactorRow", "Planted",
+           "PlantedRun", "judge_planted", "measure", "plantable", "planted_comparisons", "planted_delta",
+           "run_planted", "statements", "suite_family"]
 
 
 @dataclass(frozen=True)
@@ -92,105 +77,12 @@ class FactorRow:
                 "runs": self.runs, "caught": self.caught, "caught_by": dict(self.caught_by), "errors": self.errors}
 
 
-def _is_dp_sgd(name: str) -> bool:
-    from privaudit.defenses.dp.base import DPDefense
-    from privaudit.defenses.registry import DEFENSES, defense_class
-
-    return name in DEFENSES and issubclass(defense_class(name), DPDefense)
-
-
-def plantable(suite: Any) -> tuple[list[Planted], list[str]]:
-    """The suite's gated DP defenses with a control and a primary attack, and why the others are not."""
-    from privaudit.defenses.controls import CONTROLS
-
-    attacks = {a.label: a for a in suite.attacks}
-    out, skipped = [], []
-    for d in suite.defenses:
-        if d.control or not d.private:
-            continue
-        primary = d.primary or (d.attacks[0] if len(d.attacks) == 1 else None)
-        if d.name not in CONTROLS:
-            skipped.append(f"{d.label}: no planted control for {d.name!r} (controls exist for {', '.join(CONTROLS)})")
-        elif primary is None or primary not in attacks:
-            skipped.append(f"{d.label}: no primary attack declared (primary = \"<attack label>\")")
-        else:
-            eps = tuple(e for e in d.epsilons if e is not None)
-            out.append(Planted(d.label, d.name, CONTROLS[d.name].name, dict(d.params), eps, attacks[primary]))
-    return out, skipped
-
-
-def suite_family(suite: Any) -> int:
-    """The number of comparisons the suite's gate counts (Bonferroni), from its grid: each private cell's primary
-    bound (every attack when no primary is declared), and two step-audit pairs per DP-SGD-style cell."""
-    per_seed = 0
-    for d in suite.defenses:
-        if not d.private:
-            continue
-        own = (1 if d.primary else len(d.attacks)) + (2 if _is_dp_sgd(d.name) else 0)
-        per_seed += own * len(d.epsilons)
-    return per_seed * len(suite.datasets) * len(suite.seeds)
-
-
-def planted_comparisons(control: str) -> int:
-    """The planted cell's own gated comparisons: :data:`PLANTED_COMPARISONS` for a DP-SGD-style control, its primary
-    bound alone for a federated one (no step audit)."""
-    return PLANTED_COMPARISONS if _is_dp_sgd(control) else 1
-
-
-def run_planted(job: PlantedRun) -> dict[str, Any]:
+def run_planted(job: PlantedRun) -> CellRecord:
     """Train the planted control, run its claim checks and primary attack, and return its cell record (PLD epsilon)."""
     p = job.planted
     params = {**p.params, "control_factor": job.factor, "plant": job.plant}
     return cell_record(p.control, params, p.label, p.attack, job,
                        f"{p.label}/eps={job.epsilon:g}/{job.plant}x{job.factor:g}/seed={job.seed}")
-
-
-def cell_record(name: str, params: dict[str, Any], label: str, attack: Any, job: CellRun,
-                cell_id: str) -> dict[str, Any]:
-    """Train defense ``name`` at the job's epsilon and seed, run its claim checks and ``attack``, and return the
-    cell record the gate judges (PLD epsilon)."""
-    import torch
-
-    from privaudit.accountants import epsilon as account
-    from privaudit.attacks import Target
-    from privaudit.attacks.registry import make_attack
-    from privaudit.attacks.shadow_models import resolve_defense
-    from privaudit.audit.run.cell import attack_record, claim_record
-    from privaudit.audit.run.claim_checks import run_claim_checks
-    from privaudit.audit.device import resolve_device
-    from privaudit.core.datasets import load_dataset
-    from privaudit.defenses.base import Budget
-
-    torch.set_num_threads(job.threads)
-    device = str(resolve_device(job.device))
-    data = load_dataset(job.dataset, seed=job.seed, data_dir=job.data_dir)
-    budget = Budget(target_epsilon=job.epsilon, delta=job.delta)
-    trained = resolve_defense(name, params).fit(data, budget, job.seed, device=device, progress=False)
-    pld = account(trained.claim, "pld")
-    record = {"id": cell_id, "defense": label, "claim": claim_record(trained.claim), "epsilon": {"pld": pld.epsilon},
-              "details": {"epsilon": {"pld": pld.to_dict()}, "claim": trained.claim.to_dict()}, "attacks": {}}
-    checks = run_claim_checks(name, params, trained, data, target_epsilon=job.epsilon,
-                              delta=float(trained.claim.delta), seed=job.seed)
-    if checks is not None:
-        record["claim_checks"] = checks[0]
-    target = Target(trained, data, name, params, budget, job.seed, device)
-    result = make_attack(attack.name, attack.params).run(target)
-    record["attacks"][attack.label] = attack_record(result)
-    return record
-
-
-def judge_planted(record: dict[str, Any], family: int, config: Any) -> tuple[bool, list[str]]:
-    """Whether the suite's gate catches the planted cell at family size ``family``, and what caught it."""
-    from privaudit.audit.gate.judge import gate_cells
-
-    gate = gate_cells([record], config, {record["defense"]: (next(iter(record["attacks"])), True)},
-                      family=family)[0]
-    return bool(gate.get("caught")), list(gate.get("caught_by", ()))
-
-
-def planted_delta(suite: Any, planted: Planted) -> float:
-    """The delta the suite gives the planted defense (1e-5 where it gives none)."""
-    return next((d.delta for d in suite.defenses if d.label == planted.label and d.delta is not None), None) or 1e-5
 
 
 def _jobs(suite: Any, planted: Planted, eps: float, plant: str, factor: float, seeds: Sequence[int]
@@ -245,10 +137,7 @@ def measure(suite: Any, *, factors: Sequence[float] = FACTORS, seeds: int = SEED
                                   seeds, needed, workers)
                 rows.append(row.to_dict())
                 if progress:
-                    print(f"gate-power: {p.label} eps={eps:g} {plant} x{factor:g}: caught {row.caught}/{row.runs} "
-                          f"({', '.join(f'{k} {v}' for k, v in sorted(row.caught_by.items())) or '-'})"
-                          + (f"; {len(row.errors)} errored: {row.errors[0]}" if row.errors else ""),
-                          file=sys.stderr, flush=True)
+                    print(factor_line(rows[-1]), file=sys.stderr, flush=True)
                 if row.caught >= needed:
                     found = factor
                     break
@@ -265,24 +154,6 @@ def _grid(planted: Sequence[Planted], epsilons: Sequence[float] | None,
             if epsilons is None or any(abs(eps - e) < 1e-12 for e in epsilons):
                 for plant in plants:
                     yield p, eps, plant
-
-
-def statements(smallest: Sequence[dict[str, Any]], factors: Sequence[float], seeds: int, needed: int) -> list[str]:
-    """Per epsilon: the largest smallest-caught factor over the defenses and plants, as a sentence."""
-    out = []
-    for eps in sorted({s["epsilon"] for s in smallest}):
-        at = [s for s in smallest if s["epsilon"] == eps]
-        missed = [s for s in at if s["smallest_caught"] is None]
-        if missed:
-            out.append(f"at epsilon {eps:g} this gate misses a noise shortfall of up to {max(factors):g}x in "
-                       + ", ".join(f"{s['defense']} ({s['plant']})" for s in missed)
-                       + f" (fewer than {needed} of {seeds} seeds caught)")
-            continue
-        worst = max(s["smallest_caught"] for s in at)
-        out.append(f"this gate detects a noise shortfall of {worst:g}x or more at epsilon {eps:g} "
-                   f"({needed} of {seeds} seeds; defenses {', '.join(sorted({s['defense'] for s in at}))}; "
-                   f"plants {', '.join(sorted({s['plant'] for s in at}))})")
-    return out
 
 
 def _validate(factors: Sequence[float], seeds: int, needed: int, plants: Sequence[str], workers: int) -> None:

@@ -7,10 +7,11 @@ noise, noise missing on some parameters, a normaliser that follows the data, wro
 ``description``, ``applies`` (defense names) and ``plant(defense, params)``, a context manager that plants the
 bug into the real training code for its block; the project's is ``tests/bug_plants.py``) is planted, bug by bug,
 into each gated DP defense of the suite it applies to, at each epsilon, on ``seeds`` seeds. Each planted run is
-the defense's own cell (its claim checks and its primary attack, :func:`privaudit.audit.verify.gate_power.cell_record`),
-judged as a claim by the suite's gate at its family size (:func:`privaudit.audit.gate.judge.gate_cells`): caught when
-the gate fails it. The correct defense runs beside the bugs on the same seeds (``correct``: every one must pass). All
-seeds run (a catch *rate*, not a decision). Output: ``gate_power_bugs.json`` and ``gate_power_bugs.md``.
+the defense's own cell (its claim checks and its primary attack, :func:`privaudit.audit.verify.planted.cell_record`),
+judged as a claim by the suite's gate at its family size (:func:`privaudit.audit.verify.power_gate.judge_as_claim`):
+caught when the gate fails it. The correct defense runs beside the bugs on the same seeds (``correct``: every one must
+pass). All seeds run (a catch *rate*, not a decision). Output: ``gate_power_bugs.json`` and ``gate_power_bugs.md``.
+This module runs the measurement (``judge`` stays importable from here).
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from privaudit.audit.verify.gate_power import (CellRun, Planted, cell_record, plantable, planted_comparisons,
-                                               planted_delta, suite_family)
+from privaudit.audit.report.records import CellRecord
+from privaudit.audit.verify.planted import (CellRun, Planted, cell_record, plantable, planted_comparisons,
+                                            planted_delta, suite_family)
+from privaudit.audit.verify.power_gate import judge_as_claim as judge
+from privaudit.audit.verify.power_render import bug_line
 from privaudit.core.errors import ConfigError, check_positive
+
+__all__ = ["CORRECT", "BugRun", "class_rates", "judge", "load_catalogue", "measure_bugs", "run_bug"]
 
 CORRECT = "correct"
 
@@ -63,7 +69,7 @@ class BugRun(CellRun):
     catalogue: str = ""
 
 
-def run_bug(job: BugRun) -> dict[str, Any]:
+def run_bug(job: BugRun) -> CellRecord:
     """The defense's cell trained with the bug planted (none for :data:`CORRECT`)."""
     import contextlib
 
@@ -73,18 +79,6 @@ def run_bug(job: BugRun) -> dict[str, Any]:
     with context:
         return cell_record(p.name, dict(p.params), p.label, p.attack, job,
                            f"{p.label}/eps={job.epsilon:g}/{job.bug}/seed={job.seed}")
-
-
-def judge(record: dict[str, Any], family: int, config: Any) -> tuple[bool, list[str], str]:
-    """(the gate fails the cell, the checks that failed it, its first reason) at family size ``family``."""
-    from privaudit.audit.gate.judge import gate_cells, noise_failures
-
-    gate = gate_cells([record], config, {record["defense"]: (next(iter(record["attacks"])), False)},
-                      family=family)[0]
-    trace = ((record.get("claim_checks") or {}).get("trace") or {}).get("mismatches") or []
-    by = {f"trace: {m['field']}" for m in trace} | {name for name, _ in noise_failures(gate["released_noise"])}
-    by |= {c["attack"] for c in gate["comparisons"] if c["verdict"] == "exceeds"}
-    return gate["status"] == "fail", sorted(by), (gate["reasons"] or [""])[0]
 
 
 def _cells(suite: Any, bugs: dict[str, Any], names: Sequence[str], defenses: Sequence[str] | None,
@@ -124,10 +118,7 @@ def measure_bugs(suite: Any, catalogue: str, *, bugs: Sequence[str] | None = Non
             row = _row(pool, jobs, family + planted_comparisons(p.name), suite.gate, catalogue_bugs)
             rows.append(row)
             if progress:
-                print(f"gate-power --bugs: {p.label} eps={eps:g} {bug}: failed {row['caught']}/{row['runs']} "
-                      f"({', '.join(f'{k} {v}' for k, v in sorted(row['caught_by'].items())) or '-'})"
-                      + (f"; {len(row['errors'])} errored: {row['errors'][0]}" if row["errors"] else ""),
-                      file=sys.stderr, flush=True)
+                print(bug_line(row), file=sys.stderr, flush=True)
     return {"suite": suite.name, "catalogue": str(catalogue), "seeds": seeds, "family": family, "rows": rows,
             "errors": sum(len(r["errors"]) for r in rows), "classes": class_rates(rows)}
 

@@ -1,6 +1,7 @@
 """Each piece of a run's evidence recomputed and compared with what it says: a cell's epsilons re-accounted from
-its claim, its attacks' AUC, guess counts and bounds from their saved scores and counts, its claim checks re-run,
-and each sensitivity verdict and step-audit pair re-derived; every function returns the differences it found
+its claim, its attacks' AUC, guess counts and bounds from their saved scores and counts, its claim checks re-run
+(:func:`recheck_cell`: on a copy of the cell record's JSON data, which the recomputed values replace), and each
+sensitivity verdict and step-audit pair re-derived; every function returns the differences it found
 (:func:`privaudit.audit.verify.evidence.recompute` gathers them).
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from privaudit.audit.gate.recompute import family_bound
+from privaudit.audit.report.records import CellRecord
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import read_json, strict
 
@@ -25,6 +27,17 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=1e-12)
     return a == b
+
+
+def recheck_cell(out: Path, cell: CellRecord) -> tuple[CellRecord, list[str]]:
+    """A cell's record with its epsilons re-accounted (:func:`reaccount`), its attacks' bounds recomputed
+    (:func:`rebound`) and its claim checks re-run (:func:`recheck_claims`) from its evidence, the recomputed values
+    in place of the saved ones; and the differences found. A cell that errored has nothing to recheck."""
+    if cell.error:
+        return cell, []
+    data = cell.to_dict()
+    problems = reaccount(data) + rebound(out, data) + recheck_claims(out, data)
+    return CellRecord.from_dict(data, f"cell {cell.id}"), problems
 
 
 def reaccount(cell: dict[str, Any]) -> list[str]:
