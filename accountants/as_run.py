@@ -33,7 +33,9 @@ equal digests drew the same noise, which a continuous Gaussian does with probabi
 ``tensor_noise_digests`` (a digest of every parameter tensor's first 8 noise values) does the same across tensors
 and across steps tensor by tensor: a generator re-created with one seed for every tensor (each tensor's noise the
 same stream) or noise reused on one tensor only. Exact (48-bit digests: chance collisions below 1e-4 for 10^5
-cells). It cannot see noise that is correlated but not repeated (a shared component added to every coordinate):
+cells). A tensor whose first 8 noise values are all 0 at a step with a positive noise std drew no noise there (a
+Gaussian draws eight zeros with probability 0): noise missing on a tensor, however small its share, exactly. It
+cannot see noise that is correlated but not repeated (a shared component added to every coordinate):
 that is the canaries' coordinate test (:mod:`privaudit.attacks.noise_structure`).
 
 **Replayed neighbours** (the trace's ``replays``): at a few steps the step's own privatisation (the defense's
@@ -123,13 +125,19 @@ def repeated(digests: Sequence[Any]) -> tuple[int, int] | None:
     return None
 
 
+#: A tensor's digest entry when its leading noise values are all 0: it drew no noise
+#: (:func:`privaudit.defenses.dp.as_run.tensor_noise_digests` writes it).
+NO_NOISE = "0"
+
+
 def repeated_tensor_noise(column: Sequence[Any]) -> tuple[tuple[int, int], tuple[int, int]] | None:
     """The first two (step, tensor) cells, 1-based steps and 0-based tensors in the flat layout's order, whose
-    leading-noise digests are equal (column: per step, a list of digests, None where not recorded), or None."""
+    leading-noise digests are equal (column: per step, a list of digests, None where not recorded; cells that drew
+    no noise are :func:`silent_tensor`'s), or None."""
     seen: dict[str, tuple[int, int]] = {}
     for t, row in enumerate(column):
         for g, d in enumerate(row or []):
-            if d is None:
+            if d is None or d == NO_NOISE:
                 continue
             if d in seen:
                 return seen[d], (t + 1, g)
@@ -251,9 +259,26 @@ def code_findings(trace: TrainingTrace) -> list[TraceMismatch]:
     return out
 
 
+def silent_tensor(column: Sequence[Any], stds: Sequence[Any]) -> tuple[int, int] | None:
+    """The first (1-based step, tensor) whose leading noise is all 0 at a step whose noise std is above 0, or None."""
+    for t, (row, std) in enumerate(zip(column, stds)):
+        if std is not None and float(std) > 0:
+            for g, d in enumerate(row or []):
+                if d == NO_NOISE:
+                    return t + 1, g
+    return None
+
+
 def tensor_noise_findings(trace: TrainingTrace) -> list[TraceMismatch]:
-    """Leading noise repeated across tensors or steps (the step column ``tensor_noise_digests``): exact."""
-    twice = repeated_tensor_noise(trace.column("tensor_noise_digests") or [])
+    """Leading noise repeated across tensors or steps, or absent on a tensor (the step column
+    ``tensor_noise_digests``): exact."""
+    column = trace.column("tensor_noise_digests") or []
+    silent = silent_tensor(column, trace.columns["noise_std"])
+    if silent is not None:
+        return [TraceMismatch(silent[0], "noise", trace.columns["noise_std"][silent[0] - 1], 0.0,
+                              f"step {silent[0]}: tensor {silent[1]} drew no noise (its first values are 0 while the "
+                              "step's noise std is above 0): the claim's Gaussian mechanism does not cover it")]
+    twice = repeated_tensor_noise(column)
     if twice is None:
         return []
     (s0, g0), (s1, g1) = twice

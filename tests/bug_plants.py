@@ -186,14 +186,8 @@ def _per_tensor_noise(draw_tensor: Callable[[int, float, torch.Generator], torch
 def tensor_reused_noise(defense: str, params: dict) -> ContextManager[None]:
     """Every tensor's noise from a generator re-created with the step's one seed: fresh at every step, the same
     stream on every tensor (a per-parameter noise loop that re-seeds its generator)."""
-    seeds: dict[int, int] = {}
-
     def draw(k: int, std: float, generator: torch.Generator) -> torch.Tensor:
-        key = id(generator)
-        if key not in seeds:
-            seeds.clear()
-            seeds[key] = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
-        return std * torch.randn(k, generator=torch_generator(seeds[key], "tensor"))
+        return std * torch.randn(k, generator=torch_generator(generator.initial_seed(), "tensor"))
     return _per_tensor_noise(draw)
 
 

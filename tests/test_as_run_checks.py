@@ -119,6 +119,14 @@ def test_tensor_digests_name_both_cells_and_whether_the_reuse_is_across_tensors_
     assert "across steps" in across[0].message and across[0].step == 3
 
 
+def test_a_tensor_without_noise_is_named_at_a_noised_step_and_ignored_at_a_noiseless_one():
+    found = code_findings(trace(tensor_noise_digests=[["a", "b"], ["c", "0"], ["d", "0"]]))
+    assert [m.field for m in found] == ["noise"] and found[0].step == 2
+    assert "step 2: tensor 1 drew no noise" in found[0].message
+    noiseless = trace(tensor_noise_digests=[["0", "0"], ["0", "0"], ["0", "0"]], noise_std=[0.0] * 3)
+    assert code_findings(noiseless) == []  # a step that claims no noise draws zeros on every tensor, repeated
+
+
 def test_tensor_noise_digests_see_the_leading_values_of_each_tensor():
     import torch
     from privaudit.defenses.dp.as_run import PREFIX, tensor_noise_digests
@@ -130,3 +138,6 @@ def test_tensor_noise_digests_see_the_leading_values_of_each_tensor():
     first, _, third = tensor_noise_digests(repeated, [16, 4, 20])
     assert first == third == digests[0]  # same first PREFIX values, whatever follows
     assert tensor_noise_digests(noise, [PREFIX - 1, 41 - PREFIX])[0] is None
+    silent = noise.clone()
+    silent[16:36] = 0
+    assert tensor_noise_digests(silent, [16, 20, 4]) == [digests[0], "0", None]

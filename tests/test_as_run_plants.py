@@ -13,7 +13,7 @@ from privaudit.defenses.registry import make_defense
 PARAMS = {"epochs": 2, "batch_size": 128}
 #: The trace's field that names each bug the trace can see.
 SEEN_BY = {"shuffled": "sampling", "rate-1.5x": "batch_size", "clip-2x": "unit_norm", "no-clip": "unit_norm",
-           "reused-noise": "noise", "tensor-reused-noise": "noise", "batch-normaliser": "normalizer",
+           "reused-noise": "noise", "tensor-reused-noise": "noise", "unnoised-biases": "noise", "batch-normaliser": "normalizer",
            "half-steps": "steps", "rate-misreported": "sample_rate"}
 
 
@@ -53,6 +53,12 @@ def test_noise_reused_across_tensors_is_named_by_tensor_and_step(digits):
     message = next(m.message for m in found if m.field == "noise")
     assert "tensor 1 at step 1 began with the same noise as tensor 0 at step 1" in message
     assert "reused across tensors" in message
+
+
+def test_noise_missing_on_the_biases_is_named_by_tensor_and_step(digits):
+    _, found = findings(digits, "unnoised-biases")
+    message = next(m.message for m in found if m.field == "noise")
+    assert "step 1: tensor 1 drew no noise" in message  # the first bias in the flat layout
 
 
 def test_the_catalogue_has_four_classes_of_at_least_two_variants():

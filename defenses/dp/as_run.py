@@ -25,6 +25,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from privaudit.accountants.as_run import NO_NOISE
+
 #: How many steps of a run are replayed (the first, and the middle step).
 REPLAY_STEPS = 2
 #: float32 unit roundoff (the releases' dtype).
@@ -48,15 +50,19 @@ PREFIX = 8
 
 def tensor_noise_digests(noise: torch.Tensor, numels: Sequence[int]) -> list[str | None]:
     """A 12-hex digest of the first :data:`PREFIX` noise values of every tensor in the flat layout ``numels``
-    (None for a tensor with fewer values). Two (step, tensor) cells with one digest drew the same leading noise:
-    a generator re-created per tensor or per step (a continuous Gaussian repeats 8 values with probability 0; 48
-    bits keep chance collisions below 1e-4 for 10^5 cells). No noise value is stored, only the digests."""
+    (None for a tensor with fewer values; :data:`NO_NOISE` where all of them are 0). Two (step, tensor) cells with
+    one digest drew the same leading noise: a generator re-created per tensor or per step (a continuous Gaussian
+    repeats 8 values with probability 0; 48 bits keep chance collisions below 1e-4 for 10^5 cells); a tensor whose
+    leading noise is 0 drew none. No noise value is stored, only the digests."""
     flat = noise.detach().reshape(-1).to("cpu", torch.float32)
     out, start = [], 0
     for k in numels:
-        k = int(k)
-        out.append(hashlib.blake2b(flat[start:start + PREFIX].numpy().tobytes(), digest_size=6).hexdigest()
-                   if k >= PREFIX else None)
+        k, head = int(k), flat[start:start + PREFIX]
+        if k < PREFIX:
+            out.append(None)
+        else:
+            out.append(NO_NOISE if not bool(head.any())
+                       else hashlib.blake2b(head.numpy().tobytes(), digest_size=6).hexdigest())
         start += k
     return out
 
