@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from privaudit.attacks.base import Attack, AttackConfig, Target
+from privaudit.attacks.base import Attack, Target
 from privaudit.attacks.bounds.lower_bound import check_relation_unit
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.canary_audit import CanaryAuditConfig, canary_audit_result, track_claimed_trajectory
