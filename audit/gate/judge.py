@@ -430,7 +430,7 @@ def _error_rate_note(comparisons: Sequence[Comparison], traced: int, released: i
                   + (f", and {traced} training traces checked with measured checks at {TRACE_ALPHA:g} each"
                      if traced else "")
                   + (f"{' and' if traced else ', and'} {released} released-noise checks (pooled, across steps, "
-                     f"per tensor) at {NOISE_ALPHA:g} each" if released else "")
+                     f"per tensor, across coordinates) at {NOISE_ALPHA:g} each" if released else "")
                   + f": family-wise error rate {100 * fwer:.3g}%, the chance that a true claim fails this gate")
 
 
