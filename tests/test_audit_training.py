@@ -16,6 +16,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "examples"))
 
+from training_audit_helpers import audit_recipe, write_members  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def _short_recipe(monkeypatch):
@@ -30,21 +32,11 @@ def _short_recipe(monkeypatch):
 
 @pytest.fixture
 def members(tmp_path) -> Path:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x, y = (digits.data / 16.0).astype(np.float32), digits.target.astype(np.int64)
-    inside = np.random.default_rng(0).random(len(y)) < 0.5
-    path = tmp_path / "members.npz"
-    np.savez(path, x=x[inside], y=y[inside])
-    return path
+    return write_members(tmp_path)
 
 
 def audit(members: Path, train: str, **kw):
-    from privaudit.audit.user.training_audit import audit_training
-
-    return audit_training("opacus_recipe:make_net", train, members=members, delta=1e-5, time_training=False,
-                          size_radius=1, **kw)
+    return audit_recipe("opacus_recipe:make_net", members, train, **kw)
 
 
 def test_watch_records_every_release_of_the_honest_recipe(members):

@@ -21,20 +21,15 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
+from training_audit_helpers import write_members  # noqa: E402
+
 # slow: a timing benchmark runs alone (pytest -m slow tests/test_benchmark_audit_training.py), about a minute
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def members(tmp_path) -> Path:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x, y = (digits.data / 16.0).astype(np.float32), digits.target.astype(np.int64)
-    inside = np.random.default_rng(0).random(len(y)) < 0.5
-    path = tmp_path / "members.npz"
-    np.savez(path, x=x[inside], y=y[inside])
-    return path
+    return write_members(tmp_path)
 
 
 @pytest.mark.parametrize("hidden, most", [(128, None), (2048, 3.0)])

@@ -18,6 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "examples"))
 
+from training_audit_helpers import audit_recipe, write_members  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def _short_loop(monkeypatch):
@@ -32,19 +34,11 @@ def _short_loop(monkeypatch):
 
 @pytest.fixture
 def members(tmp_path) -> Path:
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    x, y = (digits.data / 16.0).astype(np.float32), digits.target.astype(np.int64)
-    inside = np.random.default_rng(0).random(len(y)) < 0.5
-    path = tmp_path / "members.npz"
-    np.savez(path, x=x[inside], y=y[inside])
-    return path
+    return write_members(tmp_path)
 
 
 def audit(members: Path, train: str, **kw):
-    return privaudit.audit_training("plain_dp_loop:make_net", train, members=members, delta=1e-5,
-                                    time_training=False, size_radius=1, **kw)
+    return audit_recipe("plain_dp_loop:make_net", members, train, **kw)
 
 
 def test_outside_an_audit_the_block_only_runs_the_loops_code():
