@@ -31,6 +31,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from privaudit.accountants.base import Accountant, NotApplicable, refuse
 from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.pld_buckets import optimistic_gaussian_pld
 from privaudit.accountants.events import (ComposedDpEvent, DiscreteGaussianDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
                                 NoOpDpEvent, PoissonSampledDpEvent, SampledWithoutReplacementDpEvent,
                                 SelfComposedDpEvent, SingleEpochTreeAggregationDpEvent, SnappingDpEvent,
@@ -77,7 +78,11 @@ def _base(event: DpEvent, q: float, pessimistic: bool, interval: float) -> PLD:
 @functools.lru_cache(maxsize=64)
 def _gaussian_pld(z: float, q: float, pessimistic: bool, interval: float) -> PLD:
     """dp-accounting's PLD of the Gaussian mechanism at noise z sampled at rate q, cached: calibration and the
-    bounds ask for the same one many times in a run (the objects are immutable: composing makes new ones)."""
+    bounds ask for the same one many times in a run (the objects are immutable: composing makes new ones). The
+    optimistic one is dp-accounting's privacy buckets vectorised (:mod:`privaudit.accountants.pld_buckets`, equal to
+    the library's), seconds faster at the fine intervals the white-box bounds use."""
+    if not pessimistic:
+        return optimistic_gaussian_pld(z, q, interval)
     return pld_lib.from_gaussian_mechanism(z, sensitivity=1.0, pessimistic_estimate=pessimistic,
                                            value_discretization_interval=interval, sampling_prob=q,
                                            use_connect_dots=pessimistic)

@@ -9,8 +9,9 @@ recipe set, or the class's) with a recording shim that calls it, so a recipe tha
 as it ran:
 
 * clipping (:meth:`StepObserver.clip`): before the real call the same method is run on each of the ``probe``
-  units of largest raw norm alone (its own per-sample gradient as the only row), and the norm of what it
-  accumulated is that unit's norm *after clipping as the code applied it* (``unit_norm_max``: the largest);
+  units alone (the largest raw norm as it ran, and a copy rescaled to a drawn norm: :data:`PROBE_UNITS`), its
+  per-sample gradient as the only row, and the norm of what it accumulated is that unit's norm *after clipping as
+  the code applied it* (``unit_norm_max``: the largest);
 * noise (:meth:`StepObserver.noise`): the data's clipped sum is read, the canaries of the hook of
   :mod:`privaudit.defenses.dp.step` (Dirac, norm at most the clip C the noise is calibrated to) are added to it,
   the method runs, and ``p.grad - summed`` is the noise it added (its norm; per tensor, whether any was added);
@@ -30,8 +31,13 @@ import torch
 from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
 from privaudit.defenses.dp.step import CanarySource, canaries_at
 
-#: Units per step whose clipping is replayed alone (those of largest raw norm).
-PROBE_UNITS = 8
+#: Units per step whose clipping is replayed alone: the one of largest raw norm as it ran, and (from 2) the same
+#: unit rescaled to norm t C, t = 2^u with u uniform on [-1, 2] drawn afresh each step by a generator of the
+#: observer's own, seeded by the step (the user's random numbers are untouched). Clipping is a function of one unit,
+#: so the rescaled copy is the code's own clipping at a norm the data may not reach yet: over a run the probes cover
+#: [C/2, 4C], and a clipping that spares mid-norm units (a threshold above the clip norm) shows even while every real
+#: unit is far above it. Each probe is one call of the code's clipping.
+PROBE_UNITS = 2
 
 
 def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -79,20 +85,33 @@ class StepObserver:
         return inner()
 
     def _probe(self, params: list[torch.nn.Parameter], rows: list[torch.Tensor], inner: Callable[[], Any]) -> None:
-        """The clipped norm of each of the largest units run through the code's own clipping alone."""
-        raw = torch.stack([r.reshape(len(r), -1).norm(dim=1) for r in rows], dim=1).norm(dim=1)  # ranks only
+        """The clipped norm of each probe unit (:meth:`_probes`) run through the code's own clipping alone."""
         prior = [p.summed_grad for p in params]
         best = self.rec.unit_norm_max or 0.0
         try:
-            for i in torch.argsort(raw, descending=True)[:self.probe].tolist():
-                for p, r in zip(params, rows):
-                    p.grad_sample, p.summed_grad = r[i:i + 1].detach().clone(), None
+            for unit in self._probes(rows):
+                for p, r in zip(params, unit):
+                    p.grad_sample, p.summed_grad = r, None
                 inner()
                 best = max(best, float(flat([p.summed_grad for p in params]).double().norm()))
         finally:
             for p, s in zip(params, prior):
                 p.summed_grad = s
         self.rec.unit_norm_max = best
+
+    def _probes(self, rows: list[torch.Tensor]) -> list[list[torch.Tensor]]:
+        """The probe units (:data:`PROBE_UNITS`), each as one row per parameter: the largest raw norm, then its copy
+        rescaled to a norm drawn in [C/2, 4C]."""
+        raw = torch.stack([r.reshape(len(r), -1).norm(dim=1) for r in rows], dim=1).norm(dim=1)
+        top = int(torch.argmax(raw))
+        unit = [r[top:top + 1].detach().clone() for r in rows]
+        probes = [unit]
+        if self.probe > 1 and float(raw[top]) > 0:
+            gen = torch.Generator().manual_seed(self.step)
+            t = 2.0 ** (3.0 * float(torch.rand((), generator=gen)) - 1.0)
+            scale = t * float(self.opt.max_grad_norm) / float(raw[top])
+            probes.append([u * scale for u in unit])
+        return probes
 
     def noise(self, inner: Callable[[], Any]) -> Any:
         params = self.opt.params

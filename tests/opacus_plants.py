@@ -96,6 +96,28 @@ def train_clip_mismatch(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
+def train_spared_clip(model, x, y, *, seed):
+    """Clipping that spares mid-norm units: only a per-sample gradient above twice the clip norm is clipped (to the
+    clip norm), so the largest units look right and a unit of norm in (C, 2C] enters the sum whole."""
+    from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
+
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+
+    def spared() -> None:
+        rows = [opt._get_flat_grad_sample(p) for p in opt.params]
+        norms = torch.stack([r.reshape(len(r), -1).norm(dim=1) for r in rows], dim=1).norm(dim=1)
+        c = opt.max_grad_norm
+        factor = torch.where(norms > 2 * c, c / (norms + 1e-6), torch.ones_like(norms))
+        for p, r in zip(opt.params, rows):
+            _check_processed_flag(p.grad_sample)
+            g = torch.einsum("i,i...", factor, r)
+            p.summed_grad = g if p.summed_grad is None else p.summed_grad + g
+            _mark_as_processed(p.grad_sample)
+    opt.clip_and_accumulate = spared
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
 def train_missing_noise(model, x, y, *, seed):
     """The last parameter tensor (the output bias) released without noise."""
     from opacus.optimizers.optimizer import _generate_noise

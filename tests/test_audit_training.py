@@ -70,7 +70,7 @@ def test_honest_recipe_is_not_refuted(members, tmp_path):
 
 @pytest.mark.parametrize("plant, check", [("shortfall", "trace: noise_multiplier"), ("reused_noise", "trace: noise"),
                                           ("shuffled", "trace: sampler"), ("clip_mismatch", "trace: unit_norm"),
-                                          ("missing_noise", "noise per tensor"),
+                                          ("missing_noise", "noise per tensor"), ("spared_clip", "trace: unit_norm"),
                                           ("tensor_reused_noise", "trace: noise")])
 def test_each_planted_bug_is_refuted_naming_its_check(members, plant, check):
     a = audit(members, f"opacus_plants:train_{plant}")
@@ -131,3 +131,24 @@ def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon
           f"(ratio to it {c['ratio_to_bound_at_claim']:.3f}); accountants {a.claim.accountants}; costs {a.costs}")
     assert c["ratio_to_claim"] >= 0.8 and c["ratio_to_bound_at_claim"] >= 0.95
     assert c["eps_bound_at_claim"] <= a.claim.accountants["pld"] <= a.claim.accountants["rdp"]
+
+
+def test_clip_probes_are_the_largest_unit_and_a_rescaled_copy_drawn_off_the_users_generator():
+    """The watch's clipping probes: the unit of largest raw norm, and its copy at a norm in [C/2, 4C] drawn per step
+    from the observer's own generator (torch's global generator is untouched); over steps the norms spread."""
+    from types import SimpleNamespace
+
+    from privaudit.defenses.opacus_step import StepObserver, StepRecord
+
+    rows = [torch.tensor([[3.0, 0.0], [0.0, 5.0], [1.0, 1.0]]), torch.tensor([[0.0], [0.0], [1.0]])]
+    state = torch.random.get_rng_state()
+    norms = []
+    for step in range(40):
+        observer = StepObserver(SimpleNamespace(max_grad_norm=2.0), step, None, StepRecord())
+        top, scaled = observer._probes(rows)
+        assert torch.equal(top[0], rows[0][1:2]) and torch.equal(top[1], rows[1][1:2])
+        ratio = float(scaled[0].norm()) / 5.0
+        assert torch.allclose(scaled[0], top[0] * ratio) and float(scaled[1].norm()) == 0.0
+        norms.append(float(torch.cat([s.reshape(-1) for s in scaled]).norm()))
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert 1.0 <= min(norms) < 2.0 < 4.0 < max(norms) <= 8.0
