@@ -9,7 +9,7 @@ recipe set, or the class's) with a recording shim that calls it, so a recipe tha
 as it ran:
 
 * clipping (:meth:`StepObserver.clip`): before the real call the same method is run on each of the ``probe``
-  units alone (the largest raw norm as it ran, and a copy rescaled to a drawn norm: :data:`PROBE_UNITS`), its
+  units alone (the unit of largest raw norm rescaled to a drawn norm: :data:`PROBE_UNITS`), its
   per-sample gradient as the only row, and the norm of what it accumulated is that unit's norm *after clipping as
   the code applied it* (``unit_norm_max``: the largest);
 * noise (:meth:`StepObserver.noise`): the data's clipped sum is read, the canaries of the hook of
@@ -23,6 +23,7 @@ as it ran:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -31,13 +32,14 @@ import torch
 from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
 from privaudit.defenses.dp.step import CanarySource, canaries_at
 
-#: Units per step whose clipping is replayed alone: the one of largest raw norm as it ran, and (from 2) the same
-#: unit rescaled to norm t C, t = 2^u with u uniform on [-1, 2] drawn afresh each step by a generator of the
-#: observer's own, seeded by the step (the user's random numbers are untouched). Clipping is a function of one unit,
-#: so the rescaled copy is the code's own clipping at a norm the data may not reach yet: over a run the probes cover
-#: [C/2, 4C], and a clipping that spares mid-norm units (a threshold above the clip norm) shows even while every real
-#: unit is far above it. Each probe is one call of the code's clipping.
-PROBE_UNITS = 2
+#: Units per step whose clipping is replayed alone: the step's unit of largest raw norm rescaled to a norm t C drawn
+#: afresh each step, log-uniform on [C/2, max(4C, its own norm)], by a generator of the observer's own seeded by the
+#: step (the user's random numbers are untouched); from 2, the same unit as it ran too. Clipping is a function of one
+#: unit, so the rescaled copy is the code's own clipping at a norm the data may not reach yet: over a run the probe
+#: covers every norm from C/2 to the largest the data reached, and a clipping that spares mid-norm units (a threshold
+#: above the clip norm) shows even while every real unit is far above it. Each probe is one call of the code's
+#: clipping.
+PROBE_UNITS = 1
 
 
 def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -100,18 +102,18 @@ class StepObserver:
         self.rec.unit_norm_max = best
 
     def _probes(self, rows: list[torch.Tensor]) -> list[list[torch.Tensor]]:
-        """The probe units (:data:`PROBE_UNITS`), each as one row per parameter: the largest raw norm, then its copy
-        rescaled to a norm drawn in [C/2, 4C]."""
+        """The probe units (:data:`PROBE_UNITS`), each as one row per parameter: the largest raw norm's unit
+        rescaled to a drawn norm, then (from 2) the unit as it ran."""
         raw = torch.stack([r.reshape(len(r), -1).norm(dim=1) for r in rows], dim=1).norm(dim=1)
         top = int(torch.argmax(raw))
-        unit = [r[top:top + 1].detach().clone() for r in rows]
-        probes = [unit]
-        if self.probe > 1 and float(raw[top]) > 0:
-            gen = torch.Generator().manual_seed(self.step)
-            t = 2.0 ** (3.0 * float(torch.rand((), generator=gen)) - 1.0)
-            scale = t * float(self.opt.max_grad_norm) / float(raw[top])
-            probes.append([u * scale for u in unit])
-        return probes
+        unit, norm = [r[top:top + 1].detach().clone() for r in rows], float(raw[top])
+        if norm <= 0:
+            return [unit]
+        c = float(self.opt.max_grad_norm)
+        gen = torch.Generator().manual_seed(self.step)
+        low, high = math.log(c / 2), math.log(max(4 * c, norm))
+        t = math.exp(low + (high - low) * float(torch.rand((), generator=gen, dtype=torch.float64)))
+        return [[u * (t / norm) for u in unit]] + [unit] * (self.probe > 1)
 
     def noise(self, inner: Callable[[], Any]) -> Any:
         params = self.opt.params

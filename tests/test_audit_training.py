@@ -133,22 +133,24 @@ def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon
     assert c["eps_bound_at_claim"] <= a.claim.accountants["pld"] <= a.claim.accountants["rdp"]
 
 
-def test_clip_probes_are_the_largest_unit_and_a_rescaled_copy_drawn_off_the_users_generator():
-    """The watch's clipping probes: the unit of largest raw norm, and its copy at a norm in [C/2, 4C] drawn per step
-    from the observer's own generator (torch's global generator is untouched); over steps the norms spread."""
+def test_the_clip_probe_is_the_largest_unit_rescaled_to_a_norm_drawn_off_the_users_generator():
+    """The watch's clipping probe: the unit of largest raw norm rescaled to a norm drawn log-uniform on
+    [C/2, max(4C, its own norm)] per step from the observer's own generator (torch's global generator untouched);
+    over steps the norms spread over the range. ``probe=2`` adds the unit as it ran."""
     from types import SimpleNamespace
 
     from privaudit.defenses.opacus_step import StepObserver, StepRecord
 
-    rows = [torch.tensor([[3.0, 0.0], [0.0, 5.0], [1.0, 1.0]]), torch.tensor([[0.0], [0.0], [1.0]])]
+    rows = [torch.tensor([[3.0, 0.0], [0.0, 12.0], [1.0, 1.0]]), torch.tensor([[0.0], [0.0], [1.0]])]
     state = torch.random.get_rng_state()
     norms = []
-    for step in range(40):
+    for step in range(60):
         observer = StepObserver(SimpleNamespace(max_grad_norm=2.0), step, None, StepRecord())
-        top, scaled = observer._probes(rows)
-        assert torch.equal(top[0], rows[0][1:2]) and torch.equal(top[1], rows[1][1:2])
-        ratio = float(scaled[0].norm()) / 5.0
-        assert torch.allclose(scaled[0], top[0] * ratio) and float(scaled[1].norm()) == 0.0
+        [scaled] = observer._probes(rows)
+        ratio = float(scaled[0].norm()) / 12.0
+        assert torch.allclose(scaled[0], rows[0][1:2] * ratio) and float(scaled[1].norm()) == 0.0
         norms.append(float(torch.cat([s.reshape(-1) for s in scaled]).norm()))
     assert torch.equal(torch.random.get_rng_state(), state)
-    assert 1.0 <= min(norms) < 2.0 < 4.0 < max(norms) <= 8.0
+    assert 1.0 <= min(norms) < 2.0 < 8.0 < max(norms) <= 12.0
+    both = StepObserver(SimpleNamespace(max_grad_norm=2.0), 0, None, StepRecord(), probe=2)._probes(rows)
+    assert len(both) == 2 and torch.equal(both[1][0], rows[0][1:2])

@@ -3,10 +3,13 @@
 The honest recipe (``examples/opacus_recipe.py``, 15 epochs at epsilon 8) is trained once to warm the process (Opacus'
 imports, the recipe's own noise calibration), then alone twice, then audited (every replay, the audited run with its
 canaries, the bounds and checks; no report written), then alone once more: the best of the three runs alone is the
-baseline (a wide model's training alone varied several-fold between runs on a shared machine). The ratio is audit /
-training alone,
-for the toy MLP (128 hidden units: a step is a few milliseconds, so the audit's fixed costs dominate) and a wider
-one (2048 hidden units, 150k parameters: a step's own work dominates)."""
+baseline (a wide model's training alone varied several-fold between runs on a shared machine). Two ratios to
+training alone: the audit's runs (the audited run with its canaries plus the replays) and the whole audit (with the
+analysis: the accountants' epsilons of the claim, the bounds and the checks, about a second whatever the training's
+length), for the toy MLP (128 hidden units: a step is under 2 ms, so the watch's per-step work -- the clipping probe,
+the residuals of 9,610 canaries, the noise digests -- about doubles it and the analysis dominates the whole: reported,
+not asserted) and a wider one (2048 hidden units, 150k parameters: a step's own work dominates; both ratios at most
+3x)."""
 
 from __future__ import annotations
 
@@ -56,10 +59,13 @@ def test_benchmark_audit_over_training_alone(benchmark, members, monkeypatch, hi
     seconds = time.perf_counter() - start
     alone = min(alone, time_plain(recipe, x, y))  # and once after: the smallest of the three is the baseline
     ratio = seconds / alone
+    runs = (audit.costs["audited_run_s"] + audit.costs["replays_s"]) / alone
     benchmark.extra_info.update({**{k: v for k, v in audit.costs.items() if isinstance(v, (int, float))},
-                                 "training_alone_s": alone, "audit_s": seconds, "ratio": ratio})
-    print(f"hidden {hidden}: training alone {alone:.2f} s, audit {seconds:.2f} s, ratio {ratio:.2f}; {audit.costs}")
+                                 "training_alone_s": alone, "audit_s": seconds, "ratio": ratio, "runs_ratio": runs})
+    print(f"hidden {hidden}: training alone {alone:.2f} s, audit {seconds:.2f} s, ratio {ratio:.2f} (its runs "
+          f"{runs:.2f}); {audit.costs}")
     assert audit.verdict.verdict == "not refuted" and not audit.findings
     assert audit.costs["audited_run_s"] + audit.costs["replays_s"] + audit.costs["analysis_s"] <= seconds + 1e-6
     if most is not None:
+        assert runs <= most, f"the audit's runs cost {runs:.2f}x the training alone (target {most}x)"
         assert ratio <= most, f"the audit costs {ratio:.2f}x the training alone (target {most}x)"
