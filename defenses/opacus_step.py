@@ -65,14 +65,16 @@ class StepRecord:
     canaries: int = 0
     accountant: list[tuple[float, float]] = field(default_factory=list)
     indices: torch.Tensor | None = None
+    release: torch.Tensor | None = None  # kept by a replay (``keep``): the released flat gradient, after scaling
+    draws: list[torch.Tensor] | None = None  # kept by a replay: the noise tensors drawn, in order
 
 
 class StepObserver:
     """The shims of one ``pre_step`` (module docstring); ``draws`` collects the ``_generate_noise`` results."""
 
     def __init__(self, opt: Any, step: int, canaries: CanarySource | None, record: StepRecord,
-                 probe: int = PROBE_UNITS):
-        self.opt, self.step, self.canaries, self.rec, self.probe = opt, step, canaries, record, probe
+                 probe: int = PROBE_UNITS, keep: bool = False):
+        self.opt, self.step, self.canaries, self.rec, self.probe, self.keep = opt, step, canaries, record, probe, keep
         self.draws: list[tuple[float, torch.Tensor]] = []
 
     def clip(self, inner: Callable[[], Any]) -> Any:
@@ -131,6 +133,8 @@ class StepObserver:
             drawn = torch.cat([d.reshape(-1) for _, d in self.draws])
             self.rec.noise_digest = noise_digest(drawn)
             self.rec.tensor_digests = tensor_noise_digests(drawn, [d.numel() for _, d in self.draws])
+            if self.keep:
+                self.rec.draws = [d for _, d in self.draws]
         if inserted is not None and inserted[1].observer is not None:
             inserted[1].observer((grads - data) if getattr(inserted[1], "centred", False) else grads)
         return out
@@ -155,6 +159,8 @@ class StepObserver:
         after = flat([p.grad for p in self.opt.params]).double()
         cross = float(before @ after)
         self.rec.normalizer = float(before @ before) / cross if cross > 0 else None
+        if self.keep:
+            self.rec.release = after
         return out
 
 

@@ -19,12 +19,16 @@ patches, at class level (restored on exit, whatever happens):
 :meth:`OpacusWatch.trace` turns the records into the :class:`~privaudit.accountants.trace_record.TrainingTrace`
 that :func:`~privaudit.accountants.trace.check_trace` judges. ``stop_after`` ends the run after that many releases
 (:class:`Stopped`, a ``BaseException`` a training loop's ``except Exception`` does not swallow): the replays of
-:mod:`privaudit.audit.user.training_neighbours` need only the first steps' configuration.
+:mod:`privaudit.audit.user.training_neighbours` need only the first steps' configuration. A :class:`ReplayScript`
+makes the run a replay: the loaders yield its batches and ``_generate_noise`` returns its noise (each draw still
+made), and ``keep`` keeps each release's released gradient and noise on its record
+(:mod:`privaudit.audit.user.release_replay`).
 """
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -39,6 +43,24 @@ SHIMMED = ("clip_and_accumulate", "add_noise", "scale_grad")
 #: Relative float32 rounding slack of the measured normaliser (<g, g> / <g, g'>): values this close to the first
 #: step's are that value (a normaliser that follows the data moves by 1 / batch or more).
 NORMALIZER_SLACK = 1e-5
+
+
+@dataclass(frozen=True)
+class ReplayScript:
+    """What a replay of a recorded run substitutes (:mod:`privaudit.audit.user.release_replay`): ``batches``, the
+    index lists the data loaders yield in order (in place of what the sampler draws), and ``draws``, per release
+    the noise tensors ``_generate_noise`` returns in order (each still drawn, so the generator advances as it ran)."""
+
+    batches: tuple[tuple[int, ...], ...] = ()
+    draws: tuple[tuple[torch.Tensor, ...], ...] = ()
+
+
+def _sized(it: Any) -> int | None:
+    """The size of a data loader iterator's dataset (None when it has none)."""
+    try:
+        return len(it._dataset)
+    except TypeError:
+        return None
 
 
 class Stopped(BaseException):
@@ -68,8 +90,11 @@ class OpacusWatch:
     ``canaries``: the canary hook's source (step -> canaries or None); ``names``: parameter id -> name."""
 
     def __init__(self, population: int, *, canaries: CanarySource | None = None, stop_after: int | None = None,
-                 names: dict[int, str] | None = None, probe: int = PROBE_UNITS):
+                 names: dict[int, str] | None = None, probe: int = PROBE_UNITS, script: ReplayScript | None = None,
+                 keep: bool = False):
         self.population, self.canaries, self.stop_after, self.probe = int(population), canaries, stop_after, probe
+        self.script, self.keep = script, keep
+        self.replaced = {"batches": 0, "draws": 0, "mismatched": 0}  # what the script replaced, and what it could not
         self.names = names or {}
         self.steps: list[StepRecord] = []
         self.pending: list[torch.Tensor] = []
@@ -123,8 +148,9 @@ class OpacusWatch:
         original = base._generate_noise
 
         def generate(std: float, reference: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-            noise = original(std, reference, *args, **kwargs)
+            noise = original(std, reference, *args, **kwargs)  # drawn either way: the generator advances as it ran
             if self._current is not None:
+                noise = self._scripted_noise(noise)
                 self._current.draws.append((float(std), noise.detach().clone()))
             return noise
 
@@ -139,6 +165,8 @@ class OpacusWatch:
 
         def next_index(it: Any) -> Any:
             index = original(it)
+            if self.script is not None and self.script.batches and _sized(it) == self.population:
+                index = self._scripted_batch(index)
             self._saw_batch(it, index)
             return index
 
@@ -152,12 +180,30 @@ class OpacusWatch:
             if "step" in cls.__dict__:
                 self._set(cls, "step", self._accountant_step(cls.__dict__["step"]))
 
+    # -- replaying ------------------------------------------------------------------------------------
+    def _scripted_noise(self, drawn: torch.Tensor) -> torch.Tensor:
+        """The script's noise for this draw of this step (same shape), else the draw itself, counted as a mismatch."""
+        step, k = len(self.steps), len(self._current.draws)
+        planned = self.script.draws[step] if self.script is not None and step < len(self.script.draws) else None
+        if planned is None:
+            return drawn
+        if k < len(planned) and planned[k].shape == drawn.shape:
+            self.replaced["draws"] += 1
+            return planned[k].to(device=drawn.device, dtype=drawn.dtype)
+        self.replaced["mismatched"] += 1
+        return drawn
+
+    def _scripted_batch(self, drawn: Any) -> Any:
+        """The script's next batch (indices) in place of the one the sampler drew, while the script has one."""
+        seen = self.replaced["batches"]
+        if seen >= len(self.script.batches):
+            return drawn
+        self.replaced["batches"] += 1
+        return list(self.script.batches[seen])
+
     # -- recording -------------------------------------------------------------------------------------
     def _saw_batch(self, it: Any, index: Any) -> None:
-        try:
-            size = len(it._dataset)
-        except TypeError:
-            return
+        size = _sized(it)
         if size != self.population or not isinstance(index, (list, tuple, torch.Tensor)):
             return
         self.pending.append(torch.as_tensor(index, dtype=torch.long).reshape(-1))
@@ -192,7 +238,7 @@ class OpacusWatch:
                 return original(opt, *args, **kwargs)
             self._depth += 1
             rec = StepRecord()
-            observer = self._current = StepObserver(opt, len(self.steps), self.canaries, rec, self.probe)
+            observer = self._current = StepObserver(opt, len(self.steps), self.canaries, rec, self.probe, self.keep)
             shadowed = {n: opt.__dict__[n] for n in SHIMMED if n in opt.__dict__}
             try:
                 for n in SHIMMED:

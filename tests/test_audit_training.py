@@ -154,3 +154,32 @@ def test_the_clip_probe_is_the_largest_unit_rescaled_to_a_norm_drawn_off_the_use
     assert 1.0 <= min(norms) < 2.0 < 8.0 < max(norms) <= 12.0
     both = StepObserver(SimpleNamespace(max_grad_norm=2.0), 0, None, StepRecord(), probe=2)._probes(rows)
     assert len(both) == 2 and torch.equal(both[1][0], rows[0][1:2])
+
+
+def test_the_release_replay_reaches_the_clip_and_refutes_a_loose_one(members):
+    """The first release replayed with its own batch and noise plus one record: the honest recipe moves by the clip
+    itself (the replay reaches the sensitivity), a clip at twice the calibrated one moves by twice it (refuted)."""
+    from privaudit.audit.user.release_replay import release_replay
+
+    data = np.load(members)
+    x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
+    from privaudit.audit.user.training_audit import _recipe
+
+    honest, found = release_replay(_recipe("opacus_recipe:make_net", "opacus_recipe:train", 0), x, y)
+    assert honest["judged"] and not found and 0.99 <= honest["ratio"] <= 1 + honest["slack"], honest
+    assert honest["slack"] < 0.01 and honest["runs"] == 3
+    loose, found = release_replay(_recipe("opacus_recipe:make_net", "opacus_plants:train_clip_mismatch", 0), x, y)
+    assert [f["quantity"] for f in found] == ["release_distance"] and 1.99 <= loose["ratio"] <= 2.0, loose
+    assert "more than the clip 1" in found[0]["message"]
+
+
+def test_a_release_the_replay_cannot_repeat_is_not_judged(members):
+    """Randomness outside Opacus' noise (inputs jittered by an unseeded generator): the release does not repeat with
+    its own batch and noise, so the distance is not judged (a note, no finding): never a false refutation."""
+    from privaudit.audit.user.release_replay import release_replay
+    from privaudit.audit.user.training_audit import _recipe
+
+    data = np.load(members)
+    x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
+    record, found = release_replay(_recipe("opacus_recipe:make_net", "opacus_plants:train_unseeded_jitter", 0), x, y)
+    assert not record["judged"] and not found and "did not repeat" in record["note"], record

@@ -7,7 +7,9 @@ user's code changes. The audit, in order:
 
 1. **probe and neighbours** (:mod:`privaudit.audit.user.training_neighbours`): the recipe replayed, first releases only,
    on the members resized to n - radius .. n + radius (the add-one and remove-one neighbours among them); any
-   quantity of the mechanism that follows the dataset's size refutes the claim, named with its values;
+   quantity of the mechanism that follows the dataset's size refutes the claim, named with its values; and the first
+   release replayed with its own batch and noise plus one added record (:mod:`privaudit.audit.user.release_replay`):
+   a release that moves by more than the clip refutes it;
 2. **the audited run**, with white-box gradient canaries in the optimizer step
    (:mod:`privaudit.audit.user.training_canaries`), whose trace (:class:`~privaudit.accountants.trace_record.
    TrainingTrace`) is checked against the claim (:func:`~privaudit.accountants.trace.check_trace`: Opacus'
@@ -58,6 +60,7 @@ class TrainingAudit:
     costs: dict[str, float]
     trace: dict[str, Any] = field(repr=False)
     result: Any = field(default=None, repr=False, compare=False)
+    release_replay: dict[str, Any] = field(default_factory=dict)
 
     @property
     def refuted(self) -> bool:
@@ -66,7 +69,8 @@ class TrainingAudit:
     def to_dict(self) -> dict[str, Any]:
         return {"inputs": self.inputs, "claim": self.claim.to_dict(), "verdict": self.verdict.verdict,
                 "verdict_detail": self.verdict.to_dict(), "findings": self.findings, "canary": self.canary,
-                "noise_checks": self.noise, "neighbours": self.sizes, "costs": self.costs}
+                "noise_checks": self.noise, "neighbours": self.sizes, "release_replay": self.release_replay,
+                "costs": self.costs}
 
     def files(self) -> dict[str, bytes]:
         from privaudit.audit.user.training_report import report_files
@@ -134,6 +138,7 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     ``size_radius``: sizes replayed on each side. ``out``: the report (nothing is written on bad input)."""
     from privaudit.audit.user import out_dir
     from privaudit.audit.user import training_canaries as tc
+    from privaudit.audit.user.release_replay import release_replay
     from privaudit.audit.user.training_neighbours import replay_sizes, size_findings
 
     if delta is None or not 0 < float(delta) < 1:
@@ -148,6 +153,7 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
         out_dir.prepare(out, REPORT_FILES, force=force)
     start = time.perf_counter()
     replays = replay_sizes(recipe, x, y, radius=int(size_radius), steps=REPLAY_STEPS)
+    distance, distance_found = release_replay(recipe, x, y)
     replay_s = time.perf_counter() - start
     first = replays[len(x)]
     rate, clip = first["accountant_rate"] or first["sample_rate"], first["clip"]
@@ -160,7 +166,7 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
                                              seed=seed, beta=beta, steps_planned=steps_planned)
     run = run_watched(recipe, x, y, canaries=source)
     claim = _claim(run.returned, run.watch, float(delta), claimed_epsilon, train_fn)
-    findings = size_findings(replays, len(x))
+    findings = size_findings(replays, len(x)) + distance_found
     trace_found, trace = _trace_findings(claim, run.watch)
     findings += trace_found
     from privaudit.accountants.trace_record import claimed_steps
@@ -173,11 +179,13 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     verdict, canary = _verdict(claim, result, counts, findings, beta, z)
     analysis_s = time.perf_counter() - start - replay_s - run.seconds
     plain = time_plain(recipe, x, y) if time_training else None
-    costs = {"audited_run_s": run.seconds, "replays": len(replays), "replays_s": replay_s, "analysis_s": analysis_s,
+    costs = {"audited_run_s": run.seconds, "replays": len(replays) + distance["runs"], "replays_s": replay_s,
+             "analysis_s": analysis_s,
              "audit_s": time.perf_counter() - start - (plain or 0.0), "training_alone_s": plain}
     audit = TrainingAudit(inputs={**inputs, "factory": factory, "train_fn": train_fn}, claim=claim, verdict=verdict,
                           findings=findings, canary=canary, noise=noise,
-                          sizes={str(k): {q: v for q, v in r.items() if q != "tensors"} for k, r in replays.items()}, costs=costs, trace=trace, result=result)
+                          sizes={str(k): {q: v for q, v in r.items() if q != "tensors"} for k, r in replays.items()},
+                          costs=costs, trace=trace, result=result, release_replay=distance)
     if out is not None:
         out_dir.write(out, audit.files())
     return audit

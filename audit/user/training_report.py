@@ -20,6 +20,12 @@ def notes(audit: Any) -> list[str]:
                f"claim's epsilon by accountant: " + ", ".join(f"{k} {_num(v)}" for k, v in audit.claim.accountants.items()))
     sizes = sorted(audit.sizes, key=int)
     out.append(f"neighbours: the recipe replayed (first releases) at sizes {sizes[0]}..{sizes[-1]}")
+    r = getattr(audit, "release_replay", None) or {}
+    if r.get("judged"):
+        out.append(f"release replayed with one record added (same batch and noise): moved by {_num(r['distance'])} "
+                   f"times the normaliser, {_num(r['ratio'])} of the clip {_num(r['sensitivity'])}")
+    elif r.get("note"):
+        out.append(r["note"])
     k = audit.costs
     if k.get("training_alone_s"):
         out.append(f"cost: audit {k['audit_s']:.3g} s (audited run {k['audited_run_s']:.3g} s, {k['replays']} replays "

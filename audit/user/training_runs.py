@@ -16,7 +16,7 @@ import torch
 
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.step import CanarySource
-from privaudit.defenses.opacus_watch import OpacusWatch
+from privaudit.defenses.opacus_watch import OpacusWatch, ReplayScript
 
 NO_RELEASE = ("never released through an Opacus DPOptimizer (no optimizer.step() of one added noise) nor a declared "
               "release: audit-training watches Opacus' DPOptimizer (make_private, or DPOptimizer around your "
@@ -46,13 +46,14 @@ class WatchedRun:
 
 
 def run_watched(recipe: Recipe, x: torch.Tensor, y: torch.Tensor, *, canaries: CanarySource | None = None,
-                stop_after: int | None = None) -> WatchedRun:
-    """``train(factory(), x, y, seed=...)`` under the watch; refuses a function that raises or never releases."""
+                stop_after: int | None = None, script: ReplayScript | None = None, keep: bool = False) -> WatchedRun:
+    """``train(factory(), x, y, seed=...)`` under the watch; refuses a function that raises or never releases.
+    ``script`` and ``keep``: a replay (:class:`~privaudit.defenses.opacus_watch.ReplayScript`)."""
     from privaudit.defenses.user_model import build
 
     net = build(recipe.factory, recipe.init_seed)
     watch = OpacusWatch(len(x), canaries=canaries, stop_after=stop_after,
-                        names={id(p): n for n, p in net.named_parameters()})
+                        names={id(p): n for n, p in net.named_parameters()}, script=script, keep=keep)
     start = time.perf_counter()
     returned = None
     try:

@@ -1,0 +1,102 @@
+"""The recipe's first release replayed with one record added: it may move by at most the claimed sensitivity.
+
+Record and replay (the release-distance check of Cebere et al. 2026's dp-recorder, on the code as it ran). The
+recipe's first release is recorded on the user's n records: the batch its sampler drew, every noise tensor Opacus'
+``_generate_noise`` drew, and the released gradient after the normaliser (:class:`~privaudit.defenses.opacus_watch.
+OpacusWatch` with ``keep``). It is then replayed twice with that batch and that noise
+(:class:`~privaudit.defenses.opacus_watch.ReplayScript`; every draw is still made, so the generators advance as they
+ran):
+
+* on the same n records: the release must repeat (to 1e-6 of its norm). If it does not, the release is not a
+  function of its batch and noise (other randomness, nondeterminism) and no distance is judged: a note says why;
+* on n + 1 records, the crafted record appended (the size replays' record,
+  :func:`~privaudit.audit.user.training_neighbours.resized`), the batch with the new record last.
+
+Under the add/remove claim the two releases differ by the new record's clipped gradient alone, over the normaliser:
+d = ||r' - r|| x normaliser <= C, the clip the noise is calibrated to. A larger d refutes the claim, naming the
+distance: the record's contribution as the code applied it exceeds C, or something else in the release moved with
+one record (a normaliser or any statistic of the batch or the dataset). The slack bounds float32 rounding:
+2 u (||r|| + ||r'||) x normaliser for the releases, plus 2 gamma_k k C for the clipped sums (k records summed,
+:func:`~privaudit.defenses.dp.as_run.probabilistic_gamma`), plus the repeat's own difference.
+
+Sees: a clip above the claimed one or clipping skipped, for a record whose gradient exceeds C; a normaliser or any
+term of the release that follows the batch or the dataset's size. Cannot see: a bug at other steps only, a noise
+shortfall (both releases carry the same noise: the trace and the canaries see it), a clipping that spares norms
+below the crafted record's (the watch's clipping probe sees it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from privaudit.audit.user.training_neighbours import resized
+from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
+from privaudit.defenses.dp.as_run import probabilistic_gamma, release_distance
+from privaudit.defenses.opacus_watch import ReplayScript
+
+#: Relative difference under which the repeated release counts as the same release.
+REPEAT_TOL = 1e-6
+_U32 = 2.0 ** -24
+
+
+def _first(run: WatchedRun) -> Any:
+    return run.watch.steps[0]
+
+
+def _scripted(run: WatchedRun, draws: int) -> str | None:
+    """Why a replay did not run as scripted (None: its one batch and every draw were replaced)."""
+    done = run.watch.replaced
+    if done["batches"] != 1 or done["draws"] != draws or done["mismatched"]:
+        return (f"the replay could not substitute the recorded batch and noise (batches {done['batches']} of 1, draws "
+                f"{done['draws']} of {draws}, {done['mismatched']} of another shape)")
+    return None
+
+
+def _not_judged(reason: str, runs: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    return {"judged": False, "note": f"release distance not judged: {reason}", "runs": runs}, []
+
+
+def release_replay(recipe: Recipe, x: torch.Tensor, y: torch.Tensor) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the replay's record, its findings): the module docstring's check on the recipe's first release."""
+    n = len(x)
+    base = _first(run_watched(recipe, x, y, stop_after=1, keep=True))
+    if base.indices is None or base.release is None or not base.draws or not base.normalizer:
+        return _not_judged("the first release drew no batch from a loader over the members, or no noise through "
+                           "Opacus' _generate_noise", 1)
+    batch, draws = tuple(int(i) for i in base.indices.tolist()), tuple(base.draws)
+    again = run_watched(recipe, x, y, stop_after=1, keep=True, script=ReplayScript((batch,), (draws,)))
+    wrong = _scripted(again, len(draws))
+    if wrong:
+        return _not_judged(wrong, 2)
+    repeat = release_distance(base.release, _first(again).release)
+    size = float(torch.linalg.vector_norm(base.release))
+    if repeat > REPEAT_TOL * max(size, 1e-30):
+        return _not_judged(f"the first release did not repeat with its own batch and noise (it moved by {repeat:.3g}, "
+                           f"{repeat / max(size, 1e-30):.3g} of its norm): it depends on other randomness", 2)
+    xs, ys = resized(x, y, n + 1)
+    nb_run = run_watched(recipe, xs, ys, stop_after=1, keep=True, script=ReplayScript((batch + (n,),), (draws,)))
+    wrong = _scripted(nb_run, len(draws))
+    if wrong:
+        return _not_judged(wrong, 3)
+    return _judged(base, _first(nb_run), repeat, len(batch) + 1)
+
+
+def _judged(base: Any, nb: Any, repeat: float, k: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The distance, its slack and the finding when it exceeds the clip."""
+    c, normalizer = float(base.clip), float(base.normalizer)
+    dist = release_distance(base.release, nb.release) * normalizer
+    sizes = float(torch.linalg.vector_norm(base.release) + torch.linalg.vector_norm(nb.release)) * normalizer
+    slack = 2 * _U32 * sizes + 2 * probabilistic_gamma(k) * k * c + repeat * normalizer
+    record = {"judged": True, "distance": dist, "sensitivity": c, "ratio": dist / c if c > 0 else math.inf,
+              "slack": slack, "normalizer": normalizer, "batch": k - 1, "runs": 3}
+    if dist <= c + slack:
+        return record, []
+    return record, [{"check": "neighbours", "quantity": "release_distance", "values": {"distance": dist, "clip": c},
+                     "message": f"the first release moved by {dist:.6g} (times the normaliser {normalizer:.6g}) when one "
+                                f"record was added, with the same batch and noise: more than the clip {c:.6g} the "
+                                f"noise is calibrated to (slack {slack:.2g}). The added record's contribution as the "
+                                f"code applied it exceeds the sensitivity, or something else in the release moved with "
+                                f"one record"}]
