@@ -17,7 +17,7 @@ d = ||r' - r|| x normaliser <= C, the clip the noise is calibrated to. A larger 
 distance: the record's contribution as the code applied it exceeds C, or something else in the release moved with
 one record (a normaliser or any statistic of the batch or the dataset). The slack bounds float32 rounding:
 2 u (||r|| + ||r'||) x normaliser for the releases, plus 2 gamma_k k C for the clipped sums (k records summed,
-:func:`~privaudit.defenses.dp.as_run.probabilistic_gamma`), plus the repeat's own difference.
+:func:`~privaudit.defenses.dp.as_run.rounding_slack`), plus the repeat's own difference.
 
 Sees: a clip above the claimed one or clipping skipped, for a record whose gradient exceeds C; a normaliser or any
 term of the release that follows the batch or the dataset's size. Cannot see: a bug at other steps only, a noise
@@ -34,12 +34,11 @@ import torch
 
 from privaudit.audit.user.training_neighbours import resized
 from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
-from privaudit.defenses.dp.as_run import probabilistic_gamma, release_distance
+from privaudit.defenses.dp.as_run import release_distance, rounding_slack
 from privaudit.defenses.opacus_watch import ReplayScript
 
 #: Relative difference under which the repeated release counts as the same release.
 REPEAT_TOL = 1e-6
-_U32 = 2.0 ** -24
 
 
 def _first(run: WatchedRun) -> Any:
@@ -89,7 +88,7 @@ def _judged(base: Any, nb: Any, repeat: float, k: int) -> tuple[dict[str, Any], 
     c, normalizer = float(base.clip), float(base.normalizer)
     dist = release_distance(base.release, nb.release) * normalizer
     sizes = float(torch.linalg.vector_norm(base.release) + torch.linalg.vector_norm(nb.release)) * normalizer
-    slack = 2 * _U32 * sizes + 2 * probabilistic_gamma(k) * k * c + repeat * normalizer
+    slack = rounding_slack(sizes, k, k * c) + repeat * normalizer
     record = {"judged": True, "distance": dist, "sensitivity": c, "ratio": dist / c if c > 0 else math.inf,
               "slack": slack, "normalizer": normalizer, "batch": k - 1, "runs": 3}
     if dist <= c + slack:

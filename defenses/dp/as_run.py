@@ -145,6 +145,13 @@ def probabilistic_gamma(k: int, lam: float = 10.0) -> float:
     return math.expm1(lam * math.sqrt(k) * _U32 + k * _U32 ** 2 / (1 - _U32))
 
 
+def rounding_slack(size: float, units: int, mass: float) -> float:
+    """The float32 rounding a replay's release distance may carry: 2 u ``size`` for two releases of norms summing to
+    ``size`` (normaliser included), plus 2 gamma~_k ``mass`` for two clipped sums of ``units`` terms whose clipped
+    norms sum to ``mass`` (:func:`probabilistic_gamma`)."""
+    return 2 * _U32 * size + 2 * probabilistic_gamma(units) * mass
+
+
 def replay(step: int, batch: torch.Tensor, crafted: torch.Tensor, relation: str, base: Any,
            privatize: Callable[[torch.Tensor], Any], *, normalizer: float, sensitivity: float) -> list[dict[str, Any]]:
     """Each neighbour's release distance from its base (:func:`neighbour_pairs`; the step's own release without
@@ -159,7 +166,7 @@ def replay(step: int, batch: torch.Tensor, crafted: torch.Tensor, relation: str,
         size = float(torch.linalg.vector_norm(base_release.gradient.double()) +
                      torch.linalg.vector_norm(rel.gradient.double())) * normalizer
         mass = _entered_mass(base_clipped) + _entered_mass(clipped)
-        slack = 2 * _U32 * size + 2 * probabilistic_gamma(base_clipped.n_units + clipped.n_units) * mass
+        slack = rounding_slack(size, base_clipped.n_units + clipped.n_units, mass)
         out.append({"step": step + 1, "neighbour": name, "distance": dist, "sensitivity": float(sensitivity),
                     "slack": slack, "ratio": dist / sensitivity if sensitivity > 0 else float("inf"),
                     "units": [base_clipped.n_units, clipped.n_units]})
