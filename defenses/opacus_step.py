@@ -67,6 +67,7 @@ class StepRecord:
     indices: torch.Tensor | None = None
     release: torch.Tensor | None = None  # kept by a replay (``keep``): the released flat gradient, after scaling
     draws: list[torch.Tensor] | None = None  # kept by a replay: the noise tensors drawn, in order
+    chunks: list[tuple[int, ...]] | None = None  # kept by a replay: the loader batches the release drew, in order
 
 
 class StepObserver:

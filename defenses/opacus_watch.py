@@ -275,6 +275,8 @@ class OpacusWatch:
         if self.pending:
             if rec.indices is None:
                 rec.indices = torch.cat(self.pending)
+            if self.keep:
+                rec.chunks = [tuple(int(i) for i in t.tolist()) for t in self.pending]
             self.pending = []
         if self.optimizer is None:
             self.optimizer = layout()

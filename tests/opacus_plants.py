@@ -151,6 +151,17 @@ def train_unseeded_jitter(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
+def train_virtual_steps(model, x, y, *, seed):
+    """Not a privacy bug: the honest recipe's logical batches split into physical batches of 16 by Opacus'
+    BatchMemoryManager (virtual steps: one release spans several loader batches)."""
+    from opacus.utils.batch_memory_manager import BatchMemoryManager
+
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    with BatchMemoryManager(data_loader=loader, max_physical_batch_size=16, optimizer=opt) as physical:
+        recipe.fit(private, opt, physical)
+    return _finish(private, model, acc)
+
+
 def train_raises(model, x, y, *, seed):
     raise RuntimeError("the user's bug")
 

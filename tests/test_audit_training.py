@@ -183,3 +183,12 @@ def test_a_release_the_replay_cannot_repeat_is_not_judged(members):
     x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
     record, found = release_replay(_recipe("opacus_recipe:make_net", "opacus_plants:train_unseeded_jitter", 0), x, y)
     assert not record["judged"] and not found and "did not repeat" in record["note"], record
+
+
+def test_virtual_steps_are_replayed_and_audited(members):
+    """Opacus' BatchMemoryManager (a release over several physical batches): the release replay scripts each loader
+    batch and reaches the clip, and the whole audit of the honest recipe so split is not refuted."""
+    a = audit(members, "opacus_plants:train_virtual_steps")
+    assert a.verdict.verdict == "not refuted" and not a.findings, a.findings
+    r = a.release_replay
+    assert r["judged"] and 0.99 <= r["ratio"] <= 1 + r["slack"], r

@@ -1,16 +1,16 @@
 """The recipe's first release replayed with one record added: it may move by at most the claimed sensitivity.
 
 Record and replay (the release-distance check of Cebere et al. 2026's dp-recorder, on the code as it ran). The
-recipe's first release is recorded on the user's n records: the batch its sampler drew, every noise tensor Opacus'
-``_generate_noise`` drew, and the released gradient after the normaliser (:class:`~privaudit.defenses.opacus_watch.
-OpacusWatch` with ``keep``). It is then replayed twice with that batch and that noise
-(:class:`~privaudit.defenses.opacus_watch.ReplayScript`; every draw is still made, so the generators advance as they
-ran):
+recipe's first release is recorded on the user's n records: the batches its loader yielded for it (one, or several
+under Opacus' virtual steps), every noise tensor Opacus' ``_generate_noise`` drew, and the released gradient after
+the normaliser (:class:`~privaudit.defenses.opacus_watch.OpacusWatch` with ``keep``). It is then replayed twice with
+those batches and that noise (:class:`~privaudit.defenses.opacus_watch.ReplayScript`; every draw is still made, so
+the generators advance as they ran):
 
 * on the same n records: the release must repeat (to 1e-6 of its norm). If it does not, the release is not a
   function of its batch and noise (other randomness, nondeterminism) and no distance is judged: a note says why;
 * on n + 1 records, the crafted record appended (the size replays' record,
-  :func:`~privaudit.audit.user.training_neighbours.resized`), the batch with the new record last.
+  :func:`~privaudit.audit.user.training_neighbours.resized`), the new record last in the release's last batch.
 
 Under the add/remove claim the two releases differ by the new record's clipped gradient alone, over the normaliser:
 d = ||r' - r|| x normaliser <= C, the clip the noise is calibrated to. A larger d refutes the claim, naming the
@@ -45,12 +45,15 @@ def _first(run: WatchedRun) -> Any:
     return run.watch.steps[0]
 
 
-def _scripted(run: WatchedRun, draws: int) -> str | None:
-    """Why a replay did not run as scripted (None: its one batch and every draw were replaced)."""
-    done = run.watch.replaced
-    if done["batches"] != 1 or done["draws"] != draws or done["mismatched"]:
-        return (f"the replay could not substitute the recorded batch and noise (batches {done['batches']} of 1, draws "
-                f"{done['draws']} of {draws}, {done['mismatched']} of another shape)")
+def _scripted(run: WatchedRun, chunks: tuple[tuple[int, ...], ...], draws: int) -> str | None:
+    """Why a replay did not run as scripted (None: its loader batches and every draw were replaced, and its release
+    drew exactly the scripted records)."""
+    done, seen = run.watch.replaced, _first(run).indices
+    if done["batches"] != len(chunks) or done["draws"] != draws or done["mismatched"]:
+        return (f"the replay could not substitute the recorded batches and noise (batches {done['batches']} of "
+                f"{len(chunks)}, draws {done['draws']} of {draws}, {done['mismatched']} of another shape)")
+    if seen is None or sorted(seen.tolist()) != sorted(i for c in chunks for i in c):
+        return "the replayed release drew other records than its scripted batches"
     return None
 
 
@@ -62,12 +65,12 @@ def release_replay(recipe: Recipe, x: torch.Tensor, y: torch.Tensor) -> tuple[di
     """(the replay's record, its findings): the module docstring's check on the recipe's first release."""
     n = len(x)
     base = _first(run_watched(recipe, x, y, stop_after=1, keep=True))
-    if base.indices is None or base.release is None or not base.draws or not base.normalizer:
+    if not base.chunks or base.release is None or not base.draws or not base.normalizer:
         return _not_judged("the first release drew no batch from a loader over the members, or no noise through "
                            "Opacus' _generate_noise", 1)
-    batch, draws = tuple(int(i) for i in base.indices.tolist()), tuple(base.draws)
-    again = run_watched(recipe, x, y, stop_after=1, keep=True, script=ReplayScript((batch,), (draws,)))
-    wrong = _scripted(again, len(draws))
+    chunks, draws = tuple(base.chunks), tuple(base.draws)
+    again = run_watched(recipe, x, y, stop_after=1, keep=True, script=ReplayScript(chunks, (draws,)))
+    wrong = _scripted(again, chunks, len(draws))
     if wrong:
         return _not_judged(wrong, 2)
     repeat = release_distance(base.release, _first(again).release)
@@ -76,11 +79,12 @@ def release_replay(recipe: Recipe, x: torch.Tensor, y: torch.Tensor) -> tuple[di
         return _not_judged(f"the first release did not repeat with its own batch and noise (it moved by {repeat:.3g}, "
                            f"{repeat / max(size, 1e-30):.3g} of its norm): it depends on other randomness", 2)
     xs, ys = resized(x, y, n + 1)
-    nb_run = run_watched(recipe, xs, ys, stop_after=1, keep=True, script=ReplayScript((batch + (n,),), (draws,)))
-    wrong = _scripted(nb_run, len(draws))
+    added = chunks[:-1] + (chunks[-1] + (n,),)  # the new record last, in the release's last loader batch
+    nb_run = run_watched(recipe, xs, ys, stop_after=1, keep=True, script=ReplayScript(added, (draws,)))
+    wrong = _scripted(nb_run, added, len(draws))
     if wrong:
         return _not_judged(wrong, 3)
-    return _judged(base, _first(nb_run), repeat, len(batch) + 1)
+    return _judged(base, _first(nb_run), repeat, sum(len(c) for c in added))
 
 
 def _judged(base: Any, nb: Any, repeat: float, k: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
