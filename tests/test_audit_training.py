@@ -93,6 +93,8 @@ def test_a_size_derived_normaliser_is_found_by_replay(members, monkeypatch):
     found = {f["quantity"]: f for f in a.findings if f["check"] == "neighbours"}
     assert a.verdict.verdict == "refuted" and {"batches_per_epoch", "sample_rate"} <= set(found), a.findings
     assert found["batches_per_epoch"]["values"] == {"895": 14, "896": 14, "897": 15}
+    # the first release with one record added: divided by int(897 / 15) = 59 instead of 64, it moves by 5.4 clips
+    assert "release_distance" in found and found["release_distance"]["values"]["distance"] > 5.0
 
 
 @pytest.mark.parametrize("train, says", [("opacus_plants:train_raises", "raised RuntimeError: the user's bug"),
