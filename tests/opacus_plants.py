@@ -162,6 +162,19 @@ def train_virtual_steps(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
+def train_cuda(model, x, y, *, seed):
+    """Not a bug: the honest recipe on a GPU (the model and every batch on CUDA; the loader draws on the CPU)."""
+    model.cuda()
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+
+    class OnDevice:
+        def __iter__(self):
+            for xb, yb in loader:
+                yield xb.cuda(), yb.cuda()
+    recipe.fit(private, opt, OnDevice())
+    return _finish(private, model, acc)
+
+
 def train_raises(model, x, y, *, seed):
     raise RuntimeError("the user's bug")
 

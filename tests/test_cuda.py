@@ -78,3 +78,25 @@ def test_defense_trains_on_cuda_as_on_cpu(digits, name):
     trace_cpu, trace_gpu = cpu.extras.get("trace"), gpu.extras.get("trace")
     if trace_cpu is not None:
         assert trace_gpu["noise_std"] == trace_cpu["noise_std"]
+
+
+def test_an_opacus_recipe_on_cuda_is_audited(tmp_path, monkeypatch):
+    """audit-training of the honest Opacus recipe run on the GPU: the watch, the canaries, the clipping probe and the
+    release replay follow the model's device; the audit is not refuted and the replay reaches the clip."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    monkeypatch.syspath_prepend(str(root / "examples"))
+    monkeypatch.syspath_prepend(str(root / "tests"))
+    import opacus_recipe
+    from training_audit_helpers import audit_recipe, write_members
+
+    monkeypatch.setattr(opacus_recipe, "EPOCHS", 1)
+    opacus_recipe.noise_multiplier.cache_clear()
+    try:
+        a = audit_recipe("opacus_recipe:make_net", write_members(tmp_path), "opacus_plants:train_cuda")
+    finally:
+        opacus_recipe.noise_multiplier.cache_clear()
+    assert a.verdict.verdict == "not refuted" and not a.findings, a.findings
+    assert a.release_replay["judged"] and 0.99 <= a.release_replay["ratio"] <= 1 + a.release_replay["slack"]
+    assert a.canary["eps_lb_trajectory"] is not None and a.canary["eps_lb_trajectory"] < a.claim.epsilon
