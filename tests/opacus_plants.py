@@ -17,6 +17,16 @@ import opacus_recipe as recipe  # noqa: E402
 make_net = recipe.make_net
 
 
+class _Mapped:
+    """The loader's batches, each passed through ``fn(xb, yb)`` (re-iterable, one pass per epoch as the loader)."""
+
+    def __init__(self, loader, fn):
+        self.loader, self.fn = loader, fn
+
+    def __iter__(self):
+        return (self.fn(xb, yb) for xb, yb in self.loader)
+
+
 def _finish(private, model, accountant):
     private._close()
     model.eval()
@@ -142,12 +152,7 @@ def train_unseeded_jitter(model, x, y, *, seed):
 
     private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
     jitter = torch.Generator().manual_seed(int.from_bytes(os.urandom(8), "little"))
-
-    class Jittered:
-        def __iter__(self):
-            for xb, yb in loader:
-                yield xb + 1e-3 * torch.randn(xb.shape, generator=jitter), yb
-    recipe.fit(private, opt, Jittered())
+    recipe.fit(private, opt, _Mapped(loader, lambda xb, yb: (xb + 1e-3 * torch.randn(xb.shape, generator=jitter), yb)))
     return _finish(private, model, acc)
 
 
@@ -166,12 +171,7 @@ def train_cuda(model, x, y, *, seed):
     """Not a bug: the honest recipe on a GPU (the model and every batch on CUDA; the loader draws on the CPU)."""
     model.cuda()
     private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
-
-    class OnDevice:
-        def __iter__(self):
-            for xb, yb in loader:
-                yield xb.cuda(), yb.cuda()
-    recipe.fit(private, opt, OnDevice())
+    recipe.fit(private, opt, _Mapped(loader, lambda xb, yb: (xb.cuda(), yb.cuda())))
     return _finish(private, model, acc)
 
 
