@@ -93,8 +93,11 @@ def test_a_size_derived_normaliser_is_found_by_replay(members, monkeypatch):
     found = {f["quantity"]: f for f in a.findings if f["check"] == "neighbours"}
     assert a.verdict.verdict == "refuted" and {"batches_per_epoch", "sample_rate"} <= set(found), a.findings
     assert found["batches_per_epoch"]["values"] == {"895": 14, "896": 14, "897": 15}
-    # the first release with one record added: divided by int(897 / 15) = 59 instead of 64, it moves by 5.4 clips
-    assert "release_distance" in found and found["release_distance"]["values"]["distance"] > 5.0
+    # the first release with one record added: divided by int(897 / 15) = 59 instead of 64, it moves by over 5 clips;
+    # with one removed (895 records: divided by int(895 / 14) = 63) by less: a normaliser off by one in 64
+    moved = {f["values"]["neighbour"]: f["values"]["distance"] for f in a.findings
+             if f["quantity"] == "release_distance"}
+    assert moved["add"] > 5.0 and 1.0 < moved["remove"] < moved["add"] / 2, moved
 
 
 @pytest.mark.parametrize("train, says", [("opacus_plants:train_raises", "raised RuntimeError: the user's bug"),
@@ -169,10 +172,30 @@ def test_the_release_replay_reaches_the_clip_and_refutes_a_loose_one(members):
 
     honest, found = release_replay(_recipe("opacus_recipe:make_net", "opacus_recipe:train", 0), x, y)
     assert honest["judged"] and not found and 0.99 <= honest["ratio"] <= 1 + honest["slack"], honest
-    assert honest["slack"] < 0.01 and honest["runs"] == 3
+    assert honest["slack"] < 0.01 and honest["runs"] == 4 and set(honest["neighbours"]) == {"add", "remove"}
+    removed = honest["neighbours"]["remove"]
+    assert 0.99 <= removed["ratio"] <= 1 + removed["slack"] and removed["batch"] == honest["batch"] - 1, removed
     loose, found = release_replay(_recipe("opacus_recipe:make_net", "opacus_plants:train_clip_mismatch", 0), x, y)
-    assert [f["quantity"] for f in found] == ["release_distance"] and 1.99 <= loose["ratio"] <= 2.0, loose
-    assert "more than the clip 1" in found[0]["message"]
+    assert [(f["quantity"], f["values"]["neighbour"]) for f in found] == [("release_distance", "add"),
+                                                                         ("release_distance", "remove")], found
+    assert all(1.99 <= v["ratio"] <= 2.0 for v in loose["neighbours"].values()), loose
+    assert "more than the clip 1" in found[0]["message"] and "record was removed" in found[1]["message"]
+
+
+def test_the_remove_one_replay_sees_a_normaliser_the_add_one_replay_misses(members):
+    """Opacus' make_private at its defaults on 897 records: its normaliser int(n / ceil(n / 64)) is 59 at 897 and 898
+    but 64 at 896, so the added record moves the release by the clip alone while the removed one moves it by far more
+    (refuted, naming the remove-one neighbour)."""
+    from privaudit.audit.user.release_replay import release_replay
+    from privaudit.audit.user.training_audit import _recipe
+    from privaudit.audit.user.training_neighbours import resized
+
+    data = np.load(members)
+    x, y = resized(torch.from_numpy(data["x"]), torch.from_numpy(data["y"]), 897)
+    record, found = release_replay(_recipe("opacus_audit:make_net", "opacus_audit:train", 0), x, y)
+    added, removed = record["neighbours"]["add"], record["neighbours"]["remove"]
+    assert added["ratio"] <= 1 + added["slack"] and removed["ratio"] > 2, record
+    assert [f["values"]["neighbour"] for f in found] == ["remove"], found
 
 
 def test_a_release_the_replay_cannot_repeat_is_not_judged(members):

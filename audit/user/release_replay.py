@@ -1,4 +1,5 @@
-"""The recipe's first release replayed with one record added: it may move by at most the claimed sensitivity.
+"""The recipe's first release replayed with one record added and with one removed: it may move by at most the claimed
+sensitivity either way.
 
 Record and replay (the release-distance check of Cebere et al. 2026's dp-recorder, on the code as it ran). The
 recipe's first release is recorded on the user's n records: the batches its loader yielded for it (one, or several
@@ -10,17 +11,22 @@ the generators advance as they ran):
 * on the same n records: the release must repeat (to 1e-6 of its norm). If it does not, the release is not a
   function of its batch and noise (other randomness, nondeterminism) and no distance is judged: a note says why;
 * on n + 1 records, the crafted record appended (the size replays' record,
-  :func:`~privaudit.audit.user.training_neighbours.resized`), the new record last in the release's last batch.
+  :func:`~privaudit.audit.user.training_neighbours.resized`), the new record last in the release's last batch;
+* on n - 1 records, one of the user's own records removed (the last one its loader yielded into the release's
+  largest batch, so that no batch empties; the records after it keep their order), the batches re-indexed.
 
-Under the add/remove claim the two releases differ by the new record's clipped gradient alone, over the normaliser:
-d = ||r' - r|| x normaliser <= C, the clip the noise is calibrated to. A larger d refutes the claim, naming the
-distance: the record's contribution as the code applied it exceeds C, or something else in the release moved with
-one record (a normaliser or any statistic of the batch or the dataset). The slack bounds float32 rounding:
+Under the add/remove claim each neighbour's release differs from the base by one record's clipped gradient alone,
+over the normaliser: d = ||r' - r|| x normaliser <= C, the clip the noise is calibrated to. A larger d refutes the
+claim, naming the distance and the neighbour: the record's contribution as the code applied it exceeds C, or
+something else in the release moved with one record (a normaliser or any statistic of the batch or the dataset).
+The two directions see different things: the added record is crafted (its gradient far above C, so clipping lies on
+its path); the removed one is the user's own, and the dataset and the batch shrink (a size-derived quantity that
+rounds alike at n and n + 1 may not at n - 1). The slack bounds float32 rounding:
 2 u (||r|| + ||r'||) x normaliser for the releases, plus 2 gamma_k k C for the clipped sums (k records summed,
 :func:`~privaudit.defenses.dp.as_run.rounding_slack`), plus the repeat's own difference.
 
 Sees: a clip above the claimed one or clipping skipped, for a record whose gradient exceeds C; a normaliser or any
-term of the release that follows the batch or the dataset's size. Cannot see: a bug at other steps only, a noise
+term of the release that follows the batch or the dataset's size, in either direction. Cannot see: a bug at other steps only, a noise
 shortfall (both releases carry the same noise: the trace and the canaries see it), a clipping that spares norms
 below the crafted record's (the watch's clipping probe sees it).
 """
@@ -80,26 +86,66 @@ def release_replay(recipe: Recipe, x: torch.Tensor, y: torch.Tensor) -> tuple[di
                            f"{repeat / max(size, 1e-30):.3g} of its norm): it depends on other randomness", 2)
     xs, ys = resized(x, y, n + 1)
     added = chunks[:-1] + (chunks[-1] + (n,),)  # the new record last, in the release's last loader batch
-    nb_run = run_watched(recipe, xs, ys, stop_after=1, keep=True, script=ReplayScript(added, (draws,)))
-    wrong = _scripted(nb_run, added, len(draws))
-    if wrong:
-        return _not_judged(wrong, 3)
-    return _judged(base, _first(nb_run), repeat, sum(len(c) for c in added))
+    judged = {"add": _neighbour(recipe, base, repeat, xs, ys, added, draws)}
+    removal = _removal(chunks)
+    if removal is not None:
+        kept = torch.arange(n) != removal[0]
+        judged["remove"] = _neighbour(recipe, base, repeat, x[kept], y[kept], removal[1], draws)
+    return _combined(judged)
 
 
-def _judged(base: Any, nb: Any, repeat: float, k: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The distance, its slack and the finding when it exceeds the clip."""
+def _removal(chunks: tuple[tuple[int, ...], ...]) -> tuple[int, tuple[tuple[int, ...], ...]] | None:
+    """(the record removed, the batches re-indexed without it): the last record of the largest batch (None: every
+    batch holds one record, and removing one would empty it)."""
+    big = max(range(len(chunks)), key=lambda i: (len(chunks[i]), i))
+    if len(chunks[big]) < 2:
+        return None
+    gone = chunks[big][-1]
+    return gone, tuple(tuple(i - (i > gone) for i in c if i != gone) for c in chunks)
+
+
+def _neighbour(recipe: Recipe, base: Any, repeat: float, x: torch.Tensor, y: torch.Tensor,
+               chunks: tuple[tuple[int, ...], ...], draws: tuple[torch.Tensor, ...]) -> dict[str, Any] | str:
+    """One neighbour replayed with the base's noise: its :func:`_distance` record, or why it did not run as
+    scripted."""
+    run = run_watched(recipe, x, y, stop_after=1, keep=True, script=ReplayScript(chunks, (draws,)))
+    wrong = _scripted(run, chunks, len(draws))
+    return wrong or _distance(base, _first(run), repeat, sum(len(c) for c in chunks))
+
+
+def _distance(base: Any, nb: Any, repeat: float, k: int) -> dict[str, Any]:
+    """A neighbour's distance (times the base's normaliser), its slack and its ratio to the clip."""
     c, normalizer = float(base.clip), float(base.normalizer)
     dist = release_distance(base.release, nb.release) * normalizer
     sizes = float(torch.linalg.vector_norm(base.release) + torch.linalg.vector_norm(nb.release)) * normalizer
     slack = rounding_slack(sizes, k, k * c) + repeat * normalizer
-    record = {"judged": True, "distance": dist, "sensitivity": c, "ratio": dist / c if c > 0 else math.inf,
-              "slack": slack, "normalizer": normalizer, "batch": k - 1, "runs": 3}
-    if dist <= c + slack:
-        return record, []
-    return record, [{"check": "neighbours", "quantity": "release_distance", "values": {"distance": dist, "clip": c},
-                     "message": f"the first release moved by {dist:.6g} (times the normaliser {normalizer:.6g}) when one "
-                                f"record was added, with the same batch and noise: more than the clip {c:.6g} the "
-                                f"noise is calibrated to (slack {slack:.2g}). The added record's contribution as the "
-                                f"code applied it exceeds the sensitivity, or something else in the release moved with "
-                                f"one record"}]
+    return {"distance": dist, "sensitivity": c, "ratio": dist / c if c > 0 else math.inf, "slack": slack,
+            "normalizer": normalizer, "batch": k}
+
+
+def _combined(judged: dict[str, dict[str, Any] | str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The replay's record (the add-one neighbour's fields at the top, each neighbour under ``neighbours``) and one
+    finding per neighbour whose distance exceeds the clip."""
+    runs = 2 + len(judged)
+    if isinstance(judged["add"], str):
+        return _not_judged(judged["add"], runs)
+    record = {"judged": True, **judged["add"], "batch": judged["add"]["batch"] - 1, "runs": runs,
+              "neighbours": {k: v for k, v in judged.items()}}
+    found = []
+    for name, r in judged.items():
+        if isinstance(r, str):
+            record.setdefault("notes", []).append(f"{name}-one release not judged: {r}")
+        elif r["distance"] > r["sensitivity"] + r["slack"]:
+            found.append(_finding(name, r))
+    return record, found
+
+
+def _finding(name: str, r: dict[str, Any]) -> dict[str, Any]:
+    verb = "added" if name == "add" else "removed"
+    return {"check": "neighbours", "quantity": "release_distance",
+            "values": {"distance": r["distance"], "clip": r["sensitivity"], "neighbour": name},
+            "message": f"the first release moved by {r['distance']:.6g} (times the normaliser {r['normalizer']:.6g}) "
+                       f"when one record was {verb}, with the same batch and noise: more than the clip "
+                       f"{r['sensitivity']:.6g} the noise is calibrated to (slack {r['slack']:.2g}). The {verb} "
+                       f"record's contribution as the code applied it exceeds the sensitivity, or something else in "
+                       f"the release moved with one record"}

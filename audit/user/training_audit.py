@@ -8,8 +8,8 @@ user's code changes. The audit, in order:
 1. **probe and neighbours** (:mod:`privaudit.audit.user.training_neighbours`): the recipe replayed, first releases only,
    on the members resized to n - radius .. n + radius (the add-one and remove-one neighbours among them); any
    quantity of the mechanism that follows the dataset's size refutes the claim, named with its values; and the first
-   release replayed with its own batch and noise plus one added record (:mod:`privaudit.audit.user.release_replay`):
-   a release that moves by more than the clip refutes it;
+   release replayed with its own batch and noise plus one added record, and less one of the user's
+   (:mod:`privaudit.audit.user.release_replay`): a release that moves by more than the clip refutes it;
 2. **the audited run**, with white-box gradient canaries in the optimizer step
    (:mod:`privaudit.audit.user.training_canaries`), whose trace (:class:`~privaudit.accountants.trace_record.
    TrainingTrace`) is checked against the claim (:func:`~privaudit.accountants.trace.check_trace`: Opacus'

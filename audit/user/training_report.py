@@ -22,8 +22,12 @@ def notes(audit: Any) -> list[str]:
     out.append(f"neighbours: the recipe replayed (first releases) at sizes {sizes[0]}..{sizes[-1]}")
     r = getattr(audit, "release_replay", None) or {}
     if r.get("judged"):
-        out.append(f"release replayed with one record added (same batch and noise): moved by {_num(r['distance'])} "
-                   f"times the normaliser, {_num(r['ratio'])} of the clip {_num(r['sensitivity'])}")
+        moved = [f"{name}: moved by {_num(v['distance'])} times the normaliser, {_num(v['ratio'])} of the clip "
+                 f"{_num(v['sensitivity'])}" for name, v in (r.get("neighbours") or {"add": r}).items()
+                 if isinstance(v, dict)]
+        out.append("first release replayed with one record added and one removed (same batch and noise); "
+                   + "; ".join(moved))
+        out += list(r.get("notes", ()))
     elif r.get("note"):
         out.append(r["note"])
     k = audit.costs
