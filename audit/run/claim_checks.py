@@ -1,8 +1,9 @@
 """Each DP cell's claim checked as its run happened: the trace against the claim, the step as it ran.
 
 A claim composes T per-step mechanisms. Two checks, run on every cell whose training records a trace
-(:class:`privaudit.accountants.trace.TrainingTrace`: the DP-SGD-style defenses), make "per-step audit plus a
-verified composition" the whole-training claim:
+(:class:`privaudit.accountants.trace.TrainingTrace`: the DP-SGD-style defenses, and DP-FedEmb / DP-FedAvg's rounds,
+:mod:`privaudit.defenses.fedemb.trace`), make "per-step audit plus a verified composition" the whole-training claim
+(a federated round gets the trace check alone: its claim is not a DP-SGD-style step the step audit reruns):
 
 * **Trace.** :func:`privaudit.accountants.trace.check_trace`: training ran no more steps than the claim composes,
   each with at least the claimed noise multiplier, the claimed sampler and at most the claimed rate; the realised
@@ -43,13 +44,14 @@ def run_claim_checks(name: str, params: Mapping[str, Any], trained: Any, data: A
     if trace is None:
         return None
     found = check_trace(trained.claim, trace)
-    audit = audit_trained_step(name, params, trained, data, target_epsilon=target_epsilon, delta=delta, draws=draws,
-                               seed=seed)
-    step = audit.to_dict()
-    step["pairs"] = [{k: v for k, v in p.items() if k != "seconds"} for p in step["pairs"]]  # no wall clock
-    record = {"trace": {"steps": len(trace["batch_size"]), "alpha": TRACE_ALPHA,
-                        "mismatches": [m.to_dict() for m in found]},
-              "step_audit": step}
+    record: dict[str, Any] = {"trace": {"steps": len(trace["batch_size"]), "alpha": TRACE_ALPHA,
+                                        "mismatches": [m.to_dict() for m in found]}}
+    if trained.claim.params.get("noise_multipliers"):  # a DP-SGD-style step (a federated round has no step audit here)
+        audit = audit_trained_step(name, params, trained, data, target_epsilon=target_epsilon, delta=delta,
+                                   draws=draws, seed=seed)
+        step = audit.to_dict()
+        step["pairs"] = [{k: v for k, v in p.items() if k != "seconds"} for p in step["pairs"]]  # no wall clock
+        record["step_audit"] = step
     return record, {"claim": trained.claim.to_dict(), "trace": trace}
 
 

@@ -55,7 +55,10 @@ def clip_deltas(deltas: Params, clip_norm: float) -> tuple[Params, torch.Tensor]
 
 @dataclass(frozen=True)
 class Aggregate:
-    """The noised mean update (keys = exactly the parameters that were aggregated) and its statistics."""
+    """The noised mean update (keys = exactly the parameters that were aggregated) and its statistics; what the
+    round's trace records as it ran (:mod:`privaudit.defenses.fedemb.trace`): the largest norm a clipped delta
+    entered the sum with (``entered_max``, measured on the clipped deltas), the norm of the noise drawn, its digest
+    and every tensor's leading-noise digest (:mod:`privaudit.defenses.dp.as_run`)."""
 
     update: Params
     noised_numel: int
@@ -63,6 +66,10 @@ class Aggregate:
     clipped_fraction: float
     noise_std: float
     nonfinite_fraction: float = 0.0
+    entered_max: float | None = None
+    noise_norm: float | None = None
+    noise_digest: str | None = None
+    tensor_digests: list[str | None] | None = None
 
 
 def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: torch.Generator,
@@ -76,38 +83,50 @@ def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: 
     (what an auditor who knows the rest of the data can compute; see :mod:`privaudit.defenses.dp.step`). The noise
     draw does not depend on the canaries.
     """
-    sums, norms = clipped_sum(deltas, clip_norm)
-    return noised_release(sums, norms, clip_norm, noise_multiplier, gen, canary, observer)
+    sums, norms, entered = clipped_sum(deltas, clip_norm)
+    return noised_release(sums, norms, clip_norm, noise_multiplier, gen, canary, observer, entered=entered)
 
 
-def clipped_sum(deltas: Params, clip_norm: float) -> tuple[Params, torch.Tensor]:
-    """The sum over clients of the clipped deltas (:func:`clip_deltas`) and the pre-clipping norms (C,)."""
+def clipped_sum(deltas: Params, clip_norm: float) -> tuple[Params, torch.Tensor, float]:
+    """The sum over clients of the clipped deltas (:func:`clip_deltas`), the pre-clipping norms (C,), and the largest
+    norm a clipped delta has as it enters the sum (measured on the clipped deltas themselves)."""
     clipped, norms = clip_deltas(deltas, clip_norm)
-    return {name: d.sum(dim=0) for name, d in clipped.items()}, norms
+    entered = float(stacked_norms(clipped).max()) if len(norms) else 0.0
+    return {name: d.sum(dim=0) for name, d in clipped.items()}, norms, entered
 
 
 def noised_release(sums: Params, norms: torch.Tensor, clip_norm: float, noise_multiplier: float,
                    gen: torch.Generator, canary: Params | None = None,
-                   observer: Callable[[Params, Params], None] | None = None) -> Aggregate:
-    """:func:`noised_mean` from the clipped deltas' sum ``sums`` and the clients' norms (clients in chunks)."""
+                   observer: Callable[[Params, Params], None] | None = None, *,
+                   entered: float | None = None) -> Aggregate:
+    """:func:`noised_mean` from the clipped deltas' sum ``sums`` and the clients' norms (clients in chunks);
+    ``entered``: the largest clipped norm that entered ``sums`` (:func:`clipped_sum`), kept on the aggregate."""
+    from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
+
     n_clients = norms.numel()
     std = noise_multiplier * clip_norm
     update, numel = {}, 0
-    noisy_sums, data_sums = {}, {}
+    noisy_sums, data_sums, drawn = {}, {}, []
     for name, total in sums.items():
         data_sums[name] = total.detach()
         if canary is not None:
             total = total + canary[name].to(total)
         if std > 0:
-            total = total + std * torch.randn(total.shape, generator=gen).to(total)
+            noise = std * torch.randn(total.shape, generator=gen).to(total)
+            drawn.append(noise.detach().reshape(-1))
+            total = total + noise
         noisy_sums[name] = total
         update[name] = total / n_clients
         numel += total.numel()
     if observer is not None:
         observer({k: v.detach() for k, v in noisy_sums.items()}, data_sums)
     finite = torch.isfinite(norms)
+    noise = torch.cat(drawn).cpu() if drawn else None
     return Aggregate(update, numel, norms, float(((norms > clip_norm) | ~finite).float().mean()), std,
-                     float((~finite).float().mean()))
+                     float((~finite).float().mean()), entered_max=entered,
+                     noise_norm=None if noise is None else float(noise.double().norm()),
+                     noise_digest=None if noise is None else noise_digest(noise),
+                     tensor_digests=None if noise is None else tensor_noise_digests(noise, [d.numel() for d in drawn]))
 
 
 COUNT_BUDGET_SHARE = 0.05  # default share of a round's RDP budget spent on the clipped-count query

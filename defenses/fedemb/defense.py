@@ -49,6 +49,7 @@ from privaudit.defenses.fedemb.aggregate import (adaptive_clip_update, clipped_s
                                                  delta_noise_multiplier, event_noise_multiplier, noised_mean,
                                                  noised_release, split_noise)
 from privaudit.defenses.fedemb.local import client_minibatches, local_train, stack_params
+from privaudit.defenses.fedemb.trace import RoundTrace
 from privaudit.defenses.fedemb.users import RoundPlan, Users, partition_users, plan_round
 from privaudit.defenses.nn.model import ContrastiveModel, build_model
 from privaudit.defenses.nonprivate import train_contrastive
@@ -300,18 +301,20 @@ class _Federated(Defense):
         next chunk trains, so only one chunk's stacked backbones are held (the same sum in another float order)."""
         chunk = self.config.client_chunk
         sums: dict[str, torch.Tensor] = {}
-        norms, losses, hook = [], [], {}
+        norms, losses, hook, entered = [], [], {}, 0.0
         for c0 in range(0, len(heads), chunk):
             part = slice(c0, c0 + chunk)
             deltas, loss = self.local_deltas(encoder, head, heads[part], xb[part], yb[part], mask[part])
             if canary is not None and not hook:
                 hook = dict(zip(("canary", "observer"), canary(deltas, clip_norm)))
-            part_sums, part_norms = clipped_sum(deltas, clip_norm)
+            part_sums, part_norms, part_entered = clipped_sum(deltas, clip_norm)
             sums = part_sums if not sums else {k: sums[k] + v for k, v in part_sums.items()}
             norms.append(part_norms)
+            entered = max(entered, part_entered)
             losses.append(loss)
             del deltas
-        return noised_release(sums, torch.cat(norms), clip_norm, sigma, gens["noise"], **hook), torch.cat(losses)
+        return (noised_release(sums, torch.cat(norms), clip_norm, sigma, gens["noise"], **hook, entered=entered),
+                torch.cat(losses))
 
     def local_deltas(self, encoder: nn.Module, head: nn.Parameter | None, heads: torch.Tensor, xb: torch.Tensor,
                      yb: torch.Tensor, mask: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
@@ -346,8 +349,9 @@ class _Federated(Defense):
         num_classes = data.info.num_classes
         head = self.global_head(num_classes, spec.rep_dim, seed, device) if self.aggregate_head else None
         t0 = time.perf_counter()
+        recorder = RoundTrace(num_users, self.config.clip_norm) if noise.event_z > 0 else None
         history = self.train_rounds(model.encoder, head, data, users, noise, seed, device=device, progress=progress,
-                                    canaries=canaries)
+                                    canaries=canaries, recorder=recorder)
         train_seconds = time.perf_counter() - t0
         claim, paper_epsilon = self.claim(noise, num_users, delta, users)
         classifier = None if head is None else released_head(head, spec.rep_dim, num_classes, device)
@@ -364,6 +368,8 @@ class _Federated(Defense):
             "pretrain_history": pre_history,
             "seconds": {"pretrain": pretrain_seconds, "federated": train_seconds},
         }
+        if recorder is not None:
+            extras["trace"] = recorder.trace(self.config.users_per_round).to_dict()
         return Trained(self.name, model, spec, claim, history, self.config_dict(), seed, classifier=classifier,
                        extras=extras)
 
@@ -375,9 +381,11 @@ class _Federated(Defense):
         return nn.Parameter(init.to(device))
 
     def train_rounds(self, encoder: nn.Module, head: nn.Parameter | None, data: MembershipData, users: Users,
-                     noise: NoisePlan, seed: int, *, device, progress: bool, canaries) -> dict[str, list[float]]:
+                     noise: NoisePlan, seed: int, *, device, progress: bool, canaries,
+                     recorder: RoundTrace | None = None) -> dict[str, list[float]]:
         """The federated rounds (Algorithm 1 / 2): each round's noised mean delta is the server optimizer's
-        negative gradient; adaptive clipping (Andrew et al. 2021) moves the clip norm after each round."""
+        negative gradient; adaptive clipping (Andrew et al. 2021) moves the clip norm after each round. ``recorder``
+        records every round as it ran (:mod:`privaudit.defenses.fedemb.trace`)."""
         from tqdm.auto import tqdm
 
         cfg = self.config
@@ -401,6 +409,8 @@ class _Federated(Defense):
                     head.grad = -aggregate.update["head"]
                 server.step()
                 record_round(history, t, time.perf_counter() - t0, loss, clip, aggregate)
+                if recorder is not None:
+                    recorder.record(plan.users, aggregate, clip=clip, sigma=noise.sigma, event_z=noise.event_z)
                 if cfg.adaptive_clipping:
                     clip, _ = adaptive_clip_update(clip, aggregate.norms, target_quantile=cfg.target_unclipped_quantile,
                                                    learning_rate=cfg.clip_learning_rate,

@@ -1,0 +1,59 @@
+"""DP-FedEmb's rounds as they ran: the training trace of a federated run (Algorithm 1 l. 4-15, Algorithm 2 l. 4-12).
+
+Each round is one step of the claim's event (users sampled without replacement, a Gaussian release;
+:func:`~privaudit.defenses.fedemb.defense.round_claim`), so the round is recorded in the columns of
+:class:`~privaudit.accountants.trace_record.TrainingTrace` that :func:`~privaudit.accountants.trace.check_trace`
+judges for the DP-SGD engine:
+
+* ``batch_size``: the users the round sampled (their index set also goes to the sampling recorder: per-user
+  inclusion counts, disjoint round pairs' overlaps, repeated rounds), ``units``: its virtual clients;
+* ``noise_std``: sigma x the round's clip, on the clipped sum; ``sensitivity``: 2 x the round's clip (one user's
+  replacement moves one client's clipped delta across the clip ball, :mod:`~privaudit.defenses.fedemb.aggregate`);
+  ``multiplier``: the round's event multiplier (the count query of adaptive clipping composed in);
+* as ran: ``noise_norm``, ``noise_digest`` and ``tensor_noise_digests`` of the noise drawn, ``unit_norm_max``
+  (the largest norm a clipped delta entered the sum with, in units of the configured clip: entered x clip_0 /
+  clip_t, so that under adaptive clipping the check against the trace's one clip is the check against each round's),
+  and ``normalizer`` (the number of clients the noised sum is divided by).
+
+What it cannot see: a release that scales the noise after drawing it (the canary users' released-noise checks
+measure the noise added); a round's neighbours replayed (not recorded for federated rounds).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from privaudit.accountants.trace_record import AS_RUN_FIELDS, STEP_FIELDS, TrainingTrace
+from privaudit.defenses.dp.as_run import SamplingRecorder
+
+
+class RoundTrace:
+    """Records every round of a federated run (module docstring) over ``num_users`` users at configured clip
+    ``clip``."""
+
+    def __init__(self, num_users: int, clip: float):
+        self.num_users, self.clip = int(num_users), float(clip)
+        self.sampling = SamplingRecorder(self.num_users)
+        self.columns: dict[str, list[Any]] = {k: [] for k in STEP_FIELDS + AS_RUN_FIELDS}
+        self.dim = 0
+
+    def record(self, users: Any, aggregate: Any, *, clip: float, sigma: float, event_z: float) -> None:
+        """One round: its sampled ``users`` (indices), its :class:`~privaudit.defenses.fedemb.aggregate.Aggregate`,
+        the round's ``clip``, the noise multiplier ``sigma`` on the clipped sum and the event's ``event_z``."""
+        self.sampling.observe(users)
+        entered = aggregate.entered_max
+        row = {"batch_size": int(users.numel()), "noise_std": sigma * clip, "sensitivity": 2.0 * clip,
+               "multiplier": event_z, "units": int(aggregate.norms.numel()), "noise_norm": aggregate.noise_norm,
+               "unit_norm_max": None if entered is None else entered * self.clip / clip,
+               "normalizer": float(aggregate.norms.numel()), "noise_digest": aggregate.noise_digest,
+               "tensor_noise_digests": aggregate.tensor_digests}
+        for k, v in row.items():
+            self.columns[k].append(v)
+        self.dim = int(aggregate.noised_numel)
+
+    def trace(self, users_per_round: int) -> TrainingTrace:
+        """The run's :class:`TrainingTrace` (unit ``user``, sampled without replacement)."""
+        return TrainingTrace(unit="user", sampler="without-replacement", population=self.num_users,
+                             sample_rate=users_per_round / self.num_users, batch_size_configured=int(users_per_round),
+                             dim=self.dim, clip=self.clip, columns=dict(self.columns),
+                             sampling=self.sampling.to_dict())
