@@ -17,9 +17,10 @@ A control is a DP defense with a planted bug of size ``control_factor`` (f > 1).
   is not accounted.
 
 The federated defenses (DP-FedEmb, DP-FedAvg) have a control too (:class:`FederatedControl`): each round's release
-adds N(0, (sigma gamma / f)^2) while the claim accounts sigma. They record no training trace, so ``claim`` and
-``noise`` plant the same bug there (only the white-box canary users' observations can see it); ``step`` and
-``steps`` are not offered.
+adds N(0, (sigma gamma / f)^2) while the claim accounts sigma. ``claim`` and ``noise`` plant the same bug there:
+the round's trace (:mod:`privaudit.defenses.fedemb.trace`) records the claimed std beside the norm of the noise
+drawn, so its noise-norm check sees it, as do the white-box canary users' observations; ``step`` and ``steps`` are
+not offered.
 
 It is never a defense: its label and the report say "control", and a suite marks it ``control = true`` so the
 gate *expects* it to fail and fails itself when it does not (a gate that cannot catch it has no power at the

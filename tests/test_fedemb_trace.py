@@ -71,3 +71,12 @@ def test_a_federated_cell_gets_the_trace_check_without_a_dp_sgd_step_audit(digit
     assert [m["field"] for m in record["trace"]["mismatches"]] == ["unit_norm"]
     assert [m.to_dict() for m in trace_findings(evidence)] == record["trace"]["mismatches"]
     assert torch.isfinite(torch.tensor(evidence["trace"]["noise_norm"])).all()
+
+
+def test_the_federated_control_is_seen_by_the_trace_noise_norm(digits):
+    """The federated positive control adds 1/f of the noise its claim accounts; its trace records the claimed std
+    and the noise drawn, so the noise-norm check names the rounds (before the trace, only the canary users saw it)."""
+    t = _fit(digits, "control-dp-fedemb", control_factor=1.5)
+    found = check_trace(t.claim, t.extras["trace"])
+    assert {m.field for m in found} == {"noise_norm"} and len(found) == 4, [m.message for m in found]
+    assert all(0.6 < m.observed / m.claimed < 0.73 for m in found), [m.message for m in found]  # 1 / 1.5

@@ -91,7 +91,7 @@ def clipped_sum(deltas: Params, clip_norm: float) -> tuple[Params, torch.Tensor,
     """The sum over clients of the clipped deltas (:func:`clip_deltas`), the pre-clipping norms (C,), and the largest
     norm a clipped delta has as it enters the sum (measured on the clipped deltas themselves)."""
     clipped, norms = clip_deltas(deltas, clip_norm)
-    entered = float(stacked_norms(clipped).max()) if len(norms) else 0.0
+    entered = float(stacked_norms(clipped).detach().max()) if len(norms) else 0.0
     return {name: d.sum(dim=0) for name, d in clipped.items()}, norms, entered
 
 
