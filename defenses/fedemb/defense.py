@@ -44,12 +44,13 @@ from privaudit.accountants.registry import epsilon as account
 from privaudit.core.datasets import MembershipData
 from privaudit.core.errors import ConfigError, check_positive, check_probability
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
+from privaudit.defenses.dp.as_run import replay_steps
 from privaudit.defenses.evaluation import embed, knn_accuracy, recall_at_far
 from privaudit.defenses.fedemb.aggregate import (adaptive_clip_update, clipped_sum, count_stddev_for,
                                                  delta_noise_multiplier, event_noise_multiplier, noised_mean,
                                                  noised_release, split_noise)
 from privaudit.defenses.fedemb.local import client_minibatches, local_train, stack_params
-from privaudit.defenses.fedemb.trace import RoundTrace
+from privaudit.defenses.fedemb.trace import RoundTrace, round_replay
 from privaudit.defenses.fedemb.users import RoundPlan, Users, partition_users, plan_round
 from privaudit.defenses.nn.model import ContrastiveModel, build_model
 from privaudit.defenses.nonprivate import train_contrastive
@@ -399,9 +400,14 @@ class _Federated(Defense):
         t0 = time.perf_counter()
         bar = tqdm(total=cfg.rounds, desc=self.name, disable=None if progress else True, leave=False)
         try:
+            to_replay = replay_steps(cfg.rounds) if recorder is not None else set()
             for t, plan in enumerate(self.round_plans(len(users), seed)):
+                states = {k: g.get_state() for k, g in gens.items()} if t in to_replay else None
                 aggregate, loss = self.run_round(encoder, head, plan, users, x, y, data.info.num_classes, clip,
                                                  noise.sigma, gens, canary=None if canaries is None else canaries(t))
+                if states is not None:
+                    recorder.replays.append(self.replayed_round(t, encoder, head, plan, users, x, y,
+                                                                data.info.num_classes, clip, noise.sigma, gens, states))
                 server.zero_grad(set_to_none=True)
                 for name, p in encoder.named_parameters():
                     p.grad = -aggregate.update[name]
@@ -422,6 +428,25 @@ class _Federated(Defense):
             bar.close()
         encoder.eval()
         return history
+
+    def replayed_round(self, t: int, encoder: nn.Module, head: nn.Parameter | None, plan: RoundPlan, users: Users,
+                       x: torch.Tensor, y: torch.Tensor, num_classes: int, clip: float, sigma: float,
+                       gens: dict[str, torch.Generator], states: dict[str, torch.Tensor]) -> dict:
+        """Round t's release replayed with one user replaced (:func:`.trace.round_replay`), from the generator
+        ``states`` it started with; the generators are left as the round left them."""
+        after = {k: g.get_state() for k, g in gens.items()}
+
+        def run(xs: torch.Tensor):
+            for k, g in gens.items():
+                g.set_state(states[k])
+            return self.run_round(encoder, head, plan, users, xs, y, num_classes, clip, sigma, gens)[0]
+
+        rows = users.examples[int(plan.clients[0][0])].to(x.device)
+        try:
+            return round_replay(t, run, x, rows, clip)
+        finally:
+            for k, g in gens.items():
+                g.set_state(after[k])
 
     def evaluate(self, model: ContrastiveModel, data: MembershipData, device) -> dict[str, float]:
         """Recall at FAR (Sec. 3.2) over all test pairs, identities = labels; k-NN accuracy (members -> test)."""

@@ -15,16 +15,25 @@ judges for the DP-SGD engine:
   clip_t, so that under adaptive clipping the check against the trace's one clip is the check against each round's),
   and ``normalizer`` (the number of clients the noised sum is divided by).
 
+Replayed neighbours (:func:`round_replay`, ``replays``): the first and the middle round are re-run with the same
+randomness (every generator restored, no canaries) on the members and on the members with one sampled user's examples
+replaced by their reflection through the data's range (the replace-one neighbour the claim covers); the two noised
+sums (the update times the clients) may differ by at most the round's sensitivity, twice its clip, up to float32
+rounding (:func:`~privaudit.defenses.dp.as_run.rounding_slack`). It sees any contribution of one user beyond one
+client's clipped delta, or a normaliser or noise that moves with the user's data.
+
 What it cannot see: a release that scales the noise after drawing it (the canary users' released-noise checks
-measure the noise added); a round's neighbours replayed (not recorded for federated rounds).
+measure the noise added).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
+
+import torch
 
 from privaudit.accountants.trace_record import AS_RUN_FIELDS, STEP_FIELDS, TrainingTrace
-from privaudit.defenses.dp.as_run import SamplingRecorder
+from privaudit.defenses.dp.as_run import SamplingRecorder, release_distance, rounding_slack
 
 
 class RoundTrace:
@@ -35,6 +44,7 @@ class RoundTrace:
         self.num_users, self.clip = int(num_users), float(clip)
         self.sampling = SamplingRecorder(self.num_users)
         self.columns: dict[str, list[Any]] = {k: [] for k in STEP_FIELDS + AS_RUN_FIELDS}
+        self.replays: list[dict[str, Any]] = []
         self.dim = 0
 
     def record(self, users: Any, aggregate: Any, *, clip: float, sigma: float, event_z: float) -> None:
@@ -56,4 +66,27 @@ class RoundTrace:
         return TrainingTrace(unit="user", sampler="without-replacement", population=self.num_users,
                              sample_rate=users_per_round / self.num_users, batch_size_configured=int(users_per_round),
                              dim=self.dim, clip=self.clip, columns=dict(self.columns),
-                             sampling=self.sampling.to_dict())
+                             sampling=self.sampling.to_dict(), replays=list(self.replays))
+
+
+def _noised_sum(aggregate: Any) -> torch.Tensor:
+    """The round's noised sum, flat (its update times the clients it was divided by)."""
+    return torch.cat([u.detach().reshape(-1) for u in aggregate.update.values()]).double() * aggregate.norms.numel()
+
+
+def round_replay(t: int, run: Callable[[torch.Tensor], Any], x: torch.Tensor, rows: torch.Tensor,
+                 clip: float) -> dict[str, Any]:
+    """Round ``t`` re-run by ``run(x) -> Aggregate`` (the round's own code, its randomness restored, no canaries) on
+    ``x`` and on ``x`` with the examples ``rows`` of one sampled user reflected through the data's range: the
+    replace-one record (module docstring), its distance at most 2 ``clip``."""
+    low, high = x.amin(0), x.amax(0)
+    base = run(x)
+    other = x.clone()
+    other[rows] = low + high - x[rows]
+    nb = run(other)
+    a, b = _noised_sum(base), _noised_sum(nb)
+    n, sensitivity = base.norms.numel(), 2.0 * clip
+    dist = release_distance(a, b)
+    slack = rounding_slack(float(a.norm() + b.norm()), n, 2 * n * clip)
+    return {"step": t + 1, "neighbour": "replace", "distance": dist, "sensitivity": sensitivity, "slack": slack,
+            "ratio": dist / sensitivity if sensitivity > 0 else float("inf"), "units": [n, nb.norms.numel()]}
