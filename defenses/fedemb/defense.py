@@ -406,8 +406,9 @@ class _Federated(Defense):
                 aggregate, loss = self.run_round(encoder, head, plan, users, x, y, data.info.num_classes, clip,
                                                  noise.sigma, gens, canary=None if canaries is None else canaries(t))
                 if states is not None:
-                    recorder.replays.append(self.replayed_round(t, encoder, head, plan, users, x, y,
-                                                                data.info.num_classes, clip, noise.sigma, gens, states))
+                    recorder.replays.append(self.replayed_round(
+                        t, encoder, head, plan, users, x, y, data.info.num_classes, clip, noise.sigma, gens, states,
+                        base=aggregate if canaries is None else None))
                 server.zero_grad(set_to_none=True)
                 for name, p in encoder.named_parameters():
                     p.grad = -aggregate.update[name]
@@ -431,9 +432,10 @@ class _Federated(Defense):
 
     def replayed_round(self, t: int, encoder: nn.Module, head: nn.Parameter | None, plan: RoundPlan, users: Users,
                        x: torch.Tensor, y: torch.Tensor, num_classes: int, clip: float, sigma: float,
-                       gens: dict[str, torch.Generator], states: dict[str, torch.Tensor]) -> dict:
+                       gens: dict[str, torch.Generator], states: dict[str, torch.Tensor], base=None) -> dict:
         """Round t's release replayed with one user replaced (:func:`.trace.round_replay`), from the generator
-        ``states`` it started with; the generators are left as the round left them."""
+        ``states`` it started with (``base``: the round as it ran, when it had no canaries); the generators are left
+        as the round left them."""
         after = {k: g.get_state() for k, g in gens.items()}
 
         def run(xs: torch.Tensor):
@@ -443,7 +445,7 @@ class _Federated(Defense):
 
         rows = users.examples[int(plan.clients[0][0])].to(x.device)
         try:
-            return round_replay(t, run, x, rows, clip)
+            return round_replay(t, run, x, rows, clip, base)
         finally:
             for k, g in gens.items():
                 g.set_state(after[k])

@@ -75,12 +75,13 @@ def _noised_sum(aggregate: Any) -> torch.Tensor:
 
 
 def round_replay(t: int, run: Callable[[torch.Tensor], Any], x: torch.Tensor, rows: torch.Tensor,
-                 clip: float) -> dict[str, Any]:
+                 clip: float, base: Any = None) -> dict[str, Any]:
     """Round ``t`` re-run by ``run(x) -> Aggregate`` (the round's own code, its randomness restored, no canaries) on
-    ``x`` and on ``x`` with the examples ``rows`` of one sampled user reflected through the data's range: the
-    replace-one record (module docstring), its distance at most 2 ``clip``."""
+    ``x`` (unless ``base``, the round as it ran, had no canaries) and on ``x`` with the examples ``rows`` of one
+    sampled user reflected through the data's range: the replace-one record (module docstring), its distance at
+    most 2 ``clip``."""
     low, high = x.amin(0), x.amax(0)
-    base = run(x)
+    base = run(x) if base is None else base
     other = x.clone()
     other[rows] = low + high - x[rows]
     nb = run(other)
