@@ -32,6 +32,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from privaudit.accountants.base import Accountant, NotApplicable, refuse
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.pld_buckets import optimistic_gaussian_pld
+from privaudit.accountants.pld_epsilon import epsilon_for_delta
 from privaudit.accountants.events import (ComposedDpEvent, DiscreteGaussianDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
                                 NoOpDpEvent, PoissonSampledDpEvent, SampledWithoutReplacementDpEvent,
                                 SelfComposedDpEvent, SingleEpochTreeAggregationDpEvent, SnappingDpEvent,
@@ -202,4 +203,4 @@ class PldAccountant(Accountant):
                         interval=self.value_discretization_interval)
         if pld is None:
             return 0.0
-        return max(0.0, float(pld.get_epsilon_for_delta(claim.delta)))
+        return max(0.0, float(epsilon_for_delta(pld, claim.delta)))

@@ -53,7 +53,6 @@ whose epsilon *is* a PLD / RDP account of that event, which is every DP-SGD-styl
 from __future__ import annotations
 
 import json
-import math
 from functools import lru_cache
 from typing import Any, Callable
 
@@ -63,6 +62,7 @@ from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEv
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_from_dict,
                                           event_to_dict)
 from privaudit.accountants.pld import build_pld
+from privaudit.accountants.pld_epsilon import epsilon_for_delta
 from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound, check_relation_unit
 from privaudit.attacks.bounds.fdp import fdp_recursion_rejects, one_sided_counts
 from privaudit.core.errors import ConfigError, check_probability
@@ -128,7 +128,7 @@ def _null_curve(event_key: str, relation: str, s: float) -> tuple[np.ndarray, np
 def _epsilon_optimistic(event_key: str, relation: str, s: float, delta: float, interval: float = EPS_INTERVAL) -> float:
     pld = build_pld(scale_noise(event_from_dict(json.loads(event_key)), s), relation, pessimistic=False,
                     interval=interval)
-    return max(0.0, float(pld.get_epsilon_for_delta(delta)))
+    return max(0.0, float(epsilon_for_delta(pld, delta)))
 
 
 def optimistic_epsilon(event: DpEvent, relation: str, delta: float, interval: float = EPS_INTERVAL) -> float:
