@@ -102,3 +102,13 @@ def test_a_replayed_round_refutes_skipped_clipping(digits):
     t = _fit(digits, plant="no-clip", clip_norm=0.01)
     found = [m for m in check_trace(t.claim, t.extras["trace"]) if m.field == "replay"]
     assert found and "replace neighbour's release differs by" in found[0].message, [m.message for m in found]
+
+
+def test_clients_in_chunks_record_the_same_trace(digits):
+    """Clients aggregated ``client_chunk`` at a time: the largest clipped norm is taken over every chunk, and the
+    noise drawn is the same draw (its digests equal)."""
+    whole, chunked = (_fit(digits, clients_per_round=5, client_chunk=c).extras["trace"] for c in (0, 2))
+    assert chunked["unit_norm_max"] == pytest.approx(whole["unit_norm_max"], rel=1e-5)
+    assert chunked["noise_digest"] == whole["noise_digest"] and chunked["units"] == whole["units"] == [5] * 4
+    assert [r["distance"] for r in chunked["replays"]] == pytest.approx([r["distance"] for r in whole["replays"]],
+                                                                         rel=1e-4, abs=1e-6)
