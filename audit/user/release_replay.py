@@ -130,7 +130,7 @@ def _combined(judged: dict[str, dict[str, Any] | str]) -> tuple[dict[str, Any], 
     if isinstance(judged["add"], str):
         return _not_judged(judged["add"], runs)
     record = {"judged": True, **judged["add"], "batch": judged["add"]["batch"] - 1, "runs": runs,
-              "neighbours": {k: v for k, v in judged.items()}}
+              "neighbours": dict(judged)}
     found = []
     for name, r in judged.items():
         if isinstance(r, str):

@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 
 from privaudit.core.errors import ConfigError
+from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
 
 Params = dict[str, torch.Tensor]
 
@@ -101,8 +102,6 @@ def noised_release(sums: Params, norms: torch.Tensor, clip_norm: float, noise_mu
                    entered: float | None = None) -> Aggregate:
     """:func:`noised_mean` from the clipped deltas' sum ``sums`` and the clients' norms (clients in chunks);
     ``entered``: the largest clipped norm that entered ``sums`` (:func:`clipped_sum`), kept on the aggregate."""
-    from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
-
     n_clients = norms.numel()
     std = noise_multiplier * clip_norm
     update, numel = {}, 0
