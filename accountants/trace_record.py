@@ -17,6 +17,10 @@ STEP_FIELDS = ("batch_size", "noise_std", "sensitivity", "multiplier", "units", 
 RUN_FIELDS = ("unit", "sampler", "population", "sample_rate", "batch_size_configured", "dim", "clip")
 #: Step columns of the code as it ran (:mod:`privaudit.accountants.as_run`); a trace saved before them lacks them.
 AS_RUN_FIELDS = ("unit_norm_max", "normalizer", "noise_digest", "tensor_noise_digests")
+#: Step columns only some runs record: the unit-norm check's own relative slack where larger than float32's (an
+#: Opacus recipe's ghost-clipped steps, :mod:`privaudit.defenses.opacus_ghost`).
+OPTIONAL_FIELDS = ("unit_norm_slack",)
+_STEP_COLUMNS = STEP_FIELDS + AS_RUN_FIELDS + OPTIONAL_FIELDS
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,7 @@ class TrainingTrace:
     replays: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
-        lengths = {k: len(self.columns[k]) for k in STEP_FIELDS + AS_RUN_FIELDS if k in self.columns}
+        lengths = {k: len(self.columns[k]) for k in _STEP_COLUMNS if k in self.columns}
         if len(set(lengths.values())) > 1 or any(k not in self.columns for k in STEP_FIELDS):
             raise ConfigError(f"trace: every step column needs one entry per step, got lengths {lengths}")
 
@@ -51,7 +55,8 @@ class TrainingTrace:
         return {k: self.columns[k][t] for k in STEP_FIELDS}
 
     def column(self, name: str) -> list[Any] | None:
-        """An as-run step column (:data:`AS_RUN_FIELDS`), or None where the run did not record it."""
+        """An as-run or optional step column (:data:`AS_RUN_FIELDS`, :data:`OPTIONAL_FIELDS`), or None where the run
+        did not record it."""
         return self.columns.get(name)
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,7 +72,7 @@ class TrainingTrace:
         missing = [k for k in RUN_FIELDS + STEP_FIELDS if k not in data]
         if missing:
             raise ConfigError(f"trace: missing field(s) {', '.join(missing)}")
-        columns = {k: list(data[k]) for k in STEP_FIELDS + AS_RUN_FIELDS if k in data}
+        columns = {k: list(data[k]) for k in _STEP_COLUMNS if k in data}
         return cls(**{k: data[k] for k in RUN_FIELDS}, columns=columns, sampling=data.get("sampling"),
                    replays=data.get("replays"))
 
@@ -78,7 +83,7 @@ class TrainingTrace:
         missing = [k for k in STEP_FIELDS if k not in history]
         if missing:
             raise ConfigError(f"trace: the training history has no {', '.join(missing)}")
-        return cls(**run, columns={k: list(history[k]) for k in STEP_FIELDS + AS_RUN_FIELDS if k in history})
+        return cls(**run, columns={k: list(history[k]) for k in _STEP_COLUMNS if k in history})
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,14 @@ from privaudit.defenses.dp.step import CanarySource, canaries_at
 PROBE_UNITS = 1
 
 
+def drawn_norm(step: int, clip: float, norm: float) -> float:
+    """A norm t C log-uniform on [C/2, max(4C, ``norm``)], drawn by a generator of the probe's own seeded by ``step``
+    (the user's random numbers are untouched)."""
+    gen = torch.Generator().manual_seed(step)
+    low, high = math.log(clip / 2), math.log(max(4 * clip, norm))
+    return math.exp(low + (high - low) * float(torch.rand((), generator=gen, dtype=torch.float64)))
+
+
 def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
     """The tensors flattened and concatenated (the optimizer's parameter order: the flat layout)."""
     return torch.cat([t.detach().reshape(-1) for t in tensors])
@@ -53,6 +61,7 @@ class StepRecord:
 
     units: int = 0
     unit_norm_max: float | None = None
+    unit_norm_slack: float | None = None  # the unit-norm check's relative slack, where larger than float32's
     clip: float = 0.0
     multiplier: float = 0.0
     noise_std: float = 0.0
@@ -112,10 +121,7 @@ class StepObserver:
         unit, norm = [r[top:top + 1].detach().clone() for r in rows], float(raw[top])
         if norm <= 0:
             return [unit]
-        c = float(self.opt.max_grad_norm)
-        gen = torch.Generator().manual_seed(self.step)
-        low, high = math.log(c / 2), math.log(max(4 * c, norm))
-        t = math.exp(low + (high - low) * float(torch.rand((), generator=gen, dtype=torch.float64)))
+        t = drawn_norm(self.step, float(self.opt.max_grad_norm), norm)
         return [[u * (t / norm) for u in unit]] + [unit] * (self.probe > 1)
 
     def noise(self, inner: Callable[[], Any]) -> Any:

@@ -37,6 +37,7 @@ from privaudit.accountants.trace_record import TrainingTrace
 from privaudit.defenses.declared_release import ACTIVE
 from privaudit.defenses.dp.as_run import SamplingRecorder
 from privaudit.defenses.dp.step import CanarySource
+from privaudit.defenses.opacus_ghost import GHOST_SLACK, GhostClip, ghost_classes, ghost_probe
 from privaudit.defenses.opacus_step import PROBE_UNITS, StepObserver, StepRecord
 
 SHIMMED = ("clip_and_accumulate", "add_noise", "scale_grad")
@@ -106,6 +107,8 @@ class OpacusWatch:
         self._declared: StepRecord | None = None  # the last declared release, until an accountant steps
         self._depth = 0
         self._undo: list[Callable[[], None]] = []
+        self.ghost: list[GhostClip] = []  # fast (ghost) clipping's backward passes since the last release
+        self._ghost_loss: list[Any] = []  # the DPTensorFastGradientClipping whose backward is running
 
     # -- patching --------------------------------------------------------------------------------------
     def __enter__(self) -> "OpacusWatch":
@@ -114,6 +117,7 @@ class OpacusWatch:
             self._patch_noise()
             self._patch_loader()
             self._patch_accountants()
+            self._patch_ghost()
         except BaseException:
             self._restore()
             raise
@@ -179,6 +183,36 @@ class OpacusWatch:
         for cls in _subclasses(IAccountant):
             if "step" in cls.__dict__:
                 self._set(cls, "step", self._accountant_step(cls.__dict__["step"]))
+
+    def _patch_ghost(self) -> None:
+        """Fast (ghost) clipping's backward and coefficients (:mod:`privaudit.defenses.opacus_ghost`)."""
+        tensor_cls, modules = ghost_classes()
+        if tensor_cls is None:
+            return
+        backward = tensor_cls.__dict__["backward"]
+
+        def run_backward(loss: Any, *args: Any, **kwargs: Any) -> Any:
+            self._ghost_loss.append(loss)
+            try:
+                return backward(loss, *args, **kwargs)
+            finally:
+                self._ghost_loss.pop()
+        self._set(tensor_cls, "backward", run_backward)
+        for cls in modules:
+            self._set(cls, "get_clipping_coef", self._clipping_coef(cls.__dict__["get_clipping_coef"]))
+
+    def _clipping_coef(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        def get_clipping_coef(module: Any, *args: Any, **kwargs: Any) -> Any:
+            coef = original(module, *args, **kwargs)
+            if self._ghost_loss and not args and not kwargs:
+                loss, self._ghost_loss[-1] = self._ghost_loss[-1], None  # probed once per backward
+                if loss is not None:
+                    clip = float(getattr(loss.optimizer, "max_grad_norm", module.max_grad_norm))
+                    seen = ghost_probe(module, loss.loss_per_sample, coef, original, clip,
+                                       1000 * len(self.steps) + len(self.ghost), list(loss.optimizer.params))
+                    self.ghost += [seen] if seen is not None else []
+            return coef
+        return get_clipping_coef
 
     # -- replaying ------------------------------------------------------------------------------------
     def _scripted_noise(self, drawn: torch.Tensor) -> torch.Tensor:
@@ -253,12 +287,21 @@ class OpacusWatch:
                 opt.__dict__.update(shadowed)
                 self._current, self._depth = None, 0
             if rec.noise_norm is not None:
+                self._ghost_clipped(rec)
                 self._released(rec, lambda: {
                     "expected_batch_size": getattr(opt, "expected_batch_size", None),
                     "loss_reduction": getattr(opt, "loss_reduction", None), "class": type(opt).__name__,
                     "tensors": [(self.names.get(id(p), f"param{j}"), int(p.numel())) for j, p in enumerate(opt.params)]})
             return released
         return pre_step
+
+    def _ghost_clipped(self, rec: StepRecord) -> None:
+        """Fold the fast-clipping backward passes since the last release into the release's clipping columns."""
+        if self.ghost:
+            rec.units += sum(g.units for g in self.ghost)
+            rec.unit_norm_max = max([g.unit_norm_max for g in self.ghost] + [rec.unit_norm_max or 0.0])
+            rec.unit_norm_slack = GHOST_SLACK
+            self.ghost = []
 
     def record_declared(self, rec: StepRecord, numels: list[int], rate: float) -> None:
         """A release a plain loop declared (:mod:`privaudit.defenses.declared_release`): its tensors take the model's
@@ -317,6 +360,8 @@ class OpacusWatch:
                 "noise_digest": [r.noise_digest for r in self.steps],
                 "tensor_noise_digests": [r.tensor_digests for r in self.steps]}
         cols["normalizer"] = _snap(cols["normalizer"])
+        if any(r.unit_norm_slack is not None for r in self.steps):
+            cols["unit_norm_slack"] = [r.unit_norm_slack for r in self.steps]
         clip = self.steps[0].clip if self.steps else 0.0
         return TrainingTrace(unit="example", sampler=kind, population=self.population, sample_rate=float(rate),
                              batch_size_configured=int(ebs or loader.get("batch_size") or 0), dim=self.dim,

@@ -167,6 +167,62 @@ def train_virtual_steps(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
+def _ghost_parts(model, x, y, seed):
+    """The honest recipe under Opacus' fast gradient (ghost) clipping: (the fast-clipping module, its DP optimizer,
+    the DP loss, the Poisson loader, the RDP accountant), at the recipe's fixed rate, normaliser and noise."""
+    from opacus.accountants import RDPAccountant
+    from opacus.data_loader import DPDataLoader
+    from opacus.grad_sample import GradSampleModuleFastGradientClipping
+    from opacus.optimizers import DPOptimizerFastGradientClipping
+    from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
+
+    torch.manual_seed(seed)
+    loader = DPDataLoader(TensorDataset(x, y), sample_rate=recipe.SAMPLE_RATE,
+                          generator=torch.Generator().manual_seed(seed))
+    private = GradSampleModuleFastGradientClipping(model, max_grad_norm=recipe.MAX_GRAD_NORM)
+    opt = DPOptimizerFastGradientClipping(torch.optim.SGD(private.parameters(), lr=recipe.LR),
+                                          noise_multiplier=recipe.noise_multiplier(),
+                                          max_grad_norm=recipe.MAX_GRAD_NORM, expected_batch_size=recipe.EXPECTED_BATCH)
+    accountant = RDPAccountant()
+    opt.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=recipe.SAMPLE_RATE))
+    criterion = DPLossFastGradientClipping(private, opt, torch.nn.CrossEntropyLoss())
+    return private, opt, criterion, loader, accountant
+
+
+def _ghost_fit(private, opt, criterion, loader) -> None:
+    for _ in range(recipe.EPOCHS):
+        for xb, yb in loader:
+            if len(xb):
+                opt.zero_grad()
+                criterion(private(xb), yb).backward()
+                opt.step()
+
+
+def train_ghost(model, x, y, *, seed):
+    """Not a bug: the honest recipe under fast gradient (ghost) clipping."""
+    private, opt, criterion, loader, acc = _ghost_parts(model, x, y, seed)
+    _ghost_fit(private, opt, criterion, loader)
+    return _finish(private, model, acc)
+
+
+def train_ghost_clip_mismatch(model, x, y, *, seed):
+    """Ghost clipping at twice the norm the noise is calibrated to: the module's clip norm is not the optimizer's
+    (the class of Opacus' PR #664, a clip norm fast clipping did not use)."""
+    private, opt, criterion, loader, acc = _ghost_parts(model, x, y, seed)
+    private.max_grad_norm = 2 * recipe.MAX_GRAD_NORM
+    _ghost_fit(private, opt, criterion, loader)
+    return _finish(private, model, acc)
+
+
+def train_ghost_norm_missing_layer(model, x, y, *, seed):
+    """Ghost clipping whose per-sample norms leave out the output bias: every norm is under-reported, so a unit the
+    code clips to C enters the sum above it."""
+    private, opt, criterion, loader, acc = _ghost_parts(model, x, y, seed)
+    private.trainable_parameters = private.trainable_parameters[:-1]
+    _ghost_fit(private, opt, criterion, loader)
+    return _finish(private, model, acc)
+
+
 def train_cuda(model, x, y, *, seed):
     """Not a bug: the honest recipe on a GPU (the model and every batch on CUDA; the loader draws on the CPU)."""
     model.cuda()

@@ -71,7 +71,9 @@ def test_honest_recipe_is_not_refuted(members, tmp_path):
 @pytest.mark.parametrize("plant, check", [("shortfall", "trace: noise_multiplier"), ("reused_noise", "trace: noise"),
                                           ("shuffled", "trace: sampler"), ("clip_mismatch", "trace: unit_norm"),
                                           ("missing_noise", "noise per tensor"), ("spared_clip", "trace: unit_norm"),
-                                          ("tensor_reused_noise", "trace: noise")])
+                                          ("tensor_reused_noise", "trace: noise"),
+                                          ("ghost_clip_mismatch", "trace: unit_norm"),
+                                          ("ghost_norm_missing_layer", "trace: unit_norm")])
 def test_each_planted_bug_is_refuted_naming_its_check(members, plant, check):
     a = audit(members, f"opacus_plants:train_{plant}")
     assert a.verdict.verdict == "refuted" and check in {f["check"] for f in a.findings}, a.findings
