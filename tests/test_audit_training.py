@@ -66,6 +66,11 @@ def test_honest_recipe_is_not_refuted(members, tmp_path):
     assert a.verdict.verdict == "not refuted" and not a.findings, a.findings
     assert a.canary["eps_lb_trajectory"] > 0 and a.canary["eps_lb_trajectory"] < a.claim.epsilon
     assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "trace.json").is_file()
+    from privaudit.audit.user.training_report import clipping_note, notes
+
+    assert "clipping as applied: observed on 14 of 14 releases; the largest clipped unit" in "\n".join(notes(a))
+    unseen = clipping_note({"unit_norm_max": [None, None], "clip": 1.0})
+    assert unseen.startswith("clipping as applied: not observed on any of the 2 releases"), unseen
 
 
 @pytest.mark.parametrize("plant, check", [("shortfall", "trace: noise_multiplier"), ("reused_noise", "trace: noise"),

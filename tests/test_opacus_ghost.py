@@ -94,8 +94,12 @@ def test_the_probe_measures_a_planted_ghost_clipping_bug_at_every_release(member
 
 
 def test_the_honest_recipe_under_ghost_clipping_is_not_refuted(members):
+    from privaudit.audit.user.training_report import notes
+
     a = audit_recipe("opacus_recipe:make_net", members, "opacus_plants:train_ghost")
     assert a.verdict.verdict == "not refuted" and not a.findings, a.findings
+    assert ("clipping as applied: observed on 14 of 14 releases (fast gradient clipping: through the code's "
+            "coefficients, relative slack 0.001)") in "\n".join(notes(a))
     assert a.release_replay["judged"] and 0.99 < a.release_replay["ratio"] <= 1.0 + 1e-5
 
 

@@ -18,6 +18,7 @@ def notes(audit: Any) -> list[str]:
                f"{_num(c['ceiling'])}; on a correct run the bound approaches {_num(c.get('eps_bound_at_claim'))} (the "
                f"optimistic PLD epsilon at the claim's noise; reached: {_num(c.get('ratio_to_bound_at_claim'))}); the "
                f"claim's epsilon by accountant: " + ", ".join(f"{k} {_num(v)}" for k, v in audit.claim.accountants.items()))
+    out.append(clipping_note(audit.trace))
     sizes = sorted(audit.sizes, key=int)
     out.append(f"neighbours: the recipe replayed (first releases) at sizes {sizes[0]}..{sizes[-1]}")
     r = getattr(audit, "release_replay", None) or {}
@@ -36,6 +37,20 @@ def notes(audit: Any) -> list[str]:
                    f"of the first releases {k['replays_s']:.3g} s, bounds and checks {k['analysis_s']:.3g} s); "
                    f"training alone {k['training_alone_s']:.3g} s")
     return out
+
+
+def clipping_note(trace: dict[str, Any]) -> str:
+    """How many releases the clipping was observed on (the trace's ``unit_norm_max``), how, and its largest value."""
+    norms = list(trace.get("unit_norm_max") or [])
+    seen = [float(v) for v in norms if v is not None]
+    if not seen:
+        return (f"clipping as applied: not observed on any of the {len(norms)} releases (no per-sample gradient, "
+                "fast-clipping coefficient or declared unit was seen): a clip above the claimed one shows only in "
+                "the first release's replay")
+    slack = max((float(s) for s in trace.get("unit_norm_slack") or [] if s is not None), default=None)
+    how = "" if slack is None else f" (fast gradient clipping: through the code's coefficients, relative slack {slack:g})"
+    return (f"clipping as applied: observed on {len(seen)} of {len(norms)} releases{how}; the largest clipped unit "
+            f"{max(seen):.7g}, the clip {float(trace['clip']):.7g}")
 
 
 def _num(v: float | None) -> str:
