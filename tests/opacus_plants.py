@@ -223,6 +223,28 @@ def train_ghost_norm_missing_layer(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
+def make_private_epoch(model, x, y, *, seed, mode):
+    """One epoch of ``PrivacyEngine.make_private`` at its defaults with ``grad_sample_mode=mode`` (hooks, functorch,
+    ew or ghost: ghost's criterion is the DP loss make_private returns); the engine's accountant."""
+    from opacus import PrivacyEngine
+
+    torch.manual_seed(seed)
+    engine = PrivacyEngine(accountant="rdp")
+    extra = {"criterion": torch.nn.CrossEntropyLoss()} if mode == "ghost" else {}
+    parts = engine.make_private(module=model, optimizer=torch.optim.SGD(model.parameters(), lr=recipe.LR),
+                                data_loader=DataLoader(TensorDataset(x, y), batch_size=recipe.EXPECTED_BATCH),
+                                noise_multiplier=1.0, max_grad_norm=recipe.MAX_GRAD_NORM, grad_sample_mode=mode,
+                                **extra)
+    private, opt, loader = parts[0], parts[1], parts[-1]
+    criterion = parts[2] if mode == "ghost" else torch.nn.CrossEntropyLoss()
+    for xb, yb in loader:
+        if len(xb):
+            opt.zero_grad()
+            criterion(private(xb), yb).backward()
+            opt.step()
+    return engine.accountant
+
+
 def train_cuda(model, x, y, *, seed):
     """Not a bug: the honest recipe on a GPU (the model and every batch on CUDA; the loader draws on the CPU)."""
     model.cuda()

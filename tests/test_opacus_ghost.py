@@ -93,6 +93,26 @@ def test_the_probe_measures_a_planted_ghost_clipping_bug_at_every_release(member
     assert all(low < v < high for v in norms), norms
 
 
+@pytest.mark.parametrize("mode", ["hooks", "functorch", "ew", "ghost"])
+def test_every_grad_sample_mode_of_make_private_has_its_clipping_observed(members, mode):
+    """make_private's per-sample modes (hooks, functorch, expanded weights) and fast clipping: every release counts its
+    units and measures a clipped unit between C/2 (the per-sample probe's drawn norm may lie below the clip) and the
+    clip, at the clip on most releases (the data's largest gradients are far above it)."""
+    import opacus_plants
+
+    from privaudit.defenses.opacus_watch import OpacusWatch
+
+    data = np.load(members)
+    x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
+    with OpacusWatch(len(x)) as watch:
+        opacus_plants.make_private_epoch(opacus_plants.make_net(), x, y, seed=0, mode=mode)
+    trace = watch.trace(1 / 14)
+    assert len(watch.steps) == 14 and trace.columns["units"] == trace.columns["batch_size"]
+    norms = trace.columns["unit_norm_max"]
+    assert all(0.5 - 1e-6 <= v <= 1.0 + 1e-5 for v in norms) and sum(v > 0.999 for v in norms) >= 7, norms
+    assert ("unit_norm_slack" in trace.columns) == (mode == "ghost")
+
+
 def test_the_honest_recipe_under_ghost_clipping_is_not_refuted(members):
     from privaudit.audit.user.training_report import notes
 
