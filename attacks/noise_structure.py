@@ -27,12 +27,18 @@ multiplier of the gradient release):
   listed as such); the canaries are placed so that every tensor holds some
   (:mod:`privaudit.attacks.canary_strata`).
 
-* **independence across coordinates** (``mode_n``, ``mode_ss``): each step's residuals summed over its m_t canary
-  coordinates. Under the claim s_t ~ N(0, m_t z_c^2), independent across steps, so
-  U = sum_t s_t^2 / (m_t z_c^2) ~ chi^2_T exactly; the upper tail rejects (p = P[chi^2_T >= U] < alpha). Noise with
-  a component shared by the coordinates (pairwise correlation rho, each coordinate's variance still z_c^2) makes
-  Var s_t = m_t z_c^2 (1 + (m_t - 1) rho): with m_t ~ 10^4 canaries a correlation of 10^-3 already multiplies U by
-  about 11. Such noise hides less along a unit's gradient than the claim states (its Mahalanobis sensitivity is
+* **independence across coordinates** (``mode_n``, ``mode_ss`` beside the pooled ``noise_n``, ``noise_ss``):
+  each step's residuals r_t (m_t canary coordinates) split into their sum's share, s_t^2 / m_t (the squared
+  projection on the unit vector 1 / sqrt(m_t)), and the rest, ||r_t||^2 - s_t^2 / m_t (the orthogonal complement,
+  m_t - 1 dimensions). For independent N(0, sigma^2) noise on every coordinate -- *any* sigma -- the two are
+  independent sigma^2 chi^2_1 and sigma^2 chi^2_{m_t - 1}, so over the T steps
+  F = (A / T) / (B / (N - T)), A = sum_t s_t^2 / m_t, B = sum_t (||r_t||^2 - s_t^2 / m_t), N = sum_t m_t, is
+  F(T, N - T) exactly; the upper tail rejects (p = P[F(T, N - T) >= F] < alpha). The test is scale-free: a release
+  that adds more noise than the claim (more private, not a violation) passes it, which a chi-square of A against the
+  claimed z_c would not (at 1.5 times the claimed std it rejects nearly every correct run: the shared test plants
+  that variant). Noise with a component shared by the coordinates (pairwise correlation rho) makes
+  Var s_t = m_t sigma^2 (1 + (m_t - 1) rho) and shrinks the rest by 1 - rho: with m_t ~ 10^4 canaries a correlation
+  of 10^-3 already multiplies F by about 11. Such noise hides less along a unit's gradient than the claim states (its Mahalanobis sensitivity is
   Delta / sqrt(1 - rho) for a Dirac unit). Noise repeated between tensors (each tensor's noise from one re-created
   generator) correlates only the canary coordinates at the same offset in two tensors, which U sees weakly; the
   trace's leading-noise digests see it exactly (:mod:`privaudit.accountants.as_run`). It cannot see correlation
@@ -60,16 +66,21 @@ COORDINATES = "noise independence across coordinates"
 
 def coordinate_check(counts: Mapping[str, Any], claimed_multiplier: float, *,
                      alpha: float = NOISE_ALPHA) -> dict[str, Any] | None:
-    """The coordinate test of the module docstring from ``mode_n`` and ``mode_ss``; None without them.
-    ``std_ratio`` is the steps' residual sums' measured std over sqrt(m_t) z_c (1 for independent coordinates)."""
+    """The coordinate test of the module docstring from ``mode_n``, ``mode_ss``, ``noise_n`` and ``noise_ss``; None
+    without them, unjudged when no step holds two residuals. ``std_ratio`` is sqrt(F): the steps' residual sums'
+    std over sqrt(m_t) times the coordinates' own std (1 for independent coordinates, whatever the noise level)."""
     check_noise_args(claimed_multiplier, alpha)
     n, ss = int(counts.get("mode_n") or 0), float(counts.get("mode_ss") or 0.0)
     if n < 1:
         return None
-    statistic = ss / float(claimed_multiplier) ** 2
-    p = float(stats.chi2.sf(statistic, n))
-    return {"n": n, "std_ratio": math.sqrt(statistic / n), "p": p, "alpha": alpha, "rejected": p < alpha,
-            "claimed_multiplier": float(claimed_multiplier)}
+    rest_n, rest_ss = int(counts.get("noise_n") or 0) - n, float(counts.get("noise_ss") or 0.0) - ss
+    if rest_n < 1 or not rest_ss > 0:
+        return {"unjudged": "no step holds two canary residuals: no spread within a step to scale the test by",
+                "rejected": False}
+    statistic = (ss / n) / (rest_ss / rest_n)
+    p = float(stats.f.sf(statistic, n, rest_n))
+    return {"n": n, "df_within": rest_n, "std_ratio": math.sqrt(statistic), "p": p, "alpha": alpha,
+            "rejected": p < alpha, "claimed_multiplier": float(claimed_multiplier)}
 
 
 def independence_check(counts: Mapping[str, Any], claimed_multiplier: float, *,
@@ -134,7 +145,7 @@ def describe_failures(structure: Mapping[str, Mapping[str, Any]]) -> list[tuple[
     if coordinates.get("rejected"):
         out.append((COORDINATES, f"{COORDINATES}: its canary residuals summed over each step's coordinates "
                                  f"({coordinates['n']} steps) have {coordinates['std_ratio']:.4g} times the std "
-                                 f"independent noise gives (chi-square upper tail p = {coordinates['p']:.3g}, level "
+                                 f"independent noise gives (F upper tail p = {coordinates['p']:.3g}, level "
                                  f"{coordinates['alpha']:g}): its release correlates its noise across coordinates"))
     tensors = structure.get("tensors") or {}
     rows = [(name, tensors["tensors"][name]) for name in tensors.get("rejected") or []]

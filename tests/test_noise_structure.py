@@ -200,19 +200,24 @@ def test_the_report_names_a_failing_check_and_tensor():
     assert "(correlated: FAIL)" in released_noise_text(common.released_noise[0])
 
 
-def test_coordinate_level_over_4000_seeds_and_a_lower_tail_variant_fails_the_same_check():
-    """Fresh N(0, z^2) residuals: the coordinate test (upper tail of sum_t s_t^2 / (m z^2) on T degrees of freedom)
-    rejects at most alpha of 4,000 runs; the unsound variant that forgets the 1/m scaling (each step's sum taken as
-    one residual of variance z^2) rejects nearly every run, caught by the same check. At 4,000 runs the check
-    rejects a test failing on 2 alpha of them with probability above 0.999."""
+@pytest.mark.parametrize("scale", [1.0, 1.5])
+def test_coordinate_level_over_4000_seeds_and_two_unsound_variants_fail_the_same_check(scale):
+    """Fresh N(0, (scale z)^2) residuals -- the claimed noise, and half as much again (more private: a correct
+    release): the coordinate test (the upper tail of F(T, N - T)) rejects at most alpha of 4,000 runs either way.
+    Two unsound variants are caught by the same check: forgetting the 1/m scaling (each step's sum taken as one
+    residual) rejects nearly every run; scaling by the claimed z instead of the measured spread (chi^2_T of
+    sum_t s_t^2 / (m z^2)) holds at the claimed noise but rejects nearly every run at 1.5 times it, refuting a correct
+    release. At 4,000 runs the check rejects a test failing on 2 alpha of them with probability above 0.999."""
     rng, seeds, steps, m, alpha = np.random.default_rng(8), 4000, 6, 40, 0.05
-    fails, unscaled = 0, 0
+    fails, unscaled, claimed = 0, 0, 0
     for _ in range(seeds):
-        c = counts_of(Z * rng.standard_normal((steps, m)))
+        c = counts_of(scale * Z * rng.standard_normal((steps, m)))
         fails += coordinate_check(c, Z, alpha=alpha)["rejected"]
         unscaled += stats.chi2.sf(c["mode_ss"] * m / Z ** 2, c["mode_n"]) < alpha
+        claimed += stats.chi2.sf(c["mode_ss"] / Z ** 2, c["mode_n"]) < alpha
     assert fails < critical(seeds, alpha) and fails > 100  # not vacuous: about 200 expected
     assert unscaled >= critical(seeds, alpha)
+    assert (claimed >= critical(seeds, alpha)) == (scale > 1), claimed
 
 
 def test_noise_shared_by_the_coordinates_is_caught_while_every_other_check_passes():
