@@ -57,11 +57,13 @@ def _exact_step(t: int, claimed: ClaimedStep | str, trace: TrainingTrace) -> lis
     if claimed.sampler not in ("none", trace.sampler):
         out.append(TraceMismatch(n, "sampler", claimed.sampler, trace.sampler,
                                  f"step {n}: sampled {trace.sampler}, the claim accounts {claimed.sampler}"))
-    z = min(float(row["multiplier"]), float(row["noise_std"]) / float(row["sensitivity"]))
+    gradient = float(row["noise_std"]) / float(row["sensitivity"])
+    z = min(float(row["multiplier"]), gradient)
     if z < claimed.multiplier * (1 - _REL_TOL):
+        how = (f"noise std {row['noise_std']:.6g} at sensitivity {row['sensitivity']:.6g}" if z == gradient else
+               f"its Gaussian releases composed; the gradient's alone {gradient:.6g}")
         out.append(TraceMismatch(n, "noise_multiplier", claimed.multiplier, z,
-                                 f"step {n}: noise multiplier {z:.6g} (noise std {row['noise_std']:.6g} at "
-                                 f"sensitivity {row['sensitivity']:.6g}) is below the claimed "
+                                 f"step {n}: noise multiplier {z:.6g} ({how}) is below the claimed "
                                  f"{claimed.multiplier:.6g}"))
     if claimed.sampler == "poisson" and trace.sample_rate > claimed.rate * (1 + _REL_TOL):
         out.append(TraceMismatch(n, "sample_rate", claimed.rate, trace.sample_rate,

@@ -16,7 +16,10 @@ as it ran:
   :mod:`privaudit.defenses.dp.step` (Dirac, norm at most the clip C the noise is calibrated to) are added to it,
   the method runs, and ``p.grad - summed`` is the noise it added (its norm; per tensor, whether any was added);
   the stds of Opacus' ``_generate_noise`` draws and a digest of the drawn noise come from the watch's
-  interception of that function; the observer gets the noisy sum less the data's clipped sum (canaries + noise);
+  interception of that function; the observer gets the noisy sum less the data's clipped sum (canaries + noise).
+  A draw whose reference is neither a parameter's clipped sum nor of a parameter's shape noises another query the
+  release answers (Opacus' AdaClipDPOptimizer: the count of unclipped units its clip update reads): it is kept out
+  of the gradient's noise std and digests and recorded (``other_queries``), not judged;
 * the normaliser (:meth:`StepObserver.scale`): what the release divided the noisy sum by, measured as
   ``<g, g> / <g, g'>`` from the gradient before (g) and after (g') the call.
 """
@@ -77,6 +80,7 @@ class StepRecord:
     release: torch.Tensor | None = None  # kept by a replay (``keep``): the released flat gradient, after scaling
     draws: list[torch.Tensor] | None = None  # kept by a replay: the noise tensors drawn, in order
     chunks: list[tuple[int, ...]] | None = None  # kept by a replay: the loader batches the release drew, in order
+    other_queries: list[dict[str, Any]] = field(default_factory=list)  # Gaussian draws not on the gradient: std, values
 
 
 class StepObserver:
@@ -86,6 +90,16 @@ class StepObserver:
                  probe: int = PROBE_UNITS, keep: bool = False):
         self.opt, self.step, self.canaries, self.rec, self.probe, self.keep = opt, step, canaries, record, probe, keep
         self.draws: list[tuple[float, torch.Tensor]] = []
+        self.gradient: list[bool] = []  # per draw: noise on the gradient (else another query the release answers)
+
+    def is_gradient(self, reference: Any) -> bool:
+        """Whether a ``_generate_noise`` draw noises the gradient: its reference is a parameter's clipped sum, or has
+        a parameter's shape (AdaClip's unclipped-unit count is a scalar: another query)."""
+        params = self.opt.params
+        if any(reference is p.summed_grad for p in params):
+            return True
+        shape = getattr(reference, "shape", None)
+        return bool(shape) and any(tuple(p.shape) == tuple(shape) for p in params)
 
     def clip(self, inner: Callable[[], Any]) -> Any:
         params = self.opt.params
@@ -135,30 +149,41 @@ class StepObserver:
         added = grads - (data if inserted is None else data + inserted[0])
         self.rec.noise_norm = float(added.double().norm())
         self.rec.silent_tensors = _silent(added, [p.numel() for p in params])
-        if self.draws:
-            self.rec.drawn_std = min(s for s, _ in self.draws)
-            drawn = torch.cat([d.reshape(-1) for _, d in self.draws])
+        grad = [d for d, g in zip(self.draws, self.gradient) if g]
+        if grad:
+            self.rec.drawn_std = min(s for s, _ in grad)
+            drawn = torch.cat([d.reshape(-1) for _, d in grad])
             self.rec.noise_digest = noise_digest(drawn)
-            self.rec.tensor_digests = tensor_noise_digests(drawn, [d.numel() for _, d in self.draws])
-            if self.keep:
-                self.rec.draws = [d for _, d in self.draws]
+            self.rec.tensor_digests = tensor_noise_digests(drawn, [d.numel() for _, d in grad])
+        if self.keep and self.draws:
+            self.rec.draws = [d for _, d in self.draws]
+        self.rec.other_queries = [{"std": s, "values": int(d.numel())} for (s, d), g in zip(self.draws, self.gradient)
+                                  if not g]
         if inserted is not None and inserted[1].observer is not None:
-            inserted[1].observer((grads - data) if getattr(inserted[1], "centred", False) else grads)
+            seen = (grads - data) if getattr(inserted[1], "centred", False) else grads
+            inserted[1].observer(seen if inserted[2] == 1.0 else seen / inserted[2])
         return out
 
     def _add_canaries(self, params: list[torch.nn.Parameter], data: torch.Tensor, bound: float):
-        """Add the step's canaries to ``p.summed_grad`` (before the noise); (their flat vector, the canaries)."""
+        """Add the step's canaries to ``p.summed_grad`` (before the noise); (their flat vector, the canaries, the
+        scale). Dirac canaries planned at norm C_1 (the first release's clip) enter a release whose clip is C_t at
+        norm C_t, the scale C_t / C_1, and the observer gets the release divided by it: in C_1's units the canaries are
+        as planned and the noise's std is the release's multiplier times C_1 at every step (an adaptive clip,
+        Opacus' AdaClipDPOptimizer, moves C_t; the scale is fixed before the step's noise is drawn)."""
         chosen = canaries_at(self.canaries, self.step)
         if chosen is None:
             return None
-        vec = chosen.total(data.numel(), bound, device=data.device, dtype=data.dtype)
+        planned = float(getattr(chosen, "norm", bound))
+        scale = bound / planned if 0 < planned != bound else 1.0
+        vec = chosen.total(data.numel(), planned if scale != 1.0 else bound, device=data.device, dtype=data.dtype)
+        vec = vec if scale == 1.0 else vec * scale
         start = 0
         for p in params:
             k = p.numel()
             p.summed_grad.add_(vec[start:start + k].view_as(p.summed_grad))
             start += k
         self.rec.canaries = int(chosen.include.sum())
-        return vec, chosen
+        return vec, chosen, scale
 
     def scale(self, inner: Callable[[], Any]) -> Any:
         before = flat([p.grad for p in self.opt.params]).double()

@@ -156,6 +156,7 @@ class OpacusWatch:
             if self._current is not None:
                 noise = self._scripted_noise(noise)
                 self._current.draws.append((float(std), noise.detach().clone()))
+                self._current.gradient.append(self._current.is_gradient(reference))
             return noise
 
         for name, module in list(sys.modules.items()):
@@ -355,7 +356,7 @@ class OpacusWatch:
                 "sensitivity": [r.clip for r in self.steps],
                 "multiplier": [r.multiplier for r in self.steps], "units": [r.units for r in self.steps],
                 "noise_norm": [r.noise_norm for r in self.steps],
-                "unit_norm_max": [r.unit_norm_max for r in self.steps],
+                "unit_norm_max": _in_units_of_first_clip(self.steps),
                 "normalizer": [r.normalizer for r in self.steps],
                 "noise_digest": [r.noise_digest for r in self.steps],
                 "tensor_noise_digests": [r.tensor_digests for r in self.steps]}
@@ -366,6 +367,14 @@ class OpacusWatch:
         return TrainingTrace(unit="example", sampler=kind, population=self.population, sample_rate=float(rate),
                              batch_size_configured=int(ebs or loader.get("batch_size") or 0), dim=self.dim,
                              clip=float(clip), columns=cols, sampling=sampling)
+
+
+def _in_units_of_first_clip(steps: list[StepRecord]) -> list[float | None]:
+    """Each release's largest clipped unit times C_1 / C_t: the trace's one clip is the first release's, and a
+    release whose clip moved (an adaptive clip) is checked against its own."""
+    first = steps[0].clip if steps else 0.0
+    return [None if r.unit_norm_max is None else (r.unit_norm_max if r.clip in (first, 0.0)
+                                                  else r.unit_norm_max * first / r.clip) for r in steps]
 
 
 def _snap(values: list[float | None]) -> list[float | None]:

@@ -223,6 +223,58 @@ def train_ghost_norm_missing_layer(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
+def _adaclip_parts(model, x, y, seed, target, clip=recipe.MAX_GRAD_NORM):
+    """The honest recipe with Opacus' adaptive clipping (AdaClipDPOptimizer, its clip moved towards the ``target``
+    quantile of the units' norms, from ``clip`` within [0.05, 10]) instead of a fixed clip."""
+    from opacus import GradSampleModule
+    from opacus.accountants import RDPAccountant
+    from opacus.data_loader import DPDataLoader
+    from opacus.optimizers import AdaClipDPOptimizer
+
+    torch.manual_seed(seed)
+    loader = DPDataLoader(TensorDataset(x, y), sample_rate=recipe.SAMPLE_RATE,
+                          generator=torch.Generator().manual_seed(seed))
+    private = GradSampleModule(model)
+    opt = AdaClipDPOptimizer(torch.optim.SGD(private.parameters(), lr=recipe.LR), noise_multiplier=1.0,
+                             max_grad_norm=clip, expected_batch_size=recipe.EXPECTED_BATCH,
+                             target_unclipped_quantile=target, clipbound_learning_rate=0.5, max_clipbound=10.0,
+                             min_clipbound=0.05, unclipped_num_std=recipe.EXPECTED_BATCH / 20)
+    accountant = RDPAccountant()
+    opt.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=recipe.SAMPLE_RATE))
+    return private, opt, loader, accountant
+
+
+def train_adaclip_growing(model, x, y, *, seed):
+    """Not a bug the audit judges: adaptive clipping whose clip grows (most units clipped, target quantile 0.9)."""
+    private, opt, loader, acc = _adaclip_parts(model, x, y, seed, 0.9)
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_adaclip_shrinking(model, x, y, *, seed):
+    """Not a bug the audit judges: adaptive clipping whose clip shrinks (from 8, above every unit, towards the target
+    quantile 0: clip every unit)."""
+    private, opt, loader, acc = _adaclip_parts(model, x, y, seed, 0.0, clip=8.0)
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_adaclip_clip_mismatch(model, x, y, *, seed):
+    """Adaptive clipping whose per-sample gradients are clipped at twice the moving clip the noise is calibrated to."""
+    private, opt, loader, acc = _adaclip_parts(model, x, y, seed, 0.9)
+    clip = opt.clip_and_accumulate
+
+    def loose() -> None:
+        opt.max_grad_norm *= 2
+        try:
+            clip()
+        finally:
+            opt.max_grad_norm /= 2
+    opt.clip_and_accumulate = loose
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
 def make_private_epoch(model, x, y, *, seed, mode):
     """One epoch of ``PrivacyEngine.make_private`` at its defaults with ``grad_sample_mode=mode`` (hooks, functorch,
     ew or ghost: ghost's criterion is the DP loss make_private returns); the engine's accountant."""

@@ -78,10 +78,29 @@ def test_honest_recipe_is_not_refuted(members, tmp_path):
                                           ("missing_noise", "noise per tensor"), ("spared_clip", "trace: unit_norm"),
                                           ("tensor_reused_noise", "trace: noise"),
                                           ("ghost_clip_mismatch", "trace: unit_norm"),
-                                          ("ghost_norm_missing_layer", "trace: unit_norm")])
+                                          ("ghost_norm_missing_layer", "trace: unit_norm"),
+                                          ("adaclip_clip_mismatch", "trace: unit_norm")])
 def test_each_planted_bug_is_refuted_naming_its_check(members, plant, check):
     a = audit(members, f"opacus_plants:train_{plant}")
     assert a.verdict.verdict == "refuted" and check in {f["check"] for f in a.findings}, a.findings
+
+
+@pytest.mark.parametrize("plant, moved", [("adaclip_growing", lambda first, last: last > 2 * first),
+                                          ("adaclip_shrinking", lambda first, last: last < first / 2)])
+def test_an_adaptive_clip_is_checked_release_by_release_and_its_count_query_is_said_not_judged(members, plant, moved):
+    """Opacus' AdaClipDPOptimizer: each release's clip moves. Its largest clipped unit is checked against its own clip
+    (in the first release's units), the canaries enter at each release's clip and are read in the first's units (no
+    false finding from the noise's scale following the clip), and the count of unclipped units it noises beside the
+    gradient is kept out of the gradient's noise and reported as not judged."""
+    from privaudit.audit.user.training_report import notes
+
+    a = audit(members, f"opacus_plants:train_{plant}")
+    clips = a.trace["sensitivity"]
+    assert a.verdict.verdict == "not refuted" and not a.findings, a.findings
+    assert moved(clips[0], clips[-1]), clips
+    assert all(v <= clips[0] * (1 + 1e-5) for v in a.trace["unit_norm_max"])
+    assert len(a.trace["other_queries"]) == len(clips) and {q["values"] for q in a.trace["other_queries"]} == {1}
+    assert any(n.startswith("other Gaussian queries: the releases also drew 14 noise values") for n in notes(a))
 
 
 def test_a_size_derived_normaliser_is_found_by_replay(members, monkeypatch):

@@ -126,7 +126,8 @@ def _trace_findings(claim: UserClaim, watch: Any) -> tuple[list[dict[str, Any]],
         found.append({"check": "noise per tensor", "step": None,
                       "message": f"no noise at all was added to tensor(s) {silent} in some release: a continuous "
                                  "Gaussian is never exactly zero (epsilon is infinite)"})
-    return found, trace.to_dict()
+    other = [q for r in watch.steps for q in r.other_queries]
+    return found, {**trace.to_dict(), **({"other_queries": other} if other else {})}
 
 
 def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembers: Any = None,

@@ -19,6 +19,7 @@ def notes(audit: Any) -> list[str]:
                f"optimistic PLD epsilon at the claim's noise; reached: {_num(c.get('ratio_to_bound_at_claim'))}); the "
                f"claim's epsilon by accountant: " + ", ".join(f"{k} {_num(v)}" for k, v in audit.claim.accountants.items()))
     out.append(clipping_note(audit.trace))
+    out += other_queries_note(audit.trace)
     sizes = sorted(audit.sizes, key=int)
     out.append(f"neighbours: the recipe replayed (first releases) at sizes {sizes[0]}..{sizes[-1]}")
     r = getattr(audit, "release_replay", None) or {}
@@ -51,6 +52,19 @@ def clipping_note(trace: dict[str, Any]) -> str:
     how = "" if slack is None else f" (fast gradient clipping: through the code's coefficients, relative slack {slack:g})"
     return (f"clipping as applied: observed on {len(seen)} of {len(norms)} releases{how}; the largest clipped unit "
             f"{max(seen):.7g}, the clip {float(trace['clip']):.7g}")
+
+
+def other_queries_note(trace: dict[str, Any]) -> list[str]:
+    """The Gaussian draws the releases made beside the gradient's noise (an adaptive clip's count): not judged."""
+    other = trace.get("other_queries") or []
+    if not other:
+        return []
+    stds = sorted({float(q["std"]) for q in other})
+    return [f"other Gaussian queries: the releases also drew {sum(int(q['values']) for q in other)} noise values "
+            f"beside the gradient's ({len(other)} draws, std {_num(stds[0])}" + (f" to {_num(stds[-1])}" if
+                                                                                len(stds) > 1 else "")
+            + "), for a query the release answers besides the gradient (Opacus' AdaClipDPOptimizer: its count of "
+            "unclipped units): not judged, the trace checks the gradient's noise against the claim"]
 
 
 def _num(v: float | None) -> str:
