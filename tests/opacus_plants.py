@@ -214,6 +214,21 @@ def train_ghost_clip_mismatch(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
+def train_ghost_late_clip_mismatch(model, x, y, *, seed):
+    """Ghost clipping whose module clip norm doubles after the first release (a schedule gone wrong): the first
+    release, the one the replay repeats, is correct."""
+    private, opt, criterion, loader, acc = _ghost_parts(model, x, y, seed)
+    step = opt.step
+
+    def loosen_after(*args, **kwargs):
+        out = step(*args, **kwargs)
+        private.max_grad_norm = 2 * recipe.MAX_GRAD_NORM
+        return out
+    opt.step = loosen_after
+    _ghost_fit(private, opt, criterion, loader)
+    return _finish(private, model, acc)
+
+
 def train_ghost_norm_missing_layer(model, x, y, *, seed):
     """Ghost clipping whose per-sample norms leave out the output bias: every norm is under-reported, so a unit the
     code clips to C enters the sum above it."""

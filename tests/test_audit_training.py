@@ -79,6 +79,7 @@ def test_honest_recipe_is_not_refuted(members, tmp_path):
                                           ("tensor_reused_noise", "trace: noise"),
                                           ("ghost_clip_mismatch", "trace: unit_norm"),
                                           ("ghost_norm_missing_layer", "trace: unit_norm"),
+                                          ("ghost_late_clip_mismatch", "trace: unit_norm"),
                                           ("adaclip_clip_mismatch", "trace: unit_norm")])
 def test_each_planted_bug_is_refuted_naming_its_check(members, plant, check):
     a = audit(members, f"opacus_plants:train_{plant}")
