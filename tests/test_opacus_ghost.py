@@ -47,13 +47,15 @@ def _watched(plant: str, members: Path):
     return watch
 
 
-def test_every_ghost_clipped_release_records_its_units_and_clipped_norm(members):
+@pytest.mark.parametrize("plant", ["ghost", "ghost_virtual_steps"])
+def test_every_ghost_clipped_release_records_its_units_and_clipped_norm(members, plant):
+    """One backward pass per release, or several (virtual steps): each release counts every unit its passes clipped."""
     from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 
     from privaudit.defenses.opacus_ghost import GHOST_SLACK
 
     backward = DPTensorFastGradientClipping.__dict__["backward"]
-    watch = _watched("ghost", members)
+    watch = _watched(plant, members)
     trace = watch.trace(1 / 14)
     assert len(watch.steps) == 14
     assert trace.columns["units"] == trace.columns["batch_size"] and min(trace.columns["units"]) > 0
