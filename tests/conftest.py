@@ -60,3 +60,24 @@ def tiny_run(tiny_suite, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("tiny-run")
     return run_suite(load_suite(tiny_suite), out=out, progress=False), out
+
+
+@pytest.fixture
+def members(tmp_path):
+    """An audit-training members file (half of the digits), written in the test's own directory."""
+    from training_audit_helpers import write_members
+
+    return write_members(tmp_path)
+
+
+@pytest.fixture
+def short_recipe(monkeypatch):
+    """The honest recipe (``examples/opacus_recipe.py``) at one epoch on one torch thread, its calibration redone."""
+    import opacus_recipe
+    import torch
+
+    torch.set_num_threads(1)
+    monkeypatch.setattr(opacus_recipe, "EPOCHS", 1)
+    opacus_recipe.noise_multiplier.cache_clear()
+    yield
+    opacus_recipe.noise_multiplier.cache_clear()

@@ -90,9 +90,8 @@ def train_shuffled(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
-def train_clip_mismatch(model, x, y, *, seed):
-    """Per-sample gradients clipped at twice the norm the noise is calibrated to."""
-    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+def _clip_at_twice(opt) -> None:
+    """The optimizer's per-sample clipping run at twice its ``max_grad_norm`` (the noise still calibrated to it)."""
     clip = opt.clip_and_accumulate
 
     def loose() -> None:
@@ -102,6 +101,12 @@ def train_clip_mismatch(model, x, y, *, seed):
         finally:
             opt.max_grad_norm /= 2
     opt.clip_and_accumulate = loose
+
+
+def train_clip_mismatch(model, x, y, *, seed):
+    """Per-sample gradients clipped at twice the norm the noise is calibrated to."""
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    _clip_at_twice(opt)
     recipe.fit(private, opt, loader)
     return _finish(private, model, acc)
 
@@ -288,15 +293,7 @@ def train_adaclip_shrinking(model, x, y, *, seed):
 def train_adaclip_clip_mismatch(model, x, y, *, seed):
     """Adaptive clipping whose per-sample gradients are clipped at twice the moving clip the noise is calibrated to."""
     private, opt, loader, acc = _adaclip_parts(model, x, y, seed, 0.9)
-    clip = opt.clip_and_accumulate
-
-    def loose() -> None:
-        opt.max_grad_norm *= 2
-        try:
-            clip()
-        finally:
-            opt.max_grad_norm /= 2
-    opt.clip_and_accumulate = loose
+    _clip_at_twice(opt)
     recipe.fit(private, opt, loader)
     return _finish(private, model, acc)
 

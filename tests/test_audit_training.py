@@ -16,23 +16,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from training_audit_helpers import audit_recipe, write_members  # noqa: E402
+from training_audit_helpers import audit_recipe  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _short_recipe(monkeypatch):
-    import opacus_recipe
-
-    torch.set_num_threads(1)
-    monkeypatch.setattr(opacus_recipe, "EPOCHS", 1)
-    opacus_recipe.noise_multiplier.cache_clear()
-    yield
-    opacus_recipe.noise_multiplier.cache_clear()
-
-
-@pytest.fixture
-def members(tmp_path) -> Path:
-    return write_members(tmp_path)
+pytestmark = pytest.mark.usefixtures("short_recipe")
 
 
 def audit(members: Path, train: str, **kw):

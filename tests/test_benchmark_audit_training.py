@@ -24,15 +24,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
-from training_audit_helpers import write_members  # noqa: E402
 
 # slow: a timing benchmark runs alone (pytest -m slow tests/test_benchmark_audit_training.py), about a minute
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture
-def members(tmp_path) -> Path:
-    return write_members(tmp_path)
 
 
 @pytest.mark.parametrize("hidden, most", [(128, None), (2048, 3.0)])

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "examples"))
 
-from training_audit_helpers import audit_recipe, write_members  # noqa: E402
+from training_audit_helpers import audit_recipe  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -31,10 +31,6 @@ def _short_loop(monkeypatch):
     yield
     plain_dp_loop.noise_multiplier.cache_clear()
 
-
-@pytest.fixture
-def members(tmp_path) -> Path:
-    return write_members(tmp_path)
 
 
 def audit(members: Path, train: str, **kw):

@@ -1,5 +1,6 @@
 """What the audit-training tests share: the members file they audit (half of the embedded digits, in the npz format
-``--members`` reads) and one audit call with the tests' fast settings."""
+``--members`` reads) and one audit call with the tests' fast settings; ``tests/conftest.py`` makes the first a
+fixture (``members``) beside the honest recipe shortened to one epoch (``short_recipe``)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,4 @@ def audit_recipe(factory: str, members: Path, train: str, **kw):
     from privaudit.audit.user.training_audit import audit_training
 
     return audit_training(factory, train, members=members, delta=1e-5, time_training=False, size_radius=1, **kw)
+
