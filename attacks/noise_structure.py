@@ -27,23 +27,23 @@ multiplier of the gradient release):
   listed as such); the canaries are placed so that every tensor holds some
   (:mod:`privaudit.attacks.canary_strata`).
 
-* **independence across coordinates** (``mode_n``, ``mode_ss`` beside the pooled ``noise_n``, ``noise_ss``):
-  each step's residuals r_t (m_t canary coordinates) split into their sum's share, s_t^2 / m_t (the squared
-  projection on the unit vector 1 / sqrt(m_t)), and the rest, ||r_t||^2 - s_t^2 / m_t (the orthogonal complement,
-  m_t - 1 dimensions). For independent N(0, sigma^2) noise on every coordinate -- *any* sigma -- the two are
-  independent sigma^2 chi^2_1 and sigma^2 chi^2_{m_t - 1}, so over the T steps
-  F = (A / T) / (B / (N - T)), A = sum_t s_t^2 / m_t, B = sum_t (||r_t||^2 - s_t^2 / m_t), N = sum_t m_t, is
-  F(T, N - T) exactly; the upper tail rejects (p = P[F(T, N - T) >= F] < alpha). The test is scale-free: a release
-  that adds more noise than the claim (more private, not a violation) passes it, which a chi-square of A against the
-  claimed z_c would not (at 1.5 times the claimed std it rejects nearly every correct run: the shared test plants
-  that variant). Noise with a component shared by the coordinates (pairwise correlation rho) makes
-  Var s_t = m_t sigma^2 (1 + (m_t - 1) rho) and shrinks the rest by 1 - rho: with m_t ~ 10^4 canaries a correlation
-  of 10^-3 already multiplies F by about 11. Such noise hides less along a unit's gradient than the claim states (its Mahalanobis sensitivity is
-  Delta / sqrt(1 - rho) for a Dirac unit). Noise repeated between tensors (each tensor's noise from one re-created
-  generator) correlates only the canary coordinates at the same offset in two tensors, which U sees weakly; the
-  trace's leading-noise digests see it exactly (:mod:`privaudit.accountants.as_run`). It cannot see correlation
-  that sums to zero over the canary coordinates (a contrast between two tensors), nor correlation confined to
-  coordinates without canaries.
+* **independence across coordinates** (``mode_n``, ``mode_ss`` beside the pooled ``noise_n``, ``noise_ss``): each
+  step's residuals r_t (m_t canary coordinates) split into their sum's share, s_t^2 / m_t (the squared projection on
+  the unit vector 1 / sqrt(m_t)), and the rest, ||r_t||^2 - s_t^2 / m_t (the orthogonal complement, m_t - 1
+  dimensions). For independent N(0, sigma^2) noise on every coordinate -- *any* sigma -- the two are independent
+  sigma^2 chi^2_1 and sigma^2 chi^2_{m_t - 1}, so over the T steps F = (A / T) / (B / (N - T)), A = sum_t s_t^2 / m_t,
+  B = sum_t (||r_t||^2 - s_t^2 / m_t), N = sum_t m_t, is F(T, N - T) exactly; the upper tail rejects (p = P[F(T, N -
+  T) >= F] < alpha). The test is scale-free: a release that adds more noise than the claim (more private, not a
+  violation) passes it, which a chi-square of A against the claimed z_c would not (at 1.5 times the claimed std its
+  statistic's mean is 2.25 T: it rejects correct runs far above its level, the more so the more steps; the shared test
+  plants that variant). Noise with a component shared by the coordinates (pairwise correlation rho) makes Var s_t =
+  m_t sigma^2 (1 + (m_t - 1) rho) and shrinks the rest by 1 - rho: with m_t ~ 10^4 canaries a correlation of 10^-3
+  already multiplies F by about 11. Such noise hides less along a unit's gradient than the claim states (its
+  Mahalanobis sensitivity is Delta / sqrt(1 - rho) for a Dirac unit). Noise repeated between tensors (each tensor's
+  noise from one re-created generator) correlates only the canary coordinates at the same offset in two tensors, which
+  F sees weakly; the trace's leading-noise digests see it exactly (:mod:`privaudit.accountants.as_run`). It cannot see
+  correlation that sums to zero over the canary coordinates (a contrast between two tensors), nor correlation confined
+  to coordinates without canaries.
 
 All three are exact under the claim's mechanism (fresh Gaussian noise on every coordinate and step) and read only the
 counts a run saves, so the gate recomputes them against the cell's own claim.

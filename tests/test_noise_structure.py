@@ -206,8 +206,8 @@ def test_coordinate_level_over_4000_seeds_and_two_unsound_variants_fail_the_same
     release): the coordinate test (the upper tail of F(T, N - T)) rejects at most alpha of 4,000 runs either way.
     Two unsound variants are caught by the same check: forgetting the 1/m scaling (each step's sum taken as one
     residual) rejects nearly every run; scaling by the claimed z instead of the measured spread (chi^2_T of
-    sum_t s_t^2 / (m z^2)) holds at the claimed noise but rejects nearly every run at 1.5 times it, refuting a correct
-    release. At 4,000 runs the check rejects a test failing on 2 alpha of them with probability above 0.999."""
+    sum_t s_t^2 / (m z^2)) holds at the claimed noise but rejects far more than alpha at 1.5 times it, refuting
+    correct releases. At 4,000 runs the check rejects a test failing on 2 alpha of them with probability above 0.999."""
     rng, seeds, steps, m, alpha = np.random.default_rng(8), 4000, 6, 40, 0.05
     fails, unscaled, claimed = 0, 0, 0
     for _ in range(seeds):

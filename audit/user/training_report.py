@@ -49,7 +49,8 @@ def clipping_note(trace: dict[str, Any]) -> str:
                 "fast-clipping coefficient or declared unit was seen): a clip above the claimed one shows only in "
                 "the first release's replay")
     slack = max((float(s) for s in trace.get("unit_norm_slack") or [] if s is not None), default=None)
-    how = "" if slack is None else f" (fast gradient clipping: through the code's coefficients, relative slack {slack:g})"
+    how = ("" if slack is None else
+           f" (fast gradient clipping: through the code's coefficients, relative slack {slack:g})")
     return (f"clipping as applied: observed on {len(seen)} of {len(norms)} releases{how}; the largest clipped unit "
             f"{max(seen):.7g}, the clip {float(trace['clip']):.7g}")
 
