@@ -207,10 +207,12 @@ class OpacusWatch:
             coef = original(module, *args, **kwargs)
             if self._ghost_loss and not args and not kwargs:
                 loss, self._ghost_loss[-1] = self._ghost_loss[-1], None  # probed once per backward
-                if loss is not None:
-                    clip = float(getattr(loss.optimizer, "max_grad_norm", module.max_grad_norm))
+                if loss is not None and getattr(loss, "loss_per_sample", None) is not None:
+                    opt = getattr(loss, "optimizer", None)  # the optimizer's clip and parameters, else the module's
+                    clip = float(getattr(opt, "max_grad_norm", module.max_grad_norm))
+                    released = list(getattr(opt, "params", None) or module.trainable_parameters)
                     seen = ghost_probe(module, loss.loss_per_sample, coef, original, clip,
-                                       1000 * len(self.steps) + len(self.ghost), list(loss.optimizer.params))
+                                       1000 * len(self.steps) + len(self.ghost), released)
                     self.ghost += [seen] if seen is not None else []
             return coef
         return get_clipping_coef
