@@ -5,24 +5,25 @@ returns a ``DPTensorFastGradientClipping`` whose ``backward`` runs a first backw
 compute each unit's gradient norm (``param._norm_sample``), asks the module for the clipping coefficients
 (``get_clipping_coef``: ``min(1, max_grad_norm / (norm + 1e-6))`` in Opacus 1.6), and runs a second backward pass of
 ``sum_i coef_i * loss_i``, so the optimizer's clipped sum is ``sum_i coef_i grad(loss_i)`` and its own
-``clip_and_accumulate`` does nothing. The per-sample probe of :mod:`privaudit.defenses.opacus_step` has nothing to
-run there, so :func:`patch_ghost` shadows, for the watch's lifetime, ``DPTensorFastGradientClipping.backward`` and
-every ``get_clipping_coef`` of Opacus' fast-clipping modules; when the coefficients are asked for inside a backward
-(the first pass's graph still held), :func:`ghost_probe` measures, with the module's hooks off:
+``clip_and_accumulate`` does nothing. The per-sample probe of :mod:`privaudit.defenses.opacus_step` has nothing to run
+there, so the watch (:meth:`privaudit.defenses.opacus_watch.OpacusWatch._patch_ghost`) shadows, for its lifetime,
+``DPTensorFastGradientClipping.backward`` and every ``get_clipping_coef`` of Opacus' fast-clipping modules; when the
+coefficients are asked for inside a backward (the first pass's graph still held), :func:`ghost_probe` measures, with
+the module's hooks off:
 
 * the unit the code reported as largest, as it ran: ``coef_top * ||grad(loss_top)||``, its true gradient (one
   ``torch.autograd.grad`` of its own loss) times the coefficient the code gave it, which sees a clip norm other than
   the optimizer's (the one the noise is calibrated to: Opacus' PR #664 class) and norms the code under-reports;
 * the same unit rescaled to a norm ``t C`` drawn as the per-sample probe draws it (:func:`drawn_norm`): every
-  parameter's reported norm scaled by ``t C / norm_top``, the code's own ``get_clipping_coef`` called on that one
-  row, times the rescaled true norm -- so a coefficient that spares mid-norm units, or norms computed wrong, show even
+  parameter's reported norm scaled by ``t C / norm_top``, the code's own ``get_clipping_coef`` called on that one row,
+  times the rescaled true norm -- so a coefficient that spares mid-norm units, or norms computed wrong, show even
   while every real unit is far above the clip.
 
-The larger is the step's ``unit_norm_max`` (in the optimizer's units: C is its ``max_grad_norm``), the units counted
-are the coefficients' rows; a release over several backward passes (virtual steps) takes the largest of them. What it
-cannot see: a second backward pass that does not use the coefficients it was given (the release replay of
-:mod:`privaudit.audit.user.release_replay` sees the released difference end to end), and units other than the top one.
-"""
+The larger of the two is the step's ``unit_norm_max`` (in the optimizer's units: C is its ``max_grad_norm``), the
+units counted are the coefficients' rows; a release over several backward passes (virtual steps) takes the largest of
+them. What it cannot see: a second backward pass that does not use the coefficients it was given (the release replay
+of :mod:`privaudit.audit.user.release_replay` sees the released difference end to end), and units other than the top
+one."""
 
 from __future__ import annotations
 
