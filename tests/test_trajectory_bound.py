@@ -99,6 +99,15 @@ def test_epsilon_is_the_claims_steps_at_the_measured_noise():
     assert trajectory_epsilon(math.inf, ev, "add-remove", DELTA) == math.inf
 
 
+def test_a_coarser_grid_reads_lower_and_close():
+    """A capped ceiling's coarse grid (audit-training) states "at least": it never reads above the bound's grid."""
+    ev = event(1 / 14, 210, 0.75)
+    fine, coarse = (trajectory_epsilon(3 / 0.75, ev, "add-remove", DELTA, coarsening=c) for c in (1.0, 10.0))
+    assert 0.99 * fine < coarse <= fine
+    with pytest.raises(ConfigError, match="coarsening: must be >= 1"):
+        trajectory_epsilon(1.0, ev, "add-remove", DELTA, coarsening=0.5)
+
+
 def test_gradient_event_and_step_multiplier():
     wor = SelfComposedDpEvent(SampledWithoutReplacementDpEvent(100, 10, GaussianDpEvent(0.7)), 5)
     assert gradient_event(wor, 2.0).event.event.noise_multiplier == 2.0
@@ -258,3 +267,20 @@ def test_the_conversion_reads_the_claims_epsilon_within_two_percent_from_below_a
     assert 0.98 * exact_above <= read <= exact_above
     if steps == 2000:
         assert optimistic_epsilon(event, "add-remove", 1e-5) < 0.7 * exact_above  # the coarse grid's loss
+
+
+def test_the_training_audits_ceiling_is_capped_on_the_coarse_grid():
+    """audit-training's ceiling: no error on any trial; above three times the claim's mu it is the cap's epsilon on the
+    coarse grid (stated as "at least"), below it the design's own most on the bound's grid."""
+    from privaudit.audit.user.training_canaries import CEILING_COARSENING, CEILING_MU_FACTOR, trajectory_ceiling
+
+    ev = event(1 / 14, 210, 0.75)
+    many = {"form": "two-sided", "n0": 500_000, "n1": 40_000}
+    ceiling, capped = trajectory_ceiling(many, ev, beta=BETA, delta=DELTA, multiplier=0.75)
+    assert capped and ceiling == trajectory_epsilon(CEILING_MU_FACTOR / 0.75, ev, "add-remove", DELTA,
+                                                    coarsening=CEILING_COARSENING)
+    few = {"form": "two-sided", "n0": 40, "n1": 4}
+    ceiling, capped = trajectory_ceiling(few, ev, beta=BETA, delta=DELTA, multiplier=0.75)
+    most = float(mu_lower(0, 40, 0, 4, beta=BETA))
+    assert not capped and most < CEILING_MU_FACTOR / 0.75
+    assert ceiling == trajectory_epsilon(most, ev, "add-remove", DELTA)

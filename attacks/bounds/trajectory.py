@@ -319,16 +319,19 @@ def conversion_interval(event: DpEvent) -> float:
     return min(EPS_INTERVAL, max(1e-5, 0.05 / composed_steps(event)))
 
 
-def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float) -> float:
+def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float, coarsening: float = 1.0) -> float:
     """eps_opt(E(1 / mu)) at ``delta``: the optimistic PLD epsilon of the claim's gradient release at multiplier
-    1 / mu, on the grid :func:`conversion_interval` (0 for mu = 0; inf for mu = inf)."""
+    1 / mu, on the grid :func:`conversion_interval` times ``coarsening`` (0 for mu = 0; inf for mu = inf). A coarser
+    grid reads lower, never higher than the exact epsilon: a figure stated as "at least" may take one."""
     from privaudit.attacks.bounds.mechanism import optimistic_epsilon
 
+    if coarsening < 1:
+        raise ConfigError(f"coarsening: must be >= 1 (a grid at least the bound's), got {coarsening!r}")
     if mu <= 0:
         return 0.0
     if not math.isfinite(mu):
         return math.inf
-    return optimistic_epsilon(gradient_event(event, 1.0 / mu), relation, delta, conversion_interval(event))
+    return optimistic_epsilon(gradient_event(event, 1.0 / mu), relation, delta, conversion_interval(event) * coarsening)
 
 
 def trajectory_epsilon_from_counts(counts: dict[str, Any], *, beta: float, delta: float, relation: str) -> float:
