@@ -26,6 +26,8 @@ PAGE = ROOT / "docs" / "trajectory-calibration.md"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from rendered_page import save_reference, write_or_check  # noqa: E402  (scripts/, beside this file)
+
 
 def measure(runs: list[str]) -> dict[str, Any]:
     """The calibration of the runs' cells with the suite and commit of the first run."""
@@ -101,15 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when the page is not the reference's render")
     args = parser.parse_args(argv)
     if args.measure:
-        REFERENCE.parent.mkdir(parents=True, exist_ok=True)
-        REFERENCE.write_text(json.dumps(measure(args.measure), indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    text = page(json.loads(REFERENCE.read_text(encoding="utf-8")))
-    if args.check:
-        same = PAGE.is_file() and PAGE.read_text(encoding="utf-8") == text
-        print("docs/trajectory-calibration.md is " + ("the reference's render" if same else "stale: run the script"))
-        return 0 if same else 1
-    PAGE.write_text(text, encoding="utf-8")
-    return 0
+        save_reference(REFERENCE, measure(args.measure))
+    return write_or_check(PAGE, page(json.loads(REFERENCE.read_text(encoding="utf-8"))), args.check)
 
 
 if __name__ == "__main__":

@@ -115,3 +115,15 @@ def test_the_page_is_the_references_render():
     moment = result["all"]["moment"]
     assert abs(moment["mean"]) * np.sqrt(moment["count"]) < 3 and 0.8 < moment["std"] < 1.2
     assert result["all"]["rejected"] <= 0.05 * result["all"]["cells"] + 3 * np.sqrt(0.05 * result["all"]["cells"])
+
+
+def test_a_stale_page_fails_the_check_and_nothing_is_written(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from rendered_page import write_or_check
+
+    page = tmp_path / "docs" / "p.md"
+    page.parent.mkdir()
+    assert write_or_check(page, "new\n", check=True) == 1 and not page.exists()
+    assert "docs/p.md is stale: run the script" in capsys.readouterr().out
+    assert write_or_check(page, "new\n", check=False) == 0 and page.read_text() == "new\n"
+    assert write_or_check(page, "new\n", check=True) == 0
