@@ -18,8 +18,11 @@ is not a sampled Gaussian) is itself a mismatch.
 Measured checks, each at level ``alpha`` in total (the chance that a correct run fails them):
 
 * *Noise.* The noise vector of a step is N(0, sigma^2 I_d), so ||noise||^2 / sigma^2 ~ chi^2_d. A step whose
-  realised norm lies in the lower alpha / (2 T) tail of that law did not add the noise it records (a
-  Bonferroni correction over the T steps).
+  realised norm lies in the lower alpha / (4 T) tail of that law did not add the noise it records (a
+  Bonferroni correction over the T steps; alpha / 4 in all).
+* *The noise's joint law within a step* (:mod:`privaudit.accountants.noise_law`, alpha / 4 in all): its |values|
+  repeated at a lag or in a group, its correlation at any lag within a tensor and between tensors of one size,
+  beyond what independent coordinates give.
 * *Sampling, as drawn* (:mod:`privaudit.accountants.as_run`, alpha / 2 in all): each step's drawn size and their
   total against Binomial(n, q), two-sided; the disjoint step pairs' overlaps and the units' inclusion counts against
   the claim's sampling; repeated batches.
@@ -39,6 +42,7 @@ from scipy import stats
 
 from privaudit.accountants.as_run import as_run_findings
 from privaudit.accountants.claim import PrivacyClaim
+from privaudit.accountants.noise_law import noise_law_findings
 from privaudit.accountants.trace_record import (RUN_FIELDS, STEP_FIELDS, ClaimedStep, TraceMismatch,  # noqa: F401
                                                 TrainingTrace, claimed_steps)
 
@@ -82,7 +86,8 @@ def _exact_step(t: int, claimed: ClaimedStep | str, trace: TrainingTrace) -> lis
 
 
 def _noise_checks(trace: TrainingTrace, alpha: float) -> list[TraceMismatch]:
-    """Each step's realised noise norm against chi^2_d at its recorded std (lower tail, alpha / (2 T))."""
+    """Each step's realised noise norm against chi^2_d at its recorded std (lower tail, ``alpha`` / (2 T): the trace's
+    alpha / (4 T))."""
     out, level = [], alpha / (2 * max(1, trace.steps))
     for t in range(trace.steps):
         row = trace.step(t)
@@ -111,4 +116,5 @@ def check_trace(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any], *,
                                  f"{len(claimed) + 1}-{trace.steps} are not accounted"))
     for t in range(min(trace.steps, len(claimed))):
         out += _exact_step(t, claimed[t], trace)
-    return out + _noise_checks(trace, alpha) + as_run_findings(trace, claimed, alpha / 2)
+    return (out + _noise_checks(trace, alpha / 2) + noise_law_findings(trace, alpha / 4)
+            + as_run_findings(trace, claimed, alpha / 2))

@@ -19,7 +19,10 @@ as Opacus' are (:mod:`privaudit.defenses.opacus_step`):
   against chi^2 at the declared std ``noise_multiplier * clip_norm``) and every tensor it left exactly unchanged;
   the canaries' observer gets the noisy sum less the data's clipped sum. The noise is measured as a float
   difference, not intercepted as drawn, so no digest is recorded: reused noise is seen by the canaries'
-  noise-independence check (:mod:`privaudit.attacks.noise_structure`), not by the trace's digest check.
+  noise-independence check (:mod:`privaudit.attacks.noise_structure`), not by the trace's digest check. Its joint
+  law within the release (:mod:`privaudit.defenses.dp.noise_law`: correlation at a lag within a tensor and between
+  tensors of one size) is recorded less the rounding of the addition; its repeated values are not (a difference's
+  values are not the ones drawn).
 
 Declared, not measured: ``noise_multiplier``, ``clip_norm`` and ``sample_rate`` (the claim the loop makes; the noise
 measured and the batches drawn are checked against them), ``normalizer`` (what the loop divides the noisy sum by
@@ -109,6 +112,7 @@ class DeclaredStep:
 
     def enter(self) -> None:
         self.data = _flat(self.tensors).clone()
+        self.base = self.data
         chosen = canaries_at(self.watch.canaries, len(self.watch.steps))
         if chosen is None:
             return
@@ -120,6 +124,7 @@ class DeclaredStep:
                 start += t.numel()
         self.rec.canaries = int(chosen.include.sum())
         self.inserted = (vec, chosen)
+        self.base = _flat(self.tensors).clone()
 
     def exit(self) -> None:
         from privaudit.defenses.opacus_step import _silent
@@ -128,6 +133,20 @@ class DeclaredStep:
         added = after - (self.data if self.inserted is None else self.data + self.inserted[0])
         self.rec.noise_norm = float(added.double().norm())
         self.rec.silent_tensors = _silent(added, [t.numel() for t in self.tensors])
+        self.rec.noise_law = self._law(after)
         if self.inserted is not None and self.inserted[1].observer is not None:
             self.inserted[1].observer(after - self.data)
         self.watch.record_declared(self.rec, [int(t.numel()) for t in self.tensors], self.rate)
+
+    def _law(self, after: torch.Tensor) -> dict | None:
+        """The noise's joint law (:mod:`privaudit.defenses.dp.noise_law`) on what the block added, in float64 from the
+        tensors before and after it: measured, not intercepted, so each tensor's rounding is bounded by eps times its
+        norm after the block (the addition rounded once or twice, eps = 2u of the tensors' dtype)."""
+        from privaudit.defenses.dp.noise_law import noise_law
+
+        eps = float(torch.finfo(after.dtype).eps)
+        rounding, start = [], 0
+        for t in self.tensors:
+            rounding.append(eps * float(after[start:start + t.numel()].double().norm()))
+            start += t.numel()
+        return noise_law(after.double() - self.base.double(), [t.shape for t in self.tensors], rounding)
