@@ -126,7 +126,8 @@ def step_p_values(record: Mapping[str, Any]) -> dict[str, float]:
     """Each test's p (an upper bound under the claim) from one step's ``noise_law`` record; tests it cannot run are
     left out."""
     out, slack = {}, float(record.get("slack") or 0.0)
-    rep, n = record.get("repeat"), int(record.get("read") or 0)
+    rep = record.get("repeat")
+    n = int((rep or {}).get("n") or record.get("read") or 0)
     if rep and record.get("bits"):
         q = value_mass_bound(int(record["bits"]))
         out["repeat"] = repeat_lag_p(int(rep["count"]), n, q)
@@ -148,9 +149,9 @@ def describe(test: str, record: Mapping[str, Any], p: float, level: float, step:
         rep, fmt = record["repeat"], f"a {record['bits']}-bit significand"
         where = rep.get("tensors") or []
         first = f" (the first in tensors {where[0]} and {where[1]})" if len(where) == 2 else ""
-        what = (f"its |values| repeat exactly at lag {rep['lag']} on {rep['count']} of {record['read']} coordinates"
-                f"{first}"
-                if test == "repeat" else f"one |value| is drawn {rep['largest']} times in {record['read']} coordinates")
+        n = rep.get("n") or record["read"]
+        what = (f"its |values| repeat exactly at lag {rep['lag']} on {rep['count']} of {n} coordinates{first}"
+                if test == "repeat" else f"one |value| is drawn {rep['largest']} times in {n} coordinates")
         return (f"step {step}: the noise is not drawn independently across coordinates: {what}, which continuous "
                 f"noise rounded to {fmt} does not do {how}: one draw serves several parts of the gradient (a copy, "
                 "a sign-flipped copy, a tile or a broadcast), and their difference carries no noise (epsilon is "

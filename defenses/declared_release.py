@@ -139,14 +139,7 @@ class DeclaredStep:
         self.watch.record_declared(self.rec, [int(t.numel()) for t in self.tensors], self.rate)
 
     def _law(self, after: torch.Tensor) -> dict | None:
-        """The noise's joint law (:mod:`privaudit.defenses.dp.noise_law`) on what the block added, in float64 from the
-        tensors before and after it: measured, not intercepted, so each tensor's rounding is bounded by eps times its
-        norm after the block (the addition rounded once or twice, eps = 2u of the tensors' dtype)."""
-        from privaudit.defenses.dp.noise_law import noise_law
+        """The noise's joint law on what the block added (:func:`~privaudit.defenses.dp.noise_law.released_law`)."""
+        from privaudit.defenses.dp.noise_law import released_law
 
-        eps = float(torch.finfo(after.dtype).eps)
-        rounding, start = [], 0
-        for t in self.tensors:
-            rounding.append(eps * float(after[start:start + t.numel()].double().norm()))
-            start += t.numel()
-        return noise_law(after.double() - self.base.double(), [t.shape for t in self.tensors], rounding)
+        return released_law(after, self.base, [t.shape for t in self.tensors])

@@ -15,9 +15,10 @@ as it ran:
 * noise (:meth:`StepObserver.noise`): the data's clipped sum is read, the canaries of the hook of
   :mod:`privaudit.defenses.dp.step` (Dirac, norm at most the clip C the noise is calibrated to) are added to it,
   the method runs, and ``p.grad - summed`` is the noise it added (its norm; per tensor, whether any was added);
-  the stds of Opacus' ``_generate_noise`` draws, a digest of the drawn noise and its joint law within the release
-  (:mod:`privaudit.defenses.dp.noise_law`) come from the watch's interception of that function; the observer
-  gets the noisy sum less the data's clipped sum (canaries + noise).
+  the stds of Opacus' ``_generate_noise`` draws and a digest of the drawn noise come from the watch's
+  interception of that function; the noise's joint law within the release (:mod:`privaudit.defenses.dp.noise_law`:
+  its correlations on what was added, its repeated values on what was drawn); the observer gets the noisy sum less
+  the data's clipped sum (canaries + noise).
   A draw whose reference is neither a parameter's clipped sum nor of a parameter's shape noises another query the
   release answers (Opacus' AdaClipDPOptimizer: the count of unclipped units its clip update reads): it is kept out
   of the gradient's noise std and digests and recorded (``other_queries``), not judged;
@@ -34,7 +35,7 @@ from typing import Any, Callable
 import torch
 
 from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
-from privaudit.defenses.dp.noise_law import noise_law
+from privaudit.defenses.dp.noise_law import released_law
 from privaudit.defenses.dp.step import CanarySource, canaries_at
 
 #: Units per step whose clipping is replayed alone: the step's unit of largest raw norm rescaled to a norm t C drawn
@@ -147,6 +148,7 @@ class StepObserver:
         self.rec.clip, self.rec.multiplier, self.rec.noise_std = c, z, z * c
         data = flat([p.summed_grad for p in params]).clone()
         inserted = self._add_canaries(params, data, c)
+        base = data if inserted is None else flat([p.summed_grad for p in params]).clone()
         out = inner()
         grads = flat([p.grad for p in params])
         added = grads - (data if inserted is None else data + inserted[0])
@@ -158,7 +160,7 @@ class StepObserver:
             drawn = torch.cat([d.reshape(-1) for _, d in grad])
             self.rec.noise_digest = noise_digest(drawn)
             self.rec.tensor_digests = tensor_noise_digests(drawn, [d.numel() for _, d in grad])
-            self.rec.noise_law = noise_law(drawn, [d.shape for _, d in grad])
+        self.rec.noise_law = released_law(grads, base, [p.shape for p in params], [d for _, d in grad])
         if self.keep and self.draws:
             self.rec.draws = [d for _, d in self.draws]
         self.rec.other_queries = [{"std": s, "values": int(d.numel())} for (s, d), g in zip(self.draws, self.gradient)

@@ -179,18 +179,18 @@ def _repeat_entries(flat: torch.Tensor, numels: Sequence[int]) -> list[dict[str,
     return out
 
 
-def laws(noise: torch.Tensor, shapes: Sequence[Sequence[int]],
-         rounding: torch.Tensor | None = None) -> list[dict[str, Any]]:
+def laws(noise: torch.Tensor, shapes: Sequence[Sequence[int]], rounding: torch.Tensor | None = None, *,
+         correlations: bool = True) -> list[dict[str, Any]]:
     """The records of B steps' noise (B, n), every tensor of ``shapes`` read (no window; :func:`noise_law` for one
     step). ``rounding`` (B, L): for noise measured as a difference, each tensor's rounding bound (module docstring);
-    then no repeat test."""
+    then no repeat test. ``correlations=False``: the repeat test alone."""
     numels = [int(math.prod(s)) for s in shapes]
     b = noise.shape[0]
     parts = list(torch.split(noise, numels, dim=1))
     eps = torch.zeros(b, len(numels), dtype=torch.float64) if rounding is None else rounding.double()
     norms = torch.stack([p.double().norm(dim=1) for p in parts], dim=1).cpu()
-    lags = _lag_entries(parts, torch.nan_to_num(4 * eps / norms).to(noise.device))
-    pairs = _pair_entries(parts, eps.to(noise.device))
+    lags = _lag_entries(parts, torch.nan_to_num(4 * eps / norms).to(noise.device)) if correlations else None
+    pairs = _pair_entries(parts, eps.to(noise.device)) if correlations else None
     repeats = _repeat_entries(noise, numels) if rounding is None else None
     out = []
     for row in range(b):
@@ -214,13 +214,14 @@ def _renumbered(record: dict[str, Any], read: list[tuple[int, int]], dim: int) -
     return record
 
 
-def noise_law(noise: torch.Tensor, shapes: Sequence[Sequence[int]],
-              rounding: Sequence[float] | None = None) -> dict[str, Any] | None:
+def noise_law(noise: torch.Tensor, shapes: Sequence[Sequence[int]], rounding: Sequence[float] | None = None, *,
+              correlations: bool = True) -> dict[str, Any] | None:
     """The record of one step's noise (module docstring); None when it is all 0 (no noise drawn).
 
     ``noise``: the step's noise as drawn, flat in the layout of ``shapes``. ``rounding``: for noise *measured* as a
     difference (a declared release), a bound on the norm of the rounding in each tensor's noise: the correlations are
-    then tested less a slack of 4 rounding / norm, and no repeat test is run (``bits`` None)."""
+    then tested less a slack of 4 rounding / norm, and no repeat test is run (``bits`` None). ``correlations=False``:
+    the repeat test alone."""
     flat = noise.detach().reshape(-1)
     if flat.numel() == 0 or not bool(flat.any()):
         return None
@@ -229,11 +230,31 @@ def noise_law(noise: torch.Tensor, shapes: Sequence[Sequence[int]],
         raise ValueError(f"noise_law: {flat.numel()} noise values for tensors of {sum(numels)} coordinates")
     if sum(numels) <= MAX_READ:
         eps = None if rounding is None else torch.tensor([list(rounding)], dtype=torch.float64)
-        return laws(flat[None], shapes, eps)[0]
+        return laws(flat[None], shapes, eps, correlations=correlations)[0]
     offsets = [0] + torch.tensor(numels).cumsum(0).tolist()
     key = int(flat[:1].abs().contiguous().view(_INT[flat.dtype]).item())
     read = window(numels, key % len(numels))
     part = torch.cat([flat[offsets[j]:offsets[j] + k] for j, k in read])
     eps = None if rounding is None else torch.tensor([[float(rounding[j]) for j, _ in read]], dtype=torch.float64)
     shapes_read = [tuple(shapes[j]) if k == numels[j] else (k,) for j, k in read]
-    return _renumbered(laws(part[None], shapes_read, eps)[0], read, flat.numel())
+    return _renumbered(laws(part[None], shapes_read, eps, correlations=correlations)[0], read, flat.numel())
+
+
+def released_law(after: torch.Tensor, base: torch.Tensor, shapes: Sequence[Sequence[int]],
+                 draws: Sequence[torch.Tensor] | None = None) -> dict[str, Any] | None:
+    """The record of noise a release *added*, measured as ``after - base`` (the released tensors, flat, after the noise
+    and before it) in float64: the correlation tests less the addition's rounding (each tensor's bounded by eps, 2u
+    of its dtype, times its norm after: the addition rounded once or twice); with the noise ``draws`` the code drew
+    (intercepted as drawn), their repeat test, whose values are the drawn ones (``repeat``'s ``n``: the values
+    drawn)."""
+    eps, rounding, start = float(torch.finfo(after.dtype).eps), [], 0
+    for shape in shapes:
+        k = int(math.prod(shape))
+        rounding.append(eps * float(after[start:start + k].double().norm()))
+        start += k
+    law = noise_law(after.double() - base.double(), shapes, rounding)
+    drawn = None if law is None or not draws else noise_law(torch.cat([d.reshape(-1) for d in draws]),
+                                                            [d.shape for d in draws], correlations=False)
+    if drawn is not None:
+        law["bits"], law["repeat"] = drawn["bits"], {**drawn["repeat"], "n": drawn["read"]}
+    return law
