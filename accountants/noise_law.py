@@ -3,7 +3,7 @@ tensors of one size. The tests behind :func:`privaudit.accountants.trace.check_t
 read from the step column ``noise_law`` (recorded from the noise as drawn by :mod:`privaudit.defenses.dp.noise_law`).
 
 Why. Every other check reads the noise one coordinate, one tensor's variance or one step at a time: noise whose
-coordinates repeat (one Gaussian draw serving two halves of the gradient, a row broadcast over a matrix's columns,
+coordinates repeat (one Gaussian draw serving two halves of the gradient, a row broadcast over a matrix's rows,
 a small draw tiled, the same seed for two tensors of one size, a sign-flipped copy) has every coordinate N(0, s^2)
 and every step fresh, yet the difference (or sum) of the two parts carries no noise: epsilon is infinite.
 
@@ -18,7 +18,7 @@ scale-free, so more noise than claimed passes them). Four tests on each step, ea
   equal in magnitude with probability at most 4 x 2^-24, stay below it). k pairs at one lag form a forest (every
   edge joins i to i + L), so all k repeat with probability at most q^k, and by the hockey-stick identity
   P[some lag holds k or more] <= sum_L C(n - L, k) q^k = C(n, k + 1) q^k (:func:`repeat_lag_p`): a birthday bound
-  at a lag. Exact copies are caught from a handful of pairs (float32, n = 3 x 10^4: five), whatever their share.
+  at a lag. An exact copy is caught from a handful of pairs, whatever its share of the noise.
 * **The largest repeat** (``largest``: the most coordinates sharing one |value|): P[some g coordinates share one]
   <= C(n, g) q^(g - 1) (:func:`multiplicity_p`): a draw broadcast or tiled, or a generator of few values.
 * **Correlation at a lag within a tensor** (``lag``: the tensor and lag L of the most extreme rho_L = sum_i x_i
@@ -41,16 +41,19 @@ tested (eps_j bounding the rounding's norm in tensor j: 4 eps_j / |x_j| for rho_
 and |x / |x| - n / |n|| <= 2 |x - n| / |x|; 2 eps_a / |x_a| + 2 eps_b / |x_b| for the cosine); its values are not
 the drawn ones, so the repeat tests are not run on it (``bits`` is None).
 
-Level. Each test at alpha / (4 T) on each of the T steps (the trace's noise share, :mod:`privaudit.accountants.trace`):
-a correct run fails one with probability at most alpha. Steps whose noise std is 0 are skipped (no noise to judge).
+Level. Each of the four tests at alpha / (4 T) on each of the T steps (alpha: the share of the trace's level
+:mod:`privaudit.accountants.trace` gives them, a quarter): a correct run fails one with probability at most alpha.
+Steps whose noise std is 0 are skipped (no noise to judge).
 
 What it cannot see: dependence through a nonlinear map or a permutation (a copy reordered otherwise than by a fixed
 offset: its correlation is at no lag and no |value| repeats at one lag, though the largest repeat may); correlation
 between tensors of different sizes, or of one size at a lag other than 0 unless exact; dependence across steps (the
 trace's digests see exact reuse at any two steps, the canaries' step-pair test correlation between consecutive
 disjoint steps, :mod:`privaudit.attacks.noise_structure`); a window it does not read (steps above
-:data:`~privaudit.defenses.dp.noise_law.MAX_READ` coordinates read a rotating window of tensors); repeats in noise of
-few significand bits (float16: q = 2^-8, so it takes long copies) and in measured noise.
+:data:`~privaudit.defenses.dp.noise_law.MAX_READ` coordinates read a rotating window of tensors); the noise of a
+release other than the gradient's (DPCL's similarity matrix and statistics); repeats in noise of few significand bits
+(float16: q = 2^-8, so it takes long copies) and in measured noise (a declared release's; an Opacus watch tests the
+repeats of the draws it intercepts, the correlations of what was added).
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """The catalogue's planted bugs (tests/bug_plants.py) through DP-GCL's real training code, read by the trace's
 as-run checks (:mod:`privaudit.accountants.as_run`): every bug the trace can see is found, naming its check, and the
 correct run has no finding. The noise bugs only the canaries can see (no noise on the biases, a shortfall no
-record shows) are planted in tests/test_noise_plants.py and measured by ``privaudit gate-power --bugs``."""
+record shows) are planted in tests/test_noise_plants.py and measured by ``privaudit gate-power --bugs``; of the
+dependent-noise class (seen by the trace's ``noise_law`` tests) one variant runs here; the dependences it and the
+others plant are tested on simulated draws in tests/test_noise_law.py."""
 
 import pytest
 
@@ -14,7 +16,7 @@ PARAMS = {"epochs": 2, "batch_size": 128}
 #: The trace's field that names each bug the trace can see.
 SEEN_BY = {"shuffled": "sampling", "rate-1.5x": "batch_size", "clip-2x": "unit_norm", "no-clip": "unit_norm",
            "reused-noise": "noise", "tensor-reused-noise": "noise", "unnoised-biases": "noise", "batch-normaliser": "normalizer",
-           "half-steps": "steps", "rate-misreported": "sample_rate"}
+           "half-steps": "steps", "rate-misreported": "sample_rate", "halves-sign-flipped": "noise_law"}
 
 
 def findings(digits, bug: str | None, eps: float = 8.0):
@@ -32,6 +34,7 @@ def test_the_correct_run_has_no_finding_and_records_what_ran(digits):
     trace = trained.extras["trace"]
     assert found == []
     steps = trace["steps"]
+    assert len(trace["noise_law"]) == steps and {r["read"] for r in trace["noise_law"]} == {trace["dim"]}
     assert len(trace["noise_digest"]) == len(set(trace["noise_digest"])) == steps
     cells = [d for row in trace["tensor_noise_digests"] for d in row if d is not None]
     assert len(trace["tensor_noise_digests"]) == steps and len(cells) == len(set(cells)) > steps
@@ -65,5 +68,5 @@ def test_the_catalogue_has_four_classes_of_at_least_two_variants():
     classes = {}
     for bug in BUGS.values():
         classes.setdefault(bug.cls, []).append(bug.name)
-    assert set(classes) == {"sampling", "clipping", "noise", "accounting"}
+    assert set(classes) == {"sampling", "clipping", "noise", "accounting", "dependent-noise"}
     assert min(len(v) for v in classes.values()) >= 2
