@@ -52,17 +52,23 @@ def longest_true_run(flags: torch.Tensor) -> torch.Tensor:
 
 def repeat_stats(x: torch.Tensor) -> dict[str, torch.Tensor]:
     """(B, n) noise -> per row the lag with the most repeated-|value| pairs (``lag``, ``count``, ``at``: the first
-    pair's first coordinate, n when none) and the largest group of equal |values| (``largest``)."""
+    pair's first coordinate, n when none; the smallest lag of a tie) and the largest group of equal |values|
+    (``largest``). No scatter (deterministic on every device)."""
     b, n = x.shape
     keys = x.abs().contiguous().view(_INT[x.dtype])
     ordered, idx = torch.sort(keys, dim=-1, stable=True)
     same = ordered[:, 1:] == ordered[:, :-1]
-    lag = (idx[:, 1:] - idx[:, :-1]) * same
-    counts = torch.zeros(b, n, dtype=torch.long, device=x.device).scatter_add_(1, lag, same.long())
-    counts[:, 0] = 0
-    count, best = counts.max(dim=-1)
-    at = torch.where(same & (lag == best[:, None]), idx[:, :-1], n).min(dim=-1).values if n > 1 else best * 0 + n
-    return {"count": count, "lag": best, "at": at, "largest": longest_true_run(same) + 1}
+    lag = idx[:, 1:] - idx[:, :-1]
+    count, best, at = (torch.zeros(b, dtype=torch.long) for _ in range(3))
+    at += n
+    for row in range(b):
+        lags = lag[row][same[row]]
+        if lags.numel():
+            values, counts = torch.unique(lags, return_counts=True)
+            k = int(counts.argmax())
+            count[row], best[row] = int(counts[k]), int(values[k])
+            at[row] = int(idx[row, :-1][same[row] & (lag[row] == values[k])].min())
+    return {"count": count, "lag": best, "at": at, "largest": longest_true_run(same).cpu() + 1}
 
 
 def lag_extremes(x: torch.Tensor, slack: torch.Tensor | float = 0.0) -> dict[str, torch.Tensor] | None:
