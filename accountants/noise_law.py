@@ -13,9 +13,10 @@ scale-free, so more noise than claimed passes them). Four tests on each step, ea
 * **Repeats at a lag** (``repeat``: ``count`` pairs of coordinates (i, i + L) with equal |value| at the lag L holding
   the most, counting within each group of equal |values| its members consecutive in index). Rounded to a float
   format with a p-bit significand and scaled by a constant, a Gaussian of any std gives each |value| a probability
-  at most q = 2^(3 - p) (:func:`value_mass_bound`; float32: 2^-21 = 4.8e-7, about 2.8 times the largest mass,
-  6 phi(1) 2^-p = 1.7e-7, that rounding gives; torch's Box-Muller draws, whose two outputs share a radius and are
-  equal in magnitude with probability at most 4 x 2^-24, stay below it). k pairs at one lag form a forest (every
+  at most q = 2^(3 - p) (:func:`value_mass_bound`; float32: 2^-21 = 4.8e-7, about 2.8 times the largest mass that
+  rounding gives, 12 phi(1) 2^-p = 1.7e-7: a float's mass is at most phi(1) 2^(1 - p) whatever the std, the product
+  by the std merges at most three floats, and |x| takes both signs; torch's Box-Muller draws, whose two outputs share
+  a radius and are equal in magnitude with probability at most 4 x 2^-24, stay below it). k pairs at one lag form a forest (every
   edge joins i to i + L), so all k repeat with probability at most q^k, and by the hockey-stick identity
   P[some lag holds k or more] <= sum_L C(n - L, k) q^k = C(n, k + 1) q^k (:func:`repeat_lag_p`): a birthday bound
   at a lag. An exact copy is caught from a handful of pairs, whatever its share of the noise.

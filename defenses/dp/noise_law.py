@@ -14,8 +14,8 @@ returns a small record (no noise value is kept):
 
 A step of more than :data:`MAX_READ` coordinates reads a window: whole tensors in the layout's cyclic order from one
 chosen by the noise's first value (so the window moves from step to step), a tensor larger than the window its
-first :data:`MAX_READ` coordinates; ``window`` says which. Every function takes a leading batch dimension, so the
-soundness tests simulate many steps at once.
+first :data:`MAX_READ` coordinates; ``window`` says which. The statistics take a leading batch dimension
+(:func:`laws`: B steps' records at once), so the soundness tests simulate many steps at once.
 """
 
 from __future__ import annotations
