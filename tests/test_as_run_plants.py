@@ -1,13 +1,13 @@
 """The catalogue's planted bugs (tests/bug_plants.py) through DP-GCL's real training code, read by the trace's
 as-run checks (:mod:`privaudit.accountants.as_run`): every bug the trace can see is found, naming its check, and the
 correct run has no finding. The noise bugs only the canaries can see (no noise on the biases, a shortfall no
-record shows) are planted in tests/test_noise_plants.py and measured by ``privaudit gate-power --bugs``; of the
-dependent-noise class (seen by the trace's ``noise_law`` tests) one variant runs here; the dependences it and the
-others plant are tested on simulated draws in tests/test_noise_law.py."""
+record shows) are planted in tests/test_noise_plants.py and measured by ``privaudit gate-power --bugs``. The
+dependent-noise class (seen by the trace's ``noise_law`` tests) runs here as a slow test; the dependences it plants
+are tested on simulated draws in tests/test_noise_law.py."""
 
 import pytest
 
-from bug_plants import BUGS
+from bug_plants import BUGS, DEPENDENT_NOISE
 from privaudit.accountants.trace import check_trace
 from privaudit.defenses import Budget
 from privaudit.defenses.registry import make_defense
@@ -49,6 +49,15 @@ def test_the_correct_run_has_no_finding_and_records_what_ran(digits):
 def test_each_planted_bug_is_found_by_its_check(digits, bug):
     _, found = findings(digits, bug)
     assert SEEN_BY[bug] in {m.field for m in found}, [m.message for m in found]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", [b.name for b in DEPENDENT_NOISE])
+def test_each_dependent_noise_plant_is_found_by_the_noise_law(digits, bug):
+    """Each of the class's variants through DP-GCL's engine (about 10 s each: slow; DP-FedEmb's trace runs one in the
+    default tests, tests/test_fedemb_trace.py)."""
+    _, found = findings(digits, bug)
+    assert "noise_law" in {m.field for m in found}, [m.message for m in found]
 
 
 def test_noise_reused_across_tensors_is_named_by_tensor_and_step(digits):
