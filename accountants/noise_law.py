@@ -16,8 +16,8 @@ scale-free, so more noise than claimed passes them). Four tests on each step, ea
   at most q = 2^(3 - p) (:func:`value_mass_bound`; float32: 2^-21 = 4.8e-7, about 2.8 times the largest mass that
   rounding gives, 12 phi(1) 2^-p = 1.7e-7: a float's mass is at most phi(1) 2^(1 - p) whatever the std, the product
   by the std merges at most three floats, and |x| takes both signs; torch's Box-Muller draws, whose two outputs share
-  a radius and are equal in magnitude with probability at most 4 x 2^-24, stay below it). k pairs at one lag form a forest (every
-  edge joins i to i + L), so all k repeat with probability at most q^k, and by the hockey-stick identity
+  a radius and are equal in magnitude with probability at most 4 x 2^-24, stay below it). k pairs at one lag form a
+  forest (every edge joins i to i + L), so all k repeat with probability at most q^k, and by the hockey-stick identity
   P[some lag holds k or more] <= sum_L C(n - L, k) q^k = C(n, k + 1) q^k (:func:`repeat_lag_p`): a birthday bound
   at a lag. An exact copy is caught from a handful of pairs, whatever its share of the noise.
 * **The largest repeat** (``largest``: the most coordinates sharing one |value|): P[some g coordinates share one]

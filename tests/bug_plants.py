@@ -279,7 +279,7 @@ BUGS = {b.name: b for b in (
 )}
 
 
-# -- Dependent noise: one draw serving several parts of the gradient ----------------------------------------------------
+# -- Dependent noise: one draw serving several parts of the gradient -------------------------------------------------
 #
 # Class ``dependent-noise`` (:data:`DEPENDENT_NOISE`): every coordinate's noise N(0, s^2) and fresh at every step, but
 # some coordinates repeat others (exactly, or sign-flipped), so their difference (or sum) carries no noise: epsilon is

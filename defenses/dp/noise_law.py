@@ -83,7 +83,8 @@ def lag_extremes(x: torch.Tensor, slack: torch.Tensor | float = 0.0) -> dict[str
     ac = torch.fft.irfft(f.real ** 2 + f.imag ** 2, n=2 * n)[..., :n]
     corr = ac[..., 1:] / ac[..., :1]
     lags = torch.arange(1, n, dtype=x.dtype, device=x.device)
-    c = torch.nan_to_num((corr.abs() - torch.as_tensor(slack, dtype=x.dtype, device=x.device).reshape(-1, 1)).clamp(min=0))
+    less = torch.as_tensor(slack, dtype=x.dtype, device=x.device).reshape(-1, 1)
+    c = torch.nan_to_num((corr.abs() - less).clamp(min=0))
     top = (c * c / (n - lags)).topk(min(CANDIDATES, n - 1), dim=-1).indices
     y = tail_exponent(c.gather(-1, top), n, (n - lags[top]) / 2, 1.0)
     best = top.gather(-1, y.argmax(dim=-1, keepdim=True))
