@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(a.to_dict())
         return refuted_status(a.verdict)
-    for f in a.findings:
+    for f in a.folded:  # one line per check (report.json keeps every step's finding)
         print(f"{f['check']}: {f['message']}")
     c = a.canary
     if c["eps_lb_trajectory"] is not None:

@@ -66,6 +66,14 @@ class TrainingAudit:
     def refuted(self) -> bool:
         return self.verdict.verdict == "refuted"
 
+    @property
+    def folded(self) -> list[dict[str, Any]]:
+        """The findings one per check, their steps as ranges (:func:`privaudit.audit.findings.fold_findings`);
+        ``findings`` keeps every one."""
+        from privaudit.audit.findings import fold_findings
+
+        return fold_findings(self.findings, steps=self.trace.get("steps"))
+
     def to_dict(self) -> dict[str, Any]:
         return {"inputs": self.inputs, "claim": self.claim.to_dict(), "verdict": self.verdict.verdict,
                 "verdict_detail": self.verdict.to_dict(), "findings": self.findings, "canary": self.canary,
@@ -119,7 +127,8 @@ def _trace_findings(claim: UserClaim, watch: Any) -> tuple[list[dict[str, Any]],
     trace = watch.trace(getattr(first, "rate", 0.0))
     pc = PrivacyClaim(event=claim.event, relation=claim.relation, unit=claim.unit, delta=claim.delta,
                       paper_accountant="rdp", sampler="poisson", source=claim.source)
-    found = [{"check": f"trace: {m.field}", "step": m.step, "message": m.message} for m in check_trace(pc, trace)]
+    found = [{"check": f"trace: {m.field}", "step": m.step, "claimed": m.claimed, "observed": m.observed,
+              "message": m.message} for m in check_trace(pc, trace)]
     names = [n for n, _ in watch.optimizer["tensors"]]
     silent = sorted({names[j] for r in watch.steps for j in r.silent_tensors})
     if silent:
@@ -137,6 +146,7 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     """The audit of the module docstring. ``members``: the records ``train`` trains on (.npz with x, y; CSV;
     ImageFolder); ``nonmembers``: optional, checked distinct and recorded. ``beta``: 1 - confidence of the bounds.
     ``size_radius``: sizes replayed on each side. ``out``: the report (nothing is written on bad input)."""
+    from privaudit.audit.findings import fold_findings
     from privaudit.audit.user import out_dir
     from privaudit.audit.user import training_canaries as tc
     from privaudit.audit.user.release_replay import release_replay
@@ -177,7 +187,7 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     counts = canaries.trajectory.to_dict() if canaries.trajectory is not None else {}
     noise, noise_found = tc.noise_findings(counts, z) if counts else ({}, [])
     findings += noise_found
-    verdict, canary = _verdict(claim, result, counts, findings, beta, z)
+    verdict, canary = _verdict(claim, result, counts, fold_findings(findings, steps=trace.get("steps")), beta, z)
     analysis_s = time.perf_counter() - start - replay_s - run.seconds
     plain = time_plain(recipe, x, y) if time_training else None
     costs = {"audited_run_s": run.seconds, "replays": len(replays) + distance["runs"], "replays_s": replay_s,
@@ -195,7 +205,8 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
 def _verdict(claim: UserClaim, result: Any, counts: dict[str, Any], findings: list[dict[str, Any]],
              beta: float, multiplier: float) -> tuple[Verdict, dict[str, Any]]:
     """The verdict: the trajectory bound (else the one-run bound) against the claimed epsilon, refuted outright by
-    any finding (named in the statement)."""
+    any finding (``findings`` folded one per check; each check named in the statement). The canaries' record keeps
+    the bound's own verdict (``bound_verdict``)."""
     import dataclasses
 
     from privaudit.audit.user.training_canaries import bound_at_claim, trajectory_ceiling
@@ -216,7 +227,8 @@ def _verdict(claim: UserClaim, result: Any, counts: dict[str, Any], findings: li
               "eps_lb_mechanism": None if result.mechanism_bound is None else result.mechanism_bound.epsilon,
               "ratio_to_claim": None if result.trajectory_bound is None else
               result.trajectory_bound.epsilon / claim.epsilon, "canaries": int(result.counts["n_canaries"]),
-              "steps": int(result.counts["n_steps"]), "trajectory": counts, "notes": list(bound.notes)}
+              "steps": int(result.counts["n_steps"]), "trajectory": counts, "notes": list(bound.notes),
+              "bound_verdict": verdict.verdict}
     if findings:
         checks = sorted({f["check"] for f in findings})
         verdict = dataclasses.replace(verdict, verdict="refuted", statement=(

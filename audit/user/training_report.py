@@ -8,8 +8,9 @@ from typing import Any
 
 
 def notes(audit: Any) -> list[str]:
-    """The report's lines: every finding with its check, the canaries' bounds, the sizes replayed, the cost."""
-    out = [f"{f['check']}: {f['message']}" for f in audit.findings] or [
+    """The report's lines: the findings one per check (their steps folded), the canaries' bounds, the sizes replayed,
+    the cost."""
+    out = [f"{f['check']}: {f['message']}" for f in audit.folded] or [
         "every check passed: the trace against the accountant, the neighbours replayed, the released noise"]
     c = audit.canary
     out.append(f"canaries: {c['canaries']} Dirac gradient canaries over {c['steps']} releases; trajectory bound "
