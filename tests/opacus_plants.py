@@ -339,3 +339,16 @@ def train_no_optimizer(model, x, y, *, seed):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+
+
+def train_returns_text(model, x, y, *, seed):
+    """The honest recipe's first two releases, then a string (a summary line) returned instead of its accountant."""
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    recipe.fit(private, opt, [b for b, _ in zip(loader, range(2))])
+    _finish(private, model, acc)
+    return "trained 1 epoch"
+
+
+def train_returns_nothing(model, x, y, *, seed):
+    """The honest recipe that returns nothing: the claim is the accountant the run stepped."""
+    recipe.train(model, x, y, seed=seed)

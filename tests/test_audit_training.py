@@ -3,6 +3,7 @@ bugs named, and bad input refused in one line with nothing written."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -127,6 +128,43 @@ def test_bad_training_functions_are_one_line_and_write_nothing(members, tmp_path
     code = main(["audit-training", "--factory", "opacus_recipe:make_net", "--train-fn", train, "--members",
                  str(members), "--delta", "1e-5", "--out", str(out)])
     assert code == 2 and not out.exists()
+
+
+def test_a_train_function_returning_anything_but_an_accountant_is_one_line_exit_2(members, tmp_path, capsys):
+    from privaudit.audit.cli import main
+
+    out = tmp_path / "out"
+    code = main(["audit-training", "--factory", "opacus_recipe:make_net", "--train-fn",
+                 "opacus_plants:train_returns_text", "--members", str(members), "--delta", "1e-5", "--size-radius",
+                 "1", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not out.exists() and "\n" not in err, err
+    assert err.startswith("privaudit: error: --train-fn 'opacus_plants:train_returns_text': returned str "
+                          "'trained 1 epoch'; it must return its Opacus accountant"), err
+
+
+def test_the_train_function_contract_accepts_an_opacus_accountant_or_nothing():
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    from privaudit.audit.user.training_audit import returned_accountant
+
+    for acc in (RDPAccountant(), PRVAccountant()):
+        acc.history.append((1.1, 0.01, 10))
+        assert returned_accountant(acc, "m:f") is acc
+    assert returned_accountant(None, "m:f") is None
+    from types import SimpleNamespace
+
+    from privaudit.audit.user.training_audit import _claim
+
+    stepped = _claim(None, SimpleNamespace(accountant=acc), 1e-5, None, "m:f")
+    returned = _claim(acc, SimpleNamespace(accountant=None), 1e-5, None, "m:f")
+    assert stepped.source.startswith("Opacus prv accountant the run stepped (the training function returned none): "
+                                     "1.1 noise x 0.01 rate x 10 steps"), stepped.source
+    assert returned.source.startswith("Opacus prv accountant the training function returned: ") and \
+        returned.epsilon == stepped.epsilon
+    for bad, shown in ((3, "returned int 3;"), (["x"], "returned list ['x'];"), (object(), "returned object <object")):
+        with pytest.raises(ConfigError, match="--train-fn 'm:f': " + re.escape(shown)):
+            returned_accountant(bad, "m:f")
 
 
 @pytest.mark.slow

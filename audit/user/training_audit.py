@@ -107,14 +107,39 @@ def _members(members: Any, nonmembers: Any) -> tuple[torch.Tensor, torch.Tensor,
     return torch.from_numpy(part.x), torch.from_numpy(part.y), inputs
 
 
+def returned_accountant(returned: Any, train_ref: str) -> Any:
+    """What ``train`` returned, checked against the contract: an accountant Opacus' API reads (its ``mechanism()``,
+    one of Opacus' rdp, prv or gdp, and its ``history`` of (noise multiplier, sample rate, steps)), or None (the
+    claim is then the accountant the run stepped). Anything else is bad input, one line."""
+    from privaudit.audit.user.claim import OPACUS_ACCOUNTANTS
+
+    if returned is None:
+        return None
+    mechanism = getattr(returned, "mechanism", None)
+    kind = mechanism() if callable(mechanism) else None
+    history = getattr(returned, "history", None)
+    if kind in OPACUS_ACCOUNTANTS and isinstance(history, list) and all(
+            isinstance(h, (tuple, list)) and len(h) == 3 for h in history):
+        return returned
+    shown = repr(returned).splitlines()[0] if repr(returned) else ""
+    raise ConfigError(f"--train-fn {train_ref!r}: returned {type(returned).__name__} "
+                      f"{shown[:60] + ('...' if len(shown) > 60 else '')}; it must return its Opacus accountant "
+                      f"(mechanism() one of {', '.join(OPACUS_ACCOUNTANTS)}, with a history: e.g. "
+                      "privacy_engine.accountant) or nothing (the claim is then the accountant the run stepped)")
+
+
 def _claim(returned: Any, watch: Any, delta: float, claimed_epsilon: float | None, train_ref: str) -> UserClaim:
-    """The claim of the accountant ``train`` returned (else the one the run stepped), at ``delta``."""
-    acc = returned if hasattr(returned, "history") and hasattr(returned, "mechanism") else watch.accountant
+    """The claim of the accountant ``train`` returned (else the one the run stepped, said in the claim's source), at
+    ``delta``."""
+    acc = returned_accountant(returned, train_ref)
+    what = "accountant the training function returned"
+    if acc is None:
+        acc, what = watch.accountant, "accountant the run stepped (the training function returned none)"
     if acc is None or not getattr(acc, "history", None):
         raise ConfigError(f"--train-fn {train_ref!r}: no Opacus accountant was returned or stepped: the claim's "
                           "mechanism (noise multiplier, sample rate, steps) is unknown; return engine.accountant")
     return history_claim(acc.mechanism(), [tuple(h) for h in acc.history], delta, epsilon=claimed_epsilon,
-                         where=f"--train-fn {train_ref!r}: its accountant", what="accountant of the audited run",
+                         where=f"--train-fn {train_ref!r}: its accountant", what=what,
                          source="the training function's Opacus accountant", options=CLAIM_OPTIONS)
 
 
