@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "examples"))
 
+from junit_check import read_junit  # noqa: E402
 from training_audit_helpers import audit_recipe  # noqa: E402
 
 
@@ -52,6 +53,12 @@ def test_watch_records_every_release_of_the_honest_recipe(members):
 def test_honest_recipe_is_not_refuted(members, tmp_path):
     a = audit(members, "opacus_recipe:train", out=tmp_path / "out")
     assert a.verdict.verdict == "not refuted" and not a.findings, a.findings
+    from privaudit.audit.junit import write_junit
+    from privaudit.audit.user.junit import training_cases
+
+    totals, cases = read_junit(write_junit(tmp_path / "junit.xml", "privaudit audit-training", training_cases(a)))
+    assert totals["failures"] == totals["errors"] == 0 and {c.outcome for c in cases} == {"passed"}
+    assert cases[0].name == "trajectory bound" and "claim: epsilon " in cases[0].out
     assert a.canary["eps_lb_trajectory"] > 0 and a.canary["eps_lb_trajectory"] < a.claim.epsilon
     assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "trace.json").is_file()
     from privaudit.audit.user.training_report import clipping_note, notes
@@ -128,6 +135,28 @@ def test_bad_training_functions_are_one_line_and_write_nothing(members, tmp_path
     code = main(["audit-training", "--factory", "opacus_recipe:make_net", "--train-fn", train, "--members",
                  str(members), "--delta", "1e-5", "--out", str(out)])
     assert code == 2 and not out.exists()
+
+
+def test_a_shuffled_recipe_prints_one_line_per_failing_check_and_its_junit_fails_them(members, tmp_path, capsys):
+    """Shuffled batches under Poisson accounting fail the sampler check at every step: one line says so (the report's
+    JSON keeps every step), and the JUnit file's trace case fails with it."""
+    from privaudit.audit.cli import main
+
+    junit = tmp_path / "junit.xml"
+    code = main(["audit-training", "--factory", "opacus_recipe:make_net", "--train-fn", "opacus_plants:train_shuffled",
+                 "--members", str(members), "--delta", "1e-5", "--size-radius", "1", "--junit", str(junit)])
+    lines = capsys.readouterr().out.splitlines()
+    before = lines[:next(i for i, line in enumerate(lines) if line.startswith("trajectory bound:"))]
+    assert code == 1 and lines[-1].startswith("verdict: refuted: the run is not the claim's mechanism")
+    checks = [": ".join(line.split(": ")[:2 if line.startswith("trace: ") else 1]) for line in before]
+    assert len(checks) == len(set(checks)) <= 4, before  # at most one line per failing check
+    assert "trace: sampler: steps 1-14 (every step): sampled shuffled, the claim accounts poisson" in before
+    totals, cases = read_junit(junit)
+    failed = {c.name: c for c in cases if c.outcome == "failed"}
+    assert totals["failures"] == len(failed) and set(failed) == {"trace"}, failed
+    assert failed["trace"].message == next(line for line in before if line.startswith("trace: "))
+    assert "trace: sampler: steps 1-14 (every step)" in failed["trace"].text
+    assert {c.name for c in cases} >= {"trajectory bound", "neighbours", "released noise", "noise per tensor"}
 
 
 def test_a_train_function_returning_anything_but_an_accountant_is_one_line_exit_2(members, tmp_path, capsys):
