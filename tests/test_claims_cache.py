@@ -34,7 +34,7 @@ def _fresh(claim_id: str) -> dict:
 def test_the_committed_checks_were_computed_by_this_code():
     committed = _committed()
     changed = [name for name, fp in committed["modules"].items() if claims_cache.module_fingerprint(name) != fp]
-    assert changed == [], f"{changed} changed since the claims' checks were computed: run python scripts/claims_cache.py"
+    assert changed == [], f"{changed} changed since the checks were computed: run python scripts/claims_cache.py"
     assert list(committed["claims"]) == [c.id for c in paper_claims()]
     assert {"privaudit.accountants.pld_epsilon", "privaudit.accountants.paper_claims.data"} <= set(committed["modules"])
 

@@ -81,7 +81,8 @@ def _version(name: str) -> str | None:
 def environment() -> dict[str, Any]:
     """The keyed libraries' versions, and the recorded ones with Python's."""
     return {"keyed": {lib: _version(lib) for lib in KEYED},
-            "recorded": {**{lib: _version(lib) for lib in RECORDED}, "python": ".".join(map(str, sys.version_info[:2]))}}
+            "recorded": {**{lib: _version(lib) for lib in RECORDED},
+                         "python": ".".join(map(str, sys.version_info[:2]))}}
 
 
 def stale(cache: dict[str, Any]) -> str | None:

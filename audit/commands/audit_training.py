@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     junit = junit_target(args)
     a = audit_training(args.factory, args.train_fn, members=args.members, nonmembers=args.nonmembers,
                        delta=args.delta, claimed_epsilon=args.claimed_epsilon, beta=1 - args.confidence,
-                       seed=args.seed, size_radius=args.size_radius, out=args.out, force=args.force)
+                       seed=args.seed, size_radius=args.size_radius, out=args.out, force=args.force,
+                       progress=not args.json)
     write_junit_cases(junit, "privaudit audit-training", training_cases(a))
     if args.json:
         emit_json(a.to_dict())

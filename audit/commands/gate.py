@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     junit = junit_target(args)
     recomputed = recompute(args.directory)
     gate = recomputed.gate
-    write_junit_cases(junit, f"privaudit gate {args.directory}", gate_cases(recomputed.report, _timings(args.directory)))
+    write_junit_cases(junit, f"privaudit gate {args.directory}",
+                      gate_cases(recomputed.report, _timings(args.directory)))
     print(format_table(["cell", "attack", "role", "ε_lb (gate)", "claimed ε (accountant)", "margin", "verdict"],
                        rows(recomputed.report)))
     print(f"\ngate: {gate.status.upper()} (recomputed from the evidence in {args.directory})")

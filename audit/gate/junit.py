@@ -81,7 +81,7 @@ def _noise_cases(cid: str, gate: Mapping[str, Any], pool: _Reasons) -> list[Case
     return out
 
 
-def _trace_case(cell: Mapping[str, Any], pool: _Reasons) -> list[Case]:
+def _trace_case(cell: Mapping[str, Any], pool: _Reasons, time: float) -> list[Case]:
     trace = (cell.get("claim_checks") or {}).get("trace")
     if not trace:
         return []
@@ -90,19 +90,24 @@ def _trace_case(cell: Mapping[str, Any], pool: _Reasons) -> list[Case]:
     details = f"the training trace ({steps} steps) against the claim's event"
     if (cell.get("gate") or {}).get("control") and trace.get("mismatches"):
         details += ": does not match, as a positive control is expected to"
-    return [_case(cid, "trace", reasons, details)]
+    return [_case(cid, "trace", reasons, details, time=time)]
+
+
+def _seconds(timings: Mapping[str, Any], stage: str) -> float:
+    value = timings.get(stage)
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def cell_cases(cell: Mapping[str, Any], pool: _Reasons, timings: Mapping[str, Any] | None = None) -> list[Case]:
-    """One cell's cases (module docstring); ``timings``: the cell's stage times (``timings.json``)."""
-    cid, gate = cell["id"], cell.get("gate") or {}
-    time = float((timings or {}).get("total") or 0.0)
+    """One cell's cases (module docstring); ``timings``: the cell's stage times (``timings.json``: an attack's is
+    its comparison's time, the claim checks' the trace's)."""
+    cid, gate, timings = cell["id"], cell.get("gate") or {}, timings or {}
     error = (cell.get("details") or {}).get("error")
     if error:
         return [_case(cid, "cell", pool.take(f"cell {cid} errored") or [f"cell {cid} errored: {error}"], "",
-                      error=True, time=time)]
-    cases = [_comparison(cid, c, pool, time if i == 0 else 0.0) for i, c in enumerate(gate.get("comparisons") or ())]
-    cases += _trace_case(cell, pool) + _noise_cases(cid, gate, pool)
+                      error=True, time=sum(_seconds(timings, k) for k in timings))]
+    cases = [_comparison(cid, c, pool, _seconds(timings, c["attack"])) for c in gate.get("comparisons") or ()]
+    cases += _trace_case(cell, pool, _seconds(timings, "claim checks")) + _noise_cases(cid, gate, pool)
     if gate.get("control"):
         by = ", ".join(gate.get("caught_by") or ())
         cases.append(_case(cid, "positive control", pool.take(f"cell {cid}: positive control not caught"),

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from privaudit.audit.user.training_runs import Recipe, run_watched, time_plain
+from privaudit.audit.user.training_runs import Recipe, Stages, run_watched, time_plain
 from privaudit.audit.user.claim import UserClaim, Verdict, history_claim, judge
 from privaudit.core.errors import ConfigError
 
@@ -167,10 +167,11 @@ def _trace_findings(claim: UserClaim, watch: Any) -> tuple[list[dict[str, Any]],
 def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembers: Any = None,
                    delta: float | None = None, claimed_epsilon: float | None = None, beta: float = 0.05,
                    seed: int = 0, size_radius: int = SIZE_RADIUS, out: str | Path | None = None,
-                   force: bool = False, time_training: bool = True) -> TrainingAudit:
+                   force: bool = False, time_training: bool = True, progress: bool = False) -> TrainingAudit:
     """The audit of the module docstring. ``members``: the records ``train`` trains on (.npz with x, y; CSV;
     ImageFolder); ``nonmembers``: optional, checked distinct and recorded. ``beta``: 1 - confidence of the bounds.
-    ``size_radius``: sizes replayed on each side. ``out``: the report (nothing is written on bad input)."""
+    ``size_radius``: sizes replayed on each side. ``out``: the report (nothing is written on bad input).
+    ``progress``: the stages on a bar on a terminal."""
     from privaudit.audit.findings import fold_findings
     from privaudit.audit.user import out_dir
     from privaudit.audit.user import training_canaries as tc
@@ -187,7 +188,9 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     x, y, inputs = _members(members, nonmembers)
     if out is not None:
         out_dir.prepare(out, REPORT_FILES, force=force)
-    start = time.perf_counter()
+    start, stage = time.perf_counter(), Stages(progress, 4 if time_training else 3)
+    stage(f"the first release replayed at {2 * int(size_radius) + 1} dataset sizes and with one record added and "
+          "one removed")
     replays = replay_sizes(recipe, x, y, radius=int(size_radius), steps=REPLAY_STEPS)
     distance, distance_found = release_replay(recipe, x, y)
     replay_s = time.perf_counter() - start
@@ -200,7 +203,9 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     steps_planned = first["batches_per_epoch"] or 1
     canaries, cfg, source = tc.plan_canaries(first["tensors"], clip=clip, multiplier=z, rate=rate,
                                              seed=seed, beta=beta, steps_planned=steps_planned)
+    stage("the audited run, gradient canaries in its optimizer step")
     run = run_watched(recipe, x, y, canaries=source)
+    stage("the trace against the claim, the trajectory bound, the released noise")
     claim = _claim(run.returned, run.watch, float(delta), claimed_epsilon, train_fn)
     findings = size_findings(replays, len(x)) + distance_found
     trace_found, trace = _trace_findings(claim, run.watch)
@@ -214,7 +219,10 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     findings += noise_found
     verdict, canary = _verdict(claim, result, counts, fold_findings(findings, steps=trace.get("steps")), beta, z)
     analysis_s = time.perf_counter() - start - replay_s - run.seconds
+    if time_training:
+        stage("training alone, timed (the audit's cost beside it)")
     plain = time_plain(recipe, x, y) if time_training else None
+    stage.close()
     costs = {"audited_run_s": run.seconds, "replays": len(replays) + distance["runs"], "replays_s": replay_s,
              "analysis_s": analysis_s,
              "audit_s": time.perf_counter() - start - (plain or 0.0), "training_alone_s": plain}
