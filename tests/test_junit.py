@@ -80,8 +80,9 @@ def test_a_failing_gate_fails_the_cases_it_names_and_keeps_every_reason(tmp_path
     assert failed == {(cid, "gradient-canary"): exceeds, (cid, "trace"): trace, ("quickstart", "gate"): missing,
                       ("sensitivity", "dpcl.mean"): "sensitivity claim dpcl.mean errored: x"}
     assert totals["failures"] == 3 and totals["errors"] == 1
-    report["gate"]["reasons"] = []  # a failing status with no reason left is still a failing suite
-    assert any(c.outcome == "failed" for c in gate_cases({**report, "cells": []}))
+    report["gate"]["reasons"] = cell["gate"]["reasons"] = []  # reasons lost: the verdict still fails its case
+    assert [(c.classname, c.name) for c in gate_cases(report) if c.outcome == "failed"] == [(cid, "gradient-canary")]
+    assert any(c.outcome == "failed" for c in gate_cases({**report, "cells": []}))  # a failing status, no case
 
 
 def test_every_junit_example_in_the_docs_is_a_valid_file(tmp_path):

@@ -55,6 +55,8 @@ def _comparison(cid: str, c: Mapping[str, Any], pool: _Reasons, time: float) -> 
         pair = attack[len("step audit ("):-len(" pair)")]
         reasons += pool.take(f"cell {cid}: its step audit's {pair} pair errored")
         return _case(cid, attack, reasons or [c["reason"]], details, error=True, time=time)
+    if c["verdict"] == "exceeds" and not reasons:  # the verdict fails the case even where no reason was kept
+        reasons = [f"cell {cid}: {attack}'s bound exceeds its claim"]
     return _case(cid, attack, reasons, details, time=time,
                  skipped=c.get("reason") if c["verdict"] == "not comparable" else None)
 
@@ -72,10 +74,9 @@ def _noise_cases(cid: str, gate: Mapping[str, Any], pool: _Reasons) -> list[Case
             if not part:
                 continue
             texts = [text for check, text in failures if check == name]
-            reasons = [r for t in texts for r in pool.take(f"cell {cid}: {t}")] or \
-                (texts if gate.get("control") else [])
+            reasons = [r for t in texts for r in pool.take(f"cell {cid}: {t}")] or [f"cell {cid}: {t}" for t in texts]
             if gate.get("control") and reasons:  # a control's noise shortfall is what it is for
-                out.append(_case(cid, f"{n['attack']}: {name}", [], "caught, as expected: " + "; ".join(reasons)))
+                out.append(_case(cid, f"{n['attack']}: {name}", [], "caught, as expected: " + "; ".join(texts)))
                 continue
             out.append(_case(cid, f"{n['attack']}: {name}", reasons, "", skipped=part.get("unjudged")))
     return out
@@ -85,12 +86,17 @@ def _trace_case(cell: Mapping[str, Any], pool: _Reasons, time: float) -> list[Ca
     trace = (cell.get("claim_checks") or {}).get("trace")
     if not trace:
         return []
-    cid, steps = cell["id"], trace.get("steps")
+    from privaudit.audit.findings import fold_findings
+
+    cid, steps, control = cell["id"], trace.get("steps"), (cell.get("gate") or {}).get("control")
     reasons = pool.take(f"cell {cid}: its trace does not match its claim")
+    found = [f"cell {cid}: its trace does not match its claim: {f['message']}"
+             for f in fold_findings(trace.get("mismatches") or (), steps=steps, check="field")]
     details = f"the training trace ({steps} steps) against the claim's event"
-    if (cell.get("gate") or {}).get("control") and trace.get("mismatches"):
-        details += ": does not match, as a positive control is expected to"
-    return [_case(cid, "trace", reasons, details, time=time)]
+    if control and found:
+        return [_case(cid, "trace", [], details + ": does not match, as a positive control is expected to",
+                      time=time)]
+    return [_case(cid, "trace", reasons or found, details, time=time)]
 
 
 def _seconds(timings: Mapping[str, Any], stage: str) -> float:
