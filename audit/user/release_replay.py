@@ -21,7 +21,8 @@ claim, naming the distance and the neighbour: the record's contribution as the c
 something else in the release moved with one record (a normaliser or any statistic of the batch or the dataset).
 The two directions see different things: the added record is crafted (its gradient far above C, so clipping lies on
 its path); the removed one is the user's own, and the dataset and the batch shrink (a size-derived quantity that
-rounds alike at n and n + 1 may not at n - 1). The slack bounds float32 rounding:
+rounds alike at n and n + 1 may not at n - 1). The slack bounds the rounding of the released gradient's dtype
+(float32; :mod:`privaudit.accountants.rounding`):
 2 u (||r|| + ||r'||) x normaliser for the releases, plus 2 gamma_k k C for the clipped sums (k records summed,
 :func:`~privaudit.defenses.dp.as_run.rounding_slack`), plus the repeat's own difference.
 
@@ -38,6 +39,7 @@ from typing import Any
 
 import torch
 
+from privaudit.accountants import rounding
 from privaudit.audit.user.training_neighbours import resized
 from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
 from privaudit.defenses.dp.as_run import release_distance, rounding_slack
@@ -118,7 +120,8 @@ def _distance(base: Any, nb: Any, repeat: float, k: int) -> dict[str, Any]:
     c, normalizer = float(base.clip), float(base.normalizer)
     dist = release_distance(base.release, nb.release) * normalizer
     sizes = float(torch.linalg.vector_norm(base.release) + torch.linalg.vector_norm(nb.release)) * normalizer
-    slack = rounding_slack(sizes, k, k * c) + repeat * normalizer
+    dtype = rounding.least_precise(base.dtypes.get("release"), nb.dtypes.get("release"))
+    slack = rounding_slack(sizes, k, k * c, dtype) + repeat * normalizer
     return {"distance": dist, "sensitivity": c, "ratio": dist / c if c > 0 else math.inf, "slack": slack,
             "normalizer": normalizer, "batch": k}
 
