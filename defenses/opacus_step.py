@@ -46,8 +46,10 @@ from privaudit.defenses.opacus_queries import (BELOW_CLIP, Probe, Query, changes
 #: step (the user's random numbers are untouched); from 2, the same unit as it ran too. Clipping is a function of one
 #: unit, so the rescaled copy is the code's own clipping at a norm the data may not reach yet: over a run the probe
 #: covers every norm from C/2 to the largest the data reached, and a clipping that spares mid-norm units (a threshold
-#: above the clip norm) shows even while every real unit is far above it. Each probe is one call of the code's
-#: clipping.
+#: above the clip norm) shows even while every real unit is far above it. Besides them, the same unit just below the
+#: clip (:data:`~privaudit.defenses.opacus_queries.BELOW_CLIP`) is always probed: it enters the gradient whole, and a
+#: statistic of the clipping (an adaptive clip's count of unclipped units) counts it. Each probe is one call of the
+#: code's clipping.
 PROBE_UNITS = 1
 
 

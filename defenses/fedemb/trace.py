@@ -42,7 +42,7 @@ from privaudit.defenses.fedemb.aggregate import event_noise_multiplier
 #: under the clip, :func:`~privaudit.defenses.fedemb.aggregate.adaptive_clip_update`).
 COUNT_SENSITIVITY = 1.0
 #: What a round's compared values are computed in: the stds, sensitivities and normaliser are Python floats, a
-#: client delta's clipped norm (``entered``: factor times norm) float32.
+#: client delta's clipped norm float32 (recomputed over the delta's values: :meth:`RoundTrace.trace` sets the terms).
 PRECISION = {"noise": rounding.DEFAULT, "sample_rate": rounding.DEFAULT, "unit_norm": "float32", "unit_norm_terms": 0,
              "normalizer": rounding.DEFAULT}
 
@@ -82,7 +82,8 @@ class RoundTrace:
         return TrainingTrace(unit="user", sampler="without-replacement", population=self.num_users,
                              sample_rate=users_per_round / self.num_users, batch_size_configured=int(users_per_round),
                              dim=self.dim, clip=self.clip, columns=dict(self.columns),
-                             sampling=self.sampling.to_dict(), replays=list(self.replays), precision=PRECISION)
+                             sampling=self.sampling.to_dict(), replays=list(self.replays),
+                             precision={**PRECISION, "unit_norm_terms": self.dim})
 
 
 def _noised_sum(aggregate: Any) -> torch.Tensor:
