@@ -166,14 +166,17 @@ def check_trace(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any], *,
                 alpha: float = TRACE_ALPHA) -> list[TraceMismatch]:
     """Every discrepancy between what training did and the claim's event (module docstring); empty when none. A
     value short of the claim by no more than its rounding is not one (:func:`trace_rounding`)."""
-    return judge_trace(claim, trace, alpha=alpha)[0]
+    trace = trace if isinstance(trace, TrainingTrace) else TrainingTrace.from_dict(trace)
+    claimed = claimed_steps(claim.event)
+    return _exact(claimed, trace)[0] + _noise_checks(trace, alpha) + as_run_findings(trace, claimed, alpha / 2)
 
 
 def trace_rounding(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any]) -> list[TraceMismatch]:
     """The exact checks' values short of the claim by no more than the rounding of the precision they were computed
     in: not refutations (module docstring); each field's first, and the epsilon they would cost
     (:func:`rounding_cost`) in the first one's message."""
-    rounded = judge_trace(claim, trace)[1]
+    trace = trace if isinstance(trace, TrainingTrace) else TrainingTrace.from_dict(trace)
+    rounded = _exact(claimed_steps(claim.event), trace)[1]
     if not rounded:
         return []
     first: dict[str, TraceMismatch] = {}
@@ -186,12 +189,9 @@ def trace_rounding(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any]) -
             ] + notes[1:]
 
 
-def judge_trace(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any], *,
-                alpha: float = TRACE_ALPHA) -> tuple[list[TraceMismatch], list[TraceMismatch]]:
-    """(the discrepancies of :func:`check_trace`, the values within rounding of :func:`trace_rounding`)."""
-    if isinstance(trace, dict):
-        trace = TrainingTrace.from_dict(trace)
-    claimed = claimed_steps(claim.event)
+def _exact(claimed: Sequence[ClaimedStep | str], trace: TrainingTrace
+           ) -> tuple[list[TraceMismatch], list[TraceMismatch]]:
+    """(the exact checks' discrepancies, their values within rounding) over the run (module docstring)."""
     out: list[TraceMismatch] = []
     rounded: list[TraceMismatch] = []
     if trace.steps > len(claimed):
@@ -200,7 +200,7 @@ def judge_trace(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any], *,
                                  f"{len(claimed) + 1}-{trace.steps} are not accounted"))
     for t in range(min(trace.steps, len(claimed))):
         out += _exact_step(t, claimed[t], trace, rounded)
-    return out + _noise_checks(trace, alpha) + as_run_findings(trace, claimed, alpha / 2), rounded
+    return out, rounded
 
 
 def rounding_cost(claim: PrivacyClaim, rounded: Sequence[TraceMismatch]) -> str:

@@ -198,9 +198,10 @@ class StepObserver:
         if self.keep and self.draws:
             self.rec.draws = [d for _, d in self.draws]
         self._other_queries()
-        self.rec.dtypes.update(noise=rounding.least_precise(
-            *self.std_dtypes, rounding.dtype_name(self.opt.max_grad_norm), rounding.dtype_name(self.opt.noise_multiplier),
-            *(q.stat_dtype for q in self.queries if q.name is not None)), release=rounding.dtype_name(grads))
+        operands = [self.opt.max_grad_norm, self.opt.noise_multiplier]
+        self.rec.dtypes.update(release=rounding.dtype_name(grads), noise=rounding.least_precise(
+            *self.std_dtypes, *map(rounding.dtype_name, operands),
+            *(q.stat_dtype for q in self.queries if q.name is not None)))
         if inserted is not None and inserted[1].observer is not None:
             seen = (grads - data) if getattr(inserted[1], "centred", False) else grads
             inserted[1].observer(seen if inserted[2] == 1.0 else seen / inserted[2])

@@ -9,8 +9,8 @@ A claim composes T per-step mechanisms. Two checks, run on every cell whose trai
   each with at least the claimed noise multiplier, the claimed sampler and at most the claimed rate; the realised
   noise norms and batch sizes agree with the recorded stds and the claimed rate. A mismatch names the step and the
   field; a value short of the claim by the rounding of the precision it was computed in alone is not one, and is
-  kept beside them (``rounding``, with the epsilon it would cost). The exact checks cannot fail a correct run; the measured ones fail one with probability at most
-  :data:`~privaudit.accountants.trace.TRACE_ALPHA` per cell.
+  kept beside them (``rounding``, with the epsilon it would cost). The exact checks cannot fail a correct run; the
+  measured ones fail one with probability at most :data:`~privaudit.accountants.trace.TRACE_ALPHA` per cell.
 * **The step as it ran.** :func:`privaudit.audit.step.audit.audit_trained_step`: the cell's own configuration,
   the smallest noise any step of its trace used, its trained parameters; the canary pair (a unit at exactly the
   claimed sensitivity) and the extreme pair (a Dirac-like image), each a sound GDP lower bound mu_lb on the step's

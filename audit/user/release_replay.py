@@ -8,8 +8,9 @@ the normaliser (:class:`~privaudit.defenses.opacus_watch.OpacusWatch` with ``kee
 those batches and that noise (:class:`~privaudit.defenses.opacus_watch.ReplayScript`; every draw is still made, so
 the generators advance as they ran):
 
-* on the same n records: the release must repeat (to 1e-6 of its norm). If it does not, the release is not a
-  function of its batch and noise (other randomness, nondeterminism) and no distance is judged: a note says why;
+* on the same n records: the release must repeat, to the rounding of a sum of its records in its dtype
+  (:func:`repeat_tolerance`, relative to its norm). If it does not, the release is not a function of its batch and
+  noise (other randomness, nondeterminism) and no distance is judged: a note says why;
 * on n + 1 records, the crafted record appended (the size replays' record,
   :func:`~privaudit.audit.user.training_neighbours.resized`), the new record last in the release's last batch;
 * on n - 1 records, one of the user's own records removed (the last one its loader yielded into the release's
@@ -45,8 +46,10 @@ from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
 from privaudit.defenses.dp.as_run import release_distance, rounding_slack
 from privaudit.defenses.opacus_watch import ReplayScript
 
-#: Relative difference under which the repeated release counts as the same release.
-REPEAT_TOL = 1e-6
+def repeat_tolerance(release: Any, chunks: tuple[tuple[int, ...], ...]) -> float:
+    """The relative difference under which a repeated release counts as the same release: the rounding of a sum of
+    its records in the released gradient's dtype (a reduction in another order)."""
+    return rounding.relative_tolerance(release.dtypes.get("release"), sum(len(c) for c in chunks))
 
 
 def _first(run: WatchedRun) -> Any:
@@ -83,7 +86,7 @@ def release_replay(recipe: Recipe, x: torch.Tensor, y: torch.Tensor) -> tuple[di
         return _not_judged(wrong, 2)
     repeat = release_distance(base.release, _first(again).release)
     size = float(torch.linalg.vector_norm(base.release))
-    if repeat > REPEAT_TOL * max(size, 1e-30):
+    if repeat > repeat_tolerance(base, chunks) * max(size, 1e-30):
         return _not_judged(f"the first release did not repeat with its own batch and noise (it moved by {repeat:.3g}, "
                            f"{repeat / max(size, 1e-30):.3g} of its norm): it depends on other randomness", 2)
     xs, ys = resized(x, y, n + 1)

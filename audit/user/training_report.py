@@ -74,8 +74,8 @@ def other_queries_note(trace: dict[str, Any]) -> list[str]:
         if judged:
             low = min(float(z) for z in trace.get("multiplier") or [0.0])
             out.append(head + f", sensitivity as one probe unit moved it up to {_num(max(sens + [0.0]))}): composed "
-                              f"with the gradient into each release's multiplier (smallest {_num(low)}), the multiplier "
-                              "the trace checks against the claim")
+                              f"with the gradient into each release's multiplier (smallest {_num(low)}), the "
+                              "multiplier the trace checks against the claim")
         else:
             out.append(head + "): not judged, no attribute of the optimizer received the draw, so its sensitivity "
                               "was not measured; the trace checks the gradient's noise against the claim")
