@@ -145,3 +145,21 @@ def test_a_trace_without_a_precision_is_read_at_float64_and_its_unit_norms_at_fl
     assert {m.field for m in check_trace(claim(4), high)} == {"sample_rate"}
     assert TrainingTrace.from_dict(TrainingTrace(**{**trace.__dict__, "precision": {"noise": "float32"}}).to_dict()
                                    ).computed_in("noise") == "float32"
+
+
+def test_a_cells_claim_checks_keep_a_within_rounding_multiplier_beside_no_mismatch():
+    """A suite cell whose multiplier is short of the claim by float32 rounding alone: no trace mismatch (the gate
+    passes it), the rounding kept in its claim checks with the epsilon it costs."""
+    from types import SimpleNamespace
+
+    from privaudit.audit.run.claim_checks import run_claim_checks
+
+    base = synthetic_trace(np.random.default_rng(6), 10)
+    cols = {**base.columns, "multiplier": [Z * (1 - 1e-7)] * 10}
+    trace = TrainingTrace(**{**base.__dict__, "columns": cols, "precision": {"noise": "float32"}})
+    trained = SimpleNamespace(claim=claim(10), extras={"trace": trace.to_dict()})
+    record, evidence = run_claim_checks("dp-gcl", {}, trained, None, target_epsilon=None, delta=1e-5, seed=0)
+    assert record["trace"]["mismatches"] == [] and evidence["trace"]["precision"] == {"noise": "float32"}
+    [kept] = record["trace"]["rounding"]
+    assert kept["field"] == "noise_multiplier" and "its Gaussian releases composed" in kept["message"]
+    assert "within float32 rounding" in kept["message"] and "claim's epsilon by rdp is" in kept["message"]
