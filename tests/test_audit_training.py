@@ -85,11 +85,12 @@ def test_each_planted_bug_is_refuted_naming_its_check(members, plant, check):
 
 @pytest.mark.parametrize("plant, moved", [("adaclip_growing", lambda first, last: last > 2 * first),
                                           ("adaclip_shrinking", lambda first, last: last < first / 2)])
-def test_an_adaptive_clip_is_checked_release_by_release_and_its_count_query_is_said_not_judged(members, plant, moved):
-    """Opacus' AdaClipDPOptimizer: each release's clip moves. Its largest clipped unit is checked against its own clip
-    (in the first release's units), the canaries enter at each release's clip and are read in the first's units (no
-    false finding from the noise's scale following the clip), and the count of unclipped units it noises beside the
-    gradient is kept out of the gradient's noise and reported as not judged."""
+def test_an_adaptive_clip_is_checked_release_by_release_with_its_count_query_composed(members, plant, moved):
+    """Opacus' AdaClipDPOptimizer, its accountant told the gradient and the count composed: each release's clip moves.
+    Its largest clipped unit is checked against its own clip (in the first release's units), the canaries enter at
+    each release's clip and are read in the first's units (no false finding from the noise's scale following the
+    clip), and the count of unclipped units it noises beside the gradient is composed into each release's multiplier
+    at the sensitivity one probe unit moved it by (1)."""
     from privaudit.audit.user.training_report import notes
 
     a = audit(members, f"opacus_plants:train_{plant}")
@@ -98,7 +99,10 @@ def test_an_adaptive_clip_is_checked_release_by_release_and_its_count_query_is_s
     assert moved(clips[0], clips[-1]), clips
     assert all(v <= clips[0] * (1 + 1e-5) for v in a.trace["unit_norm_max"])
     assert len(a.trace["other_queries"]) == len(clips) and {q["values"] for q in a.trace["other_queries"]} == {1}
-    assert any(n.startswith("other Gaussian queries: the releases also drew 14 noise values") for n in notes(a))
+    assert {q["name"] for q in a.trace["other_queries"]} == {"AdaClipDPOptimizer.unclipped_num"}
+    assert {q["sensitivity"] for q in a.trace["other_queries"]} == {1.0}
+    assert any(n.startswith("other Gaussian queries: the releases also noised AdaClipDPOptimizer.unclipped_num (14 "
+                            "draws") and "composed with the gradient" in n for n in notes(a))
 
 
 def test_a_size_derived_normaliser_is_found_by_replay(members, monkeypatch):
@@ -224,7 +228,8 @@ def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon
 def test_the_clip_probe_is_the_largest_unit_rescaled_to_a_norm_drawn_off_the_users_generator():
     """The watch's clipping probe: the unit of largest raw norm rescaled to a norm drawn log-uniform on
     [C/2, max(4C, its own norm)] per step from the observer's own generator (torch's global generator untouched);
-    over steps the norms spread over the range. ``probe=2`` adds the unit as it ran."""
+    over steps the norms spread over the range; the same unit just below the clip is the second probe. ``probe=2``
+    adds the unit as it ran."""
     from types import SimpleNamespace
 
     from privaudit.defenses.opacus_step import StepObserver, StepRecord
@@ -234,14 +239,15 @@ def test_the_clip_probe_is_the_largest_unit_rescaled_to_a_norm_drawn_off_the_use
     norms = []
     for step in range(60):
         observer = StepObserver(SimpleNamespace(max_grad_norm=2.0), step, None, StepRecord())
-        [scaled] = observer._probes(rows)
+        scaled, near = observer._probes(rows)
+        assert float(torch.cat([s.reshape(-1) for s in near]).norm()) == pytest.approx(2.0 * (1 - 2 ** -10))
         ratio = float(scaled[0].norm()) / 12.0
         assert torch.allclose(scaled[0], rows[0][1:2] * ratio) and float(scaled[1].norm()) == 0.0
         norms.append(float(torch.cat([s.reshape(-1) for s in scaled]).norm()))
     assert torch.equal(torch.random.get_rng_state(), state)
     assert 1.0 <= min(norms) < 2.0 < 8.0 < max(norms) <= 12.0
     both = StepObserver(SimpleNamespace(max_grad_norm=2.0), 0, None, StepRecord(), probe=2)._probes(rows)
-    assert len(both) == 2 and torch.equal(both[1][0], rows[0][1:2])
+    assert len(both) == 3 and torch.equal(both[2][0], rows[0][1:2])
 
 
 def test_the_release_replay_reaches_the_clip_and_refutes_a_loose_one(members):

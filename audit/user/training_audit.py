@@ -14,8 +14,10 @@ user's code changes. The audit, in order:
    (:mod:`privaudit.audit.user.training_canaries`), whose trace (:class:`~privaudit.accountants.trace_record.
    TrainingTrace`) is checked against the claim (:func:`~privaudit.accountants.trace.check_trace`: Opacus'
    accountant inputs against what ran: sampling as drawn against the rate, steps against the accountant's history,
-   the noise multiplier and the noise drawn, the clip as applied, the normaliser, reused noise), plus every tensor
-   that received no noise at all (exact);
+   the noise multiplier, every other Gaussian query the optimizer noised composed in, and the noise drawn, the clip as
+   applied, the normaliser, reused noise, each exact check at the precision the code ran in: a value short of the
+   claim by its rounding alone is stated as rounding, not a finding), plus every tensor that received no noise at
+   all (exact);
 3. the canaries' **trajectory bound** and the **released-noise checks** on their residuals.
 
 The claim: the returned accountant's (else the last accountant the run stepped) history, its epsilon by
@@ -145,7 +147,7 @@ def _claim(returned: Any, watch: Any, delta: float, claimed_epsilon: float | Non
 
 def _trace_findings(claim: UserClaim, watch: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from privaudit.accountants import PrivacyClaim
-    from privaudit.accountants.trace import check_trace
+    from privaudit.accountants.trace import check_trace, trace_rounding
     from privaudit.accountants.trace_record import claimed_steps
 
     first = claimed_steps(claim.event)[0]
@@ -154,6 +156,7 @@ def _trace_findings(claim: UserClaim, watch: Any) -> tuple[list[dict[str, Any]],
                       paper_accountant="rdp", sampler="poisson", source=claim.source)
     found = [{"check": f"trace: {m.field}", "step": m.step, "claimed": m.claimed, "observed": m.observed,
               "message": m.message} for m in check_trace(pc, trace)]
+    rounded = [{"check": f"trace: {m.field}", "step": m.step, "message": m.message} for m in trace_rounding(pc, trace)]
     names = [n for n, _ in watch.optimizer["tensors"]]
     silent = sorted({names[j] for r in watch.steps for j in r.silent_tensors})
     if silent:
@@ -161,7 +164,8 @@ def _trace_findings(claim: UserClaim, watch: Any) -> tuple[list[dict[str, Any]],
                       "message": f"no noise at all was added to tensor(s) {silent} in some release: a continuous "
                                  "Gaussian is never exactly zero (epsilon is infinite)"})
     other = [q for r in watch.steps for q in r.other_queries]
-    return found, {**trace.to_dict(), **({"other_queries": other} if other else {})}
+    return found, {**trace.to_dict(), **({"other_queries": other} if other else {}),
+                   **({"rounding": rounded} if rounded else {})}
 
 
 def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembers: Any = None,
