@@ -57,7 +57,8 @@ def test_values_that_differ_by_step_are_summarised_with_their_steps_and_the_firs
     assert [f["step"] for f in found] == [3, 4, 5, 11]
     (line,) = fold_findings(found, steps=20)
     assert line["message"] == ("steps 3-5, 11 (4 of 20 steps), observed 0.5 (step 4) to 0.7 (step 5); the first, "
-                               "step 3: noise multiplier 0.6 (noise std 0.6 at sensitivity 1) is below the claimed 1.2")
+                               "step 3: noise multiplier 0.6 (noise std 0.6 at sensitivity 1) is below the claimed 1.2 by 0.5 "
+                               "relative, beyond float64 rounding (tolerance 8.9e-16)")
 
 
 def test_one_finding_keeps_its_message_and_run_level_findings_join_in_their_checks_line():
