@@ -172,21 +172,29 @@ def describe(test: str, record: Mapping[str, Any], p: float, level: float, step:
             f"{pair['tests']} pairs) {how}: their sum or difference carries less noise than the claim states")
 
 
+#: How a finding names each test.
+TEST_NAMES = {"repeat": "repeats at a lag", "largest": "the largest repeat", "lag": "correlation at a lag",
+              "pair": "correlation between tensors"}
+
+
 def noise_law_findings(trace: TrainingTrace, alpha: float,
                        records: Sequence[Any] | None = None) -> list[TraceMismatch]:
-    """Each test's first failure over the run (``noise_law`` column, or ``records``), every test at alpha / (4 T) on
-    every step; the two repeat tests name one finding, so a bug present at every step reads as three lines at most."""
+    """At most one finding over the run (``noise_law`` column, or ``records``; every test at alpha / (4 T) on every
+    step): the earliest failing step's smallest p, with how many steps failed and which other tests did."""
     column = trace.column("noise_law") if records is None else records
     if not column:
         return []
     level = alpha / (len(TESTS) * max(1, trace.steps))
-    out, seen = [], set()
+    failing = []
     for t, (record, std) in enumerate(zip(column, trace.columns["noise_std"])):
-        if not record or std is None or not float(std) > 0:
-            continue
-        for test, p in step_p_values(record).items():
-            kind = "repeat" if test == "largest" else test  # the two repeat tests name one finding
-            if p < level and kind not in seen:
-                seen.add(kind)
-                out.append(TraceMismatch(t + 1, "noise_law", level, p, describe(test, record, p, level, t + 1)))
-    return out
+        if record and std is not None and float(std) > 0:
+            bad = [(p, test) for test, p in step_p_values(record).items() if p < level]
+            if bad:
+                failing.append((t + 1, record, bad))
+    if not failing:
+        return []
+    step, record, bad = failing[0]
+    p, test = min(bad, key=lambda b: b[0])
+    others = sorted({TEST_NAMES[name] for _, _, b in failing for _, name in b} - {TEST_NAMES[test]})
+    where = f" (failed at {len(failing)} of {trace.steps} steps" + (f"; also {', '.join(others)}" if others else "")
+    return [TraceMismatch(step, "noise_law", level, p, describe(test, record, p, level, step) + where + ")")]

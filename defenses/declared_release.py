@@ -24,8 +24,9 @@ as Opacus' are (:mod:`privaudit.defenses.opacus_step`):
   tensors of one size) is recorded less the rounding of the addition; its repeated values are not (a difference's
   values are not the ones drawn).
 
-Declared, not measured: ``noise_multiplier``, ``clip_norm`` and ``sample_rate`` (the claim the loop makes; the noise
-measured and the batches drawn are checked against them), ``normalizer`` (what the loop divides the noisy sum by
+Declared, not measured: ``noise_multiplier``, ``clip_norm`` and ``sample_rate`` (the claim the loop makes, Python
+numbers: the trace compares them at float64's rounding; the noise measured and the batches drawn are checked against
+them), ``normalizer`` (what the loop divides the noisy sum by
 afterwards: a value that follows the batch or the dataset's size is found by the trace and the neighbours replayed).
 ``batch``: the indices into the training set the step drew (the sampling checks); ``units``: the clipped per-unit
 gradients that were summed, one tensor (units, *shape) per released tensor (their norms are the clip as applied;
@@ -39,6 +40,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from privaudit.accountants import rounding
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.step import canaries_at
 
@@ -91,7 +93,9 @@ class DeclaredStep:
         from privaudit.defenses.opacus_step import StepRecord
 
         self.watch, self.tensors, self.rate = watch, tensors, rate
-        self.rec = StepRecord(clip=clip, multiplier=z, noise_std=z * clip, normalizer=normalizer)
+        self.rec = StepRecord(clip=clip, multiplier=z, noise_std=z * clip, normalizer=normalizer,
+                              dtypes={"noise": rounding.DEFAULT, "normalizer": rounding.DEFAULT,
+                                      "release": rounding.least_precise(*(rounding.dtype_name(t) for t in tensors))})
         if batch is not None:
             self.rec.indices = torch.as_tensor(batch, dtype=torch.long).reshape(-1)
         self._units(units)
@@ -106,7 +110,10 @@ class DeclaredStep:
         units = [units] if isinstance(units, torch.Tensor) else list(units)
         if len(units) != len(self.tensors) or any(u.shape[1:] != t.shape for u, t in zip(units, self.tensors)):
             raise ConfigError("declare_release: units: expected one tensor (units, *shape) per released tensor")
-        rows = torch.cat([u.detach().reshape(len(u), -1) for u in units], dim=1).double()
+        rows = torch.cat([u.detach().reshape(len(u), -1) for u in units], dim=1)
+        self.rec.dtypes["unit_norm"] = rounding.least_precise(*(rounding.dtype_name(u) for u in units))
+        self.rec.unit_terms = int(rows.shape[1])  # the norm is recomputed here from the loop's clipped units
+        rows = rows.double()
         self.rec.units = int(rows.shape[0])
         self.rec.unit_norm_max = float(rows.norm(dim=1).max()) if rows.shape[0] else None
 

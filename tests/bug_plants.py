@@ -4,7 +4,7 @@ path: each wraps a function the training calls (the sampler, the clipping factor
 claim) and changes nothing on disk. ``privaudit gate-power SUITE --bugs tests/bug_plants.py --allow-plugins``
 plants each into each gated DP defense; tests/test_as_run_plants.py plants them into DP-GCL.
 
-Four classes, each with at least two variants (:data:`BUGS`):
+Five classes, each with at least two variants or realisations (:data:`BUGS`):
 
 * ``sampling``: shuffled fixed-size batches under the claim's Poisson (or independent without-replacement)
   sampling (Chua et al. 2024); batches drawn at 1.5x the claimed rate (or size); federated rounds whose users come
@@ -17,6 +17,9 @@ Four classes, each with at least two variants (:data:`BUGS`):
   or one draw per tensor broadcast over it.
 * ``accounting``: a normaliser that follows the realised batch size; the accountant composes half the steps run;
   the accountant is given a dataset 1.5x larger than the one sampled (a 1.5x smaller rate).
+* ``auxiliary release``: a noisy statistic the step releases besides the gradient, left out of the claim: DPCL's
+  noised similarity matrix or statistics (:data:`AUXILIARY`); adaptive clipping's noisy count in the federated rounds.
+  DP-SGD, DP-GCL and Logit-DP release the gradient alone: it does not apply to them.
 """
 
 from __future__ import annotations
@@ -257,6 +260,48 @@ def claim_with_plan(change: Callable) -> Callable[[str, dict], ContextManager[No
     return plant
 
 
+# -- auxiliary release: a noisy statistic the step releases besides the gradient, left out of the claim ------------
+#: The DP-SGD-style defenses whose step releases a Gaussian query besides the gradient: DPCL's noisy similarity matrix
+#: (SimCLR) and statistics (Barlow).
+AUXILIARY = ("dpcl-simclr", "dpcl-barlow")
+
+
+def unaccounted_auxiliary(defense: str, params: dict) -> ContextManager[None]:
+    """The claim (and the calibration made with it) accounts the gradient's release alone while the step also
+    releases DPCL's noised similarity matrix or statistics: the accountant told the gradient's multiplier (as an
+    Opacus AdaClip accountant told the gradient's would be)."""
+    build = dp_base.build_claim
+
+    def planted(plan, mechanisms, gradient_multiplier, delta, **kw):
+        return build(plan, mechanisms[:1], gradient_multiplier, delta, **kw)
+    return patched(dp_base, "build_claim", planted)
+
+
+@contextlib.contextmanager
+def federated_count_unaccounted(defense: str, params: dict) -> Iterator[None]:
+    """Federated rounds with adaptive clipping (the suite's clip made adaptive) and its noisy count of unclipped
+    clients (std the default share's, sigma_b = z / sqrt(0.05)) drawn every round, while the claim's round multiplier
+    z is the deltas' alone."""
+    plan, rounds = fed_defense._Federated.noise_plan, fed_defense._Federated.train_rounds
+
+    def planted_plan(self, budget, num_users):
+        noise = plan(self, budget, num_users)
+        if noise.event_z <= 0 or noise.count_stddev is not None:
+            return noise
+        return dataclasses.replace(noise, count_stddev=fed_aggregate.count_stddev_for(noise.event_z))
+
+    def adaptive_rounds(self, *args, **kwargs):
+        config = self.config
+        self.config = dataclasses.replace(config, adaptive_clipping=True)
+        try:
+            return rounds(self, *args, **kwargs)
+        finally:
+            self.config = config
+    with patched(fed_defense._Federated, "noise_plan", planted_plan), \
+            patched(fed_defense._Federated, "train_rounds", adaptive_rounds):
+        yield
+
+
 half_the_steps = claim_with_plan(lambda plan: dataclasses.replace(plan, steps=max(1, math.ceil(plan.steps / 2))))
 smaller_rate = claim_with_plan(lambda plan: dataclasses.replace(plan, n=math.ceil(1.5 * plan.n)))
 
@@ -276,6 +321,10 @@ BUGS = {b.name: b for b in (
     Bug("batch-normaliser", "accounting", "normaliser follows the realised batch size", batch_normaliser, POISSON),
     Bug("half-steps", "accounting", "the accountant composes half the steps run", half_the_steps),
     Bug("rate-misreported", "accounting", "the accountant is given a 1.5x smaller sampling rate", smaller_rate),
+    Bug("aux-unaccounted", "auxiliary release", "DPCL's noised similarity or statistics left out of the claim",
+        unaccounted_auxiliary, AUXILIARY),
+    Bug("count-unaccounted", "auxiliary release", "adaptive clipping's noisy count left out of the claim",
+        federated_count_unaccounted, FEDERATED),
 )}
 
 

@@ -73,9 +73,21 @@ def test_noise_missing_on_the_biases_is_named_by_tensor_and_step(digits):
     assert "step 1: tensor 1 drew no noise" in message  # the first bias in the flat layout
 
 
-def test_the_catalogue_has_four_classes_of_at_least_two_variants():
+def test_the_catalogue_has_six_classes_of_at_least_two_variants():
     classes = {}
     for bug in BUGS.values():
         classes.setdefault(bug.cls, []).append(bug.name)
-    assert set(classes) == {"sampling", "clipping", "noise", "accounting", "dependent-noise"}
+    assert set(classes) == {"sampling", "clipping", "noise", "accounting", "auxiliary release", "dependent-noise"}
     assert min(len(v) for v in classes.values()) >= 2
+
+
+@pytest.mark.parametrize("name, released", [("dpcl-simclr", "similarity"), ("dpcl-barlow", "mean[view1]")])
+def test_an_auxiliary_release_left_out_of_the_claim_is_named(digits, name, released):
+    """DPCL's step releases a noised similarity matrix (SimCLR) or statistics (Barlow) besides the gradient; a claim
+    calibrated on the gradient's release alone is refuted at every step, naming what it leaves out."""
+    params = {"width": 4, "rep_dim": 8, "proj_hidden": 8, "proj_dim": 4, "epochs": 1, "init": "random"}
+    with BUGS["aux-unaccounted"].plant(name, params):
+        trained = make_defense(name, params).fit(digits, Budget(noise_multiplier=2.0), 0, progress=False)
+    found = [m for m in check_trace(trained.claim, trained.extras["trace"]) if m.field == "noise_multiplier"]
+    assert len(found) == trained.extras["trace"]["steps"], found
+    assert f"composed with {released}: std" in found[0].message and "the claim leaves out " in found[0].message

@@ -30,7 +30,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 import torch.nn as nn
 
-from privaudit.accountants import PrivacyClaim
+from privaudit.accountants import PrivacyClaim, rounding
 from privaudit.accountants.registry import ACCOUNTANTS
 from privaudit.accountants.trace import TrainingTrace
 from privaudit.core.datasets import DatasetInfo, MembershipData
@@ -403,7 +403,12 @@ class DPDefense(Defense):
 
         counter.update(sampling=sampling, noise_digests=digests, tensor_noise_digests=tensor_digests, noise_laws=laws,
                        replays=replays,
-                       replayed=bool(to_replay) or f"not replayed: the step releases {len(mechanisms)} mechanisms")
+                       replayed=bool(to_replay) or f"not replayed: the step releases {len(mechanisms)} mechanisms",
+                       releases=[{"name": m.name, "std": multipliers[m.name] * m.sensitivity,
+                                  "sensitivity": m.sensitivity} for m in mechanisms[1:]],
+                       precision={"noise": rounding.DEFAULT, "sample_rate": rounding.DEFAULT,
+                                  "unit_norm": rounding.dtype_name(next(iter(embedder.params().values()))),
+                                  "unit_norm_terms": 0, "normalizer": rounding.DEFAULT})
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
                          "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
                          "param_numels": embedder.space.numels,
@@ -433,14 +438,16 @@ class DPDefense(Defense):
         released = self.released(run.model)
         if isinstance(counter.get("replayed"), str):
             dp["replay_note"] = counter["replayed"]
+        releases = {"releases": [counter["releases"]] * len(history["batch_size"])} if counter["releases"] else {}
         trace = TrainingTrace.from_history({**history, "noise_digest": counter["noise_digests"],
                                             "tensor_noise_digests": counter["tensor_noise_digests"],
-                                            "noise_law": counter["noise_laws"]}, unit=self.unit_kind,
+                                            "noise_law": counter["noise_laws"], **releases},
+                                           unit=self.unit_kind,
                                            sampler=run.plan.sampler, population=run.plan.n,
                                            sample_rate=run.plan.sample_rate,
                                            batch_size_configured=run.plan.batch_size, dim=int(dp["param_count"]),
                                            clip=float(self.config.clip), sampling=counter["sampling"].to_dict(),
-                                           replays=list(counter["replays"]))
+                                           replays=list(counter["replays"]), precision=counter["precision"])
         return Trained(self.name, released, self.model_spec(data.info), run.claim, history, self.config_dict(), seed,
                        extras={"dp": dp, "init": run.extras.get("init", {"init": self.config.init}),
                                "trace": trace.to_dict()})
