@@ -404,11 +404,7 @@ class DPDefense(Defense):
         counter.update(sampling=sampling, noise_digests=digests, tensor_noise_digests=tensor_digests, noise_laws=laws,
                        replays=replays,
                        replayed=bool(to_replay) or f"not replayed: the step releases {len(mechanisms)} mechanisms",
-                       releases=[{"name": m.name, "std": multipliers[m.name] * m.sensitivity,
-                                  "sensitivity": m.sensitivity} for m in mechanisms[1:]],
-                       precision={"noise": rounding.DEFAULT, "sample_rate": rounding.DEFAULT,
-                                  "unit_norm": rounding.dtype_name(next(iter(embedder.params().values()))),
-                                  "unit_norm_terms": 0, "normalizer": rounding.DEFAULT})
+                       **_release_record(mechanisms, multipliers, embedder))
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
                          "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
                          "param_numels": embedder.space.numels,
@@ -511,3 +507,12 @@ def quantity(claim_id: str, source: str, relation: str, fn: Callable[..., torch.
                               params=dict(params), description=description, corrected_bound=corrected_bound,
                               variant=variant)
 
+
+def _release_record(mechanisms: list, multipliers: Mapping[str, float], embedder: Any) -> dict[str, Any]:
+    """What the trace records of a step's releases beside the gradient's (each auxiliary Gaussian query's std and
+    sensitivity, composed into the step's as-run mechanism) and the precision its exact checks compare at."""
+    return {"releases": [{"name": m.name, "std": multipliers[m.name] * m.sensitivity, "sensitivity": m.sensitivity}
+                         for m in mechanisms[1:]],
+            "precision": {"noise": rounding.DEFAULT, "sample_rate": rounding.DEFAULT,
+                          "unit_norm": rounding.dtype_name(next(iter(embedder.params().values()))),
+                          "unit_norm_terms": 0, "normalizer": rounding.DEFAULT}}
