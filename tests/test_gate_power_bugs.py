@@ -79,5 +79,32 @@ def test_the_docs_page_is_the_committed_measurements_render():
                           text=True)
     assert done.returncode == 0, done.stdout
     result = json.loads(open("reports/reference/gate-power-bugs/gate_power_bugs.json", encoding="utf-8").read())
-    assert set(result["classes"]) == {"sampling", "clipping", "noise", "accounting", CORRECT}
+    assert set(result["classes"]) == {"sampling", "clipping", "noise", "accounting", "dependent-noise",
+                                      "auxiliary release", CORRECT}
     assert {r["epsilon"] for r in result["rows"]} == {1.0, 8.0} and result["seeds"] == 10
+
+
+def test_added_rows_keep_the_correct_cells_once_and_say_where_they_were_measured(monkeypatch):
+    """``--add``: the new bugs' rows join the reference, their re-run correct cells are compared, not counted twice,
+    and a result of another seed count is refused."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend("scripts")  # the script imports its neighbour rendered_page
+    spec = importlib.util.spec_from_file_location("render_gpb", "scripts/render_gate_power_bugs.py")
+    render = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render)
+    row = {"class": "noise", "defense": "dp-gcl", "epsilon": 1.0, "runs": 10, "caught_by": {}, "errors": [],
+           "reason": None}
+    base = {"suite": "s", "seeds": 10, "family": 20, "errors": 0, "catalogue": "bug_plants.py",
+            "rows": [{**row, "bug": CORRECT, "class": CORRECT, "caught": 1}, {**row, "bug": "reused-noise", "caught": 10}]}
+    new = {"suite": "s", "seeds": 10, "family": 20, "errors": 0,
+           "rows": [{**row, "bug": CORRECT, "class": CORRECT, "caught": 2},
+                    {**row, "bug": "halves-shared", "class": "dependent-noise", "caught": 9}]}
+    out = render.add(base, [new], "abc1234")
+    assert [r["bug"] for r in out["rows"]] == [CORRECT, "reused-noise", "halves-shared"]
+    assert out["classes"][CORRECT]["runs"] == 10 and out["classes"]["dependent-noise"]["caught"] == 9
+    assert out["provenance"] == ["rows of halves-shared measured at abc1234; the correct cells re-run there alongside "
+                                 "them failed 2 of 10 runs (differing from the rows above: dp-gcl at epsilon 1: 1 "
+                                 "then 2)"]
+    with pytest.raises(SystemExit, match="seed count"):
+        render.add(base, [{**new, "seeds": 2}], "abc1234")
