@@ -86,7 +86,8 @@ class StepRecord:
     silent_tensors: list[int] = field(default_factory=list)
     canaries: int = 0
     accountant: list[tuple[float, float]] = field(default_factory=list)
-    indices: torch.Tensor | None = None
+    indices: torch.Tensor | None = None  # the batch drawn (kept by the first release and a replay's: OpacusWatch)
+    batch: int | None = None  # its size
     release: torch.Tensor | None = None  # kept by a replay (``keep``): the released flat gradient, after scaling
     draws: list[torch.Tensor] | None = None  # kept by a replay: the noise tensors drawn, in order
     chunks: list[tuple[int, ...]] | None = None  # kept by a replay: the loader batches the release drew, in order

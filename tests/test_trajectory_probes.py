@@ -173,4 +173,5 @@ def test_the_power_page_is_its_references_render_and_a_row_is_reproduced():
     for row in rows:
         again = power_row(row["design"], z=row["multiplier"], q=row["rate"], steps=100, m=1000,
                           delta=reference["delta"], runs=reference["runs"], coarsening=row["coarsening"]).to_dict()
+        assert again.pop("design") == row["design"]
         assert again == pytest.approx({k: row[k] for k in again}, rel=1e-9)
