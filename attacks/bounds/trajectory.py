@@ -14,9 +14,12 @@ own Dirac coordinate; :mod:`privaudit.defenses.dp.step`) is x = (y / D) + offset
 D between the two hypotheses' means: add/remove canaries (norm Delta) are *present* at (t, i) when inserted
 and sampled (x ~ N(1, z^2) under the claim) and *absent* otherwise (x ~ N(0, z^2)), D = Delta, offset 0;
 paired replace-one slots (+-Delta/2 e_i, D = Delta, offset 1/2) give a trial only when sampled, present for
-the + candidate. z = sigma / D is the noise the step really adds. The auditor knows every label (it drew
-the coins and the sampling) and fixes a threshold tau (:func:`plan_threshold`, from the claim alone) before
-training. Counts: FP = absent trials with x > tau (of n0), FN = present trials with x <= tau (of n1).
+the + candidate. With the per-step probes (:mod:`privaudit.attacks.gradient_canary`: +-D/2 on every canary's
+coordinate by a fresh coin, withdrawn from the release once observed) every canary and step is one trial, present
+for the + probe, the canary's own designed contribution subtracted: m T balanced trials instead of about m q T / 2
+present ones, the same hypotheses. z = sigma / D is the noise the step really adds. The auditor knows every label
+(it drew the coins, the probes and the sampling) and fixes a threshold tau (:func:`plan_threshold`, from the claim
+alone) before training. Counts: FP = absent trials with x > tau (of n0), FN = present trials with x <= tau (of n1).
 
 The null H(mu). Given the labels, the trials are independent (the step's noise is drawn afresh for every
 coordinate and step, which is what the claim's Gaussian mechanism is; the labels come from the auditor's
@@ -51,7 +54,12 @@ claim's epsilon under every sound accountant (epsilon decreases with the noise; 
 releases other mechanisms too is only less private than its gradient release). So the gate may compare
 it: P[eps_lb_trajectory > eps_claim] <= beta for a true claim. What it refutes: that each step's gradient
 release is the claim's Gaussian mechanism (its noise, and the sensitivity its canaries are set to); the
-sensitivity itself is the step audit's witness pair (:mod:`privaudit.audit.step.audit`).
+sensitivity itself is the step audit's witness pair (:mod:`privaudit.audit.step.audit`). The trials measure the
+step's Gaussian given the labels, not its sampled form: the sampling enters from the claim's event (which the trace
+verifies against the batches drawn), so how often the canaries or probes take part does not enter the bound -- the
+per-step Gaussian is compared with the claim's per-step Gaussian -- and on a correct run the bound approaches the
+claim's mechanism's own (optimistic PLD) epsilon, which may lie far below an RDP claim's
+(:mod:`privaudit.attacks.bounds.trajectory_power` splits the shortfall).
 
 Estimates (asymptotic, reported beside the bound, never gated): the per-step point estimate
 mu_hat = Phi^-1(1 - FP / n0) - Phi^-1(FN / n1) composed like the bound; the Gaussian-moment estimate
