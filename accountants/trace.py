@@ -27,8 +27,11 @@ and prints its values to enough digits to show the difference.
 Measured checks, each at level ``alpha`` in total (the chance that a correct run fails them):
 
 * *Noise.* The noise vector of a step is N(0, sigma^2 I_d), so ||noise||^2 / sigma^2 ~ chi^2_d. A step whose
-  realised norm lies in the lower alpha / (2 T) tail of that law did not add the noise it records (a
-  Bonferroni correction over the T steps).
+  realised norm lies in the lower alpha / (4 T) tail of that law did not add the noise it records (a
+  Bonferroni correction over the T steps; alpha / 4 in all).
+* *The noise's joint law within a step* (:mod:`privaudit.accountants.noise_law`, alpha / 4 in all): its |values|
+  repeated at a lag or in a group, its correlation at any lag within a tensor and between tensors of one size,
+  beyond what independent coordinates give.
 * *Sampling, as drawn* (:mod:`privaudit.accountants.as_run`, alpha / 2 in all): each step's drawn size and their
   total against Binomial(n, q), two-sided; the disjoint step pairs' overlaps and the units' inclusion counts against
   the claim's sampling; repeated batches.
@@ -53,6 +56,7 @@ from privaudit.accountants.as_run import as_run_findings
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
+from privaudit.accountants.noise_law import noise_law_findings
 from privaudit.accountants.trace_record import (RUN_FIELDS, STEP_FIELDS, ClaimedStep, TraceMismatch,  # noqa: F401
                                                 TrainingTrace, claimed_steps)
 from privaudit.core.errors import ConfigError
@@ -146,7 +150,8 @@ def composed_releases(gradient: float, releases: Sequence[dict[str, Any]] | None
 
 
 def _noise_checks(trace: TrainingTrace, alpha: float) -> list[TraceMismatch]:
-    """Each step's realised noise norm against chi^2_d at its recorded std (lower tail, alpha / (2 T))."""
+    """Each step's realised noise norm against chi^2_d at its recorded std (lower tail, ``alpha`` / (2 T): the trace's
+    alpha / (4 T))."""
     out, level = [], alpha / (2 * max(1, trace.steps))
     for t in range(trace.steps):
         row = trace.step(t)
@@ -168,7 +173,8 @@ def check_trace(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any], *,
     value short of the claim by no more than its rounding is not one (:func:`trace_rounding`)."""
     trace = trace if isinstance(trace, TrainingTrace) else TrainingTrace.from_dict(trace)
     claimed = claimed_steps(claim.event)
-    return _exact(claimed, trace)[0] + _noise_checks(trace, alpha) + as_run_findings(trace, claimed, alpha / 2)
+    return (_exact(claimed, trace)[0] + _noise_checks(trace, alpha / 2) + noise_law_findings(trace, alpha / 4)
+            + as_run_findings(trace, claimed, alpha / 2))
 
 
 def trace_rounding(claim: PrivacyClaim, trace: TrainingTrace | dict[str, Any]) -> list[TraceMismatch]:

@@ -20,7 +20,10 @@ as Opacus' are (:mod:`privaudit.defenses.opacus_step`):
   the canaries' observer gets the noisy sum less the data's clipped sum, and the trajectory probes (the hook's
   ``probes``) are then withdrawn from the tensors, so the loop goes on with its own release. The noise is measured
   as a float difference, not intercepted as drawn, so no digest is recorded: reused noise is seen by the canaries'
-  noise-independence check (:mod:`privaudit.attacks.noise_structure`), not by the trace's digest check.
+  noise-independence check (:mod:`privaudit.attacks.noise_structure`), not by the trace's digest check. Its joint
+  law within the release (:mod:`privaudit.defenses.dp.noise_law`: correlation at a lag within a tensor and between
+  tensors of one size) is recorded less the rounding of the addition; its repeated values are not (a difference's
+  values are not the ones drawn).
 
 Declared, not measured: ``noise_multiplier``, ``clip_norm`` and ``sample_rate`` (the claim the loop makes, Python
 numbers: the trace compares them at float64's rounding; the noise measured and the batches drawn are checked against
@@ -117,6 +120,7 @@ class DeclaredStep:
 
     def enter(self) -> None:
         self.data = _flat(self.tensors).clone()
+        self.base = self.data
         chosen = canaries_at(self.watch.canaries, len(self.watch.steps))
         if chosen is None:
             return
@@ -130,6 +134,7 @@ class DeclaredStep:
         probes = chosen.withdrawal(self.data.numel(), self.rec.clip, device=self.data.device, dtype=self.data.dtype) \
             if hasattr(chosen, "withdrawal") else None
         self.inserted = (vec, chosen, probes)
+        self.base = _flat(self.tensors).clone()
 
     def exit(self) -> None:
         from privaudit.defenses.opacus_step import _silent
@@ -138,6 +143,7 @@ class DeclaredStep:
         added = after - (self.data if self.inserted is None else self.data + self.inserted[0])
         self.rec.noise_norm = float(added.double().norm())
         self.rec.silent_tensors = _silent(added, [t.numel() for t in self.tensors])
+        self.rec.noise_law = self._law(after)
         if self.inserted is not None and self.inserted[1].observer is not None:
             self.inserted[1].observer(after - self.data)
         if self.inserted is not None and self.inserted[2] is not None:  # the probes leave the loop's release
@@ -147,3 +153,9 @@ class DeclaredStep:
                     t.sub_(probes[start:start + t.numel()].view_as(t))
                     start += t.numel()
         self.watch.record_declared(self.rec, [int(t.numel()) for t in self.tensors], self.rate)
+
+    def _law(self, after: torch.Tensor) -> dict | None:
+        """The noise's joint law on what the block added (:func:`~privaudit.defenses.dp.noise_law.released_law`)."""
+        from privaudit.defenses.dp.noise_law import released_law
+
+        return released_law(after, self.base, [t.shape for t in self.tensors])

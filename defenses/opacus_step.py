@@ -17,9 +17,11 @@ as it ran:
   :mod:`privaudit.defenses.dp.step` (Dirac, norm at most the clip C the noise is calibrated to) are added to it,
   the method runs, and ``p.grad - summed`` is the noise it added (its norm; per tensor, whether any was added);
   the stds of Opacus' ``_generate_noise`` draws and a digest of the drawn noise come from the watch's
-  interception of that function; the observer gets the noisy sum less the data's clipped sum (canaries + noise),
-  and the trajectory probes of the hook (``probes``) are then withdrawn from ``p.grad``, so the normaliser and the
-  optimizer's step see the data's clipped sum, the canaries and the noise, as without probes.
+  interception of that function; the noise's joint law within the release (:mod:`privaudit.defenses.dp.noise_law`:
+  its correlations on what was added, its repeated values on what was drawn); the observer gets the noisy sum less
+  the data's clipped sum (canaries + noise), and the trajectory probes of the hook (``probes``) are then withdrawn
+  from ``p.grad``, so the normaliser and the optimizer's step see the data's clipped sum, the canaries and the noise,
+  as without probes.
   A draw whose reference is neither a parameter's clipped sum nor of a parameter's shape noises another query the
   release answers (Opacus' AdaClipDPOptimizer: the count of unclipped units its clip update reads): it is kept out
   of the gradient's noise std and digests, linked to the optimizer attribute it noises, measured (its sensitivity
@@ -39,6 +41,7 @@ import torch
 
 from privaudit.accountants import rounding
 from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
+from privaudit.defenses.dp.noise_law import released_law
 from privaudit.defenses.dp.step import CanarySource, canaries_at
 from privaudit.defenses.opacus_queries import (BELOW_CLIP, Probe, Query, changes, compose, linked, received,
                                                restore, snapshot)
@@ -82,6 +85,7 @@ class StepRecord:
     noise_norm: float | None = None
     noise_digest: str | None = None
     tensor_digests: list[str | None] | None = None
+    noise_law: dict[str, Any] | None = None  # the noise's joint law within the release (defenses.dp.noise_law)
     normalizer: float | None = None
     silent_tensors: list[int] = field(default_factory=list)
     canaries: int = 0
@@ -187,6 +191,7 @@ class StepObserver:
         self.rec.clip, self.rec.multiplier, self.rec.noise_std = c, z, z * c
         data = flat([p.summed_grad for p in params]).clone()
         inserted = self._add_canaries(params, data, c)
+        base = data if inserted is None else flat([p.summed_grad for p in params]).clone()
         out = inner()
         grads = flat([p.grad for p in params])
         added = grads - (data if inserted is None else data + inserted[0])
@@ -198,6 +203,7 @@ class StepObserver:
             drawn = torch.cat([d.reshape(-1) for _, d in grad])
             self.rec.noise_digest = noise_digest(drawn)
             self.rec.tensor_digests = tensor_noise_digests(drawn, [d.numel() for _, d in grad])
+        self.rec.noise_law = released_law(grads, base, [p.shape for p in params], [d for _, d in grad])
         if self.keep and self.draws:
             self.rec.draws = [d for _, d in self.draws]
         self._other_queries()

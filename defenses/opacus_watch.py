@@ -363,7 +363,8 @@ class OpacusWatch:
                 "unit_norm_max": _in_units_of_first_clip(self.steps),
                 "normalizer": [r.normalizer for r in self.steps],
                 "noise_digest": [r.noise_digest for r in self.steps],
-                "tensor_noise_digests": [r.tensor_digests for r in self.steps]}
+                "tensor_noise_digests": [r.tensor_digests for r in self.steps],
+                "noise_law": [r.noise_law for r in self.steps]}
         cols["normalizer"] = _snap(cols["normalizer"], rounding.relative_tolerance(self.precision(rate)["normalizer"]))
         if any(r.unit_norm_slack is not None for r in self.steps):
             cols["unit_norm_slack"] = [r.unit_norm_slack for r in self.steps]

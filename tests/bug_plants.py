@@ -326,3 +326,95 @@ BUGS = {b.name: b for b in (
     Bug("count-unaccounted", "auxiliary release", "adaptive clipping's noisy count left out of the claim",
         federated_count_unaccounted, FEDERATED),
 )}
+
+
+# -- Dependent noise: one draw serving several parts of the gradient -------------------------------------------------
+#
+# Class ``dependent-noise`` (:data:`DEPENDENT_NOISE`): every coordinate's noise N(0, s^2) and fresh at every step, but
+# some coordinates repeat others (exactly, or sign-flipped), so their difference (or sum) carries no noise: epsilon is
+# infinite. Planted in the shared engine's noise draw (:func:`privaudit.defenses.dp.noise.gaussian` as the DP-SGD
+# engine's release and DP-FedEmb's round call it), per parameter tensor: each tensor's first half drawn and repeated
+# for its second half, or repeated sign-flipped (antithetic halves); one row drawn and broadcast over a matrix's rows;
+# the second tensor of each size given the first's noise sign-flipped.
+
+TensorDraw = Callable[[tuple, float, torch.Generator, list], torch.Tensor]
+
+
+def _fresh(shape: tuple, std: float, generator: torch.Generator) -> torch.Tensor:
+    return std * torch.randn(shape, generator=generator)
+
+
+def halves(sign: float) -> TensorDraw:
+    """A tensor's noise: one draw for its first half, repeated times ``sign`` for its second half."""
+    def draw(shape, std, generator, previous):
+        n = math.prod(shape)
+        z = _fresh((math.ceil(n / 2),), std, generator)
+        return torch.cat([z, sign * z])[:n].reshape(shape)
+    return draw
+
+
+def row_broadcast(shape, std, generator, previous):
+    """A matrix's (or conv kernel's) noise: one row drawn and broadcast over its first axis; a vector's fresh."""
+    if len(shape) < 2:
+        return _fresh(shape, std, generator)
+    return _fresh((1, *shape[1:]), std, generator).expand(shape).clone()
+
+
+def sign_flipped_pairs(shape, std, generator, previous):
+    """The second tensor of each size given the first's noise sign-flipped (the third fresh, the fourth its copy...)."""
+    same = [p for p in previous if p.numel() == math.prod(shape)]
+    if len(same) % 2:
+        return -same[-1].reshape(shape)
+    return _fresh(shape, std, generator)
+
+
+@contextlib.contextmanager
+def dependent_noise(draw: TensorDraw) -> Iterator[None]:
+    """The shared engine's gradient noise drawn tensor by tensor by ``draw(shape, std, generator, previous)``
+    (``previous``: the step's tensors drawn before it): the DP-SGD engine's one flat draw per step in the embedder's
+    layout (other draws, e.g. DPCL's similarity noise, untouched), DP-FedEmb's round draw per tensor."""
+    gaussian, state = dp_step.gaussian, {"previous": []}
+    original_params, release = dp_base.Embedder.params, fed_aggregate.noised_release
+
+    def flat(shape, std, generator, **kw):
+        shapes = state.get("shapes")
+        if shapes is None or math.prod(tuple(shape)) != sum(math.prod(s) for s in shapes):
+            return gaussian(shape, std, generator, **kw)
+        drawn: list[torch.Tensor] = []
+        for s in shapes:
+            drawn.append(draw(tuple(s), std, generator, drawn))
+        return _placed(torch.cat([d.reshape(-1) for d in drawn]).reshape(tuple(shape)), kw)
+
+    def per_tensor(shape, std, generator, **kw):
+        out = draw(tuple(shape), std, generator, state["previous"])
+        state["previous"].append(out)
+        return _placed(out, kw)
+
+    def params_spy(self):
+        out = original_params(self)
+        state["shapes"] = [tuple(s) for s in self.space.shapes]
+        return out
+
+    def round_release(*args, **kwargs):
+        state["previous"] = []
+        return release(*args, **kwargs)
+    with patched(dp_step, "gaussian", flat), patched(dp_base.Embedder, "params", params_spy), \
+            patched(fed_aggregate, "gaussian", per_tensor), federated_release(round_release):
+        yield
+
+
+def _placed(noise: torch.Tensor, kw: dict) -> torch.Tensor:
+    return noise.to(device=kw.get("device", "cpu"), dtype=kw.get("dtype", torch.float32))
+
+
+DEPENDENT_NOISE = (
+    Bug("halves-shared", "dependent-noise", "each tensor's second half of noise a copy of its first",
+        lambda d, p: dependent_noise(halves(1.0)), DP_SGD_STYLE + FEDERATED),
+    Bug("halves-sign-flipped", "dependent-noise", "each tensor's second half of noise its first sign-flipped",
+        lambda d, p: dependent_noise(halves(-1.0)), DP_SGD_STYLE + FEDERATED),
+    Bug("row-broadcast", "dependent-noise", "one noise row per matrix broadcast over its rows",
+        lambda d, p: dependent_noise(row_broadcast), DP_SGD_STYLE + FEDERATED),
+    Bug("sign-flipped-tensor", "dependent-noise", "the second tensor of each size given the first's noise "
+        "sign-flipped", lambda d, p: dependent_noise(sign_flipped_pairs), DP_SGD_STYLE + FEDERATED),
+)
+BUGS.update({b.name: b for b in DEPENDENT_NOISE})

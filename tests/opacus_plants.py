@@ -82,6 +82,25 @@ def train_tensor_reused_noise(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
+def train_antithetic_noise(model, x, y, *, seed):
+    """Antithetic noise (a variance-reduction idea): each tensor's noise drawn as Opacus draws it, then its second
+    half overwritten with its first half sign-flipped before it is added. Every coordinate still N(0, (z C)^2) and
+    fresh at every step; the two halves' sum carries no noise."""
+    from opacus.optimizers.optimizer import _generate_noise
+
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+
+    def antithetic() -> None:
+        for p in opt.params:
+            noise = _generate_noise(opt.noise_multiplier * opt.max_grad_norm, p.summed_grad, opt.generator)
+            flat, half = noise.view(-1), noise.numel() // 2
+            flat[half:2 * half] = -flat[:half]
+            p.grad = (p.summed_grad + noise).view_as(p)
+    opt.add_noise = antithetic
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
 def train_shuffled(model, x, y, *, seed):
     """Shuffled fixed-size batches (an epoch's disjoint batches) while the accountant is told Poisson at the rate."""
     private, opt, _, acc = recipe.private_parts(model, x, y, seed)

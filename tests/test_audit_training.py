@@ -79,7 +79,8 @@ def test_honest_recipe_is_not_refuted(members, tmp_path):
                                           ("ghost_clip_mismatch", "trace: unit_norm"),
                                           ("ghost_norm_missing_layer", "trace: unit_norm"),
                                           ("ghost_late_clip_mismatch", "trace: unit_norm"),
-                                          ("adaclip_clip_mismatch", "trace: unit_norm")])
+                                          ("adaclip_clip_mismatch", "trace: unit_norm"),
+                                          ("antithetic_noise", "trace: noise_law")])
 def test_each_planted_bug_is_refuted_naming_its_check(members, plant, check):
     a = audit(members, f"opacus_plants:train_{plant}")
     assert a.verdict.verdict == "refuted" and check in {f["check"] for f in a.findings}, a.findings

@@ -11,7 +11,8 @@ judges for the DP-SGD engine:
   replacement moves one client's clipped delta across the clip ball, :mod:`~privaudit.defenses.fedemb.aggregate`);
   ``multiplier``: the round's multiplier composed from the noise it drew, sigma on the deltas and, under adaptive
   clipping, the clipped-count query's std at sensitivity 1 (also its ``releases`` column, which names it);
-* as ran: ``noise_norm``, ``noise_digest`` and ``tensor_noise_digests`` of the noise drawn, ``unit_norm_max``
+* as ran: ``noise_norm``, ``noise_digest``, ``tensor_noise_digests`` and ``noise_law`` (its joint law within the
+  round, :mod:`privaudit.defenses.dp.noise_law`) of the noise drawn, ``unit_norm_max``
   (the largest norm a clipped delta entered the sum with, in units of the configured clip: entered x clip_0 /
   clip_t, so that under adaptive clipping the check against the trace's one clip is the check against each round's),
   and ``normalizer`` (the number of clients the noised sum is divided by).
@@ -69,7 +70,7 @@ class RoundTrace:
                "noise_norm": aggregate.noise_norm,
                "unit_norm_max": None if entered is None else entered * self.clip / clip,
                "normalizer": float(aggregate.norms.numel()), "noise_digest": aggregate.noise_digest,
-               "tensor_noise_digests": aggregate.tensor_digests}
+               "tensor_noise_digests": aggregate.tensor_digests, "noise_law": aggregate.noise_law}
         for k, v in row.items():
             self.columns[k].append(v)
         if count_std is not None:
