@@ -5,7 +5,7 @@ mechanism's; connect-the-dots, its fast path, is pessimistic only) with the priv
 Jalko & Honkela 2020; dp-accounting's ``_create_pld_pmf_from_monotone_privacy_loss``): for every multiple k of
 the discretisation interval h between the privacy losses at the two truncation points, the point x_k where the
 loss crosses k h (the inverse privacy loss), one scalar Python call per point. At the intervals the white-box
-bounds need (0.05 / T for T steps) that is 10^5 to 10^6 calls, seconds per PLD, and a training audit builds
+bounds need (0.01 / T for T steps) that is 10^5 to 10^6 calls, seconds per PLD, and a training audit builds
 several.
 
 What. The same algorithm with the inverse privacy loss evaluated on all k at once. For the Gaussian of std z

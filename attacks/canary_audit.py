@@ -39,7 +39,9 @@ class CanaryAuditConfig(AttackConfig):
     ``centred``). ``mechanism``: also report ``eps_lb_mechanism``, the one-run f-DP bound against the
     claim's own mechanism (:mod:`privaudit.attacks.bounds.mechanism`), beside the (eps, delta) bound.
     ``trajectory``: also report ``eps_lb_trajectory``, the white-box bound from every step's centred canary
-    observation (:mod:`privaudit.attacks.bounds.trajectory`; needs ``centred``).
+    observation (:mod:`privaudit.attacks.bounds.trajectory`; needs ``centred``). ``probes``: its trials are the
+    per-step probes on every canary coordinate (:mod:`privaudit.attacks.gradient_canary`: m T trials over T steps,
+    withdrawn from the release); False counts the canaries' own sampled trials (m q T / 2 present ones).
     """
 
     canaries: int | None = None
@@ -52,6 +54,7 @@ class CanaryAuditConfig(AttackConfig):
     score: str = "sum"
     mechanism: bool = False
     trajectory: bool = False
+    probes: bool = True
 
     def validate(self) -> None:
         super().validate()
@@ -79,11 +82,14 @@ def track_claimed_trajectory(canaries: GradientCanaries, cfg: CanaryAuditConfig,
                              steps: int) -> None:
     """Count the per-step trials (``cfg.trajectory`` with centred scores) at the threshold and for the bound's form
     planned from the claim's per-step noise multiplier and the expected trial counts
-    (:func:`privaudit.attacks.bounds.trajectory.plan_trajectory`)."""
+    (:func:`privaudit.attacks.bounds.trajectory.plan_trajectory`): with probes every canary and step is a trial,
+    half of them present (:mod:`privaudit.attacks.gradient_canary`)."""
     if not (cfg.trajectory and cfg.centred) or canaries.rate is None:
         return
     trials = canaries.m * canaries.rate * steps
     n1, n0 = (trials / 2, trials / 2) if canaries.paired else (trials / 2, canaries.m * steps - trials / 2)
+    if canaries.probes:
+        n1 = n0 = canaries.m * steps / 2
     canaries.track_trajectory(*plan_trajectory(noise_multiplier=multiplier, n0=n0, n1=n1, beta=cfg.beta))
 
 

@@ -32,6 +32,20 @@ accountant's marginal rate q = |B|/n. Given every other slot, the two outputs ar
 and (1 - q) P_0 + q N(s - a) with ||2a|| = Delta: exactly the pair the replace-one without-replacement
 accountant bounds, so the bound is sound against the replace-one claim.
 
+Trajectory probes. The trajectory bound (:mod:`privaudit.attacks.bounds.trajectory`) needs per-step trials whose
+labels the auditor drew independently of the noise. A canary sampled with rate q gives a "present" trial only when
+sampled: m q T / 2 of them over T steps, which leaves its per-step bound loose at small q (at q = 0.004 a few
+thousand present trials after 500 steps). With ``probes=True`` each canary's coordinate also receives, at every step,
+a probe s Delta / 2 (s = +-1 by a fresh coin of the auditor's own generator, :meth:`GradientCanaries.step_probes`),
+added with the canaries before the noise and withdrawn from the release after the observer
+(:mod:`privaudit.defenses.dp.step`, ``probes``): every coordinate and step is then one trial, labelled by s, the
+canary's own designed contribution subtracted (the auditor drew it), x = y / Delta - designed - s / 2 + [s > 0],
+so x ~ N([s > 0], z^2) under the claim: m T balanced trials, the same difference Delta between the hypotheses, and
+independent given the labels, as the trajectory bound's theorem needs. The bound measures the per-step Gaussian and
+composes it with the claim's own sampling (its event), so it compares like with like whatever the probes' rate. The
+one-run scores are those of the canaries alone (the probes subtracted), and since the probes leave the release the
+model trains as without them.
+
 Scores. ``score="llr"`` (the attack's default) is the idealised step's log-likelihood ratio summed over
 the centred steps, sum_t log(1 - q + q exp(mu y_t - mu^2 / 2)) with y_t = <g~_t, e_i> / (noise std) and
 mu = norm / (noise std) (:func:`step_llr`; paired slots: the + against the - mixture): the Neyman-Pearson
@@ -142,7 +156,7 @@ class GradientCanaries:
     def __init__(self, dim: int, m: int, *, clip_norm: float, kind: str = "dirac", seed: int = 0,
                  inserted: np.ndarray | None = None, paired: bool = False, score: str = "sum",
                  rate: float | None = None, noise_std: float | None = None,
-                 tensors: Sequence[tuple[str, int]] | None = None):
+                 tensors: Sequence[tuple[str, int]] | None = None, probes: bool = False):
         if clip_norm <= 0:
             raise ConfigError(f"clip_norm: must be > 0, got {clip_norm!r}")
         if score not in SCORES:
@@ -162,6 +176,21 @@ class GradientCanaries:
         self.scores = np.zeros(m)
         self.steps = 0
         self.trajectory: TrajectoryCounts | None = None
+        self.probes = bool(probes)  # trajectory probes at every step (module docstring)
+        self._probe_gen = torch_generator(seed, "trajectory-probes") if probes else None
+
+    @property
+    def spread(self) -> float:
+        """Delta: the difference between the hypotheses' means on a canary coordinate (add/remove: the canary's
+        norm; paired slots: twice it), the unit of the trajectory trials."""
+        return 2 * self.clip_norm if self.paired else self.clip_norm
+
+    def step_probes(self) -> torch.Tensor | None:
+        """This step's probe signs s (+-1, float64, one per canary, a fresh fair coin of the probes' own generator;
+        None without probes); the hook adds s * :attr:`spread` / 2 and :meth:`observe` takes s."""
+        if self._probe_gen is None:
+            return None
+        return torch.randint(0, 2, (self.m,), generator=self._probe_gen).double() * 2 - 1
 
     def _place_by_tensor(self, tensors: Sequence[tuple[str, int]] | None) -> tuple[tuple[str, ...], np.ndarray | None]:
         """With ``tensors`` ((name, size) of each parameter tensor in the flat layout's order; Dirac only): place
@@ -194,35 +223,46 @@ class GradientCanaries:
     def inserted_indices(self) -> np.ndarray:
         return np.flatnonzero(self.inserted)
 
-    def observe(self, step: int, noisy_sum: torch.Tensor, sampled: np.ndarray | torch.Tensor | None = None) -> None:
+    def observe(self, step: int, noisy_sum: torch.Tensor, sampled: np.ndarray | torch.Tensor | None = None,
+                probes: np.ndarray | torch.Tensor | None = None) -> None:
         """Accumulate <g~_t, u_i> for every canary (O(m) memory whatever the number of steps); with a tracked
-        trajectory, also count the step's trials (``sampled``: which canaries took part in this step)."""
+        trajectory, also count the step's trials (``sampled``: which canaries took part in this step). ``probes``: the
+        step's probe signs (:meth:`step_probes`), required with probes; their contribution leaves the scores."""
         if torch.as_tensor(noisy_sum).numel() != self.dim:
             raise ConfigError(f"noisy_sum: expected {self.dim} entries, got {torch.as_tensor(noisy_sum).numel()}")
+        if self.probes != (probes is not None):
+            raise ConfigError("gradient canaries: a step's probe signs are needed exactly when the canaries probe")
         proj = _project(noisy_sum, self.directions)
+        if probes is not None:
+            proj = proj - np.asarray(torch.as_tensor(probes).double().cpu()).ravel() * (self.spread / 2)
         if self.trajectory is not None:
-            self._count_trials(proj, sampled)
+            self._count_trials(proj, sampled, probes)
         if self.score == "llr":
             proj = step_llr(proj / self.noise_std, self.clip_norm / self.noise_std, self.rate, self.paired)
         self.scores += proj
         self.steps += 1
 
-    def _count_trials(self, proj: np.ndarray, sampled: np.ndarray | torch.Tensor | None) -> None:
-        """The step's trials in units of the hypotheses' mean difference D (trajectory_bound's module docstring):
-        add/remove x = y / C, present where inserted and sampled; paired x = y / (2 C) + 1/2 on the sampled slots,
-        present for the + candidate. Every coordinate's y / D less the canaries' designed contribution is also a
-        released-noise residual (:mod:`privaudit.attacks.released_noise`)."""
+    def _count_trials(self, proj: np.ndarray, sampled: np.ndarray | torch.Tensor | None,
+                      probes: np.ndarray | torch.Tensor | None = None) -> None:
+        """The step's trials in units of the hypotheses' mean difference D = :attr:`spread` (trajectory_bound's
+        module docstring; ``proj`` has the probes already subtracted). With probes: every coordinate,
+        x = residual + [s > 0], present where s > 0 (module docstring). Without: add/remove x = y / C, present where
+        inserted and sampled; paired x = y / (2 C) + 1/2 on the sampled slots, present for the + candidate. Every
+        coordinate's y / D less the canaries' designed contribution is also a released-noise residual
+        (:mod:`privaudit.attacks.released_noise`)."""
         if sampled is None:
             raise ConfigError("gradient canaries: a tracked trajectory needs each step's sampled canaries")
         took_part = np.asarray(sampled, dtype=bool).ravel()
+        y = proj / self.spread
         if self.paired:
-            y = proj / (2 * self.clip_norm)
             designed = np.where(took_part, np.where(self.inserted, 0.5, -0.5), 0.0)
             x, present = y[took_part] + 0.5, self.inserted[took_part]
         else:
-            y = x = proj / self.clip_norm
-            present = self.inserted & took_part
-            designed = present.astype(np.float64)
+            designed = (self.inserted & took_part).astype(np.float64)
+            x, present = y, self.inserted & took_part
+        if probes is not None:
+            present = np.asarray(torch.as_tensor(probes).cpu()).ravel() > 0
+            x = y - designed + present
         self.trajectory.add(x[~present], x[present])
         self.trajectory.add_noise(y - designed, self.tensor_of)
 

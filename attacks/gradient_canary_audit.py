@@ -69,7 +69,7 @@ class GradientCanaryAudit(Attack):
         noise_std = float(dp["gradient_noise_std"])
         canaries = GradientCanaries(dim, m, clip_norm=norm, kind="dirac",
                                     seed=target.derive_seed("gradient-canary"), paired=paired, score=cfg.score,
-                                    rate=rate, noise_std=noise_std,
+                                    rate=rate, noise_std=noise_std, probes=cfg.probes and cfg.trajectory,
                                     tensors=list(zip(dp["param_names"], dp["param_numels"])))
         coords = torch.as_tensor(canaries.directions)
         inserted = torch.as_tensor(canaries.inserted)
@@ -80,10 +80,14 @@ class GradientCanaryAudit(Attack):
 
         def source(t: int):
             sampled = torch.rand(m, generator=sampling) < rate
-            observer = lambda noisy: canaries.observe(t, noisy, sampled)  # noqa: E731
+            probe = canaries.step_probes()  # +-1 (or None): its own generator, the sampling's stream unchanged
+            values = None if probe is None else probe * (canaries.spread / 2)
+            observer = lambda noisy: canaries.observe(t, noisy, sampled, probe)  # noqa: E731
             if paired:  # every slot holds one candidate; it joins the step with the marginal rate q
-                return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs, centred=cfg.centred)
-            return dirac_canaries(coords, norm, inserted & sampled, observer=observer, centred=cfg.centred)
+                return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs, centred=cfg.centred,
+                                      probes=values)
+            return dirac_canaries(coords, norm, inserted & sampled, observer=observer, centred=cfg.centred,
+                                  probes=values)
 
         defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
                     canaries=source)

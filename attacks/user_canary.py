@@ -110,7 +110,7 @@ class CanaryUsers:
             dim = int(sum(int(np.prod(s)) for s in self.shapes))
             self.canaries = GradientCanaries(dim, self.cfg.count(dim), clip_norm=self.gamma, seed=self.seed,
                                              paired=self.paired, score=self.cfg.score, rate=self.rate,
-                                             noise_std=self.noise_std,
+                                             noise_std=self.noise_std, probes=self.cfg.probes and self.cfg.trajectory,
                                              tensors=[(n, int(np.prod(s))) for n, s in zip(self.names, self.shapes)])
             spread = 2 * self.gamma if self.paired else self.gamma  # the hypotheses' mean difference D
             track_claimed_trajectory(self.canaries, self.cfg, multiplier=self.noise_std / spread, steps=self.rounds)
@@ -120,7 +120,9 @@ class CanaryUsers:
         return lambda deltas, clip_norm: self.insert(t, deltas, clip_norm)
 
     def insert(self, t: int, deltas: dict[str, torch.Tensor], clip_norm: float):
-        """Round t: the canaries' sum by parameter, and the observer of the noisy sum."""
+        """Round t: the canaries' sum by parameter (the trajectory probes included), the observer of the noisy sum,
+        and the probes by parameter (withdrawn from the update after the observer; None without probes). The probes
+        are +-(their spread / 2) in units of gamma, at the round's clip as the canaries are."""
         can = self.setup(deltas)
         coords = torch.as_tensor(can.directions)
         sampled = torch.rand(can.m, generator=self.sampling) < self.rate
@@ -131,18 +133,30 @@ class CanaryUsers:
         else:
             keep = sampled & inserted
             flat.index_add_(0, coords[keep], torch.full((int(keep.sum()),), float(clip_norm), dtype=torch.float64))
+        probe = can.step_probes()
+        probes = None
+        if probe is not None:
+            probes = torch.zeros(can.dim, dtype=torch.float64).index_add_(
+                0, coords, probe * (can.spread / 2) * (clip_norm / self.gamma))
+            flat = flat + probes
+        names, centred = self.names, self.cfg.centred
+        scale = clip_norm / self.gamma  # an adaptive clip moves the canaries: the observer reads gamma's units
+
+        def observer(noisy: dict[str, torch.Tensor], data: dict[str, torch.Tensor]) -> None:
+            seen = {n: noisy[n] - data[n] if centred else noisy[n] for n in names}
+            flat_seen = torch.cat([seen[n].flatten().double().cpu() for n in names])
+            can.observe(t, flat_seen if scale == 1.0 else flat_seen / scale, sampled.numpy(), probe)
+
+        return self._by_parameter(flat), observer, None if probes is None else self._by_parameter(probes)
+
+    def _by_parameter(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """A flat vector of the aggregated parameters' layout split by parameter."""
         parts, offset = {}, 0
         for name, shape in zip(self.names, self.shapes):
             size = int(np.prod(shape))
             parts[name] = flat[offset:offset + size].view(shape)
             offset += size
-        names, centred = self.names, self.cfg.centred
-
-        def observer(noisy: dict[str, torch.Tensor], data: dict[str, torch.Tensor]) -> None:
-            seen = {n: noisy[n] - data[n] if centred else noisy[n] for n in names}
-            can.observe(t, torch.cat([seen[n].flatten().double().cpu() for n in names]), sampled.numpy())
-
-        return parts, observer
+        return parts
 
 
 class UserCanaryAudit(Attack):

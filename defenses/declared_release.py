@@ -17,8 +17,9 @@ as Opacus' are (:mod:`privaudit.defenses.opacus_step`):
   :mod:`privaudit.defenses.dp.step` (Dirac, norm at most ``clip_norm``) are added to them in place;
 * on exit what the block added (the tensors less the clipped sum and the canaries) is the noise: its norm (checked
   against chi^2 at the declared std ``noise_multiplier * clip_norm``) and every tensor it left exactly unchanged;
-  the canaries' observer gets the noisy sum less the data's clipped sum. The noise is measured as a float
-  difference, not intercepted as drawn, so no digest is recorded: reused noise is seen by the canaries'
+  the canaries' observer gets the noisy sum less the data's clipped sum, and the trajectory probes (the hook's
+  ``probes``) are then withdrawn from the tensors, so the loop goes on with its own release. The noise is measured
+  as a float difference, not intercepted as drawn, so no digest is recorded: reused noise is seen by the canaries'
   noise-independence check (:mod:`privaudit.attacks.noise_structure`), not by the trace's digest check. Its joint
   law within the release (:mod:`privaudit.defenses.dp.noise_law`: correlation at a lag within a tensor and between
   tensors of one size) is recorded less the rounding of the addition; its repeated values are not (a difference's
@@ -130,7 +131,9 @@ class DeclaredStep:
                 t.add_(vec[start:start + t.numel()].view_as(t))
                 start += t.numel()
         self.rec.canaries = int(chosen.include.sum())
-        self.inserted = (vec, chosen)
+        probes = chosen.withdrawal(self.data.numel(), self.rec.clip, device=self.data.device, dtype=self.data.dtype) \
+            if hasattr(chosen, "withdrawal") else None
+        self.inserted = (vec, chosen, probes)
         self.base = _flat(self.tensors).clone()
 
     def exit(self) -> None:
@@ -143,6 +146,12 @@ class DeclaredStep:
         self.rec.noise_law = self._law(after)
         if self.inserted is not None and self.inserted[1].observer is not None:
             self.inserted[1].observer(after - self.data)
+        if self.inserted is not None and self.inserted[2] is not None:  # the probes leave the loop's release
+            start, probes = 0, self.inserted[2]
+            with torch.no_grad():
+                for t in self.tensors:
+                    t.sub_(probes[start:start + t.numel()].view_as(t))
+                    start += t.numel()
         self.watch.record_declared(self.rec, [int(t.numel()) for t in self.tensors], self.rate)
 
     def _law(self, after: torch.Tensor) -> dict | None:

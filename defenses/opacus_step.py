@@ -19,7 +19,9 @@ as it ran:
   the stds of Opacus' ``_generate_noise`` draws and a digest of the drawn noise come from the watch's
   interception of that function; the noise's joint law within the release (:mod:`privaudit.defenses.dp.noise_law`:
   its correlations on what was added, its repeated values on what was drawn); the observer gets the noisy sum less
-  the data's clipped sum (canaries + noise).
+  the data's clipped sum (canaries + noise), and the trajectory probes of the hook (``probes``) are then withdrawn
+  from ``p.grad``, so the normaliser and the optimizer's step see the data's clipped sum, the canaries and the noise,
+  as without probes.
   A draw whose reference is neither a parameter's clipped sum nor of a parameter's shape noises another query the
   release answers (Opacus' AdaClipDPOptimizer: the count of unclipped units its clip update reads): it is kept out
   of the gradient's noise std and digests, linked to the optimizer attribute it noises, measured (its sensitivity
@@ -88,7 +90,8 @@ class StepRecord:
     silent_tensors: list[int] = field(default_factory=list)
     canaries: int = 0
     accountant: list[tuple[float, float]] = field(default_factory=list)
-    indices: torch.Tensor | None = None
+    indices: torch.Tensor | None = None  # the batch drawn (kept by the first release and a replay's: OpacusWatch)
+    batch: int | None = None  # its size
     release: torch.Tensor | None = None  # kept by a replay (``keep``): the released flat gradient, after scaling
     draws: list[torch.Tensor] | None = None  # kept by a replay: the noise tensors drawn, in order
     chunks: list[tuple[int, ...]] | None = None  # kept by a replay: the loader batches the release drew, in order
@@ -211,6 +214,8 @@ class StepObserver:
         if inserted is not None and inserted[1].observer is not None:
             seen = (grads - data) if getattr(inserted[1], "centred", False) else grads
             inserted[1].observer(seen if inserted[2] == 1.0 else seen / inserted[2])
+        if inserted is not None and inserted[3] is not None:
+            _add_flat(params, -inserted[3], "grad")  # the probes leave the release before the normaliser and the step
         return out
 
     def _other_queries(self) -> None:
@@ -234,15 +239,16 @@ class StepObserver:
             return None
         planned = float(getattr(chosen, "norm", bound))
         scale = bound / planned if 0 < planned != bound else 1.0
-        vec = chosen.total(data.numel(), planned if scale != 1.0 else bound, device=data.device, dtype=data.dtype)
+        at = planned if scale != 1.0 else bound
+        vec = chosen.total(data.numel(), at, device=data.device, dtype=data.dtype)
         vec = vec if scale == 1.0 else vec * scale
-        start = 0
-        for p in params:
-            k = p.numel()
-            p.summed_grad.add_(vec[start:start + k].view_as(p.summed_grad))
-            start += k
+        probes = chosen.withdrawal(data.numel(), at, device=data.device, dtype=data.dtype) \
+            if hasattr(chosen, "withdrawal") else None
+        if probes is not None and scale != 1.0:
+            probes = probes * scale
+        _add_flat(params, vec, "summed_grad")
         self.rec.canaries = int(chosen.include.sum())
-        return vec, chosen, scale
+        return vec, chosen, scale, probes
 
     def scale(self, inner: Callable[[], Any]) -> Any:
         before = flat([p.grad for p in self.opt.params]).double()
@@ -253,6 +259,16 @@ class StepObserver:
         if self.keep:
             self.rec.release = after
         return out
+
+
+def _add_flat(params: list[torch.nn.Parameter], vec: torch.Tensor, attr: str) -> None:
+    """Add the flat ``vec`` (the optimizer's parameter layout) to each parameter's ``attr`` tensor in place."""
+    start = 0
+    for p in params:
+        k = p.numel()
+        target = getattr(p, attr)
+        target.add_(vec[start:start + k].view_as(target))
+        start += k
 
 
 def _silent(added: torch.Tensor, numels: list[int]) -> list[int]:

@@ -96,6 +96,8 @@ class OpacusWatch:
         self.replaced = {"batches": 0, "draws": 0, "mismatched": 0}  # what the script replaced, and what it could not
         self.names = names or {}
         self.steps: list[StepRecord] = []
+        self.sampling = SamplingRecorder(self.population)  # every release's batch, streamed in as it is drawn
+        self.unsampled = 0  # releases whose batch was not seen
         self.pending: list[torch.Tensor] = []
         self.loader: dict[str, Any] | None = None
         self.optimizer: dict[str, Any] | None = None
@@ -315,12 +317,21 @@ class OpacusWatch:
                                      "tensors": list(zip(names, numels))})
 
     def _released(self, rec: StepRecord, layout: Callable[[], dict[str, Any]]) -> None:
+        """Append the release's record; its batch goes into the streamed sampling record, its indices are kept only on
+        the first release and by a replay (``keep``): a release keeps O(1) memory whatever its batch."""
         if self.pending:
             if rec.indices is None:
                 rec.indices = torch.cat(self.pending)
             if self.keep:
                 rec.chunks = [tuple(int(i) for i in t.tolist()) for t in self.pending]
             self.pending = []
+        if rec.indices is None:
+            self.unsampled += 1
+        else:
+            rec.batch = int(rec.indices.numel())
+            self.sampling.observe(rec.indices)
+            if self.steps and not self.keep:
+                rec.indices = None
         if self.optimizer is None:
             self.optimizer = layout()
         self.steps.append(rec)
@@ -341,15 +352,9 @@ class OpacusWatch:
             kind, rate = "poisson", claimed_rate
         elif kind != "poisson":
             rate = (loader["batch_size"] or 0) / self.population
-        sampling = None
-        recorded = [r.indices for r in self.steps]
-        if recorded and all(i is not None for i in recorded):
-            sampler = SamplingRecorder(self.population)
-            for idx in recorded:
-                sampler.observe(idx)
-            sampling = sampler.to_dict()
+        sampling = self.sampling.to_dict() if self.steps and not self.unsampled else None
         ebs = (self.optimizer or {}).get("expected_batch_size")
-        cols = {"batch_size": [len(r.indices) if r.indices is not None else r.units for r in self.steps],
+        cols = {"batch_size": [r.batch if r.batch is not None else r.units for r in self.steps],
                 "noise_std": [r.noise_std if r.drawn_std is None else r.drawn_std for r in self.steps],
                 "sensitivity": [r.clip for r in self.steps],
                 "multiplier": [r.multiplier if r.composed is None else r.composed for r in self.steps],

@@ -44,7 +44,9 @@ def test_watch_records_every_release_of_the_honest_recipe(members):
     assert set(trace.columns["normalizer"]) == {64.0}
     assert all(v <= 1.0 + 1e-5 for v in trace.columns["unit_norm_max"])
     assert all(r.accountant == [(opacus_recipe.noise_multiplier(), 1 / 14)] for r in watch.steps)
-    assert sum(trace.sampling["sizes"]) == sum(len(r.indices) for r in watch.steps)
+    assert sum(trace.sampling["sizes"]) == sum(r.batch for r in watch.steps)
+    # each batch is streamed into the sampling record; only the first release keeps its indices (the replays' own)
+    assert watch.steps[0].indices is not None and all(r.indices is None for r in watch.steps[1:])
     from opacus.optimizers.optimizer import DPOptimizer
 
     assert "pre_step" in DPOptimizer.__dict__ and DPOptimizer.pre_step.__qualname__ == "DPOptimizer.pre_step"

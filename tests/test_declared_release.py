@@ -67,14 +67,14 @@ def test_the_watch_records_each_declared_release(members):
     assert len(watch.steps) == accountant.history[0][2] == 14
     assert [n for n, _ in watch.optimizer["tensors"]] == ["0.weight", "0.bias", "2.weight", "2.bias"]
     assert all(r.accountant == [(z, plain_dp_loop.SAMPLE_RATE)] for r in watch.steps)
-    assert all(r.unit_norm_max <= 1.0 + 1e-5 and r.units == len(r.indices) for r in watch.steps)
+    assert all(r.unit_norm_max <= 1.0 + 1e-5 and r.units == r.batch for r in watch.steps)
     dim = sum(k for _, k in watch.optimizer["tensors"])
     ratio = np.array([r.noise_norm for r in watch.steps]) / (z * dim ** 0.5)
     assert np.all(np.abs(ratio - 1) < 0.05), ratio  # the noise measured is the noise the loop added
     trace = watch.trace(plain_dp_loop.SAMPLE_RATE)
     assert trace.sampler == "poisson" and trace.sample_rate == plain_dp_loop.SAMPLE_RATE
     assert set(trace.columns["normalizer"]) == {64.0} and sum(trace.sampling["sizes"]) == sum(
-        len(r.indices) for r in watch.steps)
+        r.batch for r in watch.steps)
 
 
 def test_an_honest_plain_loop_is_not_refuted(members):

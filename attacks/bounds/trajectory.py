@@ -14,9 +14,12 @@ own Dirac coordinate; :mod:`privaudit.defenses.dp.step`) is x = (y / D) + offset
 D between the two hypotheses' means: add/remove canaries (norm Delta) are *present* at (t, i) when inserted
 and sampled (x ~ N(1, z^2) under the claim) and *absent* otherwise (x ~ N(0, z^2)), D = Delta, offset 0;
 paired replace-one slots (+-Delta/2 e_i, D = Delta, offset 1/2) give a trial only when sampled, present for
-the + candidate. z = sigma / D is the noise the step really adds. The auditor knows every label (it drew
-the coins and the sampling) and fixes a threshold tau (:func:`plan_threshold`, from the claim alone) before
-training. Counts: FP = absent trials with x > tau (of n0), FN = present trials with x <= tau (of n1).
+the + candidate. With the per-step probes (:mod:`privaudit.attacks.gradient_canary`: +-D/2 on every canary's
+coordinate by a fresh coin, withdrawn from the release once observed) every canary and step is one trial, present
+for the + probe, the canary's own designed contribution subtracted: m T balanced trials instead of about m q T / 2
+present ones, the same hypotheses. z = sigma / D is the noise the step really adds. The auditor knows every label
+(it drew the coins, the probes and the sampling) and fixes a threshold tau (:func:`plan_threshold`, from the claim
+alone) before training. Counts: FP = absent trials with x > tau (of n0), FN = present trials with x <= tau (of n1).
 
 The null H(mu). Given the labels, the trials are independent (the step's noise is drawn afresh for every
 coordinate and step, which is what the claim's Gaussian mechanism is; the labels come from the auditor's
@@ -51,7 +54,12 @@ claim's epsilon under every sound accountant (epsilon decreases with the noise; 
 releases other mechanisms too is only less private than its gradient release). So the gate may compare
 it: P[eps_lb_trajectory > eps_claim] <= beta for a true claim. What it refutes: that each step's gradient
 release is the claim's Gaussian mechanism (its noise, and the sensitivity its canaries are set to); the
-sensitivity itself is the step audit's witness pair (:mod:`privaudit.audit.step.audit`).
+sensitivity itself is the step audit's witness pair (:mod:`privaudit.audit.step.audit`). The trials measure the
+step's Gaussian given the labels, not its sampled form: the sampling enters from the claim's event (which the trace
+verifies against the batches drawn), so how often the canaries or probes take part does not enter the bound -- the
+per-step Gaussian is compared with the claim's per-step Gaussian -- and on a correct run the bound approaches the
+claim's mechanism's own (optimistic PLD) epsilon, which may lie far below an RDP claim's
+(:mod:`privaudit.attacks.bounds.trajectory_power` splits the shortfall).
 
 Estimates (asymptotic, reported beside the bound, never gated): the per-step point estimate
 mu_hat = Phi^-1(1 - FP / n0) - Phi^-1(FN / n1) composed like the bound; the Gaussian-moment estimate
@@ -309,14 +317,22 @@ def composed_steps(event: DpEvent) -> int:
     return 1
 
 
+#: The bound's grid as the whole run's rounding budget: its step is this over T (:func:`conversion_interval`).
+CONVERSION_BUDGET = 0.01
+#: The asymptotic estimates (never gated) are read on a grid this many times the bound's.
+ESTIMATE_COARSENING = 5.0
+
+
 def conversion_interval(event: DpEvent) -> float:
-    """The privacy-loss grid step of the bound's optimistic PLD: 0.05 / T for T composed steps, within [1e-5, 1e-3].
-    The optimistic discretisation rounds each step's loss down by up to one step, so its epsilon falls short of the
-    exact one by up to about T times the step: at 1e-3 a run of 2,000 steps (q = 0.01, z = 1) reads 1.58 where the
-    exact epsilon is 2.58; at 0.05 / T it reads within about 1%. Any step gives a sound bound."""
+    """The privacy-loss grid step of the bound's optimistic PLD: :data:`CONVERSION_BUDGET` / T for T composed steps,
+    within [1e-6, 1e-3]. The optimistic discretisation rounds each step's loss down by up to one step, so the composed
+    loss falls short by about T times half the step, and the epsilon with it: at 1e-3 a run of 2,000 steps (q = 0.01,
+    z = 1) reads 1.58 where the exact epsilon is 2.58; at b / T it reads about b / 2 below the exact epsilon whatever
+    T (0.025 at b = 0.05, 5% of an epsilon of 0.5; 0.005 at b = 0.01, for about five times the PLD's cost). Any step
+    gives a sound bound."""
     from privaudit.attacks.bounds.mechanism import EPS_INTERVAL
 
-    return min(EPS_INTERVAL, max(1e-5, 0.05 / composed_steps(event)))
+    return min(EPS_INTERVAL, max(1e-6, CONVERSION_BUDGET / composed_steps(event)))
 
 
 def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float, coarsening: float = 1.0) -> float:
@@ -357,8 +373,8 @@ def _estimates(counts: TrajectoryCounts, event: DpEvent, relation: str, delta: f
     out: dict[str, Any] = {}
     for name, mu in (("per_step_point", mu_point(counts.fp, counts.n0, counts.fn, counts.n1)),
                      ("gaussian_moments", counts.moment_mu())):
-        out[name] = {"mu_step": mu, "epsilon": None if mu is None else trajectory_epsilon(max(mu, 0.0), event,
-                                                                                          relation, delta)}
+        out[name] = {"mu_step": mu, "epsilon": None if mu is None else trajectory_epsilon(
+            max(mu, 0.0), event, relation, delta, coarsening=ESTIMATE_COARSENING)}
     if scores is not None and membership is not None:
         mu = gauss_sum_mu(scores, membership)
         out["gauss_whole_run"] = {"mu_run": mu, "epsilon": None if mu is None or delta <= 0

@@ -39,15 +39,18 @@ def plan_canaries(tensors: list[tuple[str, int]], *, clip: float, multiplier: fl
     cfg = GradientCanaryConfig(beta=beta, mechanism=False)
     m = cfg.count(dim)
     canaries = GradientCanaries(dim, m, clip_norm=clip, kind="dirac", seed=derive_seed(seed, "training-canaries"),
-                                score=cfg.score, rate=rate, noise_std=multiplier * clip, tensors=tensors)
+                                score=cfg.score, rate=rate, noise_std=multiplier * clip, tensors=tensors,
+                                probes=cfg.probes)
     track_claimed_trajectory(canaries, cfg, multiplier=multiplier, steps=max(1, steps_planned))
     coords, inserted = torch.as_tensor(canaries.directions), torch.as_tensor(canaries.inserted)
     sampling = torch_generator(derive_seed(seed, "training-canaries"), "poisson")
 
     def source(t: int):
         sampled = torch.rand(m, generator=sampling) < rate
+        probe = canaries.step_probes()
         return dirac_canaries(coords, clip, inserted & sampled, centred=True,
-                              observer=lambda noisy: canaries.observe(t, noisy, sampled.numpy()))
+                              probes=None if probe is None else probe * (clip / 2),
+                              observer=lambda noisy: canaries.observe(t, noisy, sampled.numpy(), probe))
 
     return canaries, cfg, source
 

@@ -15,6 +15,10 @@ Canary hook (Nasr et al. 2023, "Dirac canaries"; contract for the canary audits)
   common ``norm`` (Nasr et al. 2023), each of L2 norm at most the gradient mechanism's sensitivity
   Delta (``extras['dp']['canary_bound']``; 1e-6 relative slack, else ``ConfigError``);
 * ``include`` -- a bool tensor (m,): which canaries take part in this step;
+* ``probes`` -- optional (Dirac canaries), a value per canary added on its coordinate before the noise like a canary
+  and *withdrawn* from the release right after the observer has seen it: the trajectory bound's per-step probes
+  (:mod:`privaudit.attacks.gradient_canary`: +-Delta / 2 by a fresh coin each step). The observer sees them; the
+  release, the normaliser and the model do not, so the run trains as it would without them;
 * ``observer`` -- optional, called with the step's privatised sum (signal + canaries + noise, before
   the normaliser): what a white-box auditor sees. With ``centred=True`` (Dirac canaries) it gets that
   sum minus the data's clipped sum (canaries + noise): the auditor also knows the rest of the
@@ -90,14 +94,18 @@ class DiracCanaries:
     observer: Optional[Observer] = None
     signs: Optional[torch.Tensor] = None  # +-1 per canary (paired replace-one canaries: +norm e_j or -norm e_j)
     centred: bool = False  # the observer gets the privatised sum minus the data's clipped sum (see release)
+    probes: Optional[torch.Tensor] = None  # per canary, added before the noise and withdrawn after the observer
 
     def __post_init__(self) -> None:
         if self.coordinates.ndim != 1 or self.include.shape != self.coordinates.shape or self.include.dtype != torch.bool:
             raise ConfigError("canaries: coordinates and include must be 1-D of the same length, include bool")
         if self.signs is not None and self.signs.shape != self.coordinates.shape:
             raise ConfigError("canaries: signs must have the coordinates' shape")
+        if self.probes is not None and self.probes.shape != self.coordinates.shape:
+            raise ConfigError("canaries: probes must have the coordinates' shape")
 
     def total(self, size: int, bound: float, *, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
+        """The included canaries' sum in the flat layout, the probes (if any) added on their coordinates."""
         coords = self.coordinates.long()
         if coords.numel() and (int(coords.min()) < 0 or int(coords.max()) >= size):
             raise ConfigError(f"canaries.coordinates: must lie in [0, {size}) (trainable parameters)")
@@ -108,7 +116,18 @@ class DiracCanaries:
         values = torch.full((chosen.numel(),), float(self.norm), device=out.device, dtype=dtype)
         if self.signs is not None:
             values = values * self.signs.to(coords.device)[keep].to(device=out.device, dtype=dtype).sign()
-        return out.index_add_(0, chosen, values)
+        out.index_add_(0, chosen, values)
+        probes = self.withdrawal(size, bound, device=device, dtype=dtype)
+        return out if probes is None else out + probes
+
+    def withdrawal(self, size: int, bound: float, *, device: torch.device | str,
+                   dtype: torch.dtype) -> torch.Tensor | None:
+        """The probes in the flat layout (None without probes): what the release subtracts after the observer."""
+        if self.probes is None:
+            return None
+        _check_norms(self.probes.detach().abs().double().max().reshape(1), bound)
+        out = torch.zeros(size, device=device, dtype=dtype)
+        return out.index_add_(0, self.coordinates.long().to(out.device), self.probes.to(device=out.device, dtype=dtype))
 
 
 Canaries = Union[CanaryGradients, DiracCanaries]
@@ -123,11 +142,13 @@ def canaries_at(source: CanarySource | None, step: int) -> Canaries | None:
 
 def dirac_canaries(coordinates: torch.Tensor, norm: float, include: torch.Tensor,
                    observer: Observer | None = None, signs: torch.Tensor | None = None,
-                   centred: bool = False) -> DiracCanaries:
-    """Dirac canaries (Nasr et al. 2023): canary k is ``norm`` (times ``signs[k]``) times e_{coordinates[k]}."""
+                   centred: bool = False, probes: torch.Tensor | None = None) -> DiracCanaries:
+    """Dirac canaries (Nasr et al. 2023): canary k is ``norm`` (times ``signs[k]``) times e_{coordinates[k]};
+    ``probes[k]`` (optional) is added on the same coordinate and withdrawn after the observer (module docstring)."""
     return DiracCanaries(torch.as_tensor(coordinates, dtype=torch.long), float(norm),
                          torch.as_tensor(include, dtype=torch.bool), observer,
-                         None if signs is None else torch.as_tensor(signs), centred)
+                         None if signs is None else torch.as_tensor(signs), centred,
+                         None if probes is None else torch.as_tensor(probes))
 
 
 @dataclass
@@ -162,18 +183,22 @@ def release(clipped_total: torch.Tensor, noise_std: float, generator: torch.Gene
     """
     if normalizer <= 0:
         raise ValueError(f"normalizer: must be > 0, got {normalizer}")
-    signal = clipped_total
+    signal, withdrawn = clipped_total, None
     n_canaries = 0
     if canaries is not None:
         if canary_bound is None:
             raise ValueError("canary_bound is required to add canaries")
         signal = signal + canaries.total(signal.numel(), canary_bound, device=signal.device, dtype=signal.dtype)
         n_canaries = int(canaries.include.sum())
+        if isinstance(canaries, DiracCanaries):
+            withdrawn = canaries.withdrawal(signal.numel(), canary_bound, device=signal.device, dtype=signal.dtype)
     noise = gaussian(signal.shape, noise_std, generator, device=signal.device, dtype=signal.dtype)
     noisy = signal + (noise if added_scale == 1.0 else added_scale * noise)
     if canaries is not None and canaries.observer is not None:
         centred = getattr(canaries, "centred", False)
         canaries.observer((noisy - clipped_total).detach() if centred else noisy.detach())
+    if withdrawn is not None:  # the probes leave the release: the model trains as it would without them
+        noisy, signal = noisy - withdrawn, signal - withdrawn
     return Release(noisy / normalizer, float(torch.linalg.vector_norm(signal)),
                    float(torch.linalg.vector_norm(noise)), n_canaries, float(normalizer), noise_digest(noise),
                    None if segments is None else tensor_noise_digests(noise, segments),

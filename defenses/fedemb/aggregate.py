@@ -77,7 +77,8 @@ class Aggregate:
 
 
 def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: torch.Generator,
-                canary: Params | None = None, observer: Callable[[Params, Params], None] | None = None) -> Aggregate:
+                canary: Params | None = None, observer: Callable[[Params, Params], None] | None = None,
+                withdrawn: Params | None = None) -> Aggregate:
     """Clip each client's delta, sum, add N(0, (noise_multiplier * clip_norm)^2) per coordinate, divide by |S|.
 
     White-box canary hook (canary users, :mod:`privaudit.attacks.user_canary`): ``canary`` (same keys and shapes
@@ -85,10 +86,12 @@ def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: 
     canary users taking part this round would be; ``observer(noisy_sum, data_sum)`` sees the privatised
     sum (before the division by the data-independent |S|) and the clipped sum of the real clients
     (what an auditor who knows the rest of the data can compute; see :mod:`privaudit.defenses.dp.step`). The noise
-    draw does not depend on the canaries.
+    draw does not depend on the canaries. ``withdrawn`` (part of ``canary``: the trajectory probes) leaves the
+    update after the observer has seen it.
     """
     sums, norms, entered = clipped_sum(deltas, clip_norm)
-    return noised_release(sums, norms, clip_norm, noise_multiplier, gen, canary, observer, entered=entered)
+    return noised_release(sums, norms, clip_norm, noise_multiplier, gen, canary, observer, entered=entered,
+                          withdrawn=withdrawn)
 
 
 def clipped_sum(deltas: Params, clip_norm: float) -> tuple[Params, torch.Tensor, float]:
@@ -102,7 +105,7 @@ def clipped_sum(deltas: Params, clip_norm: float) -> tuple[Params, torch.Tensor,
 def noised_release(sums: Params, norms: torch.Tensor, clip_norm: float, noise_multiplier: float,
                    gen: torch.Generator, canary: Params | None = None,
                    observer: Callable[[Params, Params], None] | None = None, *,
-                   entered: float | None = None) -> Aggregate:
+                   entered: float | None = None, withdrawn: Params | None = None) -> Aggregate:
     """:func:`noised_mean` from the clipped deltas' sum ``sums`` and the clients' norms (clients in chunks);
     ``entered``: the largest clipped norm that entered ``sums`` (:func:`clipped_sum`), kept on the aggregate."""
     n_clients = norms.numel()
@@ -122,6 +125,8 @@ def noised_release(sums: Params, norms: torch.Tensor, clip_norm: float, noise_mu
         numel += total.numel()
     if observer is not None:
         observer({k: v.detach() for k, v in noisy_sums.items()}, data_sums)
+    if withdrawn is not None:  # the trajectory probes leave the update (they were seen by the observer only)
+        update = {k: (v - withdrawn[k].to(v)) / n_clients for k, v in noisy_sums.items()}
     finite = torch.isfinite(norms)
     noise = torch.cat(drawn).cpu() if drawn else None
     return Aggregate(update, numel, norms, float(((norms > clip_norm) | ~finite).float().mean()), std,

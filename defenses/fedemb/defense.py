@@ -287,7 +287,7 @@ class _Federated(Defense):
         heads, mask = heads.to(device), mask.to(device)
         if (cfg.client_chunk or len(examples)) >= len(examples):
             deltas, losses = self.local_deltas(encoder, head, heads, xb, yb, mask)
-            hook = {} if canary is None else dict(zip(("canary", "observer"), canary(deltas, clip_norm)))
+            hook = {} if canary is None else dict(zip(("canary", "observer", "withdrawn"), canary(deltas, clip_norm)))
             aggregate = noised_mean(deltas, clip_norm, sigma, gens["noise"], **hook)
         else:
             aggregate, losses = self.chunked_aggregate(encoder, head, heads, xb, yb, mask, clip_norm, sigma, gens,
@@ -307,7 +307,7 @@ class _Federated(Defense):
             part = slice(c0, c0 + chunk)
             deltas, loss = self.local_deltas(encoder, head, heads[part], xb[part], yb[part], mask[part])
             if canary is not None and not hook:
-                hook = dict(zip(("canary", "observer"), canary(deltas, clip_norm)))
+                hook = dict(zip(("canary", "observer", "withdrawn"), canary(deltas, clip_norm)))
             part_sums, part_norms, part_entered = clipped_sum(deltas, clip_norm)
             sums = part_sums if not sums else {k: sums[k] + v for k, v in part_sums.items()}
             norms.append(part_norms)
@@ -335,7 +335,7 @@ class _Federated(Defense):
     def fit(self, data: MembershipData, budget: Budget, seed: int, *, device: str | torch.device = "cpu",
             progress: bool = True, canaries=None) -> Trained:
         """Train; ``canaries`` is the white-box canary-user hook: ``canaries(round) -> None | f`` with
-        ``f(deltas, clip_norm) -> (canary sum, observer)`` (see :func:`.aggregate.noised_mean`)."""
+        ``f(deltas, clip_norm) -> (canary sum, observer[, withdrawn])`` (see :func:`.aggregate.noised_mean`)."""
         start = time.perf_counter()
         users = self.users(data, seed)
         num_users = len(users)
