@@ -1,4 +1,5 @@
-"""``privaudit claims``: the papers' privacy claims next to what every applicable accountant gives."""
+"""``privaudit claims``: the papers' privacy claims next to what every applicable accountant gives, then their utility
+claims judged from the Fashion-MNIST benchmark's committed reference (:mod:`privaudit.audit.benchmark`)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from tqdm import tqdm
 
 from privaudit.accountants.paper_claims import PAPERS, ClaimCheck, check_claim, paper_claims
+from privaudit.audit.benchmark.listing import UTILITY_HEADERS, UTILITY_NOTE, utility_rows
 from privaudit.audit.commands.common import emit_json, format_table
 from privaudit.core.errors import ConfigError, one_of
 
@@ -129,4 +131,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"\n{check.claim.id} ({check.claim.paper} {check.claim.source}): {check.claim.description}")
             for line in lines:
                 print(f"  - {line}")
+    utility = [] if args.id else utility_rows(args.paper)  # the papers' utility claims (audit.benchmark)
+    if utility:
+        print(UTILITY_NOTE)
+        print(format_table(UTILITY_HEADERS, utility))
     return 0

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from privaudit.audit.report.records import CellRecord, SuiteGate
-from privaudit.audit.run.cell import CellOutcome
+from privaudit.audit.run.cell import CellOutcome, peak_rss_mb
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.audit.gate.judge import gate_settings, judge_run
 from privaudit.audit.run.lock import output_lock
@@ -241,6 +241,8 @@ def _persist_outcomes(plan: RunPlan, outcomes: Iterator[CellOutcome], total: int
         records[outcome.spec.id] = persist(plan.out, outcome)
         ran.append(outcome.spec.id)
         timings["cells"][outcome.spec.id] = outcome.timings
+        if outcome.peak_rss_mb is not None:  # the worker's peak so far (it may have run cells before)
+            timings.setdefault("peak_rss_mb", {})[outcome.spec.id] = round(outcome.peak_rss_mb, 1)
         tracker.finish(outcome.spec.id, outcome.timings)
         if plan.progress:
             bar.write(stage_line(outcome.spec, outcome, i, total))
@@ -275,6 +277,7 @@ def _write_run_report(plan: RunPlan, ordered: Sequence[CellRecord], sensitivity:
     write_report(plan.out, report)
     timings["report"] = time.perf_counter() - start
     timings["total"] = time.perf_counter() - plan.started
+    timings["peak_rss_mb_runner"] = peak_rss_mb()  # this process's (the cells' own peaks: "peak_rss_mb")
     atomic_write_json(plan.out / "timings.json", timings)
     return report
 
