@@ -74,9 +74,11 @@ def cells_table(reference: Mapping[str, Any]) -> list[str]:
 
 
 def claims_table(verdicts: Sequence[ClaimVerdict]) -> list[str]:
-    """The register: each claim, the paper's numbers, what was measured, the verdict."""
-    lines = ["| claim | paper | statement | comparison: paper A / B; ours A / B; A - B [family-level interval] | "
-             "verdict |", "|---|---|---|---|---|"]
+    """The register: each claim, the reduced-scale setting that tests it (listed below the table), the paper's
+    numbers, what was measured, the verdict."""
+    settings: dict[str, str] = {}
+    lines = ["| claim | paper | statement | setting | comparison: paper A / B; ours A / B; A - B [family-level interval] "
+             "| verdict |", "|---|---|---|---|---|---|"]
     for v in verdicts:
         rows = []
         for m in v.measured:
@@ -84,9 +86,12 @@ def claims_table(verdicts: Sequence[ClaimVerdict]) -> list[str]:
             ours = "not measured" if m.delta is None else (
                 f"{pct(m.a)} / {pct(m.b)}; {100 * m.delta:+.1f} [{100 * m.low:+.1f}, {100 * m.high:+.1f}]")
             rows.append(f"{m.setting}: {paper}; {ours} ({m.verdict})")
-        lines.append(f"| {v.claim.id} | {v.claim.paper} {v.claim.source} | {v.claim.statement} | "
-                     f"{'<br>'.join(rows)} | **{v.verdict}** |")
-    return lines
+        caveat = getattr(v.claim, "caveat", "")
+        key = settings.setdefault(v.claim.setting, f"S{len(settings) + 1}")
+        lines.append(f"| {v.claim.id} | {v.claim.paper} {v.claim.source} | {v.claim.statement}"
+                     f"{f' (caveat: {caveat})' if caveat else ''} | {key} | {'<br>'.join(rows)} | **{v.verdict}** |")
+    lines += ["", "The settings, paper -> this benchmark:", ""]
+    return lines + [f"- {key}: {text}" for text, key in settings.items()]
 
 
 def render(reference: Mapping[str, Any]) -> str:
