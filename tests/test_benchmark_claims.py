@@ -163,3 +163,17 @@ def test_the_register_names_known_cells_and_unique_ids():
                 assert comp.metric in (LINEAR, KNN)
         else:
             assert all((claim.cell, eps) in cells for eps in claim.epsilons), claim.id
+
+
+def test_privaudit_claims_lists_the_utility_claims_with_the_committed_references_verdicts(monkeypatch):
+    """The listing judges the committed reference (the same verdicts as the page), and says so when there is none."""
+    import privaudit.audit.benchmark.listing as listing
+
+    reference = listing.load_committed()
+    assert reference is not None, "the benchmark's reference is committed with the page"
+    rows = listing.utility_rows()
+    assert [r[0] for r in rows] == [c.id for c in utility_claims()]
+    assert [r[3] for r in rows] == [v.verdict for v in judge(reference)]
+    assert {r[0] for r in listing.utility_rows("ALM")} == {c.id for c in utility_claims() if c.paper == "ALM"}
+    monkeypatch.setattr(listing, "reference_path", lambda: None)
+    assert {r[3] for r in listing.utility_rows()} == {"no benchmark reference here"}

@@ -41,11 +41,19 @@ def measure(run: str | Path) -> dict[str, Any]:
     return {
         "suite": report["suite"]["name"], "commit": report.get("git_commit"), "version": report["version"],
         "device": report["device"], "gate": (report.get("gate") or {}).get("status"),
-        "run": {"wall_seconds": timings.get("total"), "jobs": timings.get("jobs"), "created": timings.get("created"),
+        "run": {**_wall(timings), "jobs": timings.get("jobs"), "created": timings.get("created"),
                 "cells_timed": sum(c["train_seconds"] is not None for c in cells),
                 "peak_rss_mb": max(peaks + ([runner] if isinstance(runner, (int, float)) else []), default=None)},
         "cells": cells,
     }
+
+
+def _wall(timings: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's wall time: this run's and, where it resumed earlier ones, theirs added (``runs``: how many)."""
+    totals = [e.get("total") for e in timings.get("earlier") or []] + [timings.get("total")]
+    if any(not _finite(t) for t in totals):
+        return {"wall_seconds": None, "runs": len(totals)}
+    return {"wall_seconds": sum(totals), "runs": len(totals)}
 
 
 def _cell(record: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str, Any]:

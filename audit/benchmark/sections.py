@@ -101,9 +101,10 @@ def run_lines(reference: Mapping[str, Any]) -> list[str]:
     run = reference.get("run") or {}
     wall = run.get("wall_seconds")
     peak = run.get("peak_rss_mb")
+    resumed = "" if (run.get("runs") or 1) == 1 else f" over {run['runs']} invocations (a run resumed)"
     lines = ["## The run", "",
-             f"Wall time {'-' if wall is None else f'{wall / 60:.1f} minutes'} with {run.get('jobs', '-')} worker "
-             f"processes ({run.get('cells_timed', 0)} cells timed in this run); peak resident memory of any one "
+             f"Wall time {'-' if wall is None else f'{wall / 60:.1f} minutes'}{resumed} with {run.get('jobs', '-')} "
+             f"worker processes ({run.get('cells_timed', 0)} cells timed); peak resident memory of any one "
              f"process {'-' if peak is None else f'{peak / 1024:.2f} GiB'}. Training times are wall clock: their "
              "ratios within the run are what carries over to another machine."]
     if run.get("note"):

@@ -6,7 +6,8 @@ Layout of the output directory::
     report.json  report.md  report.html  plots/*.png      the report (generated from report.json)
     run.json                                              the manifest of the evidence (privaudit gate recomputes
                                                           every verdict from it: privaudit.audit.verify.evidence)
-    timings.json                                          wall time per cell, stage and claim (not in the report)
+    timings.json                                          wall time per cell, stage and claim (not in the report; a
+                                                          resumed run keeps its reused cells' and the earlier runs')
     cells/<id>-<key>/cell.json                            a finished cell's record (written last)
     cells/<id>-<key>/attacks/<attack>/scores.npz          per-example scores, membership, variants
     cells/<id>-<key>/attacks/<attack>/result.json         the attack's configuration, counts and bound
@@ -150,7 +151,8 @@ def _run_locked(plan: RunPlan, lock_fd: int) -> RunResult:
     run): cells, side checks, gate, report, exit code."""
     clean_temporaries(plan.out)
     finished = _finished_cells(plan)
-    timings: dict[str, Any] = {"created": utc_now(), "executor": plan.executor, "jobs": plan.jobs, "cells": {}}
+    timings: dict[str, Any] = {"created": utc_now(), "executor": plan.executor, "jobs": plan.jobs,
+                               **_earlier_timings(plan.out, finished.reused)}
     parallel = plan.executor == "local" and plan.jobs > 1 and (len(finished.pending) + plan.run_sens) > 1
     tracker = Progress(jobs=plan.jobs if parallel else 1)
     with Heartbeat(tracker, enabled=plan.progress) as heartbeat, \
@@ -167,6 +169,31 @@ def _run_locked(plan: RunPlan, lock_fd: int) -> RunResult:
     ordered, gate = _judge(plan, {**finished.records, **ran.records}, sensitivity, step_results, errors)
     report = _write_run_report(plan, ordered, sensitivity, gate, step_results, timings)
     return RunResult(report, _exit_code(ordered, errors, gate), plan.out, ran.ran, finished.reused, timings)
+
+
+def _earlier_timings(out: Path, reused: Sequence[str]) -> dict[str, Any]:
+    """What the runs before this one measured of the cells it reuses (their stage times and peak memory), and each
+    earlier run's start and wall time (``earlier``), from the ``timings.json`` they left; a missing or unreadable
+    file leaves them out (timings are not evidence: nothing is verified from them)."""
+    from privaudit.core.io import read_json
+
+    kept: dict[str, Any] = {"cells": {}, "earlier": []}
+    try:
+        old = read_json(out / "timings.json") if reused else {}
+    except (OSError, ValueError):
+        old = {}
+    if not isinstance(old, dict):
+        return kept
+    for key in ("cells", "peak_rss_mb"):
+        entries = old.get(key) if isinstance(old.get(key), dict) else {}
+        picked = {cid: entries[cid] for cid in reused if cid in entries}
+        if picked:
+            kept[key] = picked
+    earlier = [e for e in old.get("earlier") or [] if isinstance(e, dict)]
+    if old.get("total") is not None:
+        earlier.append({"created": old.get("created"), "total": old.get("total"), "jobs": old.get("jobs")})
+    kept["earlier"] = earlier
+    return kept
 
 
 def _finished_cells(plan: RunPlan) -> _Finished:
