@@ -7,7 +7,9 @@ dist-info) lands at the top of site-packages. Editable installs map the same nam
 
 ``suites/`` stays the project's one copy of the suites; the wheel carries them as package data in
 ``privaudit/audit/suites/`` so that ``privaudit run quickstart`` works after a non-editable install, from any
-directory (:mod:`privaudit.audit.suite.shipped`). Everything else is in ``pyproject.toml``.
+directory (:mod:`privaudit.audit.suite.shipped`). The papers' claims' committed checks
+(``accountants/paper_claims/verdicts.json``, what ``privaudit claims`` reads) ship as package data too. Everything
+else is in ``pyproject.toml``.
 """
 
 from pathlib import Path
@@ -43,4 +45,5 @@ class BuildPyWithSuites(build_py):
 
 
 PACKAGES, PACKAGE_DIR = installed_packages()
-setup(packages=PACKAGES, package_dir=PACKAGE_DIR, cmdclass={"build_py": BuildPyWithSuites})
+setup(packages=PACKAGES, package_dir=PACKAGE_DIR, cmdclass={"build_py": BuildPyWithSuites},
+      package_data={"privaudit.accountants.paper_claims": ["verdicts.json"]})

@@ -22,13 +22,15 @@ two-sided where both directions break the claim.
 
 **Clipping as applied** (the step column ``unit_norm_max``: the largest norm a clipped unit had as it entered the
 sum, ``factor * ||g_u||`` with the factor the code applied): at most the clip the claim's sensitivity was derived
-from (exact; 1e-5 relative slack for float32 products, or the step's own ``unit_norm_slack`` where it recorded a
-larger one: Opacus' ghost clipping, whose norms are float32 sums over a sequence,
-:mod:`privaudit.defenses.opacus_ghost`). A clip norm other than the claimed one shows here.
+from (exact, at the precision the units were computed in: :func:`unit_norm_tolerance`, a few units in the last place
+of the trace's ``precision['unit_norm']``, plus the rounding of a norm of ``unit_norm_terms`` terms where the recorded
+norm is recomputed from the unit; or the step's own ``unit_norm_slack`` where it recorded a larger one: Opacus' ghost
+clipping, whose norms are float32 sums over a sequence, :mod:`privaudit.defenses.opacus_ghost`). A clip norm other
+than the claimed one shows here.
 
 **The normaliser** (the step column ``normalizer``: what the release divided the noisy sum by) must be the same
-constant at every step: a normaliser that follows the realised batch size depends on the data, which the claim
-(post-processing by a constant) does not model. Exact.
+constant at every step, to the rounding of its dtype (``precision['normalizer']``): a normaliser that follows the
+realised batch size depends on the data, which the claim (post-processing by a constant) does not model. Exact.
 
 **Reused noise** (the step column ``noise_digest``: a digest of the noise vector the step drew): two steps with
 equal digests drew the same noise, which a continuous Gaussian does with probability 0. Exact. The step column
@@ -56,10 +58,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
+from privaudit.accountants import rounding
 from privaudit.accountants.trace_record import TraceMismatch, TrainingTrace
 
-#: Relative slack of the unit-norm check (float32 products of a factor and a norm).
-NORM_SLACK = 1e-5
 #: How the sampling tests share their level (of the trace's alpha; the noise checks take the other half).
 SAMPLING_SHARE = {"per-step": 1 / 8, "total": 1 / 8, "overlap": 1 / 8, "counts": 1 / 16, "repeats": 1 / 16}
 
@@ -232,23 +233,7 @@ def _poisson_size_findings(sizes: Sequence[int], n: int, q: float, alpha: float)
 
 def code_findings(trace: TrainingTrace) -> list[TraceMismatch]:
     """The exact as-run checks: clipped unit norms, the normaliser, reused noise, replayed neighbours."""
-    out = []
-    norms = trace.column("unit_norm_max")
-    slacks = trace.column("unit_norm_slack") or [None] * len(norms or [])
-    for t, (v, s) in enumerate(zip(norms or [], slacks)):
-        slack = max(NORM_SLACK, float(s or 0.0))
-        if v is not None and float(v) > trace.clip * (1 + slack):
-            out.append(TraceMismatch(t + 1, "unit_norm", trace.clip, float(v),
-                                     f"step {t + 1}: a clipped unit entered the sum with norm {float(v):.6g}, above "
-                                     f"the clip {trace.clip:.6g} the claim's sensitivity is derived from"
-                                     + (f" (slack {slack:.2g})" if slack > NORM_SLACK else "")))
-            break
-    scales = [float(v) for v in trace.column("normalizer") or [] if v is not None]
-    if scales and max(scales) > min(scales) * (1 + 1e-9):
-        lo, hi = scales.index(min(scales)) + 1, scales.index(max(scales)) + 1
-        out.append(TraceMismatch(hi, "normalizer", min(scales), max(scales),
-                                 f"the release's normaliser changes between steps (step {lo}: {min(scales):.6g}, step "
-                                 f"{hi}: {max(scales):.6g}): it depends on the batch, which the claim does not model"))
+    out = unit_norm_findings(trace) + normalizer_findings(trace)
     twice = repeated(trace.column("noise_digest") or [])
     if twice is not None:
         out.append(TraceMismatch(twice[1], "noise", None, twice[0],
@@ -262,6 +247,43 @@ def code_findings(trace: TrainingTrace) -> list[TraceMismatch]:
                                      f"{float(r['distance']):.6g} (times the normaliser), above the claimed "
                                      f"sensitivity {float(r['sensitivity']):.6g} (slack {float(r.get('slack', 0)):.2g})"))
     return out
+
+
+def unit_norm_tolerance(trace: TrainingTrace, slack: Any = None) -> float:
+    """The unit-norm check's relative tolerance: the rounding of the clipped units' dtype (and of the norm's terms,
+    where the recorded norm is recomputed from the unit: :func:`privaudit.accountants.rounding.relative_tolerance`),
+    or the step's own recorded ``slack`` where larger."""
+    derived = rounding.relative_tolerance(trace.computed_in("unit_norm"), int(trace.computed_in("unit_norm_terms")))
+    return max(derived, float(slack or 0.0))
+
+
+def unit_norm_findings(trace: TrainingTrace) -> list[TraceMismatch]:
+    """The first step whose largest clipped unit exceeds the clip by more than its rounding (module docstring)."""
+    norms = trace.column("unit_norm_max") or []
+    slacks = trace.column("unit_norm_slack") or [None] * len(norms)
+    for t, (v, s) in enumerate(zip(norms, slacks)):
+        tol = unit_norm_tolerance(trace, s)
+        if v is not None and rounding.above(float(v), trace.clip, tol) == "excess":
+            d = rounding.digits(rounding.relative_gap(float(v), trace.clip))
+            return [TraceMismatch(t + 1, "unit_norm", trace.clip, float(v),
+                                  f"step {t + 1}: a clipped unit entered the sum with norm {float(v):.{d}g}, above "
+                                  f"the clip {trace.clip:.{d}g} the claim's sensitivity is derived from (by "
+                                  f"{rounding.relative_gap(float(v), trace.clip):.3g} relative; tolerance {tol:.2g})")]
+    return []
+
+
+def normalizer_findings(trace: TrainingTrace) -> list[TraceMismatch]:
+    """A normaliser that differs between steps by more than the rounding of its dtype (module docstring)."""
+    scales = [float(v) for v in trace.column("normalizer") or [] if v is not None]
+    tol = rounding.relative_tolerance(trace.computed_in("normalizer"))
+    if not scales or rounding.above(max(scales), min(scales), tol) != "excess":
+        return []
+    lo, hi = scales.index(min(scales)) + 1, scales.index(max(scales)) + 1
+    d = rounding.digits(rounding.relative_gap(max(scales), min(scales)))
+    return [TraceMismatch(hi, "normalizer", min(scales), max(scales),
+                          f"the release's normaliser changes between steps (step {lo}: {min(scales):.{d}g}, step "
+                          f"{hi}: {max(scales):.{d}g}; tolerance {tol:.2g}): it depends on the batch, which the claim "
+                          "does not model")]
 
 
 def silent_tensor(column: Sequence[Any], stds: Sequence[Any]) -> tuple[int, int] | None:

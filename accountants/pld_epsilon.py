@@ -59,7 +59,10 @@ def _block(p: np.ndarray, loss: float, upper: float, lower: float, step: float,
     losses = np.cumsum(np.concatenate(([loss], np.full(p.size - 1, -step))))
     m = np.cumsum(np.concatenate(([upper], p)))  # M_k before adding p_k; the block's end last
     low = np.cumsum(np.concatenate(([lower], np.exp(-losses) * p)))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    # The ratio is evaluated at every loss of the block, also where the scan's other conditions fail (M_k <= delta
+    # at the top losses, where L_k is still denormal: the quotient overflows to inf there, masked out). Where it is not
+    # masked, a quotient beyond the float range has log +inf, as the library's Python division gives: nothing to warn.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         stop = (m[:-1] > delta) & (low[:-1] > 0) & (
             np.log((m[:-1] - delta) / np.where(low[:-1] > 0, low[:-1], 1.0)) >= losses)
     special = (m[1:] >= delta) & (low[1:] == 0)  # exp(-loss) underflowed: the library returns the loss

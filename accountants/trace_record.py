@@ -16,10 +16,19 @@ from privaudit.core.errors import ConfigError
 STEP_FIELDS = ("batch_size", "noise_std", "sensitivity", "multiplier", "units", "noise_norm")
 RUN_FIELDS = ("unit", "sampler", "population", "sample_rate", "batch_size_configured", "dim", "clip")
 #: Step columns of the code as it ran (:mod:`privaudit.accountants.as_run`); a trace saved before them lacks them.
-AS_RUN_FIELDS = ("unit_norm_max", "normalizer", "noise_digest", "tensor_noise_digests")
+AS_RUN_FIELDS = ("unit_norm_max", "normalizer", "noise_digest", "tensor_noise_digests", "noise_law")
 #: Step columns only some runs record: the unit-norm check's own relative slack where larger than float32's (an
-#: Opacus recipe's ghost-clipped steps, :mod:`privaudit.defenses.opacus_ghost`).
-OPTIONAL_FIELDS = ("unit_norm_slack",)
+#: Opacus recipe's ghost-clipped steps, :mod:`privaudit.defenses.opacus_ghost`); the Gaussian releases a step made
+#: besides the gradient (``releases``: per step a list of ``{"name", "std", "sensitivity", "values"}``, each composed
+#: into the step's ``multiplier``: an adaptive clip's noisy count, DPCL's noisy similarity matrix).
+OPTIONAL_FIELDS = ("unit_norm_slack", "releases")
+#: The keys of a trace's ``precision`` (what each exact check's values were computed in,
+#: :mod:`privaudit.accountants.rounding`) and their values where a trace records none: ``noise`` (the least precise
+#: dtype among the noise stds' and sensitivities' operands), ``sample_rate``, ``unit_norm`` (the clipped units') with
+#: ``unit_norm_terms`` (the terms of the norm the code clipped by where the recorded norm is recomputed, else 0),
+#: ``normalizer``.
+PRECISION = {"noise": "float64", "sample_rate": "float64", "unit_norm": "float32", "unit_norm_terms": 0,
+             "normalizer": "float64"}
 _STEP_COLUMNS = STEP_FIELDS + AS_RUN_FIELDS + OPTIONAL_FIELDS
 
 
@@ -41,6 +50,8 @@ class TrainingTrace:
     sampling: dict[str, Any] | None = None
     #: The replayed neighbours (:mod:`privaudit.accountants.as_run`); None where not recorded.
     replays: list[dict[str, Any]] | None = None
+    #: What the compared values were computed in (:data:`PRECISION`'s keys); None: :data:`PRECISION`.
+    precision: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         lengths = {k: len(self.columns[k]) for k in _STEP_COLUMNS if k in self.columns}
@@ -54,6 +65,10 @@ class TrainingTrace:
     def step(self, t: int) -> dict[str, Any]:
         return {k: self.columns[k][t] for k in STEP_FIELDS}
 
+    def computed_in(self, key: str) -> Any:
+        """The precision of one kind of value (:data:`PRECISION`), as recorded or by default."""
+        return (self.precision or {}).get(key, PRECISION[key])
+
     def column(self, name: str) -> list[Any] | None:
         """An as-run or optional step column (:data:`AS_RUN_FIELDS`, :data:`OPTIONAL_FIELDS`), or None where the run
         did not record it."""
@@ -62,7 +77,7 @@ class TrainingTrace:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("columns")
-        for k in ("sampling", "replays"):
+        for k in ("sampling", "replays", "precision"):
             if d[k] is None:
                 d.pop(k)
         return {**d, "steps": self.steps, **{k: list(v) for k, v in self.columns.items()}}
@@ -74,12 +89,12 @@ class TrainingTrace:
             raise ConfigError(f"trace: missing field(s) {', '.join(missing)}")
         columns = {k: list(data[k]) for k in _STEP_COLUMNS if k in data}
         return cls(**{k: data[k] for k in RUN_FIELDS}, columns=columns, sampling=data.get("sampling"),
-                   replays=data.get("replays"))
+                   replays=data.get("replays"), precision=data.get("precision"))
 
     @classmethod
     def from_history(cls, history: dict[str, list[Any]], **run: Any) -> "TrainingTrace":
         """The trace from a training history holding the :data:`STEP_FIELDS` (and any :data:`AS_RUN_FIELDS`) per
-        step (``run``: the run fields, ``sampling`` and ``replays``)."""
+        step (``run``: the run fields, ``sampling``, ``replays`` and ``precision``)."""
         missing = [k for k in STEP_FIELDS if k not in history]
         if missing:
             raise ConfigError(f"trace: the training history has no {', '.join(missing)}")

@@ -72,10 +72,10 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "gate": ("privaudit gate reports/quickstart", "privaudit gate reports/quickstart || echo 'the gate failed'"),
     "epsilon": ("privaudit epsilon --noise-multiplier 1.1 --steps 1000 --sample-rate 0.01 --delta 1e-5",
                 "privaudit epsilon --noise-multiplier 0.4 --steps 78125 --dataset-size 50000 --batch-size 128 "
-                "--sampling without-replacement --accountant pld --json"),
+                "--sampling without-replacement --delta 1e-5 --accountant pld --json"),
     "calibrate": ("privaudit calibrate --target-epsilon 8 --steps 1000 --sample-rate 0.01 --delta 1e-5",
                   "privaudit calibrate --target-epsilon 1 --steps 500 --dataset-size 10000 --batch-size 100 "
-                  "--sampling without-replacement --accountant pld"),
+                  "--sampling without-replacement --delta 1e-5 --accountant pld"),
     "claims": ("privaudit claims --paper DP-GCL", "privaudit claims --id dpcl-simclr-dpsim --json"),
     "alm-curve": ("privaudit alm-curve --dataset digits", "privaudit alm-curve --epsilons 1,8 --draws 5 --json"),
     "sensitivity": ("privaudit sensitivity --all", "privaudit sensitivity --claim dpcl.mean --evaluations 400 --json"),

@@ -19,10 +19,14 @@ as Opacus' are (:mod:`privaudit.defenses.opacus_step`):
   against chi^2 at the declared std ``noise_multiplier * clip_norm``) and every tensor it left exactly unchanged;
   the canaries' observer gets the noisy sum less the data's clipped sum. The noise is measured as a float
   difference, not intercepted as drawn, so no digest is recorded: reused noise is seen by the canaries'
-  noise-independence check (:mod:`privaudit.attacks.noise_structure`), not by the trace's digest check.
+  noise-independence check (:mod:`privaudit.attacks.noise_structure`), not by the trace's digest check. Its joint
+  law within the release (:mod:`privaudit.defenses.dp.noise_law`: correlation at a lag within a tensor and between
+  tensors of one size) is recorded less the rounding of the addition; its repeated values are not (a difference's
+  values are not the ones drawn).
 
-Declared, not measured: ``noise_multiplier``, ``clip_norm`` and ``sample_rate`` (the claim the loop makes; the noise
-measured and the batches drawn are checked against them), ``normalizer`` (what the loop divides the noisy sum by
+Declared, not measured: ``noise_multiplier``, ``clip_norm`` and ``sample_rate`` (the claim the loop makes, Python
+numbers: the trace compares them at float64's rounding; the noise measured and the batches drawn are checked against
+them), ``normalizer`` (what the loop divides the noisy sum by
 afterwards: a value that follows the batch or the dataset's size is found by the trace and the neighbours replayed).
 ``batch``: the indices into the training set the step drew (the sampling checks); ``units``: the clipped per-unit
 gradients that were summed, one tensor (units, *shape) per released tensor (their norms are the clip as applied;
@@ -36,6 +40,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from privaudit.accountants import rounding
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.step import canaries_at
 
@@ -88,7 +93,9 @@ class DeclaredStep:
         from privaudit.defenses.opacus_step import StepRecord
 
         self.watch, self.tensors, self.rate = watch, tensors, rate
-        self.rec = StepRecord(clip=clip, multiplier=z, noise_std=z * clip, normalizer=normalizer)
+        self.rec = StepRecord(clip=clip, multiplier=z, noise_std=z * clip, normalizer=normalizer,
+                              dtypes={"noise": rounding.DEFAULT, "normalizer": rounding.DEFAULT,
+                                      "release": rounding.least_precise(*(rounding.dtype_name(t) for t in tensors))})
         if batch is not None:
             self.rec.indices = torch.as_tensor(batch, dtype=torch.long).reshape(-1)
         self._units(units)
@@ -103,12 +110,16 @@ class DeclaredStep:
         units = [units] if isinstance(units, torch.Tensor) else list(units)
         if len(units) != len(self.tensors) or any(u.shape[1:] != t.shape for u, t in zip(units, self.tensors)):
             raise ConfigError("declare_release: units: expected one tensor (units, *shape) per released tensor")
-        rows = torch.cat([u.detach().reshape(len(u), -1) for u in units], dim=1).double()
+        rows = torch.cat([u.detach().reshape(len(u), -1) for u in units], dim=1)
+        self.rec.dtypes["unit_norm"] = rounding.least_precise(*(rounding.dtype_name(u) for u in units))
+        self.rec.unit_terms = int(rows.shape[1])  # the norm is recomputed here from the loop's clipped units
+        rows = rows.double()
         self.rec.units = int(rows.shape[0])
         self.rec.unit_norm_max = float(rows.norm(dim=1).max()) if rows.shape[0] else None
 
     def enter(self) -> None:
         self.data = _flat(self.tensors).clone()
+        self.base = self.data
         chosen = canaries_at(self.watch.canaries, len(self.watch.steps))
         if chosen is None:
             return
@@ -120,6 +131,7 @@ class DeclaredStep:
                 start += t.numel()
         self.rec.canaries = int(chosen.include.sum())
         self.inserted = (vec, chosen)
+        self.base = _flat(self.tensors).clone()
 
     def exit(self) -> None:
         from privaudit.defenses.opacus_step import _silent
@@ -128,6 +140,13 @@ class DeclaredStep:
         added = after - (self.data if self.inserted is None else self.data + self.inserted[0])
         self.rec.noise_norm = float(added.double().norm())
         self.rec.silent_tensors = _silent(added, [t.numel() for t in self.tensors])
+        self.rec.noise_law = self._law(after)
         if self.inserted is not None and self.inserted[1].observer is not None:
             self.inserted[1].observer(after - self.data)
         self.watch.record_declared(self.rec, [int(t.numel()) for t in self.tensors], self.rate)
+
+    def _law(self, after: torch.Tensor) -> dict | None:
+        """The noise's joint law on what the block added (:func:`~privaudit.defenses.dp.noise_law.released_law`)."""
+        from privaudit.defenses.dp.noise_law import released_law
+
+        return released_law(after, self.base, [t.shape for t in self.tensors])

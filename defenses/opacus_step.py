@@ -9,17 +9,22 @@ recipe set, or the class's) with a recording shim that calls it, so a recipe tha
 as it ran:
 
 * clipping (:meth:`StepObserver.clip`): before the real call the same method is run on each of the ``probe``
-  units alone (the unit of largest raw norm rescaled to a drawn norm: :data:`PROBE_UNITS`), its
-  per-sample gradient as the only row, and the norm of what it accumulated is that unit's norm *after clipping as
-  the code applied it* (``unit_norm_max``: the largest);
+  units alone (the unit of largest raw norm rescaled to a drawn norm and to just below the clip:
+  :data:`PROBE_UNITS`), its per-sample gradient as the only row, and the norm of what it accumulated is that unit's
+  norm *after clipping as the code applied it* (``unit_norm_max``: the largest); what the probe added to the
+  optimizer's own statistics (an adaptive clip's count) is measured and undone;
 * noise (:meth:`StepObserver.noise`): the data's clipped sum is read, the canaries of the hook of
   :mod:`privaudit.defenses.dp.step` (Dirac, norm at most the clip C the noise is calibrated to) are added to it,
   the method runs, and ``p.grad - summed`` is the noise it added (its norm; per tensor, whether any was added);
   the stds of Opacus' ``_generate_noise`` draws and a digest of the drawn noise come from the watch's
-  interception of that function; the observer gets the noisy sum less the data's clipped sum (canaries + noise).
+  interception of that function; the noise's joint law within the release (:mod:`privaudit.defenses.dp.noise_law`:
+  its correlations on what was added, its repeated values on what was drawn); the observer gets the noisy sum less
+  the data's clipped sum (canaries + noise).
   A draw whose reference is neither a parameter's clipped sum nor of a parameter's shape noises another query the
   release answers (Opacus' AdaClipDPOptimizer: the count of unclipped units its clip update reads): it is kept out
-  of the gradient's noise std and digests and recorded (``other_queries``), not judged;
+  of the gradient's noise std and digests, linked to the optimizer attribute it noises, measured (its sensitivity
+  by the clipping probe, the noise it received after the release) and composed with the gradient into the release's
+  multiplier (``other_queries``, ``composed``: :mod:`privaudit.defenses.opacus_queries`);
 * the normaliser (:meth:`StepObserver.scale`): what the release divided the noisy sum by, measured as
   ``<g, g> / <g, g'>`` from the gradient before (g) and after (g') the call.
 """
@@ -32,16 +37,22 @@ from typing import Any, Callable
 
 import torch
 
+from privaudit.accountants import rounding
 from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
+from privaudit.defenses.dp.noise_law import released_law
 from privaudit.defenses.dp.step import CanarySource, canaries_at
+from privaudit.defenses.opacus_queries import (BELOW_CLIP, Probe, Query, changes, compose, linked, received,
+                                               restore, snapshot)
 
 #: Units per step whose clipping is replayed alone: the step's unit of largest raw norm rescaled to a norm t C drawn
 #: afresh each step, log-uniform on [C/2, max(4C, its own norm)], by a generator of the observer's own seeded by the
 #: step (the user's random numbers are untouched); from 2, the same unit as it ran too. Clipping is a function of one
 #: unit, so the rescaled copy is the code's own clipping at a norm the data may not reach yet: over a run the probe
 #: covers every norm from C/2 to the largest the data reached, and a clipping that spares mid-norm units (a threshold
-#: above the clip norm) shows even while every real unit is far above it. Each probe is one call of the code's
-#: clipping.
+#: above the clip norm) shows even while every real unit is far above it. Besides them, the same unit just below the
+#: clip (:data:`~privaudit.defenses.opacus_queries.BELOW_CLIP`) is always probed: it enters the gradient whole, and a
+#: statistic of the clipping (an adaptive clip's count of unclipped units) counts it. Each probe is one call of the
+#: code's clipping.
 PROBE_UNITS = 1
 
 
@@ -72,6 +83,7 @@ class StepRecord:
     noise_norm: float | None = None
     noise_digest: str | None = None
     tensor_digests: list[str | None] | None = None
+    noise_law: dict[str, Any] | None = None  # the noise's joint law within the release (defenses.dp.noise_law)
     normalizer: float | None = None
     silent_tensors: list[int] = field(default_factory=list)
     canaries: int = 0
@@ -80,7 +92,12 @@ class StepRecord:
     release: torch.Tensor | None = None  # kept by a replay (``keep``): the released flat gradient, after scaling
     draws: list[torch.Tensor] | None = None  # kept by a replay: the noise tensors drawn, in order
     chunks: list[tuple[int, ...]] | None = None  # kept by a replay: the loader batches the release drew, in order
-    other_queries: list[dict[str, Any]] = field(default_factory=list)  # Gaussian draws not on the gradient: std, values
+    other_queries: list[dict[str, Any]] = field(default_factory=list)  # Gaussian draws not on the gradient
+    composed: float | None = None  # the release's multiplier with its judged other queries composed in
+    #: what the values were computed in (:mod:`privaudit.accountants.rounding`): ``noise`` (the stds' and clip's
+    #: least precise dtype), ``unit_norm`` (the per-sample gradients'), ``release`` (the released gradient's)
+    dtypes: dict[str, str] = field(default_factory=dict)
+    unit_terms: int = 0  # the values of one unit (the terms of the norm the code clipped by)
 
 
 class StepObserver:
@@ -91,6 +108,20 @@ class StepObserver:
         self.opt, self.step, self.canaries, self.rec, self.probe, self.keep = opt, step, canaries, record, probe, keep
         self.draws: list[tuple[float, torch.Tensor]] = []
         self.gradient: list[bool] = []  # per draw: noise on the gradient (else another query the release answers)
+        self.std_dtypes: list[str] = []  # per gradient draw: the dtype its std was computed in
+        self.queries: list[Query] = []  # the draws not on the gradient (:mod:`privaudit.defenses.opacus_queries`)
+        self.probes: list[Probe] = []  # every probe unit of the release's clipping calls
+
+    def drawn(self, std: Any, reference: Any, noise: torch.Tensor) -> None:
+        """One ``_generate_noise`` draw (the watch's interception): on the gradient, or another query linked to the
+        optimizer attribute it noises."""
+        self.draws.append((float(std), noise.detach().clone()))
+        gradient = self.is_gradient(reference)
+        self.gradient.append(gradient)
+        if gradient:
+            self.std_dtypes.append(rounding.dtype_name(std))
+        else:
+            self.queries.append(linked(self.opt, std, reference, noise))
 
     def is_gradient(self, reference: Any) -> bool:
         """Whether a ``_generate_noise`` draw noises the gradient: its reference is a parameter's clipped sum, or has
@@ -107,21 +138,31 @@ class StepObserver:
         rows = [self.opt._get_flat_grad_sample(p) for p in params]
         if len(rows) and len(rows[0]):
             self.rec.units += int(len(rows[0]))
+            self.rec.dtypes["unit_norm"] = rounding.least_precise(*(rounding.dtype_name(r) for r in rows))
+            self.rec.unit_terms = sum(int(r[0].numel()) for r in rows)
             self._probe(params, rows, inner)
         for p, s in zip(params, samples):
             p.grad_sample = s
         return inner()
 
     def _probe(self, params: list[torch.nn.Parameter], rows: list[torch.Tensor], inner: Callable[[], Any]) -> None:
-        """The clipped norm of each probe unit (:meth:`_probes`) run through the code's own clipping alone."""
+        """The clipped norm of each probe unit (:meth:`_probes`) run through the code's own clipping alone, and its
+        change to the optimizer's statistics (which are restored after each: the release's are the batch's alone)."""
         prior = [p.summed_grad for p in params]
         best = self.rec.unit_norm_max or 0.0
         try:
             for unit in self._probes(rows):
                 for p, r in zip(params, unit):
                     p.grad_sample, p.summed_grad = r, None
-                inner()
-                best = max(best, float(flat([p.summed_grad for p in params]).double().norm()))
+                snap = snapshot(self.opt)
+                try:
+                    inner()
+                    moved = changes(self.opt, snap)
+                finally:
+                    restore(self.opt, snap)
+                norm = float(flat([p.summed_grad for p in params]).double().norm())
+                self.probes.append(Probe(norm, moved))
+                best = max(best, norm)
         finally:
             for p, s in zip(params, prior):
                 p.summed_grad = s
@@ -129,14 +170,17 @@ class StepObserver:
 
     def _probes(self, rows: list[torch.Tensor]) -> list[list[torch.Tensor]]:
         """The probe units (:data:`PROBE_UNITS`), each as one row per parameter: the largest raw norm's unit
-        rescaled to a drawn norm, then (from 2) the unit as it ran."""
+        rescaled to a drawn norm and to just below the clip (:data:`~privaudit.defenses.opacus_queries.BELOW_CLIP`:
+        it enters the gradient whole, and is the unit a statistic of the clipping counts as unclipped), then (from
+        2) the unit as it ran."""
         raw = torch.stack([r.reshape(len(r), -1).norm(dim=1) for r in rows], dim=1).norm(dim=1)
         top = int(torch.argmax(raw))
         unit, norm = [r[top:top + 1].detach().clone() for r in rows], float(raw[top])
         if norm <= 0:
             return [unit]
-        t = drawn_norm(self.step, float(self.opt.max_grad_norm), norm)
-        return [[u * (t / norm) for u in unit]] + [unit] * (self.probe > 1)
+        clip = float(self.opt.max_grad_norm)
+        t, near = drawn_norm(self.step, clip, norm), clip * (1 - BELOW_CLIP)
+        return [[u * (t / norm) for u in unit], [u * (near / norm) for u in unit]] + [unit] * (self.probe > 1)
 
     def noise(self, inner: Callable[[], Any]) -> Any:
         params = self.opt.params
@@ -144,6 +188,7 @@ class StepObserver:
         self.rec.clip, self.rec.multiplier, self.rec.noise_std = c, z, z * c
         data = flat([p.summed_grad for p in params]).clone()
         inserted = self._add_canaries(params, data, c)
+        base = data if inserted is None else flat([p.summed_grad for p in params]).clone()
         out = inner()
         grads = flat([p.grad for p in params])
         added = grads - (data if inserted is None else data + inserted[0])
@@ -155,14 +200,28 @@ class StepObserver:
             drawn = torch.cat([d.reshape(-1) for _, d in grad])
             self.rec.noise_digest = noise_digest(drawn)
             self.rec.tensor_digests = tensor_noise_digests(drawn, [d.numel() for _, d in grad])
+        self.rec.noise_law = released_law(grads, base, [p.shape for p in params], [d for _, d in grad])
         if self.keep and self.draws:
             self.rec.draws = [d for _, d in self.draws]
-        self.rec.other_queries = [{"std": s, "values": int(d.numel())} for (s, d), g in zip(self.draws, self.gradient)
-                                  if not g]
+        self._other_queries()
+        operands = [self.opt.max_grad_norm, self.opt.noise_multiplier]
+        self.rec.dtypes.update(release=rounding.dtype_name(grads), noise=rounding.least_precise(
+            *self.std_dtypes, *map(rounding.dtype_name, operands),
+            *(q.stat_dtype for q in self.queries if q.name is not None)))
         if inserted is not None and inserted[1].observer is not None:
             seen = (grads - data) if getattr(inserted[1], "centred", False) else grads
             inserted[1].observer(seen if inserted[2] == 1.0 else seen / inserted[2])
         return out
+
+    def _other_queries(self) -> None:
+        """The draws not on the gradient: which statistic each noised and how much of the draw it received, composed
+        with the gradient's release into the release's multiplier (:mod:`privaudit.defenses.opacus_queries`)."""
+        for q in self.queries:
+            received(self.opt, q)
+        if self.queries:
+            std = self.rec.noise_std if self.rec.drawn_std is None else self.rec.drawn_std
+            self.rec.composed = compose(self.rec.clip, std, self.probes, self.queries)
+        self.rec.other_queries = [q.to_dict() for q in self.queries]
 
     def _add_canaries(self, params: list[torch.nn.Parameter], data: torch.Tensor, bound: float):
         """Add the step's canaries to ``p.summed_grad`` (before the noise); (their flat vector, the canaries, the

@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from privaudit.accountants import rounding
 from privaudit.accountants.trace_record import TrainingTrace
 from privaudit.defenses.declared_release import ACTIVE
 from privaudit.defenses.dp.as_run import SamplingRecorder
@@ -41,9 +42,6 @@ from privaudit.defenses.opacus_ghost import GHOST_SLACK, GhostClip, ghost_classe
 from privaudit.defenses.opacus_step import PROBE_UNITS, StepObserver, StepRecord
 
 SHIMMED = ("clip_and_accumulate", "add_noise", "scale_grad")
-#: Relative float32 rounding slack of the measured normaliser (<g, g> / <g, g'>): values this close to the first
-#: step's are that value (a normaliser that follows the data moves by 1 / batch or more).
-NORMALIZER_SLACK = 1e-5
 
 
 @dataclass(frozen=True)
@@ -155,8 +153,7 @@ class OpacusWatch:
             noise = original(std, reference, *args, **kwargs)  # drawn either way: the generator advances as it ran
             if self._current is not None:
                 noise = self._scripted_noise(noise)
-                self._current.draws.append((float(std), noise.detach().clone()))
-                self._current.gradient.append(self._current.is_gradient(reference))
+                self._current.drawn(std, reference, noise)
             return noise
 
         for name, module in list(sys.modules.items()):
@@ -353,22 +350,42 @@ class OpacusWatch:
             sampling = sampler.to_dict()
         ebs = (self.optimizer or {}).get("expected_batch_size")
         cols = {"batch_size": [len(r.indices) if r.indices is not None else r.units for r in self.steps],
-                "noise_std": [r.noise_std if r.drawn_std is None else min(r.noise_std, r.drawn_std)
-                              for r in self.steps],
+                "noise_std": [r.noise_std if r.drawn_std is None else r.drawn_std for r in self.steps],
                 "sensitivity": [r.clip for r in self.steps],
-                "multiplier": [r.multiplier for r in self.steps], "units": [r.units for r in self.steps],
+                "multiplier": [r.multiplier if r.composed is None else r.composed for r in self.steps],
+                "units": [r.units for r in self.steps],
                 "noise_norm": [r.noise_norm for r in self.steps],
                 "unit_norm_max": _in_units_of_first_clip(self.steps),
                 "normalizer": [r.normalizer for r in self.steps],
                 "noise_digest": [r.noise_digest for r in self.steps],
-                "tensor_noise_digests": [r.tensor_digests for r in self.steps]}
-        cols["normalizer"] = _snap(cols["normalizer"])
+                "tensor_noise_digests": [r.tensor_digests for r in self.steps],
+                "noise_law": [r.noise_law for r in self.steps]}
+        cols["normalizer"] = _snap(cols["normalizer"], rounding.relative_tolerance(self.precision(rate)["normalizer"]))
         if any(r.unit_norm_slack is not None for r in self.steps):
             cols["unit_norm_slack"] = [r.unit_norm_slack for r in self.steps]
+        if any(r.composed is not None for r in self.steps):
+            cols["releases"] = [judged_releases(r) for r in self.steps]
         clip = self.steps[0].clip if self.steps else 0.0
         return TrainingTrace(unit="example", sampler=kind, population=self.population, sample_rate=float(rate),
                              batch_size_configured=int(ebs or loader.get("batch_size") or 0), dim=self.dim,
-                             clip=float(clip), columns=cols, sampling=sampling)
+                             clip=float(clip), columns=cols, sampling=sampling, precision=self.precision(rate))
+
+    def precision(self, rate: Any) -> dict[str, Any]:
+        """What the trace's compared values were computed in (:data:`~privaudit.accountants.trace_record.PRECISION`):
+        the least precise dtype of each over the releases."""
+        def least(key: str, default: str) -> str:
+            return rounding.least_precise(*[r.dtypes.get(key) for r in self.steps]) if any(
+                key in r.dtypes for r in self.steps) else default
+        return {"noise": least("noise", rounding.DEFAULT), "sample_rate": rounding.dtype_name(rate),
+                "unit_norm": least("unit_norm", "float32"),
+                "unit_norm_terms": max([r.unit_terms for r in self.steps] + [0]),
+                "normalizer": least("release", "float32")}
+
+
+def judged_releases(rec: StepRecord) -> list[dict[str, Any]]:
+    """A release's other Gaussian queries composed into its multiplier (the trace's ``releases`` column)."""
+    return [{"name": q["name"], "std": q["std"] * q["scale"], "sensitivity": q["sensitivity"], "values": q["values"]}
+            for q in rec.other_queries if q["judged"]]
 
 
 def _in_units_of_first_clip(steps: list[StepRecord]) -> list[float | None]:
@@ -379,12 +396,14 @@ def _in_units_of_first_clip(steps: list[StepRecord]) -> list[float | None]:
                                                   else r.unit_norm_max * first / r.clip) for r in steps]
 
 
-def _snap(values: list[float | None]) -> list[float | None]:
-    """Measured normalisers within :data:`NORMALIZER_SLACK` of the first one, set to it."""
+def _snap(values: list[float | None], tolerance: float) -> list[float | None]:
+    """Measured normalisers within ``tolerance`` (relative: the rounding of the released gradient's dtype; the measure
+    <g, g> / <g, g'> of a division rounded once per value) of the first one, set to it (a normaliser that follows the
+    data moves by 1 / batch or more)."""
     first = next((v for v in values if v is not None), None)
     if first is None:
         return values
-    return [first if v is not None and abs(v - first) <= NORMALIZER_SLACK * abs(first) else v for v in values]
+    return [first if v is not None and abs(v - first) <= tolerance * abs(first) else v for v in values]
 
 
 def _subclasses(cls: type) -> list[type]:

@@ -4,7 +4,7 @@ path: each wraps a function the training calls (the sampler, the clipping factor
 claim) and changes nothing on disk. ``privaudit gate-power SUITE --bugs tests/bug_plants.py --allow-plugins``
 plants each into each gated DP defense; tests/test_as_run_plants.py plants them into DP-GCL.
 
-Four classes, each with at least two variants (:data:`BUGS`):
+Five classes, each with at least two variants or realisations (:data:`BUGS`):
 
 * ``sampling``: shuffled fixed-size batches under the claim's Poisson (or independent without-replacement)
   sampling (Chua et al. 2024); batches drawn at 1.5x the claimed rate (or size); federated rounds whose users come
@@ -17,6 +17,9 @@ Four classes, each with at least two variants (:data:`BUGS`):
   or one draw per tensor broadcast over it.
 * ``accounting``: a normaliser that follows the realised batch size; the accountant composes half the steps run;
   the accountant is given a dataset 1.5x larger than the one sampled (a 1.5x smaller rate).
+* ``auxiliary release``: a noisy statistic the step releases besides the gradient, left out of the claim: DPCL's
+  noised similarity matrix or statistics (:data:`AUXILIARY`); adaptive clipping's noisy count in the federated rounds.
+  DP-SGD, DP-GCL and Logit-DP release the gradient alone: it does not apply to them.
 """
 
 from __future__ import annotations
@@ -257,6 +260,48 @@ def claim_with_plan(change: Callable) -> Callable[[str, dict], ContextManager[No
     return plant
 
 
+# -- auxiliary release: a noisy statistic the step releases besides the gradient, left out of the claim ------------
+#: The DP-SGD-style defenses whose step releases a Gaussian query besides the gradient: DPCL's noisy similarity matrix
+#: (SimCLR) and statistics (Barlow).
+AUXILIARY = ("dpcl-simclr", "dpcl-barlow")
+
+
+def unaccounted_auxiliary(defense: str, params: dict) -> ContextManager[None]:
+    """The claim (and the calibration made with it) accounts the gradient's release alone while the step also
+    releases DPCL's noised similarity matrix or statistics: the accountant told the gradient's multiplier (as an
+    Opacus AdaClip accountant told the gradient's would be)."""
+    build = dp_base.build_claim
+
+    def planted(plan, mechanisms, gradient_multiplier, delta, **kw):
+        return build(plan, mechanisms[:1], gradient_multiplier, delta, **kw)
+    return patched(dp_base, "build_claim", planted)
+
+
+@contextlib.contextmanager
+def federated_count_unaccounted(defense: str, params: dict) -> Iterator[None]:
+    """Federated rounds with adaptive clipping (the suite's clip made adaptive) and its noisy count of unclipped
+    clients (std the default share's, sigma_b = z / sqrt(0.05)) drawn every round, while the claim's round multiplier
+    z is the deltas' alone."""
+    plan, rounds = fed_defense._Federated.noise_plan, fed_defense._Federated.train_rounds
+
+    def planted_plan(self, budget, num_users):
+        noise = plan(self, budget, num_users)
+        if noise.event_z <= 0 or noise.count_stddev is not None:
+            return noise
+        return dataclasses.replace(noise, count_stddev=fed_aggregate.count_stddev_for(noise.event_z))
+
+    def adaptive_rounds(self, *args, **kwargs):
+        config = self.config
+        self.config = dataclasses.replace(config, adaptive_clipping=True)
+        try:
+            return rounds(self, *args, **kwargs)
+        finally:
+            self.config = config
+    with patched(fed_defense._Federated, "noise_plan", planted_plan), \
+            patched(fed_defense._Federated, "train_rounds", adaptive_rounds):
+        yield
+
+
 half_the_steps = claim_with_plan(lambda plan: dataclasses.replace(plan, steps=max(1, math.ceil(plan.steps / 2))))
 smaller_rate = claim_with_plan(lambda plan: dataclasses.replace(plan, n=math.ceil(1.5 * plan.n)))
 
@@ -276,4 +321,100 @@ BUGS = {b.name: b for b in (
     Bug("batch-normaliser", "accounting", "normaliser follows the realised batch size", batch_normaliser, POISSON),
     Bug("half-steps", "accounting", "the accountant composes half the steps run", half_the_steps),
     Bug("rate-misreported", "accounting", "the accountant is given a 1.5x smaller sampling rate", smaller_rate),
+    Bug("aux-unaccounted", "auxiliary release", "DPCL's noised similarity or statistics left out of the claim",
+        unaccounted_auxiliary, AUXILIARY),
+    Bug("count-unaccounted", "auxiliary release", "adaptive clipping's noisy count left out of the claim",
+        federated_count_unaccounted, FEDERATED),
 )}
+
+
+# -- Dependent noise: one draw serving several parts of the gradient -------------------------------------------------
+#
+# Class ``dependent-noise`` (:data:`DEPENDENT_NOISE`): every coordinate's noise N(0, s^2) and fresh at every step, but
+# some coordinates repeat others (exactly, or sign-flipped), so their difference (or sum) carries no noise: epsilon is
+# infinite. Planted in the shared engine's noise draw (:func:`privaudit.defenses.dp.noise.gaussian` as the DP-SGD
+# engine's release and DP-FedEmb's round call it), per parameter tensor: each tensor's first half drawn and repeated
+# for its second half, or repeated sign-flipped (antithetic halves); one row drawn and broadcast over a matrix's rows;
+# the second tensor of each size given the first's noise sign-flipped.
+
+TensorDraw = Callable[[tuple, float, torch.Generator, list], torch.Tensor]
+
+
+def _fresh(shape: tuple, std: float, generator: torch.Generator) -> torch.Tensor:
+    return std * torch.randn(shape, generator=generator)
+
+
+def halves(sign: float) -> TensorDraw:
+    """A tensor's noise: one draw for its first half, repeated times ``sign`` for its second half."""
+    def draw(shape, std, generator, previous):
+        n = math.prod(shape)
+        z = _fresh((math.ceil(n / 2),), std, generator)
+        return torch.cat([z, sign * z])[:n].reshape(shape)
+    return draw
+
+
+def row_broadcast(shape, std, generator, previous):
+    """A matrix's (or conv kernel's) noise: one row drawn and broadcast over its first axis; a vector's fresh."""
+    if len(shape) < 2:
+        return _fresh(shape, std, generator)
+    return _fresh((1, *shape[1:]), std, generator).expand(shape).clone()
+
+
+def sign_flipped_pairs(shape, std, generator, previous):
+    """The second tensor of each size given the first's noise sign-flipped (the third fresh, the fourth its copy...)."""
+    same = [p for p in previous if p.numel() == math.prod(shape)]
+    if len(same) % 2:
+        return -same[-1].reshape(shape)
+    return _fresh(shape, std, generator)
+
+
+@contextlib.contextmanager
+def dependent_noise(draw: TensorDraw) -> Iterator[None]:
+    """The shared engine's gradient noise drawn tensor by tensor by ``draw(shape, std, generator, previous)``
+    (``previous``: the step's tensors drawn before it): the DP-SGD engine's one flat draw per step in the embedder's
+    layout (other draws, e.g. DPCL's similarity noise, untouched), DP-FedEmb's round draw per tensor."""
+    gaussian, state = dp_step.gaussian, {"previous": []}
+    original_params, release = dp_base.Embedder.params, fed_aggregate.noised_release
+
+    def flat(shape, std, generator, **kw):
+        shapes = state.get("shapes")
+        if shapes is None or math.prod(tuple(shape)) != sum(math.prod(s) for s in shapes):
+            return gaussian(shape, std, generator, **kw)
+        drawn: list[torch.Tensor] = []
+        for s in shapes:
+            drawn.append(draw(tuple(s), std, generator, drawn))
+        return _placed(torch.cat([d.reshape(-1) for d in drawn]).reshape(tuple(shape)), kw)
+
+    def per_tensor(shape, std, generator, **kw):
+        out = draw(tuple(shape), std, generator, state["previous"])
+        state["previous"].append(out)
+        return _placed(out, kw)
+
+    def params_spy(self):
+        out = original_params(self)
+        state["shapes"] = [tuple(s) for s in self.space.shapes]
+        return out
+
+    def round_release(*args, **kwargs):
+        state["previous"] = []
+        return release(*args, **kwargs)
+    with patched(dp_step, "gaussian", flat), patched(dp_base.Embedder, "params", params_spy), \
+            patched(fed_aggregate, "gaussian", per_tensor), federated_release(round_release):
+        yield
+
+
+def _placed(noise: torch.Tensor, kw: dict) -> torch.Tensor:
+    return noise.to(device=kw.get("device", "cpu"), dtype=kw.get("dtype", torch.float32))
+
+
+DEPENDENT_NOISE = (
+    Bug("halves-shared", "dependent-noise", "each tensor's second half of noise a copy of its first",
+        lambda d, p: dependent_noise(halves(1.0)), DP_SGD_STYLE + FEDERATED),
+    Bug("halves-sign-flipped", "dependent-noise", "each tensor's second half of noise its first sign-flipped",
+        lambda d, p: dependent_noise(halves(-1.0)), DP_SGD_STYLE + FEDERATED),
+    Bug("row-broadcast", "dependent-noise", "one noise row per matrix broadcast over its rows",
+        lambda d, p: dependent_noise(row_broadcast), DP_SGD_STYLE + FEDERATED),
+    Bug("sign-flipped-tensor", "dependent-noise", "the second tensor of each size given the first's noise "
+        "sign-flipped", lambda d, p: dependent_noise(sign_flipped_pairs), DP_SGD_STYLE + FEDERATED),
+)
+BUGS.update({b.name: b for b in DEPENDENT_NOISE})

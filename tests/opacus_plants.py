@@ -4,6 +4,7 @@ user's code could. Test fixtures only: privaudit imports them as ``opacus_plants
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -77,6 +78,25 @@ def train_tensor_reused_noise(model, x, y, *, seed):
             p.grad = (p.summed_grad + _generate_noise(opt.noise_multiplier * opt.max_grad_norm, p.summed_grad,
                                                       gen)).view_as(p)
     opt.add_noise = per_tensor
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_antithetic_noise(model, x, y, *, seed):
+    """Antithetic noise (a variance-reduction idea): each tensor's noise drawn as Opacus draws it, then its second
+    half overwritten with its first half sign-flipped before it is added. Every coordinate still N(0, (z C)^2) and
+    fresh at every step; the two halves' sum carries no noise."""
+    from opacus.optimizers.optimizer import _generate_noise
+
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+
+    def antithetic() -> None:
+        for p in opt.params:
+            noise = _generate_noise(opt.noise_multiplier * opt.max_grad_norm, p.summed_grad, opt.generator)
+            flat, half = noise.view(-1), noise.numel() // 2
+            flat[half:2 * half] = -flat[:half]
+            p.grad = (p.summed_grad + noise).view_as(p)
+    opt.add_noise = antithetic
     recipe.fit(private, opt, loader)
     return _finish(private, model, acc)
 
@@ -254,9 +274,56 @@ def train_ghost_norm_missing_layer(model, x, y, *, seed):
     return _finish(private, model, acc)
 
 
-def _adaclip_parts(model, x, y, seed, target, clip=recipe.MAX_GRAD_NORM):
-    """The honest recipe with Opacus' adaptive clipping (AdaClipDPOptimizer, its clip moved towards the ``target``
-    quantile of the units' norms, from ``clip`` within [0.05, 10]) instead of a fixed clip."""
+#: The float32 recipe: the clip a float32 tensor (as Opacus' adaptive clip makes it after its first update, or a
+#: config reader gives it) and a noise multiplier whose std z * C rounds below z * C in float32.
+FLOAT32_CLIP, FLOAT32_Z = 0.3, 2 / 3 ** 0.5
+
+
+def train_float32_clip(model, x, y, *, seed):
+    """Not a bug: the honest recipe with its clip given as a float32 tensor (0.3) and noise multiplier 1.1547005...
+    (the accountant records that multiplier; the std Opacus draws with, z * C, is computed in float32)."""
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    opt.noise_multiplier, opt.max_grad_norm = FLOAT32_Z, torch.tensor(FLOAT32_CLIP)
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_float64_shortfall(model, x, y, *, seed):
+    """The noise drawn at 1/1.0001 of the multiplier the accountant records, every value a Python float (float64)."""
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    add_noise = opt.add_noise
+
+    def short() -> None:
+        z = opt.noise_multiplier
+        opt.noise_multiplier = z / 1.0001
+        try:
+            add_noise()
+        finally:
+            opt.noise_multiplier = z
+    opt.add_noise = short
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def adaclip_multipliers(opt) -> tuple[float, float]:
+    """(the gradient's multiplier, the release's with the count composed at its sensitivity 1) of an
+    AdaClipDPOptimizer: z_g = (z^-2 - (2 sigma_u)^-2)^-1/2 (Opacus' adjustment), 1 / z^2 = 1 / z_g^2 + 1 / sigma_u^2."""
+    z, su = float(opt.noise_multiplier), float(opt.unclipped_num_std)
+    gradient = (z ** -2 - (2 * su) ** -2) ** -0.5
+    return gradient, (gradient ** -2 + su ** -2) ** -0.5
+
+
+#: What an adaptive recipe's accountant is told each step: ``composed`` (the gradient and the count composed, the
+#: count at the sensitivity the code gives it: honest), ``opacus`` (Opacus' own hook: the nominal z, which accounts
+#: the count at sensitivity 1/2, Andrew et al.'s centred count), ``gradient`` (the gradient's multiplier alone).
+ACCOUNTED = {"composed": lambda opt: adaclip_multipliers(opt)[1], "opacus": lambda opt: float(opt.noise_multiplier),
+             "gradient": lambda opt: adaclip_multipliers(opt)[0]}
+
+
+def _adaclip_parts(model, x, y, seed, target, clip=recipe.MAX_GRAD_NORM, accounted="composed", cls=None):
+    """The honest recipe with Opacus' adaptive clipping (AdaClipDPOptimizer, or ``cls``, its clip moved towards the
+    ``target`` quantile of the units' norms, from ``clip`` within [0.05, 10]) instead of a fixed clip; its accountant
+    told :data:`ACCOUNTED` [``accounted``] at every step."""
     from opacus import GradSampleModule
     from opacus.accountants import RDPAccountant
     from opacus.data_loader import DPDataLoader
@@ -266,26 +333,72 @@ def _adaclip_parts(model, x, y, seed, target, clip=recipe.MAX_GRAD_NORM):
     loader = DPDataLoader(TensorDataset(x, y), sample_rate=recipe.SAMPLE_RATE,
                           generator=torch.Generator().manual_seed(seed))
     private = GradSampleModule(model)
-    opt = AdaClipDPOptimizer(torch.optim.SGD(private.parameters(), lr=recipe.LR), noise_multiplier=1.0,
-                             max_grad_norm=clip, expected_batch_size=recipe.EXPECTED_BATCH,
-                             target_unclipped_quantile=target, clipbound_learning_rate=0.5, max_clipbound=10.0,
-                             min_clipbound=0.05, unclipped_num_std=recipe.EXPECTED_BATCH / 20)
+    opt = (cls or AdaClipDPOptimizer)(torch.optim.SGD(private.parameters(), lr=recipe.LR), noise_multiplier=1.0,
+                                      max_grad_norm=clip, expected_batch_size=recipe.EXPECTED_BATCH,
+                                      target_unclipped_quantile=target, clipbound_learning_rate=0.5,
+                                      max_clipbound=10.0, min_clipbound=0.05,
+                                      unclipped_num_std=recipe.EXPECTED_BATCH / 20)
     accountant = RDPAccountant()
-    opt.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=recipe.SAMPLE_RATE))
+    told = ACCOUNTED[accounted]
+    opt.attach_step_hook(lambda o: accountant.step(noise_multiplier=told(o), sample_rate=recipe.SAMPLE_RATE))
     return private, opt, loader, accountant
 
 
 def train_adaclip_growing(model, x, y, *, seed):
-    """Not a bug the audit judges: adaptive clipping whose clip grows (most units clipped, target quantile 0.9)."""
+    """Not a bug: adaptive clipping whose clip grows (most units clipped, target quantile 0.9), the count accounted
+    at its sensitivity."""
     private, opt, loader, acc = _adaclip_parts(model, x, y, seed, 0.9)
     recipe.fit(private, opt, loader)
     return _finish(private, model, acc)
 
 
 def train_adaclip_shrinking(model, x, y, *, seed):
-    """Not a bug the audit judges: adaptive clipping whose clip shrinks (from 8, above every unit, towards the target
-    quantile 0: clip every unit)."""
+    """Not a bug: adaptive clipping whose clip shrinks (from 8, above every unit, towards the target quantile 0: clip
+    every unit), the count accounted at its sensitivity."""
     private, opt, loader, acc = _adaclip_parts(model, x, y, seed, 0.0, clip=8.0)
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_adaclip_gradient_only(model, x, y, *, seed):
+    """Adaptive clipping whose accountant is told the gradient's multiplier alone: the count query left out."""
+    private, opt, loader, acc = _adaclip_parts(model, x, y, seed, 0.9, accounted="gradient")
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+def train_adaclip_opacus_accounting(model, x, y, *, seed):
+    """Adaptive clipping accounted as Opacus 1.6 accounts it: the nominal multiplier, which composes the gradient
+    with a count of sensitivity 1/2 (Andrew et al.'s centred count), while Opacus counts each unit as 0 or 1."""
+    private, opt, loader, acc = _adaclip_parts(model, x, y, seed, 0.9, accounted="opacus")
+    recipe.fit(private, opt, loader)
+    return _finish(private, model, acc)
+
+
+@functools.lru_cache(maxsize=None)
+def _centred_adaclip():
+    """AdaClipDPOptimizer counting as Andrew et al. (2021, Alg. 1, Thm. 1) do: each unit's bit less 1/2 (a count
+    of sensitivity 1/2), the noisy count read against the expected batch size (public)."""
+    from opacus.optimizers import AdaClipDPOptimizer
+
+    class CentredAdaClip(AdaClipDPOptimizer):
+        def clip_and_accumulate(self):
+            size = self.sample_size
+            super().clip_and_accumulate()
+            self.unclipped_num = self.unclipped_num - (self.sample_size - size) / 2
+
+        def update_max_grad_norm(self):
+            m = self.expected_batch_size
+            frac = (self.unclipped_num + m / 2) / m
+            self.max_grad_norm = float(min(self.max_clipbound, max(self.min_clipbound, self.max_grad_norm * float(
+                torch.exp(-self.clipbound_learning_rate * (frac - self.target_unclipped_quantile))))))
+    return CentredAdaClip
+
+
+def train_adaclip_centred(model, x, y, *, seed):
+    """Not a bug: adaptive clipping with Andrew et al.'s centred count (sensitivity 1/2) and Opacus' own accounting
+    (the nominal multiplier, exact for that count)."""
+    private, opt, loader, acc = _adaclip_parts(model, x, y, seed, 0.9, accounted="opacus", cls=_centred_adaclip())
     recipe.fit(private, opt, loader)
     return _finish(private, model, acc)
 
@@ -339,3 +452,16 @@ def train_no_optimizer(model, x, y, *, seed):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
+
+
+def train_returns_text(model, x, y, *, seed):
+    """The honest recipe's first two releases, then a string (a summary line) returned instead of its accountant."""
+    private, opt, loader, acc = recipe.private_parts(model, x, y, seed)
+    recipe.fit(private, opt, [b for b, _ in zip(loader, range(2))])
+    _finish(private, model, acc)
+    return "trained 1 epoch"
+
+
+def train_returns_nothing(model, x, y, *, seed):
+    """The honest recipe that returns nothing: the claim is the accountant the run stepped."""
+    recipe.train(model, x, y, seed=seed)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import torch
 
+import privaudit
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 import plain_dp_loop as loop  # noqa: E402
@@ -35,6 +37,23 @@ def train_shortfall(model, x, y, *, seed):
 def train_reused_noise(model, x, y, *, seed):
     """The noise drawn from a generator re-seeded before every step: every step adds the same noise."""
     return _train(model, x, y, seed, lambda m, u, b, g: loop.noisy_step(m, u, b, torch.Generator().manual_seed(seed)))
+
+
+def train_tiled_noise(model, x, y, *, seed):
+    """Each tensor's noise a draw of 16 values tiled over it (every coordinate N(0, (z C)^2), fresh every step)."""
+    def step(model, units, batch, gen):
+        z = loop.noise_multiplier()
+        sums = [u.sum(dim=0) for u in units]
+        with privaudit.declare_release(sums, noise_multiplier=z, clip_norm=loop.MAX_GRAD_NORM,
+                                       sample_rate=loop.SAMPLE_RATE, normalizer=loop.EXPECTED_BATCH, batch=batch,
+                                       units=units):
+            for s in sums:
+                tile = torch.normal(0.0, z * loop.MAX_GRAD_NORM, (16,), generator=gen)
+                s.add_(tile.repeat(-(-s.numel() // 16))[:s.numel()].view_as(s))
+        with torch.no_grad():
+            for p, s in zip(model.parameters(), sums):
+                p -= loop.LR * s / loop.EXPECTED_BATCH
+    return _train(model, x, y, seed, step)
 
 
 def train_undeclared(model, x, y, *, seed):

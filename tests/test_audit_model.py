@@ -16,6 +16,7 @@ from privaudit.core.errors import ConfigError
 from privaudit.core.io import atomic_save_tensors
 
 import user_classifier
+from junit_check import read_junit
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +116,13 @@ def test_exit_status_is_1_when_the_claim_is_refuted(user, capsys):
     """The overfit model's LOSS bound exceeds a claim of 0.01: the verdict is refuted and the exit status 1."""
     argv = ["audit-model", "--factory", "user_classifier:make_net", "--weights", str(user / "net.pt"),
             "--members", str(user / "members.npz"), "--nonmembers", str(user / "nonmembers.npz"), "--delta", "1e-5"]
-    assert main([*argv, "--claimed-epsilon", "0.01"]) == 1
+    junit = user / "junit.xml"
+    assert main([*argv, "--claimed-epsilon", "0.01", "--junit", str(junit)]) == 1
     assert "verdict (loss): refuted" in capsys.readouterr().out
-    assert main([*argv, "--claimed-epsilon", "8", "--json"]) == 0
+    totals, (case,) = read_junit(junit)  # the verdict's test, one case per attack: a failing suite
+    assert totals["failures"] == 1 and (case.classname, case.name, case.outcome) == ("audit-model", "loss", "failed")
+    assert case.message.startswith("refuted at 95% confidence: epsilon >= ") and "claim: epsilon 0.01" in case.text
+    assert main([*argv, "--claimed-epsilon", "8", "--json", "--junit", str(junit)]) == 0
     assert json.loads(capsys.readouterr().out)["verdict"] == "not refuted"
+    totals, (case,) = read_junit(junit)  # and a passing one
+    assert totals["failures"] == 0 and case.outcome == "passed" and "not refuted" in case.out

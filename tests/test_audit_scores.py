@@ -15,6 +15,8 @@ from privaudit.audit.cli import main
 from privaudit.audit.user.score_audit import audit_scores
 from privaudit.core.errors import ConfigError
 
+from junit_check import read_junit
+
 
 def fair_coin_scores(mu: float, m: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """One-run design: each of m examples included by a fair coin; members' scores N(mu, 1), others N(0, 1)."""
@@ -102,8 +104,10 @@ def test_cli_writes_the_report(tmp_path, capsys):
     np.save(tmp_path / "n.npy", non)
     out = tmp_path / "out"
     assert main(["audit-scores", "--members", str(tmp_path / "m.npy"), "--nonmembers", str(tmp_path / "n.npy"),
-                 "--out", str(out), "--json"]) == 0
+                 "--out", str(out), "--json", "--junit", str(tmp_path / "junit.xml")]) == 0
     printed = json.loads(capsys.readouterr().out)
+    _, (case,) = read_junit(tmp_path / "junit.xml")  # no claim: nothing judged, said
+    assert case.outcome == "skipped" and case.message.startswith("no claim given") and "bound: " in case.out
     assert printed["auc"] > 0.95 and printed["eps_lower_bound"] > 1 and printed["design"] == "one-run"
     assert sorted(p.name for p in out.iterdir()) == [".privaudit-manifest.json", "histogram.png", "report.html",
                                                    "report.json", "report.md", "roc.png", "scores.npz"]
@@ -151,7 +155,11 @@ def test_exit_status_is_1_when_the_claim_is_refuted(tmp_path, capsys, claim, cod
     np.save(tmp_path / "m.npy", mem)
     np.save(tmp_path / "n.npy", non)
     argv = ["audit-scores", "--members", str(tmp_path / "m.npy"), "--nonmembers", str(tmp_path / "n.npy"),
-            "--claimed-epsilon", claim, "--delta", "1e-5", *json_flag]
+            "--claimed-epsilon", claim, "--delta", "1e-5", *json_flag, "--junit", str(tmp_path / "junit.xml")]
     assert main(argv) == code
     out = capsys.readouterr().out
     assert ("refuted" if code else "not refuted") in out
+    totals, (case,) = read_junit(tmp_path / "junit.xml")  # the JUnit file: the bound against the claim, one case
+    assert (case.classname, case.name, totals["tests"], totals["failures"]) == ("audit-scores", "one-run bound", 1, code)
+    assert case.outcome == ("failed" if code else "passed")
+    assert case.message.startswith("refuted at 95% confidence: epsilon >= ") if code else "not refuted" in case.out

@@ -3,6 +3,7 @@ bugs named, and bad input refused in one line with nothing written."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "examples"))
 
+from junit_check import read_junit  # noqa: E402
 from training_audit_helpers import audit_recipe  # noqa: E402
 
 
@@ -51,6 +53,12 @@ def test_watch_records_every_release_of_the_honest_recipe(members):
 def test_honest_recipe_is_not_refuted(members, tmp_path):
     a = audit(members, "opacus_recipe:train", out=tmp_path / "out")
     assert a.verdict.verdict == "not refuted" and not a.findings, a.findings
+    from privaudit.audit.junit import write_junit
+    from privaudit.audit.user.junit import training_cases
+
+    totals, cases = read_junit(write_junit(tmp_path / "junit.xml", "privaudit audit-training", training_cases(a)))
+    assert totals["failures"] == totals["errors"] == 0 and {c.outcome for c in cases} == {"passed"}
+    assert cases[0].name == "trajectory bound" and "claim: epsilon " in cases[0].out
     assert a.canary["eps_lb_trajectory"] > 0 and a.canary["eps_lb_trajectory"] < a.claim.epsilon
     assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "trace.json").is_file()
     from privaudit.audit.user.training_report import clipping_note, notes
@@ -60,14 +68,17 @@ def test_honest_recipe_is_not_refuted(members, tmp_path):
     assert unseen.startswith("clipping as applied: not observed on any of the 2 releases"), unseen
 
 
+# the shuffled plant (trace: sampler) runs through the command line in
+# test_a_shuffled_recipe_prints_one_line_per_failing_check_and_its_junit_fails_them
 @pytest.mark.parametrize("plant, check", [("shortfall", "trace: noise_multiplier"), ("reused_noise", "trace: noise"),
-                                          ("shuffled", "trace: sampler"), ("clip_mismatch", "trace: unit_norm"),
+                                          ("clip_mismatch", "trace: unit_norm"),
                                           ("missing_noise", "noise per tensor"), ("spared_clip", "trace: unit_norm"),
                                           ("tensor_reused_noise", "trace: noise"),
                                           ("ghost_clip_mismatch", "trace: unit_norm"),
                                           ("ghost_norm_missing_layer", "trace: unit_norm"),
                                           ("ghost_late_clip_mismatch", "trace: unit_norm"),
-                                          ("adaclip_clip_mismatch", "trace: unit_norm")])
+                                          ("adaclip_clip_mismatch", "trace: unit_norm"),
+                                          ("antithetic_noise", "trace: noise_law")])
 def test_each_planted_bug_is_refuted_naming_its_check(members, plant, check):
     a = audit(members, f"opacus_plants:train_{plant}")
     assert a.verdict.verdict == "refuted" and check in {f["check"] for f in a.findings}, a.findings
@@ -75,11 +86,12 @@ def test_each_planted_bug_is_refuted_naming_its_check(members, plant, check):
 
 @pytest.mark.parametrize("plant, moved", [("adaclip_growing", lambda first, last: last > 2 * first),
                                           ("adaclip_shrinking", lambda first, last: last < first / 2)])
-def test_an_adaptive_clip_is_checked_release_by_release_and_its_count_query_is_said_not_judged(members, plant, moved):
-    """Opacus' AdaClipDPOptimizer: each release's clip moves. Its largest clipped unit is checked against its own clip
-    (in the first release's units), the canaries enter at each release's clip and are read in the first's units (no
-    false finding from the noise's scale following the clip), and the count of unclipped units it noises beside the
-    gradient is kept out of the gradient's noise and reported as not judged."""
+def test_an_adaptive_clip_is_checked_release_by_release_with_its_count_query_composed(members, plant, moved):
+    """Opacus' AdaClipDPOptimizer, its accountant told the gradient and the count composed: each release's clip moves.
+    Its largest clipped unit is checked against its own clip (in the first release's units), the canaries enter at
+    each release's clip and are read in the first's units (no false finding from the noise's scale following the
+    clip), and the count of unclipped units it noises beside the gradient is composed into each release's multiplier
+    at the sensitivity one probe unit moved it by (1)."""
     from privaudit.audit.user.training_report import notes
 
     a = audit(members, f"opacus_plants:train_{plant}")
@@ -88,7 +100,10 @@ def test_an_adaptive_clip_is_checked_release_by_release_and_its_count_query_is_s
     assert moved(clips[0], clips[-1]), clips
     assert all(v <= clips[0] * (1 + 1e-5) for v in a.trace["unit_norm_max"])
     assert len(a.trace["other_queries"]) == len(clips) and {q["values"] for q in a.trace["other_queries"]} == {1}
-    assert any(n.startswith("other Gaussian queries: the releases also drew 14 noise values") for n in notes(a))
+    assert {q["name"] for q in a.trace["other_queries"]} == {"AdaClipDPOptimizer.unclipped_num"}
+    assert {q["sensitivity"] for q in a.trace["other_queries"]} == {1.0}
+    assert any(n.startswith("other Gaussian queries: the releases also noised AdaClipDPOptimizer.unclipped_num (14 "
+                            "draws") and "composed with the gradient" in n for n in notes(a))
 
 
 def test_a_size_derived_normaliser_is_found_by_replay(members, monkeypatch):
@@ -129,6 +144,65 @@ def test_bad_training_functions_are_one_line_and_write_nothing(members, tmp_path
     assert code == 2 and not out.exists()
 
 
+def test_a_shuffled_recipe_prints_one_line_per_failing_check_and_its_junit_fails_them(members, tmp_path, capsys):
+    """Shuffled batches under Poisson accounting fail the sampler check at every step: one line says so (the report's
+    JSON keeps every step), and the JUnit file's trace case fails with it."""
+    from privaudit.audit.cli import main
+
+    junit = tmp_path / "junit.xml"
+    code = main(["audit-training", "--factory", "opacus_recipe:make_net", "--train-fn", "opacus_plants:train_shuffled",
+                 "--members", str(members), "--delta", "1e-5", "--size-radius", "1", "--junit", str(junit)])
+    lines = capsys.readouterr().out.splitlines()
+    before = lines[:next(i for i, line in enumerate(lines) if line.startswith("trajectory bound:"))]
+    assert code == 1 and lines[-1].startswith("verdict: refuted: the run is not the claim's mechanism")
+    checks = [": ".join(line.split(": ")[:2 if line.startswith("trace: ") else 1]) for line in before]
+    assert len(checks) == len(set(checks)) <= 4, before  # at most one line per failing check
+    assert "trace: sampler: steps 1-14 (every step): sampled shuffled, the claim accounts poisson" in before
+    totals, cases = read_junit(junit)
+    failed = {c.name: c for c in cases if c.outcome == "failed"}
+    assert totals["failures"] == len(failed) and set(failed) == {"trace"}, failed
+    assert failed["trace"].message == next(line for line in before if line.startswith("trace: "))
+    assert "trace: sampler: steps 1-14 (every step)" in failed["trace"].text
+    assert {c.name for c in cases} >= {"trajectory bound", "neighbours", "released noise", "noise per tensor"}
+
+
+def test_a_train_function_returning_anything_but_an_accountant_is_one_line_exit_2(members, tmp_path, capsys):
+    from privaudit.audit.cli import main
+
+    out = tmp_path / "out"
+    code = main(["audit-training", "--factory", "opacus_recipe:make_net", "--train-fn",
+                 "opacus_plants:train_returns_text", "--members", str(members), "--delta", "1e-5", "--size-radius",
+                 "1", "--out", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and not out.exists() and "\n" not in err, err
+    assert err.startswith("privaudit: error: --train-fn 'opacus_plants:train_returns_text': returned str "
+                          "'trained 1 epoch'; it must return its Opacus accountant"), err
+
+
+def test_the_train_function_contract_accepts_an_opacus_accountant_or_nothing():
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    from privaudit.audit.user.training_audit import returned_accountant
+
+    for acc in (RDPAccountant(), PRVAccountant()):
+        acc.history.append((1.1, 0.01, 10))
+        assert returned_accountant(acc, "m:f") is acc
+    assert returned_accountant(None, "m:f") is None
+    from types import SimpleNamespace
+
+    from privaudit.audit.user.training_audit import _claim
+
+    stepped = _claim(None, SimpleNamespace(accountant=acc), 1e-5, None, "m:f")
+    returned = _claim(acc, SimpleNamespace(accountant=None), 1e-5, None, "m:f")
+    assert stepped.source.startswith("Opacus prv accountant the run stepped (the training function returned none): "
+                                     "1.1 noise x 0.01 rate x 10 steps"), stepped.source
+    assert returned.source.startswith("Opacus prv accountant the training function returned: ") and \
+        returned.epsilon == stepped.epsilon
+    for bad, shown in ((3, "returned int 3;"), (["x"], "returned list ['x'];"), (object(), "returned object <object")):
+        with pytest.raises(ConfigError, match="--train-fn 'm:f': " + re.escape(shown)):
+            returned_accountant(bad, "m:f")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("epsilon", [8.0, 1.0])
 def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon):
@@ -155,7 +229,8 @@ def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon
 def test_the_clip_probe_is_the_largest_unit_rescaled_to_a_norm_drawn_off_the_users_generator():
     """The watch's clipping probe: the unit of largest raw norm rescaled to a norm drawn log-uniform on
     [C/2, max(4C, its own norm)] per step from the observer's own generator (torch's global generator untouched);
-    over steps the norms spread over the range. ``probe=2`` adds the unit as it ran."""
+    over steps the norms spread over the range; the same unit just below the clip is the second probe. ``probe=2``
+    adds the unit as it ran."""
     from types import SimpleNamespace
 
     from privaudit.defenses.opacus_step import StepObserver, StepRecord
@@ -165,14 +240,15 @@ def test_the_clip_probe_is_the_largest_unit_rescaled_to_a_norm_drawn_off_the_use
     norms = []
     for step in range(60):
         observer = StepObserver(SimpleNamespace(max_grad_norm=2.0), step, None, StepRecord())
-        [scaled] = observer._probes(rows)
+        scaled, near = observer._probes(rows)
+        assert float(torch.cat([s.reshape(-1) for s in near]).norm()) == pytest.approx(2.0 * (1 - 2 ** -10))
         ratio = float(scaled[0].norm()) / 12.0
         assert torch.allclose(scaled[0], rows[0][1:2] * ratio) and float(scaled[1].norm()) == 0.0
         norms.append(float(torch.cat([s.reshape(-1) for s in scaled]).norm()))
     assert torch.equal(torch.random.get_rng_state(), state)
     assert 1.0 <= min(norms) < 2.0 < 8.0 < max(norms) <= 12.0
     both = StepObserver(SimpleNamespace(max_grad_norm=2.0), 0, None, StepRecord(), probe=2)._probes(rows)
-    assert len(both) == 2 and torch.equal(both[1][0], rows[0][1:2])
+    assert len(both) == 3 and torch.equal(both[2][0], rows[0][1:2])
 
 
 def test_the_release_replay_reaches_the_clip_and_refutes_a_loose_one(members):

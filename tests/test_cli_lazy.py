@@ -70,3 +70,18 @@ def test_every_command_shows_two_examples_in_its_help(capsys):
             main([name, "--help"])
         out = capsys.readouterr().out
         assert "examples:" in out and all(e in out for e in EXAMPLES[name]) and len(EXAMPLES[name]) == 2, name
+
+
+def test_every_help_example_parses():
+    """Each example a --help shows is a valid command line: the parser accepts it (no missing or unknown option)."""
+    import shlex
+
+    from privaudit.audit.cli import EXAMPLES, build_parser
+
+    parser = build_parser()
+    for name, examples in EXAMPLES.items():
+        for example in examples:
+            argv = shlex.split(example.split("||")[0])
+            assert argv[0] == "privaudit" and argv[1] == name, example
+            args = parser.parse_args(argv[1:])
+            assert args.command == name, example

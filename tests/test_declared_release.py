@@ -84,7 +84,8 @@ def test_an_honest_plain_loop_is_not_refuted(members):
 
 
 @pytest.mark.parametrize("plant, check", [("shortfall", "trace: noise_norm"),
-                                          ("reused_noise", "noise independence across steps")])
+                                          ("reused_noise", "noise independence across steps"),
+                                          ("tiled_noise", "trace: noise_law")])
 def test_each_planted_bug_of_a_plain_loop_is_refuted_naming_its_check(members, plant, check):
     a = audit(members, f"plain_loop_plants:train_{plant}")
     assert a.verdict.verdict == "refuted" and check in {f["check"] for f in a.findings}, a.findings

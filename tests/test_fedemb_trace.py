@@ -54,6 +54,10 @@ def test_adaptive_clipping_is_traced_in_each_rounds_own_clip(digits):
     ("clip-2x", "unit_norm", "above the clip 0.01"),
     ("no-clip", "unit_norm", "above the clip 0.01"),
     ("reused-noise", "noise", "added the same noise as step 1"),
+    ("count-unaccounted", "noise_multiplier", "clipped count: std 2.236 at sensitivity 1: the claim leaves out clipped "
+                                              "count"),
+    ("sign-flipped-tensor", "noise_law", "step 1: tensors 1 and 2 (8 coordinates each) drew correlated noise "
+                                         "(cosine -1:"),
 ])
 def test_the_trace_names_each_planted_federated_bug_it_can_see(digits, plant, field, says):
     """At clip 0.01 (the tiny model's first-round client deltas reach about 0.08) a clipping bug reaches the sum."""

@@ -111,6 +111,36 @@ def test_gate_recomputes_a_run_and_prints_bound_claim_margin(runs, capsys):
     assert "gate: FAIL" in out and f"cell {CONTROL}: loss's sound lower bound" in out
 
 
+def test_gate_and_run_write_their_verdicts_as_junit(runs, copy, tmp_path, capsys):
+    """``--junit``: a case per cell and check, read by a JUnit reader; the failing run's one failure carries the
+    gate's reason; ``run`` (resumed: its cells reused) writes the cases ``gate`` recomputes."""
+    from junit_check import read_junit
+
+    passing, failing = runs
+    assert main(["gate", str(passing), "--junit", str(tmp_path / "pass.xml")]) == 0
+    totals, cases = read_junit(tmp_path / "pass.xml")
+    assert totals["failures"] == totals["errors"] == 0 and totals["tests"] == len(cases)
+    assert {(c.classname, c.name, c.outcome) for c in cases} >= {(HONEST, "loss", "passed"),
+                                                                  (CONTROL, "loss", "passed"),
+                                                                  (CONTROL, "positive control", "passed")}
+    capsys.readouterr()
+    assert main(["gate", str(failing), "--junit", str(tmp_path / "fail.xml")]) == 1
+    printed = capsys.readouterr().out
+    totals, cases = read_junit(tmp_path / "fail.xml")
+    (failed,) = [c for c in cases if c.outcome == "failed"]
+    assert totals["failures"] == 1 and (failed.classname, failed.name) == (CONTROL, "loss")
+    assert failed.message.startswith(f"cell {CONTROL}: loss's sound lower bound") and f"  - {failed.message}" in printed
+    assert "bound: " in failed.text and "claim: " in failed.text
+    out = copy(1)
+    suite = tmp_path / "again.toml"
+    suite.write_text(SUITE.format(out=out.as_posix(), control="false"))
+    assert main(["run", str(suite), "--resume", "--quiet", "--jobs", "1", "--junit", str(tmp_path / "run.xml")]) == 1
+    _, ran = read_junit(tmp_path / "run.xml")
+    assert [(c.classname, c.name, c.outcome, c.message) for c in ran] == \
+        [(c.classname, c.name, c.outcome, c.message) for c in cases]
+    assert main(["gate", str(passing), "--junit", str(passing)]) == 2  # a directory: refused before any work
+
+
 def test_an_edited_status_or_a_hand_written_report_cannot_pass(copy, tmp_path, capsys):
     out = copy(1)
     _edit_report(out, lambda r: r["gate"].update(status="pass", reasons=[]))

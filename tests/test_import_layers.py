@@ -139,7 +139,7 @@ def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...] = LAYERS)
 
 
 AUDIT_TIERS: tuple[tuple[str, ...], ...] = (
-    ("audit", "audit.failures", "audit.device"),
+    ("audit", "audit.failures", "audit.device", "audit.findings", "audit.junit"),
     ("audit.sensitivity",), ("audit.step",), ("audit.report",), ("audit.suite",), ("audit.gate",), ("audit.run",),
     ("audit.verify",), ("audit.benchmark",), ("audit.user",),
     ("audit.commands", "audit.cli"),

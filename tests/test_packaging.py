@@ -75,6 +75,7 @@ def test_the_wheel_installs_one_import_name_with_the_suites_license_and_front_do
     sources = {str(p.relative_to(ROOT)) for layer in layers for p in (ROOT / layer).rglob("*.py")}
     assert {f"privaudit/{s}" for s in sources} <= names  # every module of every layer, subpackages included
     assert {f"privaudit/audit/suites/{p.name}" for p in (ROOT / "suites").glob("*.toml")} <= names
+    assert "privaudit/accountants/paper_claims/verdicts.json" in names  # what privaudit claims reads
     assert "privaudit/__init__.py" in names and any(n.endswith("licenses/LICENSE") for n in names)
 
 

@@ -33,6 +33,18 @@ def test_its_edge_cases_are_the_librarys():
     assert epsilon_for_delta(truncated, 1e-12) == theirs and math.isinf(theirs)
 
 
+def test_losses_beyond_the_float_range_of_the_ratio_are_the_librarys_without_a_warning():
+    """Large losses whose L_k is denormal: the quotient (M_k - delta) / L_k overflows (NumPy would warn; privaudit
+    claims printed it) where the scan does not stop; the epsilon is still the library's, and nothing is printed."""
+    import warnings
+
+    pld = pld_lib.from_gaussian_mechanism(0.03, value_discretization_interval=1e-2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ours = epsilon_for_delta(pld, 1e-5)
+    assert ours == pytest.approx(pld.get_epsilon_for_delta(1e-5), rel=1e-12) and 600 < ours < 800
+
+
 def test_a_planted_off_by_one_scan_is_caught(monkeypatch):
     """The test's power: a scan that stops one loss too late differs from the library's on a composed PLD."""
     import privaudit.accountants.pld_epsilon as module

@@ -103,3 +103,63 @@ def test_claimed_steps_and_unreadable_events():
     assert [m.field for m in found] == ["event", "event"]
     with pytest.raises(ConfigError, match="missing field"):
         TrainingTrace.from_dict({"unit": "example"})
+
+
+@pytest.mark.parametrize("dtype, ratio, verdict", [("float32", 1 - 2e-7, "rounding"), ("float32", 1 - 1e-4, "short"),
+                                                   ("float64", 1 - 2e-7, "short"), ("float64", 1 - 4e-16, "rounding")])
+def test_the_multiplier_is_compared_at_the_precision_its_std_was_computed_in(dtype, ratio, verdict):
+    """Four float32 (or float64) units in the last place: a multiplier short of the claim by less is rounding, stated
+    with the epsilon it costs (the claim's accountant at the rounded multiplier) and not a mismatch; by more, a
+    mismatch that gives the relative difference, the tolerance and both values to the digits that differ."""
+    from privaudit.accountants.rounding import relative_tolerance
+    from privaudit.accountants.trace import trace_rounding
+
+    rng = np.random.default_rng(4)
+    base = synthetic_trace(rng, 10)
+    cols = {**base.columns, "noise_std": [Z * SENS * ratio] * 10, "multiplier": [Z * ratio] * 10}
+    trace = TrainingTrace(**{**base.__dict__, "columns": cols, "precision": {"noise": dtype}})
+    found, notes = check_trace(claim(10), trace), trace_rounding(claim(10), trace)
+    tol = relative_tolerance(dtype)
+    assert tol == 8 * (2.0 ** -24 if dtype == "float32" else 2.0 ** -53)
+    if verdict == "rounding":
+        assert found == [] and [n.field for n in notes] == ["noise_multiplier"]
+        assert f"within {dtype} rounding (tolerance {tol:.2g})" in notes[0].message
+        assert "rounding, not a refutation (10 value(s) in all); at the rounded values the claim's epsilon by rdp is" \
+            in notes[0].message
+    else:
+        assert notes == [] and [m.step for m in found] == list(range(1, 11))
+        assert f"beyond {dtype} rounding (tolerance {tol:.2g})" in found[0].message
+        shown = found[0].message.split("noise multiplier ")[1].split(" ")[0]
+        assert float(shown) != Z and float(shown) == pytest.approx(Z * ratio, rel=1e-9 if ratio > 1 - 1e-6 else 1e-5)
+
+
+def test_a_trace_without_a_precision_is_read_at_float64_and_its_unit_norms_at_float32():
+    """Evidence saved before the trace recorded its precision: the noise at float64 (the engines' Python floats),
+    the unit norms at float32 (their factor times norm); a sample rate 1e-12 above the claim's is then beyond
+    float64's rounding."""
+    rng = np.random.default_rng(5)
+    trace = synthetic_trace(rng, 4)
+    assert trace.precision is None and trace.computed_in("noise") == "float64"
+    assert trace.computed_in("unit_norm") == "float32" and trace.computed_in("unit_norm_terms") == 0
+    high = TrainingTrace(**{**trace.__dict__, "sample_rate": Q * (1 + 1e-12)})
+    assert {m.field for m in check_trace(claim(4), high)} == {"sample_rate"}
+    assert TrainingTrace.from_dict(TrainingTrace(**{**trace.__dict__, "precision": {"noise": "float32"}}).to_dict()
+                                   ).computed_in("noise") == "float32"
+
+
+def test_a_cells_claim_checks_keep_a_within_rounding_multiplier_beside_no_mismatch():
+    """A suite cell whose multiplier is short of the claim by float32 rounding alone: no trace mismatch (the gate
+    passes it), the rounding kept in its claim checks with the epsilon it costs."""
+    from types import SimpleNamespace
+
+    from privaudit.audit.run.claim_checks import run_claim_checks
+
+    base = synthetic_trace(np.random.default_rng(6), 10)
+    cols = {**base.columns, "multiplier": [Z * (1 - 1e-7)] * 10}
+    trace = TrainingTrace(**{**base.__dict__, "columns": cols, "precision": {"noise": "float32"}})
+    trained = SimpleNamespace(claim=claim(10), extras={"trace": trace.to_dict()})
+    record, evidence = run_claim_checks("dp-gcl", {}, trained, None, target_epsilon=None, delta=1e-5, seed=0)
+    assert record["trace"]["mismatches"] == [] and evidence["trace"]["precision"] == {"noise": "float32"}
+    [kept] = record["trace"]["rounding"]
+    assert kept["field"] == "noise_multiplier" and "its Gaussian releases composed" in kept["message"]
+    assert "within float32 rounding" in kept["message"] and "claim's epsilon by rdp is" in kept["message"]

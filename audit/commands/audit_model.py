@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-from privaudit.audit.commands.common import (SEED, add_claim_args, add_output_args, claim_of, emit_json,
-                                             format_table, integer, number, refuted_status,
-                                             show_required)
+from privaudit.audit.commands.common import (SEED, add_claim_args, add_junit_arg, add_output_args, claim_of,
+                                             emit_json, format_table, integer, junit_target, number, refuted_status,
+                                             show_required, write_junit_cases)
 
 from privaudit.audit.user.final_model import DEFAULT_CANARY_RUNS, DESIGNS
 
@@ -53,6 +53,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="write report.html, report.md, report.json, plots and each attack's "
                    "scores here")
     add_output_args(p)
+    add_junit_arg(p)
     show_required(p, sides)
     p.set_defaults(func=run)
 
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from privaudit.audit.user.model_audit import audit_model
 
     attacks = None if args.attacks is None else [a.strip() for a in args.attacks.split(",") if a.strip()]
+    junit = junit_target(args)
     a = audit_model(args.factory, args.weights, members=args.members, nonmembers=args.nonmembers,
                     population=args.population, train_fn=args.train_fn, claim=claim_of(args), attacks=attacks,
                     reference_models=args.reference_models, canary_runs=args.canary_runs,
@@ -69,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
                     canary_scale=args.canary_scale, epochs=args.epochs,
                     beta=1 - args.confidence, seed=args.seed, out=args.out, force=args.force,
                     progress=not args.json)
+    if junit is not None:
+        from privaudit.audit.user.junit import model_cases
+
+        write_junit_cases(junit, "privaudit audit-model", model_cases(a))
     if args.json:
         emit_json(a.to_dict())
         return refuted_status(a.verdict)

@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from privaudit.audit.commands.common import (PROBABILITY, add_claim_args, add_output_args, claim_of, emit_json,
-                                             format_table, number, refuted_status)
+from privaudit.audit.commands.common import (PROBABILITY, add_claim_args, add_junit_arg, add_output_args, claim_of,
+                                             emit_json, format_table, junit_target, number, refuted_status,
+                                             write_junit_cases)
 from privaudit.audit.user.score_inputs import KINDS
 from privaudit.audit.user.score_audit import DESIGNS
 
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None,
                    help="write report.json, report.md, report.html, roc.png, histogram.png, scores.npz here")
     add_output_args(p)
+    add_junit_arg(p)
     p.set_defaults(func=run)
 
 
@@ -49,11 +51,16 @@ def run(args: argparse.Namespace) -> int:
     from privaudit.audit.user.score_audit import audit_scores
 
     claim = claim_of(args)
+    junit = junit_target(args)
     a = audit_scores(args.members, args.nonmembers, kind=args.kind, tf_privacy=args.tf_privacy, delta=args.delta,
                      beta=1 - args.confidence, design=args.design, claim=claim,
                      inclusion_probability=args.inclusion_probability, out=args.out, force=args.force)
     for warning in a.warnings:
         print(f"privaudit: warning: {warning}", file=sys.stderr)
+    if junit is not None:
+        from privaudit.audit.user.junit import score_cases
+
+        write_junit_cases(junit, "privaudit audit-scores", score_cases(a))
     if args.json:
         d = a.to_dict()
         d.pop("roc")

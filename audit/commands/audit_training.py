@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from privaudit.audit.commands.common import (PROBABILITY, SEED, add_output_args, emit_json, integer, number,
-                                             refuted_status)
+from privaudit.audit.commands.common import (PROBABILITY, SEED, add_junit_arg, add_output_args, emit_json, integer,
+                                             junit_target, number, refuted_status, write_junit_cases)
 
 HELP = ("audit your Opacus training function white-box in one run (every release observed, gradient canaries in its "
         "optimizer step, neighbouring dataset sizes replayed): a verdict on its accountant's claim, each check named")
@@ -35,19 +35,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="overwrite files in --out that privaudit did not write (or that changed since)")
     p.add_argument("--out", default=None, help="write report.html, report.md, report.json, trace.json and plots here")
     add_output_args(p)
+    add_junit_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from privaudit.audit.user.junit import training_cases
     from privaudit.audit.user.training_audit import audit_training
 
+    junit = junit_target(args)
     a = audit_training(args.factory, args.train_fn, members=args.members, nonmembers=args.nonmembers,
                        delta=args.delta, claimed_epsilon=args.claimed_epsilon, beta=1 - args.confidence,
-                       seed=args.seed, size_radius=args.size_radius, out=args.out, force=args.force)
+                       seed=args.seed, size_radius=args.size_radius, out=args.out, force=args.force,
+                       progress=not args.json)
+    write_junit_cases(junit, "privaudit audit-training", training_cases(a))
     if args.json:
         emit_json(a.to_dict())
         return refuted_status(a.verdict)
-    for f in a.findings:
+    for f in a.folded:  # one line per check (report.json keeps every step's finding)
         print(f"{f['check']}: {f['message']}")
     c = a.canary
     if c["eps_lb_trajectory"] is not None:

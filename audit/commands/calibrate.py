@@ -7,8 +7,8 @@ import argparse
 from privaudit.accountants.calibrate import calibrate
 from privaudit.accountants.registry import epsilon
 from privaudit.audit.commands.common import emit_json, format_table, number
-from privaudit.audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
-                                      template, validate)
+from privaudit.audit.commands.mechanism import (accountant_options, add_mechanism_args, describe_details,
+                                                each_accountant, template, validate)
 from privaudit.core.errors import ConfigError, check_positive
 
 
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
                                       f"delta={claim.delta:g}, target epsilon {args.target_epsilon:g})"}
     for note in claim.notes:
         notes["composition"] = note
-    for name in accountant_names(args):
+    for name in each_accountant(args, "calibrate"):
         options = accountant_options(name, args)
         probe = epsilon(claim, name, **options)
         if probe.epsilon is None:

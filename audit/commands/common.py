@@ -125,6 +125,30 @@ def add_output_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
 
 
+def add_junit_arg(parser: argparse.ArgumentParser) -> None:
+    """``--junit FILE``: the verdicts as JUnit XML, one test case per cell and check (:mod:`privaudit.audit.junit`)."""
+    parser.add_argument("--junit", default=None, metavar="FILE",
+                        help="also write the verdicts as JUnit XML to FILE, one test case per cell and check (for "
+                             "a CI system's test report)")
+
+
+def junit_target(args: argparse.Namespace) -> Any:
+    """``--junit``'s path checked before any work (None without it)."""
+    from privaudit.audit.junit import check_junit_path
+
+    return None if args.junit is None else check_junit_path(args.junit)
+
+
+def write_junit_cases(path: Any, name: str, cases: list[Any]) -> None:
+    """Write ``cases`` to ``path`` (from :func:`junit_target`; nothing when None) as JUnit XML, atomically."""
+    if path is None:
+        return
+    from privaudit.audit import __version__
+    from privaudit.audit.junit import write_junit
+
+    write_junit(path, name, cases, {"privaudit": __version__})
+
+
 def parse_params(items: list[str] | None) -> dict[str, Any]:
     """Parse ``KEY=VALUE`` pairs; values are read as TOML literals (numbers, booleans, lists) or strings."""
     params: dict[str, Any] = {}

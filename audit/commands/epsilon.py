@@ -8,8 +8,8 @@ import math
 from privaudit.accountants.last_iterate import NAME, last_iterate_epsilon
 from privaudit.accountants.registry import epsilon
 from privaudit.audit.commands.common import emit_json, format_table
-from privaudit.audit.commands.mechanism import (accountant_names, accountant_options, add_mechanism_args, describe_details,
-                                      json_number, template, validate)
+from privaudit.audit.commands.mechanism import (accountant_options, add_mechanism_args, describe_details,
+                                                each_accountant, json_number, template, validate)
 from privaudit.core.errors import check_positive
 
 
@@ -23,7 +23,8 @@ def run(args: argparse.Namespace) -> int:
     validate(args)
     check_positive("--noise-multiplier", args.noise_multiplier)
     claim = template(args)(args.noise_multiplier)
-    results = {name: epsilon(claim, name, **accountant_options(name, args)) for name in accountant_names(args)}
+    results = {name: epsilon(claim, name, **accountant_options(name, args))
+               for name in each_accountant(args, "epsilon")}
     notes: dict[str, str] = {"claim": f"{claim.mechanism} ({claim.relation}, delta={claim.delta:g})"}
     for note in claim.notes:
         notes["composition"] = note

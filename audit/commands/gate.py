@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from privaudit.audit.commands.common import format_table
+from privaudit.audit.commands.common import add_junit_arg, format_table, junit_target, write_junit_cases
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -15,6 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("gate", help=text, description=text[0].upper() + text[1:] + ": every verdict is recomputed "
                        "from the run's saved evidence, never from report.json (docs/gate.md).")
     p.add_argument("directory", help="the run's output directory (holding report.json and the cells' evidence)")
+    add_junit_arg(p)
     p.set_defaults(func=run)
 
 
@@ -38,11 +39,27 @@ def rows(report: dict[str, Any]) -> list[list[str]]:
     return out
 
 
+def _timings(directory: str) -> dict[str, Any]:
+    """The run's ``timings.json`` (each cell's time for its cases), or nothing when it is missing or unreadable."""
+    import json
+    from pathlib import Path
+
+    try:
+        timings = json.loads((Path(directory) / "timings.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return timings if isinstance(timings, dict) else {}
+
+
 def run(args: argparse.Namespace) -> int:
+    from privaudit.audit.gate.junit import gate_cases
     from privaudit.audit.verify.evidence import recompute
 
+    junit = junit_target(args)
     recomputed = recompute(args.directory)
     gate = recomputed.gate
+    write_junit_cases(junit, f"privaudit gate {args.directory}",
+                      gate_cases(recomputed.report, _timings(args.directory)))
     print(format_table(["cell", "attack", "role", "ε_lb (gate)", "claimed ε (accountant)", "margin", "verdict"],
                        rows(recomputed.report)))
     print(f"\ngate: {gate.status.upper()} (recomputed from the evidence in {args.directory})")

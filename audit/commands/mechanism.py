@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Callable
+import sys
+from typing import Any, Callable, Iterator
 
 from privaudit.accountants.claim import RELATIONS, PrivacyClaim
 from privaudit.accountants.conversions import CONVERSIONS
@@ -90,6 +91,17 @@ def template(args: argparse.Namespace) -> Callable[[float], PrivacyClaim]:
 
 def accountant_names(args: argparse.Namespace) -> list[str]:
     return list(ACCOUNTANTS) if args.accountant == "all" else [args.accountant]
+
+
+def each_accountant(args: argparse.Namespace, what: str) -> Iterator[str]:
+    """:func:`accountant_names`, one at a time, with a progress bar on a terminal naming the one at work (PLD and
+    PRV take seconds over many steps, a calibration tens of seconds); none with ``--json``."""
+    from tqdm import tqdm
+
+    bar = tqdm(accountant_names(args), desc=what, file=sys.stderr, leave=False, disable=True if args.json else None)
+    for name in bar:
+        bar.set_postfix_str(name)
+        yield name
 
 
 def accountant_options(name: str, args: argparse.Namespace) -> dict[str, Any]:

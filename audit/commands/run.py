@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from privaudit.audit.commands.common import integer
+from privaudit.audit.commands.common import add_junit_arg, integer, junit_target, write_junit_cases
 from privaudit.audit.run.runner import EXECUTOR_CHOICES, MAX_JOBS, run_suite
 from privaudit.audit.suite.load import load_suite
 from privaudit.core.errors import Terminated
@@ -32,10 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--yes-large", action="store_true",
                    help="run a suite of more than 1000 cells (its size is printed when this is missing)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or stage lines")
+    add_junit_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    junit = junit_target(args)
     suite = load_suite(args.suite, out=args.out, data_dir=args.data_dir, allow_plugins=args.allow_plugins)
     try:
         result = run_suite(suite, out=args.out, executor=args.executor, resume=args.resume, only=args.only,
@@ -43,6 +45,10 @@ def run(args: argparse.Namespace) -> int:
     except Terminated as exc:
         raise Terminated(exc.signum, "finished cells are kept: privaudit run --resume goes on from them") from None
     gate = result.report["gate"]
+    if junit is not None:
+        from privaudit.audit.gate.junit import gate_cases
+
+        write_junit_cases(junit, f"privaudit run {suite.name}", gate_cases(result.report, result.timings))
     total = result.timings.get("total", 0.0)
     print(f"report: {result.out / 'report.html'} (also report.md, report.json); "
           f"{len(result.ran)} cells run, {len(result.reused)} reused, {total:.0f}s")

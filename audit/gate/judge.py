@@ -153,8 +153,14 @@ def _step_rows(cell: CellRecord) -> list[_Row]:
 
 def claim_check_reasons(cell: CellRecord) -> list[str]:
     """Reasons from the cell's claim checks that need no family correction: every trace mismatch (exact, or a
-    measured check at its own stated level) and every errored step-audit pair."""
-    reasons = [f"cell {cell.id}: its trace does not match its claim: {m['message']}" for m in cell.trace_mismatches]
+    measured check at its own stated level), one reason per check with its steps folded
+    (:func:`privaudit.audit.findings.fold_findings`; the cell's record keeps each), and every errored step-audit
+    pair."""
+    from privaudit.audit.findings import fold_findings
+
+    steps = ((cell.claim_checks or {}).get("trace") or {}).get("steps")
+    reasons = [f"cell {cell.id}: its trace does not match its claim: {f['message']}"
+               for f in fold_findings(cell.trace_mismatches, steps=steps, check="field")]
     reasons += [f"cell {cell.id}: its step audit's {p.get('pair')} pair errored: {p.get('error')}"
                 for p in (cell.step_audit or {}).get("pairs") or [] if p.get("verdict") == "error"]
     return reasons

@@ -8,8 +8,9 @@ A claim composes T per-step mechanisms. Two checks, run on every cell whose trai
 * **Trace.** :func:`privaudit.accountants.trace.check_trace`: training ran no more steps than the claim composes,
   each with at least the claimed noise multiplier, the claimed sampler and at most the claimed rate; the realised
   noise norms and batch sizes agree with the recorded stds and the claimed rate. A mismatch names the step and the
-  field. The exact checks cannot fail a correct run; the measured ones fail one with probability at most
-  :data:`~privaudit.accountants.trace.TRACE_ALPHA` per cell.
+  field; a value short of the claim by the rounding of the precision it was computed in alone is not one, and is
+  kept beside them (``rounding``, with the epsilon it would cost). The exact checks cannot fail a correct run; the
+  measured ones fail one with probability at most :data:`~privaudit.accountants.trace.TRACE_ALPHA` per cell.
 * **The step as it ran.** :func:`privaudit.audit.step.audit.audit_trained_step`: the cell's own configuration,
   the smallest noise any step of its trace used, its trained parameters; the canary pair (a unit at exactly the
   claimed sensitivity) and the extreme pair (a Dirac-like image), each a sound GDP lower bound mu_lb on the step's
@@ -25,7 +26,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from privaudit.accountants.claim import PrivacyClaim
-from privaudit.accountants.trace import TRACE_ALPHA, TraceMismatch, check_trace
+from privaudit.accountants.trace import TRACE_ALPHA, TraceMismatch, check_trace, trace_rounding
 from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
 from privaudit.core.errors import ConfigError
 
@@ -46,6 +47,9 @@ def run_claim_checks(name: str, params: Mapping[str, Any], trained: Any, data: A
     found = check_trace(trained.claim, trace)
     record: dict[str, Any] = {"trace": {"steps": len(trace["batch_size"]), "alpha": TRACE_ALPHA,
                                         "mismatches": [m.to_dict() for m in found]}}
+    rounded = trace_rounding(trained.claim, trace)
+    if rounded:  # within the rounding of the precision the code ran in: stated, not a mismatch
+        record["trace"]["rounding"] = [m.to_dict() for m in rounded]
     if trained.claim.params.get("noise_multipliers"):  # a DP-SGD-style step (a federated round has no step audit here)
         audit = audit_trained_step(name, params, trained, data, target_epsilon=target_epsilon, delta=delta,
                                    draws=draws, seed=seed)

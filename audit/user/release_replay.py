@@ -8,8 +8,9 @@ the normaliser (:class:`~privaudit.defenses.opacus_watch.OpacusWatch` with ``kee
 those batches and that noise (:class:`~privaudit.defenses.opacus_watch.ReplayScript`; every draw is still made, so
 the generators advance as they ran):
 
-* on the same n records: the release must repeat (to 1e-6 of its norm). If it does not, the release is not a
-  function of its batch and noise (other randomness, nondeterminism) and no distance is judged: a note says why;
+* on the same n records: the release must repeat, to the rounding of a sum of its records in its dtype
+  (:func:`repeat_tolerance`, relative to its norm). If it does not, the release is not a function of its batch and
+  noise (other randomness, nondeterminism) and no distance is judged: a note says why;
 * on n + 1 records, the crafted record appended (the size replays' record,
   :func:`~privaudit.audit.user.training_neighbours.resized`), the new record last in the release's last batch;
 * on n - 1 records, one of the user's own records removed (the last one its loader yielded into the release's
@@ -21,7 +22,8 @@ claim, naming the distance and the neighbour: the record's contribution as the c
 something else in the release moved with one record (a normaliser or any statistic of the batch or the dataset).
 The two directions see different things: the added record is crafted (its gradient far above C, so clipping lies on
 its path); the removed one is the user's own, and the dataset and the batch shrink (a size-derived quantity that
-rounds alike at n and n + 1 may not at n - 1). The slack bounds float32 rounding:
+rounds alike at n and n + 1 may not at n - 1). The slack bounds the rounding of the released gradient's dtype
+(float32; :mod:`privaudit.accountants.rounding`):
 2 u (||r|| + ||r'||) x normaliser for the releases, plus 2 gamma_k k C for the clipped sums (k records summed,
 :func:`~privaudit.defenses.dp.as_run.rounding_slack`), plus the repeat's own difference.
 
@@ -38,13 +40,16 @@ from typing import Any
 
 import torch
 
+from privaudit.accountants import rounding
 from privaudit.audit.user.training_neighbours import resized
 from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
 from privaudit.defenses.dp.as_run import release_distance, rounding_slack
 from privaudit.defenses.opacus_watch import ReplayScript
 
-#: Relative difference under which the repeated release counts as the same release.
-REPEAT_TOL = 1e-6
+def repeat_tolerance(release: Any, chunks: tuple[tuple[int, ...], ...]) -> float:
+    """The relative difference under which a repeated release counts as the same release: the rounding of a sum of
+    its records in the released gradient's dtype (a reduction in another order)."""
+    return rounding.relative_tolerance(release.dtypes.get("release"), sum(len(c) for c in chunks))
 
 
 def _first(run: WatchedRun) -> Any:
@@ -81,7 +86,7 @@ def release_replay(recipe: Recipe, x: torch.Tensor, y: torch.Tensor) -> tuple[di
         return _not_judged(wrong, 2)
     repeat = release_distance(base.release, _first(again).release)
     size = float(torch.linalg.vector_norm(base.release))
-    if repeat > REPEAT_TOL * max(size, 1e-30):
+    if repeat > repeat_tolerance(base, chunks) * max(size, 1e-30):
         return _not_judged(f"the first release did not repeat with its own batch and noise (it moved by {repeat:.3g}, "
                            f"{repeat / max(size, 1e-30):.3g} of its norm): it depends on other randomness", 2)
     xs, ys = resized(x, y, n + 1)
@@ -118,7 +123,8 @@ def _distance(base: Any, nb: Any, repeat: float, k: int) -> dict[str, Any]:
     c, normalizer = float(base.clip), float(base.normalizer)
     dist = release_distance(base.release, nb.release) * normalizer
     sizes = float(torch.linalg.vector_norm(base.release) + torch.linalg.vector_norm(nb.release)) * normalizer
-    slack = rounding_slack(sizes, k, k * c) + repeat * normalizer
+    dtype = rounding.least_precise(base.dtypes.get("release"), nb.dtypes.get("release"))
+    slack = rounding_slack(sizes, k, k * c, dtype) + repeat * normalizer
     return {"distance": dist, "sensitivity": c, "ratio": dist / c if c > 0 else math.inf, "slack": slack,
             "normalizer": normalizer, "batch": k}
 

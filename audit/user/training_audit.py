@@ -14,8 +14,10 @@ user's code changes. The audit, in order:
    (:mod:`privaudit.audit.user.training_canaries`), whose trace (:class:`~privaudit.accountants.trace_record.
    TrainingTrace`) is checked against the claim (:func:`~privaudit.accountants.trace.check_trace`: Opacus'
    accountant inputs against what ran: sampling as drawn against the rate, steps against the accountant's history,
-   the noise multiplier and the noise drawn, the clip as applied, the normaliser, reused noise), plus every tensor
-   that received no noise at all (exact);
+   the noise multiplier, every other Gaussian query the optimizer noised composed in, and the noise drawn, the clip as
+   applied, the normaliser, reused noise, each exact check at the precision the code ran in: a value short of the
+   claim by its rounding alone is stated as rounding, not a finding), plus every tensor that received no noise at
+   all (exact);
 3. the canaries' **trajectory bound** and the **released-noise checks** on their residuals.
 
 The claim: the returned accountant's (else the last accountant the run stepped) history, its epsilon by
@@ -33,7 +35,7 @@ from typing import Any
 
 import torch
 
-from privaudit.audit.user.training_runs import Recipe, run_watched, time_plain
+from privaudit.audit.user.training_runs import Recipe, Stages, run_watched, time_plain
 from privaudit.audit.user.claim import UserClaim, Verdict, history_claim, judge
 from privaudit.core.errors import ConfigError
 
@@ -65,6 +67,14 @@ class TrainingAudit:
     @property
     def refuted(self) -> bool:
         return self.verdict.verdict == "refuted"
+
+    @property
+    def folded(self) -> list[dict[str, Any]]:
+        """The findings one per check, their steps as ranges (:func:`privaudit.audit.findings.fold_findings`);
+        ``findings`` keeps every one."""
+        from privaudit.audit.findings import fold_findings
+
+        return fold_findings(self.findings, steps=self.trace.get("steps"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"inputs": self.inputs, "claim": self.claim.to_dict(), "verdict": self.verdict.verdict,
@@ -99,27 +109,54 @@ def _members(members: Any, nonmembers: Any) -> tuple[torch.Tensor, torch.Tensor,
     return torch.from_numpy(part.x), torch.from_numpy(part.y), inputs
 
 
+def returned_accountant(returned: Any, train_ref: str) -> Any:
+    """What ``train`` returned, checked against the contract: an accountant Opacus' API reads (its ``mechanism()``,
+    one of Opacus' rdp, prv or gdp, and its ``history`` of (noise multiplier, sample rate, steps)), or None (the
+    claim is then the accountant the run stepped). Anything else is bad input, one line."""
+    from privaudit.audit.user.claim import OPACUS_ACCOUNTANTS
+
+    if returned is None:
+        return None
+    mechanism = getattr(returned, "mechanism", None)
+    kind = mechanism() if callable(mechanism) else None
+    history = getattr(returned, "history", None)
+    if kind in OPACUS_ACCOUNTANTS and isinstance(history, list) and all(
+            isinstance(h, (tuple, list)) and len(h) == 3 for h in history):
+        return returned
+    shown = repr(returned).splitlines()[0] if repr(returned) else ""
+    raise ConfigError(f"--train-fn {train_ref!r}: returned {type(returned).__name__} "
+                      f"{shown[:60] + ('...' if len(shown) > 60 else '')}; it must return its Opacus accountant "
+                      f"(mechanism() one of {', '.join(OPACUS_ACCOUNTANTS)}, with a history: e.g. "
+                      "privacy_engine.accountant) or nothing (the claim is then the accountant the run stepped)")
+
+
 def _claim(returned: Any, watch: Any, delta: float, claimed_epsilon: float | None, train_ref: str) -> UserClaim:
-    """The claim of the accountant ``train`` returned (else the one the run stepped), at ``delta``."""
-    acc = returned if hasattr(returned, "history") and hasattr(returned, "mechanism") else watch.accountant
+    """The claim of the accountant ``train`` returned (else the one the run stepped, said in the claim's source), at
+    ``delta``."""
+    acc = returned_accountant(returned, train_ref)
+    what = "accountant the training function returned"
+    if acc is None:
+        acc, what = watch.accountant, "accountant the run stepped (the training function returned none)"
     if acc is None or not getattr(acc, "history", None):
         raise ConfigError(f"--train-fn {train_ref!r}: no Opacus accountant was returned or stepped: the claim's "
                           "mechanism (noise multiplier, sample rate, steps) is unknown; return engine.accountant")
     return history_claim(acc.mechanism(), [tuple(h) for h in acc.history], delta, epsilon=claimed_epsilon,
-                         where=f"--train-fn {train_ref!r}: its accountant", what="accountant of the audited run",
+                         where=f"--train-fn {train_ref!r}: its accountant", what=what,
                          source="the training function's Opacus accountant", options=CLAIM_OPTIONS)
 
 
 def _trace_findings(claim: UserClaim, watch: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from privaudit.accountants import PrivacyClaim
-    from privaudit.accountants.trace import check_trace
+    from privaudit.accountants.trace import check_trace, trace_rounding
     from privaudit.accountants.trace_record import claimed_steps
 
     first = claimed_steps(claim.event)[0]
     trace = watch.trace(getattr(first, "rate", 0.0))
     pc = PrivacyClaim(event=claim.event, relation=claim.relation, unit=claim.unit, delta=claim.delta,
                       paper_accountant="rdp", sampler="poisson", source=claim.source)
-    found = [{"check": f"trace: {m.field}", "step": m.step, "message": m.message} for m in check_trace(pc, trace)]
+    found = [{"check": f"trace: {m.field}", "step": m.step, "claimed": m.claimed, "observed": m.observed,
+              "message": m.message} for m in check_trace(pc, trace)]
+    rounded = [{"check": f"trace: {m.field}", "step": m.step, "message": m.message} for m in trace_rounding(pc, trace)]
     names = [n for n, _ in watch.optimizer["tensors"]]
     silent = sorted({names[j] for r in watch.steps for j in r.silent_tensors})
     if silent:
@@ -127,16 +164,19 @@ def _trace_findings(claim: UserClaim, watch: Any) -> tuple[list[dict[str, Any]],
                       "message": f"no noise at all was added to tensor(s) {silent} in some release: a continuous "
                                  "Gaussian is never exactly zero (epsilon is infinite)"})
     other = [q for r in watch.steps for q in r.other_queries]
-    return found, {**trace.to_dict(), **({"other_queries": other} if other else {})}
+    return found, {**trace.to_dict(), **({"other_queries": other} if other else {}),
+                   **({"rounding": rounded} if rounded else {})}
 
 
 def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembers: Any = None,
                    delta: float | None = None, claimed_epsilon: float | None = None, beta: float = 0.05,
                    seed: int = 0, size_radius: int = SIZE_RADIUS, out: str | Path | None = None,
-                   force: bool = False, time_training: bool = True) -> TrainingAudit:
+                   force: bool = False, time_training: bool = True, progress: bool = False) -> TrainingAudit:
     """The audit of the module docstring. ``members``: the records ``train`` trains on (.npz with x, y; CSV;
     ImageFolder); ``nonmembers``: optional, checked distinct and recorded. ``beta``: 1 - confidence of the bounds.
-    ``size_radius``: sizes replayed on each side. ``out``: the report (nothing is written on bad input)."""
+    ``size_radius``: sizes replayed on each side. ``out``: the report (nothing is written on bad input).
+    ``progress``: the stages on a bar on a terminal."""
+    from privaudit.audit.findings import fold_findings
     from privaudit.audit.user import out_dir
     from privaudit.audit.user import training_canaries as tc
     from privaudit.audit.user.release_replay import release_replay
@@ -152,7 +192,9 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     x, y, inputs = _members(members, nonmembers)
     if out is not None:
         out_dir.prepare(out, REPORT_FILES, force=force)
-    start = time.perf_counter()
+    start, stage = time.perf_counter(), Stages(progress, 4 if time_training else 3)
+    stage(f"the first release replayed at {2 * int(size_radius) + 1} dataset sizes and with one record added and "
+          "one removed")
     replays = replay_sizes(recipe, x, y, radius=int(size_radius), steps=REPLAY_STEPS)
     distance, distance_found = release_replay(recipe, x, y)
     replay_s = time.perf_counter() - start
@@ -165,7 +207,9 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     steps_planned = first["batches_per_epoch"] or 1
     canaries, cfg, source = tc.plan_canaries(first["tensors"], clip=clip, multiplier=z, rate=rate,
                                              seed=seed, beta=beta, steps_planned=steps_planned)
+    stage("the audited run, gradient canaries in its optimizer step")
     run = run_watched(recipe, x, y, canaries=source)
+    stage("the trace against the claim, the trajectory bound, the released noise")
     claim = _claim(run.returned, run.watch, float(delta), claimed_epsilon, train_fn)
     findings = size_findings(replays, len(x)) + distance_found
     trace_found, trace = _trace_findings(claim, run.watch)
@@ -177,9 +221,12 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     counts = canaries.trajectory.to_dict() if canaries.trajectory is not None else {}
     noise, noise_found = tc.noise_findings(counts, z) if counts else ({}, [])
     findings += noise_found
-    verdict, canary = _verdict(claim, result, counts, findings, beta, z)
+    verdict, canary = _verdict(claim, result, counts, fold_findings(findings, steps=trace.get("steps")), beta, z)
     analysis_s = time.perf_counter() - start - replay_s - run.seconds
+    if time_training:
+        stage("training alone, timed (the audit's cost beside it)")
     plain = time_plain(recipe, x, y) if time_training else None
+    stage.close()
     costs = {"audited_run_s": run.seconds, "replays": len(replays) + distance["runs"], "replays_s": replay_s,
              "analysis_s": analysis_s,
              "audit_s": time.perf_counter() - start - (plain or 0.0), "training_alone_s": plain}
@@ -195,7 +242,8 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
 def _verdict(claim: UserClaim, result: Any, counts: dict[str, Any], findings: list[dict[str, Any]],
              beta: float, multiplier: float) -> tuple[Verdict, dict[str, Any]]:
     """The verdict: the trajectory bound (else the one-run bound) against the claimed epsilon, refuted outright by
-    any finding (named in the statement)."""
+    any finding (``findings`` folded one per check; each check named in the statement). The canaries' record keeps
+    the bound's own verdict (``bound_verdict``)."""
     import dataclasses
 
     from privaudit.audit.user.training_canaries import bound_at_claim, trajectory_ceiling
@@ -216,7 +264,8 @@ def _verdict(claim: UserClaim, result: Any, counts: dict[str, Any], findings: li
               "eps_lb_mechanism": None if result.mechanism_bound is None else result.mechanism_bound.epsilon,
               "ratio_to_claim": None if result.trajectory_bound is None else
               result.trajectory_bound.epsilon / claim.epsilon, "canaries": int(result.counts["n_canaries"]),
-              "steps": int(result.counts["n_steps"]), "trajectory": counts, "notes": list(bound.notes)}
+              "steps": int(result.counts["n_steps"]), "trajectory": counts, "notes": list(bound.notes),
+              "bound_verdict": verdict.verdict}
     if findings:
         checks = sorted({f["check"] for f in findings})
         verdict = dataclasses.replace(verdict, verdict="refuted", statement=(

@@ -8,8 +8,9 @@ from typing import Any
 
 
 def notes(audit: Any) -> list[str]:
-    """The report's lines: every finding with its check, the canaries' bounds, the sizes replayed, the cost."""
-    out = [f"{f['check']}: {f['message']}" for f in audit.findings] or [
+    """The report's lines: the findings one per check (their steps folded), the canaries' bounds, the sizes replayed,
+    the cost."""
+    out = [f"{f['check']}: {f['message']}" for f in audit.folded] or [
         "every check passed: the trace against the accountant, the neighbours replayed, the released noise"]
     c = audit.canary
     out.append(f"canaries: {c['canaries']} Dirac gradient canaries over {c['steps']} releases; trajectory bound "
@@ -19,6 +20,7 @@ def notes(audit: Any) -> list[str]:
                f"optimistic PLD epsilon at the claim's noise; reached: {_num(c.get('ratio_to_bound_at_claim'))}); the "
                f"claim's epsilon by accountant: " + ", ".join(f"{k} {_num(v)}" for k, v in audit.claim.accountants.items()))
     out.append(clipping_note(audit.trace))
+    out += [f"rounding ({r['check']}): {r['message']}" for r in audit.trace.get("rounding") or []]
     out += other_queries_note(audit.trace)
     sizes = sorted(audit.sizes, key=int)
     out.append(f"neighbours: the recipe replayed (first releases) at sizes {sizes[0]}..{sizes[-1]}")
@@ -56,16 +58,29 @@ def clipping_note(trace: dict[str, Any]) -> str:
 
 
 def other_queries_note(trace: dict[str, Any]) -> list[str]:
-    """The Gaussian draws the releases made beside the gradient's noise (an adaptive clip's count): not judged."""
+    """The Gaussian queries the releases noised beside the gradient (an adaptive clip's count): those composed into
+    the releases' multipliers, with their std and measured sensitivity, and those not judged, with why."""
     other = trace.get("other_queries") or []
-    if not other:
-        return []
-    stds = sorted({float(q["std"]) for q in other})
-    return [f"other Gaussian queries: the releases also drew {sum(int(q['values']) for q in other)} noise values "
-            f"beside the gradient's ({len(other)} draws, std {_num(stds[0])}" + (f" to {_num(stds[-1])}" if
-                                                                                len(stds) > 1 else "")
-            + "), for a query the release answers besides the gradient (Opacus' AdaClipDPOptimizer: its count of "
-            "unclipped units): not judged, the trace checks the gradient's noise against the claim"]
+    out = []
+    for judged in (True, False):
+        group = [q for q in other if bool(q.get("judged")) == judged]
+        if not group:
+            continue
+        names = sorted({str(q["name"]) for q in group})
+        stds = sorted({float(q["std"]) for q in group})
+        sens = [float(q["sensitivity"]) for q in group if q.get("sensitivity") is not None]
+        head = (f"other Gaussian queries: the releases also noised {', '.join(names)} ({len(group)} draws, "
+                f"{sum(int(q['values']) for q in group)} values, std {_num(stds[0])}"
+                + (f" to {_num(stds[-1])}" if len(stds) > 1 else ""))
+        if judged:
+            low = min(float(z) for z in trace.get("multiplier") or [0.0])
+            out.append(head + f", sensitivity as one probe unit moved it up to {_num(max(sens + [0.0]))}): composed "
+                              f"with the gradient into each release's multiplier (smallest {_num(low)}), the "
+                              "multiplier the trace checks against the claim")
+        else:
+            out.append(head + "): not judged, no attribute of the optimizer received the draw, so its sensitivity "
+                              "was not measured; the trace checks the gradient's noise against the claim")
+    return out
 
 
 def _num(v: float | None) -> str:

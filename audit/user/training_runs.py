@@ -8,6 +8,7 @@ releases through an Opacus ``DPOptimizer``, is bad input: one line (:class:`~pri
 
 from __future__ import annotations
 
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -78,3 +79,22 @@ def time_plain(recipe: Recipe, x: torch.Tensor, y: torch.Tensor) -> float:
     start = time.perf_counter()
     recipe.train(net, x, y, seed=recipe.seed)
     return time.perf_counter() - start
+
+
+class Stages:
+    """The audit's stages on a progress line on a terminal (stderr; none without ``progress`` or off a terminal):
+    ``stages("the audited run")`` starts the next one and names it, with the time elapsed."""
+
+    def __init__(self, progress: bool, total: int):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, file=sys.stderr, leave=False, disable=None if progress else True,
+                        bar_format="{desc} [{elapsed}]")
+        self.done, self.total = -1, total
+
+    def __call__(self, name: str) -> None:
+        self.done += 1
+        self.bar.set_description_str(f"audit-training {self.done + 1}/{self.total}: {name}")
+
+    def close(self) -> None:
+        self.bar.close()

@@ -25,12 +25,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from privaudit.accountants import rounding
 from privaudit.accountants.as_run import NO_NOISE
 
 #: How many steps of a run are replayed (the first, and the middle step).
 REPLAY_STEPS = 2
-#: float32 unit roundoff (the releases' dtype).
-_U32 = float(torch.finfo(torch.float32).eps) / 2
 
 
 def index_digest(idx: torch.Tensor) -> str:
@@ -137,26 +136,24 @@ def release_distance(base: torch.Tensor, other: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(other.double() - base.double()))
 
 
-def probabilistic_gamma(k: int, lam: float = 10.0) -> float:
-    """Higham & Mary's probabilistic gamma for a float32 sum of k terms (SIAM J. Sci. Comput. 41(5), 2019, Thm. 2.4):
-    exp(lam sqrt(k) u + k u^2 / (1 - u)) - 1 bounds the relative error with probability at least
-    1 - 2 k exp(-lam^2 (1 - u)^2 / 2) (about 1e-18 at lam = 10 and k = 10^4) under their model of independent,
-    mean-zero rounding errors."""
-    return math.expm1(lam * math.sqrt(k) * _U32 + k * _U32 ** 2 / (1 - _U32))
+def probabilistic_gamma(k: int, dtype: str = "float32") -> float:
+    """Higham & Mary's probabilistic gamma for a sum of k terms in ``dtype``
+    (:func:`privaudit.accountants.rounding.sum_rounding`)."""
+    return rounding.sum_rounding(dtype, k)
 
 
-def rounding_slack(size: float, units: int, mass: float) -> float:
-    """The float32 rounding a replay's release distance may carry: 2 u ``size`` for two releases of norms summing to
-    ``size`` (normaliser included), plus 2 gamma~_k ``mass`` for two clipped sums of ``units`` terms whose clipped
-    norms sum to ``mass`` (:func:`probabilistic_gamma`)."""
-    return 2 * _U32 * size + 2 * probabilistic_gamma(units) * mass
+def rounding_slack(size: float, units: int, mass: float, dtype: str = "float32") -> float:
+    """The rounding a replay's release distance may carry in ``dtype`` (the releases'): 2 u ``size`` for two releases
+    of norms summing to ``size`` (normaliser included), plus 2 gamma~_k ``mass`` for two clipped sums of ``units``
+    terms whose clipped norms sum to ``mass`` (:func:`probabilistic_gamma`)."""
+    return 2 * rounding.unit_roundoff(dtype) * size + 2 * probabilistic_gamma(units, dtype) * mass
 
 
 def replay(step: int, batch: torch.Tensor, crafted: torch.Tensor, relation: str, base: Any,
            privatize: Callable[[torch.Tensor], Any], *, normalizer: float, sensitivity: float) -> list[dict[str, Any]]:
     """Each neighbour's release distance from its base (:func:`neighbour_pairs`; the step's own release without
     canaries) times the claimed ``normalizer``. ``privatize(batch) -> (clipped, release)`` is the step's own code.
-    The slack bounds float32 rounding: the two releases' (2 u (|a| + |a'|) normalizer) and the two clipped sums'
+    The slack bounds the rounding of the releases' dtype (float32): the two releases' (2 u (|a| + |a'|) normalizer) and the two clipped sums'
     (2 gamma~_k times their units' clipped norms, k the units summed: :func:`probabilistic_gamma`)."""
     out = []
     for name, ((base_clipped, base_release), nb) in neighbour_pairs(batch, crafted, relation, base,
@@ -166,7 +163,9 @@ def replay(step: int, batch: torch.Tensor, crafted: torch.Tensor, relation: str,
         size = float(torch.linalg.vector_norm(base_release.gradient.double()) +
                      torch.linalg.vector_norm(rel.gradient.double())) * normalizer
         mass = _entered_mass(base_clipped) + _entered_mass(clipped)
-        slack = rounding_slack(size, base_clipped.n_units + clipped.n_units, mass)
+        slack = rounding_slack(size, base_clipped.n_units + clipped.n_units, mass,
+                               rounding.least_precise(rounding.dtype_name(base_release.gradient),
+                                                      rounding.dtype_name(rel.gradient)))
         out.append({"step": step + 1, "neighbour": name, "distance": dist, "sensitivity": float(sensitivity),
                     "slack": slack, "ratio": dist / sensitivity if sensitivity > 0 else float("inf"),
                     "units": [base_clipped.n_units, clipped.n_units]})

@@ -30,7 +30,7 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 import torch.nn as nn
 
-from privaudit.accountants import PrivacyClaim
+from privaudit.accountants import PrivacyClaim, rounding
 from privaudit.accountants.registry import ACCOUNTANTS
 from privaudit.accountants.trace import TrainingTrace
 from privaudit.core.datasets import DatasetInfo, MembershipData
@@ -347,7 +347,7 @@ class DPDefense(Defense):
         embedder = self.make_embedder(model)
         engine_note = self.engine_note(embedder)
 
-        sampling, digests, tensor_digests, replays = SamplingRecorder(n), [], [], []
+        sampling, digests, tensor_digests, laws, replays = SamplingRecorder(n), [], [], [], []
         to_replay = replay_steps(plan.steps) if len(mechanisms) == 1 else set()
         low, high = x.amin(0), x.amax(0)
 
@@ -356,13 +356,14 @@ class DPDefense(Defense):
                 return StepOutput(zero_sum(embedder, ctx.params, cfg.clip, self.unit_kind), float("nan"))
             return self.compute(ctx, xb, rnd)
 
-        def release_step(out: StepOutput, t: int, rnd: StepRandomness, batch: int, canaries_t) -> tuple[Release, float]:
+        def release_step(out: StepOutput, t: int, rnd: StepRandomness, batch: int, canaries_t,
+                         law: bool = False) -> tuple[Release, float]:
             total = out.clipped.total if cfg.signal else torch.zeros_like(out.clipped.total)
             std = self.step_noise_std(t, noise_std)
             rel = release(total, std, rnd.generator("noise", gradient.name),
                           normalizer=self.release_normalizer(plan, batch), canaries=canaries_t,
                           canary_bound=canary_bound, added_scale=self.added_noise_scale(),
-                          segments=embedder.space.numels)
+                          segments=embedder.space.numels, shapes=embedder.space.shapes if law else None)
             return rel, std
 
         def privatize(ctx: StepContext, t: int, rnd: StepRandomness) -> Callable[[torch.Tensor], tuple]:
@@ -384,9 +385,10 @@ class DPDefense(Defense):
             xb = x[idx.to(x.device)]
             out = clip_step(ctx, xb, rnd)
             _count_engine(counter, out.clipped)
-            rel, std = release_step(out, t, rnd, len(xb), canaries_at(canaries, t))
+            rel, std = release_step(out, t, rnd, len(xb), canaries_at(canaries, t), law=True)
             digests.append(rel.noise_digest)
             tensor_digests.append(rel.tensor_digests)
+            laws.append(rel.noise_law)
             if t in to_replay and len(xb) > self.min_batch():
                 base = release_step(out, t, rnd, len(xb), None)[0]
                 replays.extend(replay(t, xb, crafted_record(xb, low, high), claim.relation, (out.clipped, base),
@@ -399,8 +401,10 @@ class DPDefense(Defense):
                     "sensitivity": gradient.sensitivity, "multiplier": used,
                     "unit_norm_max": out.clipped.entered_max, "normalizer": rel.normalizer}
 
-        counter.update(sampling=sampling, noise_digests=digests, tensor_noise_digests=tensor_digests, replays=replays,
-                       replayed=bool(to_replay) or f"not replayed: the step releases {len(mechanisms)} mechanisms")
+        counter.update(sampling=sampling, noise_digests=digests, tensor_noise_digests=tensor_digests, noise_laws=laws,
+                       replays=replays,
+                       replayed=bool(to_replay) or f"not replayed: the step releases {len(mechanisms)} mechanisms",
+                       **_release_record(mechanisms, multipliers, embedder))
         extras = {"dp": {"noise_multipliers": multipliers, "gradient_noise_std": noise_std, "normalizer": normalizer,
                          "unit_clip": unit_clip, "canary_bound": canary_bound, "unit": self.unit_kind, "param_names": embedder.space.names,
                          "param_numels": embedder.space.numels,
@@ -430,13 +434,16 @@ class DPDefense(Defense):
         released = self.released(run.model)
         if isinstance(counter.get("replayed"), str):
             dp["replay_note"] = counter["replayed"]
+        releases = {"releases": [counter["releases"]] * len(history["batch_size"])} if counter["releases"] else {}
         trace = TrainingTrace.from_history({**history, "noise_digest": counter["noise_digests"],
-                                            "tensor_noise_digests": counter["tensor_noise_digests"]}, unit=self.unit_kind,
+                                            "tensor_noise_digests": counter["tensor_noise_digests"],
+                                            "noise_law": counter["noise_laws"], **releases},
+                                           unit=self.unit_kind,
                                            sampler=run.plan.sampler, population=run.plan.n,
                                            sample_rate=run.plan.sample_rate,
                                            batch_size_configured=run.plan.batch_size, dim=int(dp["param_count"]),
                                            clip=float(self.config.clip), sampling=counter["sampling"].to_dict(),
-                                           replays=list(counter["replays"]))
+                                           replays=list(counter["replays"]), precision=counter["precision"])
         return Trained(self.name, released, self.model_spec(data.info), run.claim, history, self.config_dict(), seed,
                        extras={"dp": dp, "init": run.extras.get("init", {"init": self.config.init}),
                                "trace": trace.to_dict()})
@@ -500,3 +507,12 @@ def quantity(claim_id: str, source: str, relation: str, fn: Callable[..., torch.
                               params=dict(params), description=description, corrected_bound=corrected_bound,
                               variant=variant)
 
+
+def _release_record(mechanisms: list, multipliers: Mapping[str, float], embedder: Any) -> dict[str, Any]:
+    """What the trace records of a step's releases beside the gradient's (each auxiliary Gaussian query's std and
+    sensitivity, composed into the step's as-run mechanism) and the precision its exact checks compare at."""
+    return {"releases": [{"name": m.name, "std": multipliers[m.name] * m.sensitivity, "sensitivity": m.sensitivity}
+                         for m in mechanisms[1:]],
+            "precision": {"noise": rounding.DEFAULT, "sample_rate": rounding.DEFAULT,
+                          "unit_norm": rounding.dtype_name(next(iter(embedder.params().values()))),
+                          "unit_norm_terms": 0, "normalizer": rounding.DEFAULT}}

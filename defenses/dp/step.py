@@ -44,6 +44,7 @@ import torch
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
 from privaudit.defenses.dp.noise import gaussian
+from privaudit.defenses.dp.noise_law import noise_law
 
 
 Observer = Callable[[torch.Tensor], None]
@@ -140,6 +141,7 @@ class Release:
     normalizer: float = 1.0  # what the noisy sum was divided by
     noise_digest: str | None = None  # of the noise drawn (defenses.dp.as_run.noise_digest)
     tensor_digests: list | None = None  # of every tensor's leading noise values (defenses.dp.as_run)
+    noise_law: dict | None = None  # the noise's joint law within the step (defenses.dp.noise_law)
 
     @property
     def snr(self) -> float:
@@ -149,13 +151,14 @@ class Release:
 
 def release(clipped_total: torch.Tensor, noise_std: float, generator: torch.Generator, *, normalizer: float = 1.0,
             canaries: Canaries | None = None, canary_bound: float | None = None, added_scale: float = 1.0,
-            segments: list[int] | None = None) -> Release:
+            segments: list[int] | None = None, shapes: list | None = None) -> Release:
     """Add the included canaries and N(0, noise_std^2 I) to the clipped sum, divide by ``normalizer``.
 
     ``canary_bound`` is the largest canary norm allowed: the gradient mechanism's sensitivity Delta.
     ``added_scale`` (1 but in positive controls) scales the noise as it is added, after its norm is recorded: a
     planted shortfall only an end-to-end measurement (the canaries' observations) can see. ``segments`` (the
-    parameter tensors' sizes in the flat layout) adds each tensor's leading-noise digest to the release's record.
+    parameter tensors' sizes in the flat layout) adds each tensor's leading-noise digest to the release's record;
+    ``shapes`` (the tensors' shapes) the record of the noise's joint law within the step (:func:`noise_law`).
     """
     if normalizer <= 0:
         raise ValueError(f"normalizer: must be > 0, got {normalizer}")
@@ -173,4 +176,5 @@ def release(clipped_total: torch.Tensor, noise_std: float, generator: torch.Gene
         canaries.observer((noisy - clipped_total).detach() if centred else noisy.detach())
     return Release(noisy / normalizer, float(torch.linalg.vector_norm(signal)),
                    float(torch.linalg.vector_norm(noise)), n_canaries, float(normalizer), noise_digest(noise),
-                   None if segments is None else tensor_noise_digests(noise, segments))
+                   None if segments is None else tensor_noise_digests(noise, segments),
+                   None if shapes is None else noise_law(noise, shapes))

@@ -29,6 +29,8 @@ import torch
 
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
+from privaudit.defenses.dp.noise import gaussian
+from privaudit.defenses.dp.noise_law import noise_law
 
 Params = dict[str, torch.Tensor]
 
@@ -71,6 +73,7 @@ class Aggregate:
     noise_norm: float | None = None
     noise_digest: str | None = None
     tensor_digests: list[str | None] | None = None
+    noise_law: dict | None = None  # the noise's joint law within the round (defenses.dp.noise_law)
 
 
 def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: torch.Generator,
@@ -111,7 +114,7 @@ def noised_release(sums: Params, norms: torch.Tensor, clip_norm: float, noise_mu
         if canary is not None:
             total = total + canary[name].to(total)
         if std > 0:
-            noise = std * torch.randn(total.shape, generator=gen).to(total)
+            noise = gaussian(total.shape, std, gen, device=total.device, dtype=total.dtype)
             drawn.append(noise.detach().reshape(-1))
             total = total + noise
         noisy_sums[name] = total
@@ -125,7 +128,8 @@ def noised_release(sums: Params, norms: torch.Tensor, clip_norm: float, noise_mu
                      float((~finite).float().mean()), entered_max=entered,
                      noise_norm=None if noise is None else float(noise.double().norm()),
                      noise_digest=None if noise is None else noise_digest(noise),
-                     tensor_digests=None if noise is None else tensor_noise_digests(noise, [d.numel() for d in drawn]))
+                     tensor_digests=None if noise is None else tensor_noise_digests(noise, [d.numel() for d in drawn]),
+                     noise_law=None if noise is None else noise_law(noise, [t.shape for t in sums.values()]))
 
 
 COUNT_BUDGET_SHARE = 0.05  # default share of a round's RDP budget spent on the clipped-count query

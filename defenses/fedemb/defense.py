@@ -417,7 +417,8 @@ class _Federated(Defense):
                 server.step()
                 record_round(history, t, time.perf_counter() - t0, loss, clip, aggregate)
                 if recorder is not None:
-                    recorder.record(plan.users, aggregate, clip=clip, sigma=noise.sigma, event_z=noise.event_z)
+                    recorder.record(plan.users, aggregate, clip=clip, sigma=noise.sigma,
+                                    count_std=noise.count_stddev if cfg.adaptive_clipping else None)
                 if cfg.adaptive_clipping:
                     clip, _ = adaptive_clip_update(clip, aggregate.norms, target_quantile=cfg.target_unclipped_quantile,
                                                    learning_rate=cfg.clip_learning_rate,

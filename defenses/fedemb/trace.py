@@ -9,8 +9,10 @@ judges for the DP-SGD engine:
   inclusion counts, disjoint round pairs' overlaps, repeated rounds), ``units``: its virtual clients;
 * ``noise_std``: sigma x the round's clip, on the clipped sum; ``sensitivity``: 2 x the round's clip (one user's
   replacement moves one client's clipped delta across the clip ball, :mod:`~privaudit.defenses.fedemb.aggregate`);
-  ``multiplier``: the round's event multiplier (the count query of adaptive clipping composed in);
-* as ran: ``noise_norm``, ``noise_digest`` and ``tensor_noise_digests`` of the noise drawn, ``unit_norm_max``
+  ``multiplier``: the round's multiplier composed from the noise it drew, sigma on the deltas and, under adaptive
+  clipping, the clipped-count query's std at sensitivity 1 (also its ``releases`` column, which names it);
+* as ran: ``noise_norm``, ``noise_digest``, ``tensor_noise_digests`` and ``noise_law`` (its joint law within the
+  round, :mod:`privaudit.defenses.dp.noise_law`) of the noise drawn, ``unit_norm_max``
   (the largest norm a clipped delta entered the sum with, in units of the configured clip: entered x clip_0 /
   clip_t, so that under adaptive clipping the check against the trace's one clip is the check against each round's),
   and ``normalizer`` (the number of clients the noised sum is divided by).
@@ -32,8 +34,18 @@ from typing import Any, Callable
 
 import torch
 
+from privaudit.accountants import rounding
 from privaudit.accountants.trace_record import AS_RUN_FIELDS, STEP_FIELDS, TrainingTrace
 from privaudit.defenses.dp.as_run import SamplingRecorder, release_distance, rounding_slack
+from privaudit.defenses.fedemb.aggregate import event_noise_multiplier
+
+#: One user's replacement moves the clipped-count query by at most one client's bit (the count of clients at or
+#: under the clip, :func:`~privaudit.defenses.fedemb.aggregate.adaptive_clip_update`).
+COUNT_SENSITIVITY = 1.0
+#: What a round's compared values are computed in: the stds, sensitivities and normaliser are Python floats, a
+#: client delta's clipped norm float32 (recomputed over the delta's values: :meth:`RoundTrace.trace` sets the terms).
+PRECISION = {"noise": rounding.DEFAULT, "sample_rate": rounding.DEFAULT, "unit_norm": "float32", "unit_norm_terms": 0,
+             "normalizer": rounding.DEFAULT}
 
 
 class RoundTrace:
@@ -47,18 +59,23 @@ class RoundTrace:
         self.replays: list[dict[str, Any]] = []
         self.dim = 0
 
-    def record(self, users: Any, aggregate: Any, *, clip: float, sigma: float, event_z: float) -> None:
+    def record(self, users: Any, aggregate: Any, *, clip: float, sigma: float, count_std: float | None) -> None:
         """One round: its sampled ``users`` (indices), its :class:`~privaudit.defenses.fedemb.aggregate.Aggregate`,
-        the round's ``clip``, the noise multiplier ``sigma`` on the clipped sum and the event's ``event_z``."""
+        the round's ``clip``, the noise multiplier ``sigma`` on the clipped sum and the std of the clipped-count
+        query's noise the round draws (None: no adaptive clipping): the round's multiplier composes the two."""
         self.sampling.observe(users)
         entered = aggregate.entered_max
         row = {"batch_size": int(users.numel()), "noise_std": sigma * clip, "sensitivity": 2.0 * clip,
-               "multiplier": event_z, "units": int(aggregate.norms.numel()), "noise_norm": aggregate.noise_norm,
+               "multiplier": event_noise_multiplier(sigma, count_std), "units": int(aggregate.norms.numel()),
+               "noise_norm": aggregate.noise_norm,
                "unit_norm_max": None if entered is None else entered * self.clip / clip,
                "normalizer": float(aggregate.norms.numel()), "noise_digest": aggregate.noise_digest,
-               "tensor_noise_digests": aggregate.tensor_digests}
+               "tensor_noise_digests": aggregate.tensor_digests, "noise_law": aggregate.noise_law}
         for k, v in row.items():
             self.columns[k].append(v)
+        if count_std is not None:
+            self.columns.setdefault("releases", []).append(
+                [{"name": "clipped count", "std": float(count_std), "sensitivity": COUNT_SENSITIVITY, "values": 1}])
         self.dim = int(aggregate.noised_numel)
 
     def trace(self, users_per_round: int) -> TrainingTrace:
@@ -66,7 +83,8 @@ class RoundTrace:
         return TrainingTrace(unit="user", sampler="without-replacement", population=self.num_users,
                              sample_rate=users_per_round / self.num_users, batch_size_configured=int(users_per_round),
                              dim=self.dim, clip=self.clip, columns=dict(self.columns),
-                             sampling=self.sampling.to_dict(), replays=list(self.replays))
+                             sampling=self.sampling.to_dict(), replays=list(self.replays),
+                             precision={**PRECISION, "unit_norm_terms": self.dim})
 
 
 def _noised_sum(aggregate: Any) -> torch.Tensor:
@@ -88,6 +106,7 @@ def round_replay(t: int, run: Callable[[torch.Tensor], Any], x: torch.Tensor, ro
     a, b = _noised_sum(base), _noised_sum(nb)
     n, sensitivity = base.norms.numel(), 2.0 * clip
     dist = release_distance(a, b)
-    slack = rounding_slack(float(a.norm() + b.norm()), n, 2 * n * clip)
+    dtype = rounding.least_precise(*(rounding.dtype_name(u) for u in base.update.values()))
+    slack = rounding_slack(float(a.norm() + b.norm()), n, 2 * n * clip, dtype)
     return {"step": t + 1, "neighbour": "replace", "distance": dist, "sensitivity": sensitivity, "slack": slack,
             "ratio": dist / sensitivity if sensitivity > 0 else float("inf"), "units": [n, nb.norms.numel()]}
