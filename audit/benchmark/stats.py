@@ -17,8 +17,6 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from privaudit.defenses.evaluation import paired_change
-
 LEVEL = 0.95
 
 
@@ -54,6 +52,8 @@ class PairedDifference:
 
 def paired_difference(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> PairedDifference:
     """A - B from each test example's correctness under A and under B (module docstring)."""
+    from privaudit.defenses.evaluation import paired_change  # torch: only when a comparison is computed
+
     change = paired_change(np.asarray(a, dtype=bool), np.asarray(b, dtype=bool))
     gained, lost, n = change["gained"], change["lost"], change["n"]
     m = gained + lost

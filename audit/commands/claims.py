@@ -12,7 +12,6 @@ from typing import Any
 from tqdm import tqdm
 
 from privaudit.accountants.paper_claims import PAPERS, PaperClaim, check_claim, paper_claims
-from privaudit.audit.benchmark.listing import UTILITY_HEADERS, UTILITY_NOTE, utility_rows
 from privaudit.audit.commands.common import emit_json, format_table
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.core.io import to_json
@@ -151,7 +150,12 @@ def run(args: argparse.Namespace) -> int:
         emit_json([checks[c.id] for c in claims])
         return 0
     print(privacy_listing(claims, checks))
-    utility = [] if args.id else utility_rows(args.paper)  # the papers' utility claims (audit.benchmark)
+    if args.id:
+        return 0
+    # the papers' utility claims, judged from the benchmark's reference (imported here: its statistics need torch)
+    from privaudit.audit.benchmark.listing import UTILITY_HEADERS, UTILITY_NOTE, utility_rows
+
+    utility = utility_rows(args.paper)
     if utility:
         print(UTILITY_NOTE)
         print(format_table(UTILITY_HEADERS, utility))
