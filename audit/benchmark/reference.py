@@ -75,6 +75,7 @@ def _cell(record: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str, An
         "curve": None if curve is None else curve.get("rows"), "curve_draws": None if curve is None else curve.get(
             "draws"),
         "train_seconds": stages.get("train"), "utility_seconds": stages.get("utility"),
+        "stage_seconds": {k: v for k, v in stages.items() if _finite(v)},  # the next run's progress priors
         "error": details.get("error"),
     }
 

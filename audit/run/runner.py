@@ -243,7 +243,7 @@ def _run_with_progress(plan: RunPlan, pending: list[CellSpec], side: SideChecks,
     from tqdm.auto import tqdm
 
     pending = round_robin(pending, lambda spec: spec.defense.label)  # the report keeps the suite's order
-    track_cells(pending, tracker)
+    track_cells(pending, tracker, plan.suite.timings)
     with tqdm(total=len(pending), desc=f"cells ({plan.suite.name})", disable=None if plan.progress else True,
               dynamic_ncols=True) as bar:
         if plan.executor == "ray":

@@ -71,7 +71,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "seeds", "epsilons", "delta",
             "device", "threads", "knn_k", "allow_plugins", "defenses", "attacks", "sensitivity", "gate", "ray",
-            "step_audit", "utility")
+            "step_audit", "utility", "timings")
 DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks", "primary", "control")
 ATTACK_KEYS = ("name", "label", "params")
 SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect", "allow_inconclusive")
@@ -262,7 +262,8 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
                  data_dir=data_dir, splits=splits, seeds=seeds, device=device, knn_k=knn_k, threads=threads,
                  defenses=defenses, attacks=attacks, sensitivity=sensitivity, gate=gate, ray=ray,
                  step_audit=_step_audit(where, raw.get("step_audit")),
-                 utility=_table_config(where, raw, "utility", UtilityConfig))
+                 utility=_table_config(where, raw, "utility", UtilityConfig),
+                 timings=_typed(where, "timings", raw.get("timings"), (str, type(None)), "a file path"))
 
 
 def _table_config(where: _Where, raw: Mapping[str, Any], key: str, cls: type) -> Any:

@@ -202,6 +202,7 @@ class Suite:
     ray: RayConfig
     step_audit: StepAuditConfig | None = None
     utility: UtilityConfig = UtilityConfig()
+    timings: str | None = None  # an earlier run's measured stage times, the progress estimate's priors
 
     @property
     def n_cells(self) -> int:
