@@ -154,19 +154,22 @@ def paired_change(correct: torch.Tensor, baseline: torch.Tensor) -> dict[str, fl
     ``gained`` = examples right only for the encoder, ``lost`` = right only for the baseline. Under H0
     (the encoder is no worse than the baseline) each of the n = gained + lost discordant examples is lost
     with probability at most 1/2, so ``p_drop`` = P(Binomial(n, 1/2) >= lost) is the one-sided p-value of
-    a drop (McNemar 1947, exact form); ``delta`` = (gained - lost) / N is the accuracy change.
+    a drop (McNemar 1947, exact form); ``p_gain`` = P(Binomial(n, 1/2) >= gained) is the one-sided p-value of
+    a gain (H0: no better than the baseline); ``delta`` = (gained - lost) / N is the accuracy change.
     """
     correct, baseline = torch.as_tensor(correct, dtype=torch.bool), torch.as_tensor(baseline, dtype=torch.bool)
     if correct.shape != baseline.shape or correct.ndim != 1 or correct.numel() == 0:
         raise ValueError(f"paired_change needs two equal-length, non-empty 1-D vectors, got shapes "
                          f"{tuple(correct.shape)} and {tuple(baseline.shape)}")
-    from scipy import stats
+    from scipy import special
 
     gained, lost = int((correct & ~baseline).sum()), int((~correct & baseline).sum())
     n = gained + lost
-    p_drop = float(stats.binom.sf(lost - 1, n, 0.5)) if lost else 1.0
+    # P(Binomial(n, 1/2) >= k) = bdtrc(k - 1, n, 1/2), the binomial survival function (scipy.stats.binom.sf's ufunc)
+    p_drop = float(special.bdtrc(lost - 1, n, 0.5)) if lost else 1.0
+    p_gain = float(special.bdtrc(gained - 1, n, 0.5)) if gained else 1.0
     return {"delta": (gained - lost) / correct.numel(), "gained": gained, "lost": lost, "n": int(correct.numel()),
-            "p_drop": p_drop}
+            "p_drop": p_drop, "p_gain": p_gain}
 
 
 def gap_closed(trained: float, random: float, reference: float) -> float | None:

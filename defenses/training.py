@@ -57,7 +57,7 @@ class EncoderFields:
 class ObjectiveFields:
     """The projection head and the contrastive objective (:data:`privaudit.defenses.losses.OBJECTIVES`)."""
 
-    proj_hidden: int = 128
+    proj_hidden: int = 128  # 0: no projection head (the loss acts on the representation)
     proj_dim: int = 32
     loss: str = "simclr"
     temperature: float = 0.5
@@ -86,8 +86,8 @@ class ContrastiveConfig(OptimisationFields, ObjectiveFields, EncoderFields):
         choices = [("encoder", ENCODERS), ("loss", OBJECTIVES), ("optimizer", OPTIMIZERS)]
         if self.augmentation is not None:
             choices.append(("augmentation", AUGMENTATIONS))
-        validate_fields(self, choices=choices, nonnegative=("weight_decay", "barlow_lambda"),
-                        positive=("width", "rep_dim", "proj_hidden", "proj_dim", "epochs", "batch_size", "lr",
+        validate_fields(self, choices=choices, nonnegative=("weight_decay", "barlow_lambda", "proj_hidden"),
+                        positive=("width", "rep_dim", "proj_dim", "epochs", "batch_size", "lr",
                                   "temperature"))
 
     def model_spec(self, info: DatasetInfo) -> ModelSpec:

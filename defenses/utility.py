@@ -22,12 +22,14 @@ step budget, so they are cached in this process and shared by the cells of a sui
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
 from dataclasses import fields
 from typing import Any
 
+import numpy as np
 import torch
 
 from privaudit.core.datasets import MembershipData
@@ -60,10 +62,31 @@ def _cached(key: str, fn) -> dict[str, float]:
     return dict(_SCORES[key])
 
 
+def _pretrained(config: dict[str, Any]) -> str:
+    """The init of a model whose config names none: ``public`` when it pretrains (DP-FedEmb's ``pretrain``)."""
+    return "public" if config.get("pretrain") else "random"
+
+
+def pack_correct(correct: torch.Tensor) -> str:
+    """A boolean vector as text: its bits packed (numpy's big-endian bit order), base64-encoded."""
+    return base64.b64encode(np.packbits(np.asarray(correct, dtype=bool)).tobytes()).decode("ascii")
+
+
+def unpack_correct(text: str, n: int) -> np.ndarray:
+    """The boolean vector of length ``n`` that :func:`pack_correct` wrote."""
+    bits = np.unpackbits(np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8))
+    if len(bits) < n or len(bits) - n >= 8:
+        raise ValueError(f"packed correctness holds {len(bits)} bits, not {n} (rounded up to a byte)")
+    return bits[:n].astype(bool)
+
+
 def utility_panel(trained, data: MembershipData, *, k: int = 5, device: str | torch.device = "cpu",
-                  nonprivate: bool = True) -> dict[str, Any]:
+                  nonprivate: bool = True, per_example: bool = False) -> dict[str, Any]:
     """k-NN / linear-probe accuracy of the trained model, its init, a random encoder and a non-private
-    reference with the same step budget, and the fraction of the random -> non-private gap closed."""
+    reference with the same step budget, and the fraction of the random -> non-private gap closed.
+
+    ``per_example``: also each test example's correctness for the trained encoder and its init
+    (``correct``: :func:`pack_correct` of each metric), for paired comparisons between cells."""
     device = torch.device(device)
     x_tr, y_tr, x_te, y_te = data.train.x, data.train.y, data.test.x, data.test.y
 
@@ -80,7 +103,7 @@ def utility_panel(trained, data: MembershipData, *, k: int = 5, device: str | to
     out["random"] = _cached(init_key, lambda: score(build_model(spec, seed=trained.seed).to(device)))
 
     config = dict(trained.config)
-    init = str(config.get("init", "random"))
+    init = str((trained.extras.get("init") or {}).get("init", config.get("init", _pretrained(config))))
     cfg = _contrastive_fields(config)
     state = None
     if init == "random":
@@ -96,6 +119,9 @@ def utility_panel(trained, data: MembershipData, *, k: int = 5, device: str | to
         init_key = f"{base}|init={init}"
         out["init"] = _cached(init_key, init_score)
     out["vs_init"] = {m: paired_change(trained_correct[m], _CORRECT[init_key][m]) for m in METRICS}
+    if per_example:
+        out["correct"] = {"trained": {m: pack_correct(trained_correct[m]) for m in METRICS},
+                          "init": {m: pack_correct(_CORRECT[init_key][m]) for m in METRICS}}
 
     steps = len(trained.history.get("step", []))
     if nonprivate and steps > 0:

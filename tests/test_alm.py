@@ -235,7 +235,30 @@ def test_alm_rubinstein_alda_claim(digits):
     assert "random DP with gamma=" in t.claim.notes[0] and t.claim.params["gamma"] == s["gamma"]
 
 
+def test_alm_on_the_frozen_untrained_encoder_needs_no_public_data(digits):
+    """``init = random``: the encoder is the seeded initialisation (never trained), so the public split may be empty;
+    with it empty the features are left unstandardised (the members' statistics would be a release), and the head
+    still classifies the test images well above chance (0.1; a lighter L2 weight than the default suits unscaled
+    features)."""
+    from privaudit.core.datasets import SplitConfig, load_dataset
+    from privaudit.defenses.nn.model import build_model
+
+    whole = load_dataset("digits", seed=0, splits=SplitConfig(public=0.0, shadow=0.0, inclusion_probability=1.0))
+    alm = make_defense("alm", init="random", exhaustive_pairs=False, head_l2=1e-3, **TINY)
+    t = alm.fit(whole, Budget(target_epsilon=10.0), seed=0, progress=False)
+    untrained = build_model(t.spec, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(t.model.state_dict().values(), untrained.state_dict().values()))
+    assert t.history == {"step": []} and t.extras["utility"]["head_accuracy_clean"] > 0.3
+    mean, std = alm._feature_scale(t.model, whole, "cpu")
+    assert torch.equal(mean, torch.zeros(16, dtype=torch.float64)) and torch.equal(std, torch.ones(16, dtype=torch.float64))
+    with pytest.raises(ConfigError, match="public split, which is empty here"):
+        make_defense("alm", exhaustive_pairs=False, **TINY).fit(whole, Budget(target_epsilon=1.0), seed=0,
+                                                               progress=False)
+
+
 def test_alm_config_is_validated():
+    with pytest.raises(ConfigError, match="init: unknown value 'imagenet'; accepted: public, random"):
+        make_defense("alm", init="imagenet")
     with pytest.raises(ConfigError, match="mechanism: unknown value 'cauchy'; accepted: logistic, laplace, gaussian"):
         make_defense("alm", mechanism="cauchy")
     with pytest.raises(ConfigError, match="sensitivity_sampler: unknown value"):

@@ -184,6 +184,16 @@ def test_split_config_is_validated():
         SplitConfig(public=1.5).validate()
     with pytest.raises(ConfigError, match="leave at least 5%"):
         SplitConfig(public=0.5, shadow=0.4, test=0.1).validate()
+    with pytest.raises(ConfigError, match="must be 0.5 or 1, got 0.9"):
+        SplitConfig(inclusion_probability=0.9).validate()
+
+
+def test_inclusion_probability_one_trains_on_the_whole_training_set():
+    """No public or shadow part and every pool example a member: the target trains on every non-test example."""
+    data = load_dataset("digits", seed=0, splits=SplitConfig(public=0.0, shadow=0.0, inclusion_probability=1.0))
+    assert len(data.public) == len(data.shadow) == len(data.holdout) == 0
+    assert len(data.train) == len(data.pool) == 1797 - len(data.test)
+    assert not set(data.train.index.tolist()) & set(data.test.index.tolist())
 
 
 # -- Fashion-MNIST: flat IDX layout, Debian's package, the install line ------------------------------------

@@ -93,3 +93,33 @@ def test_pretraining_keeps_the_pool():
     from privaudit.defenses.training import ContrastiveConfig
 
     assert pretrain_config(ContrastiveConfig(pool=4), epochs=1).pool == 4
+
+
+BENCHMARK_SPECS = [
+    ModelSpec(encoder="tanh-cnn", in_shape=(1, 28, 28), width=16, rep_dim=32, proj_hidden=16, proj_dim=4),
+    ModelSpec(encoder="embed-net", in_shape=(1, 28, 28), width=8, rep_dim=8, proj_hidden=0),
+    ModelSpec(encoder="pixels", in_shape=(1, 28, 28), proj_hidden=16, proj_dim=4),
+]
+
+
+def test_the_benchmarks_encoders_have_their_papers_sizes():
+    """Tramer & Boneh's CNN: 26,010 parameters with its 10-way head (their Table 9's MNIST CNN); Logit-DP's embedding
+    net: 8, 16, 32 channels and an 8-dimensional embedding, no projection head; the pixels: no parameter at all."""
+    tanh, net, pixels = (build_model(s, seed=0) for s in BENCHMARK_SPECS)
+    assert sum(p.numel() for p in tanh.encoder.parameters()) + 32 * 10 + 10 == 26_010
+    assert [m.out_channels for m in net.encoder.modules() if isinstance(m, torch.nn.Conv2d)] == [8, 16, 32]
+    assert isinstance(net.projector, torch.nn.Identity) and sum(p.numel() for p in net.parameters()) == 9_992
+    assert sum(p.numel() for p in pixels.encoder.parameters()) == 0
+    x = torch.rand(4, 1, 28, 28)
+    assert torch.equal(pixels.represent(x), x.flatten(1)) and pixels.encoder.rep_dim == 784
+    assert tanh.represent(x).abs().max() <= 1 and net.represent(x).shape == (4, 8)
+    assert torch.allclose(net(x).norm(dim=1), torch.ones(4), atol=1e-5)  # no head: z is the normalised embedding
+    with pytest.raises(ValueError, match="at least 16 x 16"):
+        build_model(ModelSpec(encoder="tanh-cnn", in_shape=(1, 8, 8)))
+
+
+@pytest.mark.parametrize("spec", BENCHMARK_SPECS[:2], ids=lambda s: s.encoder)
+def test_the_benchmarks_encoders_have_vmap_per_example_gradients(spec):
+    test_vmap_per_example_gradients_match_loop(spec if spec.proj_hidden else
+                                               ModelSpec(**{**spec.to_dict(), "in_shape": (1, 28, 28),
+                                                            "proj_dim": spec.rep_dim}))

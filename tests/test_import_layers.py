@@ -13,12 +13,12 @@ Inside ``audit``, the subpackages import one way too, lowest first (a module may
 tier before it):
 
     audit (the package, failures, device) -> sensitivity -> step -> report -> suite -> gate -> run -> verify
-    -> user -> commands, cli
+    -> benchmark -> user -> commands, cli
 
 A step audit is run by a suite, gated and rendered, so ``step`` sits below ``report`` (its table) and ``gate``
 (its verdict); the gate's rules judge records without running anything, so ``run`` calls ``gate`` at the end of
 a run and ``verify`` (a finished run's evidence recomputed, the gate's power) reads what ``run`` wrote;
-``user`` (your own scores or model) writes its output directory with ``run``'s keyed cache; ``commands`` and
+``benchmark`` reads a benchmark run's report into its reference, page and utility claims' verdicts; ``user`` (your own scores or model) writes its output directory with ``run``'s keyed cache; ``commands`` and
 ``cli`` are the command line over all of them.
 """
 
@@ -141,7 +141,7 @@ def upward_imports(graph: dict[str, set[str]], layers: tuple[str, ...] = LAYERS)
 AUDIT_TIERS: tuple[tuple[str, ...], ...] = (
     ("audit", "audit.failures", "audit.device", "audit.findings", "audit.junit"),
     ("audit.sensitivity",), ("audit.step",), ("audit.report",), ("audit.suite",), ("audit.gate",), ("audit.run",),
-    ("audit.verify",), ("audit.user",),
+    ("audit.verify",), ("audit.benchmark",), ("audit.user",),
     ("audit.commands", "audit.cli"),
 )
 

@@ -152,3 +152,96 @@ def test_one_cheap_task_of_a_kind_does_not_set_the_speed_of_its_kind(monkeypatch
     assert progress.estimate()[0] == pytest.approx(30 * 25 / 70)
     monkeypatch.setattr(progress_module, "SPEED_SAMPLE", 1)  # planted: the rule before, one cell's own ratio
     assert progress.estimate()[0] == pytest.approx(30 * 5 / 30)  # the DP cell at a sixth of its prior
+
+
+def test_measured_priors_read_a_reference_or_a_timings_file_and_nothing_else(tmp_path):
+    """A reference's cells (``stage_seconds``) and a run's ``timings.json`` (``cells``) give each cell's stages; bad
+    values are dropped, and a missing or unreadable file gives no priors (the planned costs stay)."""
+    ref = tmp_path / "benchmark.json"
+    ref.write_text('{"cells": [{"id": "a", "stage_seconds": {"train": 100.5, "utility": 2, "epsilon": -1}}, '
+                   '{"id": "b", "stage_seconds": {"train": true}}]}')
+    assert stage_costs.measured_priors(ref) == {"a": {"train": 100.5, "utility": 2.0}, "b": {}}
+    timings = tmp_path / "timings.json"
+    timings.write_text('{"jobs": 2, "cells": {"a": {"train": 7.0, "claim checks": 1.5}}}')
+    assert stage_costs.measured_priors(timings) == {"a": {"train": 7.0, "claim checks": 1.5}}
+    (tmp_path / "bad.json").write_text("{not json")
+    assert stage_costs.measured_priors(tmp_path / "bad.json") == {} == stage_costs.measured_priors(tmp_path / "none")
+    assert stage_costs.measured_priors(None) == {}
+
+
+def test_a_cell_takes_its_measured_stages_and_others_their_planned_costs():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "suites" / "quickstart.toml"
+    suite = parse_suite(tomllib.loads(path.read_text()), str(path))
+    gcl = next(spec for spec in suite.cells() if spec.defense.label == "dp-gcl")
+    other = next(spec for spec in suite.cells() if spec.defense.label != "dp-gcl")
+    measured = {gcl.id: {"train": 600.0, "utility": 30.0}}
+    priors = stage_costs.cell_priors(gcl, measured)
+    assert priors["train"] == 600.0 and priors["utility"] == 30.0
+    assert priors["epsilon"] == stage_costs.STAGE_SECONDS["epsilon"]  # a stage the earlier run did not time
+    assert set(priors) == {*CELL_STAGES, *(a.label for a in gcl.attacks)}
+    assert stage_costs.cell_priors(other, measured) == stage_costs.cell_priors(other)
+
+
+def test_a_suites_timings_must_be_a_path():
+    from privaudit.core.errors import ConfigError
+
+    raw = {"name": "t", "defenses": [{"name": "nonprivate"}], "timings": 3}
+    with pytest.raises(ConfigError, match="timings: expected a file path, got 3"):
+        parse_suite(raw, "t.toml", machine_checks=False)
+    assert parse_suite({**raw, "timings": "x.json"}, "t.toml", machine_checks=False).timings == "x.json"
+
+
+def benchmark_replay(measured: dict, machine: float, seed: int = 0) -> tuple[list, float]:
+    """The Fashion-MNIST benchmark's cells scheduled as its run does (round robin by defense, 2 jobs), each taking
+    its committed reference time times ``machine`` times its own factor in [0.75, 1.33]; the progress priors are
+    ``measured``. (time, estimate, truth) every 10 s, and the end."""
+    import heapq
+    from pathlib import Path
+
+    from privaudit.audit.run.progress import round_robin
+
+    path = Path(__file__).resolve().parents[1] / "suites" / "benchmark-fashion-mnist.toml"
+    suite = parse_suite(tomllib.loads(path.read_text()), str(path), machine_checks=False)
+    reference = stage_costs.measured_priors(Path(path).parents[1] / suite.timings)
+    rng, clock = np.random.default_rng(seed), FakeClock()
+    progress = Progress(jobs=2, now=clock)
+    free, events = [(0.0, 0), (0.0, 1)], []
+    for spec in round_robin(list(suite.cells()), lambda s: s.defense.label):
+        stages = {k: v * machine * float(np.exp(rng.uniform(-0.29, 0.29))) for k, v in reference[spec.id].items()
+                  if k in CELL_STAGES}
+        progress.add(spec.id, "cell", spec.defense.label, CELL_STAGES, stage_costs.cell_priors(spec, measured))
+        start, worker = heapq.heappop(free)
+        events.append((start, "start", spec.id, None))
+        events.append((start + sum(stages.values()), "finish", spec.id, stages))
+        heapq.heappush(free, (start + sum(stages.values()), worker))
+    end = max(t for t, _ in free)
+    samples, i = [], 0
+    events.sort(key=lambda e: (e[0], e[1] != "finish"))
+    for t in np.arange(0.0, end, 10.0):
+        while i < len(events) and events[i][0] <= t:
+            at, what, cid, payload = events[i]
+            progress.start(cid, at) if what == "start" else progress.finish(cid, payload, at)
+            i += 1
+        clock.t = float(t)
+        samples.append((float(t), progress.estimate()[0], end - float(t)))
+    return samples, end
+
+
+@pytest.mark.parametrize("machine", [0.5, 1.0, 2.0])
+def test_the_benchmarks_estimate_holds_from_its_first_minutes_with_the_committed_timings(machine):
+    """With the committed reference's stage times as priors (the suite's ``timings``), the benchmark's estimate is
+    within 25% of the time left from its first finished cell (the floors, a minute in) to the last few minutes, on
+    a machine twice as fast or slow; the planned costs alone (no timings, planted) are off by far more."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "reports" / "reference" / "benchmark-fashion-mnist" / "benchmark.json"
+    measured = stage_costs.measured_priors(path)
+    samples, end = benchmark_replay(measured, machine)
+    first = min(t for t, e, _ in samples if e is not None)
+    assert first <= 0.05 * end
+    late = [(t, e, truth) for t, e, truth in samples if t >= 0.05 * end and truth > 300]
+    assert late and all(abs(e - truth) <= 0.25 * truth for t, e, truth in late), late[:5]
+    flat, _ = benchmark_replay({}, machine)
+    assert max(abs(e - truth) / truth for t, e, truth in flat if e is not None and t >= 0.05 * end and truth > 300) > 1

@@ -109,9 +109,14 @@ def test_resume_skips_everything_when_the_run_finished(tiny_suite, tiny_run, tmp
     import shutil
 
     shutil.copytree(reference_out, out)
+    first = read_json(reference_out / "timings.json")
     again = run_suite(load_suite(tiny_suite), out=out, resume=True, progress=False)
     assert again.ran == [] and len(again.reused) == 3
     assert comparable(again.report) == comparable(read_json(reference_out / "report.json"))
+    # The reused cells keep the times the first run measured; the first run's wall time is kept beside this one's.
+    timings = read_json(out / "timings.json")
+    assert timings["cells"] == first["cells"] and timings["peak_rss_mb"] == first["peak_rss_mb"]
+    assert timings["earlier"] == [{"created": first["created"], "total": first["total"], "jobs": first["jobs"]}]
     # The pages are generated from report.json alone: regenerating them gives the same text.
     html = (out / "report.html").read_text()
     (out / "report.html").unlink()

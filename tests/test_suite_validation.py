@@ -100,6 +100,13 @@ name = "loss"
     (BASE + "[sensitivity]\nclaims = ['dpcl.mean']\nexpect = { 'dpcl.mean' = 'maybe' }\n",
      "sensitivity.expect.dpcl.mean: unknown value 'maybe'; accepted: holds, violated"),
     ("name = 'bad'\n[[defenses]\n", "invalid TOML"),
+    (BASE.replace("epsilons = [1.0]", "epsilons = [1.0]\nsplits = { inclusion_probability = 1.0 }"),
+     "defenses[0].attacks: splits.inclusion_probability = 1 trains on every pool example, so there are no "
+     "non-members to attack; give attacks = []"),
+    (BASE.replace("epsilons = [1.0]", "epsilons = [1.0]\nsplits = { inclusion_probability = 0.7 }"),
+     "splits.inclusion_probability: must be 0.5 or 1, got 0.7"),
+    (BASE + "[utility]\nper_example = 'yes'\n", "utility.per_example: expected true or false, got 'yes'"),
+    (BASE + "[utility]\nbaseline = true\n", "utility: unknown parameter 'baseline'; accepted: reference, per_example"),
 ])
 def test_bad_suite_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, text, message):
     out = tmp_path / "out"
@@ -139,3 +146,18 @@ def test_sensitivity_section_against_the_register():
         parse_suite({**raw, "sensitivity": {"all": True, "expect": {"dpcl.nope": "holds"}}}, "s.toml")
     with pytest.raises(ConfigError, match="give either claims or all = true"):
         parse_suite({**raw, "sensitivity": {"claims": ["dpcl.mean"], "all": True}}, "s.toml")
+
+
+def test_utility_settings_reach_the_cells_and_change_no_other_suites_keys(tmp_path):
+    """``[utility]`` is part of a cell's key only where it differs from the defaults: a suite without it keeps the
+    keys (and so the caches and references) it had."""
+    plain = parse_suite({"name": "u", "epsilons": [1.0], "defenses": [{"name": "nonprivate"}]}, "u.toml")
+    same = parse_suite({"name": "u", "epsilons": [1.0], "defenses": [{"name": "nonprivate"}],
+                        "utility": {"reference": True, "per_example": False}}, "u.toml")
+    kept = parse_suite({"name": "u", "epsilons": [1.0], "defenses": [{"name": "nonprivate"}],
+                        "utility": {"reference": False, "per_example": True}}, "u.toml")
+    (a,), (b,), (c,) = plain.cells(), same.cells(), kept.cells()
+    assert a.key == b.key != c.key and "utility" not in a.resolved()
+    assert c.utility.per_example and not c.utility.reference
+    assert c.resolved()["utility"] == {"reference": False, "per_example": True}
+    assert "utility" not in plain.to_dict() and kept.to_dict()["utility"] == {"reference": False, "per_example": True}

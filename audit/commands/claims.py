@@ -1,5 +1,6 @@
 """``privaudit claims``: the papers' privacy claims next to what every applicable accountant gives, read from the
-committed checks while the code they were computed by is unchanged (:mod:`privaudit.accountants.paper_claims.cache`)."""
+committed checks while the code they were computed by is unchanged (:mod:`privaudit.accountants.paper_claims.cache`),
+then their utility claims judged from the Fashion-MNIST benchmark's committed reference (:mod:`privaudit.audit.benchmark`)."""
 
 from __future__ import annotations
 
@@ -149,6 +150,15 @@ def run(args: argparse.Namespace) -> int:
         emit_json([checks[c.id] for c in claims])
         return 0
     print(privacy_listing(claims, checks))
+    if args.id:
+        return 0
+    # the papers' utility claims, judged from the benchmark's reference (imported here: its statistics need torch)
+    from privaudit.audit.benchmark.listing import UTILITY_HEADERS, UTILITY_NOTE, utility_rows
+
+    utility = utility_rows(args.paper)
+    if utility:
+        print(UTILITY_NOTE)
+        print(format_table(UTILITY_HEADERS, utility))
     return 0
 
 

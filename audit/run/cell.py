@@ -9,6 +9,7 @@ attacks, accountants), so a new defense or attack needs no change here.
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -36,6 +37,17 @@ class CellOutcome:
     timings: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     evidence: dict[str, Any] | None = None  # the claim checks' evidence (claim and trace), saved beside the record
+    peak_rss_mb: float | None = None  # the process's peak resident memory when the cell ended (timings.json only)
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident set size so far, in MiB (None where the platform does not say)."""
+    try:
+        import resource
+    except ImportError:  # not on every platform
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 1024 / (1024 if sys.platform == "darwin" else 1)  # bytes on macOS, KiB on Linux
 
 
 @dataclass(frozen=True)
@@ -101,6 +113,7 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
     ``on_stage(name)`` is called as each stage starts (train, utility, epsilon, then each attack's label).
     """
     import torch
+    from threadpoolctl import threadpool_limits
 
     record = base_record(spec)
     results: dict[str, AttackResult] = {}
@@ -109,14 +122,17 @@ def run_cell(spec: CellSpec, executor: ExecutorSpec = ExecutorSpec(), progress: 
     threads = torch.get_num_threads()
     torch.set_num_threads(spec.threads)  # the same arithmetic in every executor (see audit.suite: threads)
     try:
-        evidence = _run_stages(spec, executor, progress, record, results, clock)
+        # BLAS and OpenMP (scikit-learn's probe, numpy) at the same count: two threads per cell on a loaded 2-core
+        # machine made the linear probe 6x slower than one (their threads wait for each other)
+        with threadpool_limits(limits=spec.threads):
+            evidence = _run_stages(spec, executor, progress, record, results, clock)
     except Exception as exc:  # noqa: BLE001 - a failing cell is reported, not fatal to the suite
         error = failure_line(clock.current, exc)
         record["details"]["error"] = error
         record["details"]["traceback"] = traceback.format_exc()
     finally:
         torch.set_num_threads(threads)
-    return CellOutcome(spec, record, results, clock.timings, error, evidence)
+    return CellOutcome(spec, record, results, clock.timings, error, evidence, peak_rss_mb())
 
 
 def _run_stages(spec: CellSpec, executor: ExecutorSpec, progress: bool, record: dict[str, Any],
@@ -174,17 +190,21 @@ def _record_init(trained: Any, record: dict[str, Any], clock: _StageClock) -> No
 
 def _utility(spec: CellSpec, trained: Any, data: Any, device: Any) -> dict[str, Any]:
     """The encoder's k-NN and linear-probe accuracy and the defense's own metrics; for an encoder trained from
-    an init, the utility panel beside it: its init, a random encoder, non-private training with the same steps,
-    and the fraction of the random -> non-private gap closed (:mod:`privaudit.defenses.utility`)."""
+    an init (every cell's encoder under ``[utility] per_example``), the utility panel beside it: its init, a random
+    encoder, non-private training with the same steps (unless ``[utility] reference = false``), and the fraction
+    of the random -> non-private gap closed (:mod:`privaudit.defenses.utility`)."""
     from privaudit.defenses.evaluation import encoder_utility
     from privaudit.defenses.utility import utility_panel
 
     trained.model.eval()
-    if trained.classifier is None and "init" in trained.extras:
-        panel = utility_panel(trained, data, k=spec.knn_k, device=device)
+    if spec.utility.per_example or (trained.classifier is None and "init" in trained.extras):
+        panel = utility_panel(trained, data, k=spec.knn_k, device=device, nonprivate=spec.utility.reference,
+                              per_example=spec.utility.per_example)
         u = dict(panel["trained"])
         u.update(trained.extras.get("utility", {}))
         u["panel"] = panel
+        if spec.utility.per_example and "curve" in trained.extras:  # the ALM's privacy-utility curve, for its claims
+            u["curve"] = trained.extras["curve"]
         return u
     u = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
                         k=spec.knn_k, device=device)

@@ -6,7 +6,8 @@ Layout of the output directory::
     report.json  report.md  report.html  plots/*.png      the report (generated from report.json)
     run.json                                              the manifest of the evidence (privaudit gate recomputes
                                                           every verdict from it: privaudit.audit.verify.evidence)
-    timings.json                                          wall time per cell, stage and claim (not in the report)
+    timings.json                                          wall time per cell, stage and claim (not in the report; a
+                                                          resumed run keeps its reused cells' and the earlier runs')
     cells/<id>-<key>/cell.json                            a finished cell's record (written last)
     cells/<id>-<key>/attacks/<attack>/scores.npz          per-example scores, membership, variants
     cells/<id>-<key>/attacks/<attack>/result.json         the attack's configuration, counts and bound
@@ -42,7 +43,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from privaudit.audit.report.records import CellRecord, SuiteGate
-from privaudit.audit.run.cell import CellOutcome
+from privaudit.audit.run.cell import CellOutcome, peak_rss_mb
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.audit.gate.judge import gate_settings, judge_run
 from privaudit.audit.run.lock import output_lock
@@ -150,7 +151,8 @@ def _run_locked(plan: RunPlan, lock_fd: int) -> RunResult:
     run): cells, side checks, gate, report, exit code."""
     clean_temporaries(plan.out)
     finished = _finished_cells(plan)
-    timings: dict[str, Any] = {"created": utc_now(), "executor": plan.executor, "jobs": plan.jobs, "cells": {}}
+    timings: dict[str, Any] = {"created": utc_now(), "executor": plan.executor, "jobs": plan.jobs,
+                               **_earlier_timings(plan.out, finished.reused)}
     parallel = plan.executor == "local" and plan.jobs > 1 and (len(finished.pending) + plan.run_sens) > 1
     tracker = Progress(jobs=plan.jobs if parallel else 1)
     with Heartbeat(tracker, enabled=plan.progress) as heartbeat, \
@@ -167,6 +169,31 @@ def _run_locked(plan: RunPlan, lock_fd: int) -> RunResult:
     ordered, gate = _judge(plan, {**finished.records, **ran.records}, sensitivity, step_results, errors)
     report = _write_run_report(plan, ordered, sensitivity, gate, step_results, timings)
     return RunResult(report, _exit_code(ordered, errors, gate), plan.out, ran.ran, finished.reused, timings)
+
+
+def _earlier_timings(out: Path, reused: Sequence[str]) -> dict[str, Any]:
+    """What the runs before this one measured of the cells it reuses (their stage times and peak memory), and each
+    earlier run's start and wall time (``earlier``), from the ``timings.json`` they left; a missing or unreadable
+    file leaves them out (timings are not evidence: nothing is verified from them)."""
+    from privaudit.core.io import read_json
+
+    kept: dict[str, Any] = {"cells": {}, "earlier": []}
+    try:
+        old = read_json(out / "timings.json") if reused else {}
+    except (OSError, ValueError):
+        old = {}
+    if not isinstance(old, dict):
+        return kept
+    for key in ("cells", "peak_rss_mb"):
+        entries = old.get(key) if isinstance(old.get(key), dict) else {}
+        picked = {cid: entries[cid] for cid in reused if cid in entries}
+        if picked:
+            kept[key] = picked
+    earlier = [e for e in old.get("earlier") or [] if isinstance(e, dict)]
+    if old.get("total") is not None:
+        earlier.append({"created": old.get("created"), "total": old.get("total"), "jobs": old.get("jobs")})
+    kept["earlier"] = earlier
+    return kept
 
 
 def _finished_cells(plan: RunPlan) -> _Finished:
@@ -216,7 +243,7 @@ def _run_with_progress(plan: RunPlan, pending: list[CellSpec], side: SideChecks,
     from tqdm.auto import tqdm
 
     pending = round_robin(pending, lambda spec: spec.defense.label)  # the report keeps the suite's order
-    track_cells(pending, tracker)
+    track_cells(pending, tracker, plan.suite.timings)
     with tqdm(total=len(pending), desc=f"cells ({plan.suite.name})", disable=None if plan.progress else True,
               dynamic_ncols=True) as bar:
         if plan.executor == "ray":
@@ -241,6 +268,8 @@ def _persist_outcomes(plan: RunPlan, outcomes: Iterator[CellOutcome], total: int
         records[outcome.spec.id] = persist(plan.out, outcome)
         ran.append(outcome.spec.id)
         timings["cells"][outcome.spec.id] = outcome.timings
+        if outcome.peak_rss_mb is not None:  # the worker's peak so far (it may have run cells before)
+            timings.setdefault("peak_rss_mb", {})[outcome.spec.id] = round(outcome.peak_rss_mb, 1)
         tracker.finish(outcome.spec.id, outcome.timings)
         if plan.progress:
             bar.write(stage_line(outcome.spec, outcome, i, total))
@@ -275,6 +304,7 @@ def _write_run_report(plan: RunPlan, ordered: Sequence[CellRecord], sensitivity:
     write_report(plan.out, report)
     timings["report"] = time.perf_counter() - start
     timings["total"] = time.perf_counter() - plan.started
+    timings["peak_rss_mb_runner"] = peak_rss_mb()  # this process's (the cells' own peaks: "peak_rss_mb")
     atomic_write_json(plan.out / "timings.json", timings)
     return report
 

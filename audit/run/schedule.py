@@ -11,7 +11,7 @@ from privaudit.audit.run.cell import CellOutcome, ExecutorSpec, base_record, run
 from privaudit.audit.failures import failure_line
 from privaudit.audit.run.progress import CELL_STAGES, Progress
 from privaudit.audit.run.progress_events import StageReporter, Tracked
-from privaudit.audit.run.stage_costs import cell_priors
+from privaudit.audit.run.stage_costs import cell_priors, measured_priors
 from privaudit.audit.suite.model import CellSpec, Suite
 
 
@@ -21,11 +21,13 @@ def stage_line(spec: CellSpec, outcome: CellOutcome, index: int, total: int) -> 
     return f"[{index}/{total}] {spec.id}: {stages}  {status}"
 
 
-def track_cells(cells: Sequence[CellSpec], tracker: Progress) -> None:
-    """Register the cells with the progress tracker: each runs train, utility, epsilon, then its attacks."""
+def track_cells(cells: Sequence[CellSpec], tracker: Progress, timings: str | None = None) -> None:
+    """Register the cells with the progress tracker: each runs train, utility, epsilon, then its attacks; their
+    priors are the suite's earlier measured stage times (``timings``) where it has them."""
+    measured = measured_priors(timings)
     for spec in cells:
         tracker.add(spec.id, "cell", spec.defense.label, (*CELL_STAGES, *(a.label for a in spec.attacks)),
-                    cell_priors(spec))
+                    cell_priors(spec, measured))
 
 
 def run_local(cells: Sequence[CellSpec], progress: bool, bar, tracker: Progress) -> Iterator[CellOutcome]:

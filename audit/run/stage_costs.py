@@ -6,11 +6,21 @@ attack by name; LiRA scaled by its reference models against the default), a sens
 2-core laptop CPU at the quickstart's settings (digits) and set only the scale and the proportions:
 :class:`privaudit.audit.run.progress.Progress` multiplies them by the measured over planned seconds of the finished
 tasks (its ``speed``), and replaces a cell's by the measured stage times once a cell of its defense has finished.
+
+A suite may name an earlier run's measured stage times (its ``timings``: a run's ``timings.json``, or a reference
+whose ``cells`` carry ``stage_seconds``, as the Fashion-MNIST benchmark's does): a cell of the same id then takes
+them as its priors (:func:`measured_priors`), so a run whose cells differ by orders of magnitude in cost (the
+benchmark's floors against its per-term DP-SGD) is estimated from its first finished task: the floors finish first
+and set the machine's speed against the earlier run's. Priors only move the estimate: a missing or unreadable file
+leaves the planned costs.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+import math
+from pathlib import Path
+from typing import Any, Mapping
 
 from privaudit.audit.run.progress import CELL_STAGES
 
@@ -33,9 +43,36 @@ STEP_AUDIT_DRAWS = 100_000
 SECONDS_PER_WITNESS_EVALUATION = 0.04
 
 
-def cell_priors(spec: Any) -> dict[str, float]:
-    """Planned seconds per stage of a cell (:class:`privaudit.audit.suite.model.CellSpec`): no epsilon or claim-check
-    cost for a non-private defense; LiRA in proportion to its reference models."""
+def measured_priors(path: str | Path | None) -> dict[str, dict[str, float]]:
+    """Each cell's measured seconds per stage in the earlier run at ``path`` (module docstring), by cell id; empty
+    when ``path`` is None or not a readable file of either form."""
+    if path is None or not Path(path).is_file():
+        return {}
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    cells = data.get("cells") if isinstance(data, dict) else None
+    if isinstance(cells, list):  # a reference: [{"id": ..., "stage_seconds": {...}}, ...]
+        cells = {c.get("id"): c.get("stage_seconds") for c in cells if isinstance(c, dict)}
+    if not isinstance(cells, dict):
+        return {}
+    return {cid: {k: float(v) for k, v in stages.items() if _seconds(v)}
+            for cid, stages in cells.items() if isinstance(cid, str) and isinstance(stages, Mapping)}
+
+
+def _seconds(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
+def cell_priors(spec: Any, measured: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, float]:
+    """Planned seconds per stage of a cell (:class:`privaudit.audit.suite.model.CellSpec`): its measured stage times
+    where ``measured`` (:func:`measured_priors`) has the cell, else no epsilon or claim-check cost for a non-private
+    defense, LiRA in proportion to its reference models."""
+    earlier = (measured or {}).get(spec.id)
+    if earlier:
+        stages = (*CELL_STAGES, *(a.label for a in spec.attacks))
+        return {s: float(earlier.get(s, STAGE_SECONDS.get(s, OTHER_STAGE))) for s in stages}
     priors = {s: STAGE_SECONDS[s] for s in CELL_STAGES}
     if not spec.defense.private:
         priors["epsilon"] = priors["claim checks"] = 0.0

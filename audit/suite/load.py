@@ -54,14 +54,14 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from privaudit.core.config import MAX_BUDGET_SECONDS, MAX_INT, MAX_SEED, build_config
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import check_output_path, nesting_depth
 from privaudit.core.registry import load_reference
 from privaudit.audit.suite.model import (AttackEntry, DefenseEntry, GateConfig, RayConfig, SensitivityConfig,
-                                         StepAuditConfig, Suite)
+                                         StepAuditConfig, Suite, UtilityConfig)
 
 try:
     import tomllib
@@ -71,7 +71,7 @@ except ModuleNotFoundError:  # Python 3.10
 
 TOP_KEYS = ("name", "description", "out", "datasets", "data_dir", "splits", "seeds", "epsilons", "delta",
             "device", "threads", "knn_k", "allow_plugins", "defenses", "attacks", "sensitivity", "gate", "ray",
-            "step_audit")
+            "step_audit", "utility", "timings")
 DEFENSE_KEYS = ("name", "label", "params", "epsilons", "delta", "noise_multiplier", "attacks", "primary", "control")
 ATTACK_KEYS = ("name", "label", "params")
 SENSITIVITY_KEYS = ("claims", "all", "budget_seconds", "evaluations", "seed", "expect", "allow_inconclusive")
@@ -254,13 +254,16 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
                                _delta(where, "delta", raw.get("delta")))
     attacks = _attacks(where, raw, allow_plugins)  # first: defenses refer to them by label
     defenses = _defenses(where, raw, tuple(a.label for a in attacks), defaults, allow_plugins)
+    _check_attacked_pool(where, splits, defenses)
     sensitivity = _sensitivity(where, raw.get("sensitivity"))
     gate = _table_config(where, raw, "gate", GateConfig)
     ray = _table_config(where, raw, "ray", RayConfig)
     return Suite(path=path, name=name, description=description, out=out_dir, datasets=datasets,
                  data_dir=data_dir, splits=splits, seeds=seeds, device=device, knn_k=knn_k, threads=threads,
                  defenses=defenses, attacks=attacks, sensitivity=sensitivity, gate=gate, ray=ray,
-                 step_audit=_step_audit(where, raw.get("step_audit")))
+                 step_audit=_step_audit(where, raw.get("step_audit")),
+                 utility=_table_config(where, raw, "utility", UtilityConfig),
+                 timings=_typed(where, "timings", raw.get("timings"), (str, type(None)), "a file path"))
 
 
 def _table_config(where: _Where, raw: Mapping[str, Any], key: str, cls: type) -> Any:
@@ -274,7 +277,7 @@ def _table_config(where: _Where, raw: Mapping[str, Any], key: str, cls: type) ->
 
 def _datasets(where: _Where, raw: Mapping[str, Any], present: bool = True) -> tuple[tuple[str, ...], str | None]:
     """``datasets`` (known names; with ``present``, whose files are here) and ``data_dir``."""
-    from privaudit.core.datasets import DATASETS, missing_files
+    from privaudit.core.datasets import DATASETS, get_spec, missing_files
 
     datasets = tuple(_list(where, "datasets", raw.get("datasets", ["digits"]), str, "dataset names"))
     data_dir = raw.get("data_dir")
@@ -285,8 +288,11 @@ def _datasets(where: _Where, raw: Mapping[str, Any], present: bool = True) -> tu
             raise where.error(f"datasets[{i}]", f"unknown value {ds!r}; accepted: {', '.join(DATASETS)}")
         missing = missing_files(ds, data_dir) if present else []
         if missing:
-            raise where.error(f"datasets[{i}]", f"dataset {ds!r} is missing {missing[0]}; set data_dir in the "
-                                                "suite, --data-dir, or PRIVAUDIT_DATA_DIR")
+            package = get_spec(ds).package
+            raise where.error(f"datasets[{i}]", f"dataset {ds!r} is missing {missing[0]}; "
+                                                + (f"install it with `apt-get install {package}`, or " if package
+                                                   else "") + "set data_dir in the suite, --data-dir, or "
+                                                "PRIVAUDIT_DATA_DIR")
     return datasets, data_dir
 
 
@@ -297,6 +303,19 @@ def _splits(where: _Where, raw: Mapping[str, Any]) -> dict[str, Any] | None:
     if raw.get("splits") is None:
         return None
     return asdict(_table_config(where, raw, "splits", SplitConfig))
+
+
+def _check_attacked_pool(where: _Where, splits: Mapping[str, Any] | None, defenses: Sequence[DefenseEntry]) -> None:
+    """With ``splits.inclusion_probability = 1`` every pool example is a member: there is no non-member, so no
+    defense may name an attack (each would compare members with nobody)."""
+    if (splits or {}).get("inclusion_probability", 0.5) != 1:
+        return
+    for i, d in enumerate(defenses):
+        if d.attacks:
+            raise where.error(f"defenses[{i}].attacks", f"splits.inclusion_probability = 1 trains on every pool "
+                                                        f"example, so there are no non-members to attack; give "
+                                                        f"attacks = [] (defense {d.label!r} names "
+                                                        f"{', '.join(d.attacks)})")
 
 
 def _seeds(where: _Where, raw: Mapping[str, Any]) -> tuple[int, ...]:

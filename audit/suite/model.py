@@ -59,6 +59,29 @@ class RayConfig:
 
 
 @dataclass(frozen=True)
+class UtilityConfig:
+    """``[utility]``: how each cell's encoder is evaluated (:mod:`privaudit.defenses.utility`).
+
+    ``reference``: beside an encoder trained from an init, train the non-private reference (same init, steps and
+    batch) the panel's gap closed is measured against (off where the suite trains its own non-private cell).
+    ``per_example``: every encoder cell gets the panel against its untrained init (McNemar, both sides) and keeps
+    each test example's correctness, packed, for paired comparisons between cells (a benchmark's tables).
+    """
+
+    reference: bool = True
+    per_example: bool = False
+
+    def validate(self) -> None:
+        for name in ("reference", "per_example"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}: must be true or false, got {getattr(self, name)!r}")
+
+    def non_default(self) -> dict[str, Any]:
+        """The settings that differ from the defaults (what a cell's key and the suite's record add)."""
+        return {k: v for k, v in asdict(self).items() if v != getattr(UtilityConfig(), k)}
+
+
+@dataclass(frozen=True)
 class DefenseEntry:
     """One defense of the suite: registry name or plugin, a unique label, hyper-parameters, budget axis."""
 
@@ -130,11 +153,14 @@ class CellSpec:
     device: str
     knn_k: int
     threads: int = 1
+    utility: UtilityConfig = UtilityConfig()
 
     def resolved(self) -> dict[str, Any]:
-        """The configuration the cell's results depend on (what its cache key hashes)."""
+        """The configuration the cell's results depend on (what its cache key hashes; ``utility`` only where it
+        is not the default, so the keys of suites without ``[utility]`` stay as they were)."""
         from privaudit.audit import __version__
 
+        utility = self.utility.non_default()
         return {
             "version": __version__, "dataset": self.dataset, "splits": self.splits,
             "defense": {"name": self.defense.name, "params": self.defense.resolved},
@@ -142,6 +168,7 @@ class CellSpec:
             "noise_multiplier": self.defense.noise_multiplier, "seed": self.seed,
             "attacks": [{"label": a.label, "name": a.name, "params": a.resolved} for a in self.attacks],
             "device": self.device, "threads": self.threads, "knn_k": self.knn_k,
+            **({"utility": utility} if utility else {}),
         }
 
     @property
@@ -174,6 +201,8 @@ class Suite:
     gate: GateConfig
     ray: RayConfig
     step_audit: StepAuditConfig | None = None
+    utility: UtilityConfig = UtilityConfig()
+    timings: str | None = None  # an earlier run's measured stage times, the progress estimate's priors
 
     @property
     def n_cells(self) -> int:
@@ -225,7 +254,7 @@ class Suite:
                             id="/".join(parts), dataset=dataset, data_dir=self.data_dir, splits=self.splits,
                             defense=d, target_epsilon=eps, delta=d.delta, seed=seed,
                             attacks=tuple(by_label[a] for a in d.attacks), device=self.device,
-                            knn_k=self.knn_k, threads=self.threads))
+                            knn_k=self.knn_k, threads=self.threads, utility=self.utility))
         if only:
             out = [c for c in out if any(fnmatch.fnmatchcase(c.id, p) for p in only)]
         return out
@@ -252,6 +281,7 @@ class Suite:
                 "allow_inconclusive": list(self.sensitivity.allow_inconclusive)},
             "gate": asdict(self.gate),
             **({"step_audit": asdict(self.step_audit)} if self.step_audit is not None else {}),
+            **({"utility": self.utility.non_default()} if self.utility.non_default() else {}),
         }
 
 

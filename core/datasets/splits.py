@@ -8,6 +8,8 @@ The population is partitioned into four disjoint parts:
 * ``pool``    – the audit candidates; each is included in the target's training set independently
   with probability 1/2 (``membership``), so members (``train``) and non-members (``holdout``) are
   exchangeable and any attack's guesses give a valid one-run audit (Steinke, Nasr & Jagielski 2023);
+  ``inclusion_probability = 1`` makes every pool example a member instead (a utility benchmark on the
+  whole training set: no non-members, nothing to audit);
 * ``test``    – held-out evaluation queries (the official test split when the dataset has one).
 """
 
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 
 from privaudit.core.datasets.registry import DatasetInfo, RawDataset
-from privaudit.core.errors import ConfigError, check_probability
+from privaudit.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ class Split:
                      torch.cat([p.index for p in parts]), users)
 
 
+#: 0.5: each pool example a member by a fair coin (the audit design); 1: every pool example a member (no audit).
+INCLUSION_PROBABILITIES = (0.5, 1.0)
+
+
 @dataclass(frozen=True)
 class SplitConfig:
     """Fractions of the (non-test) population given to each part, and optional size caps."""
@@ -72,11 +78,11 @@ class SplitConfig:
                 raise ConfigError(f"splits.{name}: must lie in [0, 1), got {value!r}")
         if self.public + self.shadow + self.test >= 0.95:
             raise ConfigError("splits: public + shadow + test must leave at least 5% for the audit pool")
-        check_probability("splits.inclusion_probability", self.inclusion_probability)
-        if self.inclusion_probability != 0.5:
-            raise ConfigError(f"splits.inclusion_probability: must be 0.5, got {self.inclusion_probability!r}: the "
-                              "one-run bounds on the audit pool assume each candidate is included by a fair coin "
-                              "(Steinke et al. 2023); another probability would make the base rate look like leakage")
+        if self.inclusion_probability not in INCLUSION_PROBABILITIES:
+            raise ConfigError(f"splits.inclusion_probability: must be 0.5 or 1, got {self.inclusion_probability!r}: "
+                              "the one-run bounds on the audit pool assume each candidate is included by a fair coin "
+                              "(Steinke et al. 2023), another probability would make the base rate look like leakage; "
+                              "1 trains on the whole pool (a utility benchmark: no non-members, so no attack)")
         for name in ("max_examples", "max_test"):
             value = getattr(self, name)
             if value is not None and value < 10:
@@ -165,7 +171,7 @@ def split_rows(raw: RawDataset, seed: int, config: SplitConfig) -> tuple[np.ndar
     pool_rows = np.sort(rest[n_public + n_shadow:])
     if len(pool_rows) < 4 or len(test_rows) < 2:
         raise ConfigError(f"dataset {raw.info.name!r}: too few examples ({n}) for the requested splits")
-    membership = rng.random(len(pool_rows)) < config.inclusion_probability
+    membership = rng.random(len(pool_rows)) < config.inclusion_probability  # always True at probability 1
     return public_rows, shadow_rows, pool_rows, test_rows, membership
 
 

@@ -51,13 +51,14 @@ from privaudit.defenses.alm.mechanisms import (GAUSSIAN_CALIBRATIONS, MECHANISMS
 from privaudit.defenses.alm.snapping import default_clamp_bound
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from privaudit.defenses.evaluation import embed
-from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec
+from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 from privaudit.defenses.nonprivate import train_contrastive
 from privaudit.defenses.seeding import torch_generator
 from privaudit.defenses.training import ContrastiveConfig
 
 SENSITIVITY_SAMPLERS = ("alm", "rubinstein-alda")
 ORACLE_POOLS = ("members", "public")
+ENCODER_INITS = ("public", "random")
 SOURCE = "ALM (Yang, Gohari & Topcu): Algorithms 1-2, Thm. 4.1, Remark 4.1, Remark 4.2, Prop. 4.1"
 
 
@@ -71,6 +72,9 @@ class ALMConfig(ContrastiveConfig):
     statistic; ``rdp_gamma`` optional, databases drawn from ``oracle_pool``). ``exhaustive_pairs``:
     also compute the exact maximum over all remove-one pairs within the members (n head fits).
     ``curve_epsilons``/``curve_draws``: the privacy–utility curve (Sec. 6.1) stored in extras.
+    ``init``: the frozen encoder: ``public`` (SimCLR on the public split, Algorithm 1) or ``random`` (its seeded
+    initialisation, never trained: no public data needed; features are then standardised with the public split's
+    statistics when there is one, else left as they are, since statistics of the members would be a release).
     ``clamp_bound``: B of every release, every released weight clamped to [-B, B]; None (default):
     :func:`privaudit.defenses.alm.snapping.default_clamp_bound` of the class count and ``head_l2`` (public only;
     provably never binds on the fine-tuned head). For Laplace it must exceed the noise scale lambda and stay
@@ -90,9 +94,12 @@ class ALMConfig(ContrastiveConfig):
     curve_epsilons: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0, 10.0)
     curve_draws: int = 20
     clamp_bound: float | None = None
+    init: str = "public"
 
     def validate(self) -> None:
         super().validate()
+        if self.init not in ENCODER_INITS:
+            raise one_of("init", self.init, ENCODER_INITS)
         if self.mechanism not in MECHANISMS:
             raise one_of("mechanism", self.mechanism, MECHANISMS)
         if self.gaussian_calibration not in GAUSSIAN_CALIBRATIONS:
@@ -146,13 +153,11 @@ class ALM(Defense):
         cfg = self.config
         seconds: dict[str, float] = {}
         start = time.perf_counter()
-        model, spec, history = train_contrastive(data.public.x, data.info, cfg, seed, device=device,
-                                                 progress=progress, desc="alm: SimCLR on public")
+        model, spec, history = self._encoder(data, seed, device, progress)
         seconds["pretrain"] = time.perf_counter() - start
         start = time.perf_counter()
         # Encode once; the fine-tuning and every sensitivity pair reuse these features.
-        public = embed(model.represent, data.public.x, device=device).double()
-        mean, std = public.mean(0), public.std(0).clamp_min(1e-6)
+        mean, std = self._feature_scale(model, data, device)
         members = (embed(model.represent, data.train.x, device=device).double() - mean) / std
         test = (embed(model.represent, data.test.x, device=device).double() - mean) / std
         problem = HeadProblem.from_features(members, data.train.y, data.info.num_classes, cfg.head_l2)
@@ -160,6 +165,28 @@ class ALM(Defense):
         seconds["fine_tune"] = time.perf_counter() - start
         x_test = torch.cat([test, torch.ones(len(test), 1, dtype=torch.float64)], dim=1)
         return _Prepared(model, spec, history, mean, std, problem, (w, h), iterations, x_test, seconds, device)
+
+    def _encoder(self, data: MembershipData, seed: int, device: str | torch.device,
+                 progress: bool) -> tuple[ContrastiveModel, ModelSpec, dict[str, list[float]]]:
+        """The frozen encoder: SimCLR on the public split, or the seeded initialisation (``init = random``)."""
+        cfg = self.config
+        if cfg.init == "random":
+            spec = cfg.model_spec(data.info)
+            return build_model(spec, seed=seed).to(device).eval(), spec, {"step": []}
+        if len(data.public) == 0:
+            raise ConfigError("alm: init = 'public' pretrains on the public split, which is empty here; give "
+                              "splits.public > 0 or init = 'random'")
+        return train_contrastive(data.public.x, data.info, cfg, seed, device=device, progress=progress,
+                                 desc="alm: SimCLR on public")
+
+    def _feature_scale(self, model: ContrastiveModel, data: MembershipData,
+                       device: str | torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(mean, std) the features are standardised with: the public split's, or (0, 1) without one."""
+        if len(data.public) == 0:
+            dim = model.encoder.rep_dim
+            return torch.zeros(dim, dtype=torch.float64), torch.ones(dim, dtype=torch.float64)
+        public = embed(model.represent, data.public.x, device=device).double()
+        return public.mean(0), public.std(0).clamp_min(1e-6)
 
     def _fit_fn(self, problem: HeadProblem, reference: tuple[torch.Tensor, torch.Tensor]):
         tol = self.config.head_tol

@@ -82,6 +82,67 @@ class SmallCNN(nn.Module):
         return self.net(x)
 
 
+class PixelEncoder(nn.Module):
+    """The identity on the pixels, flattened: the raw-pixel floor a trained encoder is set beside (no parameters)."""
+
+    def __init__(self, in_shape: tuple[int, int, int]):
+        super().__init__()
+        self.flatten = nn.Flatten()
+        self.rep_dim = in_shape[0] * in_shape[1] * in_shape[2]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.flatten(x)
+
+
+class TanhCNN(nn.Module):
+    """Tramer & Boneh's end-to-end CNN for 28 x 28 grey images (2021, Table 9; their ``MNIST_CNN``).
+
+    conv 8x8 stride 2 (``width`` channels) -> tanh -> max-pool 2 stride 1 -> conv 4x4 stride 2 (2 ``width``)
+    -> tanh -> max-pool 2 stride 1 -> linear (``rep_dim``, 32 in the paper) -> tanh; a classifier puts its
+    linear head on top. Tanh, not ReLU: bounded activations keep DP-SGD's clipped gradients informative (their
+    Sec. 3.2 and Papernot et al. 2021). No normalisation layer (per-example gradients stay separable).
+    """
+
+    def __init__(self, in_shape: tuple[int, int, int] = (1, 28, 28), width: int = 16, rep_dim: int = 32):
+        super().__init__()
+        side = ((in_shape[1] + 4 - 8) // 2 + 1 - 1 - 4) // 2 + 1 - 1  # conv 8/2 pad 2, pool, conv 4/2, pool
+        if side < 1:
+            raise ValueError(f"TanhCNN needs images of at least 16 x 16 pixels, got {in_shape[1]} x {in_shape[2]}")
+        self.net = nn.Sequential(
+            InputNorm(), nn.Conv2d(in_shape[0], width, 8, stride=2, padding=2), nn.Tanh(), nn.MaxPool2d(2, 1),
+            nn.Conv2d(width, 2 * width, 4, stride=2), nn.Tanh(), nn.MaxPool2d(2, 1), nn.Flatten(),
+            nn.Linear(2 * width * side * side, rep_dim), nn.Tanh())
+        self.rep_dim = rep_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class EmbeddingNet(nn.Module):
+    """Logit-DP's generic embedding net (App. B.1): three 3x3 stride-2 convolutions (``width``, 2 and 4 ``width``
+    channels: 8, 16, 32 in the paper) with ReLU and Kaiming-normal kernels, then a linear embedding (``rep_dim``, 8
+    in the paper) with a Xavier-normal kernel. No projection head: the contrastive loss acts on this embedding."""
+
+    def __init__(self, in_shape: tuple[int, int, int], width: int = 8, rep_dim: int = 8):
+        super().__init__()
+        layers: list[nn.Module] = [InputNorm()]
+        prev, side = in_shape[0], in_shape[1]
+        for w in (width, 2 * width, 4 * width):
+            conv = nn.Conv2d(prev, w, 3, stride=2, padding=1)
+            nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+            nn.init.zeros_(conv.bias)
+            layers += [conv, nn.ReLU()]
+            prev, side = w, (side + 1) // 2
+        embedding = nn.Linear(prev * side * side, rep_dim)
+        nn.init.xavier_normal_(embedding.weight)
+        nn.init.zeros_(embedding.bias)
+        self.net = nn.Sequential(*layers, nn.Flatten(), embedding)
+        self.rep_dim = rep_dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
 class BasicBlock(nn.Module):
     """ResNet basic block with WS-conv and GroupNorm (no in-place ops)."""
 

@@ -10,9 +10,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from privaudit.core.errors import ConfigError, check_positive, one_of
-from privaudit.defenses.nn.encoders import MLPEncoder, ProjectionHead, ResNet18GN, SmallCNN
+from privaudit.defenses.nn.encoders import (EmbeddingNet, MLPEncoder, PixelEncoder, ProjectionHead, ResNet18GN,
+                                            SmallCNN, TanhCNN)
 
-ENCODERS = ("mlp", "cnn", "resnet18")
+#: ``pixels``: the identity (the raw-pixel floor, no parameters); ``tanh-cnn``: Tramer & Boneh's end-to-end CNN;
+#: ``embed-net``: Logit-DP's generic embedding net (use it with ``proj_hidden = 0``: no projection head).
+ENCODERS = ("mlp", "cnn", "resnet18", "pixels", "tanh-cnn", "embed-net")
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,7 @@ class ModelSpec:
     """Everything needed to rebuild a model: architecture, sizes and whether z is L2-normalised.
 
     ``width`` scales the encoder (hidden units of the MLP, first-stage channels of the CNN/ResNet).
+    ``proj_hidden = 0``: no projection head (z is the representation, L2-normalised when ``normalize``).
     """
 
     encoder: str = "cnn"
@@ -36,8 +40,9 @@ class ModelSpec:
     def validate(self) -> None:
         if self.encoder not in ENCODERS:
             raise one_of("encoder", self.encoder, ENCODERS)
-        for name in ("width", "rep_dim", "proj_hidden", "proj_dim", "groups", "pool"):
+        for name in ("width", "rep_dim", "proj_dim", "groups", "pool"):
             check_positive(name, getattr(self, name))
+        check_positive("proj_hidden", self.proj_hidden, allow_zero=True)
         if self.pool != 1 and self.encoder != "cnn":
             raise ConfigError(f"pool: only the cnn encoder pools to a grid; got pool = {self.pool} with encoder "
                               f"{self.encoder!r} (use 1)")
@@ -89,6 +94,12 @@ def build_encoder(spec: ModelSpec) -> nn.Module:
                         groups=spec.groups, pool=spec.pool)
     if spec.encoder == "resnet18":
         return ResNet18GN(c, width=spec.width, rep_dim=spec.rep_dim, groups=spec.groups)
+    if spec.encoder == "pixels":
+        return PixelEncoder(spec.in_shape)
+    if spec.encoder == "tanh-cnn":
+        return TanhCNN(spec.in_shape, width=spec.width, rep_dim=spec.rep_dim)
+    if spec.encoder == "embed-net":
+        return EmbeddingNet(spec.in_shape, width=spec.width, rep_dim=spec.rep_dim)
     raise one_of("encoder", spec.encoder, ENCODERS)
 
 
@@ -104,8 +115,9 @@ def build_model(spec: ModelSpec, seed: int | None = None) -> ContrastiveModel:
         torch.default_generator.manual_seed(derive_seed(seed, "init"))
     try:
         encoder = build_encoder(spec)
-        model = ContrastiveModel(encoder, ProjectionHead(spec.rep_dim, spec.proj_hidden, spec.proj_dim),
-                                 normalize=spec.normalize)
+        projector = (nn.Identity() if spec.proj_hidden == 0
+                     else ProjectionHead(encoder.rep_dim, spec.proj_hidden, spec.proj_dim))
+        model = ContrastiveModel(encoder, projector, normalize=spec.normalize)
     finally:
         if seed is not None:
             torch.random.set_rng_state(state)

@@ -1,0 +1,53 @@
+"""Render docs/benchmark.md from the committed reference of the Fashion-MNIST benchmark.
+
+    python scripts/render_benchmark.py --measure RUN_DIR [--note TEXT]   # a run -> the reference, then the page
+    python scripts/render_benchmark.py                                   # the reference -> the page
+    python scripts/render_benchmark.py --check                           # exit 1 when the page is stale
+
+The measurement (within 90 minutes on 2 cores; scripts/benchmark.sh installs the dataset when it can, runs the suite
+under /usr/bin/time and measures it):
+
+    privaudit run suites/benchmark-fashion-mnist.toml --out reports/benchmark-fashion-mnist --jobs 2
+    python scripts/render_benchmark.py --measure reports/benchmark-fashion-mnist
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "reports" / "reference" / "benchmark-fashion-mnist" / "benchmark.json"
+PAGE = ROOT / "docs" / "benchmark.md"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from rendered_page import save_reference, write_or_check  # noqa: E402  (scripts/, beside this file)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from privaudit.audit.benchmark.page import render
+    from privaudit.audit.benchmark.reference import measure
+    from privaudit.core.errors import ConfigError
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
+    parser.add_argument("--measure", default=None, help="the benchmark run's output directory")
+    parser.add_argument("--note", default=None, help="a line about the run the page prints (e.g. what else ran)")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the page is not the reference's render")
+    args = parser.parse_args(argv)
+    if args.measure:
+        try:
+            result = measure(args.measure)
+        except ConfigError as exc:
+            print(f"render_benchmark: error: {exc}", file=sys.stderr)
+            return 2
+        if args.note:
+            result["run"]["note"] = args.note
+        save_reference(REFERENCE, result)
+    return write_or_check(PAGE, render(json.loads(REFERENCE.read_text(encoding="utf-8"))), args.check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
