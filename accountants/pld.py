@@ -32,6 +32,7 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from privaudit.accountants.base import Accountant, NotApplicable, refuse
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.pld_buckets import optimistic_gaussian_pld
+from privaudit.accountants.pld_gaussian import pessimistic_gaussian_pld
 from privaudit.accountants.pld_epsilon import epsilon_for_delta
 from privaudit.accountants.events import (ComposedDpEvent, DiscreteGaussianDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
                                 NoOpDpEvent, PoissonSampledDpEvent, SampledWithoutReplacementDpEvent,
@@ -81,12 +82,12 @@ def _gaussian_pld(z: float, q: float, pessimistic: bool, interval: float) -> PLD
     """dp-accounting's PLD of the Gaussian mechanism at noise z sampled at rate q, cached: calibration and the
     bounds ask for the same one many times in a run (the objects are immutable: composing makes new ones). The
     optimistic one is dp-accounting's privacy buckets vectorised (:mod:`privaudit.accountants.pld_buckets`, equal to
-    the library's), seconds faster at the fine intervals the white-box bounds use."""
+    the library's), seconds faster at the fine intervals the white-box bounds use; the pessimistic one the library's
+    connect-the-dots with its inverse privacy loss vectorised (:mod:`privaudit.accountants.pld_gaussian`), about ten
+    times faster."""
     if not pessimistic:
         return optimistic_gaussian_pld(z, q, interval)
-    return pld_lib.from_gaussian_mechanism(z, sensitivity=1.0, pessimistic_estimate=pessimistic,
-                                           value_discretization_interval=interval, sampling_prob=q,
-                                           use_connect_dots=pessimistic)
+    return pessimistic_gaussian_pld(z, q, interval)
 
 
 def _poisson_pld(event: PoissonSampledDpEvent, relation: str, pessimistic: bool, interval: float) -> PLD:
@@ -199,8 +200,24 @@ class PldAccountant(Accountant):
         return upper, details
 
     def _at(self, claim: PrivacyClaim, *, pessimistic: bool) -> float:
-        pld = build_pld(claim.event, claim.relation, pessimistic=pessimistic,
-                        interval=self.value_discretization_interval)
-        if pld is None:
-            return 0.0
-        return max(0.0, float(epsilon_for_delta(pld, claim.delta)))
+        key = (claim.event, claim.relation, float(claim.delta), bool(pessimistic),
+               float(self.value_discretization_interval))
+        try:
+            hash(key)
+        except TypeError:  # an event that holds a list (a composition of unlike events): computed each time
+            return _epsilon_at(*key)
+        return _epsilon_at_cached(*key)
+
+
+def _epsilon_at(event: DpEvent, relation: str, delta: float, pessimistic: bool, interval: float) -> float:
+    """Epsilon at ``delta`` of ``event``'s composed PLD (0 for an event that releases nothing)."""
+    pld = build_pld(event, relation, pessimistic=pessimistic, interval=interval)
+    if pld is None:
+        return 0.0
+    return max(0.0, float(epsilon_for_delta(pld, delta)))
+
+
+#: The same claim's epsilon, cached: a calibration's search and every cell, seed and check of a run that asks about
+#: the same claim again (events are frozen, so equal events are the same mechanism; a composition's list is not
+#: hashable and is computed each time).
+_epsilon_at_cached = functools.lru_cache(maxsize=512)(_epsilon_at)

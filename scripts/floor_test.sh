@@ -11,7 +11,7 @@ set -euo pipefail
 VENV=${1:-/tmp/venv-floor}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 FLOORS=(torch==2.2.0 numpy==1.26.0 opacus==1.4.0 dp-accounting==0.4.4 scipy==1.10.0 scikit-learn==1.3.0
-        tqdm==4.64.0 safetensors==0.4.0 matplotlib==3.7.0 pillow==10.0.0)
+        threadpoolctl==2.0.0 tqdm==4.64.0 safetensors==0.4.0 matplotlib==3.7.0 pillow==10.0.0)
 python3.11 -m venv "$VENV"
 "$VENV/bin/pip" install "${FLOORS[@]}" pytest pytest-benchmark
 SRC=$(mktemp -d)

@@ -101,7 +101,7 @@ def test_a_suite_cannot_include_its_pool_by_an_unfair_coin():
 
     raw = {"name": "s", "datasets": ["digits"], "splits": {"inclusion_probability": 0.8},
            "defenses": [{"name": "nonprivate"}]}
-    with pytest.raises(ConfigError, match=r"splits.inclusion_probability: must be 0.5, got 0.8: the one-run bounds"):
+    with pytest.raises(ConfigError, match=r"splits.inclusion_probability: must be 0.5 or 1, got 0.8: the one-run bounds"):
         parse_suite(raw, "s.toml")
     raw["splits"] = {"inclusion_probability": 0.5}
     assert parse_suite(raw, "s.toml").cells()

@@ -83,6 +83,7 @@ def test_readme_flow_has_the_three_commands():
     assert "--opacus-state my-audit/accountant.pt --delta 1e-5" in commands[2]
 
 
+@pytest.mark.slow  # 45 s: the README flow end to end; its commands are parsed by the default run (test_readme_flow_has_the_three_commands), the audit path is run by tests/test_audit_model*.py
 def test_readme_flow_reduced(tmp_path):
     """The README's flow at a test's size (1 epoch, 8 canary runs a side): a verdict on Opacus' own claim, the
     design's ceiling, and the report."""

@@ -40,6 +40,7 @@ def test_ray_executor_maps_in_order(local_ray):
     assert executor.map(_square, list(range(7))) == [x * x for x in range(7)]
 
 
+@pytest.mark.slow  # 35 s: a whole suite on Ray; the default run maps through a local Ray (test_ray_executor_maps_in_order)
 def test_ray_run_equals_local_run(local_ray, tiny_suite, tiny_run, tmp_path):
     from privaudit.audit.run.runner import run_suite
     from privaudit.audit.suite.load import load_suite

@@ -72,6 +72,7 @@ def test_report_json_schema_and_every_number_recomputes_from_the_scores(tiny_run
         assert f"plots/{name}.png" in md
 
 
+@pytest.mark.slow  # 19 s: the default run kills a run by SIGKILL and SIGTERM and resumes it (test_run_endings.py)
 def test_sigkill_then_resume_reuses_finished_cells_and_equals_an_uninterrupted_run(tiny_suite, tiny_run, tmp_path):
     _, reference_out = tiny_run
     out = tmp_path / "killed"
@@ -232,6 +233,7 @@ def test_sensitivity_verdicts_gate_and_witnesses_are_kept(tmp_path, monkeypatch)
     np.testing.assert_equal(again.report["cells"], result.report["cells"])
 
 
+@pytest.mark.slow  # 30 s: the default run gates a suite on a stand-in check (above) and finds dpgcl.group[chunk] violated (test_headline_findings.py)
 def test_real_sensitivity_checks_gate_the_suite_and_their_witnesses_replay(tmp_path):
     """The register's checks themselves (no stand-in): DP-GCL's chunk grouping breaks Thm. 2."""
     from privaudit.audit.sensitivity import replay

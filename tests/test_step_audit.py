@@ -163,6 +163,7 @@ def _logistic(scale: float):
     return (lambda m, g: add_noise(m, "logistic", scale, g, clamp_bound=1024.0)), partial(log_density, "logistic")
 
 
+@pytest.mark.slow  # 22 s: 2 x 40,000 full-size draws; the default run checks the same scores' soundness and tightness (below)
 def test_additive_scores_are_the_logistic_log_likelihood_ratio():
     """One coordinate shifted by Delta = eps s: T is bounded by +-eps (the privacy loss of Thm. 4.1), its
     mean under D is -KL; projected (the support only) and full releases agree in law."""
