@@ -1,6 +1,6 @@
 """Render docs/benchmark.md from the committed reference of the Fashion-MNIST benchmark.
 
-    python scripts/render_benchmark.py --measure RUN_DIR [--note TEXT]   # a run -> the reference, then the page
+    python scripts/render_benchmark.py --measure RUN_DIR [--note TEXT] [--commit C]   # a run -> the reference, the page
     python scripts/render_benchmark.py                                   # the reference -> the page
     python scripts/render_benchmark.py --check                           # exit 1 when the page is stale
 
@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
     parser.add_argument("--measure", default=None, help="the benchmark run's output directory")
     parser.add_argument("--note", default=None, help="a line about the run the page prints (e.g. what else ran)")
+    parser.add_argument("--commit", default=None, help="the commit the run was made at, where its report has none "
+                        "(a run from an exported tree without .git)")
     parser.add_argument("--check", action="store_true", help="exit 1 when the page is not the reference's render")
     args = parser.parse_args(argv)
     if args.measure:
@@ -45,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if args.note:
             result["run"]["note"] = args.note
+        if args.commit:
+            if result.get("commit") not in (None, args.commit):
+                print(f"render_benchmark: error: --commit {args.commit}: the run's report names {result['commit']}",
+                      file=sys.stderr)
+                return 2
+            result["commit"] = args.commit
         save_reference(REFERENCE, result)
     return write_or_check(PAGE, render(json.loads(REFERENCE.read_text(encoding="utf-8"))), args.check)
 
