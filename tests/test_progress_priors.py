@@ -193,9 +193,10 @@ def test_a_suites_timings_must_be_a_path():
     assert parse_suite({**raw, "timings": "x.json"}, "t.toml", machine_checks=False).timings == "x.json"
 
 
-def benchmark_replay(measured: dict, machine: float, seed: int = 0) -> tuple[list, float]:
+def benchmark_replay(measured: dict, machine: float, seed: int = 0, spread: float = 0.14) -> tuple[list, float]:
     """The Fashion-MNIST benchmark's cells scheduled as its run does (round robin by defense, 2 jobs), each taking
-    its committed reference time times ``machine`` times its own factor in [0.75, 1.33]; the progress priors are
+    its committed reference time times ``machine`` times its own factor in [exp(-spread), exp(spread)]; the progress
+    priors are
     ``measured``. (time, estimate, truth) every 10 s, and the end."""
     import heapq
     from pathlib import Path
@@ -209,9 +210,10 @@ def benchmark_replay(measured: dict, machine: float, seed: int = 0) -> tuple[lis
     progress = Progress(jobs=2, now=clock)
     free, events = [(0.0, 0), (0.0, 1)], []
     for spec in round_robin(list(suite.cells()), lambda s: s.defense.label):
-        stages = {k: v * machine * float(np.exp(rng.uniform(-0.29, 0.29))) for k, v in reference[spec.id].items()
+        stages = {k: v * machine * float(np.exp(rng.uniform(-spread, spread))) for k, v in reference[spec.id].items()
                   if k in CELL_STAGES}
-        progress.add(spec.id, "cell", spec.defense.label, CELL_STAGES, stage_costs.cell_priors(spec, measured))
+        progress.add(spec.id, "cell", spec.defense.label, CELL_STAGES, stage_costs.cell_priors(spec, measured),
+                     measured=spec.id in measured)
         start, worker = heapq.heappop(free)
         events.append((start, "start", spec.id, None))
         events.append((start + sum(stages.values()), "finish", spec.id, stages))

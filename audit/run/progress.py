@@ -77,12 +77,13 @@ class Progress:
             self.phase, self.phase_started = name, (None if name is None else self.now())
 
     def add(self, task_id: str, kind: str, group: str = "", stages: Sequence[str] = (),
-            priors: dict[str, float] | None = None) -> None:
+            priors: dict[str, float] | None = None, measured: bool = False) -> None:
         """Register a task; ``priors``: its planned cost in seconds per stage
-        (:mod:`privaudit.audit.run.stage_costs`)."""
+        (:mod:`privaudit.audit.run.stage_costs`), ``measured``: taken from an earlier run of the same task."""
         with self._lock:
             self.tasks.setdefault(task_id, Task(task_id, kind, group, tuple(stages),
-                                                priors={k: float(v) for k, v in (priors or {}).items()}))
+                                                priors={k: float(v) for k, v in (priors or {}).items()},
+                                                measured=measured))
 
     def start(self, task_id: str, at: float | None = None) -> None:
         with self._lock:

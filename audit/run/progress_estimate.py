@@ -3,7 +3,8 @@ so far, and the untracked work to come): every unfinished task's duration is pre
 the queue replayed on the workers (list scheduling, Graham 1966): the time left is when the last worker would be free.
 
 A task's prediction is the mean duration of the finished tasks of its group (a cell's defense: its cells differ by
-epsilon far less than defenses differ), else its planned cost (:mod:`privaudit.audit.run.stage_costs`) at the speed
+epsilon far less than defenses differ; where the plans are an earlier run's times of the same tasks, its own plan at
+the group's measured speed), else its planned cost (:mod:`privaudit.audit.run.stage_costs`) at the speed
 measured so far, else the mean of its kind, counting the time the running ones have run so far
 (:meth:`Estimator._mean`); a running cell whose defense has a finished cell is predicted stage by stage. Until every
 kind of task still to run has one finished task the estimate names what is not timed yet instead of guessing.
@@ -33,6 +34,7 @@ class Task:
     finished: float | None = None
     stage_seconds: dict[str, float] = field(default_factory=dict)  # measured by the cell itself, once finished
     priors: dict[str, float] = field(default_factory=dict)  # planned cost per stage (a side check: one entry)
+    measured: bool = False  # the priors are this task's own times in an earlier run (stage_costs.measured_priors)
 
     @property
     def prior(self) -> float | None:
@@ -133,7 +135,7 @@ class Estimator:
         check, the mean of its kind (:meth:`_mean`)."""
         same = self._finished(task.kind, task.group) if task.group else []
         if same:
-            return sum(t.seconds for t in same) / len(same)
+            return self._scaled(task, same)
         if task.prior is not None:
             return task.prior * self.speed(task.kind)
         if task.kind != "cell":
@@ -147,6 +149,17 @@ class Estimator:
         known = [x for x in sizes if x is not None]
         return sum(known) / len(known)
 
+    @staticmethod
+    def _scaled(task: Task, same: Sequence[Task]) -> float:
+        """The finished tasks of ``task``'s group: where every plan involved is a measured one (an earlier run's times
+        of these very tasks), their measured over planned seconds applied to ``task``'s own plan, so two cells of one
+        defense that took different times keep their difference; else their mean duration (planned costs are
+        the same for a defense's cells, and only proportional)."""
+        planned = [t for t in same if t.prior and t.measured]
+        if task.prior and task.measured and len(planned) == len(same):
+            return task.prior * sum(t.seconds for t in same) / sum(t.prior for t in same)
+        return sum(t.seconds for t in same) / len(same)
+
     def _stage_left(self, task: Task, now: float) -> float | None:
         """What a running cell still needs by its stages, from the finished cells of its defense: the rest of the
         current stage and the stages after it (None: no such cell finished, or no stage reported)."""
@@ -154,12 +167,23 @@ class Estimator:
         if task.stage not in task.stages or task.stage_started is None or not (same or task.priors):
             return None
         if same:
-            means = [sum(t.stage_seconds.get(s, 0.0) for t in same) / len(same) for s in task.stages]
+            means = [self._stage_scaled(task, same, s) for s in task.stages]
         else:  # no cell of its defense finished: its stage priors at the measured speed
             speed = self.speed(task.kind)
             means = [task.priors.get(s, 0.0) * speed for s in task.stages]
         i = task.stages.index(task.stage)
         return max(means[i] - (now - task.stage_started), 0.1 * means[i]) + sum(means[i + 1:])
+
+    @staticmethod
+    def _stage_scaled(task: Task, same: Sequence[Task], stage: str) -> float:
+        """The mean of ``stage`` over the finished tasks of the group, scaled to ``task``'s plan of it as
+        :meth:`_scaled` does for the whole task."""
+        mean = sum(t.stage_seconds.get(stage, 0.0) for t in same) / len(same)
+        planned = [t.priors.get(stage) for t in same]
+        own = task.priors.get(stage)
+        if task.measured and all(t.measured for t in same) and own and all(planned) and sum(planned) > 0:
+            return own * sum(t.stage_seconds.get(stage, 0.0) for t in same) / sum(planned)
+        return mean
 
     def remaining(self, task: Task, now: float) -> float | None:
         """Predicted seconds ``task`` still needs (a running one: what is left of its current stage and the rest)."""

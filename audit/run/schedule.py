@@ -27,7 +27,7 @@ def track_cells(cells: Sequence[CellSpec], tracker: Progress, timings: str | Non
     measured = measured_priors(timings)
     for spec in cells:
         tracker.add(spec.id, "cell", spec.defense.label, (*CELL_STAGES, *(a.label for a in spec.attacks)),
-                    cell_priors(spec, measured))
+                    cell_priors(spec, measured), measured=spec.id in measured)
 
 
 def run_local(cells: Sequence[CellSpec], progress: bool, bar, tracker: Progress) -> Iterator[CellOutcome]:
