@@ -107,6 +107,7 @@ def test_bad_arguments_are_one_line(suite_file):
         measure(suite, seeds=3, needed=4)
 
 
+@pytest.mark.slow  # 8 s end to end; the default run judges a two-release cell on records (test_gate_claim_checks.py)
 def test_a_planted_two_release_cell_is_judged_against_its_gradient_release(suite_file):
     """A planted record carries its whole claim as a suite's cell does, so the gate compares a multi-release
     claim's canaries with its gradient release (DPCL: gradient and similarity matrix), not with the whole claim,

@@ -8,6 +8,8 @@ import pytest
 from privaudit.core.io import read_json
 
 ray = pytest.importorskip("ray")
+# Ray starts a local cluster per worker (5-10 s) before any test: the whole module is in the slow run (.ci/slow)
+pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -132,7 +132,8 @@ def _resume(path: Path, out: Path) -> None:
 
 
 @pytest.mark.skipif(not LINUX, reason="finds the run's processes through /proc")
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["SIGTERM", "SIGKILL"])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGKILL],
+                         ids=["SIGTERM", "SIGKILL"])  # SIGTERM's graceful path (14 s) in the slow run
 def test_a_killed_run_leaves_no_process_and_no_late_write_and_resumes(tmp_path, sig):
     """The workers train (and would write into OUT/cache 5 s later) when the main process gets the signal."""
     check_clean_end(*write_suite(tmp_path), tmp_path / "out", sig, wait=0.5)

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from privaudit.audit.run.runner import run_suite
 from privaudit.audit.suite.load import load_suite
 
 
+@pytest.mark.slow  # 19 s: the default run runs cells in worker processes in test_run_endings.py (the lock, a full disk, SIGKILL)
 def test_two_jobs_give_the_same_report(tiny_suite, tmp_path, capsys, monkeypatch):
     """Byte for byte: the report holds no wall-clock time, and the workers' numbers are the in-process ones. The
     workers report each cell's stages: the progress lines of a CI log name them."""
