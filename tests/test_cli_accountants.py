@@ -27,6 +27,7 @@ def test_epsilon_json_matches_the_api(capsys):
     assert "balle2020" in result["notes"]["rdp"]
 
 
+@pytest.mark.slow  # 8 s; the default run accounts without replacement in test_accountants_pld_wor.py and test_accountants_rdp.py
 def test_epsilon_without_replacement_and_conversion(capsys):
     args = ["epsilon", "--noise-multiplier", "0.4021", "--steps", "78125", "--delta", "1e-5", "--dataset-size",
             "50000", "--batch-size", "128", "--sampling", "without-replacement", "--mechanisms", "2",
@@ -42,6 +43,7 @@ def test_epsilon_without_replacement_and_conversion(capsys):
     assert code == 0 and "WOR(128/50000)[Gaussian(z=0.4021) + Gaussian(z=0.4021)] x 78125" in out
 
 
+@pytest.mark.slow  # 6 s of PLD calibrations; the default run calibrates per accountant in test_accountants_calibrate.py
 def test_calibrate_json_per_accountant(capsys):
     code, out, _ = run_cli(capsys, "calibrate", "--target-epsilon", "2", "--steps", "100", "--delta", "1e-5",
                            "--dataset-size", "1000", "--batch-size", "20", "--accountant", "rdp", "--json")

@@ -166,6 +166,7 @@ def test_bad_parameters_are_rejected():
             type("I", (), {"shape": (1, 8, 8)})()), 0)
 
 
+@pytest.mark.slow  # 9 s: the default run trains through the CLI in test_cli_alm_fedemb.py
 def test_cli_trains_a_dp_defense(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "privaudit", "train", "--defense", "dp-gcl", "--dataset", "digits", "--target-epsilon", "10",

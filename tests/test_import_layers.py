@@ -25,6 +25,7 @@ a run and ``verify`` (a finished run's evidence recomputed, the gate's power) re
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,12 @@ def _owner(name: str, modules: dict[str, Path]) -> str | None:
     return name or None
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(source: str) -> ast.AST:
+    """A module's syntax tree, parsed once per distinct source (the planted trees differ from ours in one file)."""
+    return ast.parse(source)
+
+
 def import_graph(root: Path, packages: tuple[str, ...] = LAYERS) -> dict[str, set[str]]:
     """module -> the modules of ours it imports anywhere in its source (relative imports resolved;
     ``from pkg import name`` points at ``pkg.name`` when that is a module, else at ``pkg``)."""
@@ -68,7 +75,7 @@ def import_graph(root: Path, packages: tuple[str, ...] = LAYERS) -> dict[str, se
     for module, path in modules.items():
         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
         targets: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(_parsed(path.read_text())):
             if isinstance(node, ast.Import):
                 targets.update(t for a in node.names if (t := _owner(a.name, modules)))
             elif isinstance(node, ast.ImportFrom):
@@ -208,7 +215,7 @@ def bare_layer_imports(root: Path) -> list[str]:
     for path in sorted(root.rglob("*.py")):
         if {".venv", ".git", "build"} & set(path.relative_to(root).parts):
             continue
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        for node in ast.walk(_parsed(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             if any(n.split(".")[0] in LAYERS[:-1] for n in names):
