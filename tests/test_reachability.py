@@ -85,7 +85,7 @@ def _fractions(release, draws: int, seed: int = 0) -> list[Reachability]:
     return out
 
 
-@pytest.mark.parametrize("eps", [1.0, 8.0])
+@pytest.mark.parametrize("eps", [1.0, pytest.param(8.0, marks=pytest.mark.slow)])  # 4 s each: one in the default run
 def test_grid_release_has_no_impossible_output(eps):
     for mechanism in ("logistic", "gaussian"):
         _, release = _release(eps, mechanism)

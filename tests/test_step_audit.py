@@ -344,6 +344,7 @@ def test_report_rows_and_markdown_section():
 ALM_PARAMS = {"epochs": 1, "sensitivity_m": 20, "curve_draws": 2}
 
 
+@pytest.mark.slow  # 7 s; the default run audits the ALM's release step through the CLI (test_cli_audit_step_alm)
 def test_alm_release_canonical_pair_is_tight_and_not_refuted(ctx, tmp_path):
     """The canonical pair (one coordinate moved by exactly the sampled L1 sensitivity) through ALM's own
     release: eps_lb at delta 0 within [0.8, 1] of the claimed per-release eps at 1 and 8."""
