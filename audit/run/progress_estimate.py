@@ -155,10 +155,10 @@ class Estimator:
         of these very tasks), their measured over planned seconds applied to ``task``'s own plan, so two cells of one
         defense that took different times keep their difference; else their mean duration (planned costs are
         the same for a defense's cells, and only proportional)."""
-        planned = [t for t in same if t.prior and t.measured]
-        if task.prior and task.measured and len(planned) == len(same):
-            return task.prior * sum(t.seconds for t in same) / sum(t.prior for t in same)
-        return sum(t.seconds for t in same) / len(same)
+        total = sum(t.seconds for t in same)
+        if task.prior and task.measured and all(t.prior and t.measured for t in same):
+            return task.prior * total / sum(t.prior for t in same)
+        return total / len(same)
 
     def _stage_left(self, task: Task, now: float) -> float | None:
         """What a running cell still needs by its stages, from the finished cells of its defense: the rest of the
@@ -178,12 +178,12 @@ class Estimator:
     def _stage_scaled(task: Task, same: Sequence[Task], stage: str) -> float:
         """The mean of ``stage`` over the finished tasks of the group, scaled to ``task``'s plan of it as
         :meth:`_scaled` does for the whole task."""
-        mean = sum(t.stage_seconds.get(stage, 0.0) for t in same) / len(same)
+        total = sum(t.stage_seconds.get(stage, 0.0) for t in same)
         planned = [t.priors.get(stage) for t in same]
         own = task.priors.get(stage)
-        if task.measured and all(t.measured for t in same) and own and all(planned) and sum(planned) > 0:
-            return own * sum(t.stage_seconds.get(stage, 0.0) for t in same) / sum(planned)
-        return mean
+        if task.measured and all(t.measured for t in same) and own and all(planned):
+            return own * total / sum(planned)
+        return total / len(same)
 
     def remaining(self, task: Task, now: float) -> float | None:
         """Predicted seconds ``task`` still needs (a running one: what is left of its current stage and the rest)."""
