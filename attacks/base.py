@@ -105,11 +105,14 @@ class Attack(ABC):
     """Base class of every attack: ``name``, a ``Config`` dataclass (extends :class:`AttackConfig`), ``run``.
 
     ``needs_model``: False for audits that train their own runs (canaries) and need only the recipe.
+    ``needs_nonmembers``: False for audits whose units are their own (inserted by the auditor's coins), which run
+    on a suite that trains on every pool example (``splits.inclusion_probability = 1``).
     """
 
     name: ClassVar[str] = ""
     Config: ClassVar[type] = AttackConfig
     needs_model: ClassVar[bool] = True
+    needs_nonmembers: ClassVar[bool] = True
 
     def __init__(self, params: Mapping[str, Any] | None = None, **overrides: Any):
         self.config = build_config(self.Config, {**(params or {}), **overrides}, owner=f"attack {self.name!r}",

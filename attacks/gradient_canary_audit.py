@@ -46,6 +46,7 @@ class GradientCanaryAudit(Attack):
     name = "gradient-canary"
     Config = GradientCanaryConfig
     needs_model = False
+    needs_nonmembers = False  # its canaries are its own units, drawn by the auditor's coins
 
     def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
         from privaudit.defenses.dp import DPDefense, dirac_canaries

@@ -27,7 +27,7 @@ import torch
 from privaudit.attacks.base import AttackConfig, Target
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.queries import QuerySet
-from privaudit.attacks.shadow_models import TrainJob, balanced_masks, stack_results, train_models
+from privaudit.attacks.shadow_models import TrainJob, balanced_masks, paired_masks, stack_results, train_models
 from privaudit.attacks.statistics import ENCODER_STATISTICS, SPACES, EncoderStatistics, LogitStatistic, WithPopulation
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.defenses.seeding import numpy_rng
@@ -45,7 +45,10 @@ class LikelihoodConfig(AttackConfig):
     ``n_views``: augmented views per query of the encoder statistics; ``space``: ``embeddings`` (z, the
     whole trained model, which the DP guarantee covers) or ``features`` (h, what a released encoder
     exposes); ``temperature``: of the contrastive statistic; ``n_anchors`` / ``n_population``: population
-    images used as negatives / as RMIA's comparison samples z; ``max_stack``: references trained together.
+    images used as negatives / as RMIA's comparison samples z; ``max_stack``: references trained together;
+    ``trained_references``: None (train exactly the references used, balanced masks) or an even count trained in
+    complementary pairs (:func:`privaudit.attacks.shadow_models.paired_masks`) of which the attack uses the first
+    ones: attacks at 2, 4, ... models then share one training of the largest set.
     """
 
     statistic: str = "auto"
@@ -57,6 +60,7 @@ class LikelihoodConfig(AttackConfig):
     n_anchors: int = 128
     n_population: int = 256
     max_stack: int = 16
+    trained_references: int | None = None
 
     def validate(self) -> None:
         super().validate()
@@ -66,6 +70,9 @@ class LikelihoodConfig(AttackConfig):
             raise one_of("space", self.space, SPACES)
         if self.queries < 1 or self.max_stack < 1 or self.n_views < 2:
             raise ConfigError("queries and max_stack must be >= 1, n_views >= 2")
+        if self.trained_references is not None and (self.trained_references < 2 or self.trained_references % 2):
+            raise ConfigError(f"trained_references: must be an even number >= 2 or unset, got "
+                              f"{self.trained_references!r}")
         if not self.temperature > 0:
             raise ConfigError(f"temperature: must be > 0, got {self.temperature!r}")
         if self.n_anchors < 1 or self.n_population < 1:
@@ -148,13 +155,19 @@ def observe(target: Target, cfg: LikelihoodConfig, n_models: int, executor: Exec
     """Train (or reuse from ``target.cache``) ``n_models`` references and probe them and the target."""
     probe = make_probe(target, cfg)
     n = len(target.data.pool)
-    key = ("references", n_models, probe.key)
+    trained = n_models if cfg.trained_references is None else cfg.trained_references
+    if trained < n_models:
+        raise ConfigError(f"trained_references: {trained} references cannot serve an attack that uses {n_models}; "
+                          f"set it to at least {n_models}")
+    design = () if cfg.trained_references is None else ("paired",)
+    key = ("references", trained, *design, probe.key)
     cached = target.cache.get(key)
     if cached is None:
-        keep = balanced_masks(n_models, n, numpy_rng(target.seed, "attack", "references", n_models, "masks"))
+        rng = numpy_rng(target.seed, "attack", "references", trained, *design, "masks")
+        keep = (paired_masks if design else balanced_masks)(trained, n, rng)
         jobs = [TrainJob(target.defense_ref, target.budget, target.data_source,
-                         target.derive_seed("references", n_models, k), keep[k], probe=probe.probe,
-                         device=target.device) for k in range(n_models)]
+                         target.derive_seed("references", trained, *design, k), keep[k], probe=probe.probe,
+                         device=target.device) for k in range(trained)]
         ref = stack_results(train_models(jobs, executor, max_stack=cfg.max_stack))
         ref = ref[:, None] if probe.kind == "logit" else ref  # (K, S, n + |Z|, Q)
         tgt = _with_statistic_axis(np.asarray(probe.probe(target.trained, target.data.pool, target.data.info)),
@@ -162,6 +175,7 @@ def observe(target: Target, cfg: LikelihoodConfig, n_models: int, executor: Exec
         cached = (ref, tgt, keep)
         target.cache[key] = cached
     ref, tgt, keep = cached
+    ref, keep = ref[:n_models], keep[:n_models]  # paired masks: every even prefix is balanced
     n_q = ref.shape[-1]
     per_model = (n + probe.n_population) * n_q * (1 if probe.kind == "logit" else cfg.n_views)
     return Observations(ref[:, :, :n], ref[:, :, n:], tgt[:, :n], tgt[:, n:], keep, probe.names,

@@ -155,5 +155,19 @@ def balanced_masks(k: int, n: int, rng: np.random.Generator) -> np.ndarray:
     return order < k // 2
 
 
+def paired_masks(k: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(k, n) inclusion masks in complementary pairs: models 2j and 2j + 1 split every example between them.
+
+    Each example is in exactly one model of each pair (a fair coin per pair and example), so every even prefix
+    of the models is itself balanced (each example IN for exactly half of the first 2r) and its r OUT models
+    are r independent references trained without it: one set of K references serves the attacks at 2, 4, ...,
+    K models (ML Privacy Meter pairs its reference models the same way). Each model holds about n / 2 examples.
+    """
+    if k < 2 or k % 2:
+        raise ConfigError(f"shadow_models: must be an even number >= 2, got {k!r}")
+    first = rng.random((k // 2, n)) < 0.5
+    return np.stack([first, ~first], axis=1).reshape(k, n)
+
+
 def stack_results(results: Sequence[np.ndarray]) -> np.ndarray:
     return np.stack([np.asarray(r) for r in results])

@@ -165,6 +165,7 @@ class UserCanaryAudit(Attack):
     name = "user-canary"
     Config = UserCanaryConfig
     needs_model = False
+    needs_nonmembers = False  # its canaries are its own units, drawn by the auditor's coins
 
     def run(self, target: Target, *, executor: Executor | None = None, progress: bool = False) -> AttackResult:
         from privaudit.defenses.fedemb.defense import _Federated

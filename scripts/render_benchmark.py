@@ -3,6 +3,8 @@
     python scripts/render_benchmark.py --measure RUN_DIR [--note TEXT] [--commit C]   # a run -> the reference, the page
     python scripts/render_benchmark.py                                   # the reference -> the page
     python scripts/render_benchmark.py --check                           # exit 1 when the page is stale
+    python scripts/render_benchmark.py --leakage RUN_DIR                 # the leakage run -> its reference and scores
+    python scripts/render_benchmark.py --whitebox RUN_DIR                # the white-box run -> its reference
 
 The measurement (within 90 minutes on 2 cores; scripts/benchmark.sh installs the dataset when it can, runs the suite
 under /usr/bin/time and measures it):
@@ -20,6 +22,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "reports" / "reference" / "benchmark-fashion-mnist" / "benchmark.json"
+LEAKAGE = ROOT / "reports" / "reference" / "benchmark-fashion-mnist-leakage" / "leakage.json"
+WHITEBOX = ROOT / "reports" / "reference" / "benchmark-fashion-mnist-whitebox" / "whitebox.json"
 PAGE = ROOT / "docs" / "benchmark.md"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -38,7 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commit", default=None, help="the commit the run was made at, where its report has none "
                         "(a run from an exported tree without .git)")
     parser.add_argument("--check", action="store_true", help="exit 1 when the page is not the reference's render")
+    parser.add_argument("--leakage", default=None, help="the leakage suite's run directory (its reference and the "
+                        "attacks' scores)")
+    parser.add_argument("--whitebox", default=None, help="the white-box suite's run directory")
     args = parser.parse_args(argv)
+    try:
+        measure_side(args.leakage, args.whitebox, args.commit)
+    except ConfigError as exc:
+        print(f"render_benchmark: error: {exc}", file=sys.stderr)
+        return 2
     if args.measure:
         try:
             result = measure(args.measure)
@@ -54,7 +66,25 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             result["commit"] = args.commit
         save_reference(REFERENCE, result)
-    return write_or_check(PAGE, render(json.loads(REFERENCE.read_text(encoding="utf-8"))), args.check)
+    side = [json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None for p in (LEAKAGE, WHITEBOX)]
+    return write_or_check(PAGE, render(json.loads(REFERENCE.read_text(encoding="utf-8")), *side), args.check)
+
+
+def measure_side(leakage: str | None, whitebox: str | None, commit: str | None) -> None:
+    """The leakage and white-box runs into their references (the leakage run's scores beside its reference)."""
+    from privaudit.audit.benchmark.leakage import export_scores, measure_leakage
+
+    for run, path in ((leakage, LEAKAGE), (whitebox, WHITEBOX)):
+        if not run:
+            continue
+        result = measure_leakage(run)
+        if commit:
+            result["commit"] = commit
+        save_reference(path, result)
+        if path is LEAKAGE:
+            for name, data in export_scores(run).items():
+                (path.parent / "scores").mkdir(exist_ok=True)
+                (path.parent / "scores" / name).write_bytes(data)
 
 
 if __name__ == "__main__":

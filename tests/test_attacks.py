@@ -71,7 +71,7 @@ def test_lira_on_a_classifier_trains_reference_models_through_the_executor(class
     assert set(result.variants) == {"online", "offline", "offline-fixed", "offline-reference",
                                     "offline-reference-fixed"}
     n_pool, n_population = len(digits.pool), 256
-    assert result.counts == {"n_reference_models": 4, "n_queries": 2, "n_in_per_candidate": 2,
+    assert result.counts == {"n_reference_models": 4, "n_references_trained": 4, "n_queries": 2, "n_in_per_candidate": 2,
                              "n_target_queries": 2 * (n_pool + n_population),
                              "n_reference_queries": 4 * 2 * (n_pool + n_population)}
     assert summary["auc"] > 0.51  # an overfit classifier leaks even to 4 reference models (0.53-0.58 over mask draws)
@@ -106,6 +106,26 @@ def test_rmia_shares_lira_references_and_keeps_both_modes(encoder, digits):
     assert np.all((rmia.scores >= 0) & (rmia.scores < 1 + 1 / 512)) and rmia.counts["n_population"] == 256
     assert np.array_equal(np.floor(rmia.scores * 256 + 1e-9),
                           np.round(rmia.variants[f"{rmia.variant}-fraction"] * 256))
+
+
+def test_paired_references_serve_every_even_count_from_one_training(classifier, digits):
+    """trained_references: the attacks at 2 and 4 models share one training of 4 paired references; the
+    2-model attack reads the first pair (each candidate IN for one, OUT for the other)."""
+    executor = PicklingExecutor()
+    classifier.cache.clear()
+    two = make_attack("lira", shadow_models=2, trained_references=4, queries=1).run(classifier, executor=executor)
+    four = make_attack("rmia", reference_models=4, trained_references=4, queries=1).run(classifier, executor=executor)
+    assert executor.groups == [1]  # four references, trained once for both attacks
+    assert two.counts["n_reference_models"] == 2 and two.counts["n_references_trained"] == 4
+    (key,) = [k for k in classifier.cache if k[0] == "references"]
+    assert key[1:3] == (4, "paired")
+    keep = classifier.cache[key][2]
+    assert np.array_equal(keep[0], ~keep[1]) and np.array_equal(keep[2], ~keep[3])
+    assert four.counts["n_in_per_candidate"] == 2 and check_pool_result(four, digits)["auc"] > 0.5
+    with pytest.raises(ConfigError, match="trained_references: 2 references cannot serve an attack that uses 4"):
+        make_attack("lira", shadow_models=4, trained_references=2).run(classifier)
+    with pytest.raises(ConfigError, match="trained_references: must be an even number"):
+        make_attack("rmia", trained_references=3)
 
 
 # slow: three attack classifiers on a shadow encoder (about 25 s); EncoderMI also runs in the slow acceptance table

@@ -107,6 +107,22 @@ def test_a_suite_cannot_include_its_pool_by_an_unfair_coin():
     assert parse_suite(raw, "s.toml").cells()
 
 
+def test_a_suite_that_trains_on_every_pool_example_runs_only_its_own_canaries():
+    """inclusion_probability = 1: no non-members, so a membership attack is one clear error; the canary audits,
+    whose units are inserted by the auditor's own coins, still run (the benchmark's white-box suite)."""
+    from privaudit.audit.suite.load import parse_suite
+
+    raw = {"name": "s", "datasets": ["digits"], "epsilons": [1.0],
+           "splits": {"public": 0.0, "shadow": 0.0, "inclusion_probability": 1.0},
+           "defenses": [{"name": "dp-gcl", "attacks": ["gradient-canary"]},
+                        {"name": "dp-fedemb", "attacks": ["user-canary"]}],
+           "attacks": [{"name": "gradient-canary"}, {"name": "user-canary"}, {"name": "rmia"}]}
+    assert len(parse_suite(raw, "s.toml").cells()) == 2
+    raw["defenses"][0]["attacks"] = ["gradient-canary", "rmia"]
+    with pytest.raises(ConfigError, match=r"defenses\[0\]\.attacks: .*no non-members to attack.*names rmia\)"):
+        parse_suite(raw, "s.toml")
+
+
 def _rr_bounds_at(p: float, eps: float, seeds: int, m: int) -> np.ndarray:
     """audit_scores' bound at a stated inclusion probability ``p`` on randomized response over coins of bias p."""
     rng = np.random.default_rng(int(100 * p + eps))

@@ -11,7 +11,8 @@ from scipy import stats
 from privaudit.attacks import metrics
 from privaudit.attacks.lira import (GaussianFit, fit_gaussians, lira_scores, offline_reference_scores, offline_scores,
                           online_scores)
-from privaudit.attacks.shadow_models import balanced_masks
+from privaudit.attacks.shadow_models import balanced_masks, paired_masks
+from privaudit.core.errors import ConfigError
 
 
 def synthetic(n=300, k=2000, q=2, seed=0, homoscedastic=False):
@@ -82,3 +83,17 @@ def test_fixed_variance_recovers_a_shared_scale_and_all_variants_are_scored():
     one_q = fit_gaussians(shadow[..., :1], keep, fixed_variance=True)
     z_sorted = ((x[:, :1] - one_q.mu_out) / one_q.sd_out)[order, 0]
     assert np.all(np.diff(offline_scores(x[:, :1], one_q)[order][np.argsort(z_sorted)]) >= 0)
+
+
+def test_paired_masks_balance_every_even_prefix():
+    """Paired masks: each even prefix of the models holds every example in exactly half of them, each model about
+    n / 2 examples; balanced masks (one random subset per example) have unbalanced prefixes, which this check sees."""
+    keep = paired_masks(16, 5000, np.random.default_rng(0))
+    for r in (1, 2, 4, 8):
+        assert np.all(keep[:2 * r].sum(axis=0) == r)
+    assert np.all(np.abs(keep.mean(axis=1) - 0.5) < 0.03)
+    assert np.abs(keep[0].astype(float) @ keep[2] / 5000 - 0.25) < 0.03  # different pairs independent
+    other = balanced_masks(16, 5000, np.random.default_rng(0))
+    assert np.all(other.sum(axis=0) == 8) and not np.all(other[:2].sum(axis=0) == 1)
+    with pytest.raises(ConfigError, match="even number >= 2, got 3"):
+        paired_masks(3, 10, np.random.default_rng(0))

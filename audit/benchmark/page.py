@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
+from privaudit.audit.benchmark.leakage_page import leakage_lines, whitebox_lines
 from privaudit.audit.benchmark.claims import DPGCL_T1, DPGCL_T13_NONPRIVATE, KNN, LINEAR
 from privaudit.audit.benchmark.formatting import pct, with_interval
 from privaudit.audit.benchmark.sections import alm_lines, classifier_lines, fedemb_lines, intro_lines, run_lines
@@ -118,8 +119,9 @@ def claims_table(verdicts: Sequence[ClaimVerdict]) -> list[str]:
     return lines + [f"- {key}: {text}" for text, key in settings.items()]
 
 
-def render(reference: Mapping[str, Any]) -> str:
-    """The whole page."""
+def render(reference: Mapping[str, Any], leakage: Mapping[str, Any] | None = None,
+           whitebox: Mapping[str, Any] | None = None) -> str:
+    """The whole page: the utility reference's sections, then the leakage and white-box references' where given."""
     verdicts = judge(reference)
     level = verdicts[0].level if verdicts else None
     lines = [HEADER, "# Benchmark: the papers' utility on Fashion-MNIST", "", *intro_lines(reference), "",
@@ -134,4 +136,8 @@ def render(reference: Mapping[str, Any]) -> str:
              f"the register's family-wise level ({100 * level:.3g}% each: 5% over all comparisons, Bonferroni); "
              "a claim is contradicted when any comparison is, reproduced when all are. `privaudit claims` lists "
              "them beside the privacy claims.", "", *claims_table(verdicts), "", *run_lines(reference)]
+    if leakage is not None:
+        lines += ["", *leakage_lines(leakage)]
+    if whitebox is not None:
+        lines += ["", *whitebox_lines(whitebox)]
     return "\n".join(lines) + "\n"

@@ -254,7 +254,7 @@ def parse_suite(raw: dict[str, Any], path: str = "<suite>", *, out: str | None =
                                _delta(where, "delta", raw.get("delta")))
     attacks = _attacks(where, raw, allow_plugins)  # first: defenses refer to them by label
     defenses = _defenses(where, raw, tuple(a.label for a in attacks), defaults, allow_plugins)
-    _check_attacked_pool(where, splits, defenses)
+    _check_attacked_pool(where, splits, defenses, attacks)
     sensitivity = _sensitivity(where, raw.get("sensitivity"))
     gate = _table_config(where, raw, "gate", GateConfig)
     ray = _table_config(where, raw, "ray", RayConfig)
@@ -305,17 +305,24 @@ def _splits(where: _Where, raw: Mapping[str, Any]) -> dict[str, Any] | None:
     return asdict(_table_config(where, raw, "splits", SplitConfig))
 
 
-def _check_attacked_pool(where: _Where, splits: Mapping[str, Any] | None, defenses: Sequence[DefenseEntry]) -> None:
+def _check_attacked_pool(where: _Where, splits: Mapping[str, Any] | None, defenses: Sequence[DefenseEntry],
+                         attacks: Sequence[AttackEntry]) -> None:
     """With ``splits.inclusion_probability = 1`` every pool example is a member: there is no non-member, so no
-    defense may name an attack (each would compare members with nobody)."""
+    defense may name an attack that compares members with non-members. Canary audits that insert their own
+    privacy units by their own coins (``needs_nonmembers`` False: gradient canaries, canary users) still run."""
     if (splits or {}).get("inclusion_probability", 0.5) != 1:
         return
+    from privaudit.attacks.registry import ATTACKS, attack_class
+
+    names = {a.label: a.name for a in attacks}
     for i, d in enumerate(defenses):
-        if d.attacks:
+        pool = [a for a in d.attacks if names[a] not in ATTACKS or attack_class(names[a]).needs_nonmembers]
+        if pool:
             raise where.error(f"defenses[{i}].attacks", f"splits.inclusion_probability = 1 trains on every pool "
                                                         f"example, so there are no non-members to attack; give "
-                                                        f"attacks = [] (defense {d.label!r} names "
-                                                        f"{', '.join(d.attacks)})")
+                                                        f"attacks = [] or only canary audits that insert their own "
+                                                        f"units (gradient-canary, user-canary) (defense {d.label!r} "
+                                                        f"names {', '.join(pool)})")
 
 
 def _seeds(where: _Where, raw: Mapping[str, Any]) -> tuple[int, ...]:

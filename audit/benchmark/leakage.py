@@ -1,0 +1,119 @@
+"""A leakage run's output directory read into the leakage reference: every attack's ROC figures, from its scores.
+
+The leakage suite (``suites/benchmark-fashion-mnist-leakage.toml``) attacks the benchmark's models with members a
+random half of the audit pool. :func:`measure_leakage` reads each cell's record (``report.json``, through the one
+checked reader: its claim, the tightest accountant's epsilon, its gate verdicts) and each attack's saved result
+(``cells/*/attacks/<label>/``: scores, membership, variants, bound), and keeps per attack and test variant the AUC
+and, at FPR 0.1% and 1%, the members caught (the TPR's numerator: its exact interval is the page's, see
+:func:`tpr_interval`). The figures come from the scores by :mod:`privaudit.attacks.metrics`, the code every report
+uses; :func:`export_scores` writes the scores themselves, so any number of the page can be recomputed.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from privaudit.attacks import metrics
+from privaudit.attacks.result import AttackResult
+from privaudit.audit.benchmark.stats import accuracy_interval
+from privaudit.audit.report.schema import load_report
+from privaudit.core.errors import ConfigError
+from privaudit.core.io import read_json
+
+#: The FPRs the page reads the TPR at (RMIA's Table 2 and LiRA's low-FPR regime).
+FPRS = (0.001, 0.01)
+#: The tests the page shows besides each attack's primary (LiRA's fixed-variance tests, RMIA's two modes).
+PAGE_TESTS = ("online-fixed", "offline-fixed", "online", "offline")
+
+
+def cell_dirs(run: Path) -> dict[str, Path]:
+    """Each finished cell's directory under ``run/cells``, by the cell's id (read from its ``cell.json``)."""
+    out = {}
+    for path in sorted((run / "cells").glob("*/cell.json")):
+        record = (read_json(path).get("record") or {})
+        if "id" in record:
+            out[record["id"]] = path.parent
+    return out
+
+
+def roc_row(scores: np.ndarray, membership: np.ndarray) -> dict[str, Any]:
+    """AUC and, at each FPR of :data:`FPRS`, the members caught (``tp``) out of ``n_members``."""
+    m = np.asarray(membership, dtype=bool)
+    row: dict[str, Any] = {"auc": metrics.auc(scores, m), "n_members": int(m.sum()), "n_nonmembers": int((~m).sum())}
+    row["tp"] = {metrics.fpr_key(t): int(round(metrics.tpr_at_fpr(scores, m, t) * row["n_members"])) for t in FPRS}
+    return row
+
+
+def attack_entry(result: AttackResult) -> dict[str, Any]:
+    """One attack's reference entry: its primary test and every variant (:func:`roc_row`), its sound bound."""
+    tests = {result.variant: roc_row(result.scores, result.membership)}
+    tests.update({name: roc_row(s, result.membership) for name, s in sorted(result.variants.items())})
+    return {"attack": result.attack, "primary": result.variant, "tests": tests,
+            "statistic": result.config.get("statistic"),
+            "eps_lower_bound": None if result.bound is None else result.bound.epsilon,
+            "eps_lb_method": None if result.bound is None else result.bound.label,
+            "counts": {k: v for k, v in result.counts.items() if k in (
+                "n_reference_models", "n_references_trained", "n_in_per_candidate", "n_shadow_models")}}
+
+
+def measure_leakage(run: str | Path) -> dict[str, Any]:
+    """The leakage reference of the run in ``run`` (module docstring); a ConfigError when it has no attack."""
+    run = Path(run)
+    report = load_report(run)
+    dirs = cell_dirs(run)
+    cells = []
+    for record in report["cells"]:
+        attacks_dir = dirs.get(record["id"], run / "missing") / "attacks"
+        attacks = {d.name: attack_entry(AttackResult.load(d)) for d in sorted(attacks_dir.glob("*"))
+                   if (d / "result.json").is_file()}
+        gate = record.get("gate") or {}
+        cells.append({"id": record["id"], "label": record["defense"], "target_epsilon": record.get("target_epsilon"),
+                      "epsilon": {k: v for k, v in (record.get("epsilon") or {}).items() if v is not None},
+                      "utility": record.get("utility") or {}, "gate": gate.get("status"),
+                      "steps": (record.get("details") or {}).get("steps"),
+                      "comparisons": [{k: c.get(k) for k in ("attack", "eps_lower_bound", "epsilon", "accountant",
+                                                             "verdict", "method")} for c in gate.get("comparisons") or []],
+                      "attacks": attacks})
+    if not any(c["attacks"] for c in cells):
+        raise ConfigError(f"{run}: no attack result under cells/*/attacks; run suites/benchmark-fashion-mnist-"
+                          "leakage.toml")
+    timings = read_json(run / "timings.json") if (run / "timings.json").is_file() else {}
+    return {"suite": report["suite"]["name"], "commit": report.get("git_commit"), "version": report["version"],
+            "device": report["device"], "gate": (report.get("gate") or {}).get("status"),
+            "run": {"wall_seconds": timings.get("total"), "jobs": timings.get("jobs")}, "cells": cells}
+
+
+def export_scores(run: str | Path, tests: tuple[str, ...] = PAGE_TESTS) -> dict[str, bytes]:
+    """One compressed ``.npz`` per cell (by a file name made from its id): ``membership``, ``index`` and, for each
+    attack label, ``<label>/<test>`` for its primary test and those of ``tests`` it has (float64, as saved)."""
+    run = Path(run)
+    out = {}
+    for cell_id, cell_dir in cell_dirs(run).items():
+        arrays: dict[str, np.ndarray] = {}
+        for d in sorted((cell_dir / "attacks").glob("*")):
+            if not (d / "result.json").is_file():
+                continue
+            result = AttackResult.load(d)
+            arrays.setdefault("membership", np.asarray(result.membership, dtype=bool))
+            if result.index is not None:
+                arrays.setdefault("index", np.asarray(result.index))
+            arrays[f"{d.name}/{result.variant}"] = np.asarray(result.scores, dtype=np.float64)
+            arrays.update({f"{d.name}/{k}": np.asarray(v, dtype=np.float64) for k, v in result.variants.items()
+                           if k in tests})
+        if arrays:
+            buffer = io.BytesIO()
+            np.savez_compressed(buffer, **arrays)
+            out[cell_id.replace("/", "__") + ".npz"] = buffer.getvalue()
+    return out
+
+
+def tpr_interval(row: Mapping[str, Any], fpr: float, level: float = 0.95) -> tuple[float, float, float]:
+    """The TPR at ``fpr`` and its exact (Clopper-Pearson) interval over the members: the threshold is set on the
+    non-members alone, so given it the members caught are Binomial(n_members, TPR)."""
+    tp, n = int(row["tp"][metrics.fpr_key(fpr)]), int(row["n_members"])
+    low, high = accuracy_interval(tp, n, level)
+    return tp / n, low, high
