@@ -1,0 +1,145 @@
+"""The benchmark's leakage and white-box suites at a tiny size: their real suite files, shrunk, run end to end on
+tiny files in the real IDX format, measured into references, rendered; every page number recomputes from the scores
+exported beside the reference; the white-box suite's cells are the benchmark's, label for label."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+
+import numpy as np
+import pytest
+
+from test_benchmark import ROOT, TINY, tiny_fashion
+
+LEAKAGE = ROOT / "suites" / "benchmark-fashion-mnist-leakage.toml"
+WHITEBOX = ROOT / "suites" / "benchmark-fashion-mnist-whitebox.toml"
+#: The attacks each kept cell runs at the tiny size (2 and 4 references of 4 trained in pairs).
+KEEP = {"supervised": ["loss", "lira-2", "lira-4", "rmia-2", "rmia-4"], "nonprivate": ["loss", "rmia-enc-2"],
+        "dp-gcl": ["loss", "lira-enc-dp", "rmia-enc-dp"]}
+SMALL_ATTACK = {"trained_references": 4, "n_population": 24, "n_anchors": 8, "n_views": 2, "shadow_models": 2}
+
+
+def _toml(path):
+    import tomllib
+
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def tiny(path, data_dir, out, keep=None, splits=None):
+    """The shipped suite with its cells, attacks and splits shrunk (only the keys each one has)."""
+    from privaudit.attacks.registry import attack_class
+    from privaudit.audit.suite.load import parse_suite
+    from privaudit.defenses.registry import defense_class
+
+    raw = copy.deepcopy(_toml(path))
+    raw["data_dir"] = str(data_dir)
+    raw["splits"] = {**raw["splits"], **(splits or {})}
+    if keep is not None:
+        raw["defenses"] = [d for d in raw["defenses"] if d["name"] in keep]
+        for d in raw["defenses"]:
+            d["attacks"] = keep[d["name"]]
+            d.pop("primary", None)
+    for entry in raw["defenses"]:
+        fields = defense_class(entry["name"]).Config.__dataclass_fields__
+        entry["params"] = {**entry.get("params", {}), **{k: v for k, v in TINY.items() if k in fields}}
+    for entry in raw["attacks"]:
+        fields = attack_class(entry["name"]).Config.__dataclass_fields__
+        params = entry.setdefault("params", {})
+        for k, v in SMALL_ATTACK.items():
+            if k in fields and (k != "shadow_models" or entry["name"] in ("shadow", "encodermi")):
+                params[k] = v
+        if params.get("shadow_models", 0) > 4 or params.get("reference_models", 0) > 4:
+            params["trained_references"] = max(params.get("shadow_models", 0), params.get("reference_models", 0))
+    return parse_suite(raw, str(path), out=str(out))
+
+
+@pytest.fixture(scope="module")
+def tiny_leakage(tmp_path_factory):
+    from privaudit.audit.benchmark.leakage import measure_leakage
+    from privaudit.audit.run.runner import run_suite
+
+    root = tmp_path_factory.mktemp("leakage")
+    suite = tiny(LEAKAGE, tiny_fashion(root / "data", n_train=400), root / "run", KEEP, {"max_examples": None})
+    run_suite(suite, progress=False, jobs=1, only=["*/supervised/*", "*/nonprivate/*", "*/dp-gcl/eps=1/*"])
+    return root / "run", measure_leakage(root / "run")
+
+
+def test_every_attack_is_measured_from_its_scores_and_the_scores_recompute_the_page(tiny_leakage):
+    from privaudit.attacks import metrics
+    from privaudit.audit.benchmark.leakage import export_scores
+
+    run, reference = tiny_leakage
+    cells = {c["label"]: c for c in reference["cells"]}
+    assert {k: sorted(cells[k]["attacks"]) for k in KEEP} == {k: sorted(v) for k, v in KEEP.items()}
+    two, four = cells["supervised"]["attacks"]["lira-2"], cells["supervised"]["attacks"]["rmia-4"]
+    assert two["counts"] == {"n_reference_models": 2, "n_references_trained": 4, "n_in_per_candidate": 1}
+    assert four["counts"]["n_references_trained"] == 4 and {"online", "offline"} <= set(four["tests"])
+    pool = 300  # 400 training images, a quarter the attacker's population
+    for cell in cells.values():
+        for entry in cell["attacks"].values():
+            for row in entry["tests"].values():
+                assert row["n_members"] + row["n_nonmembers"] == pool and 0 <= row["auc"] <= 1
+    exported = export_scores(run)
+    for cell in cells.values():
+        arrays = np.load(io.BytesIO(exported[cell["id"].replace("/", "__") + ".npz"]))
+        m = arrays["membership"]
+        for label, entry in cell["attacks"].items():
+            row = entry["tests"][entry["primary"]]
+            scores = arrays[f"{label}/{entry['primary']}"]
+            assert metrics.auc(scores, m) == row["auc"]
+            assert round(metrics.tpr_at_fpr(scores, m, 0.01) * m.sum()) == row["tp"]["0.01"]
+
+
+def test_the_leakage_sections_render_with_exact_intervals_and_the_gate(tiny_leakage):
+    from privaudit.audit.benchmark.leakage import tpr_interval
+    from privaudit.audit.benchmark.leakage_page import leakage_lines, offline_comparison
+
+    _, reference = tiny_leakage
+    reference = json.loads(json.dumps(reference))  # what the committed JSON reads back as
+    page = "\n".join(leakage_lines(reference))
+    assert "### The non-private classifier" in page and "### The non-private encoder" in page
+    assert "| LiRA | 2 (1 OUT) | online-fixed (primary) |" in page and "### The DP cells, gated" in page
+    supervised = next(c for c in reference["cells"] if c["label"] == "supervised")
+    _, rows = offline_comparison(supervised)
+    assert [(r["out"], r["k"]) for r in rows] == [(1, 2), (2, 4)]
+    row = supervised["attacks"]["loss"]["tests"]["cross-entropy"]
+    tpr, low, high = tpr_interval(row, 0.01)
+    assert low <= tpr <= high and tpr == row["tp"]["0.01"] / row["n_members"]
+    gated = next(c for c in reference["cells"] if c["label"] == "dp-gcl")
+    assert {c["verdict"] for c in gated["comparisons"] if c["attack"] == "loss"} <= {"consistent", "secondary"}
+
+
+def test_the_whitebox_suite_is_the_benchmark_s_dp_cells_label_for_label():
+    benchmark = {d.get("label", d["name"]): d for d in _toml(ROOT / "suites" / "benchmark-fashion-mnist.toml")["defenses"]}
+    whitebox = _toml(WHITEBOX)
+    assert whitebox["splits"] == _toml(ROOT / "suites" / "benchmark-fashion-mnist.toml")["splits"]
+    labels = [d.get("label", d["name"]) for d in whitebox["defenses"]]
+    private = {"dp-gcl", "dp-clip", "dpcl-simclr", "dp-clip-net", "logit-dp-net", "dp-fedemb", "dp-fedavg", "dpsgd",
+               "logit-dp"}
+    assert set(labels) == private
+    for d in whitebox["defenses"]:
+        label = d.get("label", d["name"])
+        assert d["params"] == benchmark[label]["params"] and d["name"] == benchmark[label]["name"], label
+        assert d["primary"] == ("user-canary" if d["name"] in ("dp-fedemb", "dp-fedavg") else "gradient-canary")
+
+
+# slow: a DP-GCL cell and its canary run (about 10 s); the default run keeps the suite's parse
+# (test_design_assumptions.py::test_a_suite_that_trains_on_every_pool_example_runs_only_its_own_canaries) and the
+# gradient canaries end to end (tests/test_gradient_canary_audit.py)
+@pytest.mark.slow
+def test_the_whitebox_suite_runs_its_canaries_on_every_member_and_renders(tmp_path):
+    from privaudit.audit.benchmark.leakage import measure_leakage
+    from privaudit.audit.benchmark.leakage_page import whitebox_lines, whitebox_rows
+    from privaudit.audit.run.runner import run_suite
+
+    suite = tiny(WHITEBOX, tiny_fashion(tmp_path / "data"), tmp_path / "run")
+    run_suite(suite, progress=False, jobs=1, only=["*/dp-gcl/eps=1/*"])
+    reference = json.loads(json.dumps(measure_leakage(tmp_path / "run")))
+    (row,) = whitebox_rows(reference)
+    assert row["attack"] == "gradient-canary" and row["accountant"] == "pld" and row["verdict"] == "consistent"
+    assert 0 < row["eps_lower_bound"] <= row["epsilon"] and row["ratio"] == row["eps_lower_bound"] / row["epsilon"]
+    assert row["method"] == "white-box-trajectory" and row["steps"] > 0
+    page = "\n".join(whitebox_lines(reference))
+    assert f"| dp-gcl at 1 | {row['steps']} | {row['epsilon']:.3f} (pld) | {row['eps_lower_bound']:.3f} |" in page
