@@ -167,7 +167,11 @@ def test_the_power_page_is_its_references_render_and_a_row_is_reproduced():
     from privaudit.attacks.bounds.trajectory_power import power_row
 
     reference = json.loads(page.REFERENCE.read_text(encoding="utf-8"))
-    assert page.PAGE.read_text(encoding="utf-8") == page.render(reference)
+    real = json.loads(page.REAL.read_text(encoding="utf-8"))
+    assert page.PAGE.read_text(encoding="utf-8") == page.render(reference, real)
+    # the real run's row: its bound over the claim is what its report says, and the simulation's row beside it
+    assert real["ratio_to_claim"] == pytest.approx(real["eps_lower_bound"] / real["accountants"]["rdp"], rel=1e-12)
+    assert page.simulated(reference, real) == pytest.approx(0.858, abs=5e-4)
     rows = [r for s in reference["settings"] for r in s["rows"] if r["steps"] == 100 and r["canaries"] == 1000]
     assert len(rows) == 2
     for row in rows:

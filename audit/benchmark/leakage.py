@@ -28,6 +28,8 @@ from privaudit.core.io import read_json
 FPRS = (0.001, 0.01)
 #: The tests the page shows besides each attack's primary (LiRA's fixed-variance tests, RMIA's two modes).
 PAGE_TESTS = ("online-fixed", "offline-fixed", "online", "offline")
+#: What the reference keeps of each gate comparison of a cell.
+COMPARISON_KEYS = ("attack", "eps_lower_bound", "epsilon", "accountant", "verdict", "method")
 
 
 def cell_dirs(run: Path) -> dict[str, Path]:
@@ -75,8 +77,7 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
                       "epsilon": {k: v for k, v in (record.get("epsilon") or {}).items() if v is not None},
                       "utility": record.get("utility") or {}, "gate": gate.get("status"),
                       "steps": (record.get("details") or {}).get("steps"),
-                      "comparisons": [{k: c.get(k) for k in ("attack", "eps_lower_bound", "epsilon", "accountant",
-                                                             "verdict", "method")} for c in gate.get("comparisons") or []],
+                      "comparisons": [{k: c.get(k) for k in COMPARISON_KEYS} for c in gate.get("comparisons") or []],
                       "attacks": attacks})
     if not any(c["attacks"] for c in cells):
         raise ConfigError(f"{run}: no attack result under cells/*/attacks; run suites/benchmark-fashion-mnist-"

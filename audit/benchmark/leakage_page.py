@@ -58,7 +58,8 @@ def target_table(cell: Mapping[str, Any]) -> list[str]:
             primary = test == entry["primary"]
             lines.append(f"| {NAMES.get(entry['attack'], entry['attack'])} | {_refs(entry)} | {test}"
                          f"{' (primary)' if primary and len(tests) > 1 else ''} | {row['auc']:.3f} | "
-                         f"{_tpr(row, 0.001)} | {_tpr(row, 0.01)} | {_eps(entry['eps_lower_bound']) if primary else ''} |")
+                         f"{_tpr(row, 0.001)} | {_tpr(row, 0.01)} | "
+                         f"{_eps(entry['eps_lower_bound']) if primary else ''} |")
     return lines
 
 
@@ -124,7 +125,8 @@ def whitebox_table(reference: Mapping[str, Any]) -> list[str]:
 def _utility(cell: Mapping[str, Any]) -> str:
     u = cell["utility"]
     if u.get("test_accuracy") is not None:
-        return f"test accuracy {100 * u['test_accuracy']:.1f}% (train {100 * u.get('train_accuracy', float('nan')):.1f}%)"
+        train = u.get("train_accuracy", float("nan"))
+        return f"test accuracy {100 * u['test_accuracy']:.1f}% (train {100 * train:.1f}%)"
     return f"linear probe {100 * u.get('linear_probe_accuracy', float('nan')):.1f}%, 3-NN " \
            f"{100 * u.get('knn_accuracy', float('nan')):.1f}%"
 
@@ -136,7 +138,8 @@ def _offline_sentence(rows: Sequence[Mapping[str, Any]]) -> str:
     above = [r for r in few if r["above"]]
     says = ", ".join(f"{r['out']}: {100 * r['rmia']:.2f} vs {100 * r['lira']:.2f}" for r in few)
     if len(above) == len(few):
-        return f"RMIA's TPR at 1% FPR is above offline LiRA's at 1, 2 and 4 OUT references ({says}): the shape of RMIA's Table 2."
+        return (f"RMIA's TPR at 1% FPR is above offline LiRA's at 1, 2 and 4 OUT references ({says}; percent): the "
+                "shape of RMIA's Table 2.")
     return (f"RMIA's TPR at 1% FPR is above offline LiRA's at {len(above)} of {len(few)} counts of OUT references "
             f"({says}; percent): the published shape holds only where it says yes.")
 
