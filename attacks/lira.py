@@ -189,7 +189,8 @@ class LiRA(Attack):
         return AttackResult(
             attack=self.name, variant=variant, scores=scores, membership=membership, index=index,
             config={**self.config_dict(), "statistic": details["statistic"]},
-            counts={"n_reference_models": cfg.shadow_models, "n_references_trained": cfg.trained_references or cfg.shadow_models,
+            counts={"n_reference_models": cfg.shadow_models,
+                    "n_references_trained": cfg.trained_references or cfg.shadow_models,
                     "n_queries": int(obs.target.shape[-1]),
                     "n_in_per_candidate": cfg.shadow_models // 2, "n_target_queries": obs.n_target_queries,
                     "n_reference_queries": obs.n_reference_queries},

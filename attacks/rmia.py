@@ -53,6 +53,8 @@ MODES = ("auto", "online", "offline")
 #: The classifier's signal: sigmoid(phi / 8), the true-class odds softened (see the module docstring).
 CLASSIFIER_TEMPERATURE = 8.0
 A_GRID = tuple(np.round(np.arange(0.05, 1.0001, 0.05), 2))
+#: The offline slope where the references leave none to fit it on (ML Privacy Meter's default; field notes).
+DEFAULT_A = 0.3
 _CHUNK = 1 << 24
 
 
@@ -116,6 +118,11 @@ def fit_a(ref_x: np.ndarray, keep: np.ndarray, grid: tuple[float, ...] = A_GRID)
 
     Reference k plays the target; Pr(x) comes from the OUT models among the others; only candidates with at
     least one such model are scored. The candidates' ranking depends on Pr(x|theta_k) / Pr(x) alone.
+
+    With 2 references (one IN and one OUT per candidate) no reference has both members and non-members among the
+    candidates the other is OUT for: every a's power is undefined (NaN), and the slope is :data:`DEFAULT_A`, fixed in
+    advance (taking the grid's first, 0.05, would make Pr(x) nearly constant and the test the target's probability
+    alone: RMIA at 1 OUT reference then read below offline LiRA on the benchmark's classifier).
     """
     from privaudit.attacks.metrics import auc
 
@@ -135,6 +142,8 @@ def fit_a(ref_x: np.ndarray, keep: np.ndarray, grid: tuple[float, ...] = A_GRID)
             mean_out = np.where(out, ref_x[others], 0.0).sum(axis=0)[ok] / out.sum(axis=0)[ok]
             aucs.append(auc(ref_x[k, ok] / (((1 + a) * mean_out + (1 - a)) / 2), labels))
         means[float(a)] = float(np.mean(aucs)) if aucs else float("nan")
+    if all(np.isnan(v) for v in means.values()):
+        return DEFAULT_A, means
     best = max(means, key=lambda a: (np.nan_to_num(means[a], nan=-1.0), -a))
     return best, means
 
@@ -235,7 +244,11 @@ class RMIA(Attack):
         p_x, p_z = prob(obs.target[0][:, queries]).mean(axis=-1), prob(obs.target_z[0][:, queries]).mean(axis=-1)
         if cfg.a is None:
             a, a_power = fit_a(ref_x, obs.keep)
-            details.update(a=a, a_fitted=True, a_power=a_power)
+            fitted = not all(np.isnan(v) for v in a_power.values())
+            details.update(a=a, a_fitted=fitted, a_power=a_power)
+            if not fitted:
+                details["a_rule"] = (f"no reference to fit a on (each candidate IN for one of 2): the default "
+                                     f"{DEFAULT_A}")
         else:
             a = cfg.a
             details.update(a=a, a_fitted=False)
@@ -255,7 +268,8 @@ class RMIA(Attack):
         return AttackResult(
             attack=self.name, variant=primary, scores=scores, membership=membership, index=index,
             config={**self.config_dict(), "statistic": details["statistic"]},
-            counts={"n_reference_models": cfg.reference_models, "n_references_trained": cfg.trained_references or cfg.reference_models,
+            counts={"n_reference_models": cfg.reference_models,
+                    "n_references_trained": cfg.trained_references or cfg.reference_models,
                     "n_queries": int(obs.target.shape[-1]),
                     "n_population": int(p_z.size), "n_in_per_candidate": cfg.reference_models // 2,
                     "n_target_queries": obs.n_target_queries, "n_reference_queries": obs.n_reference_queries},

@@ -79,6 +79,23 @@ def test_fit_a_prefers_the_slope_that_separates_members():
     assert 0 < a <= 1 and len(power) == 20 and power[a] == max(power.values()) and power[a] > 0.9
 
 
+def test_fit_a_with_two_references_takes_the_default_not_the_grids_first():
+    """One IN and one OUT reference per candidate (a complementary pair): no leave-one-out is defined, so the slope is
+    the fixed default 0.3, not the grid's first 0.05 (which makes Pr(x) nearly constant: the old behaviour)."""
+    from privaudit.attacks.rmia import DEFAULT_A
+    from privaudit.attacks.shadow_models import paired_masks
+
+    rng = np.random.default_rng(1)
+    keep = paired_masks(2, 300, rng)
+    ref = np.clip(rng.uniform(0.05, 0.6, 300) + 0.3 * keep + rng.normal(0, 0.02, (2, 300)), 1e-3, 1)
+    a, power = fit_a(ref, keep)
+    assert a == DEFAULT_A == 0.3 and all(np.isnan(v) for v in power.values()) and len(power) == 20
+    four = paired_masks(4, 300, rng)
+    ref4 = np.clip(rng.uniform(0.05, 0.6, 300) + 0.3 * four + rng.normal(0, 0.02, (4, 300)), 1e-3, 1)
+    a4, power4 = fit_a(ref4, four)
+    assert not np.isnan(power4[a4]) and power4[a4] == max(power4.values())  # 4 references: fitted
+
+
 @pytest.mark.parametrize("params,field", [
     ({"gamma": 0.0}, "gamma"), ({"gamma": -1.0}, "gamma"), ({"a": 0.0}, "a"), ({"a": 1.5}, "a"),
     ({"a": -0.2}, "a"), ({"reference_models": 3}, "reference_models"), ({"mode": "both"}, "mode"),
