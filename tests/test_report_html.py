@@ -22,7 +22,10 @@ def test_report_html_is_self_contained(tiny_run):
     assert html.count('src="data:image/png;base64,') == 4  # ROC (loss, lira), theory vs measured, privacy-utility
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium found (Debian package 'chromium'; .ci/run installs it as root)")
+NO_CHROMIUM = "no chromium found (Debian package 'chromium-headless-shell'; .ci/run installs it as root)"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_report_html_renders_in_headless_chromium(tiny_run, tmp_path):
     import matplotlib.image
 
@@ -82,7 +85,7 @@ def _screenshot_script():
     return module
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="no chromium found (Debian package 'chromium'; .ci/run installs it as root)")
+@pytest.mark.skipif(CHROMIUM is None, reason=NO_CHROMIUM)
 def test_report_fits_a_1280_pixel_window_with_the_verdict_first(tiny_run, tmp_path):
     """No table is wider than a 1280 px window (nothing hides off to the right), and the summary's first column
     is the verdict."""
