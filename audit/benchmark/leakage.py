@@ -55,7 +55,8 @@ def attack_entry(result: AttackResult) -> dict[str, Any]:
     tests = {result.variant: roc_row(result.scores, result.membership)}
     tests.update({name: roc_row(s, result.membership) for name, s in sorted(result.variants.items())})
     return {"attack": result.attack, "primary": result.variant, "tests": tests,
-            "statistic": result.config.get("statistic"),
+            "statistic": result.config.get("statistic"), "a": result.extras.get("a"),
+            "a_fitted": result.extras.get("a_fitted"),
             "eps_lower_bound": None if result.bound is None else result.bound.epsilon,
             "eps_lb_method": None if result.bound is None else result.bound.label,
             "counts": {k: v for k, v in result.counts.items() if k in (
