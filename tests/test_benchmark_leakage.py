@@ -143,5 +143,8 @@ def test_the_whitebox_suite_runs_its_canaries_on_every_member_and_renders(tmp_pa
     assert row["attack"] == "gradient-canary" and row["accountant"] == "pld" and row["verdict"] == "consistent"
     assert 0 < row["eps_lower_bound"] <= row["epsilon"] and row["ratio"] == row["eps_lower_bound"] / row["epsilon"]
     assert row["method"] == "white-box-trajectory" and row["steps"] > 0
+    # the canaries' reach: the bound at the claim's own per-step mu (DP-GCL's claim is its gradient release alone)
+    assert row["reach"] == pytest.approx(row["epsilon"], rel=0.05)
+    assert row["of_reach"] == row["eps_lower_bound"] / row["reach"]
     page = "\n".join(whitebox_lines(reference))
     assert f"| dp-gcl at 1 | {row['steps']} | {row['epsilon']:.3f} (pld) | {row['eps_lower_bound']:.3f} |" in page
