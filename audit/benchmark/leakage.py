@@ -5,8 +5,10 @@ random half of the audit pool. :func:`measure_leakage` reads each cell's record 
 checked reader: its claim, the tightest accountant's epsilon, its gate verdicts) and each attack's saved result
 (``cells/*/attacks/<label>/``: scores, membership, variants, bound), and keeps per attack and test variant the AUC
 and, at FPR 0.1% and 1%, the members caught (the TPR's numerator: its exact interval is the page's, see
-:func:`tpr_interval`). The figures come from the scores by :mod:`privaudit.attacks.metrics`, the code every report
-uses; :func:`export_scores` writes the scores themselves, so any number of the page can be recomputed.
+:func:`tpr_interval`), for the tests the page shows (:func:`page_scores`). The figures come from those scores rounded
+to float32 by :mod:`privaudit.attacks.metrics`, the code every report uses; :func:`export_scores` writes the same
+float32 scores beside the reference (half the size), so every AUC and TPR of the page recomputes from them exactly
+(the sound epsilon bounds are the attacks' own, from the float64 scores of the run's ``cells/*/attacks/``).
 """
 
 from __future__ import annotations
@@ -26,19 +28,20 @@ from privaudit.core.io import read_json
 
 #: The FPRs the page reads the TPR at (RMIA's Table 2 and LiRA's low-FPR regime).
 FPRS = (0.001, 0.01)
-#: The tests the page shows besides each attack's primary (LiRA's fixed-variance tests, RMIA's two modes).
-PAGE_TESTS = ("online-fixed", "offline-fixed", "online", "offline")
+#: The tests the page shows besides each attack's primary: LiRA's fixed-variance tests, RMIA's two modes.
+PAGE_TESTS = {"lira": ("online-fixed", "offline-fixed"), "rmia": ("online", "offline")}
 #: What the reference keeps of each gate comparison of a cell.
 COMPARISON_KEYS = ("attack", "eps_lower_bound", "epsilon", "accountant", "verdict", "method")
 
 
-def cell_dirs(run: Path) -> dict[str, Path]:
-    """Each finished cell's directory under ``run/cells``, by the cell's id (read from its ``cell.json``)."""
+def attack_dirs(run: Path, record: Mapping[str, Any]) -> dict[str, Path]:
+    """Each attack's saved result of a report's cell, by label: the directory of the ``scores`` file its summary
+    names (the run's own cell, never a stale one a changed suite left beside it)."""
     out = {}
-    for path in sorted((run / "cells").glob("*/cell.json")):
-        record = (read_json(path).get("record") or {})
-        if "id" in record:
-            out[record["id"]] = path.parent
+    for label, summary in (record.get("attacks") or {}).items():
+        scores = (summary or {}).get("scores")
+        if scores and (run / scores).parent.joinpath("result.json").is_file():
+            out[label] = (run / scores).parent
     return out
 
 
@@ -50,10 +53,18 @@ def roc_row(scores: np.ndarray, membership: np.ndarray) -> dict[str, Any]:
     return row
 
 
-def attack_entry(result: AttackResult) -> dict[str, Any]:
-    """One attack's reference entry: its primary test and every variant (:func:`roc_row`), its sound bound."""
-    tests = {result.variant: roc_row(result.scores, result.membership)}
-    tests.update({name: roc_row(s, result.membership) for name, s in sorted(result.variants.items())})
+def page_scores(result: AttackResult, private: bool = False) -> dict[str, np.ndarray]:
+    """The scores of the tests the page shows, rounded to float32: the primary, then (for a non-private target)
+    :data:`PAGE_TESTS`; the DP cells' table shows the primary alone."""
+    scores = {result.variant: result.scores}
+    if not private:
+        scores.update({t: result.variants[t] for t in PAGE_TESTS.get(result.attack, ()) if t in result.variants})
+    return {t: np.asarray(s, dtype=np.float32) for t, s in scores.items()}
+
+
+def attack_entry(result: AttackResult, private: bool = False) -> dict[str, Any]:
+    """One attack's reference entry: its page tests (:func:`roc_row` of :func:`page_scores`), its sound bound."""
+    tests = {t: roc_row(s, result.membership) for t, s in page_scores(result, private).items()}
     return {"attack": result.attack, "primary": result.variant, "tests": tests,
             "statistic": result.config.get("statistic"), "a": result.extras.get("a"),
             "a_fitted": result.extras.get("a_fitted"),
@@ -80,12 +91,10 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
     """The leakage reference of the run in ``run`` (module docstring); a ConfigError when it has no attack."""
     run = Path(run)
     report = load_report(run)
-    dirs = cell_dirs(run)
     cells = []
     for record in report["cells"]:
-        attacks_dir = dirs.get(record["id"], run / "missing") / "attacks"
-        attacks = {d.name: attack_entry(AttackResult.load(d)) for d in sorted(attacks_dir.glob("*"))
-                   if (d / "result.json").is_file()}
+        private = record.get("target_epsilon") is not None
+        attacks = {label: attack_entry(AttackResult.load(d), private) for label, d in attack_dirs(run, record).items()}
         gate = record.get("gate") or {}
         cells.append({"id": record["id"], "label": record["defense"], "target_epsilon": record.get("target_epsilon"),
                       "epsilon": {k: v for k, v in (record.get("epsilon") or {}).items() if v is not None},
@@ -102,27 +111,24 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
             "run": {"wall_seconds": timings.get("total"), "jobs": timings.get("jobs")}, "cells": cells}
 
 
-def export_scores(run: str | Path, tests: tuple[str, ...] = PAGE_TESTS) -> dict[str, bytes]:
+def export_scores(run: str | Path) -> dict[str, bytes]:
     """One compressed ``.npz`` per cell (by a file name made from its id): ``membership``, ``index`` and, for each
-    attack label, ``<label>/<test>`` for its primary test and those of ``tests`` it has (float64, as saved)."""
+    attack label, ``<label>/<test>`` for each of its :func:`page_scores` (float32)."""
     run = Path(run)
     out = {}
-    for cell_id, cell_dir in cell_dirs(run).items():
+    for record in load_report(run)["cells"]:
         arrays: dict[str, np.ndarray] = {}
-        for d in sorted((cell_dir / "attacks").glob("*")):
-            if not (d / "result.json").is_file():
-                continue
+        for label, d in attack_dirs(run, record).items():
             result = AttackResult.load(d)
             arrays.setdefault("membership", np.asarray(result.membership, dtype=bool))
             if result.index is not None:
                 arrays.setdefault("index", np.asarray(result.index))
-            arrays[f"{d.name}/{result.variant}"] = np.asarray(result.scores, dtype=np.float64)
-            arrays.update({f"{d.name}/{k}": np.asarray(v, dtype=np.float64) for k, v in result.variants.items()
-                           if k in tests})
+            private = record.get("target_epsilon") is not None
+            arrays.update({f"{label}/{t}": s for t, s in page_scores(result, private).items()})
         if arrays:
             buffer = io.BytesIO()
             np.savez_compressed(buffer, **arrays)
-            out[cell_id.replace("/", "__") + ".npz"] = buffer.getvalue()
+            out[record["id"].replace("/", "__") + ".npz"] = buffer.getvalue()
     return out
 
 

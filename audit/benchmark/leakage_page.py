@@ -181,7 +181,8 @@ def leakage_lines(leakage: Mapping[str, Any]) -> list[str]:
              "on the non-members alone); an epsilon lower bound is the one-run bound on the attack's primary scores "
              "(sound, 95%). Every attack's scores are in "
              "`reports/reference/benchmark-fashion-mnist-leakage/scores/` (one `.npz` per model: `membership`, and "
-             "`<attack>/<test>` for each test below), and a run writes them under `cells/*/attacks/`.", ""]
+             "`<attack>/<test>` for each test below, float32: every AUC and TPR here recomputes from them exactly), "
+             "and a run writes them in float64 under `cells/*/attacks/`.", ""]
     for cell in open_:
         kind = "classifier" if cell["utility"].get("test_accuracy") is not None else "encoder"
         lines += [f"### The non-private {kind} ({cell['label']}: {_utility(cell)})", "", *target_table(cell), ""]
