@@ -108,6 +108,7 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
     timings = read_json(run / "timings.json") if (run / "timings.json").is_file() else {}
     return {"suite": report["suite"]["name"], "commit": report.get("git_commit"), "version": report["version"],
             "device": report["device"], "gate": (report.get("gate") or {}).get("status"),
+            "gate_reasons": list((report.get("gate") or {}).get("reasons") or []),
             "run": {"wall_seconds": timings.get("total"), "jobs": timings.get("jobs")}, "cells": cells}
 
 

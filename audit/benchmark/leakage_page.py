@@ -227,4 +227,8 @@ def whitebox_lines(whitebox: Mapping[str, Any]) -> list[str]:
                 "the gradient canaries do not observe (DPCL noises the similarity matrix beside the gradient, and its "
                 "accountant composes both into one Gaussian); the bound measures the gradient's share alone.")
         lines.append("")
+    missing = [r.split(":")[0].removeprefix("cell ") for r in whitebox.get("gate_reasons") or [] if "no result" in r]
+    if missing:
+        lines += [f"Not run ({len(missing)} cells, so the gate fails: it judges the whole suite): "
+                  f"{', '.join(f'`{m}`' for m in missing)}.", ""]
     return lines
