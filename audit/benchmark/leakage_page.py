@@ -219,13 +219,18 @@ def whitebox_lines(whitebox: Mapping[str, Any]) -> list[str]:
         lines += [f"The bound reaches {min(r['ratio'] for r in rows):.3f} to {max(r['ratio'] for r in rows):.3f} of "
                   f"the claim over {len(rows)} cells (lowest: {low['label']} at {low['target_epsilon']:g}); "
                   f"{sum(r['ratio'] >= 0.8 for r in rows)} of {len(rows)} reach 0.8."]
-        short = [r for r in rows if r["reach"] is not None and r["reach"] < 0.8 * r["epsilon"]]
+        below = [r for r in rows if r["ratio"] < 0.8]
+        short = [r for r in below if r["reach"] is not None and r["reach"] < 0.8 * r["epsilon"]]
         if short:
-            lines[-1] += (" Below 0.8 only where the canaries' reach is: " + ", ".join(
+            lines[-1] += (" Below 0.8 because the canaries' reach is: " + ", ".join(
                 f"{r['label']} at {r['target_epsilon']:g} (reach {r['reach'] / r['epsilon']:.3f} of the claim, the "
                 f"bound {r['of_reach']:.3f} of the reach)" for r in short) + ". The claim there composes a release "
                 "the gradient canaries do not observe (DPCL noises the similarity matrix beside the gradient, and its "
                 "accountant composes both into one Gaussian); the bound measures the gradient's share alone.")
+        weak = [r for r in below if r not in short]
+        if weak:
+            lines[-1] += " Below 0.8 with the reach above it (the bound's own shortfall): " + ", ".join(
+                f"{r['label']} at {r['target_epsilon']:g} ({r['ratio']:.3f})" for r in weak) + "."
         lines.append("")
     missing = [r.split(":")[0].removeprefix("cell ") for r in whitebox.get("gate_reasons") or [] if "no result" in r]
     if missing:
