@@ -71,20 +71,7 @@ def attack_entry(result: AttackResult, private: bool = False) -> dict[str, Any]:
             "eps_lower_bound": None if result.bound is None else result.bound.epsilon,
             "eps_lb_method": None if result.bound is None else result.bound.label,
             "counts": {k: v for k, v in result.counts.items() if k in (
-                "n_reference_models", "n_references_trained", "n_in_per_candidate", "n_shadow_models")},
-            "trajectory": None if result.trajectory_bound is None else trajectory_entry(result.trajectory_bound)}
-
-
-def trajectory_entry(bound: Any) -> dict[str, Any]:
-    """A trajectory bound's per-step mu (measured lower bound and the claim's) and ``reach``: the bound's value at the
-    claim's own per-step mu, the most these canaries can show (below the claim where it composes releases they do not
-    observe: DPCL's noised similarity matrix beside its gradient)."""
-    from privaudit.attacks.bounds.trajectory import event_from_dict, trajectory_epsilon
-
-    c = bound.counts
-    reach = trajectory_epsilon(float(c["mu_claim"]), event_from_dict(c["event"]), bound.relation, float(bound.delta))
-    return {"epsilon": bound.epsilon, "mu_lower": c["mu_lower"], "mu_claim": c["mu_claim"], "steps": c.get("steps"),
-            "canaries": c.get("canaries"), "reach": reach}
+                "n_reference_models", "n_references_trained", "n_in_per_candidate", "n_shadow_models")}}
 
 
 def measure_leakage(run: str | Path) -> dict[str, Any]:
