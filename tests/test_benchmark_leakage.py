@@ -148,3 +148,29 @@ def test_the_whitebox_suite_runs_its_canaries_on_every_member_and_renders(tmp_pa
     assert (f"| dp-gcl at 1 | {row['steps']} | {row['claim']:.3f} | {row['epsilon']:.3f} (pld) | "
             f"{row['eps_lower_bound']:.3f} | {row['ratio']:.3f} |") in page
     assert "Not run (17 cells" in page  # the tiny run ran one cell of the suite's 18
+
+
+def test_the_committed_leakage_reference_recomputes_from_its_committed_scores():
+    """Every AUC and TPR numerator of the committed reference (the page's numbers) is what the committed float32
+    scores give; one member's score moved moves a number, so the check can fail."""
+    from privaudit.attacks import metrics
+
+    directory = ROOT / "reports" / "reference" / "benchmark-fashion-mnist-leakage"
+    reference = json.loads((directory / "leakage.json").read_text(encoding="utf-8"))
+    checked = 0
+    for cell in reference["cells"]:
+        arrays = np.load(directory / "scores" / (cell["id"].replace("/", "__") + ".npz"))
+        m = arrays["membership"]
+        for label, entry in cell["attacks"].items():
+            for test, row in entry["tests"].items():
+                scores = arrays[f"{label}/{test}"]
+                assert metrics.auc(scores, m) == row["auc"], (cell["id"], label, test)
+                for key, n in row["tp"].items():
+                    assert round(metrics.tpr_at_fpr(scores, m, float(key)) * m.sum()) == n, (cell["id"], label, key)
+                checked += 1
+    assert checked >= 60
+    supervised = next(c for c in reference["cells"] if c["label"] == "supervised")
+    scores, m = np.load(directory / "scores" / "fashion-mnist__supervised__seed=0.npz")["rmia-16/online"].copy(), \
+        np.load(directory / "scores" / "fashion-mnist__supervised__seed=0.npz")["membership"]
+    scores[np.flatnonzero(m)[np.argmax(scores[m])]] = scores.min() - 1.0  # the top member sent to the bottom
+    assert metrics.auc(scores, m) < supervised["attacks"]["rmia-16"]["tests"]["online"]["auc"]

@@ -199,7 +199,8 @@ def leakage_lines(leakage: Mapping[str, Any]) -> list[str]:
                       "the row above is its AUC and TPRs on an encoder trained the benchmark's way.", ""]
     if private:
         lines += ["### The DP cells, gated", "", "Each bound beside the claim's epsilon by the tightest accountant; "
-                  "the gate fails a cell whose bound exceeds it.", "", *dp_table(private), ""]
+                  "the gate fails a cell whose bound exceeds it (not comparable: an attack on examples beside a claim "
+                  "on users, DP-FedEmb's and DP-FedAvg's).", "", *dp_table(private)]
     return lines
 
 
