@@ -38,7 +38,7 @@ from scipy import stats
 
 from privaudit.attacks.base import Attack, Target, pool_membership
 from privaudit.attacks.executor import Executor
-from privaudit.attacks.references import LikelihoodConfig, choose, observe
+from privaudit.attacks.references import LikelihoodConfig, check_trained, choose, observe
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError, one_of
 
@@ -153,6 +153,7 @@ class LiRAConfig(LikelihoodConfig):
         super().validate()
         if self.shadow_models < 2 or self.shadow_models % 2:
             raise ConfigError(f"shadow_models: must be an even number >= 2, got {self.shadow_models!r}")
+        check_trained(self, self.shadow_models)
         if self.variant != "auto" and self.variant not in VARIANTS:
             raise one_of("variant", self.variant, ("auto", *VARIANTS))
         if self.location not in LOCATIONS:

@@ -92,6 +92,13 @@ class Probe:
     n_population: int
 
 
+def check_trained(cfg: LikelihoodConfig, used: int) -> None:
+    """``trained_references`` must cover the ``used`` references (the suite's boundary check; :func:`observe` too)."""
+    if cfg.trained_references is not None and cfg.trained_references < used:
+        raise ConfigError(f"trained_references: {cfg.trained_references} references cannot serve an attack that uses "
+                          f"{used}; set it to at least {used}")
+
+
 def population_rows(target: Target, n_anchors: int, n_population: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows of the shadow split used as anchors and as population samples z (a seeded permutation)."""
     available = len(target.data.shadow)
@@ -155,10 +162,8 @@ def observe(target: Target, cfg: LikelihoodConfig, n_models: int, executor: Exec
     """Train (or reuse from ``target.cache``) ``n_models`` references and probe them and the target."""
     probe = make_probe(target, cfg)
     n = len(target.data.pool)
+    check_trained(cfg, n_models)
     trained = n_models if cfg.trained_references is None else cfg.trained_references
-    if trained < n_models:
-        raise ConfigError(f"trained_references: {trained} references cannot serve an attack that uses {n_models}; "
-                          f"set it to at least {n_models}")
     design = () if cfg.trained_references is None else ("paired",)
     key = ("references", trained, *design, probe.key)
     cached = target.cache.get(key)

@@ -45,7 +45,7 @@ from scipy.special import expit
 
 from privaudit.attacks.base import Attack, Target, pool_membership
 from privaudit.attacks.executor import Executor
-from privaudit.attacks.references import LikelihoodConfig, choose, observe, others_mean
+from privaudit.attacks.references import LikelihoodConfig, check_trained, choose, observe, others_mean
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError, one_of
 
@@ -214,6 +214,7 @@ class RMIAConfig(LikelihoodConfig):
         super().validate()
         if self.reference_models < 2 or self.reference_models % 2:
             raise ConfigError(f"reference_models: must be an even number >= 2, got {self.reference_models!r}")
+        check_trained(self, self.reference_models)
         if not self.gamma > 0:
             raise ConfigError(f"gamma: must be > 0, got {self.gamma!r}")
         if self.signal_temperature is not None and not self.signal_temperature > 0:

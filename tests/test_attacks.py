@@ -123,7 +123,7 @@ def test_paired_references_serve_every_even_count_from_one_training(classifier, 
     assert np.array_equal(keep[0], ~keep[1]) and np.array_equal(keep[2], ~keep[3])
     assert four.counts["n_in_per_candidate"] == 2 and check_pool_result(four, digits)["auc"] > 0.5
     with pytest.raises(ConfigError, match="trained_references: 2 references cannot serve an attack that uses 4"):
-        make_attack("lira", shadow_models=4, trained_references=2).run(classifier)
+        make_attack("lira", shadow_models=4, trained_references=2)  # refused when configured, before any training
     with pytest.raises(ConfigError, match="trained_references: must be an even number"):
         make_attack("rmia", trained_references=3)
 
