@@ -66,6 +66,8 @@ def tiny_leakage(tmp_path_factory):
     return root / "run", measure_leakage(root / "run")
 
 
+@pytest.mark.slow  # the tiny leakage run (about 8 s); the default run recomputes the committed reference from its
+# committed scores (below) and checks the committed page is its render (test_benchmark.py)
 def test_every_attack_is_measured_from_its_scores_and_the_scores_recompute_the_page(tiny_leakage):
     from privaudit.attacks import metrics
     from privaudit.audit.benchmark.leakage import export_scores
@@ -92,6 +94,8 @@ def test_every_attack_is_measured_from_its_scores_and_the_scores_recompute_the_p
             assert round(metrics.tpr_at_fpr(scores, m, 0.01) * m.sum()) == row["tp"]["0.01"]
 
 
+@pytest.mark.slow  # the tiny leakage run (about 8 s); the default run recomputes the committed reference from its
+# committed scores (below) and checks the committed page is its render (test_benchmark.py)
 def test_the_leakage_sections_render_with_exact_intervals_and_the_gate(tiny_leakage):
     from privaudit.audit.benchmark.leakage import tpr_interval
     from privaudit.audit.benchmark.leakage_page import leakage_lines, offline_comparison
