@@ -24,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "reports" / "reference" / "benchmark-fashion-mnist" / "benchmark.json"
 LEAKAGE = ROOT / "reports" / "reference" / "benchmark-fashion-mnist-leakage" / "leakage.json"
 WHITEBOX = ROOT / "reports" / "reference" / "benchmark-fashion-mnist-whitebox" / "whitebox.json"
+#: DPCL's similarity reach on the white-box cells (scripts/similarity_reach.py), shown in the white-box section
+REACH = WHITEBOX.parent / "similarity_reach.json"
 PAGE = ROOT / "docs" / "benchmark.md"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -67,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             result["commit"] = args.commit
         save_reference(REFERENCE, result)
     side = [json.loads(p.read_text(encoding="utf-8")) if p.is_file() else None for p in (LEAKAGE, WHITEBOX)]
+    if side[1] is not None and REACH.is_file():
+        side[1]["similarity_reach"] = json.loads(REACH.read_text(encoding="utf-8"))
     return write_or_check(PAGE, render(json.loads(REFERENCE.read_text(encoding="utf-8")), *side), args.check)
 
 

@@ -235,4 +235,36 @@ def whitebox_lines(whitebox: Mapping[str, Any]) -> list[str]:
     if missing:
         lines += [f"Not run ({len(missing)} cells, so the gate fails: it judges the whole suite): "
                   f"{', '.join(f'`{m}`' for m in missing)}.", ""]
+    if whitebox.get("similarity_reach"):
+        lines += reach_lines(whitebox["similarity_reach"], {(r["label"], r["target_epsilon"]): r for r in rows})
     return lines
+
+
+def reach_lines(reach: Mapping[str, Any], bounds: Mapping[tuple[str, float], Mapping[str, Any]]) -> list[str]:
+    """DPCL's similarity reach (audit/benchmark/similarity_reach.py): the epsilon any canary can attain on the cell's
+    data, beside the claim and the white-box bound, so the bound's shortfall is split into the data's and ours."""
+    lines = ["### DPCL: what a canary can attain on this data", "",
+             "How far one replaced example can move DPCL's similarity matrix in a batch, as a fraction of Thm. 1's "
+             "sensitivity (the reach: at most sqrt((lambda + 1/2) / (2|B| - 1)), lambda the top eigenvalue of the "
+             "other rows' Gram matrix, attained to sqrt(lambda / (2|B| - 1)) by a witness), the largest over "
+             f"{reach['cells'][0]['batches'] if reach.get('cells') else 0} batches of the cell's training images "
+             "(`scripts/similarity_reach.py`). The similarity release is then a Gaussian of noise multiplier z_S / "
+             "reach for any canary, crafted or not: the epsilon attainable is the claim's event at that multiplier.",
+             "", "| cell | reach at the init | reach after training | claim (PLD) | attainable after training "
+             "(PLD) | attainable / claim | gradient share | white-box bound / attainable |",
+             "|---|---|---|---|---|---|---|---|"]
+    for c in reach.get("cells", []):
+        label, eps = c["id"].split("/")[1], c["target_epsilon"]
+        bound = bounds.get((label, eps), {}).get("eps_lower_bound")
+        att = c["trained"]["attainable_epsilon"]
+        lines.append(f"| {label} at {eps:g} | {c['init']['ceiling_max']:.3f} | {c['trained']['ceiling_max']:.3f} | "
+                     f"{c['claim']:.3f} | {att:.3f} | {att / c['claim']:.3f} | {c['gradient_share']:.3f} | "
+                     f"{'-' if bound is None else f'{bound / att:.3f}'} |")
+    fractions = [c["trained"]["attainable_epsilon"] / c["claim"] for c in reach.get("cells", [])]
+    if fractions:
+        lines += ["", f"A canary can attain {min(fractions):.3f} to {max(fractions):.3f} of the claim on this data "
+                  "(the rest of the claim is out of any canary's reach here: the similarity noise is calibrated to "
+                  "batches of collinear rows). The bound's shortfall below the attainable epsilon is the instrument's: "
+                  "the gradient canaries observe the gradient release, not the noised similarity matrix released "
+                  "beside it; an instrument that observes both on one canary's coin is not built."]
+    return lines + [""]
