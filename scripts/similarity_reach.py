@@ -45,9 +45,18 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"similarity_reach: {exc}", file=sys.stderr)
         return 2
-    atomic_write_json(args.out, {"suite": Path(args.suite).name, "version": __version__, "cells": rows})
+    atomic_write_json(args.out, {"suite": Path(args.suite).name, "version": __version__, "commit": _commit(),
+                                 "cells": rows})
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
+
+
+def _commit() -> str | None:
+    """The checkout's commit (None outside a git checkout)."""
+    import subprocess
+
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 if __name__ == "__main__":

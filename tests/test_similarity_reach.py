@@ -98,7 +98,7 @@ def test_each_batch_leaves_the_first_example_out_and_the_page_divides_by_what_is
     s = summary(rows)
     assert s["ceiling_max"] == max(r["ceiling"] for r in rows) and s["witness_mean"] <= s["ceiling_mean"]
     cell = {"id": "fashion-mnist/dpcl-simclr/eps=1/seed=0", "target_epsilon": 1.0, "batches": 3, "claim": 1.0,
-            "gradient_share": 0.3, "init": {"ceiling_max": 0.95}, "trained": {"ceiling_max": 0.9,
+            "gradient_share": 0.3, "init": {"ceiling_max": 0.95, "attainable_epsilon": 0.7}, "trained": {"ceiling_max": 0.9,
                                                                               "attainable_epsilon": 0.8}}
     page = "\n".join(reach_lines({"cells": [cell]}, {("dpcl-simclr", 1.0): {"eps_lower_bound": 0.3}}))
     assert "| dpcl-simclr at 1 | 0.950 | 0.900 | 1.000 | 0.800 | 0.800 | 0.300 | 0.375 |" in page

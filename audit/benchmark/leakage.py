@@ -78,6 +78,8 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
     """The leakage reference of the run in ``run`` (module docstring); a ConfigError when it has no attack."""
     run = Path(run)
     report = load_report(run)
+    timings = read_json(run / "timings.json") if (run / "timings.json").is_file() else {}
+    stages = timings.get("cells") or {}
     cells = []
     for record in report["cells"]:
         private = record.get("target_epsilon") is not None
@@ -88,11 +90,13 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
                       "utility": record.get("utility") or {}, "gate": gate.get("status"),
                       "steps": (record.get("details") or {}).get("steps"),
                       "comparisons": [{k: c.get(k) for k in COMPARISON_KEYS} for c in gate.get("comparisons") or []],
-                      "attacks": attacks})
+                      "attacks": attacks,
+                      # the next run's progress priors (the suite's `timings` names this reference)
+                      "stage_seconds": {k: v for k, v in (stages.get(record["id"]) or {}).items()
+                                        if isinstance(v, (int, float))}})
     if not any(c["attacks"] for c in cells):
         raise ConfigError(f"{run}: no attack result under cells/*/attacks; run suites/benchmark-fashion-mnist-"
                           "leakage.toml")
-    timings = read_json(run / "timings.json") if (run / "timings.json").is_file() else {}
     return {"suite": report["suite"]["name"], "commit": report.get("git_commit"), "version": report["version"],
             "device": report["device"], "gate": (report.get("gate") or {}).get("status"),
             "gate_reasons": list((report.get("gate") or {}).get("reasons") or []),

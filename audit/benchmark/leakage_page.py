@@ -240,6 +240,12 @@ def whitebox_lines(whitebox: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def attainable(cell: Mapping[str, Any]) -> float:
+    """The epsilon a canary can attain in a DPCL cell: at the larger of the init's and the trained model's reach (the
+    run passes from one to the other)."""
+    return max(cell["init"]["attainable_epsilon"], cell["trained"]["attainable_epsilon"])
+
+
 def reach_lines(reach: Mapping[str, Any], bounds: Mapping[tuple[str, float], Mapping[str, Any]]) -> list[str]:
     """DPCL's similarity reach (audit/benchmark/similarity_reach.py): the epsilon any canary can attain on the cell's
     data, beside the claim and the white-box bound, so the bound's shortfall is split into the data's and ours."""
@@ -250,17 +256,17 @@ def reach_lines(reach: Mapping[str, Any], bounds: Mapping[tuple[str, float], Map
              f"{reach['cells'][0]['batches'] if reach.get('cells') else 0} batches of the cell's training images "
              "(`scripts/similarity_reach.py`). The similarity release is then a Gaussian of noise multiplier z_S / "
              "reach for any canary, crafted or not: the epsilon attainable is the claim's event at that multiplier.",
-             "", "| cell | reach at the init | reach after training | claim (PLD) | attainable after training "
-             "(PLD) | attainable / claim | gradient share | white-box bound / attainable |",
+             "", "| cell | reach at the init | reach after training | claim (PLD) | attainable (PLD, the larger "
+             "reach's) | attainable / claim | gradient share | white-box bound / attainable |",
              "|---|---|---|---|---|---|---|---|"]
     for c in reach.get("cells", []):
         label, eps = c["id"].split("/")[1], c["target_epsilon"]
         bound = bounds.get((label, eps), {}).get("eps_lower_bound")
-        att = c["trained"]["attainable_epsilon"]
+        att = attainable(c)
         lines.append(f"| {label} at {eps:g} | {c['init']['ceiling_max']:.3f} | {c['trained']['ceiling_max']:.3f} | "
                      f"{c['claim']:.3f} | {att:.3f} | {att / c['claim']:.3f} | {c['gradient_share']:.3f} | "
                      f"{'-' if bound is None else f'{bound / att:.3f}'} |")
-    fractions = [c["trained"]["attainable_epsilon"] / c["claim"] for c in reach.get("cells", [])]
+    fractions = [attainable(c) / c["claim"] for c in reach.get("cells", [])]
     if fractions:
         lines += ["", f"A canary can attain {min(fractions):.3f} to {max(fractions):.3f} of the claim on this data "
                   "(the rest of the claim is out of any canary's reach here: the similarity noise is calibrated to "
