@@ -32,16 +32,7 @@ def test_full_parser_has_every_command():
     assert all(callable(sub.choices[n].get_default("func")) for n in COMMANDS)
 
 
-def _imports_after(argv: list[str]) -> dict[str, bool]:
-    code = ("import sys, contextlib, io\nfrom privaudit.audit.cli import main\n"
-            f"with contextlib.redirect_stdout(io.StringIO()): code = main({argv!r})\n"
-            "print(code, int('torch' in sys.modules), int('opacus' in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": ""}).stdout.split()
-    return {"code": int(out[0]), "torch": out[1] == "1", "opacus": out[2] == "1"}
-
-
-@pytest.mark.parametrize("argv", [
+ACCOUNTANT_COMMANDS = [
     ["epsilon", "--noise-multiplier", "1", "--steps", "100", "--sample-rate", "0.01", "--delta", "1e-5",
      "--accountant", "rdp"],
     ["epsilon", "--noise-multiplier", "1", "--steps", "100", "--sample-rate", "0.01", "--delta", "1e-5",
@@ -49,16 +40,40 @@ def _imports_after(argv: list[str]) -> dict[str, bool]:
     ["calibrate", "--target-epsilon", "2", "--steps", "100", "--sample-rate", "0.01", "--delta", "1e-5",
      "--accountant", "rdp"],
     ["claims", "--id", "fedemb-tab1-ftrl-rho", "--json"],  # PRV does not apply to tree aggregation
-])
-def test_accountant_commands_do_not_import_torch(argv):
-    result = _imports_after(argv)
-    assert result == {"code": 0, "torch": False, "opacus": False}
+]
+PRV = ["epsilon", "--noise-multiplier", "1", "--steps", "10", "--sample-rate", "0.01", "--delta", "1e-5",
+       "--accountant", "prv"]
 
 
-def test_prv_imports_opacus_only_when_asked():
-    result = _imports_after(["epsilon", "--noise-multiplier", "1", "--steps", "10", "--sample-rate", "0.01",
-                             "--delta", "1e-5", "--accountant", "prv"])
-    assert result["code"] == 0 and result["opacus"]
+def _imports_after(commands: list[list[str]]) -> list[dict[str, bool]]:
+    """Run ``commands`` one after another in one fresh interpreter; after each, its exit code and whether torch and
+    Opacus are imported (by it or by a command before it: a module once imported stays imported)."""
+    code = ("import sys, contextlib, io\nfrom privaudit.audit.cli import main\n"
+            f"for argv in {commands!r}:\n"
+            "    with contextlib.redirect_stdout(io.StringIO()): code = main(argv)\n"
+            "    print(code, int('torch' in sys.modules), int('opacus' in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
+                         env={"PYTHONPATH": str(ROOT), "PATH": ""}).stdout.splitlines()
+    assert len(out) == len(commands), out
+    return [{"code": int(w[0]), "torch": w[1] == "1", "opacus": w[2] == "1"} for w in map(str.split, out)]
+
+
+@pytest.fixture(scope="module")
+def imports_after():
+    """The accountant commands, then PRV's, in one interpreter (one start instead of five): a command that imports
+    torch fails its own case and every later one; PRV runs last, so Opacus is found imported after it only if it
+    imported it itself."""
+    return _imports_after(ACCOUNTANT_COMMANDS + [PRV])
+
+
+@pytest.mark.parametrize("index", range(len(ACCOUNTANT_COMMANDS)), ids=[f"argv{i}" for i in range(4)])
+def test_accountant_commands_do_not_import_torch(imports_after, index):
+    assert imports_after[index] == {"code": 0, "torch": False, "opacus": False}, ACCOUNTANT_COMMANDS[index]
+
+
+def test_prv_imports_opacus_only_when_asked(imports_after):
+    assert all(not r["opacus"] for r in imports_after[:-1])  # not before PRV asked for it
+    assert imports_after[-1]["code"] == 0 and imports_after[-1]["opacus"]
 
 
 def test_every_command_shows_two_examples_in_its_help(capsys):

@@ -24,6 +24,7 @@ from privaudit.audit.run.lock import output_lock
 from privaudit.audit.run.workers import worker_pool
 from privaudit.core.io import read_json
 from test_resume_integrity import IDS, THREE, comparable
+from worker_probes import lock_seen_by_worker
 
 ROOT = Path(__file__).resolve().parents[1]
 LINUX = sys.platform.startswith("linux") and Path("/proc/self/environ").exists()
@@ -173,25 +174,13 @@ def test_sigterm_raises_terminated_while_a_command_runs_and_an_ignored_hangup_st
 
 
 # -- the workers ---------------------------------------------------------------------------------------------------
-def _lock_seen_by_worker(lock_path: str) -> tuple[bool, bool]:
-    """In a worker: whether it holds a descriptor of the lock file, and whether that descriptor holds the lock
-    (taking it again on the same open file succeeds; any other open file would be refused)."""
-    import fcntl
-
-    from privaudit.audit.run import workers
-
-    fd = workers.HELD_LOCK_FD
-    same = fd is not None and os.path.samestat(os.fstat(fd), os.stat(lock_path))
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError unless this is the run's own open file
-    return same, True
-
-
 def test_workers_hold_the_runs_lock(tmp_path):
-    """A worker shares the lock's open file: the directory stays locked until the last worker is gone."""
+    """A worker shares the lock's open file: the directory stays locked until the last worker is gone. (The task
+    lives in tests/worker_probes.py: unpickling it in the spawned worker imports no torch.)"""
     import fcntl
 
     with output_lock(tmp_path) as lock, worker_pool(1, lock.fd) as pool:
-        assert pool.submit(_lock_seen_by_worker, str(lock.path)).result(timeout=120) == (True, True)
+        assert pool.submit(lock_seen_by_worker, str(lock.path)).result(timeout=120) == (True, True)
         other = os.open(lock.path, os.O_RDWR)
         try:
             with pytest.raises(BlockingIOError):

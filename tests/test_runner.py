@@ -152,7 +152,7 @@ NOT_RUN = "cell {}: no result (it has not run in this output directory); the gat
 def test_planted_leaky_defense_fails_the_gate_naming_the_cell(tmp_path, capsys):
     path = tmp_path / "leaky.toml"
     path.write_text(LEAKY.format(out=tmp_path / "out"))
-    assert main(["run", str(path), "--quiet"]) == 1
+    assert main(["run", str(path), "--quiet", "--jobs", "1"]) == 1
     stdout = capsys.readouterr().out
     report = read_json(tmp_path / "out" / "report.json")
     assert report["gate"]["status"] == "fail"
