@@ -166,7 +166,7 @@ def test_one_run_canary_audit(classifier, digits):
 
 def test_multi_run_canary_audit_and_plugin_fallback(digits):
     SequentialSupervised.fits = 0
-    target = Target(None, digits, "test_attacks:SequentialSupervised", TINY_CLASSIFIER, seed=1)
+    target = Target(None, digits, "test_attacks:SequentialSupervised", {**TINY_CLASSIFIER, "epochs": 2}, seed=1)
     result = make_attack("canary", mode="multi-run", runs=4, kind="mislabel").run(target)
     assert SequentialSupervised.fits == 8  # no fit_many: one fit per run
     assert result.membership.tolist() == [True, False] * 4

@@ -144,11 +144,13 @@ def test_bound_is_the_epsilon_of_its_rejected_scale(z_true):
 
 
 def test_catches_an_under_noised_mechanism():
-    """Claim z = 2 while the run adds a third of that noise: the claim is refuted in most seeds."""
+    """Claim z = 2 while the run adds a third of that noise: the claim is refuted in every one of 5 seeds (measured:
+    1.92-2.79 times the claim's epsilon; 1.92-2.79 over 10 seeds too). A mechanism that refutes with probability
+    0.9 passes this with probability 0.59 (at least 9 of 10 seeds, the earlier form: 0.74)."""
     ev = event(2.0)
     eps = claim_epsilon(ev)
-    results = [_trial(seed, 2.0 / 3, 2.0, 4000, 200) for seed in range(10)]
-    assert sum(e > eps for e, _ in results) >= 9
+    results = [_trial(seed, 2.0 / 3, 2.0, 4000, 200) for seed in range(5)]
+    assert sum(e > eps for e, _ in results) == 5
     assert all(r for e, r in results if e > eps)
 
 
@@ -163,10 +165,11 @@ def test_gate_recomputes_and_compares_the_mechanism_bound():
     assert family_bound(d, 1) == pytest.approx(b.epsilon)
     rungs = b.counts["ladder"]
     assert [c["k"] for c in rungs] == [80, 320, 1280]
-    assert family_bound(d, 10) == pytest.approx(max(
+    at_ten = family_bound(d, 10)
+    assert at_ten == pytest.approx(max(
         mechanism_epsilon(4000, c["r"], c["v"], event(0.8), "add-remove", beta=BETA / 30, delta=DELTA)[0]
         for c in rungs))
-    assert family_bound(d, 10) <= b.epsilon
+    assert at_ten <= b.epsilon
     cell = make_cell_record(claim=make_claim(delta=DELTA), epsilon={"pld": 9.0})
     anyb = {"method": "one-run-best", "relation": "add-remove", "unit": "example", "delta": DELTA, "confidence": 0.95,
             "counts": {}}

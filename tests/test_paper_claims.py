@@ -74,13 +74,13 @@ def test_fedemb_emnist_is_not_reproduced_by_its_stated_accountant_but_by_the_sup
 
 
 def test_dp_ftrl_numbers_reproduce():
-    check = check_claim(CLAIMS["fedemb-tab1-ftrl-rho"])
+    check = checked("fedemb-tab1-ftrl-rho")
     assert check.verdict == "reproduced" and round(check.value, 2) == 1.28
     assert round(check.epsilons["tree"].epsilon, 2) == 9.67
 
 
 def test_dpgcl_table9_rows_are_optimistic_or_conservative():
-    imagenet = check_claim(CLAIMS["dpgcl-imagenet"])
+    imagenet = checked("dpgcl-imagenet")
     assert imagenet.verdict == "conservative" and imagenet.value < 5
     cifar = check_claim(CLAIMS["dpgcl-cifar-10"])
     assert cifar.verdict == "optimistic" and cifar.recipe_verdict == "not reproduced"
@@ -91,7 +91,7 @@ def test_dpgcl_table9_rows_are_optimistic_or_conservative():
 
 
 def test_logit_dp_corollary_drops_a_factor_two():
-    check = check_claim(CLAIMS["logit-cor44"])
+    check = checked("logit-cor44")
     assert check.recipe_verdict == "not reproduced"
     assert check.recipe_value / float(check.claim.stated) == pytest.approx(2 ** 0.5, rel=1e-4)
     assert check.verdict == "optimistic"  # exact Gaussian epsilon exceeds the corollary's

@@ -197,11 +197,12 @@ def test_pooled_form_sound_with_power_and_an_inflated_variant_fails(cell):
     seeds = runs_for_power(BETA)
     rng = np.random.default_rng(5)
     counts = paired_counts(rng, seeds, z, per_side)
-    for beta in (BETA, BETA / 25):
-        mu = mu_lower_pooled(*counts, beta=beta)
-        assert mu.shape == (seeds,) and over_claims_acceptably(int(np.sum(mu > 1.0 / z)), seeds, beta)
-    assert not over_claims_acceptably(int(np.sum(1.1 * mu_lower_pooled(*counts, beta=BETA) > 1.0 / z)), seeds)
-    mu = mu_lower_pooled(*counts, beta=BETA)  # the shared check of every gated bound (tests/soundness.py)
+    mu = {beta: mu_lower_pooled(*counts, beta=beta) for beta in (BETA, BETA / 25)}
+    for beta, values in mu.items():
+        assert values.shape == (seeds,) and over_claims_acceptably(int(np.sum(values > 1.0 / z)), seeds, beta)
+    mu = mu[BETA]
+    assert not over_claims_acceptably(int(np.sum(1.1 * mu > 1.0 / z)), seeds)
+    # the shared check of every gated bound (tests/soundness.py)
     assert_sound(f"pooled trajectory form, {cell}", mu, 1.0 / z, BETA, min_power=TARGET_POWER)
     assert_planted_rejected(f"pooled trajectory form, {cell}", mu, 1.0 / z, BETA)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize, special
 
 from privaudit.attacks.bounds.multi_run import cp_upper_vec
 from privaudit.core.errors import check_probability
@@ -44,7 +44,9 @@ def error_floor(mu: float, w: float) -> float:
     if not math.isfinite(mu):
         return 0.0
     t = mu / 2 + math.log(w / (1 - w)) / mu
-    return float(w * stats.norm.sf(t) + (1 - w) * stats.norm.cdf(t - mu))
+    # special.ndtr is Phi: stats.norm.sf(t) / cdf(t) evaluate ndtr(-t) / ndtr(t), bit for bit, after their per-call
+    # argument handling (about a thousand times the cost of ndtr on a scalar, in the loop of mu_lower_pooled)
+    return float(w * special.ndtr(-t) + (1 - w) * special.ndtr(t - mu))
 
 
 def mu_from_error(r: float, w: float) -> float:
