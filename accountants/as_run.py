@@ -215,8 +215,10 @@ def _overlap_mismatch(overlaps: Sequence[int], expected: float, p: float, law: s
 def _poisson_size_findings(sizes: Sequence[int], n: int, q: float, alpha: float) -> list[TraceMismatch]:
     """Each step's drawn size and their total against Binomial(n, q), two-sided."""
     out, steps = [], len(sizes)
+    drawn = np.asarray(sizes, dtype=np.float64)
+    lower, upper = stats.binom.cdf(drawn, n, q), stats.binom.sf(drawn - 1, n, q)  # every step at once
     for t, b in enumerate(sizes):
-        p = two_sided(float(stats.binom.cdf(b, n, q)), float(stats.binom.sf(b - 1, n, q)))
+        p = two_sided(float(lower[t]), float(upper[t]))
         if p < alpha * SAMPLING_SHARE["per-step"] / steps:
             out.append(TraceMismatch(t + 1, "batch_size", n * q, b,
                                      f"step {t + 1}: batch of {b} of {n} units; the claimed rate {q:.6g} gives "

@@ -153,12 +153,10 @@ def _noise_checks(trace: TrainingTrace, alpha: float) -> list[TraceMismatch]:
     """Each step's realised noise norm against chi^2_d at its recorded std (lower tail, ``alpha`` / (2 T): the trace's
     alpha / (4 T))."""
     out, level = [], alpha / (2 * max(1, trace.steps))
-    for t in range(trace.steps):
-        row = trace.step(t)
-        norm, std = row["noise_norm"], float(row["noise_std"])
-        if norm is None or std <= 0 or trace.dim < 1:
-            continue
-        p = float(stats.chi2.cdf((float(norm) / std) ** 2, trace.dim))
+    rows = [(t, r["noise_norm"], float(r["noise_std"])) for t, r in enumerate(map(trace.step, range(trace.steps)))]
+    read = [(t, norm, std) for t, norm, std in rows if not (norm is None or std <= 0 or trace.dim < 1)]
+    cdf = stats.chi2.cdf([(float(norm) / std) ** 2 for _, norm, std in read], trace.dim) if read else []  # at once
+    for (t, norm, std), p in zip(read, map(float, cdf)):
         if p < level:
             out.append(TraceMismatch(t + 1, "noise_norm", std * trace.dim ** 0.5, norm,
                                      f"step {t + 1}: the noise added has norm {float(norm):.6g}, about "

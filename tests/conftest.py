@@ -81,3 +81,25 @@ def short_recipe(monkeypatch):
     opacus_recipe.noise_multiplier.cache_clear()
     yield
     opacus_recipe.noise_multiplier.cache_clear()
+
+
+_OPACUS_RDP: dict[str, object] = {}
+
+
+@pytest.fixture(scope="module")
+def opacus_rdp_memo():
+    """Opacus' RDP of one (sample rate, noise multiplier, order) computed once per process: the recipes' calibration
+    (``get_noise_multiplier``'s bisection) and the PRV accountant's domain recompute the same orders at the same
+    multipliers in every audit (seconds each at the recipes' small multipliers). The function is pure (floats in,
+    a float out), so its cached values are the values; restored when the module's tests end."""
+    import functools
+
+    from opacus.accountants.analysis import rdp
+
+    original = rdp._compute_rdp
+    cached = _OPACUS_RDP.get("cached")
+    if cached is None or cached.__wrapped__ is not original:
+        cached = _OPACUS_RDP["cached"] = functools.lru_cache(maxsize=None)(original)
+    rdp._compute_rdp = cached
+    yield
+    rdp._compute_rdp = original

@@ -21,7 +21,7 @@ from junit_check import read_junit  # noqa: E402
 from training_audit_helpers import audit_recipe  # noqa: E402
 
 
-pytestmark = pytest.mark.usefixtures("short_recipe")
+pytestmark = pytest.mark.usefixtures("short_recipe", "opacus_rdp_memo")
 
 
 def audit(members: Path, train: str, **kw):

@@ -20,6 +20,8 @@ sys.path.insert(0, str(ROOT / "examples"))
 
 from training_audit_helpers import audit_recipe  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("opacus_rdp_memo")
+
 
 @pytest.fixture(autouse=True)
 def _short_loop(monkeypatch):
@@ -30,7 +32,6 @@ def _short_loop(monkeypatch):
     plain_dp_loop.noise_multiplier.cache_clear()
     yield
     plain_dp_loop.noise_multiplier.cache_clear()
-
 
 
 def audit(members: Path, train: str, **kw):

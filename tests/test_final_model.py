@@ -56,7 +56,7 @@ FIGURES = ROOT / "reports" / "reference" / "final-model" / "figures.json"
 
 
 @pytest.fixture()
-def opacus_user(tmp_path, monkeypatch):
+def opacus_user(tmp_path, monkeypatch, opacus_rdp_memo):
     """The README's user (examples/opacus_audit.py): their split, and the recipe module to patch."""
     import sys
 

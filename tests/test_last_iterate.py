@@ -67,13 +67,14 @@ def test_more_steps_can_hide_the_target_better():
 
 @pytest.mark.parametrize("eps", [0.5, 2.0])
 def test_divergences_match_direct_integration(eps):
-    """Both hockey-stick divergences of P = Bin(T, q) + N(0, T z^2) and Q = N(0, T z^2), integrated on a grid."""
+    """Both hockey-stick divergences of P = Bin(T, q) + N(0, T z^2) and Q = N(0, T z^2), integrated on a grid (100,001
+    points: the Riemann sums' own error is at most 5e-8 relative at both epsilons, against 4e-10 at 400,001)."""
     from scipy.stats import binom, norm
 
     q, z, t = 0.05, 1.2, 300
     got = last_iterate_delta(LastIteratePair(q, z, t), eps)
     s = z * math.sqrt(t)
-    x = np.linspace(-12 * s, t * q + 14 * s, 400_001)
+    x = np.linspace(-12 * s, t * q + 14 * s, 100_001)
     k = np.arange(0, 60)
     p = (binom.pmf(k, t, q)[:, None] * norm.pdf(x[None, :], loc=k[:, None], scale=s)).sum(axis=0)
     qd = norm.pdf(x, scale=s)

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 from training_audit_helpers import audit_recipe  # noqa: E402
 
 
-pytestmark = pytest.mark.usefixtures("short_recipe")
+pytestmark = pytest.mark.usefixtures("short_recipe", "opacus_rdp_memo")
 
 
 def _watched(plant: str, members: Path):
