@@ -178,3 +178,18 @@ def test_the_committed_leakage_reference_recomputes_from_its_committed_scores():
         np.load(directory / "scores" / "fashion-mnist__supervised__seed=0.npz")["membership"]
     scores[np.flatnonzero(m)[np.argmax(scores[m])]] = scores.min() - 1.0  # the top member sent to the bottom
     assert metrics.auc(scores, m) < supervised["attacks"]["rmia-16"]["tests"]["online"]["auc"]
+
+
+@pytest.mark.parametrize("path", [LEAKAGE, WHITEBOX], ids=["leakage", "whitebox"])
+def test_each_side_suite_s_reference_gives_every_cell_its_progress_priors(path):
+    """The suite's `timings` is its committed reference, which holds every cell's measured stages (the progress line
+    estimates from them, not from the generic priors that read minutes of training as seconds)."""
+    from privaudit.audit.run.stage_costs import measured_priors
+    from privaudit.audit.suite.load import parse_suite
+
+    suite = parse_suite(_toml(path), str(path), machine_checks=False)
+    priors = measured_priors(ROOT / suite.timings)
+    missing = [c.id for c in suite.cells() if priors.get(c.id, {}).get("train", 0) <= 0]
+    assert not missing, f"{suite.timings} has no train time for {missing}"
+    for cell in suite.cells():
+        assert {a.label for a in cell.attacks} <= set(priors[cell.id]), cell.id

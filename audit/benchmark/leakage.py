@@ -45,6 +45,18 @@ def attack_dirs(run: Path, record: Mapping[str, Any]) -> dict[str, Path]:
     return out
 
 
+def cell_stages(run: Path, record: Mapping[str, Any], timings: Mapping[str, Any]) -> dict[str, float]:
+    """A cell's measured seconds per stage: its own ``timings.json`` (beside its attacks; a cell an earlier run left
+    to a resumed one keeps it), else the run's."""
+    stages = (timings.get("cells") or {}).get(record["id"]) or {}
+    for d in attack_dirs(run, record).values():
+        own = d.parent.parent / "timings.json"
+        if own.is_file():
+            stages = read_json(own)
+            break
+    return {k: float(v) for k, v in stages.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def roc_row(scores: np.ndarray, membership: np.ndarray) -> dict[str, Any]:
     """AUC and, at each FPR of :data:`FPRS`, the members caught (``tp``) out of ``n_members``."""
     m = np.asarray(membership, dtype=bool)
@@ -79,7 +91,6 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
     run = Path(run)
     report = load_report(run)
     timings = read_json(run / "timings.json") if (run / "timings.json").is_file() else {}
-    stages = timings.get("cells") or {}
     cells = []
     for record in report["cells"]:
         private = record.get("target_epsilon") is not None
@@ -92,8 +103,7 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
                       "comparisons": [{k: c.get(k) for k in COMPARISON_KEYS} for c in gate.get("comparisons") or []],
                       "attacks": attacks,
                       # the next run's progress priors (the suite's `timings` names this reference)
-                      "stage_seconds": {k: v for k, v in (stages.get(record["id"]) or {}).items()
-                                        if isinstance(v, (int, float))}})
+                      "stage_seconds": cell_stages(run, record, timings)})
     if not any(c["attacks"] for c in cells):
         raise ConfigError(f"{run}: no attack result under cells/*/attacks; run suites/benchmark-fashion-mnist-"
                           "leakage.toml")
