@@ -497,3 +497,39 @@ def test_float64_laplace_release_leaks_through_its_last_bits():
                                         torch.Generator().manual_seed(0))
         bounds[mech] = step_bounds(out, inn, alpha=ALPHA, delta=0.0, seed=0).epsilon_lower
     assert bounds["laplace"] > eps + 0.1 and bounds["logistic"] < eps
+
+
+def test_a_trained_step_is_audited_through_the_engine_its_training_ran(digits, monkeypatch):
+    """A cell's claim checks audit its trained DP-SGD step with the per-unit engine training used (layerwise where it
+    applies), never vmap (30 times slower on DP-SGD's dense term units at the benchmark's batch of 256): the pairs'
+    values are vmap's to float32 rounding."""
+    from types import SimpleNamespace
+
+    import privaudit.defenses.dp.gradients as gradients
+    from privaudit.attacks.shadow_models import resolve_defense
+    from privaudit.audit.step import audit as step_audit
+    from privaudit.defenses.base import Budget
+
+    params = {"epochs": 1, "batch_size": 64, "init": "random"}
+    trained = resolve_defense("dpsgd", params).fit(digits, Budget(target_epsilon=8.0, delta=1e-5), 0, progress=False)
+    z = step_audit.trained_multipliers(trained.claim, trained.extras["trace"])
+    request = step_audit.StepRequest(dict(params), 8.0, None, 1e-5, 1000, ("extreme",), 0.05, 0, "projected", "digits",
+                                     step_audit.DEFAULT_WITNESS_EVALUATIONS, None)
+    diffs = {}
+    for engine in (None, "auto"):
+        audit = step_audit._GradientAudit("dpsgd", SimpleNamespace(data=digits), request, z=z, engine=engine)
+        audit._model, _ = step_audit.trained_model(audit.defense, trained, digits, 0)
+        step, xa, xb, seed, _ = audit.inputs("extreme")
+        ga, gb, _ = step.outputs(xa, xb, seed)
+        diffs[engine] = (ga - gb).double()
+    assert float((diffs[None] - diffs["auto"]).norm()) <= 1e-4 * float(diffs[None].norm())
+    assert float((diffs[None] - diffs["auto"]).norm()) > 0  # two engines, two roundings: the override took effect
+
+    def no_vmap(*args, **kwargs):
+        raise AssertionError("the trained step's audit ran through vmap")
+
+    monkeypatch.setattr(gradients, "_vmap_clipped_sum", no_vmap)
+    result = step_audit.audit_trained_step("dpsgd", params, trained, digits, target_epsilon=8.0, delta=1e-5,
+                                           draws=2000, seed=0)
+    assert [p["pair"] for p in result.to_dict()["pairs"]] == ["canary", "extreme"]
+    assert all("error" not in p for p in result.to_dict()["pairs"]), result.to_dict()["pairs"]

@@ -98,7 +98,8 @@ def pair_choices(pair: str) -> tuple[str, ...]:
 class _Step:
     """One defense instance with its model and noise: evaluates the pre-noise step on a batch."""
 
-    def __init__(self, defense: Any, data: Any, model: torch.nn.Module, z_actual: float, seed: int):
+    def __init__(self, defense: Any, data: Any, model: torch.nn.Module, z_actual: float, seed: int,
+                 engine: str | None = None):
         from privaudit.defenses.dp.accounting import noise_multipliers
 
         self.defense, self.data, self.model = defense, data, model
@@ -107,7 +108,8 @@ class _Step:
         self.multipliers = noise_multipliers(self.mechanisms, z_actual)
         self.sensitivity = float(self.mechanisms[0].sensitivity)
         self.sigma = float(z_actual) * self.sensitivity
-        self.factory = defense.quantity_function(data, model, noise_multiplier=z_actual, seed=seed)
+        self.factory = defense.quantity_function(data, model, noise_multiplier=z_actual, seed=seed,
+                                                 **({"engine": engine} if engine else {}))
         self.pinned = PINNED.get(defense.name, {}) if self._noised() else {}
 
     def _noised(self) -> bool:
@@ -288,9 +290,11 @@ class _GradientAudit:
     once, for the canary and extreme pairs) and one row per pair."""
 
     def __init__(self, name: str, ctx: Any, request: StepRequest, *, z: Mapping[str, float] | None = None,
-                 model: torch.nn.Module | None = None):
+                 model: torch.nn.Module | None = None, engine: str | None = None):
         """``z`` (z_actual, z_claimed, z_effective): the multipliers of a run that happened (default: calibrated as
-        training does); ``model``: the model the canonical pairs run at (default: the seeded initial model)."""
+        training does); ``model``: the model the canonical pairs run at (default: the seeded initial model);
+        ``engine``: the per-unit engine of the canonical pairs' evaluations (default: vmap, which the witness search's
+        differentiable evaluations need to agree with bit for bit)."""
         from privaudit.attacks.shadow_models import resolve_defense
 
         self.name, self.ctx, self.request, self.data = name, ctx, request, ctx.data
@@ -305,7 +309,7 @@ class _GradientAudit:
             "the gradient mechanism of one step (batch level, before subsampling): Gaussian with the claimed "
             "sensitivity, mu = 1 / z")
         self._base: _Step | None = None
-        self._model = model
+        self._model, self._engine = model, engine
 
     def run(self) -> StepAudit:
         pairs = [self.pair(i, kind) for i, kind in enumerate(self.request.kinds)]
@@ -315,7 +319,7 @@ class _GradientAudit:
         if self._base is None:
             d, seed = self.defense, self.request.seed
             model = self._model if self._model is not None else d.build(d.model_spec(self.data.info), seed)
-            self._base = _Step(d, self.data, model.eval(), self.z["z_actual"], seed)
+            self._base = _Step(d, self.data, model.eval(), self.z["z_actual"], seed, self._engine)
         return self._base
 
     def inputs(self, kind: str) -> tuple[_Step, torch.Tensor, torch.Tensor, int, dict[str, Any]]:
@@ -447,7 +451,9 @@ def audit_trained_step(name: str, params: Mapping[str, Any], trained: Any, data:
     request = StepRequest(dict(params), target_epsilon, None, delta, draws, ("canary", "extreme"), alpha, seed, noise,
                           data.info.name, DEFAULT_WITNESS_EVALUATIONS, None)
     z = trained_multipliers(trained.claim, trained.extras["trace"])
-    audit = _GradientAudit(name, SimpleNamespace(data=data), request, z=z)
+    # The canary and extreme pairs evaluate nothing differentiably: the training's own engine (layerwise where it
+    # applies) serves them, 30 times faster than vmap for DP-SGD's dense term units at batch 256
+    audit = _GradientAudit(name, SimpleNamespace(data=data), request, z=z, engine="auto")
     audit._model, where = trained_model(audit.defense, trained, data, seed)
     result = audit.run()
     return dataclasses.replace(result, settings={**result.settings, "model": where, "noise_from": "the run's trace"})

@@ -291,11 +291,12 @@ class DPDefense(Defense):
                                     self.config.accountant)
 
     def context(self, model: nn.Module, plan: SamplingPlan, multipliers: Mapping[str, float],
-                mechanisms: list[Mechanism], augment: Augmentation) -> StepContext:
+                mechanisms: list[Mechanism], augment: Augmentation, engine: str | None = None) -> StepContext:
         embedder = Embedder(model)
         # Privatized quantities (sensitivity checks, step audits) run through vmap unless the layerwise
         # engine is asked for: their differentiable (tracked) and plain evaluations then agree bit for bit.
-        embedder.engine = "vmap" if self.config.engine == "auto" else self.config.engine
+        # ``engine`` overrides that for a caller with no differentiable evaluation to agree with.
+        embedder.engine = engine or ("vmap" if self.config.engine == "auto" else self.config.engine)
         return StepContext(model, embedder, embedder.params(), augment, plan, dict(multipliers),
                            {m.name: m.sensitivity for m in mechanisms}, self.config.unit_chunk)
 
@@ -450,7 +451,7 @@ class DPDefense(Defense):
 
     # -- privatized quantities ------------------------------------------------------------------------
     def quantity_function(self, data: MembershipData, model: nn.Module | None = None, *,
-                          noise_multiplier: float = 1.0, seed: int = 0
+                          noise_multiplier: float = 1.0, seed: int = 0, engine: str | None = None
                           ) -> Callable[[str], Callable[[torch.Tensor, Any], torch.Tensor]]:
         """A factory ``key -> fn(batch, randomness)`` evaluating this defense's :meth:`compute`.
 
@@ -458,7 +459,9 @@ class DPDefense(Defense):
         ``'norms'`` the unit gradient norms it was clipped from, other keys the method's intermediates.
         ``model`` defaults to the seeded initial model; ``noise_multiplier`` is the gradient
         mechanism's multiplier (the others follow the budget split), used for the noise of the
-        mechanisms released before the gradient (DPCL's similarity matrix and statistics).
+        mechanisms released before the gradient (DPCL's similarity matrix and statistics). ``engine`` (``auto``,
+        ``layerwise``, ``vmap``; default: vmap unless the config names one) for a caller that evaluates nothing
+        differentiably (:meth:`context`).
         """
         plan = self.plan(len(data.train))
         mechanisms = self.mechanisms(plan)
@@ -469,7 +472,7 @@ class DPDefense(Defense):
 
         def factory(key: str) -> Callable[[torch.Tensor, Any], torch.Tensor]:
             def fn(batch: torch.Tensor, randomness: Any) -> torch.Tensor:
-                ctx = self.context(model, plan, multipliers, mechanisms, augment)
+                ctx = self.context(model, plan, multipliers, mechanisms, augment, engine)
                 x = batch.to(ctx.device, ctx.dtype)
                 rnd = StepRandomness.resolve(randomness)
                 out = self.compute(ctx, x, rnd)
