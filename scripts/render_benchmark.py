@@ -81,12 +81,13 @@ def measure_side(leakage: str | None, whitebox: str | None, commit: str | None) 
     for run, path in ((leakage, LEAKAGE), (whitebox, WHITEBOX)):
         if not run:
             continue
-        result = measure_leakage(run)
+        loaded: dict = {}  # each attack's result read once, for the reference and the scores' export
+        result = measure_leakage(run, loaded)
         if commit:
             result["commit"] = commit
         save_reference(path, result)
         if path is LEAKAGE:
-            for name, data in export_scores(run).items():
+            for name, data in export_scores(run, loaded).items():
                 (path.parent / "scores").mkdir(exist_ok=True)
                 (path.parent / "scores" / name).write_bytes(data)
 

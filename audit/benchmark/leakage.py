@@ -86,7 +86,17 @@ def attack_entry(result: AttackResult, private: bool = False) -> dict[str, Any]:
                 "n_reference_models", "n_references_trained", "n_in_per_candidate", "n_shadow_models")}}
 
 
-def measure_leakage(run: str | Path) -> dict[str, Any]:
+def load_result(d: Path, loaded: dict[Path, AttackResult] | None = None) -> AttackResult:
+    """The attack result saved in ``d``, read once per ``loaded`` (a caller's cache: the reference and the scores'
+    export read the same results)."""
+    if loaded is None:
+        return AttackResult.load(d)
+    if d not in loaded:
+        loaded[d] = AttackResult.load(d)
+    return loaded[d]
+
+
+def measure_leakage(run: str | Path, loaded: dict[Path, AttackResult] | None = None) -> dict[str, Any]:
     """The leakage reference of the run in ``run`` (module docstring); a ConfigError when it has no attack."""
     run = Path(run)
     report = load_report(run)
@@ -94,7 +104,8 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
     cells = []
     for record in report["cells"]:
         private = record.get("target_epsilon") is not None
-        attacks = {label: attack_entry(AttackResult.load(d), private) for label, d in attack_dirs(run, record).items()}
+        attacks = {label: attack_entry(load_result(d, loaded), private)
+                   for label, d in attack_dirs(run, record).items()}
         gate = record.get("gate") or {}
         cells.append({"id": record["id"], "label": record["defense"], "target_epsilon": record.get("target_epsilon"),
                       "epsilon": {k: v for k, v in (record.get("epsilon") or {}).items() if v is not None},
@@ -113,7 +124,7 @@ def measure_leakage(run: str | Path) -> dict[str, Any]:
             "run": {"wall_seconds": timings.get("total"), "jobs": timings.get("jobs")}, "cells": cells}
 
 
-def export_scores(run: str | Path) -> dict[str, bytes]:
+def export_scores(run: str | Path, loaded: dict[Path, AttackResult] | None = None) -> dict[str, bytes]:
     """One compressed ``.npz`` per cell (by a file name made from its id): ``membership``, ``index`` and, for each
     attack label, ``<label>/<test>`` for each of its :func:`page_scores` (float32)."""
     run = Path(run)
@@ -121,7 +132,7 @@ def export_scores(run: str | Path) -> dict[str, bytes]:
     for record in load_report(run)["cells"]:
         arrays: dict[str, np.ndarray] = {}
         for label, d in attack_dirs(run, record).items():
-            result = AttackResult.load(d)
+            result = load_result(d, loaded)
             arrays.setdefault("membership", np.asarray(result.membership, dtype=bool))
             if result.index is not None:
                 arrays.setdefault("index", np.asarray(result.index))
