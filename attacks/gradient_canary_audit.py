@@ -16,21 +16,30 @@ from privaudit.attacks.bounds.trajectory import step_multiplier
 from privaudit.attacks.canary_audit import CanaryAuditConfig, canary_audit_result, track_claimed_trajectory
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.gradient_canary import GradientCanaries
+from privaudit.attacks.bounds.similarity_trajectory import combined_trajectory_bound
 from privaudit.attacks.result import AttackResult
+from privaudit.attacks.similarity_probes import SimilarityTrials
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.seeding import torch_generator
 
 @dataclass(frozen=True)
 class GradientCanaryConfig(CanaryAuditConfig):
     """:class:`CanaryAuditConfig` for Dirac gradient canaries: the idealised step's likelihood-ratio score, the
-    mechanism bound and the trajectory bound on by default."""
+    mechanism bound and the trajectory bound on by default. ``similarity_probes``: where the claim's step also
+    releases a noised similarity matrix (DPCL-SimCLR), probe that many of its off-diagonal entries at every step
+    (:mod:`privaudit.attacks.similarity_probes`; at most all of them) and bound the whole step
+    (:mod:`privaudit.attacks.bounds.similarity_trajectory`); 0 leaves the bound on the gradient release alone."""
 
     score: str = "llr"
     mechanism: bool = True
     trajectory: bool = True
+    similarity_probes: int = 1024
 
     def validate(self) -> None:
         super().validate()
+        if isinstance(self.similarity_probes, bool) or not isinstance(self.similarity_probes, int) \
+                or self.similarity_probes < 0:
+            raise ConfigError(f"similarity_probes: must be an integer >= 0 (0: off), got {self.similarity_probes!r}")
         if self.relation is not None:
             check_relation_unit(self.relation, "example", what="attack 'gradient-canary'")
 
@@ -79,16 +88,19 @@ class GradientCanaryAudit(Attack):
         track_claimed_trajectory(canaries, cfg, multiplier=step_multiplier(claim.event, claim.params),
                                  steps=probe.plan.steps)
 
+        similarity = similarity_trials(cfg, claim, probe.plan, target.derive_seed("similarity-probes"))
+
         def source(t: int):
             sampled = torch.rand(m, generator=sampling) < rate
             probe = canaries.step_probes()  # +-1 (or None): its own generator, the sampling's stream unchanged
             values = None if probe is None else probe * (canaries.spread / 2)
             observer = lambda noisy: canaries.observe(t, noisy, sampled, probe)  # noqa: E731
+            sim = None if similarity is None else similarity.step_probes()
             if paired:  # every slot holds one candidate; it joins the step with the marginal rate q
                 return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs, centred=cfg.centred,
-                                      probes=values)
+                                      probes=values, similarity=sim)
             return dirac_canaries(coords, norm, inserted & sampled, observer=observer, centred=cfg.centred,
-                                  probes=values)
+                                  probes=values, similarity=sim)
 
         defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
                     canaries=source)
@@ -96,6 +108,7 @@ class GradientCanaryAudit(Attack):
         result = canary_audit_result(canaries, cfg, steps=probe.plan.steps, delta=delta,
                                      seed=target.derive_seed("planned-guesses"), unit="example", event=claim.event,
                                      claim_params=claim.params)
+        result = with_similarity_trials(result, similarity, claim.params, cfg.beta)
         if paired:
             what = (f"white-box: {m} paired replace-one Dirac slots (+-Delta/2 e_j, Delta={bound:.4g} the replace-one "
                     f"gradient sensitivity; a fair coin picks the sign), each taking part with the sampler's marginal "
@@ -104,6 +117,33 @@ class GradientCanaryAudit(Attack):
             what = (f"white-box: {m} Dirac canaries of norm Delta={bound:.4g} (the gradient sensitivity), "
                     f"each sampled with the defense's rate q={rate:.4g} at each of {canaries.steps} steps")
         bound_with_notes = dataclasses.replace(result.bound, notes=result.bound.notes + (what,))
-        counts = {**result.counts, "sample_rate": rate, "canary_norm": norm}
+        counts = {**result.counts, "sample_rate": rate, "canary_norm": norm,
+                  "similarity_probes": 0 if similarity is None else similarity.k}
         return dataclasses.replace(result, bound=bound_with_notes, counts=counts,
                                    config={**result.config, **self.config_dict(), "defense": target.defense})
+
+
+def similarity_trials(cfg: GradientCanaryConfig, claim, plan, seed: int) -> SimilarityTrials | None:
+    """The similarity probes' trials where the claim's step releases a noised similarity matrix (its multipliers
+    name ``similarity``: DPCL-SimCLR) and the per-step probes are on; else None."""
+    zs = claim.params.get("noise_multipliers") or {}
+    if not (cfg.similarity_probes and cfg.trajectory and cfg.centred and cfg.probes) or "similarity" not in zs:
+        return None
+    size = 2 * plan.batch_size  # two views of each example in the batch (DPCL Sec. 3.2.2)
+    k = min(cfg.similarity_probes, size * (size - 1))
+    return SimilarityTrials(size, k, sensitivity=float(claim.params["sensitivities"]["similarity"]),
+                            multiplier=float(zs["similarity"]), steps=plan.steps, beta=cfg.beta, seed=seed)
+
+
+def with_similarity_trials(result: AttackResult, trials: SimilarityTrials | None, params: dict,
+                           beta: float) -> AttackResult:
+    """``result`` with its trajectory bound extended to the similarity trials (the whole step, compared with the
+    whole claim: :mod:`privaudit.attacks.bounds.similarity_trajectory`); unchanged without trials."""
+    if trials is None or result.trajectory_bound is None:
+        return result
+    if trials.steps == 0:
+        note = "similarity probes set but never observed: the trajectory bound is on the gradient release alone"
+        return dataclasses.replace(result, bound=dataclasses.replace(result.bound, notes=result.bound.notes + (note,)))
+    bound = combined_trajectory_bound(result.trajectory_bound, trials.counts, multipliers=params["noise_multipliers"],
+                                      beta=beta)
+    return dataclasses.replace(result, trajectory_bound=bound)

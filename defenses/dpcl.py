@@ -210,12 +210,21 @@ class DPCLSimCLR(_DPCL):
         return [self.gradient_mechanism(plan, 0.5, "DPCL Sec. 3.2.2"),
                 Mechanism("similarity", bounds.dpcl_similarity(2 * plan.batch_size), 0.5, "DPCL Thm. 1")]
 
+    def similarity_noise_std(self, ctx: StepContext, b: int) -> float:
+        """z_S Delta_S, Delta_S = 4 sqrt(2|B| - 1) (Thm. 1): the std of the noise on each similarity entry."""
+        return ctx.multipliers["similarity"] * bounds.dpcl_similarity(2 * b)
+
     def noisy_loss(self, ctx: StepContext, z: torch.Tensor, b: int, rnd: StepRandomness) -> torch.Tensor:
-        """NT-Xent (Eqs. 3-4) on S~ = Z Z^T + N(0, (z_S Delta_S)^2) entrywise (Thm. 1); rows L2-normalised."""
+        """NT-Xent (Eqs. 3-4) on S~ = Z Z^T + N(0, (z_S Delta_S)^2) entrywise (Thm. 1); rows L2-normalised. The
+        step's similarity probes (a white-box audit's, :mod:`privaudit.defenses.dp.similarity_probes`) observe the
+        noised matrix here and never reach the loss."""
         s = z @ z.T  # S(Z) = Z^T Z
         if self.with_noise:
-            std = ctx.multipliers["similarity"] * bounds.dpcl_similarity(2 * b)
-            s = s + std * rnd.normal(s.shape, "similarity", device=s.device, dtype=s.dtype)
+            noisy = s + self.similarity_noise_std(ctx, b) * rnd.normal(s.shape, "similarity", device=s.device,
+                                                                       dtype=s.dtype)
+            if ctx.similarity_probes is not None:
+                ctx.similarity_probes.observe(s, noisy, ctx.sensitivities["similarity"])
+            s = noisy
         return nt_xent_from_similarity(s, self.config.temperature, reduction="mean")
 
     def true_loss(self, z: torch.Tensor, b: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

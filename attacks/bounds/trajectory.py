@@ -71,6 +71,7 @@ as a mu_run-GDP epsilon. All are consistent as the trial count grows; none has a
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,10 +182,12 @@ def expected_mu_lower(form: str, tau: float, *, noise_multiplier: float, n0: flo
     return float(mu_lower_form(form, fp, n0, fn, n1, beta=beta))  # real-valued counts: no rounding ties
 
 
+@functools.lru_cache(maxsize=256)
 def plan_trajectory(*, noise_multiplier: float, n0: float, n1: float, beta: float) -> tuple[float, str]:
     """(threshold, form) fixed before training from the claim alone: the two-sided form at
     :func:`plan_threshold`'s threshold, unless the pooled form at some threshold of :data:`THRESHOLDS` has the
-    larger expected mu_lb (balanced trials: paired replace-one canaries)."""
+    larger expected mu_lb (balanced trials: paired replace-one canaries). A pure function of its four numbers,
+    memoised (the same plan for every run of one design)."""
     tau = plan_threshold(noise_multiplier=noise_multiplier, n0=n0, n1=n1, beta=beta)
     if noise_multiplier <= 0 or min(n0, n1) < 1:
         return tau, "two-sided"
@@ -351,7 +354,12 @@ def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float, c
 
 
 def trajectory_epsilon_from_counts(counts: dict[str, Any], *, beta: float, delta: float, relation: str) -> float:
-    """The bound recomputed from its saved counts at another ``beta`` (the gate's family-wise level)."""
+    """The bound recomputed from its saved counts at another ``beta`` (the gate's family-wise level); with similarity
+    trials (DPCL) the combined bound (:mod:`privaudit.attacks.bounds.similarity_trajectory`)."""
+    if counts.get("similarity"):
+        from privaudit.attacks.bounds.similarity_trajectory import combined_epsilon_from_counts
+
+        return combined_epsilon_from_counts(counts, beta=beta, delta=delta, relation=relation)
     mu = float(mu_lower_form(counts.get("form", "two-sided"), int(counts["fp"]), int(counts["n0"]), int(counts["fn"]),
                              int(counts["n1"]), beta=beta))
     return trajectory_epsilon(mu, event_from_dict(counts["event"]), relation, delta)

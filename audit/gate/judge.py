@@ -57,7 +57,7 @@ from typing import Any, Mapping, Sequence
 
 from privaudit.audit.report.records import AttackRecord, CellClaim, CellGate, CellRecord, Comparison, SuiteGate
 from privaudit.audit.suite.model import GateConfig, SensitivityConfig, StepAuditConfig
-from privaudit.audit.gate.recompute import family_bound, release_target
+from privaudit.audit.gate.recompute import family_bound, release_target, similarity_mismatch
 
 SOUND_METHODS = ("one-run", "one-run-search", "one-run-paired", "one-run-fdp", "one-run-best", "clopper-pearson",
                  "one-run-fdp-mechanism", "white-box-trajectory")
@@ -179,7 +179,7 @@ def _unsound(cell: CellRecord, eps_lb: float | None, bound: Mapping[str, Any]) -
 
 def _incomparable(cell: CellRecord, bound: Mapping[str, Any]) -> str | None:
     """Why a sound bound does not test this claim (another relation or unit, no applicable accountant, a
-    smaller delta than the claim's), or None."""
+    smaller delta than the claim's, similarity trials drawn for another claim), or None."""
     claim = cell.claim
     b_rel, b_unit = bound.get("relation", "add-remove"), bound.get("unit", "example")
     c_rel, c_unit = (claim.relation, claim.unit) if claim is not None else (None, None)
@@ -194,7 +194,7 @@ def _incomparable(cell: CellRecord, bound: Mapping[str, Any]) -> str | None:
     bound_delta = float(bound.get("delta", 0.0))
     if bound_delta < claim_delta:
         return f"the bound is at delta={bound_delta:g} < the claim's delta={claim_delta:g}"
-    return None
+    return similarity_mismatch(cell, bound)
 
 
 def decide(row: _Row, family: int, slack: float) -> Comparison:

@@ -1,6 +1,7 @@
 """The maths the gate needs from a saved bound: its epsilon recomputed from its counts at the family-wise level
 (:func:`family_bound`), and what a white-box trajectory bound is compared with when a claim's step releases more
-than the gradient (:func:`release_target`).
+than the gradient (:func:`release_target`: the gradient release alone, or the whole claim when the bound's counts
+carry DPCL's similarity trials).
 """
 
 from __future__ import annotations
@@ -59,8 +60,13 @@ def release_target(cell: CellRecord, bound: Mapping[str, Any]) -> tuple[float, s
     (the optimistic PLD epsilon decreases with the multiplier), which under the claim happens with probability at
     most the bound's beta (trajectory_bound's theorem with z_c = z_grad): the comparison is as sound as the one
     with the whole claim's epsilon, and it sees a shortfall of the gradient's noise that the other releases'
-    share of the budget would hide. Both are recomputed from the cell's saved claim (event and multipliers)."""
-    if bound.get("method") != "white-box-trajectory":
+    share of the budget would hide. Both are recomputed from the cell's saved claim (event and multipliers).
+
+    A bound whose saved counts carry the similarity trials (DPCL's similarity probes) tests the whole step
+    (:mod:`privaudit.attacks.bounds.similarity_trajectory`: mu_lb <= 1 / z_eff with probability 1 - beta when both
+    releases add their claimed noise) and is compared with the whole claim: None. :func:`family_bound` recomputes it
+    from those counts."""
+    if bound.get("method") != "white-box-trajectory" or (bound.get("counts") or {}).get("similarity"):
         return None
     from privaudit.accountants.events import event_from_dict
     from privaudit.attacks.bounds.trajectory import step_multiplier, trajectory_epsilon
@@ -74,3 +80,18 @@ def release_target(cell: CellRecord, bound: Mapping[str, Any]) -> tuple[float, s
         return None
     eps = trajectory_epsilon(1.0 / z_grad, event, bound.get("relation", "add-remove"), float(bound["delta"]))
     return eps, f"gradient release alone, z = {z_grad:.4g} (the claim: z_eff = {z_event:.4g})"
+
+
+def similarity_mismatch(cell: CellRecord, bound: Mapping[str, Any]) -> str | None:
+    """Why a bound's saved similarity trials do not test this cell's claim, or None: the trials (DPCL's similarity
+    probes) are planned from the claim's similarity multiplier, so a claim without one, or with another, is not the
+    claim they were drawn for (evidence that does not match its cell: not compared)."""
+    sim = (bound.get("counts") or {}).get("similarity")
+    if not sim:
+        return None
+    zs = ((cell.claim_in_full.get("params") or {}).get("noise_multipliers") or {})
+    saved = sim.get("multiplier")
+    if "similarity" not in zs or saved is None or abs(float(zs["similarity"]) - float(saved)) > 1e-9 * float(saved):
+        return (f"the bound's similarity trials were planned at z_S={saved!r}; the claim's similarity multiplier is "
+                f"{zs.get('similarity')!r}: they do not test this claim")
+    return None

@@ -22,6 +22,7 @@ by the claim and must not be released with the model.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import abstractmethod
 from dataclasses import dataclass, field
@@ -128,6 +129,7 @@ class StepContext:
     multipliers: dict[str, float]
     sensitivities: dict[str, float]
     chunk: int
+    similarity_probes: Any = None  # the step's similarity probes (defenses.dp.similarity_probes), observed by compute
 
     @property
     def device(self) -> torch.device:
@@ -369,7 +371,7 @@ class DPDefense(Defense):
 
         def privatize(ctx: StepContext, t: int, rnd: StepRandomness) -> Callable[[torch.Tensor], tuple]:
             def run(xb: torch.Tensor) -> tuple:
-                out = clip_step(ctx, xb, rnd)
+                out = clip_step(dataclasses.replace(ctx, similarity_probes=None), xb, rnd)  # observed once
                 return out.clipped, release_step(out, t, rnd, len(xb), None)[0]
             return run
 
@@ -381,12 +383,14 @@ class DPDefense(Defense):
             if plan.max_batch is not None and len(idx) > plan.max_batch:
                 counter["overflowed"] += 1
                 idx = idx[:0]
+            canaries_t = canaries_at(canaries, t)  # before the step's computation: it observes the similarity probes
             ctx = StepContext(model, embedder, embedder.params(), augment, plan, multipliers,
-                              {m.name: m.sensitivity for m in mechanisms}, cfg.unit_chunk)
+                              {m.name: m.sensitivity for m in mechanisms}, cfg.unit_chunk,
+                              getattr(canaries_t, "similarity", None))
             xb = x[idx.to(x.device)]
             out = clip_step(ctx, xb, rnd)
             _count_engine(counter, out.clipped)
-            rel, std = release_step(out, t, rnd, len(xb), canaries_at(canaries, t), law=True)
+            rel, std = release_step(out, t, rnd, len(xb), canaries_t, law=True)
             digests.append(rel.noise_digest)
             tensor_digests.append(rel.tensor_digests)
             laws.append(rel.noise_law)

@@ -1,0 +1,203 @@
+"""DPCL's similarity probes: the trials sound over many simulated correct runs through their own counting (and an
+under-noised matrix planted is caught by the same check), withdrawn from the loss (a run with them trains bit for bit
+as one without; a probe left in the loss, planted, moves the weights), the whole-step bound on the code path below
+the claim and above it for a planted under-noised similarity release, and the gate comparing it with the whole claim.
+"""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from privaudit.attacks.base import Target
+from privaudit.attacks.bounds.similarity_trajectory import combined_mu_lower
+from privaudit.attacks.bounds.trajectory import TrajectoryCounts, mu_lower_form, plan_trajectory
+from privaudit.attacks.registry import make_attack
+from privaudit.attacks.similarity_probes import SimilarityTrials, off_diagonal_entries
+from privaudit.core.errors import ConfigError
+from privaudit.defenses import Budget
+from privaudit.defenses.registry import make_defense
+from privaudit.defenses.dp.similarity_probes import SimilarityProbes
+from privaudit.defenses.dpcl import DPCLSimCLR
+
+BETA = 0.05
+SIZE, K, STEPS = 12, 40, 3  # a 12 x 12 matrix (|B| = 6), 40 probed entries, 3 steps: 120 trials a run
+
+
+class UnderNoisedSimilarity(DPCLSimCLR):
+    """A planted bug: the similarity matrix gets a quarter of its claimed noise (the gradient keeps its own)."""
+
+    def similarity_noise_std(self, ctx, b):
+        return 0.25 * super().similarity_noise_std(ctx, b)
+
+
+def similarity_runs(runs: int, *, z: float, scale: float = 1.0, beta: float = BETA) -> list[TrajectoryCounts]:
+    """The counts of ``runs`` runs of :class:`SimilarityTrials` observing a noised matrix S + N(0, (scale z D)^2)
+    entrywise (``scale`` 1: the claim), S a fresh Gram matrix of unit rows each step, through the probes' own
+    :meth:`SimilarityProbes.observe`."""
+    d = 4 * math.sqrt(SIZE - 1)  # Thm. 1's Delta_S at 2|B| = SIZE rows
+    out = []
+    for r in range(runs):
+        trials = SimilarityTrials(SIZE, K, sensitivity=d, multiplier=z, steps=STEPS, beta=beta, seed=r)
+        gen = torch.Generator().manual_seed(50_000 + r)
+        for _ in range(STEPS):
+            rows = torch.nn.functional.normalize(torch.randn(SIZE, 5, generator=gen), dim=1)
+            clean = rows @ rows.T
+            probes = trials.step_probes()
+            probes.observe(clean, clean + scale * z * d * torch.randn(SIZE, SIZE, generator=gen), d)
+        assert trials.steps == STEPS and trials.counts.n0 + trials.counts.n1 == K * STEPS
+        out.append(trials.counts)
+    return out
+
+
+def _mu(counts: list[TrajectoryCounts], beta: float) -> np.ndarray:
+    return np.array([float(mu_lower_form(c.form, c.fp, c.n0, c.fn, c.n1, beta=beta)) for c in counts])
+
+
+def test_similarity_trials_are_sound_over_runs_and_an_under_noised_matrix_is_caught():
+    """950 correct runs (tests/soundness.py: the check then rejects a bound over-claiming on twice beta of them with
+    probability >= 0.9): the similarity trials' mu_lb at beta exceeds 1 / z_S on at most the stated share, and the
+    shared x1.2 plant is rejected; the matrix noised at 0.7 of its claimed std over-claims and the same check
+    rejects it. The whole step's mu_lb (the gradient's trials drawn at z_g beside them, each at beta / 2) is sound
+    against 1 / z_eff over the same runs. About 5 s."""
+    from soundness import TARGET_POWER, assert_planted_rejected, assert_sound, rejects, runs_for_power
+
+    z_s, z_g, runs = 1.0, 1.5, runs_for_power(BETA)
+    honest = similarity_runs(runs, z=z_s)
+    mu_s = _mu(honest, BETA)
+    assert_sound("similarity trials", mu_s, 1.0 / z_s, BETA, min_power=TARGET_POWER)
+    assert_planted_rejected("similarity trials", mu_s, 1.0 / z_s, BETA)
+    assert rejects(_mu(similarity_runs(200, z=z_s, scale=0.7), BETA), 1.0 / z_s, BETA)
+
+    rng = np.random.default_rng(7)
+    n = K * STEPS // 2
+    tau, form = plan_trajectory(noise_multiplier=z_g, n0=n, n1=n, beta=BETA)
+    combined = []
+    for c in honest:  # each run's own gradient trials beside its similarity trials, x ~ N(label, z_g^2)
+        g = TrajectoryCounts(tau, form)
+        g.add(rng.normal(0.0, z_g, n), rng.normal(1.0, z_g, n))
+        combined.append(combined_mu_lower({**g.to_dict(), "similarity": c.to_dict()}, beta=BETA)[0])
+    assert_sound("whole step (gradient and similarity)", combined, math.hypot(1 / z_g, 1 / z_s), BETA)
+
+
+def _dpcl_weights(digits, probes_for, defense="dpcl-simclr") -> tuple[torch.Tensor, list]:
+    """DPCL-SimCLR's weights after 2 epochs on digits under a canary hook whose Dirac canaries take part in no step
+    and which carries ``probes_for(step)`` (None: no similarity probes); the observations the probes saw."""
+    from privaudit.defenses.dp.step import dirac_canaries
+
+    seen, calls = [], []
+
+    def source(t):
+        calls.append(t)
+        sim = probes_for(t, seen)
+        return dirac_canaries(torch.tensor([0]), 0.01, torch.tensor([False]), similarity=sim)
+
+    trained = make_defense(defense, {"epochs": 2}).fit(digits, Budget(target_epsilon=4.0, delta=1e-5), 0,
+                                                       progress=False, canaries=source)
+    assert probes_for(0, []) is None or len(seen) == len(calls) >= 4  # observed once at every step
+    return torch.cat([p.detach().reshape(-1) for p in trained.model.parameters()]), seen
+
+
+class _LeftIn(SimilarityProbes):
+    """A planted hook: its probes reach the loss (added to the noised matrix the loss reads) besides the observer."""
+
+    def observe(self, clean, noisy, sensitivity):
+        super().observe(clean, noisy, sensitivity)
+        with torch.no_grad():
+            noisy[self.rows.long(), self.cols.long()] += self.values.to(noisy.dtype)
+
+
+def _probes(kind):
+    def make(t, seen):
+        if kind is None:
+            return None
+        rows, cols = off_diagonal_entries(20, 300, seed=t)  # in the first 20 rows: any batch of |B| >= 10
+        values = torch.full((300,), 15.0, dtype=torch.float64)  # below Delta_S = 4 sqrt(19)
+        return kind(torch.as_tensor(rows), torch.as_tensor(cols), values, seen.append)
+    return make
+
+
+def test_a_run_with_similarity_probes_trains_the_runs_model_and_a_probe_left_in_moves_it(digits):
+    """Through DPCL's own step: probes on 300 entries at every step leave the trained weights those of the run
+    without them, bit for bit, while the observer saw each step's noised entries; probes left in the loss (planted)
+    move the weights (the
+    noise, std ~100 here, saturates the loss: a small move, but the probed run's weights are equal bit for bit)."""
+    alone, _ = _dpcl_weights(digits, _probes(None))
+    probed, seen = _dpcl_weights(digits, _probes(SimilarityProbes))
+    kept, _ = _dpcl_weights(digits, _probes(_LeftIn))
+    assert all(s.shape == (300,) and s.dtype == torch.float64 for s in seen)
+    assert float(torch.stack(seen).std()) > 1.0  # the noise the release added, around the probes
+    assert torch.equal(probed, alone)
+    assert not torch.equal(kept, alone) and float((kept - alone).abs().max()) > 1e-6
+
+
+def audit(digits, defense: str, **config):
+    target = Target(None, digits, defense, {"epochs": 2}, Budget(target_epsilon=4.0, delta=1e-5), seed=0)
+    return make_attack("gradient-canary", **config).run(target)
+
+
+@pytest.fixture(scope="module")
+def whole_step(digits):
+    return audit(digits, "dpcl-simclr")
+
+
+def test_the_whole_steps_bound_is_below_the_claim_and_above_the_gradients_alone(digits, whole_step):
+    """DPCL at epsilon 4 on digits: the combined bound (1024 probed entries a step) is below the claim and above the
+    bound on the gradient release alone (similarity_probes = 0: the former design, no similarity counts)."""
+    gradient_only = audit(digits, "dpcl-simclr", similarity_probes=0).trajectory_bound
+    bound = whole_step.trajectory_bound
+    combined = bound.counts["combined"]
+    assert "similarity" not in gradient_only.counts and whole_step.counts["similarity_probes"] == 1024
+    assert bound.counts["similarity"]["n0"] + bound.counts["similarity"]["n1"] == 1024 * whole_step.counts["n_steps"]
+    assert gradient_only.epsilon < bound.epsilon <= 4.0 and not combined["claim_rejected"]
+    assert combined["mu_lower"] == pytest.approx(math.hypot(combined["mu_lower_gradient"],
+                                                            combined["mu_lower_similarity"]), rel=1e-12)
+    assert combined["mu_lower"] > 0.8 * combined["mu_claim"]
+
+
+def test_a_planted_under_noised_similarity_release_is_refuted_on_the_code_path(digits):
+    """The similarity matrix at a quarter of its claimed noise: the gradient trials see nothing wrong, the similarity
+    trials do, and the whole step's bound exceeds the claim (epsilon 4) by far."""
+    module = sys.modules[__name__].__name__
+    leaky = audit(digits, f"{module}:UnderNoisedSimilarity").trajectory_bound
+    combined = leaky.counts["combined"]
+    assert combined["claim_rejected"] and combined["mu_lower_gradient"] < 1.0 / 1.1  # the gradient's own noise holds
+    assert leaky.epsilon > 2 * 4.0
+
+
+def test_the_gate_compares_the_whole_step_with_the_whole_claim_recomputed_from_its_counts(whole_step):
+    """The gate's recomputation at a family-wise beta reads the similarity counts (the bound at beta itself again;
+    smaller at beta / 10); the release target is the whole claim; trials planned for another claim are refused."""
+    from privaudit.audit.gate.recompute import family_bound, release_target, similarity_mismatch
+
+    bound = whole_step.trajectory_bound.to_dict()
+    assert family_bound(bound, 1) == pytest.approx(whole_step.trajectory_bound.epsilon, rel=1e-9)
+    assert family_bound(bound, 10) < whole_step.trajectory_bound.epsilon
+    z_s = bound["counts"]["similarity"]["multiplier"]
+
+    class Cell:
+        claim_in_full = {"params": {"noise_multipliers": {"gradient": 1.0, "similarity": z_s}}}
+    assert release_target(Cell(), bound) is None and similarity_mismatch(Cell(), bound) is None
+    Cell.claim_in_full = {"params": {"noise_multipliers": {"gradient": 1.0, "similarity": 2 * z_s}}}
+    assert "do not test this claim" in similarity_mismatch(Cell(), bound)
+    Cell.claim_in_full = {"params": {"noise_multipliers": {"gradient": 1.0}}}
+    assert "do not test this claim" in similarity_mismatch(Cell(), bound)
+
+
+def test_bad_probes_are_refused_with_the_field_named():
+    with pytest.raises(ConfigError, match="similarity_probes: must be an integer >= 0"):
+        make_attack("gradient-canary", similarity_probes=-1)
+    with pytest.raises(ConfigError, match=r"need 1 <= k <= 12"):
+        off_diagonal_entries(4, 13, seed=0)
+    rows, cols = off_diagonal_entries(6, 30, seed=1)
+    assert len(set(zip(rows.tolist(), cols.tolist()))) == 30 and not np.any(rows == cols)
+    one = torch.tensor([1.0], dtype=torch.float64)
+    with pytest.raises(ConfigError, match="off the diagonal"):
+        SimilarityProbes(torch.tensor([2]), torch.tensor([2]), one, print)
+    with pytest.raises(ConfigError, match="distinct"):
+        SimilarityProbes(torch.tensor([0, 0]), torch.tensor([1, 1]), torch.cat([one, one]), print)
+    probes = SimilarityProbes(torch.tensor([0]), torch.tensor([1]), 3 * one, print)
+    with pytest.raises(ConfigError, match="exceeds the similarity sensitivity"):
+        probes.observe(torch.zeros(4, 4), torch.zeros(4, 4), 2.0)
