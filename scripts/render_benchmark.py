@@ -5,6 +5,7 @@
     python scripts/render_benchmark.py --check                           # exit 1 when the page is stale
     python scripts/render_benchmark.py --leakage RUN_DIR                 # the leakage run -> its reference and scores
     python scripts/render_benchmark.py --whitebox RUN_DIR                # the white-box run -> its reference
+    python scripts/render_benchmark.py --whitebox-update RUN_DIR         # a run of some of its cells (--only) -> theirs
 
 The measurement (within 90 minutes on 2 cores; scripts/benchmark.sh installs the dataset when it can, runs the suite
 under /usr/bin/time and measures it):
@@ -47,9 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--leakage", default=None, help="the leakage suite's run directory (its reference and the "
                         "attacks' scores)")
     parser.add_argument("--whitebox", default=None, help="the white-box suite's run directory")
+    parser.add_argument("--whitebox-update", default=None, help="a run of some of the white-box suite's cells "
+                        "(--only): its cells replace theirs in the white-box reference, each naming its commit")
     args = parser.parse_args(argv)
     try:
         measure_side(args.leakage, args.whitebox, args.commit)
+        if args.whitebox_update:
+            update_whitebox(args.whitebox_update, args.commit)
     except ConfigError as exc:
         print(f"render_benchmark: error: {exc}", file=sys.stderr)
         return 2
@@ -90,6 +95,16 @@ def measure_side(leakage: str | None, whitebox: str | None, commit: str | None) 
             for name, data in export_scores(run, loaded).items():
                 (path.parent / "scores").mkdir(exist_ok=True)
                 (path.parent / "scores" / name).write_bytes(data)
+
+
+def update_whitebox(run: str, commit: str | None) -> None:
+    """The cells of ``run`` (some of the white-box suite's, re-measured) into the white-box reference."""
+    from privaudit.audit.benchmark.leakage import measure_leakage, merge_cells
+
+    update = measure_leakage(run)
+    if commit:
+        update["commit"] = commit
+    save_reference(WHITEBOX, merge_cells(json.loads(WHITEBOX.read_text(encoding="utf-8")), update))
 
 
 if __name__ == "__main__":

@@ -193,3 +193,61 @@ def test_each_side_suite_s_reference_gives_every_cell_its_progress_priors(path):
     assert not missing, f"{suite.timings} has no train time for {missing}"
     for cell in suite.cells():
         assert {a.label for a in cell.attacks} <= set(priors[cell.id]), cell.id
+
+
+def _side_cell(cell_id: str, gate: str = "pass", bound: float = 0.5) -> dict:
+    label, eps = cell_id.split("/")[1], float(cell_id.split("/")[2].removeprefix("eps="))
+    return {"id": cell_id, "label": label, "target_epsilon": eps, "epsilon": {"pld": eps}, "gate": gate,
+            "attacks": {"gradient-canary": {}}, "comparisons": [
+                {"attack": "gradient-canary", "eps_lower_bound": bound * eps, "epsilon": eps, "accountant": "pld",
+                 "verdict": "consistent", "method": "white-box-trajectory"}]}
+
+
+def test_a_run_of_some_cells_replaces_theirs_in_the_whitebox_reference_each_naming_its_commit():
+    """merge_cells: the re-measured cells replace theirs (each with the update's commit), the full run's commit and
+    gate stay, the update is listed with its cells' gates and its reasons other than the cells it did not run; a
+    later update of the same cells replaces the earlier's record; a cell the reference lacks, or a run of none, is
+    refused; the page names each update."""
+    from privaudit.audit.benchmark.leakage import merge_cells
+    from privaudit.audit.benchmark.leakage_page import whitebox_lines
+    from privaudit.core.errors import ConfigError
+
+    ids = ["f/a/eps=1/seed=0", "f/a/eps=10/seed=0", "f/b/eps=1/seed=0"]
+    full = {"commit": "full", "gate": "pass", "gate_reasons": [], "cells": [_side_cell(i) for i in ids]}
+    ran = {**_side_cell(ids[2], bound=0.9)}
+    update = {"commit": "upd", "gate": "fail", "run": {"wall_seconds": 129.0},
+              "gate_reasons": [f"cell {ids[0]}: no result (it has not run in this output directory)",
+                               f"cell {ids[2]}: something wrong"],
+              "cells": [{**_side_cell(ids[0]), "attacks": {}}, ran]}
+    merged = merge_cells(full, update)
+    assert [c["id"] for c in merged["cells"]] == ids and merged["cells"][2]["commit"] == "upd"
+    assert merged["cells"][2]["comparisons"][0]["eps_lower_bound"] == 0.9 and "commit" not in merged["cells"][0]
+    assert (merged["commit"], merged["gate"]) == ("full", "pass")
+    (record,) = merged["updates"]
+    assert record == {"commit": "upd", "cells": [ids[2]], "cell_gates": {ids[2]: "pass"},
+                      "gate_reasons": [f"cell {ids[2]}: something wrong"], "wall_seconds": 129.0}
+    page = "\n".join(whitebox_lines(merged))
+    assert f"Re-measured at commit `upd` by a run of those cells alone" in page and "something wrong" in page
+    again = merge_cells(merged, {**update, "commit": "upd2", "gate_reasons": []})
+    assert [u["commit"] for u in again["updates"]] == ["upd2"]
+    with pytest.raises(ConfigError, match=r"not in the reference"):
+        merge_cells(full, {**update, "cells": [_side_cell("f/c/eps=1/seed=0")]})
+    with pytest.raises(ConfigError, match="no cell with an attack result"):
+        merge_cells(full, {**update, "cells": [{**ran, "attacks": {}}]})
+
+
+def test_the_committed_whitebox_reference_reaches_08_of_every_claim_dpcl_s_with_its_whole_step():
+    """Every gated DP cell's trajectory bound is at least 0.8 of the claim (the tightest accountant's epsilon) and
+    consistent with what it is compared with; DPCL's is compared with its whole claim (its similarity probes observe
+    both releases), and the page says which cells were re-measured and at which commit."""
+    from privaudit.audit.benchmark.leakage_page import whitebox_lines, whitebox_rows
+
+    reference = json.loads((ROOT / "reports" / "reference" / "benchmark-fashion-mnist-whitebox" / "whitebox.json")
+                           .read_text(encoding="utf-8"))
+    rows = whitebox_rows(reference)
+    assert len(rows) == 18 and all(r["verdict"] == "consistent" for r in rows)
+    assert min(r["ratio"] for r in rows) >= 0.8, [(r["label"], r["target_epsilon"], r["ratio"]) for r in rows]
+    dpcl = [r for r in rows if r["label"] == "dpcl-simclr"]
+    assert len(dpcl) == 2 and all(r["epsilon"] == r["claim"] and r["accountant"] == "pld" for r in dpcl)
+    assert any("dpcl-simclr" in i for u in reference["updates"] for i in u["cells"])
+    assert "Re-measured at commit" in "\n".join(whitebox_lines(reference))

@@ -9,6 +9,8 @@ and, at FPR 0.1% and 1%, the members caught (the TPR's numerator: its exact inte
 to float32 by :mod:`privaudit.attacks.metrics`, the code every report uses; :func:`export_scores` writes the same
 float32 scores beside the reference (half the size), so every AUC and TPR of the page recomputes from them exactly
 (the sound epsilon bounds are the attacks' own, from the float64 scores of the run's ``cells/*/attacks/``).
+:func:`merge_cells` puts the cells a later run of some of them re-measured into a full run's reference, each naming
+its own commit.
 """
 
 from __future__ import annotations
@@ -151,3 +153,28 @@ def tpr_interval(row: Mapping[str, Any], fpr: float, level: float = 0.95) -> tup
     tp, n = int(row["tp"][metrics.fpr_key(fpr)]), int(row["n_members"])
     low, high = accuracy_interval(tp, n, level)
     return tp / n, low, high
+
+
+def merge_cells(reference: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``reference`` (a full run's) with the cells a later run of some of its cells (``--only``: ``update``, its
+    :func:`measure_leakage`) re-measured in their place. Each replaced cell names that run's commit (``commit``);
+    the reference keeps its full run's commit and gate, and lists each update under ``updates``: its commit, the
+    cells it replaced, their own gates and the update run's gate reasons other than the cells it did not run. A cell
+    the reference lacks, or an update that ran none, is a ConfigError (an update re-measures, it does not extend)."""
+    ran = [c for c in update["cells"] if c["attacks"]]
+    known = {c["id"] for c in reference["cells"]}
+    if not ran:
+        raise ConfigError("the update run has no cell with an attack result")
+    extra = sorted(c["id"] for c in ran if c["id"] not in known)
+    if extra:
+        raise ConfigError(f"the update run's cells {extra} are not in the reference: re-measure its cells only")
+    new = {c["id"]: {**c, "commit": update.get("commit")} for c in ran}
+    cells = [new.get(c["id"], c) for c in reference["cells"]]
+    reasons = [r for r in update.get("gate_reasons") or []
+               if not ("no result" in r and r.split(":")[0].removeprefix("cell ") not in new)]
+    record = {"commit": update.get("commit"), "cells": sorted(new), "cell_gates": {i: c["gate"] for i, c in new.items()},
+              "gate_reasons": reasons, "wall_seconds": (update.get("run") or {}).get("wall_seconds")}
+    earlier = [{**u, "cells": [i for i in u["cells"] if i not in new],
+                "cell_gates": {i: g for i, g in u["cell_gates"].items() if i not in new}}
+               for u in reference.get("updates") or []]
+    return {**reference, "cells": cells, "updates": [u for u in earlier if u["cells"]] + [record]}
