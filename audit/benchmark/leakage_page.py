@@ -113,9 +113,10 @@ def whitebox_rows(reference: Mapping[str, Any]) -> list[dict[str, Any]]:
         for cmp in cell["comparisons"]:
             if cmp["attack"] in ("gradient-canary", "user-canary") and cmp.get("epsilon"):
                 claim = cell["epsilon"].get("pld", cmp["epsilon"])
+                probes = ((cell["attacks"].get(cmp["attack"]) or {}).get("counts") or {}).get("similarity_probes")
                 rows.append({"label": cell["label"], "target_epsilon": cell["target_epsilon"], **cmp,
                              "steps": cell.get("steps"), "claim": claim, "ratio": cmp["eps_lower_bound"] / claim,
-                             "of_compared": cmp["eps_lower_bound"] / cmp["epsilon"]})
+                             "of_compared": cmp["eps_lower_bound"] / cmp["epsilon"], "similarity_probes": probes})
     return rows
 
 
@@ -247,7 +248,7 @@ def update_lines(updates: Sequence[Mapping[str, Any]]) -> list[str]:
     for u in updates:
         gates = ", ".join(f"`{i}` {g}" for i, g in sorted(u["cell_gates"].items()))
         reasons = u.get("gate_reasons") or []
-        lines.append(f"Re-measured at commit `{u['commit']}` by a run of those cells alone (`--only`, "
+        lines.append(f"Re-measured at commit `{str(u['commit'])[:7]}` by a run of those cells alone (`--only`, "
                      f"`scripts/render_benchmark.py --whitebox-update`): {gates}; that run's gate reasons for them: "
                      + ("; ".join(reasons) if reasons else "none") + ".")
     return lines + ([""] if lines else [])
@@ -291,13 +292,14 @@ def _instrument_sentence(reach: Mapping[str, Any], bounds: Mapping[tuple[str, fl
     """What the DPCL cells' white-box bound observes: the whole step (similarity probes; compared with the whole
     claim) or the gradient release alone (compared with its share)."""
     rows = [bounds.get((c["id"].split("/")[1], c["target_epsilon"])) for c in reach.get("cells", [])]
-    whole = [r for r in rows if r is not None and r.get("epsilon") == r.get("claim")]
+    whole = [r for r in rows if r is not None and r.get("epsilon") is not None and r["epsilon"] == r.get("claim")]
     if not whole or len(whole) < len(rows):
         return ("The bound's shortfall below the attainable epsilon is the instrument's: the gradient canaries observe "
                 "the gradient release, not the noised similarity matrix released beside it.")
-    ratios = [r["ratio"] for r in whole]
+    ratios, probes = [r["ratio"] for r in whole], sorted({r.get("similarity_probes") for r in whole}, key=str)
     return (f"The white-box bound observes both releases: DPCL's similarity probes (`attacks/similarity_probes.py`) "
-            f"set +-Delta_S / 2 on 1024 entries of the noised similarity matrix at every step, withdrawn before the "
+            f"set +-Delta_S / 2 on {' / '.join(map(str, probes))} entries of the noised similarity matrix at every "
+            f"step, withdrawn before the "
             f"loss, beside the gradient canaries' probes, and the whole step's bound reaches {min(ratios):.3f} to "
             f"{max(ratios):.3f} of the claim. It can exceed what a replaced example attains (bound / attainable above "
             f"1): the probes move one entry by Thm. 1's whole sensitivity, as the white-box adversary of Nasr et al. "
