@@ -33,6 +33,23 @@ class UnderNoisedSimilarity(DPCLSimCLR):
         return 0.25 * super().similarity_noise_std(ctx, b)
 
 
+class SlightlyUnderNoisedSimilarity(DPCLSimCLR):
+    """A planted bug: 0.9 of the claimed similarity noise."""
+
+    def similarity_noise_std(self, ctx, b):
+        return 0.9 * super().similarity_noise_std(ctx, b)
+
+
+class ReusedSimilarityNoise(DPCLSimCLR):
+    """A planted bug: the similarity matrix gets the same noise draw at every step (its level right)."""
+
+    def noisy_loss(self, ctx, z, b, rnd):
+        class Fixed:
+            def normal(self, shape, name, device=None, dtype=None):
+                return torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=dtype).to(device)
+        return super().noisy_loss(ctx, z, b, Fixed())
+
+
 def similarity_runs(runs: int, *, z: float, scale: float = 1.0, beta: float = BETA) -> list[TrajectoryCounts]:
     """The counts of ``runs`` runs of :class:`SimilarityTrials` observing a noised matrix S + N(0, (scale z D)^2)
     entrywise (``scale`` 1: the claim), S a fresh Gram matrix of unit rows each step, through the probes' own
@@ -201,3 +218,32 @@ def test_bad_probes_are_refused_with_the_field_named():
     probes = SimilarityProbes(torch.tensor([0]), torch.tensor([1]), 3 * one, print)
     with pytest.raises(ConfigError, match="exceeds the similarity sensitivity"):
         probes.observe(torch.zeros(4, 4), torch.zeros(4, 4), 2.0)
+
+
+def _noise_check(result):
+    from privaudit.audit.gate.judge import similarity_noise_check
+
+    bound = result.trajectory_bound.to_dict()
+    claim = {"params": {"noise_multipliers": {"similarity": bound["counts"]["similarity"]["multiplier"]}}}
+    return similarity_noise_check("gradient-canary", bound["counts"]["similarity"], claim)
+
+
+def test_the_similarity_matrix_s_released_noise_is_checked_and_planted_shortfall_and_reuse_are_caught(digits,
+                                                                                                      whole_step):
+    """The gate's released-noise checks on the similarity probes' residuals: the honest run passes (its level, its
+    freshness across steps, its coordinates); 0.9 of the claimed noise fails the level check (p ~ 1e-18 on 4,096
+    residuals, where the whole step's bound at this size exceeds the claim only just), and one noise draw reused at
+    every step fails the freshness check."""
+    from privaudit.audit.gate.judge import noise_failures
+
+    honest = _noise_check(whole_step)
+    assert honest["attack"] == "gradient-canary (similarity matrix)" and not noise_failures([honest])
+    assert honest["n"] == 1024 * whole_step.counts["n_steps"] and abs(honest["std_ratio"] - 1) < 0.02
+    assert honest["independence"]["n"] > 0 and not honest["independence"]["rejected"]
+    module = sys.modules[__name__].__name__
+    low = _noise_check(audit(digits, f"{module}:SlightlyUnderNoisedSimilarity"))
+    assert low["rejected"] and low["std_ratio"] == pytest.approx(0.9, abs=0.02)
+    assert "released noise" in [name for name, _ in noise_failures([low])]
+    reused = _noise_check(audit(digits, f"{module}:ReusedSimilarityNoise"))
+    assert reused["independence"]["rejected"] and not reused["rejected"]
+    assert "reuses or correlates its noise across steps" in " ".join(t for _, t in noise_failures([reused]))

@@ -243,8 +243,9 @@ def gate_cells(cells: Sequence[CellRecord], config: GateConfig,
 def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
     """The released-noise check (:mod:`privaudit.attacks.released_noise`) of every gated white-box trajectory
     comparison, recomputed from the attack's saved residual counts against the gradient release's claimed
-    multiplier re-derived from the cell's saved claim (never the attack's own record of it). A check without
-    residual counts (evidence from before the check existed) or without a claimed multiplier says why, unjudged."""
+    multiplier re-derived from the cell's saved claim (never the attack's own record of it), and of DPCL's similarity
+    matrix where its probes' counts are saved (:func:`similarity_noise_check`). A check without residual counts
+    (evidence from before the check existed) or without a claimed multiplier says why, unjudged."""
     from privaudit.accountants.events import event_from_dict
     from privaudit.attacks.noise_structure import structure_checks
     from privaudit.attacks.released_noise import released_noise_check
@@ -265,7 +266,26 @@ def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -
         out.append({"attack": c.attack, **(check or {"rejected": False,
                                                      "unjudged": "no released-noise residuals recorded"}),
                     **structure_checks(counts, z)})
+        if counts.get("similarity"):
+            out.append(similarity_noise_check(c.attack, counts["similarity"], claim))
     return out
+
+
+def similarity_noise_check(attack: str, counts: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
+    """The released-noise checks of DPCL's similarity matrix: its probes' residuals (the noise the release added on
+    each probed entry, in units of Delta_S; :mod:`privaudit.attacks.similarity_probes`) against the claim's
+    similarity multiplier, re-derived from the cell's saved claim: its level and its freshness across steps (no
+    per-tensor check: one matrix)."""
+    from privaudit.attacks.noise_structure import structure_checks
+    from privaudit.attacks.released_noise import released_noise_check
+
+    name = f"{attack} (similarity matrix)"
+    z = ((claim.get("params") or {}).get("noise_multipliers") or {}).get("similarity")
+    if z is None:
+        return {"attack": name, "rejected": False, "unjudged": "the cell's claim has no similarity multiplier"}
+    check = released_noise_check(counts, float(z))
+    return {"attack": name, **(check or {"rejected": False, "unjudged": "no released-noise residuals recorded"}),
+            **structure_checks(counts, float(z)), "tensors": {}}
 
 
 def noise_failures(noise: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
