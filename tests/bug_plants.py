@@ -18,8 +18,10 @@ Five classes, each with at least two variants or realisations (:data:`BUGS`):
 * ``accounting``: a normaliser that follows the realised batch size; the accountant composes half the steps run;
   the accountant is given a dataset 1.5x larger than the one sampled (a 1.5x smaller rate).
 * ``auxiliary release``: a noisy statistic the step releases besides the gradient, left out of the claim: DPCL's
-  noised similarity matrix or statistics (:data:`AUXILIARY`); adaptive clipping's noisy count in the federated rounds.
-  DP-SGD, DP-GCL and Logit-DP release the gradient alone: it does not apply to them.
+  noised similarity matrix or statistics (:data:`AUXILIARY`); adaptive clipping's noisy count in the federated rounds;
+  and DPCL-SimCLR's similarity matrix given 1/1.1 of its claimed noise, or one noise draw at every step
+  (:data:`SIMILARITY`: what its similarity probes see). DP-SGD, DP-GCL and Logit-DP release the gradient alone: it
+  does not apply to them.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import privaudit.defenses.dp.clipping as dp_clipping
 import privaudit.defenses.dp.gradients as dp_gradients
 import privaudit.defenses.dp.pairs as dp_pairs
 import privaudit.defenses.dp.step as dp_step
+import privaudit.defenses.dpcl as dpcl
 import privaudit.defenses.fedemb.aggregate as fed_aggregate
 import privaudit.defenses.fedemb.defense as fed_defense
 import privaudit.defenses.fedemb.users as fed_users
@@ -277,6 +280,29 @@ def unaccounted_auxiliary(defense: str, params: dict) -> ContextManager[None]:
     return patched(dp_base, "build_claim", planted)
 
 
+#: The defenses whose step releases a noised similarity matrix (DPCL-SimCLR, Sec. 3.2.2): its own noise's bugs.
+SIMILARITY = ("dpcl-simclr",)
+
+
+def similarity_shortfall(defense: str, params: dict) -> ContextManager[None]:
+    """DPCL's similarity matrix noised at 1/1.1 of the std its claim states (the gradient's noise right)."""
+    std = dpcl.DPCLSimCLR.similarity_noise_std
+    return patched(dpcl.DPCLSimCLR, "similarity_noise_std", lambda self, ctx, b: std(self, ctx, b) / 1.1)
+
+
+class _OneDraw:
+    """A step's randomness whose normal draws all come from a generator re-created with one seed."""
+
+    def normal(self, shape, name, device=None, dtype=None):
+        return torch.randn(shape, generator=torch_generator(0, "reused"), dtype=dtype).to(device)
+
+
+def similarity_reused_noise(defense: str, params: dict) -> ContextManager[None]:
+    """DPCL's similarity noise from a generator re-created with one seed at every step (its level right)."""
+    loss = dpcl.DPCLSimCLR.noisy_loss
+    return patched(dpcl.DPCLSimCLR, "noisy_loss", lambda self, ctx, z, b, rnd: loss(self, ctx, z, b, _OneDraw()))
+
+
 @contextlib.contextmanager
 def federated_count_unaccounted(defense: str, params: dict) -> Iterator[None]:
     """Federated rounds with adaptive clipping (the suite's clip made adaptive) and its noisy count of unclipped
@@ -325,6 +351,10 @@ BUGS = {b.name: b for b in (
         unaccounted_auxiliary, AUXILIARY),
     Bug("count-unaccounted", "auxiliary release", "adaptive clipping's noisy count left out of the claim",
         federated_count_unaccounted, FEDERATED),
+    Bug("similarity-shortfall-1.1x", "auxiliary release", "DPCL's similarity matrix noised at 1/1.1 of its claimed "
+        "std", similarity_shortfall, SIMILARITY),
+    Bug("similarity-reused-noise", "auxiliary release", "DPCL's similarity noise reused at every step",
+        similarity_reused_noise, SIMILARITY),
 )}
 
 
