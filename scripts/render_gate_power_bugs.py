@@ -5,7 +5,7 @@
     python scripts/render_gate_power_bugs.py                                       # the reference -> docs/gate-power-bugs.md
     python scripts/render_gate_power_bugs.py --check                               # exit 1 when the page is not the render
 
-The measurement (one run per defense so that each is written as it ends; the 19 bugs take hours on 2 cores, so a
+The measurement (one run per defense so that each is written as it ends; the 21 bugs take hours on 2 cores, so a
 new bug's rows can be measured alone with --bug-names and added with --add):
 
     for d in dp-gcl logit-dp dpcl-simclr dp-fedemb; do
@@ -66,7 +66,8 @@ def add(reference: dict, results: list[dict], at: str) -> dict:
     was = {(row["defense"], row["epsilon"]): row["caught"] for row in reference["rows"] if row["bug"] == CORRECT}
     changed = [f"{d} at epsilon {e:g}: {was.get((d, e))} then {c}" for (d, e), c in sorted(reruns.items())
                if was.get((d, e)) != c]
-    note = (f"rows of {', '.join(sorted({row['bug'] for row in new}))} measured at {at}; the correct cells re-run "
+    names = ", ".join(f"`{b}`" for b in sorted({row["bug"] for row in new}))  # code: a name is not a measurement
+    note = (f"rows of {names} measured at {at}; the correct cells re-run "
             f"there alongside them failed {sum(reruns.values())} of {len(reruns) * reference['seeds']} runs"
             + (f" (differing from the rows above: {'; '.join(changed)})" if changed else
                ", each cell as in the rows above"))

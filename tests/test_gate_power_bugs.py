@@ -103,7 +103,7 @@ def test_added_rows_keep_the_correct_cells_once_and_say_where_they_were_measured
     out = render.add(base, [new], "abc1234")
     assert [r["bug"] for r in out["rows"]] == [CORRECT, "reused-noise", "halves-shared"]
     assert out["classes"][CORRECT]["runs"] == 10 and out["classes"]["dependent-noise"]["caught"] == 9
-    assert out["provenance"] == ["rows of halves-shared measured at abc1234; the correct cells re-run there alongside "
+    assert out["provenance"] == ["rows of `halves-shared` measured at abc1234; the correct cells re-run there alongside "
                                  "them failed 2 of 10 runs (differing from the rows above: dp-gcl at epsilon 1: 1 "
                                  "then 2)"]
     with pytest.raises(SystemExit, match="seed count"):
