@@ -247,3 +247,16 @@ def test_the_similarity_matrix_s_released_noise_is_checked_and_planted_shortfall
     reused = _noise_check(audit(digits, f"{module}:ReusedSimilarityNoise"))
     assert reused["independence"]["rejected"] and not reused["rejected"]
     assert "reuses or correlates its noise across steps" in " ".join(t for _, t in noise_failures([reused]))
+
+
+def test_the_report_shows_the_similarity_matrix_s_noise_beside_the_gradient_s(whole_step):
+    """The report's attack table: the gradient's released-noise check, then the similarity matrix's."""
+    from privaudit.audit.report.summary import attack_rows
+
+    check = _noise_check(whole_step)
+    gradient = {**check, "attack": "gradient-canary"}
+    cell = {"id": "digits/dpcl-simclr/eps=4/seed=0", "attacks": {"gradient-canary": {"auc": 0.6}},
+            "gate": {"comparisons": [], "released_noise": [gradient, check]}}
+    (row,) = attack_rows({"cells": [cell]})
+    assert row[-1].count(f"{check['std_ratio']:.4g} (≤ {check['std_ratio_upper']:.4g}): consistent") == 2
+    assert "; similarity matrix: " in row[-1]

@@ -227,7 +227,8 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
                          f"{a.get('n_members')} / {a.get('n_nonmembers')}",
                          fmt(a.get("eps_lower_bound")), fmt(a.get("eps_lb_mechanism")), fmt(a.get("eps_lb_trajectory")),
                          fmt(c.get("gate_eps_lower_bound")),
-                         eps, comparison, released_noise_text(noise.get(label))])
+                         eps, comparison, released_noise_text(noise.get(label))
+                         + _similarity_text(noise.get(f"{label} (similarity matrix)"))])
     return rows
 
 
@@ -239,6 +240,11 @@ def released_noise_text(check: dict[str, Any] | None) -> str:
         return f"not judged: {check['unjudged']}"
     verdict = "less than claimed (FAIL)" if check["rejected"] else "consistent"
     return f"{check['std_ratio']:.4g} (≤ {check['std_ratio_upper']:.4g}): {verdict}" + structure_text(check)
+
+
+def _similarity_text(check: dict[str, Any] | None) -> str:
+    """DPCL's similarity matrix's released-noise check beside the gradient's (its similarity probes), or nothing."""
+    return "" if not check else f"; similarity matrix: {released_noise_text(check)}"
 
 
 def structure_text(check: dict[str, Any]) -> str:
