@@ -260,3 +260,12 @@ def test_the_report_shows_the_similarity_matrix_s_noise_beside_the_gradient_s(wh
     (row,) = attack_rows({"cells": [cell]})
     assert row[-1].count(f"{check['std_ratio']:.4g} (≤ {check['std_ratio_upper']:.4g}): consistent") == 2
     assert "; similarity matrix: " in row[-1]
+
+
+def test_the_gradient_only_recomputation_refuses_whole_step_counts(whole_step):
+    """Counts with similarity trials recomputed as the gradient's alone would drop half the evidence: refused."""
+    from privaudit.attacks.bounds.trajectory import trajectory_epsilon_from_counts
+
+    with pytest.raises(ConfigError, match="carry similarity trials"):
+        trajectory_epsilon_from_counts(whole_step.trajectory_bound.counts, beta=BETA, delta=1e-5,
+                                       relation="replace-one")

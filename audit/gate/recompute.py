@@ -30,9 +30,11 @@ def family_bound(bound: Mapping[str, Any], family: int) -> float | None:
 
         return mechanism_one_run_epsilon(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
     if method == "white-box-trajectory":
+        from privaudit.attacks.bounds.similarity_trajectory import combined_epsilon_from_counts
         from privaudit.attacks.bounds.trajectory import trajectory_epsilon_from_counts
 
-        return trajectory_epsilon_from_counts(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
+        recompute = combined_epsilon_from_counts if c.get("similarity") else trajectory_epsilon_from_counts
+        return recompute(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
     if method == "step-gdp":  # a per-cell step-audit pair: its mu_lb (compared with the per-step claim's mu)
         from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
 
