@@ -16,30 +16,30 @@ from privaudit.attacks.bounds.trajectory import step_multiplier
 from privaudit.attacks.canary_audit import CanaryAuditConfig, canary_audit_result, track_claimed_trajectory
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.gradient_canary import GradientCanaries
-from privaudit.attacks.bounds.similarity_trajectory import combined_trajectory_bound
+from privaudit.attacks.bounds.release_trajectory import combined_trajectory_bound
+from privaudit.attacks.release_probes import ReleaseTrials
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.similarity_probes import SimilarityTrials
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.seeding import torch_generator
 
 @dataclass(frozen=True)
 class GradientCanaryConfig(CanaryAuditConfig):
     """:class:`CanaryAuditConfig` for Dirac gradient canaries: the idealised step's likelihood-ratio score, the
-    mechanism bound and the trajectory bound on by default. ``similarity_probes``: where the claim's step also
-    releases a noised similarity matrix (DPCL-SimCLR), probe that many of its off-diagonal entries at every step
-    (:mod:`privaudit.attacks.similarity_probes`; at most all of them) and bound the whole step
-    (:mod:`privaudit.attacks.bounds.similarity_trajectory`); 0 leaves the bound on the gradient release alone."""
+    mechanism bound and the trajectory bound on by default. ``release_probes``: where the defense's step also
+    releases other noised statistics (DPCL: SimCLR's similarity matrix, Barlow Twins' means and SSEs), probe that many
+    entries of each at every step (:mod:`privaudit.attacks.release_probes`; at most all of them) and bound the whole
+    step (:mod:`privaudit.attacks.bounds.release_trajectory`); 0 leaves the bound on the gradient release alone."""
 
     score: str = "llr"
     mechanism: bool = True
     trajectory: bool = True
-    similarity_probes: int = 1024
+    release_probes: int = 1024
 
     def validate(self) -> None:
         super().validate()
-        if isinstance(self.similarity_probes, bool) or not isinstance(self.similarity_probes, int) \
-                or self.similarity_probes < 0:
-            raise ConfigError(f"similarity_probes: must be an integer >= 0 (0: off), got {self.similarity_probes!r}")
+        if isinstance(self.release_probes, bool) or not isinstance(self.release_probes, int) \
+                or self.release_probes < 0:
+            raise ConfigError(f"release_probes: must be an integer >= 0 (0: off), got {self.release_probes!r}")
         if self.relation is not None:
             check_relation_unit(self.relation, "example", what="attack 'gradient-canary'")
 
@@ -88,19 +88,22 @@ class GradientCanaryAudit(Attack):
         track_claimed_trajectory(canaries, cfg, multiplier=step_multiplier(claim.event, claim.params),
                                  steps=probe.plan.steps)
 
-        similarity = similarity_trials(cfg, claim, probe.plan, target.derive_seed("similarity-probes"))
+        on = bool(cfg.release_probes and cfg.trajectory and cfg.centred and cfg.probes)
+        groups = release_trials(defense.probed_releases(probe.plan, probe.model) if on else {}, cfg.release_probes,
+                                claim.params, steps=probe.plan.steps, beta=cfg.beta,
+                                seed=target.derive_seed("release-probes"))
 
         def source(t: int):
             sampled = torch.rand(m, generator=sampling) < rate
             probe = canaries.step_probes()  # +-1 (or None): its own generator, the sampling's stream unchanged
             values = None if probe is None else probe * (canaries.spread / 2)
             observer = lambda noisy: canaries.observe(t, noisy, sampled, probe)  # noqa: E731
-            sim = None if similarity is None else similarity.step_probes()
+            releases = {name: p for g in groups for name, p in g.step_probes().items()} or None
             if paired:  # every slot holds one candidate; it joins the step with the marginal rate q
                 return dirac_canaries(coords, norm, sampled, observer=observer, signs=signs, centred=cfg.centred,
-                                      probes=values, similarity=sim)
+                                      probes=values, releases=releases)
             return dirac_canaries(coords, norm, inserted & sampled, observer=observer, centred=cfg.centred,
-                                  probes=values, similarity=sim)
+                                  probes=values, releases=releases)
 
         defense.fit(target.data, target.budget, target.seed, device=target.device, progress=progress,
                     canaries=source)
@@ -108,7 +111,7 @@ class GradientCanaryAudit(Attack):
         result = canary_audit_result(canaries, cfg, steps=probe.plan.steps, delta=delta,
                                      seed=target.derive_seed("planned-guesses"), unit="example", event=claim.event,
                                      claim_params=claim.params)
-        result = with_similarity_trials(result, similarity, claim.params, cfg.beta)
+        result = with_release_trials(result, groups, claim.params, cfg.beta)
         if paired:
             what = (f"white-box: {m} paired replace-one Dirac slots (+-Delta/2 e_j, Delta={bound:.4g} the replace-one "
                     f"gradient sensitivity; a fair coin picks the sign), each taking part with the sampler's marginal "
@@ -118,32 +121,36 @@ class GradientCanaryAudit(Attack):
                     f"each sampled with the defense's rate q={rate:.4g} at each of {canaries.steps} steps")
         bound_with_notes = dataclasses.replace(result.bound, notes=result.bound.notes + (what,))
         counts = {**result.counts, "sample_rate": rate, "canary_norm": norm,
-                  "similarity_probes": 0 if similarity is None else similarity.k}
+                  "release_probes": sum(g.k for g in groups)}
         return dataclasses.replace(result, bound=bound_with_notes, counts=counts,
                                    config={**result.config, **self.config_dict(), "defense": target.defense})
 
 
-def similarity_trials(cfg: GradientCanaryConfig, claim, plan, seed: int) -> SimilarityTrials | None:
-    """The similarity probes' trials where the claim's step releases a noised similarity matrix (its multipliers
-    name ``similarity``: DPCL-SimCLR) and the per-step probes are on; else None."""
-    zs = claim.params.get("noise_multipliers") or {}
-    if not (cfg.similarity_probes and cfg.trajectory and cfg.centred and cfg.probes) or "similarity" not in zs:
-        return None
-    size = 2 * plan.batch_size  # two views of each example in the batch (DPCL Sec. 3.2.2)
-    k = min(cfg.similarity_probes, size * (size - 1))
-    return SimilarityTrials(size, k, sensitivity=float(claim.params["sensitivities"]["similarity"]),
-                            multiplier=float(zs["similarity"]), steps=plan.steps, beta=cfg.beta, seed=seed)
+def release_trials(releases: dict[str, int], k: int, params: dict, *, steps: int, beta: float,
+                   seed: int) -> list[ReleaseTrials]:
+    """The release probes' trials of the defense's probed ``releases`` (name -> entries) that the claim accounts (a
+    release it leaves out has no claimed noise to test: the training trace names it), one group per claimed
+    multiplier (releases of equal multipliers pooled), each planned at beta / (1 + groups); none without releases."""
+    zs, ds = params.get("noise_multipliers") or {}, params.get("sensitivities") or {}
+    by_z: dict[float, dict[str, tuple[int, float]]] = {}
+    for name, numel in releases.items():
+        if name not in zs or name not in ds:
+            continue
+        by_z.setdefault(round(float(zs[name]), 12), {})[name] = (numel, float(ds[name]))
+    share = beta / (1 + len(by_z))
+    return [ReleaseTrials(group, k, multiplier=z, steps=steps, beta=share, seed=seed)
+            for z, group in sorted(by_z.items())]
 
 
-def with_similarity_trials(result: AttackResult, trials: SimilarityTrials | None, params: dict,
-                           beta: float) -> AttackResult:
-    """``result`` with its trajectory bound extended to the similarity trials (the whole step, compared with the
-    whole claim: :mod:`privaudit.attacks.bounds.similarity_trajectory`); unchanged without trials."""
-    if trials is None or result.trajectory_bound is None:
+def with_release_trials(result: AttackResult, groups: list[ReleaseTrials], params: dict,
+                        beta: float) -> AttackResult:
+    """``result`` with its trajectory bound extended to the release trials (the whole step, compared with the whole
+    claim: :mod:`privaudit.attacks.bounds.release_trajectory`); unchanged without trials."""
+    if not groups or result.trajectory_bound is None:
         return result
-    if trials.steps == 0:
-        note = "similarity probes set but never observed: the trajectory bound is on the gradient release alone"
+    if any(g.steps == 0 for g in groups):
+        note = "release probes set but never observed: the trajectory bound is on the gradient release alone"
         return dataclasses.replace(result, bound=dataclasses.replace(result.bound, notes=result.bound.notes + (note,)))
-    bound = combined_trajectory_bound(result.trajectory_bound, trials.counts, multipliers=params["noise_multipliers"],
-                                      beta=beta)
+    bound = combined_trajectory_bound(result.trajectory_bound, [g.to_dict() for g in groups],
+                                      gradient_multiplier=float(params["noise_multipliers"]["gradient"]), beta=beta)
     return dataclasses.replace(result, trajectory_bound=bound)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 from abc import abstractmethod
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -46,6 +47,7 @@ from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOut
 from privaudit.defenses.dp.contrastive import embed_views, loss_cotangents
 from privaudit.defenses.dp.gradients import clipped_sum
 from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.release_probes import embedding_dim, observe_release
 from privaudit.defenses.dp.units import partition_units
 from privaudit.defenses.losses import barlow_twins, feature_mean, feature_sse, nt_xent_from_similarity
 from privaudit.defenses.nn.model import ModelSpec
@@ -210,20 +212,23 @@ class DPCLSimCLR(_DPCL):
         return [self.gradient_mechanism(plan, 0.5, "DPCL Sec. 3.2.2"),
                 Mechanism("similarity", bounds.dpcl_similarity(2 * plan.batch_size), 0.5, "DPCL Thm. 1")]
 
+    def probed_releases(self, plan: SamplingPlan, model: Any) -> dict[str, int]:
+        """The noised similarity matrix: (2|B|)^2 entries (fixed-size batches)."""
+        return {"similarity": (2 * plan.batch_size) ** 2} if self.with_noise else {}
+
     def similarity_noise_std(self, ctx: StepContext, b: int) -> float:
         """z_S Delta_S, Delta_S = 4 sqrt(2|B| - 1) (Thm. 1): the std of the noise on each similarity entry."""
         return ctx.multipliers["similarity"] * bounds.dpcl_similarity(2 * b)
 
     def noisy_loss(self, ctx: StepContext, z: torch.Tensor, b: int, rnd: StepRandomness) -> torch.Tensor:
         """NT-Xent (Eqs. 3-4) on S~ = Z Z^T + N(0, (z_S Delta_S)^2) entrywise (Thm. 1); rows L2-normalised. The
-        step's similarity probes (a white-box audit's, :mod:`privaudit.defenses.dp.similarity_probes`) observe the
-        noised matrix here and never reach the loss."""
+        step's release probes (a white-box audit's, :mod:`privaudit.defenses.dp.release_probes`) observe the noised
+        matrix here and never reach the loss."""
         s = z @ z.T  # S(Z) = Z^T Z
         if self.with_noise:
             noisy = s + self.similarity_noise_std(ctx, b) * rnd.normal(s.shape, "similarity", device=s.device,
                                                                        dtype=s.dtype)
-            if ctx.similarity_probes is not None:
-                ctx.similarity_probes.observe(s, noisy, ctx.sensitivities["similarity"])
+            observe_release(ctx, "similarity", s, noisy)
             s = noisy
         return nt_xent_from_similarity(s, self.config.temperature, reduction="mean")
 
@@ -281,15 +286,31 @@ class DPCLBarlow(_DPCL):
                 Mechanism("sse[view2]", bounds.dpcl_sse(), 1 / 6, "DPCL Thm. 3")]
 
     def noisy_stats(self, ctx: StepContext, zv: torch.Tensor, view: str, b: int, rnd: StepRandomness):
-        """One view's per-feature mean + noise (Thm. 2) and variance max(0, SSE + noise) / (|B| - 1) (Thm. 3)."""
+        """One view's per-feature mean + noise (Thm. 2) and variance max(0, SSE + noise) / (|B| - 1) (Thm. 3). The
+        step's release probes observe the noised mean and SSE (before the clamp, which is post-processing) and never
+        reach the loss (:mod:`privaudit.defenses.dp.release_probes`)."""
         mean, sse = feature_mean(zv), feature_sse(zv)
         if self.with_noise:
             d = zv.shape[1]
-            mean = mean + (ctx.multipliers[f"mean[{view}]"] * bounds.dpcl_mean(b)) * rnd.normal(
+            noisy_mean = mean + self.stats_noise_std(ctx, f"mean[{view}]", b) * rnd.normal(
                 (d,), f"mean[{view}]", device=zv.device, dtype=zv.dtype)
-            sse = sse + (ctx.multipliers[f"sse[{view}]"] * bounds.dpcl_sse()) * rnd.normal(
+            noisy_sse = sse + self.stats_noise_std(ctx, f"sse[{view}]", b) * rnd.normal(
                 (d,), f"sse[{view}]", device=zv.device, dtype=zv.dtype)
+            observe_release(ctx, f"mean[{view}]", mean, noisy_mean)
+            observe_release(ctx, f"sse[{view}]", sse, noisy_sse)
+            mean, sse = noisy_mean, noisy_sse
         return mean, sse.clamp_min(0) / (b - 1)  # M_sigma = max(0, SSE + noise) / (N - 1)
+
+    def stats_noise_std(self, ctx: StepContext, name: str, b: int) -> float:
+        """z Delta of statistic ``name``: Delta = 2 / |B| for a mean (Thm. 2), 6 for an SSE (Thm. 3)."""
+        return ctx.multipliers[name] * (bounds.dpcl_mean(b) if name.startswith("mean") else bounds.dpcl_sse())
+
+    def probed_releases(self, plan: SamplingPlan, model: Any) -> dict[str, int]:
+        """Each view's noised mean and SSE, d entries each (d the embedding's dimension)."""
+        if not self.with_noise:
+            return {}
+        d = embedding_dim(model)
+        return {f"{s}[{v}]": d for s in ("mean", "sse") for v in ("view1", "view2")}
 
     def noisy_loss(self, ctx: StepContext, z: torch.Tensor, b: int, rnd: StepRandomness) -> torch.Tensor:
         """Barlow Twins (Eq. 5) with each view's noised mean and variance."""

@@ -20,7 +20,7 @@ Five classes, each with at least two variants or realisations (:data:`BUGS`):
 * ``auxiliary release``: a noisy statistic the step releases besides the gradient, left out of the claim: DPCL's
   noised similarity matrix or statistics (:data:`AUXILIARY`); adaptive clipping's noisy count in the federated rounds;
   and DPCL-SimCLR's similarity matrix given 1/1.1 of its claimed noise, or one noise draw at every step
-  (:data:`SIMILARITY`: what its similarity probes see). DP-SGD, DP-GCL and Logit-DP release the gradient alone: it
+  (:data:`SIMILARITY`: what its release probes see). DP-SGD, DP-GCL and Logit-DP release the gradient alone: it
   does not apply to them.
 """
 

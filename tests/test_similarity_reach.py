@@ -103,6 +103,6 @@ def test_each_batch_leaves_the_first_example_out_and_the_page_divides_by_what_is
     page = "\n".join(reach_lines({"cells": [cell]}, {("dpcl-simclr", 1.0): {"eps_lower_bound": 0.3}}))
     assert "| dpcl-simclr at 1 | 0.950 | 0.900 | 1.000 | 0.800 | 0.800 | 0.300 | 0.375 |" in page
     assert "attain 0.800 to 0.800 of the claim" in page and "observe the gradient release, not the noised" in page
-    whole = {"eps_lower_bound": 0.9, "epsilon": 1.0, "claim": 1.0, "ratio": 0.9, "similarity_probes": 512}
+    whole = {"eps_lower_bound": 0.9, "epsilon": 1.0, "claim": 1.0, "ratio": 0.9, "release_probes": 512}
     page = "\n".join(reach_lines({"cells": [cell]}, {("dpcl-simclr", 1.0): whole}))  # the similarity probes' bound
     assert "| 1.125 |" in page and "on 512 entries" in page and "reaches 0.900 to 0.900 of the claim" in page

@@ -355,11 +355,11 @@ def trajectory_epsilon(mu: float, event: DpEvent, relation: str, delta: float, c
 
 def trajectory_epsilon_from_counts(counts: dict[str, Any], *, beta: float, delta: float, relation: str) -> float:
     """The bound recomputed from its saved counts at another ``beta`` (the gate's family-wise level). Counts that carry
-    similarity trials (DPCL's whole step) are refused: their bound is
-    :func:`privaudit.attacks.bounds.similarity_trajectory.combined_epsilon_from_counts`."""
-    if counts.get("similarity"):
-        raise ConfigError("trajectory counts: these carry similarity trials; recompute them with "
-                          "similarity_trajectory.combined_epsilon_from_counts (the whole step's bound)")
+    the trials of the step's other releases (DPCL's whole step) are refused: their bound is
+    :func:`privaudit.attacks.bounds.release_trajectory.combined_epsilon_from_counts`."""
+    if counts.get("releases"):
+        raise ConfigError("trajectory counts: these carry the trials of the step's other releases; recompute them with "
+                          "release_trajectory.combined_epsilon_from_counts (the whole step's bound)")
     mu = float(mu_lower_form(counts.get("form", "two-sided"), int(counts["fp"]), int(counts["n0"]), int(counts["fn"]),
                              int(counts["n1"]), beta=beta))
     return trajectory_epsilon(mu, event_from_dict(counts["event"]), relation, delta)

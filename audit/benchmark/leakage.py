@@ -86,7 +86,7 @@ def attack_entry(result: AttackResult, private: bool = False) -> dict[str, Any]:
             "eps_lb_method": None if result.bound is None else result.bound.label,
             "counts": {k: v for k, v in result.counts.items() if k in (
                 "n_reference_models", "n_references_trained", "n_in_per_candidate", "n_shadow_models",
-                "similarity_probes")}}
+                "release_probes")}}
 
 
 def load_result(d: Path, loaded: dict[Path, AttackResult] | None = None) -> AttackResult:

@@ -113,10 +113,10 @@ def whitebox_rows(reference: Mapping[str, Any]) -> list[dict[str, Any]]:
         for cmp in cell["comparisons"]:
             if cmp["attack"] in ("gradient-canary", "user-canary") and cmp.get("epsilon"):
                 claim = cell["epsilon"].get("pld", cmp["epsilon"])
-                probes = ((cell["attacks"].get(cmp["attack"]) or {}).get("counts") or {}).get("similarity_probes")
+                probes = ((cell["attacks"].get(cmp["attack"]) or {}).get("counts") or {}).get("release_probes")
                 rows.append({"label": cell["label"], "target_epsilon": cell["target_epsilon"], **cmp,
                              "steps": cell.get("steps"), "claim": claim, "ratio": cmp["eps_lower_bound"] / claim,
-                             "of_compared": cmp["eps_lower_bound"] / cmp["epsilon"], "similarity_probes": probes})
+                             "of_compared": cmp["eps_lower_bound"] / cmp["epsilon"], "release_probes": probes})
     return rows
 
 
@@ -289,15 +289,15 @@ def reach_lines(reach: Mapping[str, Any], bounds: Mapping[tuple[str, float], Map
 
 
 def _instrument_sentence(reach: Mapping[str, Any], bounds: Mapping[tuple[str, float], Mapping[str, Any]]) -> str:
-    """What the DPCL cells' white-box bound observes: the whole step (similarity probes; compared with the whole
+    """What the DPCL cells' white-box bound observes: the whole step (release probes; compared with the whole
     claim) or the gradient release alone (compared with its share)."""
     rows = [bounds.get((c["id"].split("/")[1], c["target_epsilon"])) for c in reach.get("cells", [])]
     whole = [r for r in rows if r is not None and r.get("epsilon") is not None and r["epsilon"] == r.get("claim")]
     if not whole or len(whole) < len(rows):
         return ("The bound's shortfall below the attainable epsilon is the instrument's: the gradient canaries observe "
                 "the gradient release, not the noised similarity matrix released beside it.")
-    ratios, probes = [r["ratio"] for r in whole], sorted({r.get("similarity_probes") for r in whole}, key=str)
-    return (f"The white-box bound observes both releases: DPCL's similarity probes (`attacks/similarity_probes.py`) "
+    ratios, probes = [r["ratio"] for r in whole], sorted({r.get("release_probes") for r in whole}, key=str)
+    return (f"The white-box bound observes both releases: DPCL's release probes (`attacks/release_probes.py`) "
             f"set +-Delta_S / 2 on {' / '.join(map(str, probes))} entries of the noised similarity matrix at every "
             f"step, withdrawn before the "
             f"loss, beside the gradient canaries' probes, and the whole step's bound reaches {min(ratios):.3f} to "

@@ -57,7 +57,7 @@ from typing import Any, Mapping, Sequence
 
 from privaudit.audit.report.records import AttackRecord, CellClaim, CellGate, CellRecord, Comparison, SuiteGate
 from privaudit.audit.suite.model import GateConfig, SensitivityConfig, StepAuditConfig
-from privaudit.audit.gate.recompute import family_bound, release_target, similarity_mismatch
+from privaudit.audit.gate.recompute import family_bound, release_mismatch, release_target
 
 SOUND_METHODS = ("one-run", "one-run-search", "one-run-paired", "one-run-fdp", "one-run-best", "clopper-pearson",
                  "one-run-fdp-mechanism", "white-box-trajectory")
@@ -179,7 +179,7 @@ def _unsound(cell: CellRecord, eps_lb: float | None, bound: Mapping[str, Any]) -
 
 def _incomparable(cell: CellRecord, bound: Mapping[str, Any]) -> str | None:
     """Why a sound bound does not test this claim (another relation or unit, no applicable accountant, a
-    smaller delta than the claim's, similarity trials drawn for another claim), or None."""
+    smaller delta than the claim's, release trials drawn for another claim), or None."""
     claim = cell.claim
     b_rel, b_unit = bound.get("relation", "add-remove"), bound.get("unit", "example")
     c_rel, c_unit = (claim.relation, claim.unit) if claim is not None else (None, None)
@@ -194,7 +194,7 @@ def _incomparable(cell: CellRecord, bound: Mapping[str, Any]) -> str | None:
     bound_delta = float(bound.get("delta", 0.0))
     if bound_delta < claim_delta:
         return f"the bound is at delta={bound_delta:g} < the claim's delta={claim_delta:g}"
-    return similarity_mismatch(cell, bound)
+    return release_mismatch(cell, bound)
 
 
 def decide(row: _Row, family: int, slack: float) -> Comparison:
@@ -243,8 +243,8 @@ def gate_cells(cells: Sequence[CellRecord], config: GateConfig,
 def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
     """The released-noise check (:mod:`privaudit.attacks.released_noise`) of every gated white-box trajectory
     comparison, recomputed from the attack's saved residual counts against the gradient release's claimed
-    multiplier re-derived from the cell's saved claim (never the attack's own record of it), and of DPCL's similarity
-    matrix where its probes' counts are saved (:func:`similarity_noise_check`). A check without residual counts
+    multiplier re-derived from the cell's saved claim (never the attack's own record of it), and of each group of the
+    step's other releases whose probes' counts are saved (:func:`release_noise_check`). A check without residual counts
     (evidence from before the check existed) or without a claimed multiplier says why, unjudged."""
     from privaudit.accountants.events import event_from_dict
     from privaudit.attacks.noise_structure import structure_checks
@@ -266,26 +266,28 @@ def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -
         out.append({"attack": c.attack, **(check or {"rejected": False,
                                                      "unjudged": "no released-noise residuals recorded"}),
                     **structure_checks(counts, z)})
-        if counts.get("similarity"):
-            out.append(similarity_noise_check(c.attack, counts["similarity"], claim))
+        out += [release_noise_check(c.attack, group, claim) for group in counts.get("releases") or ()]
     return out
 
 
-def similarity_noise_check(attack: str, counts: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
-    """The released-noise checks of DPCL's similarity matrix: its probes' residuals (the noise the release added on
-    each probed entry, in units of Delta_S; :mod:`privaudit.attacks.similarity_probes`) against the claim's
-    similarity multiplier, re-derived from the cell's saved claim: its level and its freshness across steps (no
-    per-tensor check: one matrix)."""
+def release_noise_check(attack: str, group: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
+    """The released-noise checks of one group of a step's other releases (DPCL's similarity matrix, or Barlow's
+    statistics): their probes' residuals (the noise each release added on each probed entry, in units of its own
+    sensitivity; :mod:`privaudit.attacks.release_probes`) against the releases' claimed multiplier, re-derived from
+    the cell's saved claim: the level and freshness across steps, and across the step's coordinates (no per-tensor
+    check)."""
     from privaudit.attacks.noise_structure import structure_checks
     from privaudit.attacks.released_noise import released_noise_check
 
-    name = f"{attack} (similarity matrix)"
-    z = ((claim.get("params") or {}).get("noise_multipliers") or {}).get("similarity")
-    if z is None:
-        return {"attack": name, "rejected": False, "unjudged": "the cell's claim has no similarity multiplier"}
-    check = released_noise_check(counts, float(z))
+    names = list(group.get("names") or ())
+    name = f"{attack} ({', '.join(names)})"
+    zs = {((claim.get("params") or {}).get("noise_multipliers") or {}).get(n) for n in names}
+    if len(zs) != 1 or None in zs:
+        return {"attack": name, "rejected": False, "unjudged": "the cell's claim gives these releases no one multiplier"}
+    z = float(zs.pop())
+    check = released_noise_check(group, z)
     return {"attack": name, **(check or {"rejected": False, "unjudged": "no released-noise residuals recorded"}),
-            **structure_checks(counts, float(z)), "tensors": {}}
+            **structure_checks(group, z), "tensors": {}}
 
 
 def noise_failures(noise: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:

@@ -1,7 +1,7 @@
 """The maths the gate needs from a saved bound: its epsilon recomputed from its counts at the family-wise level
 (:func:`family_bound`), and what a white-box trajectory bound is compared with when a claim's step releases more
 than the gradient (:func:`release_target`: the gradient release alone, or the whole claim when the bound's counts
-carry DPCL's similarity trials).
+carry the trials of DPCL's other releases).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ def family_bound(bound: Mapping[str, Any], family: int) -> float | None:
 
         return mechanism_one_run_epsilon(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
     if method == "white-box-trajectory":
-        from privaudit.attacks.bounds.similarity_trajectory import combined_epsilon_from_counts
+        from privaudit.attacks.bounds.release_trajectory import combined_epsilon_from_counts
         from privaudit.attacks.bounds.trajectory import trajectory_epsilon_from_counts
 
-        recompute = combined_epsilon_from_counts if c.get("similarity") else trajectory_epsilon_from_counts
+        recompute = combined_epsilon_from_counts if c.get("releases") else trajectory_epsilon_from_counts
         return recompute(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
     if method == "step-gdp":  # a per-cell step-audit pair: its mu_lb (compared with the per-step claim's mu)
         from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
@@ -64,11 +64,11 @@ def release_target(cell: CellRecord, bound: Mapping[str, Any]) -> tuple[float, s
     with the whole claim's epsilon, and it sees a shortfall of the gradient's noise that the other releases'
     share of the budget would hide. Both are recomputed from the cell's saved claim (event and multipliers).
 
-    A bound whose saved counts carry the similarity trials (DPCL's similarity probes) tests the whole step
-    (:mod:`privaudit.attacks.bounds.similarity_trajectory`: mu_lb <= 1 / z_eff with probability 1 - beta when both
-    releases add their claimed noise) and is compared with the whole claim: None. :func:`family_bound` recomputes it
+    A bound whose saved counts carry the trials of the step's other releases (DPCL's release probes) tests the whole
+    step (:mod:`privaudit.attacks.bounds.release_trajectory`: mu_lb <= 1 / z_eff with probability 1 - beta when every
+    release adds its claimed noise) and is compared with the whole claim: None. :func:`family_bound` recomputes it
     from those counts."""
-    if bound.get("method") != "white-box-trajectory" or (bound.get("counts") or {}).get("similarity"):
+    if bound.get("method") != "white-box-trajectory" or (bound.get("counts") or {}).get("releases"):
         return None
     from privaudit.accountants.events import event_from_dict
     from privaudit.attacks.bounds.trajectory import step_multiplier, trajectory_epsilon
@@ -84,16 +84,16 @@ def release_target(cell: CellRecord, bound: Mapping[str, Any]) -> tuple[float, s
     return eps, f"gradient release alone, z = {z_grad:.4g} (the claim: z_eff = {z_event:.4g})"
 
 
-def similarity_mismatch(cell: CellRecord, bound: Mapping[str, Any]) -> str | None:
-    """Why a bound's saved similarity trials do not test this cell's claim, or None: the trials (DPCL's similarity
-    probes) are planned from the claim's similarity multiplier, so a claim without one, or with another, is not the
-    claim they were drawn for (evidence that does not match its cell: not compared)."""
-    sim = (bound.get("counts") or {}).get("similarity")
-    if not sim:
-        return None
+def release_mismatch(cell: CellRecord, bound: Mapping[str, Any]) -> str | None:
+    """Why a bound's saved release trials do not test this cell's claim, or None: each group's trials are planned
+    from the claimed multiplier of its releases, so a claim without one of them, or with another multiplier, is not
+    the claim they were drawn for (evidence that does not match its cell: not compared)."""
+    groups = (bound.get("counts") or {}).get("releases")
     zs = ((cell.claim_in_full.get("params") or {}).get("noise_multipliers") or {})
-    saved = sim.get("multiplier")
-    if "similarity" not in zs or saved is None or abs(float(zs["similarity"]) - float(saved)) > 1e-9 * float(saved):
-        return (f"the bound's similarity trials were planned at z_S={saved!r}; the claim's similarity multiplier is "
-                f"{zs.get('similarity')!r}: they do not test this claim")
+    for g in groups or ():
+        saved = g.get("multiplier")
+        for name in g.get("names") or ():
+            if name not in zs or saved is None or abs(float(zs[name]) - float(saved)) > 1e-9 * float(saved):
+                return (f"the bound's trials of release {name!r} were planned at z={saved!r}; the claim's multiplier "
+                        f"for it is {zs.get(name)!r}: they do not test this claim")
     return None

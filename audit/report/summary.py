@@ -228,7 +228,7 @@ def attack_rows(report: dict[str, Any]) -> list[list[str]]:
                          fmt(a.get("eps_lower_bound")), fmt(a.get("eps_lb_mechanism")), fmt(a.get("eps_lb_trajectory")),
                          fmt(c.get("gate_eps_lower_bound")),
                          eps, comparison, released_noise_text(noise.get(label))
-                         + _similarity_text(noise.get(f"{label} (similarity matrix)"))])
+                         + _release_texts(label, noise)])
     return rows
 
 
@@ -242,9 +242,12 @@ def released_noise_text(check: dict[str, Any] | None) -> str:
     return f"{check['std_ratio']:.4g} (≤ {check['std_ratio_upper']:.4g}): {verdict}" + structure_text(check)
 
 
-def _similarity_text(check: dict[str, Any] | None) -> str:
-    """DPCL's similarity matrix's released-noise check beside the gradient's (its similarity probes), or nothing."""
-    return "" if not check else f"; similarity matrix: {released_noise_text(check)}"
+def _release_texts(label: str, noise: dict[str, dict[str, Any]]) -> str:
+    """The released-noise checks of the attack's probes on the step's other releases (DPCL's similarity matrix or
+    statistics), each after the gradient's, or nothing."""
+    prefix = f"{label} ("
+    return "".join(f"; {name[len(prefix):-1]}: {released_noise_text(check)}" for name, check in sorted(noise.items())
+                   if name.startswith(prefix))
 
 
 def structure_text(check: dict[str, Any]) -> str:

@@ -129,7 +129,7 @@ class StepContext:
     multipliers: dict[str, float]
     sensitivities: dict[str, float]
     chunk: int
-    similarity_probes: Any = None  # the step's similarity probes (defenses.dp.similarity_probes), observed by compute
+    release_probes: Any = None  # the step's probes on its other releases (defenses.dp.release_probes), by name
 
     @property
     def device(self) -> torch.device:
@@ -292,6 +292,12 @@ class DPDefense(Defense):
         return calibrate_multiplier(lambda z: self.claim_for(plan, mechanisms, z, delta), budget.target_epsilon,
                                     self.config.accountant)
 
+    def probed_releases(self, plan: SamplingPlan, model: nn.Module) -> dict[str, int]:
+        """The step's noised releases besides the gradient that a white-box audit can probe, each with its number of
+        entries (:mod:`privaudit.defenses.dp.release_probes`; a defense that calls ``observe_release`` for them):
+        none here."""
+        return {}
+
     def context(self, model: nn.Module, plan: SamplingPlan, multipliers: Mapping[str, float],
                 mechanisms: list[Mechanism], augment: Augmentation, engine: str | None = None) -> StepContext:
         embedder = Embedder(model)
@@ -371,7 +377,7 @@ class DPDefense(Defense):
 
         def privatize(ctx: StepContext, t: int, rnd: StepRandomness) -> Callable[[torch.Tensor], tuple]:
             def run(xb: torch.Tensor) -> tuple:
-                out = clip_step(dataclasses.replace(ctx, similarity_probes=None), xb, rnd)  # observed once
+                out = clip_step(dataclasses.replace(ctx, release_probes=None), xb, rnd)  # observed once
                 return out.clipped, release_step(out, t, rnd, len(xb), None)[0]
             return run
 
@@ -383,10 +389,10 @@ class DPDefense(Defense):
             if plan.max_batch is not None and len(idx) > plan.max_batch:
                 counter["overflowed"] += 1
                 idx = idx[:0]
-            canaries_t = canaries_at(canaries, t)  # before the step's computation: it observes the similarity probes
+            canaries_t = canaries_at(canaries, t)  # before the step's computation: it observes the release probes
             ctx = StepContext(model, embedder, embedder.params(), augment, plan, multipliers,
                               {m.name: m.sensitivity for m in mechanisms}, cfg.unit_chunk,
-                              getattr(canaries_t, "similarity", None))
+                              getattr(canaries_t, "releases", None))
             xb = x[idx.to(x.device)]
             out = clip_step(ctx, xb, rnd)
             _count_engine(counter, out.clipped)

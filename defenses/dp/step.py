@@ -19,9 +19,10 @@ Canary hook (Nasr et al. 2023, "Dirac canaries"; contract for the canary audits)
   and *withdrawn* from the release right after the observer has seen it: the trajectory bound's per-step probes
   (:mod:`privaudit.attacks.gradient_canary`: +-Delta / 2 by a fresh coin each step). The observer sees them; the
   release, the normaliser and the model do not, so the run trains as it would without them;
-* ``similarity`` -- optional (:class:`~privaudit.defenses.dp.similarity_probes.SimilarityProbes`): the step's probes on
-  a defense's noised similarity matrix (DPCL-SimCLR, Sec. 3.2.2), observed and withdrawn inside the step's own
-  computation (the engine hands them to it through ``StepContext.similarity_probes``);
+* ``releases`` -- optional, by release name (:class:`~privaudit.defenses.dp.release_probes.ReleaseProbes`): the
+  step's probes on a defense's other noised releases (DPCL's similarity matrix, Sec. 3.2.2, and statistics,
+  Sec. 3.3.2), observed and withdrawn inside the step's own computation (the engine hands them to it through
+  ``StepContext.release_probes``);
 * ``observer`` -- optional, called with the step's privatised sum (signal + canaries + noise, before
   the normaliser): what a white-box auditor sees. With ``centred=True`` (Dirac canaries) it gets that
   sum minus the data's clipped sum (canaries + noise): the auditor also knows the rest of the
@@ -44,7 +45,7 @@ noise. The history records ``canaries`` (the number included) per step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Union
+from typing import Callable, Mapping, Optional, Union
 
 import torch
 
@@ -52,7 +53,7 @@ from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
 from privaudit.defenses.dp.noise import gaussian
 from privaudit.defenses.dp.noise_law import noise_law
-from privaudit.defenses.dp.similarity_probes import SimilarityProbes
+from privaudit.defenses.dp.release_probes import ReleaseProbes
 
 
 Observer = Callable[[torch.Tensor], None]
@@ -99,7 +100,7 @@ class DiracCanaries:
     signs: Optional[torch.Tensor] = None  # +-1 per canary (paired replace-one canaries: +norm e_j or -norm e_j)
     centred: bool = False  # the observer gets the privatised sum minus the data's clipped sum (see release)
     probes: Optional[torch.Tensor] = None  # per canary, added before the noise and withdrawn after the observer
-    similarity: Optional[SimilarityProbes] = None  # probes on a noised similarity matrix (module docstring)
+    releases: Optional[Mapping[str, ReleaseProbes]] = None  # probes on the step's other releases (docstring)
 
     def __post_init__(self) -> None:
         if self.coordinates.ndim != 1 or self.include.shape != self.coordinates.shape or self.include.dtype != torch.bool:
@@ -148,13 +149,13 @@ def canaries_at(source: CanarySource | None, step: int) -> Canaries | None:
 def dirac_canaries(coordinates: torch.Tensor, norm: float, include: torch.Tensor,
                    observer: Observer | None = None, signs: torch.Tensor | None = None,
                    centred: bool = False, probes: torch.Tensor | None = None,
-                   similarity: SimilarityProbes | None = None) -> DiracCanaries:
+                   releases: Mapping[str, ReleaseProbes] | None = None) -> DiracCanaries:
     """Dirac canaries (Nasr et al. 2023): canary k is ``norm`` (times ``signs[k]``) times e_{coordinates[k]};
     ``probes[k]`` (optional) is added on the same coordinate and withdrawn after the observer (module docstring)."""
     return DiracCanaries(torch.as_tensor(coordinates, dtype=torch.long), float(norm),
                          torch.as_tensor(include, dtype=torch.bool), observer,
                          None if signs is None else torch.as_tensor(signs), centred,
-                         None if probes is None else torch.as_tensor(probes), similarity)
+                         None if probes is None else torch.as_tensor(probes), releases)
 
 
 @dataclass
