@@ -40,7 +40,7 @@ same stream) or noise reused on one tensor only. Exact (48-bit digests: chance c
 cells). A tensor whose first 8 noise values are all 0 at a step with a positive noise std drew no noise there (a
 Gaussian draws eight zeros with probability 0): noise missing on a tensor, however small its share, exactly. It
 cannot see noise that is correlated but not repeated (a shared component added to every coordinate):
-that is the canaries' coordinate test (:mod:`privaudit.attacks.noise_structure`).
+that is the canaries' coordinate test (:mod:`privaudit.attacks.noise.noise_structure`).
 
 **Replayed neighbours** (the trace's ``replays``): at a few steps the step's own privatisation (the defense's
 ``compute``, clipping, the release with its noise and normaliser; the same randomness) is re-run on a neighbouring

@@ -50,7 +50,7 @@ What it cannot see: dependence through a nonlinear map or a permutation (a copy 
 offset: its correlation is at no lag and no |value| repeats at one lag, though the largest repeat may); correlation
 between tensors of different sizes, or of one size at a lag other than 0 unless exact; dependence across steps (the
 trace's digests see exact reuse at any two steps, the canaries' step-pair test correlation between consecutive
-disjoint steps, :mod:`privaudit.attacks.noise_structure`); a window it does not read (steps above
+disjoint steps, :mod:`privaudit.attacks.noise.noise_structure`); a window it does not read (steps above
 :data:`~privaudit.defenses.dp.noise_law.MAX_READ` coordinates read a rotating window of tensors); the noise of a
 release other than the gradient's (DPCL's similarity matrix and statistics); repeats in noise of few significand bits
 (float16: q = 2^-8, so it takes long copies) and in measured noise (a declared release's; an Opacus watch tests the

@@ -7,7 +7,7 @@ from privaudit.attacks.bounds.one_run import one_run_bound, one_run_bound_search
 from privaudit.attacks.executor import Executor, LocalExecutor, make_executor
 from privaudit.attacks.registry import ATTACKS, attack_class, make_attack
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.shadow_models import DataRef, DefenseRef, TrainJob, train_models
+from privaudit.attacks.membership.shadow_models import DataRef, DefenseRef, TrainJob, train_models
 
 __all__ = ["ATTACKS", "Attack", "AttackConfig", "AttackResult", "DataRef", "DefenseRef", "EpsilonLowerBound",
            "Executor", "LocalExecutor", "Target", "TrainJob", "attack_class", "make_attack", "make_executor",

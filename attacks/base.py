@@ -22,7 +22,7 @@ from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound, check_relati
 from privaudit.attacks.bounds.one_run import default_guesses, one_run_bound, paired_one_run_bound, pool_pairs
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.shadow_models import DataRef, DefenseRef, resolve_defense
+from privaudit.attacks.membership.shadow_models import DataRef, DefenseRef, resolve_defense
 from privaudit.core.config import build_config
 from privaudit.core.datasets import MembershipData
 from privaudit.core.errors import ConfigError, check_probability

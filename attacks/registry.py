@@ -1,7 +1,7 @@
 """Every attack privaudit knows, by name (``module:Class``, imported on first use), and plugin attacks.
 
 A name outside the registry of the form ``module:Class`` is a plugin: :func:`attack_class` imports it and accepts it
-when it is an :class:`~privaudit.attacks.base.Attack` subclass, as :func:`~privaudit.attacks.shadow_models.
+when it is an :class:`~privaudit.attacks.base.Attack` subclass, as :func:`~privaudit.attacks.membership.shadow_models.
 resolve_defense` does for defenses. Importing a plugin runs its code, so the boundaries that read untrusted names
 (a suite, the ``attack`` command) accept one only with ``allow_plugins`` / ``--allow-plugins``
 (docs/extending.md).
@@ -16,15 +16,15 @@ from privaudit.core.errors import ConfigError
 from privaudit.core.registry import Registry, load_reference
 
 ATTACKS: Registry[type[Attack]] = Registry("attack", {
-    "loss": "privaudit.attacks.loss:LossAttack",
-    "shadow": "privaudit.attacks.shadow:ShadowModelAttack",
-    "encodermi": "privaudit.attacks.encodermi:EncoderMI",
-    "lira": "privaudit.attacks.lira:LiRA",
-    "rmia": "privaudit.attacks.rmia:RMIA",
-    "canary": "privaudit.attacks.canary:CanaryAudit",
-    "gradient-canary": "privaudit.attacks.gradient_canary_audit:GradientCanaryAudit",
-    "user-canary": "privaudit.attacks.user_canary:UserCanaryAudit",
-    "user-data-canary": "privaudit.attacks.user_data_canary:UserDataCanaryAudit",
+    "loss": "privaudit.attacks.membership.loss:LossAttack",
+    "shadow": "privaudit.attacks.membership.shadow:ShadowModelAttack",
+    "encodermi": "privaudit.attacks.membership.encodermi:EncoderMI",
+    "lira": "privaudit.attacks.membership.lira:LiRA",
+    "rmia": "privaudit.attacks.membership.rmia:RMIA",
+    "canary": "privaudit.attacks.canaries.canary:CanaryAudit",
+    "gradient-canary": "privaudit.attacks.canaries.gradient_canary_audit:GradientCanaryAudit",
+    "user-canary": "privaudit.attacks.canaries.user_canary:UserCanaryAudit",
+    "user-data-canary": "privaudit.attacks.canaries.user_data_canary:UserDataCanaryAudit",
 })
 
 

@@ -20,7 +20,7 @@ as Opacus' are (:mod:`privaudit.defenses.opacus_step`):
   the canaries' observer gets the noisy sum less the data's clipped sum, and the trajectory probes (the hook's
   ``probes``) are then withdrawn from the tensors, so the loop goes on with its own release. The noise is measured
   as a float difference, not intercepted as drawn, so no digest is recorded: reused noise is seen by the canaries'
-  noise-independence check (:mod:`privaudit.attacks.noise_structure`), not by the trace's digest check. Its joint
+  noise-independence check (:mod:`privaudit.attacks.noise.noise_structure`), not by the trace's digest check. Its joint
   law within the release (:mod:`privaudit.defenses.dp.noise_law`: correlation at a lag within a tensor and between
   tensors of one size) is recorded less the rounding of the addition; its repeated values are not (a difference's
   values are not the ones drawn).

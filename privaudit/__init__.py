@@ -90,8 +90,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "multi_run_bound": ("privaudit.attacks", "multi_run_bound"),
     "score_metrics": ("privaudit.attacks.metrics", "score_metrics"),
     "ScoreMetrics": ("privaudit.attacks.metrics", "ScoreMetrics"),
-    "reachability_test": ("privaudit.attacks.reachability", "reachability_test"),
-    "reachable": ("privaudit.attacks.reachability", "reachable"),
+    "reachability_test": ("privaudit.attacks.step.reachability", "reachability_test"),
+    "reachable": ("privaudit.attacks.step.reachability", "reachable"),
     # accountants
     "PrivacyClaim": ("privaudit.accountants", "PrivacyClaim"),
     "sampled_gaussian_claim": ("privaudit.accountants.sampled_gaussian", "sampled_gaussian_claim"),

@@ -14,7 +14,7 @@ from scipy import stats
 
 from privaudit.accountants import epsilon
 from privaudit.accountants.events import SnappingDpEvent, event_from_dict, event_to_dict
-from privaudit.attacks.step_distinguisher import additive_step_scores, step_bounds
+from privaudit.attacks.step.step_distinguisher import additive_step_scores, step_bounds
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.alm.mechanisms import add_noise, calibrate_noise, snapped_calibration
 from privaudit.defenses.alm.snapping import (correctly_rounded_log, default_clamp_bound, full_grid_uniform, grid_step,

@@ -18,7 +18,7 @@ import torch
 from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.attacks.bounds.multi_run import multi_run_bound
 from privaudit.attacks.bounds.one_run import one_run_bound, one_run_epsilon
-from privaudit.attacks.gradient_canary import GradientCanaries, gradient_canary_scores
+from privaudit.attacks.canaries.gradient_canary import GradientCanaries, gradient_canary_scores
 from soundness import guess_counts, per_counts, rr_runs
 
 DELTA = 1e-5

@@ -4,7 +4,7 @@ under-noising of 1.25x shows, a correct run does not; the GDP bound recomputes f
 import numpy as np
 import pytest
 
-from privaudit.attacks.step_distinguisher import gaussian_step_scores, gdp_bound, gdp_mu_recomputed
+from privaudit.attacks.step.step_distinguisher import gaussian_step_scores, gdp_bound, gdp_mu_recomputed
 from privaudit.audit.step.audit import audit_trained_step, trained_multipliers
 from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget

@@ -8,7 +8,7 @@ import torch
 
 from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent, event_to_dict
 from privaudit.attacks.bounds.mechanism import optimistic_epsilon
-from privaudit.attacks.step_distinguisher import gaussian_step_scores, gdp_bound, gdp_mu_recomputed
+from privaudit.attacks.step.step_distinguisher import gaussian_step_scores, gdp_bound, gdp_mu_recomputed
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts, trajectory_bound
 from privaudit.audit.gate.judge import gate_cells, suite_gate
 from privaudit.audit.suite.model import GateConfig

@@ -161,7 +161,7 @@ def test_a_federated_control_is_planted_and_caught_by_its_released_noise(tmp_pat
 
 
 def test_a_federated_control_offers_the_claim_and_noise_plants_only():
-    from privaudit.attacks.shadow_models import resolve_defense
+    from privaudit.attacks.membership.shadow_models import resolve_defense
     from privaudit.core.errors import ConfigError
 
     assert resolve_defense("control-dp-fedavg", {"plant": "noise", "control_factor": 2.0}).config.control_factor == 2.0

@@ -11,7 +11,7 @@ from scipy import stats
 from privaudit.accountants.events import (GaussianDpEvent, LaplaceDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_to_dict)
 from privaudit.attacks.bounds.gdp import gdp_epsilon
-from privaudit.attacks.gradient_canary import simulate_canary_scores, step_llr
+from privaudit.attacks.canaries.gradient_canary import simulate_canary_scores, step_llr
 from privaudit.attacks.bounds.mechanism import (METHOD, mechanism_epsilon, mechanism_one_run_bound, scale_noise,
                                                 unsupported_reason, _epsilon_optimistic, _key)
 from privaudit.audit.gate.judge import compare

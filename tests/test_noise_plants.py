@@ -1,6 +1,6 @@
 """Planted noise bugs in DP-SGD, through the gradient-canary audit and the gate: a noise generator re-created with the
 same seed at every step (reused noise: epsilon is infinite, yet its variance is the claimed one) and noise missing on
-the biases only or on one weight tensor. Each is caught by the check of :mod:`privaudit.attacks.noise_structure`
+the biases only or on one weight tensor. Each is caught by the check of :mod:`privaudit.attacks.noise.noise_structure`
 that the gate names, with the tensor; the correct release passes. The plants are fixtures here, not product code:
 they wrap the engine's noise (``release``'s generator, ``gaussian``'s draw) for the length of one test. Each test
 trains DP-SGD (about 7 s on an idle core, more on a shared one): slow. The same bugs on the idealised mechanism run

@@ -1,4 +1,4 @@
-"""The noise checks across steps and per tensor (:mod:`privaudit.attacks.noise_structure`): exact levels on the
+"""The noise checks across steps and per tensor (:mod:`privaudit.attacks.noise.noise_structure`): exact levels on the
 idealised mechanism over many seeds with the shared soundness check (and unsound variants it rejects: overlapping
 step pairs taken as independent, tensors tested without Bonferroni), the canaries' counts and stratified placement,
 and the gate on old and new evidence."""
@@ -8,10 +8,10 @@ import pytest
 import torch
 from scipy import stats
 
-from privaudit.attacks.canary_strata import PER_TENSOR, stratified_coordinates, tensor_index
-from privaudit.attacks.gradient_canary import GradientCanaries
-from privaudit.attacks.noise_structure import coordinate_check, independence_check, structure_checks, tensor_checks
-from privaudit.attacks.released_noise import released_noise_check
+from privaudit.attacks.canaries.canary_strata import PER_TENSOR, stratified_coordinates, tensor_index
+from privaudit.attacks.canaries.gradient_canary import GradientCanaries
+from privaudit.attacks.noise.noise_structure import coordinate_check, independence_check, structure_checks, tensor_checks
+from privaudit.attacks.noise.released_noise import released_noise_check
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts
 from privaudit.audit.gate.judge import gate_cells, suite_gate
 from privaudit.audit.report.records import CellRecord

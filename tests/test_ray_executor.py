@@ -66,7 +66,7 @@ def test_reference_models_spread_over_ray_workers_match_a_local_run(local_ray, a
     from privaudit.attacks.base import Target
     from privaudit.attacks.executor import LocalExecutor, make_executor
     from privaudit.attacks.registry import make_attack
-    from privaudit.attacks.shadow_models import DataRef
+    from privaudit.attacks.membership.shadow_models import DataRef
 
     ref = DataRef("digits", seed=0)
     defense = {"epochs": 2, "width": 4, "rep_dim": 8, "proj_hidden": 8, "proj_dim": 4, "batch_size": 64}

@@ -1,4 +1,4 @@
-"""The reachability test (attacks/reachability.py) and ALM's floating-point-safe releases (defenses/alm/grid.py).
+"""The reachability test (attacks/step/reachability.py) and ALM's floating-point-safe releases (defenses/alm/grid.py).
 
 Mironov 2012 measured: the textbook float64 logistic release (what ALM released before) puts most of its outputs
 where the neighbour cannot reach; the grid releases put none there. The slow variants run 10^6 draws.
@@ -12,7 +12,7 @@ import torch
 
 from privaudit.accountants import PrivacyClaim, epsilon
 from privaudit.accountants.events import DiscreteGaussianDpEvent, LogisticDpEvent, event_from_dict, event_to_dict
-from privaudit.attacks.reachability import (Reachability, describe, reachability_test, reachable, recorded_error,
+from privaudit.attacks.step.reachability import (Reachability, describe, reachability_test, reachable, recorded_error,
                                             recorded_refutes)
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.alm.grid import discrete_gaussian, discrete_laplace, discrete_logistic, grid_noise, on_grid

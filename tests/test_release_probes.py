@@ -16,7 +16,7 @@ from privaudit.attacks.base import Target
 from privaudit.attacks.bounds.release_trajectory import combined_mu_lower
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts, mu_lower_form, plan_trajectory
 from privaudit.attacks.registry import make_attack
-from privaudit.attacks.release_probes import ReleaseTrials, probe_entries
+from privaudit.attacks.canaries.release_probes import ReleaseTrials, probe_entries
 from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget
 from privaudit.defenses.dp.release_probes import ReleaseProbes

@@ -1,4 +1,4 @@
-"""The released-noise check (:mod:`privaudit.attacks.released_noise`): exact level on the idealised mechanism over many
+"""The released-noise check (:mod:`privaudit.attacks.noise.released_noise`): exact level on the idealised mechanism over many
 seeds (with an unsound variant the same test rejects), its power at the quickstart's sizes, the canaries' residual
 counting (paired and add/remove), and the gate's use of it (a claim fails, a control is caught, old evidence is
 not judged)."""
@@ -11,8 +11,8 @@ import torch
 from scipy import stats
 
 from privaudit.accountants.events import PoissonSampledDpEvent, GaussianDpEvent, SelfComposedDpEvent, event_to_dict
-from privaudit.attacks.gradient_canary import GradientCanaries
-from privaudit.attacks.released_noise import NOISE_ALPHA, describe_check, released_noise_check
+from privaudit.attacks.canaries.gradient_canary import GradientCanaries
+from privaudit.attacks.noise.released_noise import NOISE_ALPHA, describe_check, released_noise_check
 from privaudit.audit.gate.judge import gate_cells
 from privaudit.audit.report.records import CellRecord
 from privaudit.audit.suite.model import GateConfig

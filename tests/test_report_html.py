@@ -113,7 +113,7 @@ def test_every_table_leads_with_its_conclusion_in_markdown_and_html():
 def test_white_box_attacks_are_the_registered_canary_audits():
     """The privacy-utility figure's white-box panel takes exactly the attacks that read the training's internals:
     the registered attacks whose settings are the white-box canary audits'."""
-    from privaudit.attacks.canary_audit import CanaryAuditConfig
+    from privaudit.attacks.canaries.canary_audit import CanaryAuditConfig
     from privaudit.attacks.registry import ATTACKS, attack_class
     from privaudit.audit.report.plots import WHITE_BOX
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from privaudit.attacks.registry import make_attack
-from privaudit.attacks.rmia import fit_a, prob_x, rmia_scores
+from privaudit.attacks.membership.rmia import fit_a, prob_x, rmia_scores
 from privaudit.core.errors import ConfigError
 
 
@@ -82,8 +82,8 @@ def test_fit_a_prefers_the_slope_that_separates_members():
 def test_fit_a_with_two_references_takes_the_default_not_the_grids_first():
     """One IN and one OUT reference per candidate (a complementary pair): no leave-one-out is defined, so the slope is
     the fixed default 0.3, not the grid's first 0.05 (which makes Pr(x) nearly constant: the old behaviour)."""
-    from privaudit.attacks.rmia import DEFAULT_A
-    from privaudit.attacks.shadow_models import paired_masks
+    from privaudit.attacks.membership.rmia import DEFAULT_A
+    from privaudit.attacks.membership.shadow_models import paired_masks
 
     rng = np.random.default_rng(1)
     keep = paired_masks(2, 300, rng)
@@ -109,7 +109,7 @@ def test_bad_settings_are_one_clear_error(params, field):
 
 def test_too_few_population_samples_is_a_clear_error(tmp_path):
     from privaudit.attacks.base import Target
-    from privaudit.attacks.references import population_rows
+    from privaudit.attacks.membership.references import population_rows
     from privaudit.core.datasets import load_dataset
 
     data = load_dataset("digits", seed=0)
@@ -132,7 +132,7 @@ def test_score_functions_reject_bad_inputs():
 
 
 def test_select_queries_drops_a_query_without_signal():
-    from privaudit.attacks.rmia import select_queries
+    from privaudit.attacks.membership.rmia import select_queries
 
     rng = np.random.default_rng(1)
     k, n = 6, 300
@@ -149,8 +149,8 @@ def test_leave_one_out_mean_is_balanced_and_mode_follows_reference_power():
     """The leave-one-out reference mean is 0.5 (mean IN + mean OUT) of the other models: with the plain mean,
     a reference's members are compared with fewer IN models than its non-members, which inflates the online
     test's power. auto picks the stronger test."""
-    from privaudit.attacks.references import others_mean
-    from privaudit.attacks.rmia import choose_mode, online_power
+    from privaudit.attacks.membership.references import others_mean
+    from privaudit.attacks.membership.rmia import choose_mode, online_power
 
     rng = np.random.default_rng(1)
     k, n = 8, 2000

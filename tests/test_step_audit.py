@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy import stats
 
-from privaudit.attacks.step_distinguisher import KnownMechanism, additive_step_scores, gaussian_step_scores, step_bounds, step_mu
+from privaudit.attacks.step.step_distinguisher import KnownMechanism, additive_step_scores, gaussian_step_scores, step_bounds, step_mu
 from privaudit.core.errors import ConfigError
 from soundness import PLANTED, assert_planted_rejected, assert_sound, critical
 
@@ -70,7 +70,7 @@ def step_powered() -> dict[str, tuple[np.ndarray, float]]:
     over-claiming on 2 alpha of them is only 0.005 (tests/soundness.py; 950 runs reach 0.9). Its power here is
     against the x1.2 variant, which these tight bounds make over-claim on nearly every run."""
     from privaudit.attacks.bounds.multi_run import multi_run_bound
-    from privaudit.attacks.step_distinguisher import gdp_bound
+    from privaudit.attacks.step.step_distinguisher import gdp_bound
 
     rng = np.random.default_rng([31, 3])
     rr, gauss = KnownMechanism("rr", 2.0), KnownMechanism("gaussian", 1.0)
@@ -97,7 +97,7 @@ def test_step_bounds_are_the_two_bounds_tested_above():
     """The step audit's :func:`step_bounds` reports exactly the Clopper-Pearson and GDP bounds the powered tests
     check (the split and the thresholds seeded alike), so an inflation there fails too."""
     from privaudit.attacks.bounds.multi_run import multi_run_bound
-    from privaudit.attacks.step_distinguisher import gdp_bound
+    from privaudit.attacks.step.step_distinguisher import gdp_bound
 
     out, inn = KnownMechanism("gaussian", 1.0).sample(4000, np.random.default_rng([31, 4]))
     b = step_bounds(out, inn, alpha=ALPHA, delta=STEP_DELTA, seed=7)
@@ -506,7 +506,7 @@ def test_a_trained_step_is_audited_through_the_engine_its_training_ran(digits, m
     from types import SimpleNamespace
 
     import privaudit.defenses.dp.gradients as gradients
-    from privaudit.attacks.shadow_models import resolve_defense
+    from privaudit.attacks.membership.shadow_models import resolve_defense
     from privaudit.audit.step import audit as step_audit
     from privaudit.defenses.base import Budget
 

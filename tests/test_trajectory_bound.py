@@ -11,7 +11,7 @@ from scipy import stats
 
 from privaudit.accountants.events import (ComposedDpEvent, GaussianDpEvent, LaplaceDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_to_dict)
-from privaudit.attacks.gradient_canary import GradientCanaries
+from privaudit.attacks.canaries.gradient_canary import GradientCanaries
 from privaudit.attacks.bounds.mechanism import optimistic_epsilon
 from privaudit.attacks.bounds.trajectory import (METHOD, TrajectoryCounts, gradient_event, mu_lower, mu_lower_form,
                                                  plan_threshold, plan_trajectory, step_multiplier, trajectory_bound,

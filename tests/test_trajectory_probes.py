@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from privaudit.attacks.bounds.pooled_gdp import mu_lower_pooled
-from privaudit.attacks.gradient_canary import GradientCanaries
+from privaudit.attacks.canaries.gradient_canary import GradientCanaries
 from privaudit.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import torch
 
 from privaudit.attacks.base import Target
 from privaudit.attacks.registry import make_attack
-from privaudit.attacks.user_data_canary import UserCohesion, canary_users
+from privaudit.attacks.canaries.user_data_canary import UserCohesion, canary_users
 from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget
 

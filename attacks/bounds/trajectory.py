@@ -5,7 +5,7 @@ number of canaries (every guess right still rejects only so much). A white-box a
 privatised sum of *every* step (Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Carlini & Terzis 2023,
 "Tight auditing of differentially private machine learning", USENIX Security, Sec. 5: with every
 intermediate update visible, each step's canary observation is a sample of the step's Gaussian mechanism,
-and the per-step measurement composes). The gradient canaries of :mod:`privaudit.attacks.gradient_canary`
+and the per-step measurement composes). The gradient canaries of :mod:`privaudit.attacks.canaries.gradient_canary`
 already give m canaries x T steps such samples; this module turns them into a sound lower bound on the
 per-step privacy and composes it.
 
@@ -14,7 +14,7 @@ own Dirac coordinate; :mod:`privaudit.defenses.dp.step`) is x = (y / D) + offset
 D between the two hypotheses' means: add/remove canaries (norm Delta) are *present* at (t, i) when inserted
 and sampled (x ~ N(1, z^2) under the claim) and *absent* otherwise (x ~ N(0, z^2)), D = Delta, offset 0;
 paired replace-one slots (+-Delta/2 e_i, D = Delta, offset 1/2) give a trial only when sampled, present for
-the + candidate. With the per-step probes (:mod:`privaudit.attacks.gradient_canary`: +-D/2 on every canary's
+the + candidate. With the per-step probes (:mod:`privaudit.attacks.canaries.gradient_canary`: +-D/2 on every canary's
 coordinate by a fresh coin, withdrawn from the release once observed) every canary and step is one trial, present
 for the + probe, the canary's own designed contribution subtracted: m T balanced trials instead of about m q T / 2
 present ones, the same hypotheses. z = sigma / D is the noise the step really adds. The auditor knows every label
@@ -264,7 +264,7 @@ class TrajectoryCounts:
         """Count the step's released-noise residuals: every canary coordinate's observation less the canaries'
         designed contribution, in units of D (:func:`released_noise_check`), in the canaries' fixed order. Also the
         step's residual sum (the coordinate test), the step pairs' differences (steps 0 and 1, 2 and 3, ...) and, with ``tensors`` (each canary's index into
-        ``tensor_names``), both sums per tensor (:mod:`privaudit.attacks.noise_structure`)."""
+        ``tensor_names``), both sums per tensor (:mod:`privaudit.attacks.noise.noise_structure`)."""
         residuals = np.asarray(residuals, dtype=np.float64)
         self.noise_n += residuals.size
         self.noise_ss += float((residuals ** 2).sum())

@@ -5,7 +5,7 @@ x ~ N([present], z^2) in units of the hypotheses' mean difference (:mod:`privaud
 threshold tau fixed in advance the false positives are Binomial(n0, Phi(-tau / z)) and the false negatives
 Binomial(n1, Phi((tau - 1) / z)) given the labels' counts, which are themselves binomial: the bound a correct run
 gives is drawn without any observation, for thousands of runs a second, whatever the steps T. Two trial designs
-(:mod:`privaudit.attacks.gradient_canary`):
+(:mod:`privaudit.attacks.canaries.gradient_canary`):
 
 * ``sampled``: the canaries' own trials, each of m canaries inserted by a fair coin and sampled with the claim's
   rate q at each step (n1 ~ Binomial(T m / 2, q) present trials, the rest absent);

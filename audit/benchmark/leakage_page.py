@@ -297,7 +297,7 @@ def _instrument_sentence(reach: Mapping[str, Any], bounds: Mapping[tuple[str, fl
         return ("The bound's shortfall below the attainable epsilon is the instrument's: the gradient canaries observe "
                 "the gradient release, not the noised similarity matrix released beside it.")
     ratios, probes = [r["ratio"] for r in whole], sorted({r.get("release_probes") for r in whole}, key=str)
-    return (f"The white-box bound observes both releases: DPCL's release probes (`attacks/release_probes.py`) "
+    return (f"The white-box bound observes both releases: DPCL's release probes (`attacks/canaries/release_probes.py`) "
             f"set +-Delta_S / 2 on {' / '.join(map(str, probes))} entries of the noised similarity matrix at every "
             f"step, withdrawn before the "
             f"loss, beside the gradient canaries' probes, and the whole step's bound reaches {min(ratios):.3f} to "

@@ -46,7 +46,7 @@ def summary(rows: list[dict[str, float]]) -> dict[str, float]:
 
 def measure_cell(spec, batches: int, progress: bool = False) -> dict[str, Any]:
     """One DPCL-SimCLR cell's reach at its init and after training, and the epsilon each lets a canary attain."""
-    from privaudit.attacks.shadow_models import resolve_defense
+    from privaudit.attacks.membership.shadow_models import resolve_defense
     from privaudit.core.datasets import SplitConfig, load_dataset
     from privaudit.defenses.augment import augmentation_for
     from privaudit.defenses.base import Budget

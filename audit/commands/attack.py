@@ -11,7 +11,7 @@ from privaudit.attacks import ATTACKS, DataRef, Target, make_attack, make_execut
 from privaudit.attacks.executor import EXECUTORS
 from privaudit.attacks.metrics import FPR_TARGETS, fpr_key
 from privaudit.attacks.roc_plot import plot_roc
-from privaudit.attacks.shadow_models import resolve_defense
+from privaudit.attacks.membership.shadow_models import resolve_defense
 from privaudit.audit.commands.common import (add_budget_args, add_data_args, add_output_args, budget_from_args,
                                              check_attack_plugin, check_plugins, emit_json, format_table, integer,
                                              parse_params)

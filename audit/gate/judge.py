@@ -241,14 +241,14 @@ def gate_cells(cells: Sequence[CellRecord], config: GateConfig,
 
 
 def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -> list[dict[str, Any]]:
-    """The released-noise check (:mod:`privaudit.attacks.released_noise`) of every gated white-box trajectory
+    """The released-noise check (:mod:`privaudit.attacks.noise.released_noise`) of every gated white-box trajectory
     comparison, recomputed from the attack's saved residual counts against the gradient release's claimed
     multiplier re-derived from the cell's saved claim (never the attack's own record of it), and of each group of the
     step's other releases whose probes' counts are saved (:func:`release_noise_check`). A check without residual counts
     (evidence from before the check existed) or without a claimed multiplier says why, unjudged."""
     from privaudit.accountants.events import event_from_dict
-    from privaudit.attacks.noise_structure import structure_checks
-    from privaudit.attacks.released_noise import released_noise_check
+    from privaudit.attacks.noise.noise_structure import structure_checks
+    from privaudit.attacks.noise.released_noise import released_noise_check
     from privaudit.attacks.bounds.trajectory import step_multiplier
 
     out = []
@@ -273,11 +273,11 @@ def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -
 def release_noise_check(attack: str, group: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
     """The released-noise checks of one group of a step's other releases (DPCL's similarity matrix, or Barlow's
     statistics): their probes' residuals (the noise each release added on each probed entry, in units of its own
-    sensitivity; :mod:`privaudit.attacks.release_probes`) against the releases' claimed multiplier, re-derived from
+    sensitivity; :mod:`privaudit.attacks.canaries.release_probes`) against the releases' claimed multiplier, re-derived from
     the cell's saved claim: the level and freshness across steps, and across the step's coordinates (no per-tensor
     check)."""
-    from privaudit.attacks.noise_structure import structure_checks
-    from privaudit.attacks.released_noise import released_noise_check
+    from privaudit.attacks.noise.noise_structure import structure_checks
+    from privaudit.attacks.noise.released_noise import released_noise_check
 
     names = list(group.get("names") or ())
     name = f"{attack} ({', '.join(names)})"
@@ -292,10 +292,10 @@ def release_noise_check(attack: str, group: Mapping[str, Any], claim: Mapping[st
 
 def noise_failures(noise: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
     """(check name, one line) for every failing released-noise check: the pooled one
-    (:mod:`privaudit.attacks.released_noise`), independence across steps and coordinates, and each tensor
-    (:mod:`privaudit.attacks.noise_structure`)."""
-    from privaudit.attacks.noise_structure import describe_failures
-    from privaudit.attacks.released_noise import describe_check
+    (:mod:`privaudit.attacks.noise.released_noise`), independence across steps and coordinates, and each tensor
+    (:mod:`privaudit.attacks.noise.noise_structure`)."""
+    from privaudit.attacks.noise.noise_structure import describe_failures
+    from privaudit.attacks.noise.released_noise import describe_check
 
     out = []
     for n in noise:
@@ -448,7 +448,7 @@ def _error_rate_note(comparisons: Sequence[Comparison], traced: int, released: i
     """The family-wise error rate of the gated comparisons, the trace checks and the released-noise checks, and the
     note that states it."""
     from privaudit.accountants.trace import TRACE_ALPHA
-    from privaudit.attacks.released_noise import NOISE_ALPHA
+    from privaudit.attacks.noise.released_noise import NOISE_ALPHA
 
     level = min(c.gate_confidence for c in comparisons)
     fwer = len(comparisons) * (1 - level) + traced * TRACE_ALPHA + released * NOISE_ALPHA

@@ -63,7 +63,7 @@ def _comparison(cid: str, c: Mapping[str, Any], pool: _Reasons, time: float) -> 
 
 def _noise_cases(cid: str, gate: Mapping[str, Any], pool: _Reasons) -> list[Case]:
     """Each released-noise check of each white-box comparison: failed, passed, or skipped when not judged."""
-    from privaudit.attacks.noise_structure import COORDINATES, INDEPENDENCE, PER_TENSOR
+    from privaudit.attacks.noise.noise_structure import COORDINATES, INDEPENDENCE, PER_TENSOR
     from privaudit.audit.gate.judge import noise_failures
 
     out = []

@@ -36,7 +36,7 @@ def family_bound(bound: Mapping[str, Any], family: int) -> float | None:
         recompute = combined_epsilon_from_counts if c.get("releases") else trajectory_epsilon_from_counts
         return recompute(c, beta=beta, delta=delta, relation=bound.get("relation", "add-remove"))
     if method == "step-gdp":  # a per-cell step-audit pair: its mu_lb (compared with the per-step claim's mu)
-        from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
+        from privaudit.attacks.step.step_distinguisher import gdp_mu_recomputed
 
         return gdp_mu_recomputed(bound["gdp"], beta)
     if method == "one-run-fdp":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from privaudit.attacks.released_noise import NOISE_ALPHA
+from privaudit.attacks.noise.released_noise import NOISE_ALPHA
 from privaudit.audit.report import summary as s
 
 

@@ -10,7 +10,7 @@ from privaudit.audit.sensitivity.verdict import display
 
 UTILITY_KEYS = ("knn_accuracy", "linear_probe_accuracy")
 # The registered attacks that read the training's internals (white-box canaries: their Config derives from
-# privaudit.attacks.canary_audit.CanaryAuditConfig; tests/test_report_html.py keeps the two in step); every other
+# privaudit.attacks.canaries.canary_audit.CanaryAuditConfig; tests/test_report_html.py keeps the two in step); every other
 # attack queries the released model.
 WHITE_BOX = ("gradient-canary", "user-canary")
 
@@ -252,7 +252,7 @@ def _release_texts(label: str, noise: dict[str, dict[str, Any]]) -> str:
 
 def structure_text(check: dict[str, Any]) -> str:
     """The gate's checks of the noise across steps, per tensor and across coordinates
-    (:mod:`privaudit.attacks.noise_structure`), short."""
+    (:mod:`privaudit.attacks.noise.noise_structure`), short."""
     pairs, tensors = check.get("independence") or {}, check.get("tensors") or {}
     out = ""
     if pairs:

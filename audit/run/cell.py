@@ -141,7 +141,7 @@ def _run_stages(spec: CellSpec, executor: ExecutorSpec, progress: bool, record: 
     each attack); return the claim checks' evidence (None for a run without a trace)."""
     from privaudit.audit.run.claim_checks import run_claim_checks
     from privaudit.attacks import DataRef, Target
-    from privaudit.attacks.shadow_models import resolve_defense
+    from privaudit.attacks.membership.shadow_models import resolve_defense
     from privaudit.audit.device import resolve_device
     from privaudit.core.datasets import SplitConfig, load_dataset
     from privaudit.defenses.base import Budget

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.trace import TRACE_ALPHA, TraceMismatch, check_trace, trace_rounding
-from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
+from privaudit.attacks.step.step_distinguisher import gdp_mu_recomputed
 from privaudit.core.errors import ConfigError
 
 EVIDENCE_FILE = "claim_checks.json"

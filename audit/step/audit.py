@@ -1,4 +1,4 @@
-"""Step-level audit of a defense's own privatised step (the maths: :mod:`privaudit.attacks.step_distinguisher`).
+"""Step-level audit of a defense's own privatised step (the maths: :mod:`privaudit.attacks.step.step_distinguisher`).
 
 For a defense, :func:`audit_defense` calibrates its noise as training does (``Defense.calibrate`` at
 the target epsilon and the claim's delta), reads the per-step privacy its accountant assumes
@@ -43,7 +43,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from privaudit.attacks.bounds.gdp import gdp_epsilon
-from privaudit.attacks.step_distinguisher import NOISE_MODES, gaussian_step_scores, step_mu
+from privaudit.attacks.step.step_distinguisher import NOISE_MODES, gaussian_step_scores, step_mu
 from privaudit.audit.step.pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
                                         witness_info, write_witness)
 from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
@@ -295,7 +295,7 @@ class _GradientAudit:
         training does); ``model``: the model the canonical pairs run at (default: the seeded initial model);
         ``engine``: the per-unit engine of the canonical pairs' evaluations (default: vmap, which the witness search's
         differentiable evaluations need to agree with bit for bit)."""
-        from privaudit.attacks.shadow_models import resolve_defense
+        from privaudit.attacks.membership.shadow_models import resolve_defense
 
         self.name, self.ctx, self.request, self.data = name, ctx, request, ctx.data
         self.defense = resolve_defense(name, dict(request.params))

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from privaudit.attacks.step_distinguisher import StepBounds, step_bounds
+from privaudit.attacks.step.step_distinguisher import StepBounds, step_bounds
 from privaudit.core.errors import ConfigError
 
 
@@ -92,12 +92,12 @@ def refutes(mu_lower: float, epsilon_lower: float, mu_claim: float, epsilon_clai
 
 def recorded_pair_verdict(pair: Mapping[str, Any], claim: Mapping[str, Any]) -> str:
     """A saved pair row's verdict recomputed from its bounds and the claim (the gate's check of saved evidence):
-    a one-shot release's reachability test (its counts, :func:`privaudit.attacks.reachability.recorded_refutes`)
+    a one-shot release's reachability test (its counts, :func:`privaudit.attacks.step.reachability.recorded_refutes`)
     refutes it at the claim's delta whatever the bounds say; a one-shot pure-DP release is judged on its row's own
     claim (mu only for Gaussian noise), a Gaussian step on the claim's mu and epsilon."""
     if pair.get("verdict") == "error":
         return "error"
-    from privaudit.attacks.reachability import recorded_refutes
+    from privaudit.attacks.step.reachability import recorded_refutes
 
     support = pair.get("support") or {}  # a one-shot release's reachability test: an impossible output refutes
     if any(recorded_refutes(d, float(claim.get("delta") or 0.0)) for d in support.values()):

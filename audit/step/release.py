@@ -1,4 +1,4 @@
-"""Step-level audit of a one-shot additive release: ALM's noised head (the maths: :mod:`privaudit.attacks.step_distinguisher`).
+"""Step-level audit of a one-shot additive release: ALM's noised head (the maths: :mod:`privaudit.attacks.step.step_distinguisher`).
 
 ALM (Yang, Gohari & Topcu) has one privatised "step": the release theta_hat = theta(D) + s xi of the
 fine-tuned head's weights theta(D), xi_j i.i.d. Logistic(0, 1) (Def. 4.1; Algorithm 1), with s calibrated
@@ -9,7 +9,7 @@ For a neighbouring pair of fine-tuning sets with noiseless heads m0 = theta(D), 
 :func:`audit_release` draws the release many times per side through ALM's own noise code
 (:func:`privaudit.defenses.alm.mechanisms.add_noise`, at the scale :meth:`ALM.release_noise` calibrates), scores each
 draw with the log-likelihood ratio of the noise along the difference (the Neyman-Pearson optimal test) and
-turns the scores into the step audit's sound lower bounds (:func:`privaudit.attacks.step_distinguisher.step_bounds`):
+turns the scores into the step audit's sound lower bounds (:func:`privaudit.attacks.step.step_distinguisher.step_bounds`):
 
 * **Clopper-Pearson epsilon at delta = 0** -- the sound bound for this claim. The claim is pure DP
   (Def. 3.1 with delta = 0; Thm. 4.1): every event R has P[M(D) in R] <= e^eps P[M(D') in R], so every
@@ -39,7 +39,7 @@ condition of soundness). The logistic ratio (the default) has no plateau.
 
 Support. A statistical bound cannot see an output that the neighbour cannot produce at all (the float64 logistic
 release put 77-99% of its outputs there: Mironov 2012). Every pair also runs the reachability test
-(:func:`support_check`, :mod:`privaudit.attacks.reachability`) on the release as ALM makes it
+(:func:`support_check`, :mod:`privaudit.attacks.step.reachability`) on the release as ALM makes it
 (:func:`privaudit.defenses.alm.mechanisms.release_of`), in both directions; an impossible output refutes the claim
 (at delta: when the Clopper-Pearson lower bound on their probability exceeds it). ALM's logistic and Gaussian
 releases are exact on a grid (:mod:`privaudit.defenses.alm.grid`), so every output is reachable from every input.
@@ -62,9 +62,9 @@ from typing import Any, Mapping
 
 import torch
 
-from privaudit.attacks.reachability import describe as describe_reachability
-from privaudit.attacks.reachability import reachability_test, recorded_error, recorded_refutes
-from privaudit.attacks.step_distinguisher import KnownMechanism, additive_step_scores
+from privaudit.attacks.step.reachability import describe as describe_reachability
+from privaudit.attacks.step.reachability import reachability_test, recorded_error, recorded_refutes
+from privaudit.attacks.step.step_distinguisher import KnownMechanism, additive_step_scores
 from privaudit.audit.step.pairs import (StepAudit, StepRequest, audit_verdict, dirac_image, refutes, search_witness,
                                         witness_info, write_witness)
 from privaudit.core.errors import ConfigError
@@ -187,7 +187,7 @@ SUPPORT_ELEMENTS = 1 << 22
 
 
 def support_check(m0: torch.Tensor, m1: torch.Tensor, cal: Any, request: StepRequest, index: int) -> dict[str, Any]:
-    """The reachability test (:mod:`privaudit.attacks.reachability`) of the release as ALM makes it
+    """The reachability test (:mod:`privaudit.attacks.step.reachability`) of the release as ALM makes it
     (:func:`privaudit.defenses.alm.mechanisms.release_of`, the object :func:`add_noise` draws through), in both
     directions on the coordinates where the pair differs (elsewhere both sides release the same input, whose
     outputs are reachable from it): outputs of m0 checked against m1 and of m1 against m0, at the pair's level

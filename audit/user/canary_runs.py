@@ -75,7 +75,7 @@ def canary_scores(data: MembershipData, canary: Canary, params: dict[str, Any], 
                   executor: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """(scores of the runs with the canary, scores of the runs without): ``runs`` of the ``user-model`` recipe
     ``params`` on each side, alternating, each with its own seed."""
-    from privaudit.attacks.shadow_models import DefenseRef, TrainJob, train_models, with_pool
+    from privaudit.attacks.membership.shadow_models import DefenseRef, TrainJob, train_models, with_pool
     from privaudit.defenses.base import Budget
     from privaudit.defenses.seeding import derive_seed
 

@@ -5,7 +5,7 @@ A score is "higher = member". Three kinds of input are turned into scores:
 * ``score``: used as given;
 * ``loss``: per-example loss, score = -loss (Yeom et al. 2018's loss attack);
 * ``logits`` (with ``labels``): LiRA's logit statistic phi = z_y - logsumexp_{j != y} z_j
-  (Carlini et al. 2022, Sec. IV-C; :func:`privaudit.attacks.statistics.logit_phi`);
+  (Carlini et al. 2022, Sec. IV-C; :func:`privaudit.attacks.membership.statistics.logit_phi`);
 * ``probs`` (with ``labels``): the same statistic from probabilities, log(p_y / (1 - p_y)).
 
 File layouts (``kind="auto"`` infers the kind from the keys / header):
@@ -93,7 +93,7 @@ def statistic(kind: str, values: np.ndarray, labels: np.ndarray | None, name: st
         values = _probabilities(name, values)  # log-probabilities are logits up to a per-row constant (phi ignores it)
     import torch
 
-    from privaudit.attacks.statistics import logit_phi
+    from privaudit.attacks.membership.statistics import logit_phi
 
     return logit_phi(torch.as_tensor(values), torch.as_tensor(y)).numpy()
 

@@ -1,5 +1,5 @@
 """White-box gradient canaries inside the user's Opacus optimizer step, scored as
-:mod:`privaudit.attacks.gradient_canary` scores the engine's.
+:mod:`privaudit.attacks.canaries.gradient_canary` scores the engine's.
 
 Placement (the hook of :mod:`privaudit.defenses.dp.step`, called by :mod:`privaudit.defenses.opacus_step`): m Dirac
 canaries on distinct coordinates of the optimizer's flat parameter layout (placed so that every parameter tensor
@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from privaudit.attacks.canary_audit import canary_audit_result, track_claimed_trajectory
-from privaudit.attacks.gradient_canary import GradientCanaries
-from privaudit.attacks.gradient_canary_audit import GradientCanaryConfig
+from privaudit.attacks.canaries.canary_audit import canary_audit_result, track_claimed_trajectory
+from privaudit.attacks.canaries.gradient_canary import GradientCanaries
+from privaudit.attacks.canaries.gradient_canary_audit import GradientCanaryConfig
 from privaudit.defenses.dp.step import dirac_canaries
 from privaudit.defenses.seeding import derive_seed, torch_generator
 
@@ -115,10 +115,10 @@ def bound_at_claim(event: Any, *, multiplier: float, delta: float) -> float:
 
 
 def noise_findings(counts: dict[str, Any], multiplier: float) -> tuple[dict[str, Any], list[dict[str, str]]]:
-    """The released-noise checks on the canaries' residuals (:mod:`privaudit.attacks.released_noise`,
-    :mod:`privaudit.attacks.noise_structure`): their records, and one finding per failing check."""
-    from privaudit.attacks.noise_structure import describe_failures, structure_checks
-    from privaudit.attacks.released_noise import describe_check, released_noise_check
+    """The released-noise checks on the canaries' residuals (:mod:`privaudit.attacks.noise.released_noise`,
+    :mod:`privaudit.attacks.noise.noise_structure`): their records, and one finding per failing check."""
+    from privaudit.attacks.noise.noise_structure import describe_failures, structure_checks
+    from privaudit.attacks.noise.released_noise import describe_check, released_noise_check
 
     check = released_noise_check(counts, multiplier)
     structure = structure_checks(counts, multiplier)

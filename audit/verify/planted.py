@@ -100,7 +100,7 @@ def cell_record(name: str, params: dict[str, Any], label: str, attack: Any, job:
     from privaudit.accountants import epsilon as account
     from privaudit.attacks import Target
     from privaudit.attacks.registry import make_attack
-    from privaudit.attacks.shadow_models import resolve_defense
+    from privaudit.attacks.membership.shadow_models import resolve_defense
     from privaudit.audit.run.cell import attack_record, claim_record
     from privaudit.audit.run.claim_checks import run_claim_checks
     from privaudit.audit.device import resolve_device

@@ -186,7 +186,7 @@ def resensitivity(result: dict[str, Any]) -> list[str]:
 def pair_bound_differences(pair: dict[str, Any]) -> list[str]:
     """A step-audit pair's sound bounds (GDP mu_lb, Clopper-Pearson epsilon_lb) recomputed from their saved counts
     at the pair's own confidence; the differences from the saved values."""
-    from privaudit.attacks.step_distinguisher import gdp_mu_recomputed
+    from privaudit.attacks.step.step_distinguisher import gdp_mu_recomputed
 
     b = pair.get("bounds") or {}
     if pair.get("verdict") == "error" or not b:
@@ -204,9 +204,9 @@ def pair_bound_differences(pair: dict[str, Any]) -> list[str]:
 
 
 def _support_differences(pair: dict[str, Any]) -> list[str]:
-    """A release pair's reachability test (:mod:`privaudit.attacks.reachability`) recomputed from its counts: each
+    """A release pair's reachability test (:mod:`privaudit.attacks.step.reachability`) recomputed from its counts: each
     direction's Clopper-Pearson lower bound on the impossible outputs' probability; the differences."""
-    from privaudit.attacks.reachability import impossible_fraction_lower
+    from privaudit.attacks.step.reachability import impossible_fraction_lower
 
     out = []
     for name, d in (pair.get("support") or {}).items():

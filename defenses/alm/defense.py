@@ -17,7 +17,7 @@ Departures from the paper, each because the paper's version is not well defined 
   which is post-processing) so the regulariser treats every feature alike.
 * Every release is sound in floating point (:mod:`privaudit.defenses.alm.mechanisms`): the textbook float64
   release x + s xi leaks through its last bits (Mironov 2012): most of its outputs cannot be produced from a
-  neighbour (the reachability test, :mod:`privaudit.attacks.reachability`: 77% at epsilon 1 on digits). The
+  neighbour (the reachability test, :mod:`privaudit.attacks.step.reachability`: 77% at epsilon 1 on digits). The
   logistic (default) and Gaussian noise are released exactly on a power-of-two grid (:mod:`privaudit.defenses.alm.grid`:
   discrete logistic, discrete Gaussian) after clamping to [-B, B]; the claimed epsilon includes the grid's cost
   (logistic: d Lambda / s; Gaussian: its zCDP at the sensitivity plus sqrt(d) Lambda). Laplace noise is released

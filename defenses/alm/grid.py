@@ -3,7 +3,7 @@
 Why. The float64 release x + s (log u - log1p(-u)) (u = k 2^-53) can only produce the doubles that some k maps to,
 and which doubles those are depends on x: near an output y, the doubles reachable from x and from a neighbour x'
 differ, so most outputs are *impossible* under the neighbour (Mironov 2012, "On significance of the least
-significant bits for differential privacy", CCS; measured by :mod:`privaudit.attacks.reachability`: 77% of the
+significant bits for differential privacy", CCS; measured by :mod:`privaudit.attacks.step.reachability`: 77% of the
 digits head's outputs at epsilon 1). No epsilon covers an output that the neighbour cannot produce.
 
 The release here (per coordinate, every value exact)::

@@ -1,7 +1,7 @@
 """Additive noise mechanisms of the ALM paper and their calibration: logistic, Laplace, Gaussian.
 
 Every release here is sound in floating point: its outputs lie on a grid that every input reaches, so no output is
-impossible under a neighbour (the reachability test, :mod:`privaudit.attacks.reachability`). The textbook float64
+impossible under a neighbour (the reachability test, :mod:`privaudit.attacks.step.reachability`). The textbook float64
 releases x + s xi are not: 77% (epsilon 1) to 99% (epsilon 8) of the float64 logistic release's outputs on the
 digits head cannot be produced from a neighbour (Mironov 2012, "On significance of the least significant bits for
 differential privacy"). :class:`FloatLogisticRelease` keeps that textbook sampler, for the tests and the audit
@@ -122,7 +122,7 @@ class FloatLogisticRelease:
 
     Its outputs are not a grid: which doubles it can produce depends on x. :meth:`at` is the release as a
     function of the sampler's randomness k, nondecreasing in k, so the reachability test inverts it by bisection
-    (:func:`privaudit.attacks.reachability.reachable`).
+    (:func:`privaudit.attacks.step.reachability.reachable`).
     """
 
     #: the sampler's randomness: k in [0, 2^53)

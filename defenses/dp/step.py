@@ -17,7 +17,7 @@ Canary hook (Nasr et al. 2023, "Dirac canaries"; contract for the canary audits)
 * ``include`` -- a bool tensor (m,): which canaries take part in this step;
 * ``probes`` -- optional (Dirac canaries), a value per canary added on its coordinate before the noise like a canary
   and *withdrawn* from the release right after the observer has seen it: the trajectory bound's per-step probes
-  (:mod:`privaudit.attacks.gradient_canary`: +-Delta / 2 by a fresh coin each step). The observer sees them; the
+  (:mod:`privaudit.attacks.canaries.gradient_canary`: +-Delta / 2 by a fresh coin each step). The observer sees them; the
   release, the normaliser and the model do not, so the run trains as it would without them;
 * ``releases`` -- optional, by release name (:class:`~privaudit.defenses.dp.release_probes.ReleaseProbes`): the
   step's probes on a defense's other noised releases (DPCL's similarity matrix, Sec. 3.2.2, and statistics,

@@ -18,7 +18,7 @@ cosine similarity of fixed augmented views (the contrastive alignment loss, nega
   Runs go through the executor and the defense's vectorised ``fit_many`` when it has one.
 
 White-box gradient canaries, inserted through the DP-SGD engine's canary hook, are the attack
-``gradient-canary`` (:mod:`privaudit.attacks.gradient_canary`).
+``gradient-canary`` (:mod:`privaudit.attacks.canaries.gradient_canary`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from privaudit.attacks.base import Attack, AttackConfig, Target, relation_notes
 from privaudit.attacks.bounds.multi_run import THRESHOLD_STRATEGIES, multi_run_bound
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.shadow_models import TrainJob, train_models, with_pool
-from privaudit.attacks.statistics import LossStatistic, ViewSimilarities
+from privaudit.attacks.membership.shadow_models import TrainJob, train_models, with_pool
+from privaudit.attacks.membership.statistics import LossStatistic, ViewSimilarities
 from privaudit.core.datasets import MembershipData, Split
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.defenses.seeding import numpy_rng, torch_generator

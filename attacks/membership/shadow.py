@@ -16,7 +16,7 @@ examples, giving labelled (output, label, in/out) records, and:
   does not give the layer width; ``alm_width`` (default 64) sets it.
 
 The "output" is the softmax vector when the target releases a classifier, else its L2-normalised
-embedding (:class:`privaudit.attacks.statistics.Outputs`). ART's black-box attack trains a single model rather
+embedding (:class:`privaudit.attacks.membership.statistics.Outputs`). ART's black-box attack trains a single model rather
 than one per class (ART issue #2155); the output-label variant is that design, kept under its own name.
 """
 
@@ -29,8 +29,8 @@ import numpy as np
 from privaudit.attacks.base import Attack, AttackConfig, Target, pool_membership
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.shadow_models import TrainJob, train_models
-from privaudit.attacks.statistics import Outputs
+from privaudit.attacks.membership.shadow_models import TrainJob, train_models
+from privaudit.attacks.membership.statistics import Outputs
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.defenses.seeding import numpy_rng
 

@@ -1,7 +1,7 @@
 """Where and when the release added its noise: fresh across steps, on every parameter tensor, independent across
 coordinates.
 
-Why. The released-noise check (:mod:`privaudit.attacks.released_noise`) pools every canary residual into one
+Why. The released-noise check (:mod:`privaudit.attacks.noise.released_noise`) pools every canary residual into one
 chi-square: it tests the noise's marginal variance. Noise re-drawn from the same seed at every step has the
 claimed variance (its epsilon is infinite: two steps' difference cancels it), and a tensor released without noise
 is lost among the others when it is small (a model's biases). Two more tests on the same residuals (each canary
@@ -25,7 +25,7 @@ multiplier of the gradient release):
   noise has residuals ~0 (float rounding), so a few of its canaries over two steps reject far below any level the
   gate uses, and noise reused on one tensor only is seen there. A tensor with no canary is not covered (it is
   listed as such); the canaries are placed so that every tensor holds some
-  (:mod:`privaudit.attacks.canary_strata`).
+  (:mod:`privaudit.attacks.canaries.canary_strata`).
 
 * **independence across coordinates** (``mode_n``, ``mode_ss`` beside the pooled ``noise_n``, ``noise_ss``): each
   step's residuals r_t (m_t canary coordinates) split into their sum's share, s_t^2 / m_t (the squared projection on
@@ -57,7 +57,7 @@ import math
 
 from scipy import stats
 
-from privaudit.attacks.released_noise import NOISE_ALPHA, check_noise_args, chi_square_lower_tail
+from privaudit.attacks.noise.released_noise import NOISE_ALPHA, check_noise_args, chi_square_lower_tail
 
 #: What the gate calls each check (its messages and ``caught_by``).
 INDEPENDENCE, PER_TENSOR = "noise independence across steps", "noise per tensor"

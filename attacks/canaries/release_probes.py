@@ -15,7 +15,7 @@ bound's theorem needs.
 One :class:`ReleaseTrials` pools releases whose claimed multipliers are equal (Barlow's four statistics share theirs):
 under the claim all their trials have the same law, so one count of them bounds the common per-release mu. The
 residuals (y - s / 2: the noise each release added, in units of its Delta) are kept per step, every release's in one
-fixed order, for the released-noise checks (:mod:`privaudit.attacks.released_noise`, :mod:`privaudit.attacks.
+fixed order, for the released-noise checks (:mod:`privaudit.attacks.noise.released_noise`, :mod:`privaudit.attacks.
 noise_structure`). The counts feed the whole step's bound (:mod:`privaudit.attacks.bounds.release_trajectory`).
 """
 

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from privaudit.attacks.queries import QuerySet
+from privaudit.attacks.membership.queries import QuerySet
 from privaudit.core.datasets import DatasetInfo, Split
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.defenses.augment import augmentation_for

@@ -2,7 +2,7 @@
 Principles", Sec. IV, Algorithm 1), online and offline, with per-example or fixed variance.
 
 K reference models are trained with the target's own defense on random halves of the audit pool
-(every candidate IN for exactly K/2 of them; :func:`privaudit.attacks.shadow_models.balanced_masks`). For each
+(every candidate IN for exactly K/2 of them; :func:`privaudit.attacks.membership.shadow_models.balanced_masks`). For each
 candidate and query, the statistic phi of the IN and OUT models is fitted by a Gaussian:
 
 * **online** (Algorithm 1): score = mean over queries of
@@ -24,9 +24,9 @@ eval mode (the reference code's training-mode inference is a confirmed bug).
 
 Statistic: phi = z_y - logsumexp_{j != y} z_j for classifiers; for encoders without a classifier, the
 logit of a probability-like statistic (view alignment, the contrastive loss against population negatives,
-the nearest-neighbour rank, the part-aware crop response: :mod:`privaudit.attacks.statistics`), chosen by its power
+the nearest-neighbour rank, the part-aware crop response: :mod:`privaudit.attacks.membership.statistics`), chosen by its power
 on the reference models before the target is scored. The reference models and statistics are shared with
-RMIA (:mod:`privaudit.attacks.references`).
+RMIA (:mod:`privaudit.attacks.membership.references`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from scipy import stats
 
 from privaudit.attacks.base import Attack, Target, pool_membership
 from privaudit.attacks.executor import Executor
-from privaudit.attacks.references import LikelihoodConfig, check_trained, choose, observe
+from privaudit.attacks.membership.references import LikelihoodConfig, check_trained, choose, observe
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError, one_of
 
@@ -143,7 +143,7 @@ class LiRAConfig(LikelihoodConfig):
     candidate and the variance is pooled, see :func:`_side`); ``variant``: the primary score (``auto``:
     online-fixed below 64 reference models, else online; every variant is kept); ``location``: mean (the
     paper) or median (the reference code). What each model is asked (statistic, queries, views, population):
-    :class:`privaudit.attacks.references.LikelihoodConfig`, shared with RMIA."""
+    :class:`privaudit.attacks.membership.references.LikelihoodConfig`, shared with RMIA."""
 
     shadow_models: int = 16
     variant: str = "auto"

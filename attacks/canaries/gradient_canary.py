@@ -13,9 +13,9 @@ coordinates of the flattened parameter vector: orthogonal, cheap to score for an
 coordinate carries one canary, so the only interference is the model's own gradient there -- the barrier
 Keinan, Shenfeld & Ligett 2025 identify, removed by centring) or **Gaussian** (dense unit vectors).
 
-The audit (:class:`~privaudit.attacks.gradient_canary_audit.GradientCanaryAudit`, attack ``gradient-canary``;
-the running of it is :mod:`privaudit.attacks.gradient_canary_audit`, the bounds from finished scores
-:mod:`privaudit.attacks.canary_audit`; this module is the maths) runs the target's own DP defense
+The audit (:class:`~privaudit.attacks.canaries.gradient_canary_audit.GradientCanaryAudit`, attack ``gradient-canary``;
+the running of it is :mod:`privaudit.attacks.canaries.gradient_canary_audit`, the bounds from finished scores
+:mod:`privaudit.attacks.canaries.canary_audit`; this module is the maths) runs the target's own DP defense
 through the engine's canary hook (:mod:`privaudit.defenses.dp.step`): each inserted canary joins every step
 independently with the defense's own Poisson rate q, exactly like an example, and contributes Delta e_i
 to the sum before the noise, Delta the sensitivity the noise is calibrated to (a canary is a worst-case
@@ -76,7 +76,7 @@ import torch
 
 from privaudit.attacks.bounds.fdp import best_one_run_bound
 from privaudit.attacks.bounds.one_run import default_guesses, one_run_bound
-from privaudit.attacks.canary_strata import stratified_coordinates, tensor_index
+from privaudit.attacks.canaries.canary_strata import stratified_coordinates, tensor_index
 from privaudit.attacks.result import AttackResult
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts, trajectory_bound
 from privaudit.core.errors import ConfigError, one_of
@@ -194,7 +194,7 @@ class GradientCanaries:
 
     def _place_by_tensor(self, tensors: Sequence[tuple[str, int]] | None) -> tuple[tuple[str, ...], np.ndarray | None]:
         """With ``tensors`` ((name, size) of each parameter tensor in the flat layout's order; Dirac only): place
-        the canaries so every tensor holds some (:func:`~privaudit.attacks.canary_strata.stratified_coordinates`)
+        the canaries so every tensor holds some (:func:`~privaudit.attacks.canaries.canary_strata.stratified_coordinates`)
         and return the names and each canary's tensor, for the per-tensor noise counts."""
         if tensors is None or self.kind != "dirac":
             return (), None
@@ -249,7 +249,7 @@ class GradientCanaries:
         x = residual + [s > 0], present where s > 0 (module docstring). Without: add/remove x = y / C, present where
         inserted and sampled; paired x = y / (2 C) + 1/2 on the sampled slots, present for the + candidate. Every
         coordinate's y / D less the canaries' designed contribution is also a released-noise residual
-        (:mod:`privaudit.attacks.released_noise`)."""
+        (:mod:`privaudit.attacks.noise.released_noise`)."""
         if sampled is None:
             raise ConfigError("gradient canaries: a tracked trajectory needs each step's sampled canaries")
         took_part = np.asarray(sampled, dtype=bool).ravel()
@@ -375,8 +375,8 @@ def planned_guesses(m: int, *, rate: float, steps: int, norm: float, noise_std: 
                      km[int(np.argmax(me))] if event is not None else None)
 
 
-#: Names that moved to the audit modules (:mod:`privaudit.attacks.canary_audit`,
-#: :mod:`privaudit.attacks.gradient_canary_audit`), still importable from here.
+#: Names that moved to the audit modules (:mod:`privaudit.attacks.canaries.canary_audit`,
+#: :mod:`privaudit.attacks.canaries.gradient_canary_audit`), still importable from here.
 _MOVED = {"CanaryAuditConfig": "canary_audit", "track_claimed_trajectory": "canary_audit",
           "canary_audit_result": "canary_audit", "GradientCanaryConfig": "gradient_canary_audit",
           "SUPPORTED": "gradient_canary_audit", "GradientCanaryAudit": "gradient_canary_audit"}

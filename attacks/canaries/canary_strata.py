@@ -3,7 +3,7 @@
 Why. A uniform draw of m coordinates out of d leaves a tensor of n parameters without a canary with probability
 about (1 - m / d)^n: a bias of 64 entries in a model of a million parameters, audited by 20,000 canaries, holds
 none about a quarter of the time, and a release that adds no noise there is then never seen
-(:mod:`privaudit.attacks.noise_structure`). :func:`stratified_coordinates` keeps the uniform draw and tops every
+(:mod:`privaudit.attacks.noise.noise_structure`). :func:`stratified_coordinates` keeps the uniform draw and tops every
 tensor up to ``min(n, k)`` canaries (k = :data:`PER_TENSOR`, or m // tensors when m is too small), taking the
 places from tensors that hold more than their minimum. The draw reads only the seed and the tensor sizes (never
 an observation), so every bound on the canaries stays sound; a tensor that already holds its minimum everywhere

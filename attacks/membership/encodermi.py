@@ -4,7 +4,7 @@ in Contrastive Learning", Sec. 4): membership inference from augmented-view alig
 An encoder pretrained with a contrastive objective maps augmented views of its *training* images
 closer together than views of unseen images. For a query x the attacker draws n views from the
 pretraining augmentation family, encodes them and computes the n(n-1)/2 pairwise cosine
-similarities (:class:`privaudit.attacks.statistics.ViewSimilarities`). Three inference classifiers (Sec. 4.2):
+similarities (:class:`privaudit.attacks.membership.statistics.ViewSimilarities`). Three inference classifiers (Sec. 4.2):
 
 * **vector-based**: the similarities sorted into a vector, classified by an MLP;
 * **set-based**: the similarities as a set, classified by a permutation-invariant set network
@@ -29,8 +29,8 @@ import torch.nn as nn
 from privaudit.attacks.base import Attack, AttackConfig, Target, pool_membership
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.shadow_models import TrainJob, train_models
-from privaudit.attacks.statistics import SPACES, ViewSimilarities
+from privaudit.attacks.membership.shadow_models import TrainJob, train_models
+from privaudit.attacks.membership.statistics import SPACES, ViewSimilarities
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.defenses.seeding import derive_seed, numpy_rng
 
@@ -39,7 +39,7 @@ VARIANTS = ("vector", "set", "threshold")
 
 def fit_vector_classifier(x: np.ndarray, y: np.ndarray, hidden: tuple[int, ...], seed: int):
     """Vector-based inference: standardised sorted similarities into a scikit-learn MLP."""
-    from privaudit.attacks.shadow import fit_mlp
+    from privaudit.attacks.membership.shadow import fit_mlp
 
     return fit_mlp(x, y, hidden, seed)
 

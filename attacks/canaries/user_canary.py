@@ -60,8 +60,8 @@ import torch
 from privaudit.attacks.base import Attack, Target
 from privaudit.attacks.bounds.lower_bound import check_relation_unit
 from privaudit.attacks.executor import Executor
-from privaudit.attacks.canary_audit import CanaryAuditConfig, canary_audit_result, track_claimed_trajectory
-from privaudit.attacks.gradient_canary import GradientCanaries
+from privaudit.attacks.canaries.canary_audit import CanaryAuditConfig, canary_audit_result, track_claimed_trajectory
+from privaudit.attacks.canaries.gradient_canary import GradientCanaries
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.seeding import torch_generator
@@ -71,7 +71,7 @@ SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 
 @dataclass(frozen=True)
 class UserCanaryConfig(CanaryAuditConfig):
-    """:class:`privaudit.attacks.canary_audit.CanaryAuditConfig` for canary users (the real clients' clipped sum is
+    """:class:`privaudit.attacks.canaries.canary_audit.CanaryAuditConfig` for canary users (the real clients' clipped sum is
     removed from the observed sum with ``centred``; k chosen by simulating the claim's idealised mechanism).
     ``relation``: None = the claim's. ``mechanism``: the bound against the claim's own mechanism, on by
     default (module docstring)."""

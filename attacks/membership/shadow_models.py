@@ -4,7 +4,7 @@ Every attack that needs models other than the target (LiRA's reference models, S
 models, EncoderMI's shadow encoder, multi-run canary audits) describes each one as a
 :class:`TrainJob`: the defense by name and parameters, the budget, the data (a :class:`DataRef` a
 worker can reload, or the data itself), a seed, the inclusion mask over the candidate pool and a
-probe (:mod:`privaudit.attacks.statistics`) saying which numbers to send back. Jobs are picklable.
+probe (:mod:`privaudit.attacks.membership.statistics`) saying which numbers to send back. Jobs are picklable.
 
 :func:`train_models` groups consecutive jobs that share defense, budget, data and device into
 batches of at most ``max_stack`` and hands the batches to the executor; a batch is trained by the

@@ -1,7 +1,7 @@
 """Black-box canary users for the user-level federated defenses (DP-FedEmb, DP-FedAvg): whole users of
 inserted images, scored from the released model alone.
 
-The white-box audit (:mod:`privaudit.attacks.user_canary`) plants Dirac updates in the aggregation; this one touches
+The white-box audit (:mod:`privaudit.attacks.canaries.user_canary`) plants Dirac updates in the aggregation; this one touches
 nothing inside the defense. The auditor adds canary **users** to the population -- each holding
 ``examples_per_user`` distinct uniform-noise images under one label (its identity; the images come from
 the attacker's own stream and never overlap the target's data) -- trains the defense once, and scores a
@@ -40,7 +40,7 @@ from privaudit.attacks.bounds.lower_bound import check_relation_unit
 from privaudit.attacks.bounds.one_run import default_guesses
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.shadow_models import TrainJob, train_models, with_pool
+from privaudit.attacks.membership.shadow_models import TrainJob, train_models, with_pool
 from privaudit.core.datasets import Split
 from privaudit.core.errors import ConfigError, check_probability
 from privaudit.defenses.seeding import numpy_rng, torch_generator

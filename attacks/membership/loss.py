@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from privaudit.attacks.base import Attack, AttackConfig, Target, pool_membership
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
-from privaudit.attacks.statistics import SPACES, LossStatistic, ViewSimilarities
+from privaudit.attacks.membership.statistics import SPACES, LossStatistic, ViewSimilarities
 from privaudit.core.errors import ConfigError, one_of
 
 STATISTICS = ("auto", "cross-entropy", "alignment")

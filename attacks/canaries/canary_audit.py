@@ -1,10 +1,10 @@
 """The white-box canary audits' shared settings and their bounds from finished scores (orchestration).
 
-:class:`CanaryAuditConfig` holds what the gradient-canary audit (:mod:`privaudit.attacks.gradient_canary_audit`) and
-the canary-user audit (:mod:`privaudit.attacks.user_canary`) share; :func:`track_claimed_trajectory` plans the
+:class:`CanaryAuditConfig` holds what the gradient-canary audit (:mod:`privaudit.attacks.canaries.gradient_canary_audit`) and
+the canary-user audit (:mod:`privaudit.attacks.canaries.user_canary`) share; :func:`track_claimed_trajectory` plans the
 trajectory bound's threshold from the claim before the first step, and :func:`canary_audit_result` turns a
 finished audit's scores into its bounds with the guesses planned from the claim. The maths -- the canaries, their
-scores and the planning simulation -- is :mod:`privaudit.attacks.gradient_canary`; the bounds are
+scores and the planning simulation -- is :mod:`privaudit.attacks.canaries.gradient_canary`; the bounds are
 :mod:`privaudit.attacks.bounds`.
 """
 
@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from privaudit.attacks.base import AttackConfig
 from privaudit.attacks.bounds.trajectory import plan_trajectory, step_multiplier
 from privaudit.attacks.bounds.trajectory import unsupported_reason as trajectory_unsupported
-from privaudit.attacks.gradient_canary import GradientCanaries, planned_guesses
+from privaudit.attacks.canaries.gradient_canary import GradientCanaries, planned_guesses
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError, check_probability, one_of
-from privaudit.attacks.gradient_canary import SCORES
+from privaudit.attacks.canaries.gradient_canary import SCORES
 
 @dataclass(frozen=True)
 class CanaryAuditConfig(AttackConfig):
@@ -40,7 +40,7 @@ class CanaryAuditConfig(AttackConfig):
     claim's own mechanism (:mod:`privaudit.attacks.bounds.mechanism`), beside the (eps, delta) bound.
     ``trajectory``: also report ``eps_lb_trajectory``, the white-box bound from every step's centred canary
     observation (:mod:`privaudit.attacks.bounds.trajectory`; needs ``centred``). ``probes``: its trials are the
-    per-step probes on every canary coordinate (:mod:`privaudit.attacks.gradient_canary`: m T trials over T steps,
+    per-step probes on every canary coordinate (:mod:`privaudit.attacks.canaries.gradient_canary`: m T trials over T steps,
     withdrawn from the release); False counts the canaries' own sampled trials (m q T / 2 present ones).
     """
 
@@ -83,7 +83,7 @@ def track_claimed_trajectory(canaries: GradientCanaries, cfg: CanaryAuditConfig,
     """Count the per-step trials (``cfg.trajectory`` with centred scores) at the threshold and for the bound's form
     planned from the claim's per-step noise multiplier and the expected trial counts
     (:func:`privaudit.attacks.bounds.trajectory.plan_trajectory`): with probes every canary and step is a trial,
-    half of them present (:mod:`privaudit.attacks.gradient_canary`)."""
+    half of them present (:mod:`privaudit.attacks.canaries.gradient_canary`)."""
     if not (cfg.trajectory and cfg.centred) or canaries.rate is None:
         return
     trials = canaries.m * canaries.rate * steps

@@ -1,6 +1,6 @@
 """Attack ``gradient-canary``: the white-box one-run audit of a DP-SGD-style defense with Dirac gradient canaries,
 run through the defense's own engine (orchestration; the maths and the argument are
-:mod:`privaudit.attacks.gradient_canary`, the bounds from the finished scores :mod:`privaudit.attacks.canary_audit`).
+:mod:`privaudit.attacks.canaries.gradient_canary`, the bounds from the finished scores :mod:`privaudit.attacks.canaries.canary_audit`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import torch
 from privaudit.attacks.base import Attack, Target
 from privaudit.attacks.bounds.lower_bound import check_relation_unit
 from privaudit.attacks.bounds.trajectory import step_multiplier
-from privaudit.attacks.canary_audit import CanaryAuditConfig, canary_audit_result, track_claimed_trajectory
+from privaudit.attacks.canaries.canary_audit import CanaryAuditConfig, canary_audit_result, track_claimed_trajectory
 from privaudit.attacks.executor import Executor
-from privaudit.attacks.gradient_canary import GradientCanaries
+from privaudit.attacks.canaries.gradient_canary import GradientCanaries
 from privaudit.attacks.bounds.release_trajectory import combined_trajectory_bound
-from privaudit.attacks.release_probes import ReleaseTrials
+from privaudit.attacks.canaries.release_probes import ReleaseTrials
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.seeding import torch_generator
@@ -27,7 +27,7 @@ class GradientCanaryConfig(CanaryAuditConfig):
     """:class:`CanaryAuditConfig` for Dirac gradient canaries: the idealised step's likelihood-ratio score, the
     mechanism bound and the trajectory bound on by default. ``release_probes``: where the defense's step also
     releases other noised statistics (DPCL: SimCLR's similarity matrix, Barlow Twins' means and SSEs), probe that many
-    entries of each at every step (:mod:`privaudit.attacks.release_probes`; at most all of them) and bound the whole
+    entries of each at every step (:mod:`privaudit.attacks.canaries.release_probes`; at most all of them) and bound the whole
     step (:mod:`privaudit.attacks.bounds.release_trajectory`); 0 leaves the bound on the gradient release alone."""
 
     score: str = "llr"
