@@ -129,7 +129,7 @@ def repeated(digests: Sequence[Any]) -> tuple[int, int] | None:
 
 
 #: A tensor's digest entry when its leading noise values are all 0: it drew no noise
-#: (:func:`privaudit.defenses.dp.as_run.tensor_noise_digests` writes it).
+#: (:func:`privaudit.defenses.dp.release.as_run.tensor_noise_digests` writes it).
 NO_NOISE = "0"
 
 

@@ -1,6 +1,7 @@
 """The noise's joint law within a step: repeated values, correlation at a lag within a tensor, correlation between
 tensors of one size. The tests behind :func:`privaudit.accountants.trace.check_trace`'s ``noise_law`` findings,
-read from the step column ``noise_law`` (recorded from the noise as drawn by :mod:`privaudit.defenses.dp.noise_law`).
+read from the step column ``noise_law`` (recorded from the noise as drawn by
+:mod:`privaudit.defenses.dp.release.noise_law`).
 
 Why. Every other check reads the noise one coordinate, one tensor's variance or one step at a time: noise whose
 coordinates repeat (one Gaussian draw serving two halves of the gradient, a row broadcast over a matrix's rows,
@@ -51,7 +52,7 @@ offset: its correlation is at no lag and no |value| repeats at one lag, though t
 between tensors of different sizes, or of one size at a lag other than 0 unless exact; dependence across steps (the
 trace's digests see exact reuse at any two steps, the canaries' step-pair test correlation between consecutive
 disjoint steps, :mod:`privaudit.attacks.noise.noise_structure`); a window it does not read (steps above
-:data:`~privaudit.defenses.dp.noise_law.MAX_READ` coordinates read a rotating window of tensors); the noise of a
+:data:`~privaudit.defenses.dp.release.noise_law.MAX_READ` coordinates read a rotating window of tensors); the noise of a
 release other than the gradient's (DPCL's similarity matrix and statistics); repeats in noise of few significand bits
 (float16: q = 2^-8, so it takes long copies) and in measured noise (a declared release's; an Opacus watch tests the
 repeats of the draws it intercepts, the correlations of what was added).

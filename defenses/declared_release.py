@@ -14,14 +14,15 @@ order), noised *in place* inside the block. Outside an audit the block does noth
 as Opacus' are (:mod:`privaudit.defenses.opacus_step`):
 
 * on entry the tensors (the data's clipped sum) are read and the canaries of the hook of
-  :mod:`privaudit.defenses.dp.step` (Dirac, norm at most ``clip_norm``) are added to them in place;
+  :mod:`privaudit.defenses.dp.release.step` (Dirac, norm at most ``clip_norm``) are added to them in place;
 * on exit what the block added (the tensors less the clipped sum and the canaries) is the noise: its norm (checked
   against chi^2 at the declared std ``noise_multiplier * clip_norm``) and every tensor it left exactly unchanged;
   the canaries' observer gets the noisy sum less the data's clipped sum, and the trajectory probes (the hook's
   ``probes``) are then withdrawn from the tensors, so the loop goes on with its own release. The noise is measured
   as a float difference, not intercepted as drawn, so no digest is recorded: reused noise is seen by the canaries'
   noise-independence check (:mod:`privaudit.attacks.noise.noise_structure`), not by the trace's digest check. Its joint
-  law within the release (:mod:`privaudit.defenses.dp.noise_law`: correlation at a lag within a tensor and between
+  law within the release (:mod:`privaudit.defenses.dp.release.noise_law`: correlation at a lag within a tensor and
+  between
   tensors of one size) is recorded less the rounding of the addition; its repeated values are not (a difference's
   values are not the ones drawn).
 
@@ -43,7 +44,7 @@ import torch
 
 from privaudit.accountants import rounding
 from privaudit.core.errors import ConfigError
-from privaudit.defenses.dp.step import canaries_at
+from privaudit.defenses.dp.release.step import canaries_at
 
 #: The watches open now (innermost last); a declared release is recorded by the innermost.
 ACTIVE: list[Any] = []
@@ -155,7 +156,8 @@ class DeclaredStep:
         self.watch.record_declared(self.rec, [int(t.numel()) for t in self.tensors], self.rate)
 
     def _law(self, after: torch.Tensor) -> dict | None:
-        """The noise's joint law on what the block added (:func:`~privaudit.defenses.dp.noise_law.released_law`)."""
-        from privaudit.defenses.dp.noise_law import released_law
+        """The noise's joint law on what the block added
+        (:func:`~privaudit.defenses.dp.release.noise_law.released_law`)."""
+        from privaudit.defenses.dp.release.noise_law import released_law
 
         return released_law(after, self.base, [t.shape for t in self.tensors])

@@ -39,11 +39,11 @@ from privaudit.core.errors import check_positive, one_of
 from privaudit.defenses.dp import bounds
 from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan
 from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from privaudit.defenses.dp.contrastive import embed, loss_cotangents, term_cotangents
-from privaudit.defenses.dp.embedder import Source, TwoTower
-from privaudit.defenses.dp.gradients import clipped_sum
-from privaudit.defenses.dp.randomness import StepRandomness
-from privaudit.defenses.dp.units import dense_units, partition_units
+from privaudit.defenses.dp.engine.contrastive import embed, loss_cotangents, term_cotangents
+from privaudit.defenses.dp.engine.embedder import Source, TwoTower
+from privaudit.defenses.dp.engine.gradients import clipped_sum
+from privaudit.defenses.dp.release.randomness import StepRandomness
+from privaudit.defenses.dp.engine.units import dense_units, partition_units
 from privaudit.defenses.losses import group_info_nce, group_info_nce_dual
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 from privaudit.defenses.seeding import derive_seed

@@ -44,11 +44,11 @@ from privaudit.core.errors import ConfigError, one_of
 from privaudit.defenses.dp import bounds
 from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan, claim_epsilon, separately_sampled_event
 from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from privaudit.defenses.dp.contrastive import embed_views, loss_cotangents
-from privaudit.defenses.dp.gradients import clipped_sum
-from privaudit.defenses.dp.randomness import StepRandomness
-from privaudit.defenses.dp.release_probes import embedding_dim, observe_release
-from privaudit.defenses.dp.units import partition_units
+from privaudit.defenses.dp.engine.contrastive import embed_views, loss_cotangents
+from privaudit.defenses.dp.engine.gradients import clipped_sum
+from privaudit.defenses.dp.release.randomness import StepRandomness
+from privaudit.defenses.dp.release.release_probes import embedding_dim, observe_release
+from privaudit.defenses.dp.engine.units import partition_units
 from privaudit.defenses.losses import barlow_twins, feature_mean, feature_sse, nt_xent_from_similarity
 from privaudit.defenses.nn.model import ModelSpec
 
@@ -222,7 +222,8 @@ class DPCLSimCLR(_DPCL):
 
     def noisy_loss(self, ctx: StepContext, z: torch.Tensor, b: int, rnd: StepRandomness) -> torch.Tensor:
         """NT-Xent (Eqs. 3-4) on S~ = Z Z^T + N(0, (z_S Delta_S)^2) entrywise (Thm. 1); rows L2-normalised. The
-        step's release probes (a white-box audit's, :mod:`privaudit.defenses.dp.release_probes`) observe the noised
+        step's release probes (a white-box audit's, :mod:`privaudit.defenses.dp.release.release_probes`) observe the
+        noised
         matrix here and never reach the loss."""
         s = z @ z.T  # S(Z) = Z^T Z
         if self.with_noise:
@@ -288,7 +289,7 @@ class DPCLBarlow(_DPCL):
     def noisy_stats(self, ctx: StepContext, zv: torch.Tensor, view: str, b: int, rnd: StepRandomness):
         """One view's per-feature mean + noise (Thm. 2) and variance max(0, SSE + noise) / (|B| - 1) (Thm. 3). The
         step's release probes observe the noised mean and SSE (before the clamp, which is post-processing) and never
-        reach the loss (:mod:`privaudit.defenses.dp.release_probes`)."""
+        reach the loss (:mod:`privaudit.defenses.dp.release.release_probes`)."""
         mean, sse = feature_mean(zv), feature_sse(zv)
         if self.with_noise:
             d = zv.shape[1]

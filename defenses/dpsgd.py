@@ -21,10 +21,10 @@ from privaudit.core.errors import one_of
 from privaudit.defenses.dp import bounds
 from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan
 from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from privaudit.defenses.dp.contrastive import embed_views, term_cotangents
-from privaudit.defenses.dp.gradients import clipped_sum
-from privaudit.defenses.dp.randomness import StepRandomness
-from privaudit.defenses.dp.units import dense_units
+from privaudit.defenses.dp.engine.contrastive import embed_views, term_cotangents
+from privaudit.defenses.dp.engine.gradients import clipped_sum
+from privaudit.defenses.dp.release.randomness import StepRandomness
+from privaudit.defenses.dp.engine.units import dense_units
 from privaudit.defenses.losses import info_nce, nt_xent
 
 LOSSES = ("infonce", "simclr")

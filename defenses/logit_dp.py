@@ -9,7 +9,7 @@ cosine similarities without temperature) -- and the released gradient
 
 ``pair_grads='efficient'`` (default) computes the pair norms from Jacobian Grams and then one backward
 pass of sum lambda_ij Z_ij (Sec. 5.3); ``'direct'`` materialises every pair gradient (the reference);
-both give the same vector (:mod:`privaudit.defenses.dp.pairs`).
+both give the same vector (:mod:`privaudit.defenses.dp.engine.pairs`).
 
 Sensitivity (``clip`` is the pair clip norm B):
 
@@ -40,11 +40,11 @@ from privaudit.core.errors import one_of
 from privaudit.defenses.dp import bounds
 from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan
 from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from privaudit.defenses.dp.contrastive import embed, tracking, two_views
-from privaudit.defenses.dp.embedder import Source
-from privaudit.defenses.dp.pairs import (PAIR_NORMS, direct_pair_sum, efficient_pair_sum, grams_engine, pair_derivatives,
-                                 pair_grams)
-from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.engine.contrastive import embed, tracking, two_views
+from privaudit.defenses.dp.engine.embedder import Source
+from privaudit.defenses.dp.engine.pairs import (PAIR_NORMS, direct_pair_sum, efficient_pair_sum, grams_engine,
+    pair_derivatives, pair_grams)
+from privaudit.defenses.dp.release.randomness import StepRandomness
 from privaudit.defenses.losses import info_nce_from_logits, spreadout_from_similarity
 
 LOSSES = ("infonce", "spreadout")

@@ -14,10 +14,11 @@ as it ran:
   norm *after clipping as the code applied it* (``unit_norm_max``: the largest); what the probe added to the
   optimizer's own statistics (an adaptive clip's count) is measured and undone;
 * noise (:meth:`StepObserver.noise`): the data's clipped sum is read, the canaries of the hook of
-  :mod:`privaudit.defenses.dp.step` (Dirac, norm at most the clip C the noise is calibrated to) are added to it,
+  :mod:`privaudit.defenses.dp.release.step` (Dirac, norm at most the clip C the noise is calibrated to) are added to it,
   the method runs, and ``p.grad - summed`` is the noise it added (its norm; per tensor, whether any was added);
   the stds of Opacus' ``_generate_noise`` draws and a digest of the drawn noise come from the watch's
-  interception of that function; the noise's joint law within the release (:mod:`privaudit.defenses.dp.noise_law`:
+  interception of that function; the noise's joint law within the release
+  (:mod:`privaudit.defenses.dp.release.noise_law`:
   its correlations on what was added, its repeated values on what was drawn); the observer gets the noisy sum less
   the data's clipped sum (canaries + noise), and the trajectory probes of the hook (``probes``) are then withdrawn
   from ``p.grad``, so the normaliser and the optimizer's step see the data's clipped sum, the canaries and the noise,
@@ -40,9 +41,9 @@ from typing import Any, Callable
 import torch
 
 from privaudit.accountants import rounding
-from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
-from privaudit.defenses.dp.noise_law import released_law
-from privaudit.defenses.dp.step import CanarySource, canaries_at
+from privaudit.defenses.dp.release.as_run import noise_digest, tensor_noise_digests
+from privaudit.defenses.dp.release.noise_law import released_law
+from privaudit.defenses.dp.release.step import CanarySource, canaries_at
 from privaudit.defenses.opacus_queries import (BELOW_CLIP, Probe, Query, changes, compose, linked, received,
                                                restore, snapshot)
 
@@ -85,7 +86,7 @@ class StepRecord:
     noise_norm: float | None = None
     noise_digest: str | None = None
     tensor_digests: list[str | None] | None = None
-    noise_law: dict[str, Any] | None = None  # the noise's joint law within the release (defenses.dp.noise_law)
+    noise_law: dict[str, Any] | None = None  # the noise's joint law within the release (defenses.dp.release.noise_law)
     normalizer: float | None = None
     silent_tensors: list[int] = field(default_factory=list)
     canaries: int = 0

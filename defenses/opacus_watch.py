@@ -5,7 +5,7 @@ patches, at class level (restored on exit, whatever happens):
 
 * ``DPOptimizer.pre_step`` (and every subclass's own): each call that adds noise is one *release*; inside it the
   optimizer's clipping, noise and normaliser are observed (:mod:`privaudit.defenses.opacus_step`), and the
-  canaries of the hook of :mod:`privaudit.defenses.dp.step` are added to the clipped sum before the noise;
+  canaries of the hook of :mod:`privaudit.defenses.dp.release.step` are added to the clipped sum before the noise;
 * Opacus' ``_generate_noise`` (in every Opacus module that holds it): the std of each draw and the noise drawn;
 * ``torch.utils.data``'s loader iterator (``_next_index``): the index batches drawn from the training set (a
   loader over ``population`` records), assigned to the release that follows them, and the sampler that drew them
@@ -36,8 +36,8 @@ import torch
 from privaudit.accountants import rounding
 from privaudit.accountants.trace_record import TrainingTrace
 from privaudit.defenses.declared_release import ACTIVE
-from privaudit.defenses.dp.as_run import SamplingRecorder
-from privaudit.defenses.dp.step import CanarySource
+from privaudit.defenses.dp.release.as_run import SamplingRecorder
+from privaudit.defenses.dp.release.step import CanarySource
 from privaudit.defenses.opacus_ghost import GHOST_SLACK, GhostClip, ghost_classes, ghost_probe
 from privaudit.defenses.opacus_step import PROBE_UNITS, StepObserver, StepRecord
 

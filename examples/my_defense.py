@@ -25,10 +25,10 @@ import torch
 
 from privaudit.defenses.dp.accounting import Mechanism, SamplingPlan
 from privaudit.defenses.dp.base import DPConfig, DPDefense, StepContext, StepOutput, quantity
-from privaudit.defenses.dp.contrastive import embed_views, loss_cotangents
-from privaudit.defenses.dp.gradients import clipped_sum
-from privaudit.defenses.dp.randomness import StepRandomness
-from privaudit.defenses.dp.units import partition_units
+from privaudit.defenses.dp.engine.contrastive import embed_views, loss_cotangents
+from privaudit.defenses.dp.engine.gradients import clipped_sum
+from privaudit.defenses.dp.release.randomness import StepRandomness
+from privaudit.defenses.dp.engine.units import partition_units
 
 
 @dataclass(frozen=True)

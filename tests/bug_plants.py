@@ -35,10 +35,10 @@ from typing import Callable, ContextManager, Iterator
 import torch
 
 import privaudit.defenses.dp.base as dp_base
-import privaudit.defenses.dp.clipping as dp_clipping
-import privaudit.defenses.dp.gradients as dp_gradients
-import privaudit.defenses.dp.pairs as dp_pairs
-import privaudit.defenses.dp.step as dp_step
+import privaudit.defenses.dp.engine.clipping as dp_clipping
+import privaudit.defenses.dp.engine.gradients as dp_gradients
+import privaudit.defenses.dp.engine.pairs as dp_pairs
+import privaudit.defenses.dp.release.step as dp_step
 import privaudit.defenses.dpcl as dpcl
 import privaudit.defenses.fedemb.aggregate as fed_aggregate
 import privaudit.defenses.fedemb.defense as fed_defense
@@ -362,10 +362,10 @@ BUGS = {b.name: b for b in (
 #
 # Class ``dependent-noise`` (:data:`DEPENDENT_NOISE`): every coordinate's noise N(0, s^2) and fresh at every step, but
 # some coordinates repeat others (exactly, or sign-flipped), so their difference (or sum) carries no noise: epsilon is
-# infinite. Planted in the shared engine's noise draw (:func:`privaudit.defenses.dp.noise.gaussian` as the DP-SGD
-# engine's release and DP-FedEmb's round call it), per parameter tensor: each tensor's first half drawn and repeated
-# for its second half, or repeated sign-flipped (antithetic halves); one row drawn and broadcast over a matrix's rows;
-# the second tensor of each size given the first's noise sign-flipped.
+# infinite. Planted in the shared engine's noise draw (:func:`privaudit.defenses.dp.release.noise.gaussian` as the
+# DP-SGD engine's release and DP-FedEmb's round call it), per parameter tensor: each tensor's first half drawn and
+# repeated for its second half, or repeated sign-flipped (antithetic halves); one row drawn and broadcast over a
+# matrix's rows; the second tensor of each size given the first's noise sign-flipped.
 
 TensorDraw = Callable[[tuple, float, torch.Generator, list], torch.Tensor]
 

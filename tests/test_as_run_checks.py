@@ -129,7 +129,7 @@ def test_a_tensor_without_noise_is_named_at_a_noised_step_and_ignored_at_a_noise
 
 def test_tensor_noise_digests_see_the_leading_values_of_each_tensor():
     import torch
-    from privaudit.defenses.dp.as_run import PREFIX, tensor_noise_digests
+    from privaudit.defenses.dp.release.as_run import PREFIX, tensor_noise_digests
 
     noise = torch.randn(40, generator=torch.Generator().manual_seed(0))
     digests = tensor_noise_digests(noise, [16, 4, 20])

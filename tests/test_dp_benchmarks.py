@@ -16,8 +16,8 @@ from privaudit.audit.sensitivity.witness import num_threads
 from privaudit.defenses import Budget, make_defense
 from privaudit.defenses.augment import augmentation_for
 from privaudit.defenses.dp import Embedder
-from privaudit.defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_grams
-from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.engine.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_grams
+from privaudit.defenses.dp.release.randomness import StepRandomness
 from privaudit.defenses.logit_dp import cosine_pair
 from privaudit.defenses.losses import info_nce_from_logits, make_objective
 from privaudit.defenses.nn.model import ModelSpec, build_model

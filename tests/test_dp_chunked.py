@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import privaudit.defenses.dp.chunked as chunked
-import privaudit.defenses.dp.layerwise as layerwise
+import privaudit.defenses.dp.engine.chunked as chunked
+import privaudit.defenses.dp.engine.layerwise as layerwise
 from privaudit.defenses.dp import Embedder, Source, TwoTower, clipped_sum, dense_units, partition_units
 from privaudit.defenses.nn.model import ModelSpec, build_model
 

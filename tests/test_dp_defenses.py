@@ -13,7 +13,7 @@ from privaudit.accountants import epsilon
 from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget, make_defense
 from privaudit.defenses.dp import CanaryGradients, dirac_canaries
-from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.release.randomness import StepRandomness
 from privaudit.defenses.seeding import derive_seed
 
 logging.getLogger("absl").setLevel(logging.ERROR)

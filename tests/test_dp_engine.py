@@ -5,8 +5,8 @@ import torch
 
 from privaudit.defenses.dp import (Embedder, Source, TwoTower, all_unit_gradients, clipped_sum, dense_units, pair_units,
                          partition_units)
-from privaudit.defenses.dp.contrastive import loss_cotangents, term_cotangents
-from privaudit.defenses.dp.pairs import pair_derivatives
+from privaudit.defenses.dp.engine.contrastive import loss_cotangents, term_cotangents
+from privaudit.defenses.dp.engine.pairs import pair_derivatives
 from privaudit.defenses.logit_dp import cosine_pair
 from privaudit.defenses.losses import group_info_nce, group_info_nce_dual, info_nce, nt_xent
 from privaudit.defenses.nn.model import ModelSpec, build_model

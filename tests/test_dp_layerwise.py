@@ -11,8 +11,8 @@ import torch.nn as nn
 
 from privaudit.defenses import Budget, make_defense
 from privaudit.defenses.dp import Embedder, Source, TwoTower, clipped_sum, dense_units, pair_units, partition_units
-from privaudit.defenses.dp.gradients import engine_reason
-from privaudit.defenses.dp.layerwise import unsupported_reason
+from privaudit.defenses.dp.engine.gradients import engine_reason
+from privaudit.defenses.dp.engine.layerwise import unsupported_reason
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 
 TOL = 1e-9  # float64: the two engines agree to rounding
@@ -166,8 +166,8 @@ def test_training_step_is_the_same_with_either_engine(digits, name):
 @pytest.mark.parametrize("encoder", ["cnn", "mlp"])
 def test_row_jacobians_match_vmap(encoder):
     """Logit-DP's per-row Jacobians (n, D, p): layerwise (rows replicated D times) against vmap."""
-    from privaudit.defenses.dp.layerwise import row_jacobians
-    from privaudit.defenses.dp.pairs import per_sample_jacobians
+    from privaudit.defenses.dp.engine.layerwise import row_jacobians
+    from privaudit.defenses.dp.engine.pairs import per_sample_jacobians
 
     emb = Embedder(tiny(encoder))
     x = rows(5, 12)
@@ -193,8 +193,8 @@ def test_logit_dp_step_is_the_same_with_either_gram_engine(digits):
 
 def test_units_beyond_the_memory_bound_go_through_the_layerwise_engine_in_chunks(monkeypatch):
     """Beyond the single pass's memory bound the layerwise engine cuts the step into chunks
-    (defenses.dp.chunked, tests/test_dp_chunked.py) rather than falling back to vmap."""
-    import privaudit.defenses.dp.layerwise as layerwise
+    (defenses.dp.engine.chunked, tests/test_dp_chunked.py) rather than falling back to vmap."""
+    import privaudit.defenses.dp.engine.layerwise as layerwise
 
     emb = Embedder(tiny("mlp"))
     x = rows(6)
@@ -228,7 +228,7 @@ def test_auto_uses_vmap_for_dense_units_unless_layerwise_backpropagates_fewer_ro
 
 
 def test_segments_cover_every_unit_row_once():
-    from privaudit.defenses.dp.layerwise import segments
+    from privaudit.defenses.dp.engine.layerwise import segments
 
     owners = torch.tensor([2, 0, -1, 2, 2, 1, 0, 2, -1, 2])
     seg = segments(owners, 3, width=2)
@@ -241,7 +241,7 @@ def test_segments_cover_every_unit_row_once():
 @pytest.mark.parametrize("width", [1, 2, None])
 def test_segments_in_chunks_match_vmap(monkeypatch, width):
     """Units split over several segments (index_add into units) and segments processed a few at a time."""
-    import privaudit.defenses.dp.layerwise as layerwise
+    import privaudit.defenses.dp.engine.layerwise as layerwise
 
     real = layerwise.segments
     monkeypatch.setattr(layerwise, "segments", lambda owners, n: real(owners, n, width))

@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn as nn
 
-import privaudit.defenses.dp.layer_rules as layer_rules
+import privaudit.defenses.dp.engine.layer_rules as layer_rules
 from privaudit.defenses.dp import Embedder, Source, clipped_sum, dense_units, partition_units
-from privaudit.defenses.dp.layer_rules import LayerRule, layer_rule, register_layer_rule
-from privaudit.defenses.dp.layerwise import row_jacobians, unsupported_reason
-from privaudit.defenses.dp.pairs import per_sample_jacobians
-from privaudit.defenses.dp.row_grams import jacobian_grams, layer_grams
+from privaudit.defenses.dp.engine.layer_rules import LayerRule, layer_rule, register_layer_rule
+from privaudit.defenses.dp.engine.layerwise import row_jacobians, unsupported_reason
+from privaudit.defenses.dp.engine.pairs import per_sample_jacobians
+from privaudit.defenses.dp.engine.row_grams import jacobian_grams, layer_grams
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 
 TOL = 1e-9

@@ -9,8 +9,8 @@ import pytest
 from scipy import stats
 
 from privaudit.attacks import metrics
-from privaudit.attacks.membership.lira import (GaussianFit, fit_gaussians, lira_scores, offline_reference_scores, offline_scores,
-                          online_scores)
+from privaudit.attacks.membership.lira import (GaussianFit, fit_gaussians, lira_scores, offline_reference_scores,
+    offline_scores, online_scores)
 from privaudit.attacks.membership.shadow_models import balanced_masks, paired_masks
 from privaudit.core.errors import ConfigError
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from privaudit.defenses.dp import Embedder, Source, all_unit_gradients, pair_units
-from privaudit.defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_norms
+from privaudit.defenses.dp.engine.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_norms
 from privaudit.defenses.logit_dp import cosine_pair
 from privaudit.defenses.losses import info_nce_from_logits, spreadout_from_similarity
 from privaudit.defenses.nn.model import ModelSpec, build_model

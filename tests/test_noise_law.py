@@ -1,5 +1,6 @@
 """The noise's joint law within a step (:mod:`privaudit.accountants.noise_law`, recorded by
-:mod:`privaudit.defenses.dp.noise_law`): sound on the engine's own float32 Gaussian draws (RUNS steps simulated at
+:mod:`privaudit.defenses.dp.release.noise_law`): sound on the engine's own float32 Gaussian draws (RUNS steps simulated
+at
 once, every test's rejections at LEVEL against the shared binomial check of tests/soundness.py), an unsound variant
 of each test rejected by that same check, and each planted dependence caught at the gate's level. The check's
 soundness at the gate's level rests on the bounds' exactness; the simulation shows them conservative where it can
@@ -14,8 +15,8 @@ import torch
 from privaudit.accountants.noise_law import (TESTS, cosine_tail, log_binom, noise_law_findings, step_p_values,
                                              tail_exponent, value_mass_bound)
 from privaudit.accountants.trace import TRACE_ALPHA, TrainingTrace
-from privaudit.defenses.dp import noise_law as recorder
-from privaudit.defenses.dp.noise import gaussian
+from privaudit.defenses.dp.release import noise_law as recorder
+from privaudit.defenses.dp.release.noise import gaussian
 from soundness import critical
 
 #: A layout with tensors of repeated sizes (four of 32, three of 8, two of 1024).

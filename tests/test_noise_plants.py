@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import privaudit.defenses.dp.base as dp_base
-import privaudit.defenses.dp.step as dp_step
+import privaudit.defenses.dp.release.step as dp_step
 from privaudit.attacks.base import Target
 from privaudit.attacks.registry import make_attack
 from privaudit.audit.gate.judge import gate_cells

@@ -10,7 +10,8 @@ from scipy import stats
 
 from privaudit.attacks.canaries.canary_strata import PER_TENSOR, stratified_coordinates, tensor_index
 from privaudit.attacks.canaries.gradient_canary import GradientCanaries
-from privaudit.attacks.noise.noise_structure import coordinate_check, independence_check, structure_checks, tensor_checks
+from privaudit.attacks.noise.noise_structure import (coordinate_check, independence_check, structure_checks,
+                                                     tensor_checks)
 from privaudit.attacks.noise.released_noise import released_noise_check
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts
 from privaudit.audit.gate.judge import gate_cells, suite_gate

@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-import privaudit.defenses.dp.chunked as chunked
+import privaudit.defenses.dp.engine.chunked as chunked
 from privaudit.defenses.dp import Embedder, Source
-from privaudit.defenses.dp.pair_blocks import blocked_layer_grams, blocks, fits
-from privaudit.defenses.dp.pairs import pair_grams
-from privaudit.defenses.dp.row_grams import layer_grams
+from privaudit.defenses.dp.engine.pair_blocks import blocked_layer_grams, blocks, fits
+from privaudit.defenses.dp.engine.pairs import pair_grams
+from privaudit.defenses.dp.engine.row_grams import layer_grams
 from privaudit.defenses.nn.model import ModelSpec, build_model
 
 
@@ -52,7 +52,7 @@ def test_pair_grams_takes_blocks_only_beyond_the_budget(monkeypatch):
     emb, params, x, y = problem()
     assert fits(emb, params, x, y, True)
     calls = []
-    import privaudit.defenses.dp.pair_blocks as pair_blocks
+    import privaudit.defenses.dp.engine.pair_blocks as pair_blocks
 
     real = pair_blocks.blocked_layer_grams
     monkeypatch.setattr(pair_blocks, "blocked_layer_grams", lambda *a, **k: calls.append(1) or real(*a, **k))

@@ -19,7 +19,7 @@ from privaudit.attacks.registry import make_attack
 from privaudit.attacks.canaries.release_probes import ReleaseTrials, probe_entries
 from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget
-from privaudit.defenses.dp.release_probes import ReleaseProbes
+from privaudit.defenses.dp.release.release_probes import ReleaseProbes
 from privaudit.defenses.dpcl import DPCLBarlow, DPCLSimCLR
 from privaudit.defenses.registry import make_defense
 
@@ -115,7 +115,7 @@ def test_release_trials_are_sound_over_runs_and_an_under_noised_release_is_caugh
 def _dpcl_weights(digits, probes_for, defense="dpcl-simclr") -> tuple[torch.Tensor, list]:
     """DPCL-SimCLR's weights after 2 epochs on digits under a canary hook whose Dirac canaries take part in no step
     and which carries ``probes_for(step)`` (None: no release probes); the observations the probes saw."""
-    from privaudit.defenses.dp.step import dirac_canaries
+    from privaudit.defenses.dp.release.step import dirac_canaries
 
     seen, calls = [], []
 

@@ -25,14 +25,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import privaudit.defenses.dp.chunked as chunked
-import privaudit.defenses.dp.layerwise as layerwise
+import privaudit.defenses.dp.engine.chunked as chunked
+import privaudit.defenses.dp.engine.layerwise as layerwise
 from memtrack import peak_bytes
 from privaudit.core.datasets.registry import DatasetInfo, RawDataset
 from privaudit.core.datasets.splits import SplitConfig, make_splits
 from privaudit.defenses import Budget, make_defense
 from privaudit.defenses.dp import Embedder, Source
-from privaudit.defenses.dp.engine_plan import layer_plan
+from privaudit.defenses.dp.engine.engine_plan import layer_plan
 from test_dp_benchmarks import dp_run, gcl_objective_step, nonprivate_step
 
 DP_METHODS = ("dpsgd", "dp-clip", "dpcl-simclr", "dpcl-barlow", "dp-gcl", "logit-dp")

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from privaudit.defenses.dp import Embedder
-from privaudit.defenses.dp import row_grams
-from privaudit.defenses.dp.pairs import per_sample_jacobians
-from privaudit.defenses.dp.row_grams import jacobian_grams, layer_grams, rounding_gamma
+from privaudit.defenses.dp.engine import row_grams
+from privaudit.defenses.dp.engine.pairs import per_sample_jacobians
+from privaudit.defenses.dp.engine.row_grams import jacobian_grams, layer_grams, rounding_gamma
 from privaudit.defenses.nn.model import ModelSpec, build_model
 
 
@@ -72,7 +72,7 @@ def test_conv_ghost_choice_follows_the_cost():
 def test_tangent_directions_give_the_same_pair_norms_and_sum():
     """Cosine pair cotangents lie in z^perp: D - 1 backpropagated directions per row give the same
     pair norms and clipped sum as all D, and as the direct reference."""
-    from privaudit.defenses.dp.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_norms
+    from privaudit.defenses.dp.engine.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_norms
     from privaudit.defenses.logit_dp import cosine_pair
     from privaudit.defenses.losses import info_nce_from_logits
 
@@ -131,7 +131,7 @@ def test_the_rounding_bound_covers_two_summation_orders(monkeypatch):
     """Two float64 evaluations of the same Gram entries (ghost vs materialised convolutions; narrow factors merged
     into one wide product vs one product each) lie within gamma_k s_d s_e of the exact sum each, so they differ by
     at most twice that, with k the Grams' stated bound (``length``) and s the row-direction scales: the premise of
-    :func:`~privaudit.defenses.dp.pairs.rounding_slack`. IEEE arithmetic guarantees this whatever order the BLAS
+    :func:`~privaudit.defenses.dp.engine.pairs.rounding_slack`. IEEE arithmetic guarantees this whatever order the BLAS
     kernel sums in; how far two orders actually differ is the kernel's and the CPU's business, so the too-small
     slacks are shown to fail on constructed sums (the next test), not here. A single float32 rounding of each entry
     (what a float32 product would add at the least) is not covered. Float32 model, as in training."""

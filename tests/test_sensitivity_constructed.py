@@ -16,7 +16,7 @@ from privaudit.audit.sensitivity.extremal import (chunk_seeds, flip_seeds, logit
 from privaudit.audit.sensitivity.evaluator import Evaluator, Clock
 from privaudit.audit.sensitivity.search import gradient_ascent
 from privaudit.audit.sensitivity.witness import replay, save_witness
-from privaudit.defenses.dp.params import parameter_values
+from privaudit.defenses.dp.engine.params import parameter_values
 
 
 def _target(claim: str, setting: Setting, digits):

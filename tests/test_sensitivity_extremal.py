@@ -10,7 +10,7 @@ import torch
 
 from privaudit.audit.sensitivity import CLAIMS, Context, Setting, check_claims, replay
 from privaudit.audit.sensitivity.extremal import antipodal_head, mean_supremum, similarity_supremum, sse_supremum
-from privaudit.defenses.dp.contrastive import differentiable_quantities
+from privaudit.defenses.dp.engine.contrastive import differentiable_quantities
 
 
 def _unit_rows(m: int, d: int = 3, gen: torch.Generator | None = None) -> torch.Tensor:

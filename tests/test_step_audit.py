@@ -10,7 +10,8 @@ import pytest
 import torch
 from scipy import stats
 
-from privaudit.attacks.step.step_distinguisher import KnownMechanism, additive_step_scores, gaussian_step_scores, step_bounds, step_mu
+from privaudit.attacks.step.step_distinguisher import (KnownMechanism, additive_step_scores, gaussian_step_scores,
+                                                       step_bounds, step_mu)
 from privaudit.core.errors import ConfigError
 from soundness import PLANTED, assert_planted_rejected, assert_sound, critical
 
@@ -505,7 +506,7 @@ def test_a_trained_step_is_audited_through_the_engine_its_training_ran(digits, m
     values are vmap's to float32 rounding."""
     from types import SimpleNamespace
 
-    import privaudit.defenses.dp.gradients as gradients
+    import privaudit.defenses.dp.engine.gradients as gradients
     from privaudit.attacks.membership.shadow_models import resolve_defense
     from privaudit.audit.step import audit as step_audit
     from privaudit.defenses.base import Budget

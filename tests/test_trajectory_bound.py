@@ -177,7 +177,8 @@ PAIRED = {"dpcl eps 1": (5.095, 20640), "dpcl eps 8": (1.206, 20640), "fedemb ep
 
 
 def paired_counts(rng, seeds: int, z: float, per_side: int, tau: float = 0.5):
-    """Idealised paired trials: the coins split the sampled slots between the sides (binomial), x = label + N(0, z^2)."""
+    """Idealised paired trials: the coins split the sampled slots between the sides (binomial), x = label + N(0,
+    z^2)."""
     n1 = rng.binomial(2 * per_side, 0.5, size=seeds)
     n0 = 2 * per_side - n1
     return rng.binomial(n0, stats.norm.sf(tau / z)), n0, rng.binomial(n1, stats.norm.cdf((tau - 1.0) / z)), n1

@@ -72,9 +72,10 @@ def test_the_one_run_scores_leave_the_probes_out_and_the_signs_are_required():
 
 
 def test_the_engines_release_withdraws_its_probes_after_the_observer():
-    """The engine's release (defenses/dp/step.py): the observer sees the probes; the released gradient is the one
+    """The engine's release (defenses/dp/release/step.py): the observer sees the probes; the released gradient is the
+    one
     without them (same noise), so the model trains as without probes."""
-    from privaudit.defenses.dp.step import dirac_canaries, release
+    from privaudit.defenses.dp.release.step import dirac_canaries, release
 
     total = torch.randn(40, dtype=torch.float32)
     coords, include = torch.arange(0, 40, 2), torch.zeros(20, dtype=torch.bool)
@@ -110,7 +111,7 @@ class _Kept:
 
 def _weights_under_probes(module, x, y, plant: bool) -> tuple[torch.Tensor, list[float]]:
     """The recipe's weights trained under a watch whose canaries take part in no step but probe every coordinate."""
-    from privaudit.defenses.dp.step import dirac_canaries
+    from privaudit.defenses.dp.release.step import dirac_canaries
     from privaudit.defenses.opacus_watch import OpacusWatch
 
     torch.manual_seed(0)

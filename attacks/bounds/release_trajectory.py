@@ -5,8 +5,10 @@ Delta_g) and noised statistics -- SimCLR's similarity matrix (z_S, Delta_S = 4 s
 Barlow Twins' per-view means and SSEs (Thms. 2 and 3; Sec. 3.3.2). The claim composes them as one Gaussian of
 z_eff = (sum_r z_r^-2)^-1/2: Gaussian mechanisms of mu_r = 1 / z_r on the same input are together mu-GDP with
 mu = sqrt(sum_r mu_r^2) (Dong, Roth & Su 2022, Cor. 3.3), exactly 1 / z_eff. The gradient canaries' per-step probes
-give trials of the gradient release (:mod:`privaudit.attacks.canaries.gradient_canary`), the release probes trials of the
-others (:mod:`privaudit.attacks.canaries.release_probes`), pooled in G groups of releases with equal multipliers (group j:
+give trials of the gradient release (:mod:`privaudit.attacks.canaries.gradient_canary`), the release probes trials of
+the
+others (:mod:`privaudit.attacks.canaries.release_probes`), pooled in G groups of releases with equal multipliers (group
+j:
 m_j releases at z_j), each trial x ~ N(label, z^2) in units of its own release's sensitivity under the claim
 (Nasr et al. 2023, Sec. 5).
 
@@ -69,7 +71,8 @@ def combined_epsilon_from_counts(counts: Mapping[str, Any], *, beta: float, delt
 def combined_trajectory_bound(gradient: EpsilonLowerBound, groups: Sequence[Mapping[str, Any]], *,
                               gradient_multiplier: float, beta: float) -> EpsilonLowerBound:
     """The gradient trajectory bound ``gradient`` (its counts keep their own fields) with the release groups' trials
-    (:meth:`privaudit.attacks.canaries.release_probes.ReleaseTrials.to_dict` each) added: epsilon = eps_opt(E(1 / mu_lb)),
+    (:meth:`privaudit.attacks.canaries.release_probes.ReleaseTrials.to_dict` each) added: epsilon = eps_opt(E(1 /
+    mu_lb)),
     each bound at beta / (1 + G), compared with the whole claim (module docstring)."""
     record = {**gradient.counts, "releases": [dict(g) for g in groups]}
     mu, mu_g, mus = combined_mu_lower(record, beta=beta)

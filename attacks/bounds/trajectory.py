@@ -10,7 +10,7 @@ already give m canaries x T steps such samples; this module turns them into a so
 per-step privacy and composes it.
 
 Trials. Canary i's centred observation at step t (the privatised sum minus the data's clipped sum, on its
-own Dirac coordinate; :mod:`privaudit.defenses.dp.step`) is x = (y / D) + offset, in units of the difference
+own Dirac coordinate; :mod:`privaudit.defenses.dp.release.step`) is x = (y / D) + offset, in units of the difference
 D between the two hypotheses' means: add/remove canaries (norm Delta) are *present* at (t, i) when inserted
 and sampled (x ~ N(1, z^2) under the claim) and *absent* otherwise (x ~ N(0, z^2)), D = Delta, offset 0;
 paired replace-one slots (+-Delta/2 e_i, D = Delta, offset 1/2) give a trial only when sampled, present for
@@ -263,7 +263,8 @@ class TrajectoryCounts:
     def add_noise(self, residuals: np.ndarray, tensors: np.ndarray | None = None) -> None:
         """Count the step's released-noise residuals: every canary coordinate's observation less the canaries'
         designed contribution, in units of D (:func:`released_noise_check`), in the canaries' fixed order. Also the
-        step's residual sum (the coordinate test), the step pairs' differences (steps 0 and 1, 2 and 3, ...) and, with ``tensors`` (each canary's index into
+        step's residual sum (the coordinate test), the step pairs' differences (steps 0 and 1, 2 and 3, ...) and, with
+        ``tensors`` (each canary's index into
         ``tensor_names``), both sums per tensor (:mod:`privaudit.attacks.noise.noise_structure`)."""
         residuals = np.asarray(residuals, dtype=np.float64)
         self.noise_n += residuals.size

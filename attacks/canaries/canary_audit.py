@@ -1,6 +1,7 @@
 """The white-box canary audits' shared settings and their bounds from finished scores (orchestration).
 
-:class:`CanaryAuditConfig` holds what the gradient-canary audit (:mod:`privaudit.attacks.canaries.gradient_canary_audit`) and
+:class:`CanaryAuditConfig` holds what the gradient-canary audit
+(:mod:`privaudit.attacks.canaries.gradient_canary_audit`) and
 the canary-user audit (:mod:`privaudit.attacks.canaries.user_canary`) share; :func:`track_claimed_trajectory` plans the
 trajectory bound's threshold from the claim before the first step, and :func:`canary_audit_result` turns a
 finished audit's scores into its bounds with the guesses planned from the claim. The maths -- the canaries, their
@@ -32,7 +33,7 @@ class CanaryAuditConfig(AttackConfig):
     ``plan_guesses``: choose k (Steinke's k+ = k-, the f-DP k+, the mechanism bound's k+) by
     :func:`planned_guesses` from the claim before the scores exist (explicit ``k_pos`` / ``k_neg`` still
     win; ``k_fdp_fraction`` None still turns the f-DP bound off). ``centred``: score the privatised sums
-    minus the data's clipped sums (the auditor knows the rest of the data; :mod:`privaudit.defenses.dp.step`),
+    minus the data's clipped sums (the auditor knows the rest of the data; :mod:`privaudit.defenses.dp.release.step`),
     removing the data gradient's interference on the canary coordinates (Keinan, Shenfeld & Ligett 2025's
     barrier); False scores the released sums alone. ``score``: ``sum`` (sum over steps of the projections)
     or ``llr`` (sum over steps of the idealised step's log-likelihood ratio, :func:`step_llr`; needs
@@ -40,7 +41,8 @@ class CanaryAuditConfig(AttackConfig):
     claim's own mechanism (:mod:`privaudit.attacks.bounds.mechanism`), beside the (eps, delta) bound.
     ``trajectory``: also report ``eps_lb_trajectory``, the white-box bound from every step's centred canary
     observation (:mod:`privaudit.attacks.bounds.trajectory`; needs ``centred``). ``probes``: its trials are the
-    per-step probes on every canary coordinate (:mod:`privaudit.attacks.canaries.gradient_canary`: m T trials over T steps,
+    per-step probes on every canary coordinate (:mod:`privaudit.attacks.canaries.gradient_canary`: m T trials over T
+    steps,
     withdrawn from the release); False counts the canaries' own sampled trials (m q T / 2 present ones).
     """
 

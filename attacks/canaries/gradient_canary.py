@@ -16,7 +16,7 @@ Keinan, Shenfeld & Ligett 2025 identify, removed by centring) or **Gaussian** (d
 The audit (:class:`~privaudit.attacks.canaries.gradient_canary_audit.GradientCanaryAudit`, attack ``gradient-canary``;
 the running of it is :mod:`privaudit.attacks.canaries.gradient_canary_audit`, the bounds from finished scores
 :mod:`privaudit.attacks.canaries.canary_audit`; this module is the maths) runs the target's own DP defense
-through the engine's canary hook (:mod:`privaudit.defenses.dp.step`): each inserted canary joins every step
+through the engine's canary hook (:mod:`privaudit.defenses.dp.release.step`): each inserted canary joins every step
 independently with the defense's own Poisson rate q, exactly like an example, and contributes Delta e_i
 to the sum before the noise, Delta the sensitivity the noise is calibrated to (a canary is a worst-case
 example under the claim); the engine hands the privatised sum g~_t (before any normaliser, learning rate
@@ -38,7 +38,7 @@ sampled: m q T / 2 of them over T steps, which leaves its per-step bound loose a
 thousand present trials after 500 steps). With ``probes=True`` each canary's coordinate also receives, at every step,
 a probe s Delta / 2 (s = +-1 by a fresh coin of the auditor's own generator, :meth:`GradientCanaries.step_probes`),
 added with the canaries before the noise and withdrawn from the release after the observer
-(:mod:`privaudit.defenses.dp.step`, ``probes``): every coordinate and step is then one trial, labelled by s, the
+(:mod:`privaudit.defenses.dp.release.step`, ``probes``): every coordinate and step is then one trial, labelled by s, the
 canary's own designed contribution subtracted (the auditor drew it), x = y / Delta - designed - s / 2 + [s > 0],
 so x ~ N([s > 0], z^2) under the claim: m T balanced trials, the same difference Delta between the hypotheses, and
 independent given the labels, as the trajectory bound's theorem needs. The bound measures the per-step Gaussian and
@@ -194,7 +194,8 @@ class GradientCanaries:
 
     def _place_by_tensor(self, tensors: Sequence[tuple[str, int]] | None) -> tuple[tuple[str, ...], np.ndarray | None]:
         """With ``tensors`` ((name, size) of each parameter tensor in the flat layout's order; Dirac only): place
-        the canaries so every tensor holds some (:func:`~privaudit.attacks.canaries.canary_strata.stratified_coordinates`)
+        the canaries so every tensor holds some
+        (:func:`~privaudit.attacks.canaries.canary_strata.stratified_coordinates`)
         and return the names and each canary's tensor, for the per-tensor noise counts."""
         if tensors is None or self.kind != "dirac":
             return (), None

@@ -1,6 +1,7 @@
 """Attack ``gradient-canary``: the white-box one-run audit of a DP-SGD-style defense with Dirac gradient canaries,
 run through the defense's own engine (orchestration; the maths and the argument are
-:mod:`privaudit.attacks.canaries.gradient_canary`, the bounds from the finished scores :mod:`privaudit.attacks.canaries.canary_audit`).
+:mod:`privaudit.attacks.canaries.gradient_canary`, the bounds from the finished scores
+:mod:`privaudit.attacks.canaries.canary_audit`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ class GradientCanaryConfig(CanaryAuditConfig):
     """:class:`CanaryAuditConfig` for Dirac gradient canaries: the idealised step's likelihood-ratio score, the
     mechanism bound and the trajectory bound on by default. ``release_probes``: where the defense's step also
     releases other noised statistics (DPCL: SimCLR's similarity matrix, Barlow Twins' means and SSEs), probe that many
-    entries of each at every step (:mod:`privaudit.attacks.canaries.release_probes`; at most all of them) and bound the whole
+    entries of each at every step (:mod:`privaudit.attacks.canaries.release_probes`; at most all of them) and bound the
+    whole
     step (:mod:`privaudit.attacks.bounds.release_trajectory`); 0 leaves the bound on the gradient release alone."""
 
     score: str = "llr"

@@ -5,7 +5,8 @@ similarity matrix, Barlow Twins' means and SSEs; :meth:`privaudit.defenses.dp.ba
 at every step, probes on k fixed distinct entries of each such release (:class:`ReleaseTrials`: the entries drawn once
 from the auditor's seed, a fresh fair coin s = +-1 per entry and step from its own generator): the code path adds
 s Delta / 2 before the noise, the observer reads the noised entries and the probes are withdrawn before the loss
-(:mod:`privaudit.defenses.dp.release_probes`). The observation, centred by the noiseless entry, is y = s / 2 + N / Delta
+(:mod:`privaudit.defenses.dp.release.release_probes`). The observation, centred by the noiseless entry, is y = s / 2 + N
+/ Delta
 in units of the release's claimed sensitivity Delta, so x = y - s / 2 + [s > 0] = y + 1/2 ~ N([s > 0], z^2) under the
 claim: one trial per entry and step, present for the + probe, the same two hypotheses (difference Delta) as the
 gradient trials (:mod:`privaudit.attacks.bounds.trajectory`). Given the labels the trials are independent (each
@@ -28,7 +29,7 @@ import torch
 
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts, plan_trajectory
 from privaudit.core.errors import ConfigError
-from privaudit.defenses.dp.release_probes import ReleaseProbes
+from privaudit.defenses.dp.release.release_probes import ReleaseProbes
 from privaudit.defenses.seeding import numpy_rng, torch_generator
 
 

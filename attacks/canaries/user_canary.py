@@ -38,7 +38,8 @@ paired (replace-one) game:
    (q G + (1 - q) G0, G0), the without-replacement replace-one pair the claim's event is accounted with
    (:mod:`privaudit.accountants.pld`, both orders), and the rounds compose adaptively: the run is f-DP with respect to
    each slot's coin, f the claim's own (symmetric) curve: the hypothesis H_1 of the bisection holds (and
-   H_s for every s <= 1), so P[eps_lb_mechanism > the claim's epsilon] <= beta. With adaptive clipping the canary moves by the round's clip norm and the noise
+   H_s for every s <= 1), so P[eps_lb_mechanism > the claim's epsilon] <= beta. With adaptive clipping the canary moves
+   by the round's clip norm and the noise
    scales with it; the claim's event then also accounts the count query (z < sigma / 2), so it still
    dominates.
 2. *The guesses are one-sided.* The recursion (:func:`privaudit.attacks.bounds.fdp.fdp_recursion_rejects`) is that of
@@ -71,7 +72,8 @@ SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 
 @dataclass(frozen=True)
 class UserCanaryConfig(CanaryAuditConfig):
-    """:class:`privaudit.attacks.canaries.canary_audit.CanaryAuditConfig` for canary users (the real clients' clipped sum is
+    """:class:`privaudit.attacks.canaries.canary_audit.CanaryAuditConfig` for canary users (the real clients' clipped
+    sum is
     removed from the observed sum with ``centred``; k chosen by simulating the claim's idealised mechanism).
     ``relation``: None = the claim's. ``mechanism``: the bound against the claim's own mechanism, on by
     default (module docstring)."""

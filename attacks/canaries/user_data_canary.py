@@ -1,7 +1,8 @@
 """Black-box canary users for the user-level federated defenses (DP-FedEmb, DP-FedAvg): whole users of
 inserted images, scored from the released model alone.
 
-The white-box audit (:mod:`privaudit.attacks.canaries.user_canary`) plants Dirac updates in the aggregation; this one touches
+The white-box audit (:mod:`privaudit.attacks.canaries.user_canary`) plants Dirac updates in the aggregation; this one
+touches
 nothing inside the defense. The auditor adds canary **users** to the population -- each holding
 ``examples_per_user`` distinct uniform-noise images under one label (its identity; the images come from
 the attacker's own stream and never overlap the target's data) -- trains the defense once, and scores a

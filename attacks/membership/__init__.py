@@ -1,1 +1,2 @@
-"""Black-box membership inference: LOSS, Shokri's shadow models, EncoderMI, LiRA and RMIA, and what they share (reference models, the statistics they read from a model, query augmentations)."""
+"""Black-box membership inference: LOSS, Shokri's shadow models, EncoderMI, LiRA and RMIA, and what they share
+(reference models, the statistics they read from a model, query augmentations)."""

@@ -4,7 +4,8 @@ in Contrastive Learning", Sec. 4): membership inference from augmented-view alig
 An encoder pretrained with a contrastive objective maps augmented views of its *training* images
 closer together than views of unseen images. For a query x the attacker draws n views from the
 pretraining augmentation family, encodes them and computes the n(n-1)/2 pairwise cosine
-similarities (:class:`privaudit.attacks.membership.statistics.ViewSimilarities`). Three inference classifiers (Sec. 4.2):
+similarities (:class:`privaudit.attacks.membership.statistics.ViewSimilarities`). Three inference classifiers (Sec.
+4.2):
 
 * **vector-based**: the similarities sorted into a vector, classified by an MLP;
 * **set-based**: the similarities as a set, classified by a permutation-invariant set network

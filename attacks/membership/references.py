@@ -1,7 +1,8 @@
 """Reference models shared by the likelihood attacks (LiRA, RMIA) of one target, and the statistic they read.
 
 Both attacks train K reference models with the target's own defense on random halves of the audit pool
-(every candidate IN for exactly K/2 of them: :func:`privaudit.attacks.membership.shadow_models.balanced_masks`) and read one
+(every candidate IN for exactly K/2 of them: :func:`privaudit.attacks.membership.shadow_models.balanced_masks`) and read
+one
 statistic per candidate and query from each model and from the target. The masks and seeds come from
 streams that depend on K alone, and the probe (the statistics plus the population samples) from settings
 the two attacks share, so a cell that runs LiRA and RMIA with the same K trains the references once: the
@@ -11,7 +12,8 @@ The attacker's population data is the dataset's shadow split (never trained on b
 references): a seeded permutation gives ``n_anchors`` images that the contrastive and rank statistics use
 as negatives, then ``n_population`` samples z that RMIA compares each candidate with.
 
-Encoder statistics (:data:`privaudit.attacks.membership.statistics.ENCODER_STATISTICS`): with ``statistic = "auto"`` the one
+Encoder statistics (:data:`privaudit.attacks.membership.statistics.ENCODER_STATISTICS`): with ``statistic = "auto"`` the
+one
 used is chosen by its measured power on the reference models alone, before the target is scored
 (:func:`select_statistic`), so the choice costs no confidence.
 """
@@ -27,8 +29,10 @@ import torch
 from privaudit.attacks.base import AttackConfig, Target
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.membership.queries import QuerySet
-from privaudit.attacks.membership.shadow_models import TrainJob, balanced_masks, paired_masks, stack_results, train_models
-from privaudit.attacks.membership.statistics import ENCODER_STATISTICS, SPACES, EncoderStatistics, LogitStatistic, WithPopulation
+from privaudit.attacks.membership.shadow_models import (TrainJob, balanced_masks, paired_masks, stack_results,
+                                                        train_models)
+from privaudit.attacks.membership.statistics import (ENCODER_STATISTICS, SPACES, EncoderStatistics, LogitStatistic,
+                                                     WithPopulation)
 from privaudit.core.errors import ConfigError, one_of
 from privaudit.defenses.seeding import numpy_rng
 
@@ -47,7 +51,8 @@ class LikelihoodConfig(AttackConfig):
     exposes); ``temperature``: of the contrastive statistic; ``n_anchors`` / ``n_population``: population
     images used as negatives / as RMIA's comparison samples z; ``max_stack``: references trained together;
     ``trained_references``: None (train exactly the references used, balanced masks) or an even count trained in
-    complementary pairs (:func:`privaudit.attacks.membership.shadow_models.paired_masks`) of which the attack uses the first
+    complementary pairs (:func:`privaudit.attacks.membership.shadow_models.paired_masks`) of which the attack uses the
+    first
     ones: attacks at 2, 4, ... models then share one training of the largest set.
     """
 

@@ -22,10 +22,12 @@ the online mode too); this affects only the calibration of Score (its value at a
 ranking of the candidates, which for a single target model is that of Pr(x|theta) / Pr(x).
 
 Pr(x|theta): the softmax probability of the true label for classifiers, and for encoders the probability-like
-statistics of :mod:`privaudit.attacks.membership.statistics` (``contrastive``: the probability that the candidate's own view is
+statistics of :mod:`privaudit.attacks.membership.statistics` (``contrastive``: the probability that the candidate's own
+view is
 picked as the positive among population negatives, i.e. exp(-InfoNCE); ``rank``; ``alignment``;
 ``partcrop``), the one with the most power on the references chosen before the target is scored
-(:mod:`privaudit.attacks.membership.references`). Probabilities are averaged over the query augmentations (ML Privacy Meter does
+(:mod:`privaudit.attacks.membership.references`). Probabilities are averaged over the query augmentations (ML Privacy
+Meter does
 the same), from the statistics' logit scale, p = sigmoid(phi): over all of them, or over the single query
 with the most leave-one-out power on the references when that is stronger (:func:`select_queries`: a
 classifier trained without augmentation gives shifted queries no signal, and their average drowns the
@@ -170,7 +172,8 @@ def select_queries(ref_q: np.ndarray, keep: np.ndarray) -> tuple[list[int], dict
 
 def online_power(ref_x: np.ndarray, keep: np.ndarray) -> float:
     """Mean leave-one-out AUC of the online test on the references: reference k against the fair mean of the
-    others (:func:`privaudit.attacks.membership.references.others_mean`, 0.5 (mean IN + mean OUT), as the target is tested)."""
+    others (:func:`privaudit.attacks.membership.references.others_mean`, 0.5 (mean IN + mean OUT), as the target is
+    tested)."""
     from privaudit.attacks.metrics import auc
 
     aucs = []
@@ -187,7 +190,8 @@ def choose_mode(ref_x: np.ndarray, keep: np.ndarray, a: float) -> tuple[str, dic
 
     Online uses the IN models too, but with few of them their mean is noisy; the offline approximation uses
     only the OUT models, and can be the stronger test (docs/notes/defenses-attacks.md). With K = 2 no
-    reference has a fair leave-one-out mean (:func:`privaudit.attacks.membership.references.others_mean`): the paper's rule,
+    reference has a fair leave-one-out mean (:func:`privaudit.attacks.membership.references.others_mean`): the paper's
+    rule,
     online whenever IN models exist.
     """
     if ref_x.shape[0] < 4:

@@ -16,7 +16,8 @@ examples, giving labelled (output, label, in/out) records, and:
   does not give the layer width; ``alm_width`` (default 64) sets it.
 
 The "output" is the softmax vector when the target releases a classifier, else its L2-normalised
-embedding (:class:`privaudit.attacks.membership.statistics.Outputs`). ART's black-box attack trains a single model rather
+embedding (:class:`privaudit.attacks.membership.statistics.Outputs`). ART's black-box attack trains a single model
+rather
 than one per class (ART issue #2155); the output-label variant is that design, kept under its own name.
 """
 

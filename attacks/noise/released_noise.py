@@ -4,7 +4,8 @@ Why. The training trace (:mod:`privaudit.accountants.trace`) checks the noise a 
 norms of the noise vectors it drew. A release can still add less than it drew (noise scaled after its norm was
 taken, added to a copy, cancelled by a later step, in a lower precision): no record shows it. The white-box
 canaries see what the release actually added. At every step the auditor observes the privatised sum less the
-data's clipped sum on each canary's Dirac coordinate (:mod:`privaudit.attacks.canaries.gradient_canary`); less the canaries'
+data's clipped sum on each canary's Dirac coordinate (:mod:`privaudit.attacks.canaries.gradient_canary`); less the
+canaries'
 own designed contribution (0, D or D/2 in the units below, known to the auditor, who drew the coins and the
 sampling), what is left is the noise the release added on that coordinate.
 

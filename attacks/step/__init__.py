@@ -1,1 +1,2 @@
-"""One privatised step examined: the optimal test between two neighbouring inputs' releases, and a release's floating-point support."""
+"""One privatised step examined: the optimal test between two neighbouring inputs' releases, and a release's
+floating-point support."""

@@ -273,7 +273,8 @@ def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -
 def release_noise_check(attack: str, group: Mapping[str, Any], claim: Mapping[str, Any]) -> dict[str, Any]:
     """The released-noise checks of one group of a step's other releases (DPCL's similarity matrix, or Barlow's
     statistics): their probes' residuals (the noise each release added on each probed entry, in units of its own
-    sensitivity; :mod:`privaudit.attacks.canaries.release_probes`) against the releases' claimed multiplier, re-derived from
+    sensitivity; :mod:`privaudit.attacks.canaries.release_probes`) against the releases' claimed multiplier, re-derived
+    from
     the cell's saved claim: the level and freshness across steps, and across the step's coordinates (no per-tensor
     check)."""
     from privaudit.attacks.noise.noise_structure import structure_checks

@@ -10,8 +10,8 @@ from privaudit.audit.sensitivity.verdict import display
 
 UTILITY_KEYS = ("knn_accuracy", "linear_probe_accuracy")
 # The registered attacks that read the training's internals (white-box canaries: their Config derives from
-# privaudit.attacks.canaries.canary_audit.CanaryAuditConfig; tests/test_report_html.py keeps the two in step); every other
-# attack queries the released model.
+# privaudit.attacks.canaries.canary_audit.CanaryAuditConfig; tests/test_report_html.py keeps the two in step); every
+# other attack queries the released model.
 WHITE_BOX = ("gradient-canary", "user-canary")
 
 

@@ -16,7 +16,7 @@ import torch
 
 from privaudit.audit.sensitivity.domains import Domain, Pair, Rows
 from privaudit.audit.sensitivity.verdict import distance
-from privaudit.defenses.dp.params import parameter_values
+from privaudit.defenses.dp.engine.params import parameter_values
 
 
 QuantityFn = Callable[[Any, int], torch.Tensor]
@@ -32,7 +32,7 @@ class Target:
     the target for a replay. ``extra``: anything worth reporting (the defense's own bound, corrected
     bounds). ``model_state``: the parameters of the model ``fn`` evaluates (saved with a witness).
     ``module``: that model itself (the DP defenses'); with it a pair may carry its own parameter
-    values (``Pair.params``, evaluated through :func:`privaudit.defenses.dp.params.parameter_values`) and the
+    values (``Pair.params``, evaluated through :func:`privaudit.defenses.dp.engine.params.parameter_values`) and the
     gradient ascent moves the parameters too.
     """
 

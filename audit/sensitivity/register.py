@@ -214,8 +214,8 @@ _ENTRIES: list[ClaimSpec] = [
                      "near -1, their clipped gradients parallel: 4 cos(0.04) C = 0.999 of 4C); at n >= 3 the old "
                      "terms' renormalisation adds up to 2C (Lemma 4.6's (n - 1) L) and no closed form is derived. "
                      "Each pair norm is computed in float64 with a rounding bound that keeps it above the true one "
-                     "(defenses/dp/pairs.py), so cancellation in the Gram identity (|A|^2 + |B|^2 + 2 <A, B>) cannot "
-                     "let a clipped pair term exceed C",)),
+                     "(defenses/dp/engine/pairs.py), so cancellation in the Gram identity (|A|^2 + |B|^2 + 2 <A, B>) "
+                     "cannot let a clipped pair term exceed C",)),
     # DP-FedEmb (user level, replace-one)
     ClaimSpec("fedemb.virtual-client", "DP-FedEmb Alg. 1, App. C (user-level clipping)", "replace-one", "l2",
               "clip_norm (what the paper's accounting implies)", fedemb_bound, ("clip_norm",), fedemb_builder,

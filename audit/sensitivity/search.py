@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from privaudit.audit.sensitivity.domains import Domain, Pair, Rows, cat_rows, n_rows, slice_rows
-from privaudit.defenses.dp.contrastive import differentiable_quantities
+from privaudit.defenses.dp.engine.contrastive import differentiable_quantities
 from privaudit.audit.sensitivity.evaluator import Clock, Evaluator, Found, Target, TopK, detach_rows
 
 SEED_RANGE = 2 ** 31
@@ -311,7 +311,7 @@ def gradient_ascent(target: Target, ev: Evaluator, starts: list[Pair], clock: Cl
     climbs ||f(D) - f(D')|| in (D, D', theta) jointly.
 
     Adam runs in unconstrained coordinates (images through a logit). The DP defenses' quantities are
-    differentiable inside :func:`privaudit.defenses.dp.contrastive.differentiable_quantities`: the
+    differentiable inside :func:`privaudit.defenses.dp.engine.contrastive.differentiable_quantities`: the
     embeddings keep their graph, the loss cotangents are built with ``create_graph`` and the per-unit
     ``vmap(grad(.))`` engine, the unit norms and the clipping factors min(1, C/||g||) (piecewise smooth;
     at a clipped unit the gradient is the one of C g/||g||, at an unclipped one of g) are differentiated

@@ -10,7 +10,7 @@ with) once per side with all non-noise randomness shared. Pairs (``--pair``):
 * ``canary`` -- a real batch with and without (add/remove) or with one unit swapped for
   (replace-one) a worst-case unit whose clipped contribution is Delta e_k: a Dirac gradient canary
   of exactly the claimed sensitivity, orthogonal to every other coordinate (Nasr et al. 2023's
-  Dirac canary, the white-box hook of :mod:`privaudit.defenses.dp.step`). It attains the claim, so it measures
+  Dirac canary, the white-box hook of :mod:`privaudit.defenses.dp.release.step`). It attains the claim, so it measures
   whether the noise really added matches what the accountant assumes.
 * ``extreme`` -- the canonical input pair: the batch with and without a Dirac-like image (one
   pixel at the maximum, the rest 0), or with its first example swapped for one.
@@ -48,7 +48,7 @@ from privaudit.audit.step.pairs import (StepAudit, StepRequest, audit_verdict, d
                                         witness_info, write_witness)
 from privaudit.core.errors import ConfigError, check_positive, check_probability, one_of
 from privaudit.defenses.dp import bounds as dp_bounds
-from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.release.randomness import StepRandomness
 from privaudit.audit.step.render import summary_line
 
 PAIRS = ("canary", "extreme", "witness")

@@ -1,4 +1,5 @@
-"""Step-level audit of a one-shot additive release: ALM's noised head (the maths: :mod:`privaudit.attacks.step.step_distinguisher`).
+"""Step-level audit of a one-shot additive release: ALM's noised head (the maths:
+:mod:`privaudit.attacks.step.step_distinguisher`).
 
 ALM (Yang, Gohari & Topcu) has one privatised "step": the release theta_hat = theta(D) + s xi of the
 fine-tuned head's weights theta(D), xi_j i.i.d. Logistic(0, 1) (Def. 4.1; Algorithm 1), with s calibrated
@@ -9,7 +10,8 @@ For a neighbouring pair of fine-tuning sets with noiseless heads m0 = theta(D), 
 :func:`audit_release` draws the release many times per side through ALM's own noise code
 (:func:`privaudit.defenses.alm.mechanisms.add_noise`, at the scale :meth:`ALM.release_noise` calibrates), scores each
 draw with the log-likelihood ratio of the noise along the difference (the Neyman-Pearson optimal test) and
-turns the scores into the step audit's sound lower bounds (:func:`privaudit.attacks.step.step_distinguisher.step_bounds`):
+turns the scores into the step audit's sound lower bounds
+(:func:`privaudit.attacks.step.step_distinguisher.step_bounds`):
 
 * **Clopper-Pearson epsilon at delta = 0** -- the sound bound for this claim. The claim is pure DP
   (Def. 3.1 with delta = 0; Thm. 4.1): every event R has P[M(D) in R] <= e^eps P[M(D') in R], so every
@@ -30,7 +32,8 @@ last bits (Mironov 2012, "On significance of the least significant bits for diff
 log-likelihood ratio is flat (+-eps) in both tails, and a threshold on that plateau separates draws by the
 release's low-order bits (near m0, releases from D and from D' fall on different float grids).
 ``mechanism = "laplace"`` is therefore released through Mironov's snapping mechanism
-(:mod:`privaudit.defenses.alm.snapping`): outputs on the grid of multiples of Lambda (the smallest power of two >= lambda)
+(:mod:`privaudit.defenses.alm.snapping`): outputs on the grid of multiples of Lambda (the smallest power of two >=
+lambda)
 within [-B, B], claimed eps = Delta_1 / lambda + d 2^-49 B / lambda (Thm. 1). Its scorer is the exact log-mass
 of the released grid point (:func:`privaudit.defenses.alm.snapping.snapped_log_mass`: the real Laplace mass of the
 point's rounding cell), the likelihood ratio of the discrete release; the Clopper-Pearson bound is sound for it

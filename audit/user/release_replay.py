@@ -25,10 +25,11 @@ its path); the removed one is the user's own, and the dataset and the batch shri
 rounds alike at n and n + 1 may not at n - 1). The slack bounds the rounding of the released gradient's dtype
 (float32; :mod:`privaudit.accountants.rounding`):
 2 u (||r|| + ||r'||) x normaliser for the releases, plus 2 gamma_k k C for the clipped sums (k records summed,
-:func:`~privaudit.defenses.dp.as_run.rounding_slack`), plus the repeat's own difference.
+:func:`~privaudit.defenses.dp.release.as_run.rounding_slack`), plus the repeat's own difference.
 
 Sees: a clip above the claimed one or clipping skipped, for a record whose gradient exceeds C; a normaliser or any
-term of the release that follows the batch or the dataset's size, in either direction. Cannot see: a bug at other steps only, a noise
+term of the release that follows the batch or the dataset's size, in either direction. Cannot see: a bug at other steps
+only, a noise
 shortfall (both releases carry the same noise: the trace and the canaries see it), a clipping that spares norms
 below the crafted record's (the watch's clipping probe sees it).
 """
@@ -43,7 +44,7 @@ import torch
 from privaudit.accountants import rounding
 from privaudit.audit.user.training_neighbours import resized
 from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
-from privaudit.defenses.dp.as_run import release_distance, rounding_slack
+from privaudit.defenses.dp.release.as_run import release_distance, rounding_slack
 from privaudit.defenses.opacus_watch import ReplayScript
 
 def repeat_tolerance(release: Any, chunks: tuple[tuple[int, ...], ...]) -> float:

@@ -10,7 +10,7 @@ int(len(dataset) * sample_rate)``, the normaliser of ``loss_reduction="mean"``, 
 The check is by replay, not by reading the library: the user's function is run, with the same seeds, on the
 user's records truncated to each size n + j for j in [-radius, radius] (j < 0: the last |j| records removed;
 j > 0: j crafted records appended, each the first record reflected through the data's range,
-:func:`~privaudit.defenses.dp.as_run.crafted_record`), and stopped after its first ``steps`` releases. What each
+:func:`~privaudit.defenses.dp.release.as_run.crafted_record`), and stopped after its first ``steps`` releases. What each
 replay's code did is read from the watch (:data:`QUANTITIES`): the sampler and its configured rate, its batches per
 epoch (the steps of an epoch), the normaliser, noise multiplier and clip of its releases, and the (noise multiplier,
 sample rate) its accountant was told. Any of them that differs between sizes is a finding, naming the quantity and
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
-from privaudit.defenses.dp.as_run import crafted_record
+from privaudit.defenses.dp.release.as_run import crafted_record
 
 QUANTITIES = ("sampler", "sample_rate", "batches_per_epoch", "normalizer", "noise_multiplier", "clip",
               "accountant_multiplier", "accountant_rate")

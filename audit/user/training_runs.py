@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from privaudit.core.errors import ConfigError
-from privaudit.defenses.dp.step import CanarySource
+from privaudit.defenses.dp.release.step import CanarySource
 from privaudit.defenses.opacus_watch import OpacusWatch, ReplayScript
 
 NO_RELEASE = ("never released through an Opacus DPOptimizer (no optimizer.step() of one added noise) nor a declared "

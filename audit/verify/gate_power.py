@@ -4,7 +4,8 @@ A PASS means something only if the gate would have failed a false claim. For eve
 defense of a suite (a defense with a planted control, :data:`privaudit.defenses.controls.CONTROLS`, and a primary
 attack) and every epsilon of it, this plants an under-noising of factor f (:data:`FACTORS`) into the defense -- its
 control with ``control_factor = f`` -- trains it on ``seeds`` seeds, runs the defense's primary attack (its bounds
-and, for white-box canaries, the released-noise check, :mod:`privaudit.attacks.noise.released_noise`) and the claim checks
+and, for white-box canaries, the released-noise check, :mod:`privaudit.attacks.noise.released_noise`) and the claim
+checks
 (trace and own step audit, :mod:`privaudit.audit.run.claim_checks`; DP-SGD-style defenses only), and judges the planted
 cell as a positive control of the suite's gate (:func:`privaudit.audit.gate.judge.gate_cells`) at the family size the
 suite's gate would use with the planted cell added (:func:`suite_family`; its bounds recomputed at that Bonferroni

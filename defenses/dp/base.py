@@ -12,7 +12,7 @@ A method (DP-SGD on InfoNCE, batch clipping, DPCL, DP-GCL, Logit-DP) supplies fo
 * notes for the claim.
 
 This class owns the rest: the model, calibration of the noise to ``Budget.target_epsilon`` through
-:mod:`accountants`, the claim, the noisy release with the canary hook (:mod:`privaudit.defenses.dp.step`), the
+:mod:`accountants`, the claim, the noisy release with the canary hook (:mod:`privaudit.defenses.dp.release.step`), the
 training loop (:func:`privaudit.defenses.training.run_training`), the history (loss, clipped fraction, gradient
 SNR) and the privatized quantities, which call the same :meth:`compute` the training step calls.
 
@@ -40,12 +40,12 @@ from privaudit.defenses.augment import Augmentation, augmentation_for
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from privaudit.defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibrate_multiplier,
                                               effective_multiplier, noise_multipliers, plan_sampling)
-from privaudit.defenses.dp.contrastive import tracking
-from privaudit.defenses.dp.embedder import Embedder
-from privaudit.defenses.dp.gradients import ENGINES, ClippedSum, engine_reason, zero_sum
-from privaudit.defenses.dp.randomness import StepRandomness
-from privaudit.defenses.dp.as_run import SamplingRecorder, crafted_record, replay, replay_steps
-from privaudit.defenses.dp.step import CanarySource, Release, canaries_at, release
+from privaudit.defenses.dp.engine.contrastive import tracking
+from privaudit.defenses.dp.engine.embedder import Embedder
+from privaudit.defenses.dp.engine.gradients import ENGINES, ClippedSum, engine_reason, zero_sum
+from privaudit.defenses.dp.release.randomness import StepRandomness
+from privaudit.defenses.dp.release.as_run import SamplingRecorder, crafted_record, replay, replay_steps
+from privaudit.defenses.dp.release.step import CanarySource, Release, canaries_at, release
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 from privaudit.defenses.pretrain import check_init, initial_state, load_into
 from privaudit.defenses.sampling import make_batches
@@ -86,7 +86,7 @@ class DPConfig(ContrastiveConfig):
     (:mod:`privaudit.defenses.pretrain`). ``accountant`` calibrates the noise: ``pld`` (default) is the tightest
     sound one for every sampler here (Poisson add/remove and without-replacement replace-one).
     ``engine`` computes the per-unit clipped sums: ``auto`` (the layerwise engine of
-    :mod:`privaudit.defenses.dp.layerwise` where it applies, ``vmap`` otherwise), ``layerwise`` or ``vmap``
+    :mod:`privaudit.defenses.dp.engine.layerwise` where it applies, ``vmap`` otherwise), ``layerwise`` or ``vmap``
     (the ``torch.func`` reference); the numbers agree to float tolerance, only the speed differs.
     """
 
@@ -129,7 +129,7 @@ class StepContext:
     multipliers: dict[str, float]
     sensitivities: dict[str, float]
     chunk: int
-    release_probes: Any = None  # the step's probes on its other releases (defenses.dp.release_probes), by name
+    release_probes: Any = None  # the step's probes on its other releases (defenses.dp.release.release_probes), by name
 
     @property
     def device(self) -> torch.device:
@@ -294,7 +294,8 @@ class DPDefense(Defense):
 
     def probed_releases(self, plan: SamplingPlan, model: nn.Module) -> dict[str, int]:
         """The step's noised releases besides the gradient that a white-box audit can probe, each with its number of
-        entries (:mod:`privaudit.defenses.dp.release_probes`; a defense that calls ``observe_release`` for them):
+        entries (:mod:`privaudit.defenses.dp.release.release_probes`; a defense that calls ``observe_release`` for
+        them):
         none here."""
         return {}
 
@@ -436,7 +437,7 @@ class DPDefense(Defense):
         counter = dp.pop("overflow_counter")
         dp["overflowed_steps"] = counter["overflowed"]
         dp["engine_steps"] = dict(counter["engines"])  # steps per engine (auto picks per step, see gradients)
-        if "chunks" in counter:  # steps the layerwise engine ran in chunks, by plan (defenses.dp.chunked)
+        if "chunks" in counter:  # steps the layerwise engine ran in chunks, by plan (defenses.dp.engine.chunked)
             dp["engine_chunks"] = dict(counter["chunks"])
         snr = history.get("grad_snr", [])
         dp["grad_snr_first"] = snr[0] if snr else None
@@ -504,7 +505,7 @@ class DPDefense(Defense):
 
 def _count_engine(counter: dict[str, Any], clipped: ClippedSum) -> None:
     """Count the step under the engine that computed its clipped sum, and under its chunk plan where the
-    layerwise engine cut the step into chunks for memory (:mod:`privaudit.defenses.dp.chunked`)."""
+    layerwise engine cut the step into chunks for memory (:mod:`privaudit.defenses.dp.engine.chunked`)."""
     engines = counter["engines"]
     engines[clipped.engine] = engines.get(clipped.engine, 0) + 1
     if clipped.detail:

@@ -28,9 +28,9 @@ from typing import Callable
 import torch
 
 from privaudit.core.errors import ConfigError
-from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
-from privaudit.defenses.dp.noise import gaussian
-from privaudit.defenses.dp.noise_law import noise_law
+from privaudit.defenses.dp.release.as_run import noise_digest, tensor_noise_digests
+from privaudit.defenses.dp.release.noise import gaussian
+from privaudit.defenses.dp.release.noise_law import noise_law
 
 Params = dict[str, torch.Tensor]
 
@@ -61,7 +61,7 @@ class Aggregate:
     """The noised mean update (keys = exactly the parameters that were aggregated) and its statistics; what the
     round's trace records as it ran (:mod:`privaudit.defenses.fedemb.trace`): the largest norm a clipped delta
     entered the sum with (``entered_max``, measured on the clipped deltas), the norm of the noise drawn, its digest
-    and every tensor's leading-noise digest (:mod:`privaudit.defenses.dp.as_run`)."""
+    and every tensor's leading-noise digest (:mod:`privaudit.defenses.dp.release.as_run`)."""
 
     update: Params
     noised_numel: int
@@ -73,7 +73,7 @@ class Aggregate:
     noise_norm: float | None = None
     noise_digest: str | None = None
     tensor_digests: list[str | None] | None = None
-    noise_law: dict | None = None  # the noise's joint law within the round (defenses.dp.noise_law)
+    noise_law: dict | None = None  # the noise's joint law within the round (defenses.dp.release.noise_law)
 
 
 def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: torch.Generator,
@@ -81,11 +81,13 @@ def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: 
                 withdrawn: Params | None = None) -> Aggregate:
     """Clip each client's delta, sum, add N(0, (noise_multiplier * clip_norm)^2) per coordinate, divide by |S|.
 
-    White-box canary hook (canary users, :mod:`privaudit.attacks.canaries.user_canary`): ``canary`` (same keys and shapes
+    White-box canary hook (canary users, :mod:`privaudit.attacks.canaries.user_canary`): ``canary`` (same keys and
+    shapes
     as the sum) is added to the sum of clipped deltas before the noise, as the clipped updates of the
     canary users taking part this round would be; ``observer(noisy_sum, data_sum)`` sees the privatised
     sum (before the division by the data-independent |S|) and the clipped sum of the real clients
-    (what an auditor who knows the rest of the data can compute; see :mod:`privaudit.defenses.dp.step`). The noise
+    (what an auditor who knows the rest of the data can compute; see :mod:`privaudit.defenses.dp.release.step`). The
+    noise
     draw does not depend on the canaries. ``withdrawn`` (part of ``canary``: the trajectory probes) leaves the
     update after the observer has seen it.
     """

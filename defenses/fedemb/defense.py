@@ -44,7 +44,7 @@ from privaudit.accountants.registry import epsilon as account
 from privaudit.core.datasets import MembershipData
 from privaudit.core.errors import ConfigError, check_positive, check_probability
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
-from privaudit.defenses.dp.as_run import replay_steps
+from privaudit.defenses.dp.release.as_run import replay_steps
 from privaudit.defenses.evaluation import embed, knn_accuracy, recall_at_far
 from privaudit.defenses.fedemb.aggregate import (adaptive_clip_update, clipped_sum, count_stddev_for,
                                                  delta_noise_multiplier, event_noise_multiplier, noised_mean,

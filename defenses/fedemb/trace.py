@@ -12,7 +12,7 @@ judges for the DP-SGD engine:
   ``multiplier``: the round's multiplier composed from the noise it drew, sigma on the deltas and, under adaptive
   clipping, the clipped-count query's std at sensitivity 1 (also its ``releases`` column, which names it);
 * as ran: ``noise_norm``, ``noise_digest``, ``tensor_noise_digests`` and ``noise_law`` (its joint law within the
-  round, :mod:`privaudit.defenses.dp.noise_law`) of the noise drawn, ``unit_norm_max``
+  round, :mod:`privaudit.defenses.dp.release.noise_law`) of the noise drawn, ``unit_norm_max``
   (the largest norm a clipped delta entered the sum with, in units of the configured clip: entered x clip_0 /
   clip_t, so that under adaptive clipping the check against the trace's one clip is the check against each round's),
   and ``normalizer`` (the number of clients the noised sum is divided by).
@@ -21,7 +21,7 @@ Replayed neighbours (:func:`round_replay`, ``replays``): the first and the middl
 randomness (every generator restored, no canaries) on the members and on the members with one sampled user's examples
 replaced by their reflection through the data's range (the replace-one neighbour the claim covers); the two noised
 sums (the update times the clients) may differ by at most the round's sensitivity, twice its clip, up to float32
-rounding (:func:`~privaudit.defenses.dp.as_run.rounding_slack`). It sees any contribution of one user beyond one
+rounding (:func:`~privaudit.defenses.dp.release.as_run.rounding_slack`). It sees any contribution of one user beyond one
 client's clipped delta, or a normaliser or noise that moves with the user's data.
 
 What it cannot see: a release that scales the noise after drawing it (the canary users' released-noise checks
@@ -36,7 +36,7 @@ import torch
 
 from privaudit.accountants import rounding
 from privaudit.accountants.trace_record import AS_RUN_FIELDS, STEP_FIELDS, TrainingTrace
-from privaudit.defenses.dp.as_run import SamplingRecorder, release_distance, rounding_slack
+from privaudit.defenses.dp.release.as_run import SamplingRecorder, release_distance, rounding_slack
 from privaudit.defenses.fedemb.aggregate import event_noise_multiplier
 
 #: One user's replacement moves the clipped-count query by at most one client's bit (the count of clients at or

@@ -1,7 +1,7 @@
 """Constructed pairs for DP-GCL's chunked grouping (Algorithm 1 line 5), add-remove.
 
 Derivation. Groups are consecutive chunks of S in the order of one uniform key per batch position
-(position-stable, :class:`privaudit.defenses.dp.randomness.StepRandomness`). Among the shared seeds
+(position-stable, :class:`privaudit.defenses.dp.release.randomness.StepRandomness`). Among the shared seeds
 tried, take the one whose added example gets the smallest key, so it enters D' first and shifts every
 example one place. Give the examples two types by their rank in D, alternating per chunk: ranks
 0..S-1 type P, S..2S-1 type Q, ... -- every group of D is homogeneous, every group of D' after the
@@ -26,7 +26,7 @@ from privaudit.audit.sensitivity.evaluator import Target
 def _first_key_seed(gen: torch.Generator, n: int, tries: int) -> tuple[int, torch.Tensor]:
     """Among ``tries`` shared seeds (stopping at the first where it ranks first), the one whose added
     example (position n) gets the smallest grouping key; returns it and the keys of positions 0..n-1."""
-    from privaudit.defenses.dp.randomness import StepRandomness
+    from privaudit.defenses.dp.release.randomness import StepRandomness
 
     best = None
     for _ in range(tries):

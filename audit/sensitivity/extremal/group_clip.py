@@ -103,7 +103,7 @@ def _covering_grouping(gen: torch.Generator, b: int, k: int, s_size: int,
                        tries: int) -> tuple[int, tuple[int, ...], int] | None:
     """The first of ``tries`` shared seeds whose random grouping of D's ``b`` examples into ``k`` groups
     leaves none empty: (seed, D's groups, the added example's group); None if no seed does."""
-    from privaudit.defenses.dp.randomness import StepRandomness
+    from privaudit.defenses.dp.release.randomness import StepRandomness
     from privaudit.defenses.dp_gcl import assign_groups
 
     for _ in range(tries):

@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 from torch.func import functional_call
 
-from privaudit.defenses.dp.params import ParamSpace
+from privaudit.defenses.dp.engine.params import ParamSpace
 from privaudit.defenses.nn.model import ContrastiveModel
 
 
@@ -50,7 +50,8 @@ class Embedder:
     def __init__(self, model: nn.Module):
         self.model = model
         self.space = ParamSpace(model)
-        self.tape = None  # the step's recorded forward pass (defenses.dp.layerwise.Tape), consumed by clipped_sum
+        # the step's recorded forward pass (defenses.dp.engine.layerwise.Tape), consumed by clipped_sum
+        self.tape = None
         self.engine = "auto"  # per-unit gradient engine of clipped_sum: auto | layerwise | vmap
         self._dims: dict[tuple, int] = {}  # the embedding's dimension per input shape and dtype
 

@@ -1,6 +1,6 @@
 """Per-unit gradients and their clipped sum, vectorised with ``torch.func``.
 
-Given the cotangents of :class:`~privaudit.defenses.dp.units.Units`, unit u's gradient g_u = sum_r J_r^T c_{u,r}
+Given the cotangents of :class:`~privaudit.defenses.dp.engine.units.Units`, unit u's gradient g_u = sum_r J_r^T c_{u,r}
 is computed without a Python loop over units:
 
 * gathered units (view, example, group, batch, pair): ``vmap(grad(surrogate))`` over units, where
@@ -12,7 +12,7 @@ is computed without a Python loop over units:
 Units are processed in chunks of ``chunk`` so memory stays at chunk x p; the clipped sum
 sum_u w_u * min(1, C / ||g_u||) * g_u is accumulated chunk by chunk.
 
-:func:`clipped_sum` computes the same sum with the layerwise engine (:mod:`privaudit.defenses.dp.layerwise`: one
+:func:`clipped_sum` computes the same sum with the layerwise engine (:mod:`privaudit.defenses.dp.engine.layerwise`: one
 forward and one backward pass, per-unit gradients from layer activations) whenever it applies, and
 with ``vmap`` otherwise: models with layers it has no rule for, units that share rows (Logit-DP's
 pairs), and the differentiable evaluation of the sensitivity checks. ``ClippedSum.engine`` says which
@@ -28,9 +28,9 @@ from typing import Iterator, Mapping, Sequence
 import torch
 from torch.func import grad, vjp, vmap
 
-from privaudit.defenses.dp.clipping import clip_factors, clipped_fraction
-from privaudit.defenses.dp.embedder import Embedder, Source
-from privaudit.defenses.dp.units import Units
+from privaudit.defenses.dp.engine.clipping import clip_factors, clipped_fraction
+from privaudit.defenses.dp.engine.embedder import Embedder, Source
+from privaudit.defenses.dp.engine.units import Units
 
 ENGINES = ("auto", "layerwise", "vmap")
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class ClippedSum:
     clip: float
     kind: str
     engine: str = "vmap"
-    detail: str = ""  # the layerwise engine's chunks, where memory made it cut the step (defenses.dp.chunked)
+    detail: str = ""  # the layerwise engine's chunks, where memory made it cut the step (defenses.dp.engine.chunked)
     entered: torch.Tensor | None = None  # ||Clip_C(g_u)|| as each unit entered the sum (the factor applied)
 
     @property
@@ -115,8 +115,8 @@ def engine_reason(embedder: Embedder, units: Units | None = None, engine: str | 
 
     Under ``auto`` (the default) it is used only where it measured faster than ``vmap`` on CPU.
     """
-    from privaudit.defenses.dp.contrastive import tracking
-    from privaudit.defenses.dp.layerwise import engine_model_reason, units_reason
+    from privaudit.defenses.dp.engine.contrastive import tracking
+    from privaudit.defenses.dp.engine.layerwise import engine_model_reason, units_reason
 
     if tracking():
         return "differentiable evaluation (sensitivity checks) runs through torch.func"
@@ -141,8 +141,8 @@ def clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources:
     if engine != "vmap":
         reason = engine_reason(embedder, units, engine)
         if reason is None:
-            from privaudit.defenses.dp.chunked import chunked_clipped_sum, single_pass
-            from privaudit.defenses.dp.layerwise import layerwise_clipped_sum
+            from privaudit.defenses.dp.engine.chunked import chunked_clipped_sum, single_pass
+            from privaudit.defenses.dp.engine.layerwise import layerwise_clipped_sum
 
             if single_pass(embedder, params, sources, units):
                 out = layerwise_clipped_sum(embedder, params, sources, units, clip, chunk, tape)

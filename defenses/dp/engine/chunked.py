@@ -1,6 +1,6 @@
 """Memory-bounded per-unit clipping for large encoders: units in chunks, their rows in chunks.
 
-The layerwise engine (:mod:`privaudit.defenses.dp.layerwise`) holds the step's whole recorded forward
+The layerwise engine (:mod:`privaudit.defenses.dp.engine.layerwise`) holds the step's whole recorded forward
 pass (every layer's input and output for every row, then their gradients) and the (U, p) unit
 gradients at once. For a ResNet-18 (11.2M parameters) at batch 256 that is tens of GB. Clipping is
 per unit, so the clipped sum splits over chunks T of units, and each unit's gradient over chunks S of
@@ -36,11 +36,11 @@ from typing import Mapping, Sequence
 
 import torch
 
-from privaudit.defenses.dp import layerwise
-from privaudit.defenses.dp.embedder import Embedder, Source
-from privaudit.defenses.dp.layerwise import (Call, LayerwiseSum, Tape, clip_unit_grads, model_layers, partition_grads,
-                                             partition_unit_grads, record, row_owners, split_dense)
-from privaudit.defenses.dp.units import Units
+from privaudit.defenses.dp.engine import layerwise
+from privaudit.defenses.dp.engine.embedder import Embedder, Source
+from privaudit.defenses.dp.engine.layerwise import (Call, LayerwiseSum, Tape, clip_unit_grads, model_layers,
+    partition_grads, partition_unit_grads, record, row_owners, split_dense)
+from privaudit.defenses.dp.engine.units import Units
 
 GRAD_BYTES = 1 << 30  # one chunk's unit gradients (|T|, p)
 ROW_BYTES = 2 << 30  # one chunk's recorded forward pass and its layer output gradients
@@ -119,7 +119,7 @@ def single_pass(embedder: Embedder, params: Mapping[str, torch.Tensor], sources:
                 units: Units) -> bool:
     """Whether the layerwise engine's single pass fits: every unit's gradient at once and one recorded pass
     of the rows (dense units: the rows replicated min(U, D) times, within :data:`MEMORY_LIMIT` and
-    :data:`ROW_LIMIT` of :mod:`~privaudit.defenses.dp.layerwise` as well)."""
+    :data:`ROW_LIMIT` of :mod:`~privaudit.defenses.dp.engine.layerwise` as well)."""
     plan = chunk_plan(embedder, params, sources)
     n_units, rows = len(units), sum(len(s) for s in sources)
     if not units.dense:

@@ -1,10 +1,11 @@
 """What the engines do with each layer of a model, and why: for engine reports and benchmarks.
 
-For every module with trainable parameters: its per-layer rule (:mod:`privaudit.defenses.dp.layer_rules`), how
-the partition engine gets its unit gradients (the rule's :attr:`~privaudit.defenses.dp.layer_rules.LayerRule.summary`)
+For every module with trainable parameters: its per-layer rule (:mod:`privaudit.defenses.dp.engine.layer_rules`), how
+the partition engine gets its unit gradients (the rule's
+:attr:`~privaudit.defenses.dp.engine.layer_rules.LayerRule.summary`)
 and, for Logit-DP's row Grams at n x m pairs with K directions per row, which form its Gram takes (ghost
 products or materialised rows) with the two costs the choice compares
-(:func:`privaudit.defenses.dp.row_grams._conv_ghost_cheaper`). A model the layerwise engine does not serve gets
+(:func:`privaudit.defenses.dp.engine.row_grams._conv_ghost_cheaper`). A model the layerwise engine does not serve gets
 the reason instead.
 """
 
@@ -16,10 +17,10 @@ from typing import Mapping
 import torch
 import torch.nn as nn
 
-from privaudit.defenses.dp.embedder import Embedder
-from privaudit.defenses.dp.layer_rules import Conv2dRule, LinearRule
-from privaudit.defenses.dp.layerwise import engine_model_reason, model_layers
-from privaudit.defenses.dp.row_grams import _conv_costs
+from privaudit.defenses.dp.engine.embedder import Embedder
+from privaudit.defenses.dp.engine.layer_rules import Conv2dRule, LinearRule
+from privaudit.defenses.dp.engine.layerwise import engine_model_reason, model_layers
+from privaudit.defenses.dp.engine.row_grams import _conv_costs
 
 
 @dataclass(frozen=True)

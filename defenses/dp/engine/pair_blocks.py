@@ -1,6 +1,6 @@
 """Logit-DP's row Grams for a large encoder, in blocks of rows, within bounded memory.
 
-:func:`privaudit.defenses.dp.row_grams.layer_grams` holds every row's recorded forward pass, its K
+:func:`privaudit.defenses.dp.engine.row_grams.layer_grams` holds every row's recorded forward pass, its K
 backward passes' layer output gradients (K = D - 1 tangent directions) and, for the pull-back, every
 layer's float64 factors: for a ResNet-18 at 32 x 32 about 0.1 GB per row, far beyond memory at
 Logit-DP's batch sizes. The Grams are sums over the parameters of products of two rows' pieces, own
@@ -8,17 +8,17 @@ blocks G_r = J_r J_r^T of one row and cross blocks K_ij = J_{x_i} J_{y_j}^T of a
 so they come block by block:
 
 * the x rows in blocks X_s, the y rows in blocks Y_t; block X_s's forward and K backward passes are
-  held while every Y_t is run (:func:`~privaudit.defenses.dp.row_grams.backward_directions`), and each
+  held while every Y_t is run (:func:`~privaudit.defenses.dp.engine.row_grams.backward_directions`), and each
   layer's rule adds the Grams of X_s and Y_t (the same rules and float64 products as the single pass,
-  :meth:`~privaudit.defenses.dp.layer_rules.LayerRule.grams`); the cross block K[X_s, Y_t] is kept,
+  :meth:`~privaudit.defenses.dp.engine.layer_rules.LayerRule.grams`); the cross block K[X_s, Y_t] is kept,
   every own block and row scale once;
 * the pull-back sum_r J_r^T c_r (the clipped sum, Logit-DP Sec. 5.3) is one autograd backward pass of
   sum_r <f(x_r), Q_r c_r> over the rows, a block at a time, instead of the stored factors.
 
 Every Gram entry is the same sum of the same exact float64 products as in the single pass, so the
-rounding slack (:func:`privaudit.defenses.dp.pairs.rounding_slack`) bounds it alike. The cost is the
+rounding slack (:func:`privaudit.defenses.dp.engine.pairs.rounding_slack`) bounds it alike. The cost is the
 y rows' backward passes once per x block; :func:`blocks` sizes the blocks from
-:data:`privaudit.defenses.dp.chunked.ROW_BYTES`.
+:data:`privaudit.defenses.dp.engine.chunked.ROW_BYTES`.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Mapping
 
 import torch
 
-from privaudit.defenses.dp import chunked
-from privaudit.defenses.dp.embedder import Embedder, Source
-from privaudit.defenses.dp.row_grams import Directions, Grams, PairGrams, backward_directions
+from privaudit.defenses.dp.engine import chunked
+from privaudit.defenses.dp.engine.embedder import Embedder, Source
+from privaudit.defenses.dp.engine.row_grams import Directions, Grams, PairGrams, backward_directions
 
 
 def _run_bytes(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, copies: int) -> int:
@@ -48,7 +48,7 @@ def _copies(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Ten
 def fits(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
          tangent: bool) -> bool:
     """Whether the single pass (every row at once, factors kept for the pull-back) fits in
-    :data:`~privaudit.defenses.dp.chunked.ROW_BYTES`: about (2K + 2) x the layer outputs per row."""
+    :data:`~privaudit.defenses.dp.engine.chunked.ROW_BYTES`: about (2K + 2) x the layer outputs per row."""
     if len(x) == 0:
         return True
     copies = _copies(embedder, params, x, tangent)
@@ -58,7 +58,7 @@ def fits(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor
 
 def blocks(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, tangent: bool) -> tuple[int, int]:
     """Rows per x block (held across the y blocks: ROW_BYTES) and per y block (ROW_BYTES / 2), ROW_BYTES times
-    :func:`~privaudit.defenses.dp.chunked.budget_scale` on a GPU."""
+    :func:`~privaudit.defenses.dp.engine.chunked.budget_scale` on a GPU."""
     per_row = _run_bytes(embedder, params, x, _copies(embedder, params, x, tangent))
     budget = chunked.budgets(x.device)[1]
     return max(1, budget // per_row), max(1, budget // (2 * per_row))
@@ -66,7 +66,7 @@ def blocks(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tens
 
 def blocked_layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                         cross: bool = True, tangent: bool = False) -> PairGrams:
-    """:func:`~privaudit.defenses.dp.row_grams.layer_grams` block by block of rows (module docstring)."""
+    """:func:`~privaudit.defenses.dp.engine.row_grams.layer_grams` block by block of rows (module docstring)."""
     n, m = len(x), len(y)
     bx, by = blocks(embedder, params, x, tangent)
     runs_y: list[Directions | None] = []

@@ -7,7 +7,8 @@
   :func:`tensor_noise_digests`: one of every tensor's leading noise values (noise reused across tensors, or on one
   tensor across steps).
 * :func:`replay`: a step's own privatisation re-run on neighbouring batches under the same randomness
-  (:class:`~privaudit.defenses.dp.randomness.StepRandomness` is position-stable: a record appended last, or the last
+  (:class:`~privaudit.defenses.dp.release.randomness.StepRandomness` is position-stable: a record appended last, or the
+  last
   removed, leaves every other record's views, groups and noise as they were), the releases' distance in units of
   the claimed normaliser, and its float32 rounding slack. The neighbours follow the claim's relation
   (:func:`neighbour_pairs`): add/remove appends a crafted record (:func:`crafted_record`: the batch's first row
@@ -153,7 +154,8 @@ def replay(step: int, batch: torch.Tensor, crafted: torch.Tensor, relation: str,
            privatize: Callable[[torch.Tensor], Any], *, normalizer: float, sensitivity: float) -> list[dict[str, Any]]:
     """Each neighbour's release distance from its base (:func:`neighbour_pairs`; the step's own release without
     canaries) times the claimed ``normalizer``. ``privatize(batch) -> (clipped, release)`` is the step's own code.
-    The slack bounds the rounding of the releases' dtype (float32): the two releases' (2 u (|a| + |a'|) normalizer) and the two clipped sums'
+    The slack bounds the rounding of the releases' dtype (float32): the two releases' (2 u (|a| + |a'|) normalizer) and
+    the two clipped sums'
     (2 gamma~_k times their units' clipped norms, k the units summed: :func:`probabilistic_gamma`)."""
     out = []
     for name, ((base_clipped, base_release), nb) in neighbour_pairs(batch, crafted, relation, base,

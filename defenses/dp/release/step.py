@@ -9,7 +9,7 @@ Canary hook (Nasr et al. 2023, "Dirac canaries"; contract for the canary audits)
 ``canaries`` is a :class:`CanaryGradients` or :class:`DiracCanaries` (or a callable
 ``step -> canaries | None``, called once per step) holding
 
-* the canary gradients in the flat parameter layout of :class:`~privaudit.defenses.dp.params.ParamSpace` (the
+* the canary gradients in the flat parameter layout of :class:`~privaudit.defenses.dp.engine.params.ParamSpace` (the
   model's trainable ``named_parameters()`` in order; ``Trained`` records the names under
   ``extras['dp']['param_names']``): dense ``vectors`` (m, p), or Dirac ``coordinates`` (m,) with a
   common ``norm`` (Nasr et al. 2023), each of L2 norm at most the gradient mechanism's sensitivity
@@ -17,9 +17,10 @@ Canary hook (Nasr et al. 2023, "Dirac canaries"; contract for the canary audits)
 * ``include`` -- a bool tensor (m,): which canaries take part in this step;
 * ``probes`` -- optional (Dirac canaries), a value per canary added on its coordinate before the noise like a canary
   and *withdrawn* from the release right after the observer has seen it: the trajectory bound's per-step probes
-  (:mod:`privaudit.attacks.canaries.gradient_canary`: +-Delta / 2 by a fresh coin each step). The observer sees them; the
+  (:mod:`privaudit.attacks.canaries.gradient_canary`: +-Delta / 2 by a fresh coin each step). The observer sees them;
+  the
   release, the normaliser and the model do not, so the run trains as it would without them;
-* ``releases`` -- optional, by release name (:class:`~privaudit.defenses.dp.release_probes.ReleaseProbes`): the
+* ``releases`` -- optional, by release name (:class:`~privaudit.defenses.dp.release.release_probes.ReleaseProbes`): the
   step's probes on a defense's other noised releases (DPCL's similarity matrix, Sec. 3.2.2, and statistics,
   Sec. 3.3.2), observed and withdrawn inside the step's own computation (the engine hands them to it through
   ``StepContext.release_probes``);
@@ -50,10 +51,10 @@ from typing import Callable, Mapping, Optional, Union
 import torch
 
 from privaudit.core.errors import ConfigError
-from privaudit.defenses.dp.as_run import noise_digest, tensor_noise_digests
-from privaudit.defenses.dp.noise import gaussian
-from privaudit.defenses.dp.noise_law import noise_law
-from privaudit.defenses.dp.release_probes import ReleaseProbes
+from privaudit.defenses.dp.release.as_run import noise_digest, tensor_noise_digests
+from privaudit.defenses.dp.release.noise import gaussian
+from privaudit.defenses.dp.release.noise_law import noise_law
+from privaudit.defenses.dp.release.release_probes import ReleaseProbes
 
 
 Observer = Callable[[torch.Tensor], None]
@@ -167,9 +168,9 @@ class Release:
     noise_norm: float  # ||noise||
     canaries: int
     normalizer: float = 1.0  # what the noisy sum was divided by
-    noise_digest: str | None = None  # of the noise drawn (defenses.dp.as_run.noise_digest)
-    tensor_digests: list | None = None  # of every tensor's leading noise values (defenses.dp.as_run)
-    noise_law: dict | None = None  # the noise's joint law within the step (defenses.dp.noise_law)
+    noise_digest: str | None = None  # of the noise drawn (defenses.dp.release.as_run.noise_digest)
+    tensor_digests: list | None = None  # of every tensor's leading noise values (defenses.dp.release.as_run)
+    noise_law: dict | None = None  # the noise's joint law within the step (defenses.dp.release.noise_law)
 
     @property
     def snr(self) -> float:

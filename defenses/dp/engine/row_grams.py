@@ -7,7 +7,7 @@ grad Z_ij = J_{x_i}^T a_ij + J_{y_j}^T b_ij has
     G_r = J_r J_r^T (D x D),  K_ij = J_{x_i} J_{y_j}^T (D x D),
 
 so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair gradient
-(:mod:`privaudit.defenses.dp.pairs`). Two ways to get them (same numbers, tests compare them):
+(:mod:`privaudit.defenses.dp.engine.pairs`). Two ways to get them (same numbers, tests compare them):
 
 * :func:`jacobian_grams` -- from materialised Jacobians (n, D, p): one (nD x p)(p x mD) product.
 * :func:`layer_grams` -- per layer, from one forward of the rows and K backward passes with basis
@@ -27,17 +27,17 @@ so the norms need the (nD x mD) cross Gram and the per-row Grams, never a pair g
   of that Gram (:func:`_ws_hat`), or is applied to the materialised rows where they are fewer than the output
   gradients (:func:`_ws_project`); group norm and biases contribute the Gram of their materialised per-row
   gradients. Narrow factors' cross products wait and are taken as one wide product (:meth:`Grams.flush`).
-  Each layer type's rule (:meth:`privaudit.defenses.dp.layer_rules.LayerRule.grams`) picks its form; the
+  Each layer type's rule (:meth:`privaudit.defenses.dp.engine.layer_rules.LayerRule.grams`) picks its form; the
   products live on :class:`Grams`.
 
 Every Gram is accumulated in float64 from float32 factors: each entry is a sum of products, each product
 through at most k roundings on its way (:meth:`Grams.bound`: the widest sum it is part of, then the
 accumulations), so the entry errs by at most gamma_k = k u / (1 - k u) (u = 2^-53) times the sum of
 |products| (Higham, Sec. 3.1, for any order and grouping of the sums), which
-:func:`privaudit.defenses.dp.pairs.rounding_slack` adds back so no computed pair norm falls below the true one.
+:func:`privaudit.defenses.dp.engine.pairs.rounding_slack` adds back so no computed pair norm falls below the true one.
 The total gradient of sum_ij lambda_ij Z_ij is a pull-back of per-row cotangents through the same
 pieces (:attr:`PairGrams.pullback`), so no further backward pass runs. A large encoder's Grams come in
-blocks of rows instead (:mod:`privaudit.defenses.dp.pair_blocks`), with the pull-back a backward pass.
+blocks of rows instead (:mod:`privaudit.defenses.dp.engine.pair_blocks`), with the pull-back a backward pass.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ from typing import Callable, Mapping, NamedTuple
 import torch
 import torch.nn as nn
 
-from privaudit.defenses.dp.embedder import Embedder, Source
-from privaudit.defenses.dp.layer_rules import Params, Pull, conv_patches, ws_backward
-from privaudit.defenses.dp.layerwise import Layer, Tape, record
+from privaudit.defenses.dp.engine.embedder import Embedder, Source
+from privaudit.defenses.dp.engine.layer_rules import Params, Pull, conv_patches, ws_backward
+from privaudit.defenses.dp.engine.layerwise import Layer, Tape, record
 
 
 @dataclass
@@ -62,7 +62,7 @@ class PairGrams:
     vector; ``length`` bounds the roundings along any product's path to a Gram entry, and ``scale_x`` (n, D),
     ``scale_y`` (m, D) bound each row direction's contribution to those sums: every Gram entry
     <J_{r,d}, J_{s,e}> is computed as a sum of products whose absolute values add up to at most
-    scale_{r,d} scale_{s,e} (|J_{r,d}| for plain Grams; :func:`privaudit.defenses.dp.pairs.rounding_slack`).
+    scale_{r,d} scale_{s,e} (|J_{r,d}| for plain Grams; :func:`privaudit.defenses.dp.engine.pairs.rounding_slack`).
     """
 
     own_x: torch.Tensor
@@ -75,7 +75,7 @@ class PairGrams:
     embeddings: tuple[torch.Tensor, torch.Tensor] | None = None  # (zx, zy) where the Grams' forward gave them
     # (Q_x (n, D, K), Q_y (m, D, K)) float64: the Grams are of J_r Q_r, and cotangents enter as Q_r^T c
     basis: tuple[torch.Tensor, torch.Tensor] | None = None
-    detail: str = ""  # how the rows were cut into blocks, where memory required it (defenses.dp.pair_blocks)
+    detail: str = ""  # how the rows were cut into blocks, where memory required it (defenses.dp.engine.pair_blocks)
 
     def coordinates(self, a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Pair cotangents a (n, m, D), b (n, m, D) in the Grams' directions (float64): Q^T a, Q^T b."""
@@ -125,7 +125,7 @@ def _ws_hat(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     WSConv2d uses w_hat = (w - mean) / sigma per filter o (fan-in f, sigma = sqrt(var + 1e-5)); the
     gradient with respect to w is J_o = (1 / sigma_o) P_o g_o with P_o = I - 1 1^T / f - w_hat w_hat^T / f
-    (:func:`privaudit.defenses.dp.layer_rules.ws_backward`). P_o is symmetric and, with rho = |w_hat|^2 / f and
+    (:func:`privaudit.defenses.dp.engine.layer_rules.ws_backward`). P_o is symmetric and, with rho = |w_hat|^2 / f and
     mu = 1^T w_hat / f (0 up to rounding), P_o^2 = I - 1 1^T / f - (2 - rho) w_hat w_hat^T / f
     + (mu / f)(1 w_hat^T + w_hat 1^T). So with g' = g / sigma, h1 = <g', 1>, h2 = <g', w_hat> (per filter)
 
@@ -188,7 +188,7 @@ def scratch_view(buffer: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
 class Grams:
     """Accumulates own (R, D, D), cross (n, D, m, D) and the row-direction scales^2 (R, D), in float64.
 
-    Rounding bookkeeping for :func:`privaudit.defenses.dp.pairs.rounding_slack`: ``length`` bounds the roundings
+    Rounding bookkeeping for :func:`privaudit.defenses.dp.engine.pairs.rounding_slack`: ``length`` bounds the roundings
     along any one product's path within the sum that computes it, ``sums`` counts the accumulations into an
     entry (one per contribution added to own or cross); :meth:`scales` bounds every path by their sum."""
 
@@ -276,7 +276,8 @@ class Grams:
 
         The cross block is contracted in the cheap order: the patch products A = P_x P_y^T ((nL) x (mL), one
         wide product), then W_{i,d,o,j,l'} = sum_l delta_{i,d,o,l} A_{i,l,j,l'} (x rows in chunks of
-        :data:`GHOST_LIMIT` entries) and cross_{i,d,j,e} = sum_{o,l'} W_{i,d,o,j,l'} delta_{j,e,o,l'}: n m D out L (L + D)
+        :data:`GHOST_LIMIT` entries) and cross_{i,d,j,e} = sum_{o,l'} W_{i,d,o,j,l'} delta_{j,e,o,l'}: n m D out L (L +
+        D)
         multiply-adds where the positions' pairwise products would take n m D^2 out L^2, and no (nDL) x (mDL) block."""
         n, m, d = self.n, self.m, self.dim
         out, positions = delta.shape[2], delta.shape[3]
@@ -503,7 +504,7 @@ def layer_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch
     (cosine similarities) and falls back to e_1..e_D where an embedding is within 1e-6 of 0
     (cosine_pair's eps regime).
 
-    Requires a model the layerwise engine supports (:func:`privaudit.defenses.dp.layerwise.engine_model_reason`).
+    Requires a model the layerwise engine supports (:func:`privaudit.defenses.dp.engine.layerwise.engine_model_reason`).
     """
     n, m = len(x), len(y)
     run = backward_directions(embedder, params, torch.cat([x, y]), tangent)

@@ -4,7 +4,8 @@ DPCL releases, at every step and besides its gradient, noised statistics of the 
 similarity matrix S~ = Z Z^T + N(0, (z_S Delta_S)^2) entrywise (Delta_S = 4 sqrt(2|B| - 1), Thm. 1;
 :meth:`privaudit.defenses.dpcl.DPCLSimCLR.noisy_loss`), Barlow Twins each view's per-feature mean and SSE, each noised
 coordinatewise (Thms. 2 and 3; :meth:`privaudit.defenses.dpcl.DPCLBarlow.noisy_stats`). The gradient canaries'
-per-step probes (:mod:`privaudit.defenses.dp.step`) observe the gradient release only; these probes observe the other
+per-step probes (:mod:`privaudit.defenses.dp.release.step`) observe the gradient release only; these probes observe the
+other
 releases, on the same code path, so a white-box auditor can measure the whole step (Nasr et al. 2023, Sec. 5: every
 intermediate release a trial of its mechanism).
 

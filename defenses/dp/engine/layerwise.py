@@ -1,12 +1,12 @@
 """Per-unit clipping from layer activations and output gradients ("book-keeping", no ``vmap`` over units).
 
-The per-unit engine of :mod:`privaudit.defenses.dp.gradients` differentiates the encoder once per unit
+The per-unit engine of :mod:`privaudit.defenses.dp.engine.gradients` differentiates the encoder once per unit
 (``vmap(grad(.))``). For the layers small encoders are made of, a row's gradient is a closed form of
 its layer input a_r and output gradient b_r (Bu et al. 2023 "book-keeping", Algorithm 1), one rule
-per layer type (:mod:`privaudit.defenses.dp.layer_rules`); for a unit of rows u the norm follows from the
+per layer type (:mod:`privaudit.defenses.dp.engine.layer_rules`); for a unit of rows u the norm follows from the
 Grams without the gradient: ||g_u||^2 = sum_{r,s in u} (a_r . a_s)(b_r . b_s) (Li et al. 2022 ghost norm).
 
-Units (:mod:`privaudit.defenses.dp.units`) come in two shapes, and both need one forward pass:
+Units (:mod:`privaudit.defenses.dp.engine.units`) come in two shapes, and both need one forward pass:
 
 * partitions of the rows (view / example / group / batch units): ONE backward pass with every row's
   own cotangent gives every b_r; unit u's gradient g_u = sum_{r in u} (row r's rule) is summed over
@@ -29,7 +29,7 @@ Units (:mod:`privaudit.defenses.dp.units`) come in two shapes, and both need one
 
 Then the clipped sum sum_u w_u min(1, C / ||g_u||) g_u is one product of the (U, p) unit gradients
 with the factors (no second backward pass). The maths is that of
-:func:`privaudit.defenses.dp.gradients.clipped_sum` exactly (tests compare the two to float tolerance). A model
+:func:`privaudit.defenses.dp.engine.gradients.clipped_sum` exactly (tests compare the two to float tolerance). A model
 with a trainable parameter in a layer without a rule, a parameter shared between modules, or units that
 are neither a partition nor dense, is not supported: :func:`unsupported_reason` says why, and the
 caller uses the ``vmap`` engine instead.
@@ -43,9 +43,9 @@ from typing import Mapping, NamedTuple, Sequence
 import torch
 import torch.nn as nn
 
-from privaudit.defenses.dp.embedder import Embedder, Source
-from privaudit.defenses.dp.layer_rules import Grads, LayerRule, layer_rule
-from privaudit.defenses.dp.units import Units
+from privaudit.defenses.dp.engine.embedder import Embedder, Source
+from privaudit.defenses.dp.engine.layer_rules import Grads, LayerRule, layer_rule
+from privaudit.defenses.dp.engine.units import Units
 
 
 class Layer(NamedTuple):
@@ -114,7 +114,7 @@ def units_reason(units: Units, n_params: int | None = None, auto: bool = False) 
     """None for dense units or units that partition the rows, else why the layerwise engine does not clip
     them. ``auto``: also None only where the layerwise engine is the faster one.
 
-    Dense units beyond the single pass's memory bounds go in chunks (:mod:`privaudit.defenses.dp.chunked`),
+    Dense units beyond the single pass's memory bounds go in chunks (:mod:`privaudit.defenses.dp.engine.chunked`),
     which ``auto`` takes: ``vmap`` would hold the same (chunk, p) gradients and backpropagate every row
     once per unit (U R rows), more than the chunks' R_own + U R_shared.
     """
@@ -263,7 +263,7 @@ def row_owners(units: Units, sources: Sequence[Source]) -> tuple[list[torch.Tens
 def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor], sources: Sequence[Source],
                           units: Units, clip: float, chunk: int = 64, tape: Tape | None = None) -> LayerwiseSum:
     """sum_u w_u Clip_C(g_u) and ||g_u|| for every unit, from one forward and one (batched) backward pass
-    (where that does not fit in memory: :func:`privaudit.defenses.dp.chunked.chunked_clipped_sum`)."""
+    (where that does not fit in memory: :func:`privaudit.defenses.dp.engine.chunked.chunked_clipped_sum`)."""
     if units.dense:
         grads = _dense_unit_grads(embedder, params, sources, units.cotangents)
     else:
@@ -274,7 +274,7 @@ def layerwise_clipped_sum(embedder: Embedder, params: Mapping[str, torch.Tensor]
 
 def clip_unit_grads(grads: torch.Tensor, weights: torch.Tensor | None, clip: float) -> LayerwiseSum:
     """sum_u w_u min(1, C / ||g_u||) g_u from the unit gradients (U, p) and weights w (U,) (None: 1)."""
-    from privaudit.defenses.dp.clipping import clip_factors
+    from privaudit.defenses.dp.engine.clipping import clip_factors
 
     nrm = torch.linalg.vector_norm(grads, dim=1)
     factors = clip_factors(nrm, clip)
@@ -550,7 +550,7 @@ def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], source
 
     One forward/backward of the rows replicated D times with the basis cotangents e_1..e_D (copy d
     holds row r's Jacobian applied to e_d at every layer), then the per-row layer rules on the D x R
-    rows. Same numbers as :func:`privaudit.defenses.dp.pairs.per_sample_jacobians` (``vmap`` of D VJPs per row).
+    rows. Same numbers as :func:`privaudit.defenses.dp.engine.pairs.per_sample_jacobians` (``vmap`` of D VJPs per row).
     """
     space = embedder.space
     r = len(source)

@@ -1,7 +1,7 @@
 """Pieces the DP methods share around the engine: views, embeddings, loss cotangents.
 
 The loss is always evaluated on *detached* embeddings, so its gradient with respect to the
-embeddings (the cotangents of :mod:`privaudit.defenses.dp.units`) comes from one small autograd call and the
+embeddings (the cotangents of :mod:`privaudit.defenses.dp.engine.units`) comes from one small autograd call and the
 encoder is differentiated only by the per-unit engine.
 """
 
@@ -13,8 +13,8 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch.func import jacrev
 
-from privaudit.defenses.dp.embedder import Source
-from privaudit.defenses.dp.randomness import StepRandomness
+from privaudit.defenses.dp.engine.embedder import Source
+from privaudit.defenses.dp.release.randomness import StepRandomness
 
 
 def two_views(ctx, x: torch.Tensor, rnd: StepRandomness) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,12 +68,12 @@ def embed(ctx, sources: Sequence[Source], record: bool = True) -> tuple[torch.Te
     """
     if tracking():
         return ctx.embedder.embed_sources(ctx.params, sources)
-    from privaudit.defenses.dp.chunked import records
-    from privaudit.defenses.dp.layerwise import engine_model_reason, record
+    from privaudit.defenses.dp.engine.chunked import records
+    from privaudit.defenses.dp.engine.layerwise import engine_model_reason, record
 
     if record and engine_model_reason(ctx.embedder) is None and records(ctx.embedder, ctx.params, sources):
         # Record the forward pass once; the layerwise engine's clipped sum reuses it (no second forward).
-        # (A pass too large to record whole is recorded in chunks of rows by the engine: defenses.dp.chunked.)
+        # (A pass too large to record whole is recorded in chunks of rows by the engine: defenses.dp.engine.chunked.)
 
         tape = record(ctx.embedder, ctx.params, sources)
         ctx.embedder.tape = tape

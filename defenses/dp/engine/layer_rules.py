@@ -44,7 +44,7 @@ Pull = Callable[[torch.Tensor], Grads]  # per-row cotangents (R, K) -> the layer
 
 
 class GramAccumulator(Protocol):
-    """What a rule adds its row Grams to (:class:`privaudit.defenses.dp.row_grams.Grams`); each method adds
+    """What a rule adds its row Grams to (:class:`privaudit.defenses.dp.engine.row_grams.Grams`); each method adds
     one kind of contribution for rows with inputs a and output gradients b (R, K, ...) and returns its
     pull-back of per-row cotangents."""
 

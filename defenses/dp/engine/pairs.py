@@ -18,9 +18,9 @@ sum_ij tau_ij grad Z_ij with tau_ij = dL/dZ_ij, and Corollary 4.3 / Algorithm 1 
   exactly (``norms='exact'``). ``norms='upper-bound'`` drops K and clips with
   sqrt(a^T G a) + sqrt(b^T H b) >= ||grad Z_ij|| (triangle inequality): each clipped pair still has
   norm <= B, so the sensitivity bound holds, at the price of some over-clipping.
-  The Grams (:mod:`privaudit.defenses.dp.row_grams`) come per layer from one forward of the 2n rows and
+  The Grams (:mod:`privaudit.defenses.dp.engine.row_grams`) come per layer from one forward of the 2n rows and
   D - 1 backward passes (tangent directions), with ghost products for Linear layers and small convolution outputs
-  (:func:`~privaudit.defenses.dp.row_grams.layer_grams`, the default wherever the layerwise engine supports the
+  (:func:`~privaudit.defenses.dp.engine.row_grams.layer_grams`, the default wherever the layerwise engine supports the
   model), or from ``vmap`` Jacobians (:func:`per_sample_jacobians`, ``engine='vmap'`` and the sensitivity
   checks' differentiable evaluation); in float64 either way, with a rounding slack (:func:`rounding_slack`).
 
@@ -39,13 +39,13 @@ from typing import Callable, Mapping
 import torch
 from torch.func import grad, vjp, vmap
 
-from privaudit.defenses.dp.clipping import clip_factors
-from privaudit.defenses.dp.contrastive import tracking
-from privaudit.defenses.dp.embedder import Embedder, Source
-from privaudit.defenses.dp.gradients import ClippedSum, clipped_sum
-from privaudit.defenses.dp.row_grams import (PairGrams, jacobian_grams, layer_grams, rounding_gamma,  # noqa: F401
-                                             scratch_view, tangent_basis)
-from privaudit.defenses.dp.units import pair_units
+from privaudit.defenses.dp.engine.clipping import clip_factors
+from privaudit.defenses.dp.engine.contrastive import tracking
+from privaudit.defenses.dp.engine.embedder import Embedder, Source
+from privaudit.defenses.dp.engine.gradients import ClippedSum, clipped_sum
+from privaudit.defenses.dp.engine.row_grams import (  # noqa: F401
+    PairGrams, jacobian_grams, layer_grams, rounding_gamma, scratch_view, tangent_basis)
+from privaudit.defenses.dp.engine.units import pair_units
 
 PAIR_NORMS = ("exact", "upper-bound")
 
@@ -81,18 +81,18 @@ def row_jacobians(embedder: Embedder, params: Mapping[str, torch.Tensor], x: tor
     Both give the same numbers (tests). The step itself uses :func:`pair_grams`, which needs no J
     for the Linear layers.
     """
-    from privaudit.defenses.dp.gradients import engine_reason
+    from privaudit.defenses.dp.engine.gradients import engine_reason
 
     if embedder.engine == "layerwise" and engine_reason(embedder) is None:
-        from privaudit.defenses.dp.layerwise import row_jacobians as layerwise_jacobians
+        from privaudit.defenses.dp.engine.layerwise import row_jacobians as layerwise_jacobians
 
         return layerwise_jacobians(embedder, params, Source(x))
     return per_sample_jacobians(embedder, params, x, chunk)
 
 
 def grams_engine(embedder: Embedder) -> str:
-    """'layerwise' where :func:`privaudit.defenses.dp.row_grams.layer_grams` serves the model, else 'vmap'."""
-    from privaudit.defenses.dp.gradients import engine_reason
+    """'layerwise' where :func:`privaudit.defenses.dp.engine.row_grams.layer_grams` serves the model, else 'vmap'."""
+    from privaudit.defenses.dp.engine.gradients import engine_reason
 
     return "vmap" if embedder.engine == "vmap" or engine_reason(embedder) is not None else "layerwise"
 
@@ -104,7 +104,7 @@ def pair_grams(embedder: Embedder, params: Mapping[str, torch.Tensor], x: torch.
     Jacobians. Both give the same numbers (tests). ``tangent``: the pair cotangents are orthogonal to their
     rows' embeddings (cosine similarities), so D - 1 directions per row suffice (:func:`tangent_basis`)."""
     if grams_engine(embedder) == "layerwise":
-        from privaudit.defenses.dp.pair_blocks import blocked_layer_grams, fits
+        from privaudit.defenses.dp.engine.pair_blocks import blocked_layer_grams, fits
 
         if not fits(embedder, params, x, y, tangent):  # a large encoder: rows in blocks, bounded memory
             return blocked_layer_grams(embedder, params, x, y, cross, tangent)
