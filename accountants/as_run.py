@@ -25,7 +25,7 @@ sum, ``factor * ||g_u||`` with the factor the code applied): at most the clip th
 from (exact, at the precision the units were computed in: :func:`unit_norm_tolerance`, a few units in the last place
 of the trace's ``precision['unit_norm']``, plus the rounding of a norm of ``unit_norm_terms`` terms where the recorded
 norm is recomputed from the unit; or the step's own ``unit_norm_slack`` where it recorded a larger one: Opacus' ghost
-clipping, whose norms are float32 sums over a sequence, :mod:`privaudit.defenses.opacus_ghost`). A clip norm other
+clipping, whose norms are float32 sums over a sequence, :mod:`privaudit.defenses.watch.opacus_ghost`). A clip norm other
 than the claimed one shows here.
 
 **The normaliser** (the step column ``normalizer``: what the release divided the noisy sum by) must be the same

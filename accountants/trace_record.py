@@ -18,7 +18,7 @@ RUN_FIELDS = ("unit", "sampler", "population", "sample_rate", "batch_size_config
 #: Step columns of the code as it ran (:mod:`privaudit.accountants.as_run`); a trace saved before them lacks them.
 AS_RUN_FIELDS = ("unit_norm_max", "normalizer", "noise_digest", "tensor_noise_digests", "noise_law")
 #: Step columns only some runs record: the unit-norm check's own relative slack where larger than float32's (an
-#: Opacus recipe's ghost-clipped steps, :mod:`privaudit.defenses.opacus_ghost`); the Gaussian releases a step made
+#: Opacus recipe's ghost-clipped steps, :mod:`privaudit.defenses.watch.opacus_ghost`); the Gaussian releases a step made
 #: besides the gradient (``releases``: per step a list of ``{"name", "std", "sensitivity", "values"}``, each composed
 #: into the step's ``multiplier``: an adaptive clip's noisy count, DPCL's noisy similarity matrix).
 OPTIONAL_FIELDS = ("unit_norm_slack", "releases")

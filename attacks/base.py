@@ -27,7 +27,7 @@ from privaudit.core.config import build_config
 from privaudit.core.datasets import MembershipData
 from privaudit.core.errors import ConfigError, check_probability
 from privaudit.defenses.base import Budget, Trained
-from privaudit.defenses.seeding import derive_seed
+from privaudit.defenses.training.seeding import derive_seed
 
 
 @dataclass

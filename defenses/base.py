@@ -22,7 +22,7 @@ from privaudit.core.datasets import MembershipData
 from privaudit.core.config import build_config
 from privaudit.core.errors import ConfigError, check_positive, check_probability
 from privaudit.core.io import atomic_save_tensors, atomic_write_json, load_tensors, read_json
-from privaudit.defenses.evaluation import embed
+from privaudit.defenses.evaluation.evaluation import embed
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 
 

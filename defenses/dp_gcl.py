@@ -46,7 +46,7 @@ from privaudit.defenses.dp.release.randomness import StepRandomness
 from privaudit.defenses.dp.engine.units import dense_units, partition_units
 from privaudit.defenses.losses import group_info_nce, group_info_nce_dual
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
-from privaudit.defenses.seeding import derive_seed
+from privaudit.defenses.training.seeding import derive_seed
 
 GROUPINGS = ("random", "chunk")
 NEGATIVES = ("group", "batch")

@@ -14,14 +14,14 @@ import torch
 
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.core.datasets import DatasetInfo, MembershipData
-from privaudit.defenses.augment import augmentation_for, two_views, views_many
+from privaudit.defenses.training.augment import augmentation_for, two_views, views_many
 from privaudit.defenses.base import Budget, Defense, Trained
-from privaudit.defenses.ensemble import StackedTrainer
+from privaudit.defenses.training.ensemble import StackedTrainer
 from privaudit.defenses.losses import make_objective, nt_xent
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
-from privaudit.defenses.sampling import make_batches
-from privaudit.defenses.seeding import torch_generator
-from privaudit.defenses.training import ContrastiveConfig, make_optimizer, run_training
+from privaudit.defenses.training.sampling import make_batches
+from privaudit.defenses.training.seeding import torch_generator
+from privaudit.defenses.training.training import ContrastiveConfig, make_optimizer, run_training
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ class NonPrivate(Defense):
         """K runs of :meth:`fit` (one per data set and seed) trained together with stacked parameters.
 
         Each model gets exactly what :meth:`fit` would give it: its own initialisation, batch order and
-        augmentation stream, drawn from its own seed (:mod:`privaudit.defenses.ensemble`).
+        augmentation stream, drawn from its own seed (:mod:`privaudit.defenses.training.ensemble`).
         """
         cfg = self.config
         xs = [d.train.x.to(device) for d in datas]

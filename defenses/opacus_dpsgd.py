@@ -7,7 +7,8 @@ with probability q = batch_size / n: Opacus' ``DPDataLoader``), per-example grad
 Opacus' own calibration with its ``accountant`` (``rdp`` or ``prv``) over ``epochs``.
 
 The claim it emits is the mechanism Opacus runs: T = epochs x ceil(1/q) steps of the Poisson-subsampled
-Gaussian at rate q, add/remove, per example (:func:`privaudit.accountants.sampled_gaussian.sampled_gaussian_claim`), so every
+Gaussian at rate q, add/remove, per example (:func:`privaudit.accountants.sampled_gaussian.sampled_gaussian_claim`), so
+every
 privaudit accountant reports its epsilon; Opacus' own epsilon for the same run is kept beside it
 (``Trained.extras["opacus_epsilon"]``), the number an Opacus user would state. A step whose Poisson batch is
 empty (probability (1 - q)^n per step, below 1e-20 at the quickstart's sizes) is skipped.
@@ -27,7 +28,7 @@ from privaudit.core.errors import ConfigError, check_positive, one_of
 from privaudit.defenses.base import Budget, Defense, Trained
 from privaudit.defenses.nn.classifier import ClassifierNet
 from privaudit.defenses.nn.model import ENCODERS, ModelSpec, build_model
-from privaudit.defenses.seeding import derive_seed, torch_generator
+from privaudit.defenses.training.seeding import derive_seed, torch_generator
 from privaudit.defenses.supervised import _accuracy, build_head
 
 OPACUS_ACCOUNTANTS = ("rdp", "prv")

@@ -8,7 +8,8 @@ from privaudit.defenses.base import Defense
 DEFENSES: Registry[type[Defense]] = Registry("defense", {
     "nonprivate": "privaudit.defenses.nonprivate:NonPrivate",
     "supervised": "privaudit.defenses.supervised:Supervised",
-    "untrained": "privaudit.defenses.untrained:Untrained",  # the floors: a never-trained encoder, or the raw pixels
+    # the floors: a never-trained encoder, or the raw pixels
+    "untrained": "privaudit.defenses.evaluation.untrained:Untrained",
     "alm": "privaudit.defenses.alm:ALM",
     "dp-fedemb": "privaudit.defenses.fedemb:DPFedEmb",
     "dp-fedavg": "privaudit.defenses.fedemb:DPFedAvg",

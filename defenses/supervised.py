@@ -3,7 +3,7 @@
 It gives the attacks a classifier target (LiRA's logit statistic, Shokri's prediction vectors,
 mislabelled canaries), and, with many epochs, no augmentation and no weight decay (the defaults),
 a deliberately overfit model that membership inference should break. It trains through
-:class:`privaudit.defenses.ensemble.StackedTrainer`, so ``fit`` and ``fit_many`` (K models at once, for
+:class:`privaudit.defenses.training.ensemble.StackedTrainer`, so ``fit`` and ``fit_many`` (K models at once, for
 shadow and reference models) are the same code.
 """
 
@@ -19,14 +19,14 @@ import torch.nn.functional as F
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.core.datasets import DatasetInfo, MembershipData
 from privaudit.core.errors import ConfigError
-from privaudit.defenses.augment import AUGMENTATIONS, augmentation_for
+from privaudit.defenses.training.augment import AUGMENTATIONS, augmentation_for
 from privaudit.defenses.base import Budget, Defense, Trained
-from privaudit.defenses.ensemble import StackedTrainer
+from privaudit.defenses.training.ensemble import StackedTrainer
 from privaudit.defenses.nn.classifier import ClassifierNet
 from privaudit.defenses.nn.model import ENCODERS, ModelSpec, build_model
-from privaudit.defenses.sampling import make_batches
-from privaudit.defenses.seeding import derive_seed, torch_generator
-from privaudit.defenses.training import OPTIMIZERS, EncoderFields, OptimisationFields, validate_fields
+from privaudit.defenses.training.sampling import make_batches
+from privaudit.defenses.training.seeding import derive_seed, torch_generator
+from privaudit.defenses.training.training import OPTIMIZERS, EncoderFields, OptimisationFields, validate_fields
 
 AUGMENT_CHOICES = ("none", "default", *AUGMENTATIONS)
 

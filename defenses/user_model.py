@@ -29,7 +29,7 @@ from privaudit.core.errors import ConfigError, check_positive
 from privaudit.core.registry import load_reference
 from privaudit.defenses.base import Budget, Defense, Trained
 from privaudit.defenses.nn.model import ModelSpec
-from privaudit.defenses.seeding import derive_seed, torch_generator
+from privaudit.defenses.training.seeding import derive_seed, torch_generator
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from privaudit.attacks.base import Attack, AttackConfig, Target, pool_membership
 from privaudit.attacks.executor import Executor
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import check_positive
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.seeding import torch_generator
 
 
 @dataclass(frozen=True)

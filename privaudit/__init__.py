@@ -73,7 +73,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "ScoreAudit": ("privaudit.audit.user.score_result", "ScoreAudit"),
     "audit_model": ("privaudit.audit.user.model_audit", "audit_model"),
     "audit_training": ("privaudit.audit.user.training_audit", "audit_training"),
-    "declare_release": ("privaudit.defenses.declared_release", "declare_release"),
+    "declare_release": ("privaudit.defenses.watch.declared_release", "declare_release"),
     "ModelAudit": ("privaudit.audit.user.model_result", "ModelAudit"),
     # defenses
     "make_defense": ("privaudit.defenses", "make_defense"),

@@ -43,8 +43,8 @@ import privaudit.defenses.dpcl as dpcl
 import privaudit.defenses.fedemb.aggregate as fed_aggregate
 import privaudit.defenses.fedemb.defense as fed_defense
 import privaudit.defenses.fedemb.users as fed_users
-from privaudit.defenses.sampling import fixed_size_batches, poisson_batches, shuffled_batches, steps_per_epoch
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.sampling import fixed_size_batches, poisson_batches, shuffled_batches, steps_per_epoch
+from privaudit.defenses.training.seeding import torch_generator
 
 DP_SGD_STYLE = ("dpsgd", "dp-clip", "dp-gcl", "logit-dp", "dpcl-simclr", "dpcl-barlow")
 FEDERATED = ("dp-fedemb", "dp-fedavg")

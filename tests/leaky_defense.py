@@ -29,7 +29,7 @@ from privaudit.accountants.events import GaussianDpEvent
 from privaudit.core.datasets import MembershipData
 from privaudit.defenses.base import Budget, Defense, Trained
 from privaudit.defenses.nn.model import ModelSpec
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.seeding import torch_generator
 
 
 class RandomFeatures(nn.Module):
@@ -154,7 +154,7 @@ class LateWriter(Pausing):
         import os
 
         from privaudit.core.io import atomic_write_bytes
-        from privaudit.defenses.pretrain import cache_dir
+        from privaudit.defenses.training.pretrain import cache_dir
 
         if cache_dir() is None:
             return

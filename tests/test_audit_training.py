@@ -31,7 +31,7 @@ def audit(members: Path, train: str, **kw):
 def test_watch_records_every_release_of_the_honest_recipe(members):
     import opacus_recipe
 
-    from privaudit.defenses.opacus_watch import OpacusWatch
+    from privaudit.defenses.watch.opacus_watch import OpacusWatch
 
     data = np.load(members)
     x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
@@ -235,7 +235,7 @@ def test_the_clip_probe_is_the_largest_unit_rescaled_to_a_norm_drawn_off_the_use
     adds the unit as it ran."""
     from types import SimpleNamespace
 
-    from privaudit.defenses.opacus_step import StepObserver, StepRecord
+    from privaudit.defenses.watch.opacus_step import StepObserver, StepRecord
 
     rows = [torch.tensor([[3.0, 0.0], [0.0, 12.0], [1.0, 1.0]]), torch.tensor([[0.0], [0.0], [1.0]])]
     state = torch.random.get_rng_state()

@@ -96,7 +96,7 @@ def test_the_watch_leaves_an_adaptive_clips_count_as_the_batchs(members):
     import opacus_recipe
     import opacus_plants
 
-    from privaudit.defenses.opacus_watch import OpacusWatch
+    from privaudit.defenses.watch.opacus_watch import OpacusWatch
 
     data = np.load(members)
     x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
@@ -126,7 +126,7 @@ def test_the_composition_is_a_probe_units_sensitivity_in_units_of_the_noise():
     """:func:`compose`: per probe unit mu^2 = (min(nu, C) / sigma_g)^2 + sum (Delta / (c sigma))^2, the release's
     multiplier 1 / sqrt(max((C / sigma_g)^2, max mu^2)); a query no attribute received is not judged, a probe that
     moves no query leaves the gradient's alone, and a count that received no noise makes the multiplier 0."""
-    from privaudit.defenses.opacus_queries import Probe, Query, compose
+    from privaudit.defenses.watch.opacus_queries import Probe, Query, compose
 
     def query(name, scale=1.0):
         return Query(3.2, 1, "float64", {}, torch.zeros(1), name=name, scale=scale, owner="Opt")

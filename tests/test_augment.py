@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from privaudit.core.datasets import DATASETS
-from privaudit.defenses.augment import (ColorJitter, DigitsAugment, GreyAugment, SimCLRAugment, augmentation_for,
-                              random_resized_crop_theta, two_views, _affine)
+from privaudit.defenses.training.augment import (ColorJitter, DigitsAugment, GreyAugment, SimCLRAugment,
+                                                 augmentation_for, random_resized_crop_theta, two_views, _affine)
 
 
 @pytest.mark.parametrize("aug,shape", [(DigitsAugment(), (6, 1, 8, 8)), (GreyAugment(), (6, 1, 28, 28)),
@@ -52,8 +52,8 @@ def test_augmentation_per_dataset():
 
 def test_views_many_equals_separate_calls(digits):
     """The ensemble's batched views are exactly those of K separate two-view calls with each model's generator."""
-    from privaudit.defenses.augment import DigitsAugment, views_many
-    from privaudit.defenses.seeding import torch_generator
+    from privaudit.defenses.training.augment import DigitsAugment, views_many
+    from privaudit.defenses.training.seeding import torch_generator
 
     augment = DigitsAugment()
     xs = [digits.train.x[k * 8:(k + 1) * 8] for k in range(3)]

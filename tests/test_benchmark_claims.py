@@ -12,7 +12,7 @@ from scipy import stats
 from privaudit.audit.benchmark.claims import KNN, LINEAR, Comparison, LossClaim, UtilityClaim, utility_claims
 from privaudit.audit.benchmark.stats import accuracy_interval, paired_difference
 from privaudit.audit.benchmark.verdict import (CONTRADICTED, MISSING, REPRODUCED, UNDECIDED, combine, decide, judge)
-from privaudit.defenses.utility import pack_correct, unpack_correct
+from privaudit.defenses.evaluation.utility import pack_correct, unpack_correct
 
 N = 10_000
 

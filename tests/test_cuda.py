@@ -1,8 +1,9 @@
 """Every defense on a GPU: the same training as on the CPU, on CUDA (skipped where no GPU is present).
 
-Random numbers are drawn on the CPU and moved to the model's device (:mod:`privaudit.defenses.seeding`), so a
+Random numbers are drawn on the CPU and moved to the model's device (:mod:`privaudit.defenses.training.seeding`), so a
 seeded run on CUDA draws the same batches, views and noise as on the CPU: the claim (calibrated on the CPU) is
-the same (ALM's but for its sampled sensitivity, which depends on the trained features), the steps and the noise the trace records are the same, and the first step's loss agrees to float
+the same (ALM's but for its sampled sensitivity, which depends on the trained features), the steps and the noise the
+trace records are the same, and the first step's loss agrees to float
 rounding (cuDNN's convolutions sum in another order). Nothing may stay behind on the CPU: the released model's
 parameters are on the GPU, and it represents test images.
 """

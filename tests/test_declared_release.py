@@ -57,7 +57,7 @@ def test_a_declaration_that_cannot_be_a_gaussian_release_names_its_field(field, 
 def test_the_watch_records_each_declared_release(members):
     import plain_dp_loop
 
-    from privaudit.defenses.opacus_watch import OpacusWatch
+    from privaudit.defenses.watch.opacus_watch import OpacusWatch
 
     data = np.load(members)
     x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])

@@ -14,14 +14,14 @@ import torch
 
 from privaudit.audit.sensitivity.witness import num_threads
 from privaudit.defenses import Budget, make_defense
-from privaudit.defenses.augment import augmentation_for
+from privaudit.defenses.training.augment import augmentation_for
 from privaudit.defenses.dp import Embedder
 from privaudit.defenses.dp.engine.pairs import direct_pair_sum, efficient_pair_sum, pair_derivatives, pair_grams
 from privaudit.defenses.dp.release.randomness import StepRandomness
 from privaudit.defenses.logit_dp import cosine_pair
 from privaudit.defenses.losses import info_nce_from_logits, make_objective
 from privaudit.defenses.nn.model import ModelSpec, build_model
-from privaudit.defenses.training import make_optimizer
+from privaudit.defenses.training.training import make_optimizer
 from memtrack import peak_bytes
 
 # slow: a timing benchmark runs alone, with `.ci/slow` (pytest -m slow, one process): the default run (pytest -n 2)

@@ -14,7 +14,7 @@ from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget, make_defense
 from privaudit.defenses.dp import CanaryGradients, dirac_canaries
 from privaudit.defenses.dp.release.randomness import StepRandomness
-from privaudit.defenses.seeding import derive_seed
+from privaudit.defenses.training.seeding import derive_seed
 
 logging.getLogger("absl").setLevel(logging.ERROR)
 
@@ -209,7 +209,7 @@ def test_noise_only_control_drops_the_signal(digits):
 def test_dpgcl_objective_is_the_loss_the_groups_split(digits, params):
     """DP-GCL's non-private objective (the throughput benchmark's comparator) differentiates to the sum of
     the group gradients: the clipped sum with a clip no group reaches."""
-    from privaudit.defenses.augment import augmentation_for
+    from privaudit.defenses.training.augment import augmentation_for
 
     d = make_defense("dp-gcl", {**SMALL, "batch_size": 12, "group_size": 3, "clip": 1e9, **params})
     x = digits.train.x[:12]

@@ -89,8 +89,8 @@ def test_cnn_pools_to_a_grid_and_only_the_cnn_does():
 
 def test_pretraining_keeps_the_pool():
     """The public pretraining builds the defense's own architecture, so the cached encoder loads into it."""
-    from privaudit.defenses.pretrain import pretrain_config
-    from privaudit.defenses.training import ContrastiveConfig
+    from privaudit.defenses.training.pretrain import pretrain_config
+    from privaudit.defenses.training.training import ContrastiveConfig
 
     assert pretrain_config(ContrastiveConfig(pool=4), epochs=1).pool == 4
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from privaudit.defenses import Budget, make_defense
-from privaudit.defenses.ensemble import StackedOptimizer, fit_many
+from privaudit.defenses.training.ensemble import StackedOptimizer, fit_many
 
 
 @pytest.mark.parametrize("name,kwargs", [("adam", {"weight_decay": 0.01}), ("sgd", {"momentum": 0.9}),
@@ -83,7 +83,7 @@ def test_folded_forward_equals_vmapped_forward(encoder, classifier):
 
     from torch.func import stack_module_state
 
-    from privaudit.defenses.folding import can_fold, folded_forward, vmapped_forward
+    from privaudit.defenses.training.folding import can_fold, folded_forward, vmapped_forward
     from privaudit.defenses.nn.model import ModelSpec, build_model
     from privaudit.defenses.supervised import ClassifierNet, build_head
 
@@ -108,7 +108,7 @@ def test_folded_forward_equals_vmapped_forward(encoder, classifier):
 
 
 def test_unsupported_layers_fall_back_to_vmap():
-    from privaudit.defenses.folding import can_fold
+    from privaudit.defenses.training.folding import can_fold
     from privaudit.defenses.nn.model import ModelSpec, build_model
 
     assert not can_fold(build_model(ModelSpec(encoder="resnet18", in_shape=(3, 8, 8), width=4, groups=2)))

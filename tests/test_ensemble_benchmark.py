@@ -1,7 +1,8 @@
 """Benchmark: K = 16 small shadow models trained together (stacked, vmapped) vs one after another.
 
 Both are timed in the same run (interleaved, CPU time) and the speed-up is reported as a ratio
-(``extra_info``). The speed-up comes from removing per-model overhead (Python, kernel launches, optimizer loops), so it is large for
+(``extra_info``). The speed-up comes from removing per-model overhead (Python, kernel launches, optimizer loops), so it
+is large for
 small, overhead-bound models and shrinks towards 1 as a model's own arithmetic dominates (on CPU the
 stacked convolution is a grouped convolution, about as fast as K separate ones).
 """
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from privaudit.defenses import Budget, make_defense
-from privaudit.defenses.ensemble import fit_many
+from privaudit.defenses.training.ensemble import fit_many
 
 # slow: a timing benchmark runs alone, with `.ci/slow` (pytest -m slow, one process): the default run (pytest -n 2)
 # shares the cores between workers and disables pytest-benchmark's timer, so its timings would mean nothing.

@@ -5,7 +5,7 @@ import pytest
 import torch
 from sklearn.neighbors import KNeighborsClassifier
 
-from privaudit.defenses.evaluation import knn_accuracy, knn_predict, linear_probe_accuracy, recall_at_far, \
+from privaudit.defenses.evaluation.evaluation import knn_accuracy, knn_predict, linear_probe_accuracy, recall_at_far, \
     retrieval_topk_accuracy
 
 

@@ -16,7 +16,7 @@ from privaudit.defenses.fedemb.defense import round_claim
 from privaudit.defenses.fedemb.local import local_train, stack_params
 from privaudit.defenses.fedemb.users import partition_users, plan_round
 from privaudit.defenses.nn.model import ModelSpec, build_model
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.seeding import torch_generator
 
 TINY = dict(pretrain=False, width=8, rep_dim=16, rounds=3, local_steps=2, local_batch_size=8)
 

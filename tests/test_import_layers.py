@@ -18,7 +18,8 @@ tier before it):
 A step audit is run by a suite, gated and rendered, so ``step`` sits below ``report`` (its table) and ``gate``
 (its verdict); the gate's rules judge records without running anything, so ``run`` calls ``gate`` at the end of
 a run and ``verify`` (a finished run's evidence recomputed, the gate's power) reads what ``run`` wrote;
-``benchmark`` reads a benchmark run's report into its reference, page and utility claims' verdicts; ``user`` (your own scores or model) writes its output directory with ``run``'s keyed cache; ``commands`` and
+``benchmark`` reads a benchmark run's report into its reference, page and utility claims' verdicts; ``user`` (your own
+scores or model) writes its output directory with ``run``'s keyed cache; ``commands`` and
 ``cli`` are the command line over all of them.
 """
 
@@ -242,7 +243,7 @@ def _copy_tree(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("where, line", [
-    ("defenses/sampling.py", "from privaudit.audit.run.runner import run_suite\n"),       # module level
+    ("defenses/training/sampling.py", "from privaudit.audit.run.runner import run_suite\n"),       # module level
     ("core/errors.py", "def f():\n    import privaudit.defenses.base\n"),              # inside a function
     ("accountants/rdp.py", "def f():\n    from ..attacks import bounds\n"),          # relative, deferred
 ])
@@ -270,6 +271,7 @@ def test_detects_a_planted_upward_audit_import(tmp_path, where, line):
 
 def test_detects_a_planted_cycle(tmp_path):
     root = _copy_tree(tmp_path)
-    with open(root / "defenses/seeding.py", "a") as handle:
-        handle.write("\ndef f():\n    from privaudit.defenses.training import run_training\n")
-    assert any({"defenses.seeding", "defenses.training"} <= set(c) for c in cycles(import_graph(root)))
+    with open(root / "defenses/training/seeding.py", "a") as handle:
+        handle.write("\ndef f():\n    from privaudit.defenses.training.training import run_training\n")
+    cycle = {"defenses.training.seeding", "defenses.training.training"}
+    assert any(cycle <= set(c) for c in cycles(import_graph(root)))

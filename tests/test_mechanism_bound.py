@@ -17,7 +17,7 @@ from privaudit.attacks.bounds.mechanism import (METHOD, mechanism_epsilon, mecha
 from privaudit.audit.gate.judge import compare
 from privaudit.audit.gate.recompute import family_bound
 from privaudit.core.errors import ConfigError
-from privaudit.defenses.seeding import numpy_rng
+from privaudit.defenses.training.seeding import numpy_rng
 
 from cell_records import make_attack_record, make_cell_record, make_claim
 from soundness import assert_sound, guess_counts, per_counts

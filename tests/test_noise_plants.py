@@ -19,7 +19,7 @@ from privaudit.audit.report.records import CellGate
 from privaudit.audit.suite.model import GateConfig
 from privaudit.defenses import Budget
 from privaudit.defenses.registry import make_defense
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.seeding import torch_generator
 
 from cell_records import make_attack_record, make_cell_record, make_claim
 

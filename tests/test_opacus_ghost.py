@@ -1,4 +1,5 @@
-"""Opacus' fast gradient (ghost) clipping watched as it ran (``defenses/opacus_ghost.py``): the clipped norm of each
+"""Opacus' fast gradient (ghost) clipping watched as it ran (``defenses/watch/opacus_ghost.py``): the clipped norm of
+each
 release's largest unit measured through the code's own coefficients, the honest recipe under ghost clipping not
 refuted, and the float32 rounding the check's slack allows for measured on long sequences."""
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.usefixtures("short_recipe", "opacus_rdp_memo")
 def _watched(plant: str, members: Path):
     import opacus_plants
 
-    from privaudit.defenses.opacus_watch import OpacusWatch
+    from privaudit.defenses.watch.opacus_watch import OpacusWatch
 
     data = np.load(members)
     x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
@@ -39,7 +40,7 @@ def test_every_ghost_clipped_release_records_its_units_and_clipped_norm(members,
     """One backward pass per release, or several (virtual steps): each release counts every unit its passes clipped."""
     from opacus.utils.fast_gradient_clipping_utils import DPTensorFastGradientClipping
 
-    from privaudit.defenses.opacus_ghost import GHOST_SLACK
+    from privaudit.defenses.watch.opacus_ghost import GHOST_SLACK
 
     backward = DPTensorFastGradientClipping.__dict__["backward"]
     watch = _watched(plant, members)
@@ -57,7 +58,7 @@ def test_the_probe_leaves_the_modules_norms_as_the_batchs():
     reads again) and every parameter's norms are restored, and the measured norm is the clip's."""
     from opacus.grad_sample import GradSampleModuleFastGradientClipping
 
-    from privaudit.defenses.opacus_ghost import ghost_probe
+    from privaudit.defenses.watch.opacus_ghost import ghost_probe
 
     torch.manual_seed(0)
     module = GradSampleModuleFastGradientClipping(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)),
@@ -89,7 +90,7 @@ def test_every_grad_sample_mode_of_make_private_has_its_clipping_observed(member
     clip, at the clip on most releases (the data's largest gradients are far above it)."""
     import opacus_plants
 
-    from privaudit.defenses.opacus_watch import OpacusWatch
+    from privaudit.defenses.watch.opacus_watch import OpacusWatch
 
     data = np.load(members)
     x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
@@ -118,7 +119,7 @@ def test_ghost_norms_of_a_sequence_model_agree_with_autograd_within_a_tenth_of_t
     against each unit's autograd gradient."""
     from opacus.grad_sample import GradSampleModuleFastGradientClipping
 
-    from privaudit.defenses.opacus_ghost import GHOST_SLACK
+    from privaudit.defenses.watch.opacus_ghost import GHOST_SLACK
 
     torch.manual_seed(0)
     net = nn.Sequential(nn.Embedding(1000, 64), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 10))

@@ -8,8 +8,8 @@ import torch
 from privaudit.core.datasets import SplitConfig, load_dataset
 from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget, make_defense
-from privaudit.defenses import pretrain
-from privaudit.defenses.evaluation import gap_closed
+from privaudit.defenses.training import pretrain
+from privaudit.defenses.evaluation.evaluation import gap_closed
 
 SMALL = {"width": 4, "rep_dim": 8, "proj_hidden": 8, "proj_dim": 4, "epochs": 1, "batch_size": 64,
          "pretrain_epochs": 1}
@@ -108,7 +108,7 @@ def test_gap_closed_closed_form():
 
 
 def test_utility_panel_reports_init_random_and_a_same_steps_reference(digits):
-    from privaudit.defenses.utility import utility_panel
+    from privaudit.defenses.evaluation.utility import utility_panel
 
     trained = make_defense("dp-gcl", {**SMALL, "epochs": 2}).fit(digits, Budget(noise_multiplier=1.0), 0,
                                                                    progress=False)
@@ -129,7 +129,7 @@ def test_utility_panel_reports_init_random_and_a_same_steps_reference(digits):
 def test_paired_change_is_the_exact_mcnemar_test():
     from scipy import stats
 
-    from privaudit.defenses.evaluation import paired_change
+    from privaudit.defenses.evaluation.evaluation import paired_change
 
     base = torch.tensor([True] * 60 + [False] * 40)
     worse = base.clone()

@@ -186,7 +186,7 @@ def fedemb_steps(data, batch: int):
     """One DP-FedEmb round (one local step of 16 examples per virtual client, batch / 16 clients, 4 trained at
     once) against one cross-entropy SGD step on the round's examples."""
     from privaudit.defenses.nn.model import build_model
-    from privaudit.defenses.seeding import torch_generator
+    from privaudit.defenses.training.seeding import torch_generator
 
     clients = max(1, batch // 16)
     defense = make_defense("dp-fedemb", {"encoder": "resnet18", "width": WIDTH, "rep_dim": 8 * WIDTH,

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from privaudit.defenses import Budget, Trained, make_defense
-from privaudit.defenses.evaluation import encoder_utility
+from privaudit.defenses.evaluation.evaluation import encoder_utility
 from privaudit.defenses.nn.model import build_model
 from privaudit.core.errors import ConfigError
 

@@ -10,7 +10,7 @@ from privaudit.audit.cli import main
 from privaudit.core.datasets import load_dataset
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.base import Budget
-from privaudit.defenses.training_length import public_halves, usable_epochs
+from privaudit.defenses.training.training_length import public_halves, usable_epochs
 
 TINY = {"encoder": "mlp", "width": 8, "batch_size": 64}
 

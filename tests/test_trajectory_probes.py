@@ -112,7 +112,7 @@ class _Kept:
 def _weights_under_probes(module, x, y, plant: bool) -> tuple[torch.Tensor, list[float]]:
     """The recipe's weights trained under a watch whose canaries take part in no step but probe every coordinate."""
     from privaudit.defenses.dp.release.step import dirac_canaries
-    from privaudit.defenses.opacus_watch import OpacusWatch
+    from privaudit.defenses.watch.opacus_watch import OpacusWatch
 
     torch.manual_seed(0)
     net, seen = module.make_net(), []

@@ -82,7 +82,7 @@ def _multi_run_threshold(in_scores: np.ndarray, out_scores: np.ndarray, threshol
                          delta: float, seed: int) -> tuple[float, np.ndarray, np.ndarray, int, str]:
     """(threshold, the runs it is evaluated on (in, out), the number of thresholds tested, how it was chosen)
     for :func:`multi_run_bound`'s ``threshold`` strategy."""
-    from privaudit.defenses.seeding import numpy_rng
+    from privaudit.defenses.training.seeding import numpy_rng
 
     if not isinstance(threshold, str):
         return float(threshold), in_scores, out_scores, 1, "threshold fixed in advance"

@@ -315,7 +315,7 @@ def paired_one_run_bound(score_diff: np.ndarray, first_in: np.ndarray, *, k_pos:
 
 def fixed_pairs(n: int, seed: int = 0) -> np.ndarray:
     """A pairing (n // 2, 2) of n candidates fixed before any membership is read (seeded permutation)."""
-    from privaudit.defenses.seeding import numpy_rng
+    from privaudit.defenses.training.seeding import numpy_rng
 
     return numpy_rng(seed, "replace-one-pairs").permutation(n)[: 2 * (n // 2)].reshape(-1, 2)
 

@@ -37,7 +37,7 @@ from privaudit.attacks.membership.shadow_models import TrainJob, train_models, w
 from privaudit.attacks.membership.statistics import LossStatistic, ViewSimilarities
 from privaudit.core.datasets import MembershipData, Split
 from privaudit.core.errors import ConfigError, one_of
-from privaudit.defenses.seeding import numpy_rng, torch_generator
+from privaudit.defenses.training.seeding import numpy_rng, torch_generator
 
 MODES = ("one-run", "multi-run")
 KINDS = ("auto", "mislabel", "noise")

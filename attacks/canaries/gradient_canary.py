@@ -80,7 +80,7 @@ from privaudit.attacks.canaries.canary_strata import stratified_coordinates, ten
 from privaudit.attacks.result import AttackResult
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts, trajectory_bound
 from privaudit.core.errors import ConfigError, one_of
-from privaudit.defenses.seeding import numpy_rng, torch_generator
+from privaudit.defenses.training.seeding import numpy_rng, torch_generator
 
 DIRECTIONS = ("dirac", "gaussian")
 _DENSE_LIMIT = 50_000_000  # m * d entries for Gaussian directions

@@ -21,7 +21,7 @@ from privaudit.attacks.bounds.release_trajectory import combined_trajectory_boun
 from privaudit.attacks.canaries.release_probes import ReleaseTrials
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.seeding import torch_generator
 
 @dataclass(frozen=True)
 class GradientCanaryConfig(CanaryAuditConfig):

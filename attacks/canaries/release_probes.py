@@ -30,7 +30,7 @@ import torch
 from privaudit.attacks.bounds.trajectory import TrajectoryCounts, plan_trajectory
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.release.release_probes import ReleaseProbes
-from privaudit.defenses.seeding import numpy_rng, torch_generator
+from privaudit.defenses.training.seeding import numpy_rng, torch_generator
 
 
 def probe_entries(numel: int, k: int, seed: int, name: str) -> np.ndarray:

@@ -65,7 +65,7 @@ from privaudit.attacks.canaries.canary_audit import CanaryAuditConfig, canary_au
 from privaudit.attacks.canaries.gradient_canary import GradientCanaries
 from privaudit.attacks.result import AttackResult
 from privaudit.core.errors import ConfigError
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.seeding import torch_generator
 
 SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 

@@ -44,7 +44,7 @@ from privaudit.attacks.result import AttackResult
 from privaudit.attacks.membership.shadow_models import TrainJob, train_models, with_pool
 from privaudit.core.datasets import Split
 from privaudit.core.errors import ConfigError, check_probability
-from privaudit.defenses.seeding import numpy_rng, torch_generator
+from privaudit.defenses.training.seeding import numpy_rng, torch_generator
 
 SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 

@@ -33,7 +33,7 @@ from privaudit.attacks.result import AttackResult
 from privaudit.attacks.membership.shadow_models import TrainJob, train_models
 from privaudit.attacks.membership.statistics import SPACES, ViewSimilarities
 from privaudit.core.errors import ConfigError, one_of
-from privaudit.defenses.seeding import derive_seed, numpy_rng
+from privaudit.defenses.training.seeding import derive_seed, numpy_rng
 
 VARIANTS = ("vector", "set", "threshold")
 

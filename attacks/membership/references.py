@@ -34,7 +34,7 @@ from privaudit.attacks.membership.shadow_models import (TrainJob, balanced_masks
 from privaudit.attacks.membership.statistics import (ENCODER_STATISTICS, SPACES, EncoderStatistics, LogitStatistic,
                                                      WithPopulation)
 from privaudit.core.errors import ConfigError, one_of
-from privaudit.defenses.seeding import numpy_rng
+from privaudit.defenses.training.seeding import numpy_rng
 
 STATISTICS = ("auto", "logit", *ENCODER_STATISTICS)
 

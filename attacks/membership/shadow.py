@@ -33,7 +33,7 @@ from privaudit.attacks.result import AttackResult
 from privaudit.attacks.membership.shadow_models import TrainJob, train_models
 from privaudit.attacks.membership.statistics import Outputs
 from privaudit.core.errors import ConfigError, one_of
-from privaudit.defenses.seeding import numpy_rng
+from privaudit.defenses.training.seeding import numpy_rng
 
 VARIANTS = ("per-class", "output-label")
 

@@ -8,7 +8,7 @@ probe (:mod:`privaudit.attacks.membership.statistics`) saying which numbers to s
 
 :func:`train_models` groups consecutive jobs that share defense, budget, data and device into
 batches of at most ``max_stack`` and hands the batches to the executor; a batch is trained by the
-defense's vectorised ``fit_many`` when it has one (:mod:`privaudit.defenses.ensemble`), else one ``fit`` per
+defense's vectorised ``fit_many`` when it has one (:mod:`privaudit.defenses.training.ensemble`), else one ``fit`` per
 job. A defense added later runs here unchanged.
 """
 
@@ -27,7 +27,7 @@ from privaudit.core.datasets import MembershipData, SplitConfig, Split, load_dat
 from privaudit.core.errors import ConfigError
 from privaudit.core.registry import load_reference
 from privaudit.defenses.base import Budget, Defense
-from privaudit.defenses.ensemble import fit_many
+from privaudit.defenses.training.ensemble import fit_many
 from privaudit.defenses.registry import DEFENSES, make_defense
 
 

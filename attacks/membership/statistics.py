@@ -32,9 +32,9 @@ import torch.nn.functional as F
 from privaudit.attacks.membership.queries import QuerySet
 from privaudit.core.datasets import DatasetInfo, Split
 from privaudit.core.errors import ConfigError, one_of
-from privaudit.defenses.augment import augmentation_for
+from privaudit.defenses.training.augment import augmentation_for
 from privaudit.defenses.base import Trained
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.seeding import torch_generator
 
 SPACES = ("features", "embeddings")
 
@@ -263,7 +263,7 @@ class EncoderStatistics:
         return F.normalize(out.double(), dim=-1)
 
     def __call__(self, trained: Trained, split: Split, info: DatasetInfo) -> np.ndarray:
-        from privaudit.defenses.augment import _affine, random_resized_crop_theta
+        from privaudit.defenses.training.augment import _affine, random_resized_crop_theta
 
         views = ViewSimilarities(self.n_views, self.seed, self.queries, self.space).views(split, info)
         q, n = views.shape[:2]

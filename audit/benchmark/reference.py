@@ -4,7 +4,7 @@
 memory, which the report leaves out), and keeps per cell: its defense and budget, every accountant's epsilon of its
 claim, the settings that define the model (architecture, batch, steps, learning rate, clip, group size, users), its
 utility (linear probe and k-NN, the defense's own metrics, the classifier's test accuracy), the same of its
-untrained init, each test example's correctness packed (:func:`privaudit.defenses.utility.pack_correct`), the
+untrained init, each test example's correctness packed (:func:`privaudit.defenses.evaluation.utility.pack_correct`), the
 ALM's privacy-utility curve, and its training time. Nothing is recomputed: the reference is the run's measurement.
 """
 

@@ -23,7 +23,7 @@ DEFENSE = "dpcl-simclr"
 def batch_reaches(embed: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, augment, batch_size: int,
                   batches: int, seed: int) -> list[dict[str, float]]:
     """Each drawn batch's reach: rows [view 1; view 2] embedded, the first example's two rows left out."""
-    from privaudit.defenses.augment import two_views
+    from privaudit.defenses.training.augment import two_views
 
     gen = torch.Generator().manual_seed(seed)
     out = []
@@ -48,7 +48,7 @@ def measure_cell(spec, batches: int, progress: bool = False) -> dict[str, Any]:
     """One DPCL-SimCLR cell's reach at its init and after training, and the epsilon each lets a canary attain."""
     from privaudit.attacks.membership.shadow_models import resolve_defense
     from privaudit.core.datasets import SplitConfig, load_dataset
-    from privaudit.defenses.augment import augmentation_for
+    from privaudit.defenses.training.augment import augmentation_for
     from privaudit.defenses.base import Budget
     from privaudit.defenses.nn.model import build_model
 

@@ -5,7 +5,8 @@
   gained + lost discordant. The difference is delta = (gained - lost) / n = (m / n)(2 pi - 1) with pi the chance
   that a discordant example favours A; given m, gained ~ Binomial(m, pi), so the Clopper-Pearson interval of pi maps
   to an exact interval of delta, conditional on m (the exact form of McNemar's test, whose one-sided p-values
-  :func:`privaudit.defenses.evaluation.paired_change` computes: ``p_gain`` that A is no better, ``p_drop`` that it
+  :func:`privaudit.defenses.evaluation.evaluation.paired_change` computes: ``p_gain`` that A is no better, ``p_drop``
+  that it
   is no worse).
 """
 
@@ -52,7 +53,7 @@ class PairedDifference:
 
 def paired_difference(a: np.ndarray, b: np.ndarray, level: float = LEVEL) -> PairedDifference:
     """A - B from each test example's correctness under A and under B (module docstring)."""
-    from privaudit.defenses.evaluation import paired_change  # torch: only when a comparison is computed
+    from privaudit.defenses.evaluation.evaluation import paired_change  # torch: only when a comparison is computed
 
     change = paired_change(np.asarray(a, dtype=bool), np.asarray(b, dtype=bool))
     gained, lost, n = change["gained"], change["lost"], change["n"]

@@ -29,7 +29,7 @@ from scipy import stats as sps
 
 from privaudit.audit.benchmark.claims import Comparison, LossClaim, UtilityClaim, utility_claims
 from privaudit.audit.benchmark.stats import paired_difference
-from privaudit.defenses.utility import unpack_correct
+from privaudit.defenses.evaluation.utility import unpack_correct
 
 ALPHA = 0.05
 REPRODUCED, CONTRADICTED, UNDECIDED, MISSING = ("reproduced", "contradicted", "not decidable at this power",

@@ -70,7 +70,7 @@ def target_utility(trained, data, device) -> dict[str, float]:
     accuracy when it releases one: the figures that show the audited model is a real model."""
     import torch
 
-    from privaudit.defenses.evaluation import encoder_utility
+    from privaudit.defenses.evaluation.evaluation import encoder_utility
 
     trained.model.eval()
     out = encoder_utility(trained.model.represent, data.train.x, data.train.y, data.test.x, data.test.y,
@@ -154,7 +154,7 @@ def _train_target(args: argparse.Namespace, defense: Any, params: dict[str, Any]
     public split; ``params`` gets it); (trained, target, training length or None)."""
     length = None
     if "epochs" not in params and "epochs" in defense.config_dict() and not defense.private:
-        from privaudit.defenses.training_length import usable_epochs
+        from privaudit.defenses.training.training_length import usable_epochs
 
         length = usable_epochs(args.defense, params, data, budget, args.seed, device=device)
         params["epochs"] = length.epochs

@@ -14,7 +14,7 @@ from privaudit.audit.device import DEVICES, resolve_device
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import check_output_dir
 from privaudit.defenses import DEFENSES, make_defense
-from privaudit.defenses.utility import utility_panel
+from privaudit.defenses.evaluation.utility import utility_panel
 
 
 def register(sub: argparse._SubParsersAction) -> None:

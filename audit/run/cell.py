@@ -192,9 +192,9 @@ def _utility(spec: CellSpec, trained: Any, data: Any, device: Any) -> dict[str, 
     """The encoder's k-NN and linear-probe accuracy and the defense's own metrics; for an encoder trained from
     an init (every cell's encoder under ``[utility] per_example``), the utility panel beside it: its init, a random
     encoder, non-private training with the same steps (unless ``[utility] reference = false``), and the fraction
-    of the random -> non-private gap closed (:mod:`privaudit.defenses.utility`)."""
-    from privaudit.defenses.evaluation import encoder_utility
-    from privaudit.defenses.utility import utility_panel
+    of the random -> non-private gap closed (:mod:`privaudit.defenses.evaluation.utility`)."""
+    from privaudit.defenses.evaluation.evaluation import encoder_utility
+    from privaudit.defenses.evaluation.utility import utility_panel
 
     trained.model.eval()
     if spec.utility.per_example or (trained.classifier is None and "init" in trained.extras):

@@ -117,7 +117,7 @@ def run_suite(suite: Suite, *, out: str | Path | None = None, executor: str = "l
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--out: cannot create {str(out)!r}: {exc.strerror or exc}") from None
-    from privaudit.defenses.pretrain import cache_in
+    from privaudit.defenses.training.pretrain import cache_in
 
     plan = RunPlan(suite, out, cells, only, run_sens, run_step, resume, executor, progress, started, jobs)
     # public-pretrained encoders are cached in OUT/cache/pretrained (shared by cells, workers and --resume)

@@ -31,7 +31,7 @@ from privaudit.audit.sensitivity.search import MIN_PAIRS, SearchResult, search
 from privaudit.audit.sensitivity.evaluator import Target
 from privaudit.audit.sensitivity.verdict import is_violation, tolerance, verdict
 from privaudit.audit.sensitivity.witness import num_threads, save_witness
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.seeding import torch_generator
 
 RESULT_KEYS = ("claim", "source", "relation", "bound", "observed", "ratio", "verdict", "witness", "config")
 DEFAULT_WITNESS_DIR = Path("reports") / "sensitivity" / "witnesses"

@@ -147,7 +147,7 @@ def calibrated(defense: Any, data: Any, target_epsilon: float | None, delta: flo
 
 
 def _batch(data: Any, size: int, seed: int) -> torch.Tensor:
-    from privaudit.defenses.seeding import torch_generator
+    from privaudit.defenses.training.seeding import torch_generator
 
     n = len(data.train)
     idx = torch.randperm(n, generator=torch_generator(seed, "step-audit-batch"))[:min(size, n)]
@@ -246,7 +246,7 @@ def _federated_step(name: str, defense: Any, data: Any, request: StepRequest) ->
     register's witness (virtual clients grouping several users) is a data-level claim, not this step's.
     """
     from privaudit.defenses.base import Budget
-    from privaudit.defenses.seeding import torch_generator
+    from privaudit.defenses.training.seeding import torch_generator
 
     if "witness" in request.kinds:
         raise ConfigError(f"pair: the step audit of {name!r} (its aggregation) supports the pairs canary, extreme "

@@ -130,7 +130,7 @@ def dirac_image(like: torch.Tensor) -> torch.Tensor:
 def search_witness(spec: Any, ctx: Any, evaluations: int, seed: int) -> tuple[Any, Any, Any]:
     """(setting, target, search result) of the sensitivity search on a register entry, at its largest batch."""
     from privaudit.audit.sensitivity.search import search
-    from privaudit.defenses.seeding import torch_generator
+    from privaudit.defenses.training.seeding import torch_generator
 
     setting = max(spec.settings, key=lambda st: st.units)  # the largest batch: the first among ties
     target = spec.target(setting, ctx)

@@ -60,7 +60,7 @@ class RayConfig:
 
 @dataclass(frozen=True)
 class UtilityConfig:
-    """``[utility]``: how each cell's encoder is evaluated (:mod:`privaudit.defenses.utility`).
+    """``[utility]``: how each cell's encoder is evaluated (:mod:`privaudit.defenses.evaluation.utility`).
 
     ``reference``: beside an encoder trained from an init, train the non-private reference (same init, steps and
     batch) the panel's gap closed is measured against (off where the suite trains its own non-private cell).

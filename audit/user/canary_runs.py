@@ -77,7 +77,7 @@ def canary_scores(data: MembershipData, canary: Canary, params: dict[str, Any], 
     ``params`` on each side, alternating, each with its own seed."""
     from privaudit.attacks.membership.shadow_models import DefenseRef, TrainJob, train_models, with_pool
     from privaudit.defenses.base import Budget
-    from privaudit.defenses.seeding import derive_seed
+    from privaudit.defenses.training.seeding import derive_seed
 
     members = data.train
     n = len(members)

@@ -22,7 +22,8 @@ black-box auditing of differentially private machine learning", NeurIPS, arXiv 2
 
 The bound (:func:`final_model_bounds`). A seeded :data:`SELECT_FRACTION` of each side's runs picks the threshold
 (:func:`pick_threshold`: a normal fitted to each side, the threshold maximising a Gaussian-curve proxy of the test's
-power); the errors are counted on the other runs, which the threshold does not depend on. Those counts give, at 1 - beta:
+power); the errors are counted on the other runs, which the threshold does not depend on. Those counts give, at 1 -
+beta:
 
 * against the claim's own mechanism (when the claim has one: the training function returned Opacus' accountant,
   whose history is the mechanism of the audited runs): :func:`privaudit.attacks.bounds.mechanism.multi_run_rejects`
@@ -165,7 +166,7 @@ def accountant_history(returned: list[Any]) -> tuple[str, list[tuple[float, floa
 def split_runs(n_in: int, n_out: int, seed: int, fraction: float = SELECT_FRACTION
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(selecting in, counted in, selecting out, counted out) run indices: a seeded ``fraction`` of each side."""
-    from privaudit.defenses.seeding import numpy_rng
+    from privaudit.defenses.training.seeding import numpy_rng
 
     rng = numpy_rng(seed, "final-model-split")
     pin, pout = rng.permutation(n_in), rng.permutation(n_out)

@@ -258,7 +258,7 @@ def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, b
     from privaudit.attacks.bounds.multi_run import multi_run_bound
     from privaudit.attacks.result import AttackResult
     from privaudit.audit.user.canary_runs import canary_scores, choose_canary
-    from privaudit.defenses.seeding import derive_seed
+    from privaudit.defenses.training.seeding import derive_seed
 
     canary = choose_canary(data, trained.model)
     recipe = {**params, "init_seed": derive_seed(seed, "canary-init") % (2 ** 32)}
@@ -283,7 +283,7 @@ def _crafted_canary_attack(data: Any, params: dict[str, Any], seed: int, beta: f
     from privaudit.attacks.result import AttackResult
     from privaudit.audit.user import final_model as fm
     from privaudit.audit.user.canary_runs import choose_canary
-    from privaudit.defenses.seeding import derive_seed
+    from privaudit.defenses.training.seeding import derive_seed
     from privaudit.defenses.user_model import build, load_callable
 
     design.validate(len(data.train))

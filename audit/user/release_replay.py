@@ -4,8 +4,9 @@ sensitivity either way.
 Record and replay (the release-distance check of Cebere et al. 2026's dp-recorder, on the code as it ran). The
 recipe's first release is recorded on the user's n records: the batches its loader yielded for it (one, or several
 under Opacus' virtual steps), every noise tensor Opacus' ``_generate_noise`` drew, and the released gradient after
-the normaliser (:class:`~privaudit.defenses.opacus_watch.OpacusWatch` with ``keep``). It is then replayed twice with
-those batches and that noise (:class:`~privaudit.defenses.opacus_watch.ReplayScript`; every draw is still made, so
+the normaliser (:class:`~privaudit.defenses.watch.opacus_watch.OpacusWatch` with ``keep``). It is then replayed twice
+with
+those batches and that noise (:class:`~privaudit.defenses.watch.opacus_watch.ReplayScript`; every draw is still made, so
 the generators advance as they ran):
 
 * on the same n records: the release must repeat, to the rounding of a sum of its records in its dtype
@@ -45,7 +46,7 @@ from privaudit.accountants import rounding
 from privaudit.audit.user.training_neighbours import resized
 from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
 from privaudit.defenses.dp.release.as_run import release_distance, rounding_slack
-from privaudit.defenses.opacus_watch import ReplayScript
+from privaudit.defenses.watch.opacus_watch import ReplayScript
 
 def repeat_tolerance(release: Any, chunks: tuple[tuple[int, ...], ...]) -> float:
     """The relative difference under which a repeated release counts as the same release: the rounding of a sum of

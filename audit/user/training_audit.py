@@ -2,7 +2,7 @@
 
 ``audit_training(factory, train_fn, members=..., delta=...)`` runs the user's ``train(model, x, y, *, seed)``
 (audit-model's contract: it trains ``factory()`` in place with Opacus and returns Opacus' accountant, or nothing)
-while :class:`~privaudit.defenses.opacus_watch.OpacusWatch` observes every release Opacus makes. Nothing in the
+while :class:`~privaudit.defenses.watch.opacus_watch.OpacusWatch` observes every release Opacus makes. Nothing in the
 user's code changes. The audit, in order:
 
 1. **probe and neighbours** (:mod:`privaudit.audit.user.training_neighbours`): the recipe replayed, first releases only,
@@ -89,7 +89,7 @@ class TrainingAudit:
 
 
 def _recipe(factory: str, train_fn: str, seed: int) -> Recipe:
-    from privaudit.defenses.seeding import derive_seed
+    from privaudit.defenses.training.seeding import derive_seed
     from privaudit.defenses.user_model import load_callable
 
     return Recipe(load_callable(factory, "--factory"), load_callable(train_fn, "--train-fn"), factory, train_fn,

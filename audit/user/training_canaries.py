@@ -1,7 +1,8 @@
 """White-box gradient canaries inside the user's Opacus optimizer step, scored as
 :mod:`privaudit.attacks.canaries.gradient_canary` scores the engine's.
 
-Placement (the hook of :mod:`privaudit.defenses.dp.release.step`, called by :mod:`privaudit.defenses.opacus_step`): m
+Placement (the hook of :mod:`privaudit.defenses.dp.release.step`, called by
+:mod:`privaudit.defenses.watch.opacus_step`): m
 Dirac
 canaries on distinct coordinates of the optimizer's flat parameter layout (placed so that every parameter tensor
 holds some), each inserted by a fair coin, each taking part in every release independently with the accountant's
@@ -25,7 +26,7 @@ from privaudit.attacks.canaries.canary_audit import canary_audit_result, track_c
 from privaudit.attacks.canaries.gradient_canary import GradientCanaries
 from privaudit.attacks.canaries.gradient_canary_audit import GradientCanaryConfig
 from privaudit.defenses.dp.release.step import dirac_canaries
-from privaudit.defenses.seeding import derive_seed, torch_generator
+from privaudit.defenses.training.seeding import derive_seed, torch_generator
 
 #: The ceiling's per-step mu is capped at this multiple of the claim's (:func:`trajectory_ceiling`).
 CEILING_MU_FACTOR = 3.0

@@ -1,4 +1,4 @@
-"""Run the user's unmodified training function under :class:`~privaudit.defenses.opacus_watch.OpacusWatch`.
+"""Run the user's unmodified training function under :class:`~privaudit.defenses.watch.opacus_watch.OpacusWatch`.
 
 ``train(model, x, y, *, seed)`` (audit-model's contract) trains ``factory()`` in place and returns Opacus'
 accountant or nothing. Every run here builds the model with the same initialisation seed and calls ``train`` with
@@ -17,7 +17,7 @@ import torch
 
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.release.step import CanarySource
-from privaudit.defenses.opacus_watch import OpacusWatch, ReplayScript
+from privaudit.defenses.watch.opacus_watch import OpacusWatch, ReplayScript
 
 NO_RELEASE = ("never released through an Opacus DPOptimizer (no optimizer.step() of one added noise) nor a declared "
               "release: audit-training watches Opacus' DPOptimizer (make_private, or DPOptimizer around your "
@@ -49,7 +49,7 @@ class WatchedRun:
 def run_watched(recipe: Recipe, x: torch.Tensor, y: torch.Tensor, *, canaries: CanarySource | None = None,
                 stop_after: int | None = None, script: ReplayScript | None = None, keep: bool = False) -> WatchedRun:
     """``train(factory(), x, y, seed=...)`` under the watch; refuses a function that raises or never releases.
-    ``script`` and ``keep``: a replay (:class:`~privaudit.defenses.opacus_watch.ReplayScript`)."""
+    ``script`` and ``keep``: a replay (:class:`~privaudit.defenses.watch.opacus_watch.ReplayScript`)."""
     from privaudit.defenses.user_model import build
 
     net = build(recipe.factory, recipe.init_seed)

@@ -50,11 +50,11 @@ from privaudit.defenses.alm.mechanisms import (GAUSSIAN_CALIBRATIONS, MECHANISMS
                                                snapped_calibration)
 from privaudit.defenses.alm.snapping import default_clamp_bound
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
-from privaudit.defenses.evaluation import embed
+from privaudit.defenses.evaluation.evaluation import embed
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
 from privaudit.defenses.nonprivate import train_contrastive
-from privaudit.defenses.seeding import torch_generator
-from privaudit.defenses.training import ContrastiveConfig
+from privaudit.defenses.training.seeding import torch_generator
+from privaudit.defenses.training.training import ContrastiveConfig
 
 SENSITIVITY_SAMPLERS = ("alm", "rubinstein-alda")
 ORACLE_POOLS = ("members", "public")

@@ -29,7 +29,7 @@ from dp_accounting import (ComposedDpEvent, DpEvent, GaussianDpEvent, NonPrivate
 from privaudit.accountants import PrivacyClaim, calibrate, epsilon
 from privaudit.accountants.rdp import quiet_absl
 from privaudit.core.errors import ConfigError, check_positive, one_of
-from privaudit.defenses.sampling import steps_per_epoch
+from privaudit.defenses.training.sampling import steps_per_epoch
 
 SAMPLERS = ("poisson", "without-replacement")
 
@@ -157,7 +157,8 @@ def calibrate_multiplier(template: Callable[[float], PrivacyClaim], target_epsil
                          accountant: str = "rdp") -> float:
     """Smallest gradient noise multiplier whose claim meets ``target_epsilon`` under ``accountant``.
 
-    Other accountants (PLD) search below the RDP answer. With the RDP accountant, a fast bisection on :data:`FAST_ORDERS` is refined on the accountant's
+    Other accountants (PLD) search below the RDP answer. With the RDP accountant, a fast bisection on
+    :data:`FAST_ORDERS` is refined on the accountant's
     default orders (a superset, so the refined multiplier still meets the target there).
     """
     with quiet_absl():

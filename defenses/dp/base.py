@@ -13,7 +13,7 @@ A method (DP-SGD on InfoNCE, batch clipping, DPCL, DP-GCL, Logit-DP) supplies fo
 
 This class owns the rest: the model, calibration of the noise to ``Budget.target_epsilon`` through
 :mod:`accountants`, the claim, the noisy release with the canary hook (:mod:`privaudit.defenses.dp.release.step`), the
-training loop (:func:`privaudit.defenses.training.run_training`), the history (loss, clipped fraction, gradient
+training loop (:func:`privaudit.defenses.training.training.run_training`), the history (loss, clipped fraction, gradient
 SNR) and the privatized quantities, which call the same :meth:`compute` the training step calls.
 
 The history holds non-private diagnostics (true loss, norms, clipped fraction); they are not covered
@@ -36,7 +36,7 @@ from privaudit.accountants.registry import ACCOUNTANTS
 from privaudit.accountants.trace import TrainingTrace
 from privaudit.core.datasets import DatasetInfo, MembershipData
 from privaudit.core.errors import ConfigError, check_positive, one_of
-from privaudit.defenses.augment import Augmentation, augmentation_for
+from privaudit.defenses.training.augment import Augmentation, augmentation_for
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from privaudit.defenses.dp.accounting import (Mechanism, SamplingPlan, build_claim, calibrate_multiplier,
                                               effective_multiplier, noise_multipliers, plan_sampling)
@@ -47,10 +47,10 @@ from privaudit.defenses.dp.release.randomness import StepRandomness
 from privaudit.defenses.dp.release.as_run import SamplingRecorder, crafted_record, replay, replay_steps
 from privaudit.defenses.dp.release.step import CanarySource, Release, canaries_at, release
 from privaudit.defenses.nn.model import ContrastiveModel, ModelSpec, build_model
-from privaudit.defenses.pretrain import check_init, initial_state, load_into
-from privaudit.defenses.sampling import make_batches
-from privaudit.defenses.seeding import derive_seed, torch_generator
-from privaudit.defenses.training import ContrastiveConfig, make_optimizer, run_training
+from privaudit.defenses.training.pretrain import check_init, initial_state, load_into
+from privaudit.defenses.training.sampling import make_batches
+from privaudit.defenses.training.seeding import derive_seed, torch_generator
+from privaudit.defenses.training.training import ContrastiveConfig, make_optimizer, run_training
 
 SENSITIVITY_MODES = ("paper", "sound")
 
@@ -83,7 +83,8 @@ class DPConfig(ContrastiveConfig):
     what the model learned from the effect of re-randomising the weights with noise.
     ``init`` is where training starts: ``public`` (SimCLR on the public split for ``pretrain_epochs``
     epochs, the papers' recipe, cached per dataset and split seed), ``random`` or a safetensors path
-    (:mod:`privaudit.defenses.pretrain`). ``accountant`` calibrates the noise: ``pld`` (default) is the tightest
+    (:mod:`privaudit.defenses.training.pretrain`). ``accountant`` calibrates the noise: ``pld`` (default) is the
+    tightest
     sound one for every sampler here (Poisson add/remove and without-replacement replace-one).
     ``engine`` computes the per-unit clipped sums: ``auto`` (the layerwise engine of
     :mod:`privaudit.defenses.dp.engine.layerwise` where it applies, ``vmap`` otherwise), ``layerwise`` or ``vmap``

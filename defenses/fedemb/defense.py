@@ -45,7 +45,7 @@ from privaudit.core.datasets import MembershipData
 from privaudit.core.errors import ConfigError, check_positive, check_probability
 from privaudit.defenses.base import Budget, Defense, PrivatizedQuantity, Trained
 from privaudit.defenses.dp.release.as_run import replay_steps
-from privaudit.defenses.evaluation import embed, knn_accuracy, recall_at_far
+from privaudit.defenses.evaluation.evaluation import embed, knn_accuracy, recall_at_far
 from privaudit.defenses.fedemb.aggregate import (adaptive_clip_update, clipped_sum, count_stddev_for,
                                                  delta_noise_multiplier, event_noise_multiplier, noised_mean,
                                                  noised_release, split_noise)
@@ -54,8 +54,8 @@ from privaudit.defenses.fedemb.trace import RoundTrace, round_replay
 from privaudit.defenses.fedemb.users import RoundPlan, Users, partition_users, plan_round
 from privaudit.defenses.nn.model import ContrastiveModel, build_model
 from privaudit.defenses.nonprivate import train_contrastive
-from privaudit.defenses.seeding import torch_generator
-from privaudit.defenses.training import ContrastiveConfig
+from privaudit.defenses.training.seeding import torch_generator
+from privaudit.defenses.training.training import ContrastiveConfig
 
 SOURCE = "DP-FedEmb (Xu et al.): Algorithm 1, Sec. 2.3, App. C"
 SOURCE_FEDAVG = "DP-FedEmb (Xu et al.): Algorithm 2 (DP-FedAvg with virtual clients), App. B-C"

@@ -107,7 +107,7 @@ def build_model(spec: ModelSpec, seed: int | None = None) -> ContrastiveModel:
     """Build (and, with ``seed``, deterministically initialise) the model described by ``spec``."""
     spec.validate()
     if seed is not None:
-        from privaudit.defenses.seeding import derive_seed
+        from privaudit.defenses.training.seeding import derive_seed
 
         state = torch.random.get_rng_state()
         # The CPU generator the layers initialise from (the same state torch.manual_seed sets for it;

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from privaudit.defenses.seeding import derive_seed, torch_generator
+from privaudit.defenses.training.seeding import derive_seed, torch_generator
 
 BLOCK = 64  # batch positions per generator block
 

@@ -3,7 +3,7 @@
 Shadow and reference models (LiRA, Shokri, EncoderMI, multi-run audits) are K copies of the target's
 training run on different data and seeds. When they fit in memory, stacking their parameters
 (``torch.func.stack_module_state``) and computing all K losses in one pass — the K networks folded
-into one wide network where the layers allow it (:mod:`privaudit.defenses.folding`), ``vmap(functional_call)``
+into one wide network where the layers allow it (:mod:`privaudit.defenses.training.folding`), ``vmap(functional_call)``
 otherwise — turns K small, overhead-bound training loops into one. Each model keeps its own data,
 batch order, augmentation stream, initialisation and optimizer state, so the result equals K
 separate runs of the same defense (tests check this against the defense's own ``fit``). The gain is
@@ -30,8 +30,8 @@ import torch.nn as nn
 from torch.func import stack_module_state
 
 from privaudit.core.errors import one_of
-from privaudit.defenses.folding import batched_forward
-from privaudit.defenses.training import OPTIMIZERS
+from privaudit.defenses.training.folding import batched_forward
+from privaudit.defenses.training.training import OPTIMIZERS
 
 
 class StackedOptimizer:
@@ -124,7 +124,7 @@ class StackedTrainer:
 
     ``loss_fn(call, *inputs)`` returns the K losses (K,): ``call(x)`` runs all K models on stacked
     inputs x (K, B, ...) and returns (K, B, ...) — folded into one wide network when the architecture
-    allows it (:mod:`privaudit.defenses.folding`), else with ``vmap(functional_call)``.
+    allows it (:mod:`privaudit.defenses.training.folding`), else with ``vmap(functional_call)``.
     """
 
     def __init__(self, modules: Sequence[nn.Module], optimizer: str, lr: float, momentum: float = 0.9,

@@ -36,7 +36,7 @@ import torch.nn as nn
 from privaudit.core.datasets import MembershipData
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import atomic_save_tensors, load_tensors
-from privaudit.defenses.training import ContrastiveConfig
+from privaudit.defenses.training.training import ContrastiveConfig
 
 INITS = ("public", "random")
 CACHE_ENV = "PRIVAUDIT_CACHE_DIR"

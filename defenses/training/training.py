@@ -15,7 +15,7 @@ import torch
 
 from privaudit.core.datasets import DatasetInfo
 from privaudit.core.errors import check_positive, one_of
-from privaudit.defenses.augment import AUGMENTATIONS
+from privaudit.defenses.training.augment import AUGMENTATIONS
 from privaudit.defenses.losses import BARLOW_LAMBDA, OBJECTIVES
 from privaudit.defenses.nn.model import ENCODERS, ModelSpec
 

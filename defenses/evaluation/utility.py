@@ -1,11 +1,13 @@
 """Utility beside leakage: what a trained encoder gained over a random one, against a non-private reference.
 
 For one trained model, :func:`utility_panel` measures k-NN and linear-probe accuracy
-(:func:`privaudit.defenses.evaluation.encoder_utility`: features of the members train the probe, the test split
+(:func:`privaudit.defenses.evaluation.evaluation.encoder_utility`: features of the members train the probe, the test
+split
 scores it) of four encoders on the same data:
 
 * ``trained`` -- the released encoder;
-* ``init`` -- where its training started (:mod:`privaudit.defenses.pretrain`: public pretraining, random, a file);
+* ``init`` -- where its training started (:mod:`privaudit.defenses.training.pretrain`: public pretraining, random, a
+file);
 * ``random`` -- the seeded random initialisation of the same architecture;
 * ``nonprivate`` -- non-private training from the same init with the same budget of steps and the
   same (expected) batch size on the same members (SimCLR-style objective of the defense when it is
@@ -14,7 +16,8 @@ scores it) of four encoders on the same data:
 and the fraction of the random -> non-private gap the trained model closes,
 ``gap_closed = (acc_trained - acc_random) / (acc_nonprivate - acc_random)`` (:func:`gap_closed`), and the
 trained model against its init on the same test examples (``vs_init``: the exact McNemar test of
-:func:`privaudit.defenses.evaluation.paired_change`; ``p_drop`` small means a real drop below the init, not a test
+:func:`privaudit.defenses.evaluation.evaluation.paired_change`; ``p_drop`` small means a real drop below the init, not a
+test
 example or two of sampling noise).
 The reference encoders and their scores depend only on the dataset, split seed, architecture, init and
 step budget, so they are cached in this process and shared by the cells of a suite.
@@ -33,11 +36,11 @@ import numpy as np
 import torch
 
 from privaudit.core.datasets import MembershipData
-from privaudit.defenses.evaluation import encoder_correct, gap_closed, paired_change
+from privaudit.defenses.evaluation.evaluation import encoder_correct, gap_closed, paired_change
 from privaudit.defenses.losses import OBJECTIVES
 from privaudit.defenses.nn.model import build_model
-from privaudit.defenses.pretrain import PRETRAIN_LR, initial_state
-from privaudit.defenses.training import ContrastiveConfig
+from privaudit.defenses.training.pretrain import PRETRAIN_LR, initial_state
+from privaudit.defenses.training.training import ContrastiveConfig
 
 METRICS = ("linear_probe_accuracy", "knn_accuracy")
 _SCORES: dict[str, dict[str, float]] = {}

@@ -1,4 +1,4 @@
-"""One Opacus release as it ran: what :class:`~privaudit.defenses.opacus_watch.OpacusWatch` sees inside a
+"""One Opacus release as it ran: what :class:`~privaudit.defenses.watch.opacus_watch.OpacusWatch` sees inside a
 ``DPOptimizer.pre_step``.
 
 Opacus' ``pre_step`` calls, on the optimizer, ``clip_and_accumulate`` (per-sample clipping into ``p.summed_grad``),
@@ -27,7 +27,7 @@ as it ran:
   release answers (Opacus' AdaClipDPOptimizer: the count of unclipped units its clip update reads): it is kept out
   of the gradient's noise std and digests, linked to the optimizer attribute it noises, measured (its sensitivity
   by the clipping probe, the noise it received after the release) and composed with the gradient into the release's
-  multiplier (``other_queries``, ``composed``: :mod:`privaudit.defenses.opacus_queries`);
+  multiplier (``other_queries``, ``composed``: :mod:`privaudit.defenses.watch.opacus_queries`);
 * the normaliser (:meth:`StepObserver.scale`): what the release divided the noisy sum by, measured as
   ``<g, g> / <g, g'>`` from the gradient before (g) and after (g') the call.
 """
@@ -44,7 +44,7 @@ from privaudit.accountants import rounding
 from privaudit.defenses.dp.release.as_run import noise_digest, tensor_noise_digests
 from privaudit.defenses.dp.release.noise_law import released_law
 from privaudit.defenses.dp.release.step import CanarySource, canaries_at
-from privaudit.defenses.opacus_queries import (BELOW_CLIP, Probe, Query, changes, compose, linked, received,
+from privaudit.defenses.watch.opacus_queries import (BELOW_CLIP, Probe, Query, changes, compose, linked, received,
                                                restore, snapshot)
 
 #: Units per step whose clipping is replayed alone: the step's unit of largest raw norm rescaled to a norm t C drawn
@@ -53,9 +53,9 @@ from privaudit.defenses.opacus_queries import (BELOW_CLIP, Probe, Query, changes
 #: unit, so the rescaled copy is the code's own clipping at a norm the data may not reach yet: over a run the probe
 #: covers every norm from C/2 to the largest the data reached, and a clipping that spares mid-norm units (a threshold
 #: above the clip norm) shows even while every real unit is far above it. Besides them, the same unit just below the
-#: clip (:data:`~privaudit.defenses.opacus_queries.BELOW_CLIP`) is always probed: it enters the gradient whole, and a
-#: statistic of the clipping (an adaptive clip's count of unclipped units) counts it. Each probe is one call of the
-#: code's clipping.
+#: clip (:data:`~privaudit.defenses.watch.opacus_queries.BELOW_CLIP`) is always probed: it enters the gradient whole,
+#: and a statistic of the clipping (an adaptive clip's count of unclipped units) counts it. Each probe is one call of
+#: the code's clipping.
 PROBE_UNITS = 1
 
 
@@ -113,7 +113,7 @@ class StepObserver:
         self.draws: list[tuple[float, torch.Tensor]] = []
         self.gradient: list[bool] = []  # per draw: noise on the gradient (else another query the release answers)
         self.std_dtypes: list[str] = []  # per gradient draw: the dtype its std was computed in
-        self.queries: list[Query] = []  # the draws not on the gradient (:mod:`privaudit.defenses.opacus_queries`)
+        self.queries: list[Query] = []  # the draws not on the gradient (:mod:`privaudit.defenses.watch.opacus_queries`)
         self.probes: list[Probe] = []  # every probe unit of the release's clipping calls
 
     def drawn(self, std: Any, reference: Any, noise: torch.Tensor) -> None:
@@ -174,7 +174,8 @@ class StepObserver:
 
     def _probes(self, rows: list[torch.Tensor]) -> list[list[torch.Tensor]]:
         """The probe units (:data:`PROBE_UNITS`), each as one row per parameter: the largest raw norm's unit
-        rescaled to a drawn norm and to just below the clip (:data:`~privaudit.defenses.opacus_queries.BELOW_CLIP`:
+        rescaled to a drawn norm and to just below the clip
+        (:data:`~privaudit.defenses.watch.opacus_queries.BELOW_CLIP`:
         it enters the gradient whole, and is the unit a statistic of the clipping counts as unclipped), then (from
         2) the unit as it ran."""
         raw = torch.stack([r.reshape(len(r), -1).norm(dim=1) for r in rows], dim=1).norm(dim=1)
@@ -221,7 +222,7 @@ class StepObserver:
 
     def _other_queries(self) -> None:
         """The draws not on the gradient: which statistic each noised and how much of the draw it received, composed
-        with the gradient's release into the release's multiplier (:mod:`privaudit.defenses.opacus_queries`)."""
+        with the gradient's release into the release's multiplier (:mod:`privaudit.defenses.watch.opacus_queries`)."""
         for q in self.queries:
             received(self.opt, q)
         if self.queries:

@@ -10,8 +10,8 @@ A loop that does not go through Opacus' ``DPOptimizer`` wraps the line that adds
 
 ``sums``: the tensors released (the clipped per-unit gradients summed, one per parameter, in the parameters'
 order), noised *in place* inside the block. Outside an audit the block does nothing. Inside
-:class:`~privaudit.defenses.opacus_watch.OpacusWatch` (``privaudit audit-training``) it is one *release*, observed
-as Opacus' are (:mod:`privaudit.defenses.opacus_step`):
+:class:`~privaudit.defenses.watch.opacus_watch.OpacusWatch` (``privaudit audit-training``) it is one *release*, observed
+as Opacus' are (:mod:`privaudit.defenses.watch.opacus_step`):
 
 * on entry the tensors (the data's clipped sum) are read and the canaries of the hook of
   :mod:`privaudit.defenses.dp.release.step` (Dirac, norm at most ``clip_norm``) are added to them in place;
@@ -92,7 +92,7 @@ class DeclaredStep:
 
     def __init__(self, watch: Any, tensors: list[torch.Tensor], z: float, clip: float, rate: float,
                  normalizer: float, batch: torch.Tensor | None, units: Sequence[torch.Tensor] | None):
-        from privaudit.defenses.opacus_step import StepRecord
+        from privaudit.defenses.watch.opacus_step import StepRecord
 
         self.watch, self.tensors, self.rate = watch, tensors, rate
         self.rec = StepRecord(clip=clip, multiplier=z, noise_std=z * clip, normalizer=normalizer,
@@ -138,7 +138,7 @@ class DeclaredStep:
         self.base = _flat(self.tensors).clone()
 
     def exit(self) -> None:
-        from privaudit.defenses.opacus_step import _silent
+        from privaudit.defenses.watch.opacus_step import _silent
 
         after = _flat(self.tensors)
         added = after - (self.data if self.inserted is None else self.data + self.inserted[0])

@@ -3,7 +3,7 @@
 ``untrained`` returns the seeded initialisation of an architecture (DP-GCL Table 1's "Base": "a randomly
 initialized network" not trained on the private data), or with ``encoder = "pixels"`` the identity map on the
 flattened pixels. Neither reads the training set, so the claim is the no-op event: epsilon 0 under every
-accountant. Its probe and k-NN accuracy are measured as any encoder's (:mod:`privaudit.defenses.utility`).
+accountant. Its probe and k-NN accuracy are measured as any encoder's (:mod:`privaudit.defenses.evaluation.utility`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from privaudit.core.datasets import DatasetInfo, MembershipData
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.base import Budget, Defense, Trained
 from privaudit.defenses.nn.model import ENCODERS, ModelSpec, build_model
-from privaudit.defenses.training import EncoderFields, ObjectiveFields, validate_fields
+from privaudit.defenses.training.training import EncoderFields, ObjectiveFields, validate_fields
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ import torch
 from privaudit.core.datasets import MembershipData
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.base import Budget
-from privaudit.defenses.evaluation import encoder_utility
+from privaudit.defenses.evaluation.evaluation import encoder_utility
 from privaudit.defenses.registry import make_defense
-from privaudit.defenses.seeding import torch_generator
+from privaudit.defenses.training.seeding import torch_generator
 
 DEFAULT_GRID = (50, 100, 200, 400)
 

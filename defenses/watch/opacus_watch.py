@@ -4,7 +4,7 @@
 patches, at class level (restored on exit, whatever happens):
 
 * ``DPOptimizer.pre_step`` (and every subclass's own): each call that adds noise is one *release*; inside it the
-  optimizer's clipping, noise and normaliser are observed (:mod:`privaudit.defenses.opacus_step`), and the
+  optimizer's clipping, noise and normaliser are observed (:mod:`privaudit.defenses.watch.opacus_step`), and the
   canaries of the hook of :mod:`privaudit.defenses.dp.release.step` are added to the clipped sum before the noise;
 * Opacus' ``_generate_noise`` (in every Opacus module that holds it): the std of each draw and the noise drawn;
 * ``torch.utils.data``'s loader iterator (``_next_index``): the index batches drawn from the training set (a
@@ -13,7 +13,7 @@ patches, at class level (restored on exit, whatever happens):
   ``SequentialSampler`` in a ``BatchSampler``: shuffled / sequential fixed-size batches);
 * every Opacus accountant's ``step``: the (noise multiplier, sample rate) the accountant was told at each release,
   and the last accountant stepped (the claim when the training function returns none);
-* a plain loop's declared releases (:mod:`privaudit.defenses.declared_release`): while the watch is open it is the
+* a plain loop's declared releases (:mod:`privaudit.defenses.watch.declared_release`): while the watch is open it is the
   one ``privaudit.declare_release`` records into (an accountant stepped after a declared release is that release's).
 
 :meth:`OpacusWatch.trace` turns the records into the :class:`~privaudit.accountants.trace_record.TrainingTrace`
@@ -35,11 +35,11 @@ import torch
 
 from privaudit.accountants import rounding
 from privaudit.accountants.trace_record import TrainingTrace
-from privaudit.defenses.declared_release import ACTIVE
+from privaudit.defenses.watch.declared_release import ACTIVE
 from privaudit.defenses.dp.release.as_run import SamplingRecorder
 from privaudit.defenses.dp.release.step import CanarySource
-from privaudit.defenses.opacus_ghost import GHOST_SLACK, GhostClip, ghost_classes, ghost_probe
-from privaudit.defenses.opacus_step import PROBE_UNITS, StepObserver, StepRecord
+from privaudit.defenses.watch.opacus_ghost import GHOST_SLACK, GhostClip, ghost_classes, ghost_probe
+from privaudit.defenses.watch.opacus_step import PROBE_UNITS, StepObserver, StepRecord
 
 SHIMMED = ("clip_and_accumulate", "add_noise", "scale_grad")
 
@@ -185,7 +185,7 @@ class OpacusWatch:
                 self._set(cls, "step", self._accountant_step(cls.__dict__["step"]))
 
     def _patch_ghost(self) -> None:
-        """Fast (ghost) clipping's backward and coefficients (:mod:`privaudit.defenses.opacus_ghost`)."""
+        """Fast (ghost) clipping's backward and coefficients (:mod:`privaudit.defenses.watch.opacus_ghost`)."""
         tensor_cls, modules = ghost_classes()
         if tensor_cls is None:
             return
@@ -306,7 +306,8 @@ class OpacusWatch:
             self.ghost = []
 
     def record_declared(self, rec: StepRecord, numels: list[int], rate: float) -> None:
-        """A release a plain loop declared (:mod:`privaudit.defenses.declared_release`): its tensors take the model's
+        """A release a plain loop declared (:mod:`privaudit.defenses.watch.declared_release`): its tensors take the
+        model's
         parameter names when they are as many; with no data loader seen, its sampler is the declared Poisson rate."""
         if self.loader is None:
             self.loader = {"sampler": "poisson", "sample_rate": rate, "batches_per_epoch": None, "batch_size": None}

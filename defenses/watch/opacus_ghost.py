@@ -5,8 +5,9 @@ returns a ``DPTensorFastGradientClipping`` whose ``backward`` runs a first backw
 compute each unit's gradient norm (``param._norm_sample``), asks the module for the clipping coefficients
 (``get_clipping_coef``: ``min(1, max_grad_norm / (norm + 1e-6))`` in Opacus 1.6), and runs a second backward pass of
 ``sum_i coef_i * loss_i``, so the optimizer's clipped sum is ``sum_i coef_i grad(loss_i)`` and its own
-``clip_and_accumulate`` does nothing. The per-sample probe of :mod:`privaudit.defenses.opacus_step` has nothing to run
-there, so the watch (:meth:`privaudit.defenses.opacus_watch.OpacusWatch._patch_ghost`) shadows, for its lifetime,
+``clip_and_accumulate`` does nothing. The per-sample probe of :mod:`privaudit.defenses.watch.opacus_step` has nothing to
+run
+there, so the watch (:meth:`privaudit.defenses.watch.opacus_watch.OpacusWatch._patch_ghost`) shadows, for its lifetime,
 ``DPTensorFastGradientClipping.backward`` and every ``get_clipping_coef`` of Opacus' fast-clipping modules; when the
 coefficients are asked for inside a backward (the first pass's graph still held), :func:`ghost_probe` measures, with
 the module's hooks off:
@@ -35,7 +36,7 @@ from typing import Any, Callable
 
 import torch
 
-from privaudit.defenses.opacus_step import drawn_norm
+from privaudit.defenses.watch.opacus_step import drawn_norm
 
 #: Relative slack of the unit-norm check on a ghost-clipped step (the trace's ``unit_norm_slack``): the code's norms
 #: are float32 sums of Gram products over a sequence, the probe's true norm a float32 autograd gradient; they differed

@@ -4,7 +4,7 @@ Opacus' ``AdaClipDPOptimizer`` noises, every step, the count of units it left un
 ``unclipped_num_std``), from which it moves its clip; any optimizer may noise some statistic of the batch beside the
 gradient. Each is a Gaussian mechanism on the same batch, so the release is one Gaussian mechanism whose multiplier
 composes them (1 / z^2 = sum_i 1 / z_i^2, McMahan et al. 2018, Sec. 3) and the accountant must be told that z. The
-watch (:mod:`privaudit.defenses.opacus_step`) measures every part of it from the code:
+watch (:mod:`privaudit.defenses.watch.opacus_step`) measures every part of it from the code:
 
 * *which statistic a draw noises* (:func:`linked`): at the draw, the optimizer's numeric attributes whose value is
   the draw's reference (AdaClip draws on ``unclipped_num.float()``); after the release, the one of them that received
