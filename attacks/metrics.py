@@ -145,7 +145,7 @@ class ScoreMetrics:
 def score_metrics(members: np.ndarray, nonmembers: np.ndarray,
                   targets: tuple[float, ...] = FPR_TARGETS) -> ScoreMetrics:
     """The metrics of the module docstring for the members' and the non-members' scores (higher = member), the
-    same two sides :func:`privaudit.audit.user.score_audit.audit_scores` takes."""
+    same two sides :func:`privaudit.audit.user.scores.score_audit.audit_scores` takes."""
     s = SortedScores.of(members, nonmembers)
     d = s.summary(targets)
     return ScoreMetrics(d["auc"], d["advantage"], d["balanced_accuracy"],

@@ -69,12 +69,12 @@ from privaudit.core.version import __version__  # noqa: E402 (after __path__: a 
 #: public name -> (module, attribute)
 _EXPORTS: dict[str, tuple[str, str]] = {
     # your own scores or model
-    "audit_scores": ("privaudit.audit.user.score_audit", "audit_scores"),
-    "ScoreAudit": ("privaudit.audit.user.score_result", "ScoreAudit"),
-    "audit_model": ("privaudit.audit.user.model_audit", "audit_model"),
-    "audit_training": ("privaudit.audit.user.training_audit", "audit_training"),
+    "audit_scores": ("privaudit.audit.user.scores.score_audit", "audit_scores"),
+    "ScoreAudit": ("privaudit.audit.user.scores.score_result", "ScoreAudit"),
+    "audit_model": ("privaudit.audit.user.model.model_audit", "audit_model"),
+    "audit_training": ("privaudit.audit.user.training.training_audit", "audit_training"),
     "declare_release": ("privaudit.defenses.watch.declared_release", "declare_release"),
-    "ModelAudit": ("privaudit.audit.user.model_result", "ModelAudit"),
+    "ModelAudit": ("privaudit.audit.user.model.model_result", "ModelAudit"),
     # defenses
     "make_defense": ("privaudit.defenses", "make_defense"),
     "Budget": ("privaudit.defenses", "Budget"),

@@ -11,7 +11,7 @@ import torch
 from privaudit.attacks.bounds.multi_run import multi_run_ceiling
 from privaudit.attacks.bounds.one_run import one_run_epsilon
 from privaudit.audit.cli import main
-from privaudit.audit.user.model_audit import audit_model
+from privaudit.audit.user.model.model_audit import audit_model
 from privaudit.core.errors import ConfigError
 from privaudit.core.io import atomic_save_tensors
 

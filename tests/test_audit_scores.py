@@ -12,7 +12,7 @@ from scipy import stats
 
 from privaudit.attacks.bounds.gdp import gdp_epsilon
 from privaudit.audit.cli import main
-from privaudit.audit.user.score_audit import audit_scores
+from privaudit.audit.user.scores.score_audit import audit_scores
 from privaudit.core.errors import ConfigError
 
 from junit_check import read_junit

@@ -63,7 +63,7 @@ def test_honest_recipe_is_not_refuted(members, tmp_path):
     assert cases[0].name == "trajectory bound" and "claim: epsilon " in cases[0].out
     assert a.canary["eps_lb_trajectory"] > 0 and a.canary["eps_lb_trajectory"] < a.claim.epsilon
     assert (tmp_path / "out" / "report.html").is_file() and (tmp_path / "out" / "trace.json").is_file()
-    from privaudit.audit.user.training_report import clipping_note, notes
+    from privaudit.audit.user.training.training_report import clipping_note, notes
 
     assert "clipping as applied: observed on 14 of 14 releases; the largest clipped unit" in "\n".join(notes(a))
     unseen = clipping_note({"unit_norm_max": [None, None], "clip": 1.0})
@@ -94,7 +94,7 @@ def test_an_adaptive_clip_is_checked_release_by_release_with_its_count_query_com
     each release's clip and are read in the first's units (no false finding from the noise's scale following the
     clip), and the count of unclipped units it noises beside the gradient is composed into each release's multiplier
     at the sensitivity one probe unit moved it by (1)."""
-    from privaudit.audit.user.training_report import notes
+    from privaudit.audit.user.training.training_report import notes
 
     a = audit(members, f"opacus_plants:train_{plant}")
     clips = a.trace["sensitivity"]
@@ -113,7 +113,7 @@ def test_a_size_derived_normaliser_is_found_by_replay(members, monkeypatch):
     import opacus_audit
 
     monkeypatch.setattr(opacus_audit, "EPOCHS", 1)
-    from privaudit.audit.user.training_audit import audit_training
+    from privaudit.audit.user.training.training_audit import audit_training
 
     from sklearn.datasets import load_digits
 
@@ -184,7 +184,7 @@ def test_a_train_function_returning_anything_but_an_accountant_is_one_line_exit_
 def test_the_train_function_contract_accepts_an_opacus_accountant_or_nothing():
     from opacus.accountants import PRVAccountant, RDPAccountant
 
-    from privaudit.audit.user.training_audit import returned_accountant
+    from privaudit.audit.user.training.training_audit import returned_accountant
 
     for acc in (RDPAccountant(), PRVAccountant()):
         acc.history.append((1.1, 0.01, 10))
@@ -192,7 +192,7 @@ def test_the_train_function_contract_accepts_an_opacus_accountant_or_nothing():
     assert returned_accountant(None, "m:f") is None
     from types import SimpleNamespace
 
-    from privaudit.audit.user.training_audit import _claim
+    from privaudit.audit.user.training.training_audit import _claim
 
     stepped = _claim(None, SimpleNamespace(accountant=acc), 1e-5, None, "m:f")
     returned = _claim(acc, SimpleNamespace(accountant=None), 1e-5, None, "m:f")
@@ -217,7 +217,7 @@ def test_acceptance_honest_recipe_trajectory_bound(members, monkeypatch, epsilon
     monkeypatch.setattr(opacus_recipe, "EPOCHS", 15)
     monkeypatch.setattr(opacus_recipe, "TARGET_EPSILON", epsilon)
     opacus_recipe.noise_multiplier.cache_clear()
-    from privaudit.audit.user.training_audit import audit_training
+    from privaudit.audit.user.training.training_audit import audit_training
 
     a = audit_training("opacus_recipe:make_net", "opacus_recipe:train", members=members, delta=1e-5)
     assert a.verdict.verdict == "not refuted" and not a.findings
@@ -256,11 +256,11 @@ def test_the_clip_probe_is_the_largest_unit_rescaled_to_a_norm_drawn_off_the_use
 def test_the_release_replay_reaches_the_clip_and_refutes_a_loose_one(members):
     """The first release replayed with its own batch and noise plus one record: the honest recipe moves by the clip
     itself (the replay reaches the sensitivity), a clip at twice the calibrated one moves by twice it (refuted)."""
-    from privaudit.audit.user.release_replay import release_replay
+    from privaudit.audit.user.training.release_replay import release_replay
 
     data = np.load(members)
     x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])
-    from privaudit.audit.user.training_audit import _recipe
+    from privaudit.audit.user.training.training_audit import _recipe
 
     honest, found = release_replay(_recipe("opacus_recipe:make_net", "opacus_recipe:train", 0), x, y)
     assert honest["judged"] and not found and 0.99 <= honest["ratio"] <= 1 + honest["slack"], honest
@@ -278,9 +278,9 @@ def test_the_remove_one_replay_sees_a_normaliser_the_add_one_replay_misses(membe
     """Opacus' make_private at its defaults on 897 records: its normaliser int(n / ceil(n / 64)) is 59 at 897 and 898
     but 64 at 896, so the added record moves the release by the clip alone while the removed one moves it by far more
     (refuted, naming the remove-one neighbour)."""
-    from privaudit.audit.user.release_replay import release_replay
-    from privaudit.audit.user.training_audit import _recipe
-    from privaudit.audit.user.training_neighbours import resized
+    from privaudit.audit.user.training.release_replay import release_replay
+    from privaudit.audit.user.training.training_audit import _recipe
+    from privaudit.audit.user.training.training_neighbours import resized
 
     data = np.load(members)
     x, y = resized(torch.from_numpy(data["x"]), torch.from_numpy(data["y"]), 897)
@@ -293,8 +293,8 @@ def test_the_remove_one_replay_sees_a_normaliser_the_add_one_replay_misses(membe
 def test_a_release_the_replay_cannot_repeat_is_not_judged(members):
     """Randomness outside Opacus' noise (inputs jittered by an unseeded generator): the release does not repeat with
     its own batch and noise, so the distance is not judged (a note, no finding): never a false refutation."""
-    from privaudit.audit.user.release_replay import release_replay
-    from privaudit.audit.user.training_audit import _recipe
+    from privaudit.audit.user.training.release_replay import release_replay
+    from privaudit.audit.user.training.training_audit import _recipe
 
     data = np.load(members)
     x, y = torch.from_numpy(data["x"]), torch.from_numpy(data["y"])

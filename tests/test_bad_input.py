@@ -418,7 +418,7 @@ def test_a_bom_does_not_change_the_scores(tmp_path):
     """A CSV saved with a UTF-8 byte-order mark reads as the same scores (the BOM is not part of the header)."""
     import numpy as np
 
-    from privaudit.audit.user.score_audit import audit_scores
+    from privaudit.audit.user.scores.score_audit import audit_scores
 
     rng = np.random.default_rng(0)
     mem, non = rng.normal(1, 1, 300), rng.normal(0, 1, 300)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from privaudit.attacks.bounds.fair_coin import COIN_TEST_SHARE, check_fair_coin, fair_coin_p_value, split_beta
-from privaudit.audit.user import score_audit
+from privaudit.audit.user.scores import score_audit
 from privaudit.audit.cli import main
-from privaudit.audit.user.score_audit import audit_scores
+from privaudit.audit.user.scores.score_audit import audit_scores
 from privaudit.core.errors import ConfigError
 from soundness import assert_planted_rejected, assert_sound, critical, rejects, rr_runs
 

@@ -1,4 +1,5 @@
-"""The final-model audit (:mod:`privaudit.audit.user.final_model`): its bound's soundness on the idealised mechanism,
+"""The final-model audit (:mod:`privaudit.audit.user.model.final_model`): its bound's soundness on the idealised
+mechanism,
 the planted inflated variant the same check catches, and the design on a real Opacus recipe at a test's size."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 import soundness
 from privaudit.accountants.sampled_gaussian import sampled_gaussian_event
 from privaudit.attacks.bounds.gdp import gdp_epsilon
-from privaudit.audit.user import final_model as fm
+from privaudit.audit.user.model import final_model as fm
 
 BETA, DELTA = 0.05, 1e-5
 #: The README's Opacus recipe on the audited pair (33 examples or fewer: one Poisson batch at rate 1): 15 steps at
@@ -78,7 +79,7 @@ def opacus_user(tmp_path, monkeypatch, opacus_rdp_memo):
 
 
 def final_model_audit(d, runs: int, epsilon: float = 8.0):
-    from privaudit.audit.user.model_audit import audit_model
+    from privaudit.audit.user.model.model_audit import audit_model
 
     return audit_model("opacus_audit:make_net", d / "net.pt", members=d / "members.npz",
                        nonmembers=d / "nonmembers.npz", train_fn="opacus_audit:train", claimed_epsilon=epsilon,
@@ -111,7 +112,7 @@ def test_acceptance_figures(opacus_user):
     import json
     import time
 
-    from privaudit.audit.user.final_model import DEFAULT_CANARY_RUNS
+    from privaudit.audit.user.model.final_model import DEFAULT_CANARY_RUNS
     from privaudit.core.io import atomic_write_json
 
     d, recipe = opacus_user

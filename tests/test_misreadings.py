@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from privaudit.audit.cli import main
-from privaudit.audit.user.score_audit import audit_scores
-from privaudit.audit.user.score_bounds import inverted_warning
+from privaudit.audit.user.scores.score_audit import audit_scores
+from privaudit.audit.user.scores.score_bounds import inverted_warning
 from privaudit.core.errors import ConfigError
 
 import user_classifier

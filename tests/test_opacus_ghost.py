@@ -104,7 +104,7 @@ def test_every_grad_sample_mode_of_make_private_has_its_clipping_observed(member
 
 
 def test_the_honest_recipe_under_ghost_clipping_is_not_refuted(members):
-    from privaudit.audit.user.training_report import notes
+    from privaudit.audit.user.training.training_report import notes
 
     a = audit_recipe("opacus_recipe:make_net", members, "opacus_plants:train_ghost")
     assert a.verdict.verdict == "not refuted" and not a.findings, a.findings

@@ -11,7 +11,7 @@ from privaudit.attacks.bounds.multi_run import multi_run_ceiling
 from privaudit.attacks.bounds.one_run import one_run_search_ceiling
 from privaudit.audit.cli import main
 from privaudit.audit.user.plan import plan
-from privaudit.audit.user.score_bounds import one_run_grid
+from privaudit.audit.user.scores.score_bounds import one_run_grid
 from privaudit.audit.user.claim import UserClaim
 
 

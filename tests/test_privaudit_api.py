@@ -21,9 +21,9 @@ def test_front_door_doctests_pass():
 
 
 def test_score_audit_doctest_passes():
-    import privaudit.audit.user.score_audit
+    import privaudit.audit.user.scores.score_audit
 
-    result = doctest.testmod(privaudit.audit.user.score_audit)
+    result = doctest.testmod(privaudit.audit.user.scores.score_audit)
     assert result.attempted >= 4 and result.failed == 0, result
 
 

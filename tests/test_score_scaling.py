@@ -15,8 +15,8 @@ import pytest
 
 from privaudit.attacks.bounds.one_run import sorted_guess_counts
 from privaudit.attacks.metrics import SortedScores
-from privaudit.audit.user.score_audit import audit_scores
-from privaudit.audit.user.score_bounds import one_run_grid
+from privaudit.audit.user.scores.score_audit import audit_scores
+from privaudit.audit.user.scores.score_bounds import one_run_grid
 
 SMALL, LARGE = 200_000, 2_000_000
 

@@ -274,7 +274,8 @@ def test_the_conversion_reads_the_claims_epsilon_within_two_percent_from_below_a
 def test_the_training_audits_ceiling_is_capped_on_the_coarse_grid():
     """audit-training's ceiling: no error on any trial; above three times the claim's mu it is the cap's epsilon on the
     coarse grid (stated as "at least"), below it the design's own most on the bound's grid."""
-    from privaudit.audit.user.training_canaries import CEILING_COARSENING, CEILING_MU_FACTOR, trajectory_ceiling
+    from privaudit.audit.user.training.training_canaries import (CEILING_COARSENING, CEILING_MU_FACTOR,
+                                                                 trajectory_ceiling)
 
     ev = event(1 / 14, 210, 0.75)
     many = {"form": "two-sided", "n0": 500_000, "n1": 40_000}

@@ -12,7 +12,7 @@ import pytest
 from privaudit.attacks.bounds.multi_run import clopper_pearson_upper
 from privaudit.attacks.bounds import mechanism as mb
 from privaudit.audit.cli import main
-from privaudit.audit.user.score_audit import audit_scores
+from privaudit.audit.user.scores.score_audit import audit_scores
 from privaudit.audit.user.claim import UserClaim
 
 

@@ -23,7 +23,7 @@ def write_members(directory: Path) -> Path:
 
 def audit_recipe(factory: str, members: Path, train: str, **kw):
     """``audit_training`` of ``train`` on ``members`` at delta 1e-5, neighbours one size away, training not timed."""
-    from privaudit.audit.user.training_audit import audit_training
+    from privaudit.audit.user.training.training_audit import audit_training
 
     return audit_training(factory, train, members=members, delta=1e-5, time_training=False, size_radius=1, **kw)
 

@@ -1,5 +1,5 @@
 """``privaudit audit-model``: audit your own PyTorch classifier on your own members and non-members, and its
-training recipe by canary runs, against your claim (see :mod:`privaudit.audit.user.model_audit`)."""
+training recipe by canary runs, against your claim (see :mod:`privaudit.audit.user.model.model_audit`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from privaudit.audit.commands.common import (SEED, add_claim_args, add_junit_arg
                                              emit_json, format_table, integer, junit_target, number, refuted_status,
                                              show_required, write_junit_cases)
 
-from privaudit.audit.user.final_model import DEFAULT_CANARY_RUNS, DESIGNS
+from privaudit.audit.user.model.final_model import DEFAULT_CANARY_RUNS, DESIGNS
 
 HELP = ("audit your own PyTorch classifier on your own members and non-members (LOSS, LiRA, RMIA) and its "
         "training function by canary runs: a verdict on your claim and the design's ceiling")
@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from privaudit.attacks.metrics import FPR_TARGETS, fpr_key
-    from privaudit.audit.user.model_audit import audit_model
+    from privaudit.audit.user.model.model_audit import audit_model
 
     attacks = None if args.attacks is None else [a.strip() for a in args.attacks.split(",") if a.strip()]
     junit = junit_target(args)

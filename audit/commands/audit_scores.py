@@ -1,5 +1,5 @@
 """``privaudit audit-scores``: audit member / non-member scores a user already has (see
-:mod:`privaudit.audit.user.score_audit`)."""
+:mod:`privaudit.audit.user.scores.score_audit`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 from privaudit.audit.commands.common import (PROBABILITY, add_claim_args, add_junit_arg, add_output_args, claim_of,
                                              emit_json, format_table, junit_target, number, refuted_status,
                                              write_junit_cases)
-from privaudit.audit.user.score_inputs import KINDS
-from privaudit.audit.user.score_audit import DESIGNS
+from privaudit.audit.user.scores.score_inputs import KINDS
+from privaudit.audit.user.scores.score_audit import DESIGNS
 
 HELP = ("audit your own member / non-member scores: ROC, AUC, advantage, TPR at low FPR, an epsilon lower bound, "
         "and a verdict on your claim with the design's ceiling")
@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tf_privacy is None and (args.members is None or args.nonmembers is None):
         raise ConfigError("--members and --nonmembers: both required (or --tf-privacy FILE.npz)")
-    from privaudit.audit.user.score_audit import audit_scores
+    from privaudit.audit.user.scores.score_audit import audit_scores
 
     claim = claim_of(args)
     junit = junit_target(args)

@@ -1,5 +1,5 @@
 """``privaudit audit-training``: audit an unmodified Opacus training function white-box in one run, its neighbours
-replayed (see :mod:`privaudit.audit.user.training_audit`)."""
+replayed (see :mod:`privaudit.audit.user.training.training_audit`)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from privaudit.audit.user.junit import training_cases
-    from privaudit.audit.user.training_audit import audit_training
+    from privaudit.audit.user.training.training_audit import audit_training
 
     junit = junit_target(args)
     a = audit_training(args.factory, args.train_fn, members=args.members, nonmembers=args.nonmembers,

@@ -11,7 +11,7 @@ scan, then bisection between the last size that cannot and the first that can.
 Designs, as privaudit runs them:
 
 * ``one-run``: m candidates (canaries, or your members and non-members), each in the one training run by a
-  fair coin, guesses on the grid of :func:`privaudit.audit.user.score_bounds.one_run_grid` with a Bonferroni
+  fair coin, guesses on the grid of :func:`privaudit.audit.user.scores.score_bounds.one_run_grid` with a Bonferroni
   correction (Steinke, Nasr & Jagielski 2023), at the beta left after the fair-coin test of the counts --
   ``audit-scores``, and ``audit-model``'s attacks on your weights;
 * ``multi-run``: n independent runs on each side of a fixed neighbouring pair, the threshold chosen on half
@@ -69,7 +69,7 @@ def one_run_design(claim: UserClaim, beta: float) -> dict[str, Any]:
     ``beta`` the audits leave it after testing the fair coin on the counts: :func:`split_beta`)."""
     from privaudit.attacks.bounds.one_run import one_run_epsilon, one_run_search_ceiling
     from privaudit.attacks.bounds.fair_coin import split_beta
-    from privaudit.audit.user.score_bounds import one_run_grid
+    from privaudit.audit.user.scores.score_bounds import one_run_grid
 
     beta = split_beta(beta)[1]
 

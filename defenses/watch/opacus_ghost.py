@@ -23,7 +23,8 @@ the module's hooks off:
 The larger of the two is the step's ``unit_norm_max`` (in the optimizer's units: C is its ``max_grad_norm``), the
 units counted are the coefficients' rows; a release over several backward passes (virtual steps) takes the largest of
 them. What it cannot see: a second backward pass that does not use the coefficients it was given (the release replay
-of :mod:`privaudit.audit.user.release_replay` sees the released difference end to end), and units other than the top
+of :mod:`privaudit.audit.user.training.release_replay` sees the released difference end to end), and units other than
+the top
 one."""
 
 from __future__ import annotations

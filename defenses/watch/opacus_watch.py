@@ -19,10 +19,11 @@ patches, at class level (restored on exit, whatever happens):
 :meth:`OpacusWatch.trace` turns the records into the :class:`~privaudit.accountants.trace_record.TrainingTrace`
 that :func:`~privaudit.accountants.trace.check_trace` judges. ``stop_after`` ends the run after that many releases
 (:class:`Stopped`, a ``BaseException`` a training loop's ``except Exception`` does not swallow): the replays of
-:mod:`privaudit.audit.user.training_neighbours` need only the first steps' configuration. A :class:`ReplayScript`
+:mod:`privaudit.audit.user.training.training_neighbours` need only the first steps' configuration. A
+:class:`ReplayScript`
 makes the run a replay: the loaders yield its batches and ``_generate_noise`` returns its noise (each draw still
 made), and ``keep`` keeps each release's released gradient and noise on its record
-(:mod:`privaudit.audit.user.release_replay`).
+(:mod:`privaudit.audit.user.training.release_replay`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ SHIMMED = ("clip_and_accumulate", "add_noise", "scale_grad")
 
 @dataclass(frozen=True)
 class ReplayScript:
-    """What a replay of a recorded run substitutes (:mod:`privaudit.audit.user.release_replay`): ``batches``, the
+    """What a replay of a recorded run substitutes (:mod:`privaudit.audit.user.training.release_replay`): ``batches``,
+    the
     index lists the data loaders yield in order (in place of what the sampler draws), and ``draws``, per release
     the noise tensors ``_generate_noise`` returns in order (each still drawn, so the generator advances as it ran)."""
 

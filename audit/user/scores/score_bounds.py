@@ -1,7 +1,7 @@
 """The maths of a score audit: the one-run design's grid of guesses (:func:`one_run_grid`), each design's sound
 lower bound and its ceiling (:func:`design_bound`), the bound against the claim's own mechanism
 (:func:`claim_mechanism_bound`), and the test that flags inverted scores (:func:`inverted_warning`);
-:func:`privaudit.audit.user.score_audit.audit_scores` runs them.
+:func:`privaudit.audit.user.scores.score_audit.audit_scores` runs them.
 """
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ def inverted_warning(summary: dict[str, Any], kind: str) -> tuple[str, ...]:
 
 def design_bound(sides: metrics.SortedScores, originals: tuple[np.ndarray, np.ndarray] | None, design: str, beta: float,
            delta: float, claim: UserClaim | None, coin: str | None = None) -> tuple[EpsilonLowerBound, float]:
-    """The design's sound (eps, delta) lower bound (:mod:`privaudit.audit.user.score_audit` states the designs) and its
+    """The design's sound (eps, delta) lower bound (:mod:`privaudit.audit.user.scores.score_audit` states the designs)
+    and its
     ceiling."""
     relation, unit = ("add-remove", "example") if claim is None else (claim.relation, claim.unit)
     if design == "one-run":

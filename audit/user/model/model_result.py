@@ -1,6 +1,6 @@
 """The result of a model audit (:class:`ModelAudit`): what was audited, the claim and verdict, each attack's report
 object, and its rendering as ``report.json``, a report and the files
-:func:`privaudit.audit.user.model_audit.audit_model` writes.
+:func:`privaudit.audit.user.model.model_audit.audit_model` writes.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ REPORT_FILES = ("report.json", "report.md", "report.html", "roc.png", "histogram
 
 @dataclass(frozen=True)
 class ModelAudit:
-    """The result of :func:`~privaudit.audit.user.model_audit.audit_model`: what was audited, the claim and verdict, and
+    """The result of :func:`~privaudit.audit.user.model.model_audit.audit_model`: what was audited, the claim and
+    verdict, and
     each attack's report object by name (``auc``, ``advantage``, ``tpr_at_fpr``, ``eps_lower_bound``, ``ceiling``,
     ``eps_lb_method``, ...)."""
 
@@ -65,7 +66,7 @@ class ModelAudit:
                           None if self.verdict is None else self.verdict.to_dict(), rows, curves, hists, notes)
 
     def files(self) -> dict[str, bytes]:
-        """Every file :func:`~privaudit.audit.user.model_audit.audit_model` writes into ``out``: the report's, and
+        """Every file :func:`~privaudit.audit.user.model.model_audit.audit_model` writes into ``out``: the report's, and
         ``<attack>/scores.npz`` and ``result.json`` for each attack."""
         from privaudit.audit.user.report import files
         from privaudit.core.io import strict, to_json

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
+from privaudit.audit.user.training.training_runs import Recipe, WatchedRun, run_watched
 from privaudit.defenses.dp.release.as_run import crafted_record
 
 QUANTITIES = ("sampler", "sample_rate", "batches_per_epoch", "normalizer", "noise_multiplier", "clip",

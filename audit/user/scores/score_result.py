@@ -1,6 +1,6 @@
 """The result of a score audit (:class:`ScoreAudit`): the scores, the bound and its ceiling, the claim and verdict,
 and its rendering as ``report.json``, a report and the files
-:func:`~privaudit.audit.user.score_audit.audit_scores` writes.
+:func:`~privaudit.audit.user.scores.score_audit.audit_scores` writes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from privaudit.attacks import metrics
 from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound
 from privaudit.audit.user.claim import UserClaim, Verdict
 from privaudit.core.errors import ConfigError
-from privaudit.audit.user.score_bounds import ASSUMPTIONS
+from privaudit.audit.user.scores.score_bounds import ASSUMPTIONS
 
 
 #: What :meth:`ScoreAudit.write` writes into ``out`` (beside the manifest of :mod:`privaudit.audit.user.out_dir`).
@@ -25,7 +25,8 @@ FILES = ("report.json", "scores.npz", "report.md", "report.html", "roc.png", "hi
 
 @dataclass(frozen=True)
 class ScoreAudit:
-    """The result of :func:`~privaudit.audit.user.score_audit.audit_scores`: each side's scores (sorted ascending), the
+    """The result of :func:`~privaudit.audit.user.scores.score_audit.audit_scores`: each side's scores (sorted
+    ascending), the
     design, the sound (eps, delta) lower bound and its ceiling, the attack's summary (AUC, advantage, balanced accuracy,
     TPR at low FPR, counts), its ROC (at most a few thousand vertices), score histograms, where the inputs came from,
     and with a claim, the verdict (and the mechanism bound when the claim has a mechanism)."""

@@ -5,13 +5,14 @@
 while :class:`~privaudit.defenses.watch.opacus_watch.OpacusWatch` observes every release Opacus makes. Nothing in the
 user's code changes. The audit, in order:
 
-1. **probe and neighbours** (:mod:`privaudit.audit.user.training_neighbours`): the recipe replayed, first releases only,
+1. **probe and neighbours** (:mod:`privaudit.audit.user.training.training_neighbours`): the recipe replayed, first
+releases only,
    on the members resized to n - radius .. n + radius (the add-one and remove-one neighbours among them); any
    quantity of the mechanism that follows the dataset's size refutes the claim, named with its values; and the first
    release replayed with its own batch and noise plus one added record, and less one of the user's
-   (:mod:`privaudit.audit.user.release_replay`): a release that moves by more than the clip refutes it;
+   (:mod:`privaudit.audit.user.training.release_replay`): a release that moves by more than the clip refutes it;
 2. **the audited run**, with white-box gradient canaries in the optimizer step
-   (:mod:`privaudit.audit.user.training_canaries`), whose trace (:class:`~privaudit.accountants.trace_record.
+   (:mod:`privaudit.audit.user.training.training_canaries`), whose trace (:class:`~privaudit.accountants.trace_record.
    TrainingTrace`) is checked against the claim (:func:`~privaudit.accountants.trace.check_trace`: Opacus'
    accountant inputs against what ran: sampling as drawn against the rate, steps against the accountant's history,
    the noise multiplier, every other Gaussian query the optimizer noised composed in, and the noise drawn, the clip as
@@ -35,7 +36,7 @@ from typing import Any
 
 import torch
 
-from privaudit.audit.user.training_runs import Recipe, Stages, run_watched, time_plain
+from privaudit.audit.user.training.training_runs import Recipe, Stages, run_watched, time_plain
 from privaudit.audit.user.claim import UserClaim, Verdict, history_claim, judge
 from privaudit.core.errors import ConfigError
 
@@ -83,7 +84,7 @@ class TrainingAudit:
                 "costs": self.costs}
 
     def files(self) -> dict[str, bytes]:
-        from privaudit.audit.user.training_report import report_files
+        from privaudit.audit.user.training.training_report import report_files
 
         return report_files(self)
 
@@ -178,9 +179,9 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     ``progress``: the stages on a bar on a terminal."""
     from privaudit.audit.findings import fold_findings
     from privaudit.audit.user import out_dir
-    from privaudit.audit.user import training_canaries as tc
-    from privaudit.audit.user.release_replay import release_replay
-    from privaudit.audit.user.training_neighbours import replay_sizes, size_findings
+    from privaudit.audit.user.training import training_canaries as tc
+    from privaudit.audit.user.training.release_replay import release_replay
+    from privaudit.audit.user.training.training_neighbours import replay_sizes, size_findings
 
     if delta is None or not 0 < float(delta) < 1:
         raise ConfigError(f"--delta: required, in (0, 1): the delta of the claim, got {delta!r}")
@@ -246,7 +247,7 @@ def _verdict(claim: UserClaim, result: Any, counts: dict[str, Any], findings: li
     the bound's own verdict (``bound_verdict``)."""
     import dataclasses
 
-    from privaudit.audit.user.training_canaries import bound_at_claim, trajectory_ceiling
+    from privaudit.audit.user.training.training_canaries import bound_at_claim, trajectory_ceiling
 
     bound = result.trajectory_bound or result.bound
     ceiling, capped = trajectory_ceiling(counts, claim.event, beta=beta, delta=claim.delta, multiplier=multiplier) \

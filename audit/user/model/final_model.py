@@ -10,7 +10,8 @@ black-box auditing of differentially private machine learning", NeurIPS, arXiv 2
   without the canary, then every parameter multiplied by ``scale``. D's examples are then fitted with a
   saturated softmax, so their gradients vanish, and the noise DP-SGD adds moves the weights little relative to
   their size, so the canary's gradient keeps one direction through training;
-* **the crafted canary** (:func:`privaudit.audit.user.canary_runs.choose_canary`): zero everywhere but the quietest
+* **the crafted canary** (:func:`privaudit.audit.user.model.canary_runs.choose_canary`): zero everywhere but the
+quietest
   input coordinate (no example of the data touches the weights it feeds), labelled with the class theta_0 finds
   least likely: a mislabelled, out-of-distribution input whose gradient is large (always clipped) and orthogonal
   to the data's;

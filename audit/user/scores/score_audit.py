@@ -1,7 +1,8 @@
 """Audit scores a user already has: ROC, AUC, TPR at low FPR and a sound epsilon lower bound.
 
 The input is one score per example, higher meaning "member" (or losses / logits that
-:mod:`privaudit.audit.user.score_inputs` turns into scores), for members and non-members. The metrics are those of
+:mod:`privaudit.audit.user.scores.score_inputs` turns into scores), for members and non-members. The metrics are those
+of
 :mod:`privaudit.attacks.metrics` (ROC with no points dropped; TPR at FPR 0.1%, 1%, 10% read at the last ROC point
 within the budget). The lower bound is one of :mod:`privaudit.attacks.bounds`, chosen by the *design* that produced
 the scores, because only the design makes a bound sound:
@@ -44,12 +45,13 @@ import numpy as np
 
 from privaudit.attacks import metrics
 from privaudit.attacks.bounds.fair_coin import check_fair_coin, fair_coin_subsample, split_beta
-from privaudit.audit.user.score_inputs import KINDS, Scores, check_same_classes, read_scores, read_tf_privacy, scores_of
+from privaudit.audit.user.scores.score_inputs import (KINDS, Scores, check_same_classes, read_scores, read_tf_privacy,
+                                                      scores_of)
 from privaudit.audit.user.claim import UserClaim, claim_from_args, judge
 from privaudit.core.datasets.user_files import check_distinct
 from privaudit.core.errors import ConfigError, check_probability, one_of
-from privaudit.audit.user.score_bounds import claim_mechanism_bound, design_bound, inverted_warning
-from privaudit.audit.user.score_result import FILES, ScoreAudit
+from privaudit.audit.user.scores.score_bounds import claim_mechanism_bound, design_bound, inverted_warning
+from privaudit.audit.user.scores.score_result import FILES, ScoreAudit
 
 DESIGNS = ("one-run", "multi-run")
 
@@ -75,7 +77,8 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
     with its ceiling, and with a claim, a verdict.
 
     ``members``, ``nonmembers``: arrays or file paths (``.npy``/``.npz``/CSV; see
-    :mod:`privaudit.audit.user.score_inputs`), higher = member; ``kind`` says what they hold (``score``, ``loss``:
+    :mod:`privaudit.audit.user.scores.score_inputs`), higher = member; ``kind`` says what they hold (``score``,
+    ``loss``:
     score = -loss, ``logits`` / ``probs`` with ``*_labels``: LiRA's logit statistic). ``tf_privacy``: one ``.npz`` in
     TF-Privacy's ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the two sides.
     ``design``: ``one-run`` (each example included by an independent fair coin in one training run) or

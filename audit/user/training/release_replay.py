@@ -13,7 +13,7 @@ the generators advance as they ran):
   (:func:`repeat_tolerance`, relative to its norm). If it does not, the release is not a function of its batch and
   noise (other randomness, nondeterminism) and no distance is judged: a note says why;
 * on n + 1 records, the crafted record appended (the size replays' record,
-  :func:`~privaudit.audit.user.training_neighbours.resized`), the new record last in the release's last batch;
+  :func:`~privaudit.audit.user.training.training_neighbours.resized`), the new record last in the release's last batch;
 * on n - 1 records, one of the user's own records removed (the last one its loader yielded into the release's
   largest batch, so that no batch empties; the records after it keep their order), the batches re-indexed.
 
@@ -43,8 +43,8 @@ from typing import Any
 import torch
 
 from privaudit.accountants import rounding
-from privaudit.audit.user.training_neighbours import resized
-from privaudit.audit.user.training_runs import Recipe, WatchedRun, run_watched
+from privaudit.audit.user.training.training_neighbours import resized
+from privaudit.audit.user.training.training_runs import Recipe, WatchedRun, run_watched
 from privaudit.defenses.dp.release.as_run import release_distance, rounding_slack
 from privaudit.defenses.watch.opacus_watch import ReplayScript
 

@@ -16,7 +16,8 @@ population (needed for both). Their one-run bound (Steinke, Nasr & Jagielski 202
 included by an independent fair coin.
 
 ``canary`` (needs ``train_fn``: it audits the training recipe, not the given weights): ``canary_runs`` runs on
-each side of a fixed pair, D = the members and D' = D plus one canary (:mod:`privaudit.audit.user.canary_runs`). It
+each side of a fixed pair, D = the members and D' = D plus one canary (:mod:`privaudit.audit.user.model.canary_runs`).
+It
 is the design that can refute a DP-SGD claim at a large epsilon; ``privaudit plan`` sizes it.
 
 The claim (:mod:`privaudit.audit.user.claim`) is stated, or read from an Opacus accountant's saved state (then
@@ -34,11 +35,11 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from privaudit.audit.user.final_model import DEFAULT_CANARY_RUNS, DESIGNS, FinalModelDesign
+from privaudit.audit.user.model.final_model import DEFAULT_CANARY_RUNS, DESIGNS, FinalModelDesign
 from privaudit.audit.user.claim import UserClaim, Verdict, claim_from_args, judge
 from privaudit.core.errors import ConfigError
-from privaudit.audit.user.model_bounds import attack_summary, crafted_summary
-from privaudit.audit.user.model_result import ModelAudit, VERDICT_ORDER, output_names
+from privaudit.audit.user.model.model_bounds import attack_summary, crafted_summary
+from privaudit.audit.user.model.model_result import ModelAudit, VERDICT_ORDER, output_names
 
 ATTACKS_RUN = ("loss", "lira", "rmia", "canary")
 
@@ -92,9 +93,11 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     ``train_fn``). ``reference_models``: LiRA's and RMIA's (even, >= 4; shared). ``canary_runs``: runs on each
     side of the canary pair (>= 4). ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with
     ``train_fn``). The claim: ``claimed_epsilon`` at ``delta`` (``relation``, ``unit``), or ``opacus_state``, or
-    ``claim``. ``canary_design``: ``crafted`` (:mod:`privaudit.audit.user.final_model`: worst-case initialisation, a
+    ``claim``. ``canary_design``: ``crafted`` (:mod:`privaudit.audit.user.model.final_model`: worst-case initialisation,
+    a
     crafted canary, D = the first ``canary_pair_size`` members, parameters scaled by ``canary_scale``) or
-    ``quiet-coordinate`` (:mod:`privaudit.audit.user.canary_runs`: D = every member). ``beta``: 1 - confidence. ``out``:
+    ``quiet-coordinate`` (:mod:`privaudit.audit.user.model.canary_runs`: D = every member). ``beta``: 1 - confidence.
+    ``out``:
     the report, each attack's scores and ``report.json``; files there that privaudit did not write are kept unless
     ``force``.
     """
@@ -257,7 +260,7 @@ def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, b
                    runs: int) -> tuple[Any, dict[str, Any]]:
     from privaudit.attacks.bounds.multi_run import multi_run_bound
     from privaudit.attacks.result import AttackResult
-    from privaudit.audit.user.canary_runs import canary_scores, choose_canary
+    from privaudit.audit.user.model.canary_runs import canary_scores, choose_canary
     from privaudit.defenses.training.seeding import derive_seed
 
     canary = choose_canary(data, trained.model)
@@ -276,13 +279,14 @@ def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, b
 
 def _crafted_canary_attack(data: Any, params: dict[str, Any], seed: int, beta: float, delta: float, runs: int,
                            design: FinalModelDesign, claim: UserClaim | None) -> tuple[Any, dict[str, Any]]:
-    """The final-model audit of :mod:`privaudit.audit.user.final_model` on D = the first ``design.pair_size`` members:
+    """The final-model audit of :mod:`privaudit.audit.user.model.final_model` on D = the first ``design.pair_size``
+    members:
     its result (the Clopper-Pearson bound; the bound against the runs' own mechanism when the training function
     returned Opacus' accountant) and what the report shows of it (the canary, the pair's claim, the heuristic
     estimates, the bound against the number of runs)."""
     from privaudit.attacks.result import AttackResult
-    from privaudit.audit.user import final_model as fm
-    from privaudit.audit.user.canary_runs import choose_canary
+    from privaudit.audit.user.model import final_model as fm
+    from privaudit.audit.user.model.canary_runs import choose_canary
     from privaudit.defenses.training.seeding import derive_seed
     from privaudit.defenses.user_model import build, load_callable
 
