@@ -23,13 +23,13 @@ from scipy.optimize import brentq
 
 from privaudit.accountants.base import Accountant
 from privaudit.accountants.claim import PrivacyClaim
-from privaudit.accountants.conversions import epsilon_at_order
+from privaudit.accountants.rdp.conversions import epsilon_at_order
 from privaudit.accountants.events import ComposedDpEvent, DpEvent
 from privaudit.accountants.registry import get_accountant
 from privaudit.core.errors import ConfigError, check_positive
 
 if TYPE_CHECKING:
-    from privaudit.accountants.rdp import RdpAccountant
+    from privaudit.accountants.rdp.rdp import RdpAccountant
 
 _BIG = 1e300
 
@@ -139,7 +139,7 @@ def calibrate_rdp_shares(mechanisms: Sequence[Callable[[float], DpEvent]], share
     (``search_width`` grid orders either side); the split with the least total noise wins. ``options`` go
     to the ``rdp`` accountant (orders, conversion, wor_bound).
     """
-    from privaudit.accountants.rdp import RdpAccountant
+    from privaudit.accountants.rdp.rdp import RdpAccountant
 
     check_positive("target_epsilon", target_epsilon)
     if len(mechanisms) != len(shares) or not mechanisms:

@@ -13,7 +13,7 @@ K ~ Binomial(T, q) the number of steps that sample the target, z the claim's noi
 sensitivity under the claim's relation). Under add/remove (Poisson rate q) the target's clipped gradient is
 C u or absent; under replace-one (batches of b out of n, q = b / n, each step sampled afresh as the claim's
 event states) the replaced example's gradient is 0 and its replacement's 2C u, the pair the replace-one
-accountant's dominating pair attains (:func:`privaudit.accountants.pld._without_replacement_pld`): in units of
+accountant's dominating pair attains (:func:`privaudit.accountants.pld.pld._without_replacement_pld`): in units of
 the sensitivity both are the pair above. The heuristic epsilon is this pair's exact (eps, delta) profile, both
 directions (:func:`last_iterate_delta`, :func:`last_iterate_epsilon`).
 

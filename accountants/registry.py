@@ -24,8 +24,8 @@ from privaudit.core.errors import ConfigError
 from privaudit.core.registry import Registry
 
 ACCOUNTANTS: Registry[type[Accountant]] = Registry("accountant", {
-    "rdp": "privaudit.accountants.rdp:RdpAccountant",
-    "pld": "privaudit.accountants.pld:PldAccountant",
+    "rdp": "privaudit.accountants.rdp.rdp:RdpAccountant",
+    "pld": "privaudit.accountants.pld.pld:PldAccountant",
     "prv": "privaudit.accountants.prv:PrvAccountant",
     "pure": "privaudit.accountants.pure:PureAccountant",
     "gaussian": "privaudit.accountants.gaussian:GaussianAccountant",

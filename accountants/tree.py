@@ -31,7 +31,7 @@ import numpy as np
 
 from privaudit.accountants.base import Accountant, NotApplicable
 from privaudit.accountants.claim import PrivacyClaim
-from privaudit.accountants.conversions import check_conversion, zcdp_to_dp
+from privaudit.accountants.rdp.conversions import check_conversion, zcdp_to_dp
 from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, NoOpDpEvent, SelfComposedDpEvent,
                                 SingleEpochTreeAggregationDpEvent, TreeAggregationDpEvent, describe)
 from privaudit.core.errors import ConfigError

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from privaudit.accountants.conversions import CONVERSIONS, epsilon_at_order, rdp_to_dp, zcdp_to_dp
+from privaudit.accountants.rdp.conversions import CONVERSIONS, epsilon_at_order, rdp_to_dp, zcdp_to_dp
 from privaudit.core.errors import ConfigError
 
 GRID = [(a, rho, delta) for a in (1.1, 1.5, 2.0, 3.7, 8.0, 32.0, 256.0)

@@ -33,7 +33,7 @@ def test_gaussian_rdp_closed_form():
     orders = [1.5 + 0.25 * i for i in range(400)]
     expected = min(a / (2 * sigma ** 2) + math.log1p(-1 / a) - (math.log(delta) + math.log(a)) / (a - 1)
                    for a in orders)
-    from privaudit.accountants.rdp import RdpAccountant
+    from privaudit.accountants.rdp.rdp import RdpAccountant
 
     assert RdpAccountant(tuple(orders)).epsilon(claim).epsilon == pytest.approx(expected, rel=1e-9)
 

@@ -10,8 +10,8 @@ from dp_accounting.rdp import RdpAccountant as DpRdp
 
 from privaudit.accountants import PrivacyClaim, epsilon
 from privaudit.accountants.events import LogisticDpEvent
-from privaudit.accountants.rdp import RdpAccountant
-from privaudit.accountants.wor_rdp import wor_gaussian_rdp_thm9
+from privaudit.accountants.rdp.rdp import RdpAccountant
+from privaudit.accountants.rdp.wor_rdp import wor_gaussian_rdp_thm9
 
 OPACUS_ORDERS = tuple([1 + x / 10.0 for x in range(1, 100)] + list(range(12, 64)))
 

@@ -1,4 +1,4 @@
-"""The as-run checks' statistics (:mod:`privaudit.accountants.as_run`) on simulated draws: sound under the claim's
+"""The as-run checks' statistics (:mod:`privaudit.accountants.trace.as_run`) on simulated draws: sound under the claim's
 own sampling (the shared binomial check of tests/soundness.py, false alarm 1e-6), a planted unsound variant
 rejected by that same check, and the bugs they exist for (shuffled batches, a larger rate) far below any level."""
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from privaudit.accountants.as_run import (code_findings, count_dispersion_p, fixed_overlap_p, poisson_overlap_p,
+from privaudit.accountants.trace.as_run import (code_findings, count_dispersion_p, fixed_overlap_p, poisson_overlap_p,
                                           repeat_p, repeated)
-from privaudit.accountants.trace import TrainingTrace
+from privaudit.accountants.trace.trace import TrainingTrace
 from soundness import critical
 
 N, Q, T, RUNS, LEVEL = 300, 0.1, 8, 2000, 0.05

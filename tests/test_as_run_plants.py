@@ -1,5 +1,6 @@
 """The catalogue's planted bugs (tests/bug_plants.py) through DP-GCL's real training code, read by the trace's
-as-run checks (:mod:`privaudit.accountants.as_run`): every bug the trace can see is found, naming its check, and the
+as-run checks (:mod:`privaudit.accountants.trace.as_run`): every bug the trace can see is found, naming its check, and
+the
 correct run has no finding. The noise bugs only the canaries can see (no noise on the biases, a shortfall no
 record shows) are planted in tests/test_noise_plants.py and measured by ``privaudit gate-power --bugs``. The
 dependent-noise class (seen by the trace's ``noise_law`` tests) runs here as a slow test; the dependences it plants
@@ -8,7 +9,7 @@ are tested on simulated draws in tests/test_noise_law.py."""
 import pytest
 
 from bug_plants import BUGS, DEPENDENT_NOISE
-from privaudit.accountants.trace import check_trace
+from privaudit.accountants.trace.trace import check_trace
 from privaudit.defenses import Budget
 from privaudit.defenses.registry import make_defense
 

@@ -5,7 +5,7 @@ import time
 
 from privaudit.accountants import calibrate, epsilon
 from privaudit.accountants.sampled_gaussian import sampled_gaussian_claim, sampled_gaussian_template
-from privaudit.accountants.rdp import _LEAF_CACHE, DEFAULT_ORDERS
+from privaudit.accountants.rdp.rdp import _LEAF_CACHE, DEFAULT_ORDERS
 
 # slow: a timing benchmark runs alone, with `.ci/slow` (pytest -m slow, one process): the default run (pytest -n 2)
 # shares the cores between workers and disables pytest-benchmark's timer, so its timings would mean nothing.

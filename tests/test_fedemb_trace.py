@@ -6,7 +6,7 @@ import contextlib
 import pytest
 import torch
 
-from privaudit.accountants.trace import check_trace
+from privaudit.accountants.trace.trace import check_trace
 from privaudit.defenses import Budget, make_defense
 
 TINY = dict(pretrain=False, width=8, rep_dim=16, rounds=4, local_steps=2, local_batch_size=8)

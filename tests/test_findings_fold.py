@@ -8,7 +8,7 @@ import numpy as np
 
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
-from privaudit.accountants.trace import TrainingTrace, check_trace
+from privaudit.accountants.trace.trace import TrainingTrace, check_trace
 from privaudit.audit.findings import fold_findings, step_ranges
 
 N, Q, Z, DIM = 372, 64 / 372, 1.2, 5000

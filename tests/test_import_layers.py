@@ -245,7 +245,7 @@ def _copy_tree(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("where, line", [
     ("defenses/training/sampling.py", "from privaudit.audit.run.runner import run_suite\n"),       # module level
     ("core/errors.py", "def f():\n    import privaudit.defenses.base\n"),              # inside a function
-    ("accountants/rdp.py", "def f():\n    from ..attacks import bounds\n"),          # relative, deferred
+    ("accountants/rdp/rdp.py", "def f():\n    from ...attacks import bounds\n"),          # relative, deferred
 ])
 def test_detects_a_planted_upward_import(tmp_path, where, line):
     root = _copy_tree(tmp_path)

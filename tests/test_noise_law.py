@@ -1,4 +1,4 @@
-"""The noise's joint law within a step (:mod:`privaudit.accountants.noise_law`, recorded by
+"""The noise's joint law within a step (:mod:`privaudit.accountants.trace.noise_law`, recorded by
 :mod:`privaudit.defenses.dp.release.noise_law`): sound on the engine's own float32 Gaussian draws (RUNS steps simulated
 at
 once, every test's rejections at LEVEL against the shared binomial check of tests/soundness.py), an unsound variant
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from privaudit.accountants.noise_law import (TESTS, cosine_tail, log_binom, noise_law_findings, step_p_values,
+from privaudit.accountants.trace.noise_law import (TESTS, cosine_tail, log_binom, noise_law_findings, step_p_values,
                                              tail_exponent, value_mass_bound)
-from privaudit.accountants.trace import TRACE_ALPHA, TrainingTrace
+from privaudit.accountants.trace.trace import TRACE_ALPHA, TrainingTrace
 from privaudit.defenses.dp.release import noise_law as recorder
 from privaudit.defenses.dp.release.noise import gaussian
 from soundness import critical

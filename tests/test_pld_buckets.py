@@ -1,4 +1,4 @@
-"""The vectorised privacy buckets (accountants/pld_buckets.py) against dp-accounting's own: the same PMF, bucket by
+"""The vectorised privacy buckets (accountants/pld/pld_buckets.py) against dp-accounting's own: the same PMF, bucket by
 bucket, in both directions, and the same epsilon after composition; the PLD accountant's lower bracket uses it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from privaudit.accountants.pld_buckets import optimistic_gaussian_pld
+from privaudit.accountants.pld.pld_buckets import optimistic_gaussian_pld
 
 
 def _dense(pmf):
@@ -40,7 +40,7 @@ def test_a_pessimistic_build_would_be_caught():
 def test_the_pld_accountant_brackets_with_it():
     """The accountant's optimistic end is built by the vectorised buckets and lies below its pessimistic end."""
     from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
-    from privaudit.accountants.pld import _gaussian_pld, build_pld
+    from privaudit.accountants.pld.pld import _gaussian_pld, build_pld
 
     _gaussian_pld.cache_clear()
     event = SelfComposedDpEvent(PoissonSampledDpEvent(0.02, GaussianDpEvent(1.1)), 100)

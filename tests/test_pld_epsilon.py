@@ -1,11 +1,11 @@
-"""accountants/pld_epsilon.py against dp-accounting's own epsilon-for-delta scan, on the PLDs the audits compose."""
+"""accountants/pld/pld_epsilon.py against dp-accounting's own epsilon-for-delta scan, on the PLDs the audits compose."""
 
 import math
 
 import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-from privaudit.accountants.pld_epsilon import epsilon_for_delta
+from privaudit.accountants.pld.pld_epsilon import epsilon_for_delta
 
 
 def _plds():
@@ -47,7 +47,7 @@ def test_losses_beyond_the_float_range_of_the_ratio_are_the_librarys_without_a_w
 
 def test_a_planted_off_by_one_scan_is_caught(monkeypatch):
     """The test's power: a scan that stops one loss too late differs from the library's on a composed PLD."""
-    import privaudit.accountants.pld_epsilon as module
+    import privaudit.accountants.pld.pld_epsilon as module
 
     first = module._first
     monkeypatch.setattr(module, "_first", lambda mask: first(mask) + 1 if mask.any() else mask.size)

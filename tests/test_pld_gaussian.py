@@ -1,5 +1,6 @@
 """The pessimistic Gaussian PLD with its inverse privacy loss vectorised equals dp-accounting's own: the composed
-epsilon, and each PMF's probabilities (to the last bits of a cutoff: 1e-9 relative), for rates from 0.004 to 1 and both discretisations the accountants use; a
+epsilon, and each PMF's probabilities (to the last bits of a cutoff: 1e-9 relative), for rates from 0.004 to 1 and both
+discretisations the accountants use; a
 cutoff shifted by a hundredth of the sensitivity (planted) is not equal."""
 
 import numpy as np
@@ -7,8 +8,8 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 
-from privaudit.accountants import pld_gaussian
-from privaudit.accountants.pld_gaussian import VectorisedGaussianLoss, pessimistic_gaussian_pld
+from privaudit.accountants.pld import pld_gaussian
+from privaudit.accountants.pld.pld_gaussian import VectorisedGaussianLoss, pessimistic_gaussian_pld
 
 
 def library(z: float, q: float, interval: float):

@@ -9,7 +9,7 @@ import pytest
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.events import (GaussianDpEvent, LaplaceDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
-from privaudit.accountants.trace import TRACE_ALPHA, TrainingTrace, check_trace, claimed_steps
+from privaudit.accountants.trace.trace import TRACE_ALPHA, TrainingTrace, check_trace, claimed_steps
 from privaudit.core.errors import ConfigError
 from privaudit.defenses import Budget
 from privaudit.defenses.controls import PLANTED_STEP
@@ -111,8 +111,8 @@ def test_the_multiplier_is_compared_at_the_precision_its_std_was_computed_in(dty
     """Four float32 (or float64) units in the last place: a multiplier short of the claim by less is rounding, stated
     with the epsilon it costs (the claim's accountant at the rounded multiplier) and not a mismatch; by more, a
     mismatch that gives the relative difference, the tolerance and both values to the digits that differ."""
-    from privaudit.accountants.rounding import relative_tolerance
-    from privaudit.accountants.trace import trace_rounding
+    from privaudit.accountants.trace.rounding import relative_tolerance
+    from privaudit.accountants.trace.trace import trace_rounding
 
     rng = np.random.default_rng(4)
     base = synthetic_trace(rng, 10)

@@ -259,7 +259,7 @@ def test_the_conversion_reads_the_claims_epsilon_within_two_percent_from_below_a
     """At mu = 1 / z the bound's conversion (the optimistic PLD on a grid that shrinks with T) is at most the claim's
     pessimistic PLD epsilon and within 2% of it; the fixed 1e-3 grid it replaced read 1.58 for 2.58 at T = 2000."""
     from privaudit.accountants.events import GaussianDpEvent, PoissonSampledDpEvent, SelfComposedDpEvent
-    from privaudit.accountants.pld import build_pld
+    from privaudit.accountants.pld.pld import build_pld
     from privaudit.attacks.bounds.mechanism import optimistic_epsilon
     from privaudit.attacks.bounds.trajectory import trajectory_epsilon
 

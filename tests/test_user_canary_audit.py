@@ -47,7 +47,7 @@ def test_unsupported_relation_or_defense_is_an_error(digits):
 @functools.cache
 def _claim_pld_epsilon(data, budget: Budget) -> float:
     """The PLD epsilon of DP-FedEmb's own claim (its event, replace-one per user) at FAST."""
-    from privaudit.accountants.pld import build_pld
+    from privaudit.accountants.pld.pld import build_pld
     from privaudit.defenses.registry import make_defense
 
     d = make_defense("dp-fedemb", FAST)

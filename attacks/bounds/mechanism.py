@@ -9,7 +9,7 @@ module tests that statement.
 
 The null family. For the claim's event E (noise multipliers z_k) and a scale s > 0, E_s is E with every
 Gaussian noise multiplier multiplied by s (:func:`scale_noise`); delta_s(eps) is the hockey-stick profile
-of E_s's dominating pair (dp-accounting's PLD, :func:`privaudit.accountants.pld.build_pld`, both directions of
+of E_s's dominating pair (dp-accounting's PLD, :func:`privaudit.accountants.pld.pld.build_pld`, both directions of
 add/remove or the replace-one pair). H_s is the hypothesis "the audited run is f_s-DP with respect to each
 canary's coin", f_s = sup_{eps in G} f_{eps, delta_s(eps)} over a fixed grid G, with f_{eps,delta} the
 (eps, delta) trade-off curve (Kairouz et al. 2015).
@@ -61,8 +61,8 @@ import numpy as np
 from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent, event_from_dict,
                                           event_to_dict)
-from privaudit.accountants.pld import build_pld
-from privaudit.accountants.pld_epsilon import epsilon_for_delta
+from privaudit.accountants.pld.pld import build_pld
+from privaudit.accountants.pld.pld_epsilon import epsilon_for_delta
 from privaudit.attacks.bounds.lower_bound import EpsilonLowerBound, check_relation_unit
 from privaudit.attacks.bounds.fdp import fdp_recursion_rejects, one_sided_counts
 from privaudit.core.errors import ConfigError, check_probability

@@ -43,7 +43,7 @@ error count FP + FN is tighter than two on the rates (:mod:`privaudit.attacks.bo
 form is planned from the claim alone with the threshold (:func:`plan_trajectory`), before any observation.
 
 From steps to the run. The claim's event composes T steps of Sampled(Gaussian(z)) (the trace check,
-:mod:`privaudit.accountants.trace`, verifies the steps, sampling and noise training ran). The gradient
+:mod:`privaudit.accountants.trace.trace`, verifies the steps, sampling and noise training ran). The gradient
 release alone at multiplier z' gives E(z') = the claim's event with its Gaussian replaced by Gaussian(z')
 (:func:`gradient_event`); the reported ``eps_lb_trajectory`` is eps_opt(E(1 / mu_lb)), the *optimistic*
 PLD epsilon (dp-accounting's lower discretisation: at most the exact epsilon; its grid shrinks with the step count,
@@ -136,7 +136,7 @@ def step_multiplier(event: DpEvent, params: dict[str, Any] | None = None) -> flo
 def unsupported_reason(event: DpEvent, relation: str) -> str | None:
     """Why the claim's event has no trajectory bound here (None: it has one)."""
     from privaudit.accountants.base import NotApplicable
-    from privaudit.accountants.pld import build_pld
+    from privaudit.accountants.pld.pld import build_pld
 
     try:
         if build_pld(gradient_event(event, 1.0), relation, pessimistic=True, interval=1e-2) is None:

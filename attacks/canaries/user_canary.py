@@ -36,7 +36,8 @@ paired (replace-one) game:
    gamma from each: in noise units each of (A, A'), (A, R), (A', R) is dominated by (G, G0) = (N(1, z^2),
    N(0, z^2)). Advanced joint convexity then bounds the mixtures' hockey-stick divergences by those of
    (q G + (1 - q) G0, G0), the without-replacement replace-one pair the claim's event is accounted with
-   (:mod:`privaudit.accountants.pld`, both orders), and the rounds compose adaptively: the run is f-DP with respect to
+   (:mod:`privaudit.accountants.pld.pld`, both orders), and the rounds compose adaptively: the run is f-DP with respect
+   to
    each slot's coin, f the claim's own (symmetric) curve: the hypothesis H_1 of the bisection holds (and
    H_s for every s <= 1), so P[eps_lb_mechanism > the claim's epsilon] <= beta. With adaptive clipping the canary moves
    by the round's clip norm and the noise

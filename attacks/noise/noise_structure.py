@@ -41,7 +41,8 @@ multiplier of the gradient release):
   already multiplies F by about 11. Such noise hides less along a unit's gradient than the claim states (its
   Mahalanobis sensitivity is Delta / sqrt(1 - rho) for a Dirac unit). Noise repeated between tensors (each tensor's
   noise from one re-created generator) correlates only the canary coordinates at the same offset in two tensors, which
-  F sees weakly; the trace's leading-noise digests see it exactly (:mod:`privaudit.accountants.as_run`). It cannot see
+  F sees weakly; the trace's leading-noise digests see it exactly (:mod:`privaudit.accountants.trace.as_run`). It cannot
+  see
   correlation that sums to zero over the canary coordinates (a contrast between two tensors), nor correlation confined
   to coordinates without canaries.
 

@@ -1,6 +1,6 @@
 """The released-noise check: did each step's release add the noise its claim states? Measured end to end.
 
-Why. The training trace (:mod:`privaudit.accountants.trace`) checks the noise a run *records*: its stds and the
+Why. The training trace (:mod:`privaudit.accountants.trace.trace`) checks the noise a run *records*: its stds and the
 norms of the noise vectors it drew. A release can still add less than it drew (noise scaled after its norm was
 taken, added to a copy, cancelled by a later step, in a lower precision): no record shows it. The white-box
 canaries see what the release actually added. At every step the auditor observes the privatised sum less the
@@ -32,7 +32,7 @@ from typing import Any, Mapping
 
 from scipy import stats
 
-from privaudit.accountants.trace import TRACE_ALPHA
+from privaudit.accountants.trace.trace import TRACE_ALPHA
 from privaudit.core.errors import ConfigError
 
 #: The check's level per checked cell (the chance that a correct release fails it): the trace's measured checks'.

@@ -13,7 +13,7 @@ import sys
 from typing import Any, Callable, Iterator
 
 from privaudit.accountants.claim import RELATIONS, PrivacyClaim
-from privaudit.accountants.conversions import CONVERSIONS
+from privaudit.accountants.rdp.conversions import CONVERSIONS
 from privaudit.accountants.sampled_gaussian import COMPOSITIONS, SAMPLINGS, sampled_gaussian_template
 from privaudit.accountants.registry import ACCOUNTANTS
 from privaudit.audit.commands.common import PROBABILITY, integer, number

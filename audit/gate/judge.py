@@ -448,7 +448,7 @@ def _caught_note(cell: CellRecord) -> str:
 def _error_rate_note(comparisons: Sequence[Comparison], traced: int, released: int) -> tuple[float, str]:
     """The family-wise error rate of the gated comparisons, the trace checks and the released-noise checks, and the
     note that states it."""
-    from privaudit.accountants.trace import TRACE_ALPHA
+    from privaudit.accountants.trace.trace import TRACE_ALPHA
     from privaudit.attacks.noise.released_noise import NOISE_ALPHA
 
     level = min(c.gate_confidence for c in comparisons)

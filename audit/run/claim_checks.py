@@ -1,16 +1,17 @@
 """Each DP cell's claim checked as its run happened: the trace against the claim, the step as it ran.
 
 A claim composes T per-step mechanisms. Two checks, run on every cell whose training records a trace
-(:class:`privaudit.accountants.trace.TrainingTrace`: the DP-SGD-style defenses, and DP-FedEmb / DP-FedAvg's rounds,
+(:class:`privaudit.accountants.trace.trace.TrainingTrace`: the DP-SGD-style defenses, and DP-FedEmb / DP-FedAvg's
+rounds,
 :mod:`privaudit.defenses.fedemb.trace`), make "per-step audit plus a verified composition" the whole-training claim
 (a federated round gets the trace check alone: its claim is not a DP-SGD-style step the step audit reruns):
 
-* **Trace.** :func:`privaudit.accountants.trace.check_trace`: training ran no more steps than the claim composes,
+* **Trace.** :func:`privaudit.accountants.trace.trace.check_trace`: training ran no more steps than the claim composes,
   each with at least the claimed noise multiplier, the claimed sampler and at most the claimed rate; the realised
   noise norms and batch sizes agree with the recorded stds and the claimed rate. A mismatch names the step and the
   field; a value short of the claim by the rounding of the precision it was computed in alone is not one, and is
   kept beside them (``rounding``, with the epsilon it would cost). The exact checks cannot fail a correct run; the
-  measured ones fail one with probability at most :data:`~privaudit.accountants.trace.TRACE_ALPHA` per cell.
+  measured ones fail one with probability at most :data:`~privaudit.accountants.trace.trace.TRACE_ALPHA` per cell.
 * **The step as it ran.** :func:`privaudit.audit.step.audit.audit_trained_step`: the cell's own configuration,
   the smallest noise any step of its trace used, its trained parameters; the canary pair (a unit at exactly the
   claimed sensitivity) and the extreme pair (a Dirac-like image), each a sound GDP lower bound mu_lb on the step's
@@ -26,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from privaudit.accountants.claim import PrivacyClaim
-from privaudit.accountants.trace import TRACE_ALPHA, TraceMismatch, check_trace, trace_rounding
+from privaudit.accountants.trace.trace import TRACE_ALPHA, TraceMismatch, check_trace, trace_rounding
 from privaudit.attacks.step.step_distinguisher import gdp_mu_recomputed
 from privaudit.core.errors import ConfigError
 

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from privaudit.accountants.conversions import rdp_to_dp
+from privaudit.accountants.rdp.conversions import rdp_to_dp
 from privaudit.accountants.gaussian import classical_gaussian_noise_multiplier
 from privaudit.core.errors import ConfigError, check_positive, one_of
 from privaudit.defenses.alm.grid import (GridNoise, gaussian_grid, grid_noise, grid_overhead, grid_release,
@@ -287,7 +287,7 @@ def logistic_calibration(epsilon: float | None, *, l1: float, clamp_bound: float
 def discrete_gaussian_epsilon(noise_multiplier: float, delta: float) -> float:
     """(eps at ``delta``) of rho-zCDP with rho = 1 / (2 z^2): the RDP accountant's default orders and conversion
     (the number its ``rdp`` accountant reports for :class:`privaudit.accountants.events.DiscreteGaussianDpEvent`)."""
-    from privaudit.accountants.rdp import DEFAULT_ORDERS
+    from privaudit.accountants.rdp.rdp import DEFAULT_ORDERS
 
     check_positive("noise_multiplier", noise_multiplier)
     check_positive("delta", delta)

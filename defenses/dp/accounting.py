@@ -27,7 +27,7 @@ from dp_accounting import (ComposedDpEvent, DpEvent, GaussianDpEvent, NonPrivate
                            SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
 
 from privaudit.accountants import PrivacyClaim, calibrate, epsilon
-from privaudit.accountants.rdp import quiet_absl
+from privaudit.accountants.rdp.rdp import quiet_absl
 from privaudit.core.errors import ConfigError, check_positive, one_of
 from privaudit.defenses.training.sampling import steps_per_epoch
 

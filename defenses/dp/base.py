@@ -31,9 +31,10 @@ from typing import Any, Callable, ClassVar, Mapping
 import torch
 import torch.nn as nn
 
-from privaudit.accountants import PrivacyClaim, rounding
+from privaudit.accountants import PrivacyClaim
+from privaudit.accountants.trace import rounding
 from privaudit.accountants.registry import ACCOUNTANTS
-from privaudit.accountants.trace import TrainingTrace
+from privaudit.accountants.trace.trace import TrainingTrace
 from privaudit.core.datasets import DatasetInfo, MembershipData
 from privaudit.core.errors import ConfigError, check_positive, one_of
 from privaudit.defenses.training.augment import Augmentation, augmentation_for
@@ -214,7 +215,7 @@ class DPDefense(Defense):
 
     def release_normalizer(self, plan: SamplingPlan, batch: int) -> float:
         """What a step divides its noisy sum by: :meth:`normalizer`'s constant, whatever the realised ``batch`` size
-        (recorded per step and replayed on neighbours, :mod:`privaudit.accountants.as_run`, so a normaliser that
+        (recorded per step and replayed on neighbours, :mod:`privaudit.accountants.trace.as_run`, so a normaliser that
         followed the batch would show)."""
         return self.normalizer(plan)
 

@@ -2,7 +2,8 @@
 
 Each round is one step of the claim's event (users sampled without replacement, a Gaussian release;
 :func:`~privaudit.defenses.fedemb.defense.round_claim`), so the round is recorded in the columns of
-:class:`~privaudit.accountants.trace_record.TrainingTrace` that :func:`~privaudit.accountants.trace.check_trace`
+:class:`~privaudit.accountants.trace.trace_record.TrainingTrace` that
+:func:`~privaudit.accountants.trace.trace.check_trace`
 judges for the DP-SGD engine:
 
 * ``batch_size``: the users the round sampled (their index set also goes to the sampling recorder: per-user
@@ -34,8 +35,8 @@ from typing import Any, Callable
 
 import torch
 
-from privaudit.accountants import rounding
-from privaudit.accountants.trace_record import AS_RUN_FIELDS, STEP_FIELDS, TrainingTrace
+from privaudit.accountants.trace import rounding
+from privaudit.accountants.trace.trace_record import AS_RUN_FIELDS, STEP_FIELDS, TrainingTrace
 from privaudit.defenses.dp.release.as_run import SamplingRecorder, release_distance, rounding_slack
 from privaudit.defenses.fedemb.aggregate import event_noise_multiplier
 

@@ -42,7 +42,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from privaudit.accountants import rounding
+from privaudit.accountants.trace import rounding
 from privaudit.core.errors import ConfigError
 from privaudit.defenses.dp.release.step import canaries_at
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from privaudit.accountants import rounding
+from privaudit.accountants.trace import rounding
 
 #: How far below the clip the second probe unit sits (relative): under every correct clip it enters whole.
 BELOW_CLIP = 2.0 ** -10

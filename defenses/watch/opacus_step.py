@@ -40,7 +40,7 @@ from typing import Any, Callable
 
 import torch
 
-from privaudit.accountants import rounding
+from privaudit.accountants.trace import rounding
 from privaudit.defenses.dp.release.as_run import noise_digest, tensor_noise_digests
 from privaudit.defenses.dp.release.noise_law import released_law
 from privaudit.defenses.dp.release.step import CanarySource, canaries_at
@@ -74,7 +74,7 @@ def flat(tensors: list[torch.Tensor]) -> torch.Tensor:
 
 @dataclass
 class StepRecord:
-    """What one release did (the :class:`~privaudit.accountants.trace_record.TrainingTrace` step columns)."""
+    """What one release did (the :class:`~privaudit.accountants.trace.trace_record.TrainingTrace` step columns)."""
 
     units: int = 0
     unit_norm_max: float | None = None
@@ -98,7 +98,7 @@ class StepRecord:
     chunks: list[tuple[int, ...]] | None = None  # kept by a replay: the loader batches the release drew, in order
     other_queries: list[dict[str, Any]] = field(default_factory=list)  # Gaussian draws not on the gradient
     composed: float | None = None  # the release's multiplier with its judged other queries composed in
-    #: what the values were computed in (:mod:`privaudit.accountants.rounding`): ``noise`` (the stds' and clip's
+    #: what the values were computed in (:mod:`privaudit.accountants.trace.rounding`): ``noise`` (the stds' and clip's
     #: least precise dtype), ``unit_norm`` (the per-sample gradients'), ``release`` (the released gradient's)
     dtypes: dict[str, str] = field(default_factory=dict)
     unit_terms: int = 0  # the values of one unit (the terms of the norm the code clipped by)

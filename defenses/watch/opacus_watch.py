@@ -16,8 +16,8 @@ patches, at class level (restored on exit, whatever happens):
 * a plain loop's declared releases (:mod:`privaudit.defenses.watch.declared_release`): while the watch is open it is the
   one ``privaudit.declare_release`` records into (an accountant stepped after a declared release is that release's).
 
-:meth:`OpacusWatch.trace` turns the records into the :class:`~privaudit.accountants.trace_record.TrainingTrace`
-that :func:`~privaudit.accountants.trace.check_trace` judges. ``stop_after`` ends the run after that many releases
+:meth:`OpacusWatch.trace` turns the records into the :class:`~privaudit.accountants.trace.trace_record.TrainingTrace`
+that :func:`~privaudit.accountants.trace.trace.check_trace` judges. ``stop_after`` ends the run after that many releases
 (:class:`Stopped`, a ``BaseException`` a training loop's ``except Exception`` does not swallow): the replays of
 :mod:`privaudit.audit.user.training.training_neighbours` need only the first steps' configuration. A
 :class:`ReplayScript`
@@ -34,8 +34,8 @@ from typing import Any, Callable
 
 import torch
 
-from privaudit.accountants import rounding
-from privaudit.accountants.trace_record import TrainingTrace
+from privaudit.accountants.trace import rounding
+from privaudit.accountants.trace.trace_record import TrainingTrace
 from privaudit.defenses.watch.declared_release import ACTIVE
 from privaudit.defenses.dp.release.as_run import SamplingRecorder
 from privaudit.defenses.dp.release.step import CanarySource
@@ -379,7 +379,8 @@ class OpacusWatch:
                              clip=float(clip), columns=cols, sampling=sampling, precision=self.precision(rate))
 
     def precision(self, rate: Any) -> dict[str, Any]:
-        """What the trace's compared values were computed in (:data:`~privaudit.accountants.trace_record.PRECISION`):
+        """What the trace's compared values were computed in
+        (:data:`~privaudit.accountants.trace.trace_record.PRECISION`):
         the least precise dtype of each over the releases."""
         def least(key: str, default: str) -> str:
             return rounding.least_precise(*[r.dtypes.get(key) for r in self.steps]) if any(

@@ -24,7 +24,7 @@ something else in the release moved with one record (a normaliser or any statist
 The two directions see different things: the added record is crafted (its gradient far above C, so clipping lies on
 its path); the removed one is the user's own, and the dataset and the batch shrink (a size-derived quantity that
 rounds alike at n and n + 1 may not at n - 1). The slack bounds the rounding of the released gradient's dtype
-(float32; :mod:`privaudit.accountants.rounding`):
+(float32; :mod:`privaudit.accountants.trace.rounding`):
 2 u (||r|| + ||r'||) x normaliser for the releases, plus 2 gamma_k k C for the clipped sums (k records summed,
 :func:`~privaudit.defenses.dp.release.as_run.rounding_slack`), plus the repeat's own difference.
 
@@ -42,7 +42,7 @@ from typing import Any
 
 import torch
 
-from privaudit.accountants import rounding
+from privaudit.accountants.trace import rounding
 from privaudit.audit.user.training.training_neighbours import resized
 from privaudit.audit.user.training.training_runs import Recipe, WatchedRun, run_watched
 from privaudit.defenses.dp.release.as_run import release_distance, rounding_slack

@@ -12,8 +12,9 @@ releases only,
    release replayed with its own batch and noise plus one added record, and less one of the user's
    (:mod:`privaudit.audit.user.training.release_replay`): a release that moves by more than the clip refutes it;
 2. **the audited run**, with white-box gradient canaries in the optimizer step
-   (:mod:`privaudit.audit.user.training.training_canaries`), whose trace (:class:`~privaudit.accountants.trace_record.
-   TrainingTrace`) is checked against the claim (:func:`~privaudit.accountants.trace.check_trace`: Opacus'
+   (:mod:`privaudit.audit.user.training.training_canaries`), whose trace
+   (:class:`~privaudit.accountants.trace.trace_record.
+   TrainingTrace`) is checked against the claim (:func:`~privaudit.accountants.trace.trace.check_trace`: Opacus'
    accountant inputs against what ran: sampling as drawn against the rate, steps against the accountant's history,
    the noise multiplier, every other Gaussian query the optimizer noised composed in, and the noise drawn, the clip as
    applied, the normaliser, reused noise, each exact check at the precision the code ran in: a value short of the
@@ -148,8 +149,8 @@ def _claim(returned: Any, watch: Any, delta: float, claimed_epsilon: float | Non
 
 def _trace_findings(claim: UserClaim, watch: Any) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from privaudit.accountants import PrivacyClaim
-    from privaudit.accountants.trace import check_trace, trace_rounding
-    from privaudit.accountants.trace_record import claimed_steps
+    from privaudit.accountants.trace.trace import check_trace, trace_rounding
+    from privaudit.accountants.trace.trace_record import claimed_steps
 
     first = claimed_steps(claim.event)[0]
     trace = watch.trace(getattr(first, "rate", 0.0))
@@ -215,7 +216,7 @@ def audit_training(factory: str, train_fn: str, *, members: Any = None, nonmembe
     findings = size_findings(replays, len(x)) + distance_found
     trace_found, trace = _trace_findings(claim, run.watch)
     findings += trace_found
-    from privaudit.accountants.trace_record import claimed_steps
+    from privaudit.accountants.trace.trace_record import claimed_steps
 
     result = tc.canary_result(canaries, cfg, claim=claim, steps=len(claimed_steps(claim.event)), delta=float(delta),
                               seed=seed, rate=rate, multiplier=z)

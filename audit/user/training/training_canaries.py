@@ -60,7 +60,7 @@ def plan_canaries(tensors: list[tuple[str, int]], *, clip: float, multiplier: fl
 def claim_fits(event: Any, rate: float, multiplier: float) -> str | None:
     """Why the canaries (sampled at ``rate``, planned at ``multiplier``) cannot be judged against the claim's
     ``event`` (None: they can: every claimed step is Poisson at rate >= ``rate`` with this multiplier)."""
-    from privaudit.accountants.trace_record import claimed_steps
+    from privaudit.accountants.trace.trace_record import claimed_steps
 
     for s in claimed_steps(event):
         if isinstance(s, str) or s.sampler != "poisson":

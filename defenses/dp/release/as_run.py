@@ -1,4 +1,4 @@
-"""Records of a DP run as it ran, for the trace's as-run checks (:mod:`privaudit.accountants.as_run`).
+"""Records of a DP run as it ran, for the trace's as-run checks (:mod:`privaudit.accountants.trace.as_run`).
 
 * :class:`SamplingRecorder` sees every batch the training sampler drew (before anything else touches it): each
   unit's inclusion count, the overlap of each disjoint step pair (0, 1), (2, 3), ..., each step's drawn size and a
@@ -26,8 +26,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from privaudit.accountants import rounding
-from privaudit.accountants.as_run import NO_NOISE
+from privaudit.accountants.trace import rounding
+from privaudit.accountants.trace.as_run import NO_NOISE
 
 #: How many steps of a run are replayed (the first, and the middle step).
 REPLAY_STEPS = 2
@@ -139,7 +139,7 @@ def release_distance(base: torch.Tensor, other: torch.Tensor) -> float:
 
 def probabilistic_gamma(k: int, dtype: str = "float32") -> float:
     """Higham & Mary's probabilistic gamma for a sum of k terms in ``dtype``
-    (:func:`privaudit.accountants.rounding.sum_rounding`)."""
+    (:func:`privaudit.accountants.trace.rounding.sum_rounding`)."""
     return rounding.sum_rounding(dtype, k)
 
 

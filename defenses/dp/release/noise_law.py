@@ -1,5 +1,5 @@
 """The noise's joint law within a step, recorded from the noise as the code drew it: the statistics the trace's
-``noise_law`` tests read (:mod:`privaudit.accountants.noise_law`, where the maths and what they cannot see are).
+``noise_law`` tests read (:mod:`privaudit.accountants.trace.noise_law`, where the maths and what they cannot see are).
 
 :func:`noise_law` takes one step's noise (flat, in the layout of ``shapes``: the parameter tensors in order) and
 returns a small record (no noise value is kept):
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from privaudit.accountants.noise_law import cosine_tail, tail_exponent
+from privaudit.accountants.trace.noise_law import cosine_tail, tail_exponent
 
 #: The most coordinates one step's record reads (a window beyond it: module docstring).
 MAX_READ = 2 ** 20

@@ -1,6 +1,7 @@
 """The training trace's records: what each step of a DP run did (:class:`TrainingTrace`), one discrepancy with the
 claim (:class:`TraceMismatch`), and the claim's event read as its steps (:func:`claimed_steps`). The checks are in
-:mod:`privaudit.accountants.trace` (the claim's bookkeeping) and :mod:`privaudit.accountants.as_run` (the code as it
+:mod:`privaudit.accountants.trace.trace` (the claim's bookkeeping) and :mod:`privaudit.accountants.trace.as_run` (the
+code as it
 ran)."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from privaudit.core.errors import ConfigError
 #: Columns recorded once per step, and the run-level fields.
 STEP_FIELDS = ("batch_size", "noise_std", "sensitivity", "multiplier", "units", "noise_norm")
 RUN_FIELDS = ("unit", "sampler", "population", "sample_rate", "batch_size_configured", "dim", "clip")
-#: Step columns of the code as it ran (:mod:`privaudit.accountants.as_run`); a trace saved before them lacks them.
+#: Step columns of the code as it ran (:mod:`privaudit.accountants.trace.as_run`); a trace saved before them lacks them.
 AS_RUN_FIELDS = ("unit_norm_max", "normalizer", "noise_digest", "tensor_noise_digests", "noise_law")
 #: Step columns only some runs record: the unit-norm check's own relative slack where larger than float32's (an
 #: Opacus recipe's ghost-clipped steps, :mod:`privaudit.defenses.watch.opacus_ghost`); the Gaussian releases a step made
@@ -23,9 +24,9 @@ AS_RUN_FIELDS = ("unit_norm_max", "normalizer", "noise_digest", "tensor_noise_di
 #: into the step's ``multiplier``: an adaptive clip's noisy count, DPCL's noisy similarity matrix).
 OPTIONAL_FIELDS = ("unit_norm_slack", "releases")
 #: The keys of a trace's ``precision`` (what each exact check's values were computed in,
-#: :mod:`privaudit.accountants.rounding`) and their values where a trace records none: ``noise`` (the least precise
-#: dtype among the noise stds' and sensitivities' operands), ``sample_rate``, ``unit_norm`` (the clipped units') with
-#: ``unit_norm_terms`` (the terms of the norm the code clipped by where the recorded norm is recomputed, else 0),
+#: :mod:`privaudit.accountants.trace.rounding`) and their values where a trace records none: ``noise`` (the least
+#: precise dtype among the noise stds' and sensitivities' operands), ``sample_rate``, ``unit_norm`` (the clipped units')
+#: with ``unit_norm_terms`` (the terms of the norm the code clipped by where the recorded norm is recomputed, else 0),
 #: ``normalizer``.
 PRECISION = {"noise": "float64", "sample_rate": "float64", "unit_norm": "float32", "unit_norm_terms": 0,
              "normalizer": "float64"}
@@ -48,7 +49,7 @@ class TrainingTrace:
     #: The batches as drawn: ``counts`` (every unit's inclusion count), ``overlaps`` (disjoint step pairs'),
     #: ``digest`` (of every step's index set in order), ``step_digests``; None where not recorded.
     sampling: dict[str, Any] | None = None
-    #: The replayed neighbours (:mod:`privaudit.accountants.as_run`); None where not recorded.
+    #: The replayed neighbours (:mod:`privaudit.accountants.trace.as_run`); None where not recorded.
     replays: list[dict[str, Any]] | None = None
     #: What the compared values were computed in (:data:`PRECISION`'s keys); None: :data:`PRECISION`.
     precision: dict[str, Any] | None = None

@@ -1,5 +1,5 @@
 """The noise's joint law within a step: repeated values, correlation at a lag within a tensor, correlation between
-tensors of one size. The tests behind :func:`privaudit.accountants.trace.check_trace`'s ``noise_law`` findings,
+tensors of one size. The tests behind :func:`privaudit.accountants.trace.trace.check_trace`'s ``noise_law`` findings,
 read from the step column ``noise_law`` (recorded from the noise as drawn by
 :mod:`privaudit.defenses.dp.release.noise_law`).
 
@@ -44,7 +44,7 @@ and |x / |x| - n / |n|| <= 2 |x - n| / |x|; 2 eps_a / |x_a| + 2 eps_b / |x_b| fo
 the drawn ones, so the repeat tests are not run on it (``bits`` is None).
 
 Level. Each of the four tests at alpha / (4 T) on each of the T steps (alpha: the share of the trace's level
-:mod:`privaudit.accountants.trace` gives them, a quarter): a correct run fails one with probability at most alpha.
+:mod:`privaudit.accountants.trace.trace` gives them, a quarter): a correct run fails one with probability at most alpha.
 Steps whose noise std is 0 are skipped (no noise to judge).
 
 What it cannot see: dependence through a nonlinear map or a permutation (a copy reordered otherwise than by a fixed
@@ -65,7 +65,7 @@ from typing import Any, Mapping, Sequence
 
 from scipy import stats
 
-from privaudit.accountants.trace_record import TraceMismatch, TrainingTrace
+from privaudit.accountants.trace.trace_record import TraceMismatch, TrainingTrace
 
 #: The tests of one step and the share of the level each takes (equal).
 TESTS = ("repeat", "largest", "lag", "pair")

@@ -17,7 +17,8 @@ configured rate is at most the claim's, a without-replacement step's population 
 the claim's. A per-step claim the trace cannot be read against (an event that is not a sampled Gaussian) is itself a
 mismatch.
 
-*At the precision the code ran in* (:mod:`privaudit.accountants.rounding`): the multiplier and the rate are compared
+*At the precision the code ran in* (:mod:`privaudit.accountants.trace.rounding`): the multiplier and the rate are
+compared
 with a tolerance of a few units in the last place of the least precise dtype their operands were computed in (the
 trace's ``precision``: float32 where the noise std or the clip was a float32 tensor). A value short of the claim by
 no more than that is rounding, not a refutation: :func:`trace_rounding` states it with the epsilon it would cost (the
@@ -29,14 +30,14 @@ Measured checks, each at level ``alpha`` in total (the chance that a correct run
 * *Noise.* The noise vector of a step is N(0, sigma^2 I_d), so ||noise||^2 / sigma^2 ~ chi^2_d. A step whose
   realised norm lies in the lower alpha / (4 T) tail of that law did not add the noise it records (a
   Bonferroni correction over the T steps; alpha / 4 in all).
-* *The noise's joint law within a step* (:mod:`privaudit.accountants.noise_law`, alpha / 4 in all): its |values|
+* *The noise's joint law within a step* (:mod:`privaudit.accountants.trace.noise_law`, alpha / 4 in all): its |values|
   repeated at a lag or in a group, its correlation at any lag within a tensor and between tensors of one size,
   beyond what independent coordinates give.
-* *Sampling, as drawn* (:mod:`privaudit.accountants.as_run`, alpha / 2 in all): each step's drawn size and their
+* *Sampling, as drawn* (:mod:`privaudit.accountants.trace.as_run`, alpha / 2 in all): each step's drawn size and their
   total against Binomial(n, q), two-sided; the disjoint step pairs' overlaps and the units' inclusion counts against
   the claim's sampling; repeated batches.
 
-The code as it ran (:mod:`privaudit.accountants.as_run`, exact): the clipped units' norms against the clip, a
+The code as it ran (:mod:`privaudit.accountants.trace.as_run`, exact): the clipped units' norms against the clip, a
 normaliser that changes with the batch, a step that reused another's noise, replayed neighbours whose releases
 differ by more than the claimed sensitivity.
 
@@ -51,13 +52,13 @@ from typing import Any, Sequence
 
 from scipy import stats
 
-from privaudit.accountants import rounding
-from privaudit.accountants.as_run import as_run_findings
+from privaudit.accountants.trace import rounding
+from privaudit.accountants.trace.as_run import as_run_findings
 from privaudit.accountants.claim import PrivacyClaim
 from privaudit.accountants.events import (ComposedDpEvent, DpEvent, GaussianDpEvent, PoissonSampledDpEvent,
                                           SampledWithoutReplacementDpEvent, SelfComposedDpEvent)
-from privaudit.accountants.noise_law import noise_law_findings
-from privaudit.accountants.trace_record import (RUN_FIELDS, STEP_FIELDS, ClaimedStep, TraceMismatch,  # noqa: F401
+from privaudit.accountants.trace.noise_law import noise_law_findings
+from privaudit.accountants.trace.trace_record import (RUN_FIELDS, STEP_FIELDS, ClaimedStep, TraceMismatch,  # noqa: F401
                                                 TrainingTrace, claimed_steps)
 from privaudit.core.errors import ConfigError
 

@@ -8,14 +8,14 @@ RDP curves (alpha -> rho(alpha)) come from dp-accounting for everything it suppo
   fractional orders) matches numerical integration, see :meth:`RdpAccountant._poisson_exact`;
 - fixed-size sampling without replacement under replace-one (Wang, Balle & Kasiviswanathan 2019, their
   strengthened Thm. 27; ``wor_bound="thm9"`` uses WBK19 Thm. 9 instead, the bound DPCL states as its
-  Eq. (10)-(11), see :mod:`privaudit.accountants.wor_rdp`);
+  Eq. (10)-(11), see :mod:`privaudit.accountants.rdp.wor_rdp`);
 - self- and mixed composition (RDP adds up, Mironov 2017 Prop. 1);
 and from :mod:`privaudit.accountants.tree` for DP-FTRL tree aggregation (alpha * rho).
 
 Anything else (Poisson sampling under replace-one, without-replacement sampling under add/remove, the
 logistic mechanism, ...) is not applicable, with dp-accounting's reason.
 
-The conversion is one of :data:`~privaudit.accountants.conversions.CONVERSIONS` (``balle2020`` by default, which
+The conversion is one of :data:`~privaudit.accountants.rdp.conversions.CONVERSIONS` (``balle2020`` by default, which
 is also ``cks2020``: the two papers' formulas coincide; ``mironov`` is looser).
 """
 
@@ -36,13 +36,13 @@ from dp_accounting import rdp as dp_rdp
 
 from privaudit.accountants.base import Accountant, NotApplicable, refuse
 from privaudit.accountants.claim import PrivacyClaim
-from privaudit.accountants.conversions import check_conversion, rdp_to_dp
+from privaudit.accountants.rdp.conversions import check_conversion, rdp_to_dp
 from privaudit.accountants.events import (ComposedDpEvent, DiscreteGaussianDpEvent, DpEvent, LogisticDpEvent, NonPrivateDpEvent, NoOpDpEvent,
                                 PoissonSampledDpEvent, SampledWithoutReplacementDpEvent, SelfComposedDpEvent,
                                 SingleEpochTreeAggregationDpEvent, SnappingDpEvent, TreeAggregationDpEvent, describe,
                                 effective_gaussian_noise)
 from privaudit.accountants.tree import tree_rdp
-from privaudit.accountants.wor_rdp import wor_gaussian_rdp_thm9
+from privaudit.accountants.rdp.wor_rdp import wor_gaussian_rdp_thm9
 from privaudit.core.errors import ConfigError, one_of
 
 DEFAULT_ORDERS = tuple(dp_rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)

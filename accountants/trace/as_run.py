@@ -1,5 +1,5 @@
 """What a DP run did, as it ran, against its claim: the batches drawn, the clipped units, the normaliser, the noise
-reuse and the replayed neighbours. The tests behind :func:`privaudit.accountants.trace.check_trace`'s *as-run*
+reuse and the replayed neighbours. The tests behind :func:`privaudit.accountants.trace.trace.check_trace`'s *as-run*
 findings; each sees what the code did, not what its configuration says.
 
 **Sampling as drawn** (the trace's ``sampling`` record: every unit's inclusion count, the overlap of each disjoint
@@ -58,8 +58,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from scipy import stats
 
-from privaudit.accountants import rounding
-from privaudit.accountants.trace_record import TraceMismatch, TrainingTrace
+from privaudit.accountants.trace import rounding
+from privaudit.accountants.trace.trace_record import TraceMismatch, TrainingTrace
 
 #: How the sampling tests share their level (of the trace's alpha; the noise checks take the other half).
 SAMPLING_SHARE = {"per-step": 1 / 8, "total": 1 / 8, "overlap": 1 / 8, "counts": 1 / 16, "repeats": 1 / 16}
@@ -253,7 +253,8 @@ def code_findings(trace: TrainingTrace) -> list[TraceMismatch]:
 
 def unit_norm_tolerance(trace: TrainingTrace, slack: Any = None) -> float:
     """The unit-norm check's relative tolerance: the rounding of the clipped units' dtype (and of the norm's terms,
-    where the recorded norm is recomputed from the unit: :func:`privaudit.accountants.rounding.relative_tolerance`),
+    where the recorded norm is recomputed from the unit:
+    :func:`privaudit.accountants.trace.rounding.relative_tolerance`),
     or the step's own recorded ``slack`` where larger."""
     derived = rounding.relative_tolerance(trace.computed_in("unit_norm"), int(trace.computed_in("unit_norm_terms")))
     return max(derived, float(slack or 0.0))

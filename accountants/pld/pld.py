@@ -31,9 +31,9 @@ from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
 from privaudit.accountants.base import Accountant, NotApplicable, refuse
 from privaudit.accountants.claim import PrivacyClaim
-from privaudit.accountants.pld_buckets import optimistic_gaussian_pld
-from privaudit.accountants.pld_gaussian import pessimistic_gaussian_pld
-from privaudit.accountants.pld_epsilon import epsilon_for_delta
+from privaudit.accountants.pld.pld_buckets import optimistic_gaussian_pld
+from privaudit.accountants.pld.pld_gaussian import pessimistic_gaussian_pld
+from privaudit.accountants.pld.pld_epsilon import epsilon_for_delta
 from privaudit.accountants.events import (ComposedDpEvent, DiscreteGaussianDpEvent, DpEvent, GaussianDpEvent, LaplaceDpEvent, LogisticDpEvent,
                                 NoOpDpEvent, PoissonSampledDpEvent, SampledWithoutReplacementDpEvent,
                                 SelfComposedDpEvent, SingleEpochTreeAggregationDpEvent, SnappingDpEvent,
@@ -81,9 +81,9 @@ def _base(event: DpEvent, q: float, pessimistic: bool, interval: float) -> PLD:
 def _gaussian_pld(z: float, q: float, pessimistic: bool, interval: float) -> PLD:
     """dp-accounting's PLD of the Gaussian mechanism at noise z sampled at rate q, cached: calibration and the
     bounds ask for the same one many times in a run (the objects are immutable: composing makes new ones). The
-    optimistic one is dp-accounting's privacy buckets vectorised (:mod:`privaudit.accountants.pld_buckets`, equal to
+    optimistic one is dp-accounting's privacy buckets vectorised (:mod:`privaudit.accountants.pld.pld_buckets`, equal to
     the library's), seconds faster at the fine intervals the white-box bounds use; the pessimistic one the library's
-    connect-the-dots with its inverse privacy loss vectorised (:mod:`privaudit.accountants.pld_gaussian`), about ten
+    connect-the-dots with its inverse privacy loss vectorised (:mod:`privaudit.accountants.pld.pld_gaussian`), about ten
     times faster."""
     if not pessimistic:
         return optimistic_gaussian_pld(z, q, interval)
