@@ -247,8 +247,6 @@ def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -
     step's other releases whose probes' counts are saved (:func:`release_noise_check`). A check without residual counts
     (evidence from before the check existed) or without a claimed multiplier says why, unjudged."""
     from privaudit.accountants.events import event_from_dict
-    from privaudit.attacks.noise.noise_structure import structure_checks
-    from privaudit.attacks.noise.released_noise import released_noise_check
     from privaudit.attacks.bounds.trajectory import step_multiplier
 
     out = []
@@ -262,10 +260,7 @@ def released_noise_checks(cell: CellRecord, comparisons: Sequence[Comparison]) -
             out.append({"attack": c.attack, "rejected": False, "unjudged": "the cell's claim has no event"})
             continue
         z = step_multiplier(event_from_dict(claim["event"]), claim.get("params"))
-        check = released_noise_check(counts, z)
-        out.append({"attack": c.attack, **(check or {"rejected": False,
-                                                     "unjudged": "no released-noise residuals recorded"}),
-                    **structure_checks(counts, z)})
+        out.append(_noise_entry(c.attack, counts, z))
         out += [release_noise_check(c.attack, group, claim) for group in counts.get("releases") or ()]
     return out
 
@@ -274,21 +269,25 @@ def release_noise_check(attack: str, group: Mapping[str, Any], claim: Mapping[st
     """The released-noise checks of one group of a step's other releases (DPCL's similarity matrix, or Barlow's
     statistics): their probes' residuals (the noise each release added on each probed entry, in units of its own
     sensitivity; :mod:`privaudit.attacks.canaries.release_probes`) against the releases' claimed multiplier, re-derived
-    from
-    the cell's saved claim: the level and freshness across steps, and across the step's coordinates (no per-tensor
+    from the cell's saved claim: the level and freshness across steps, and across the step's coordinates (no per-tensor
     check)."""
-    from privaudit.attacks.noise.noise_structure import structure_checks
-    from privaudit.attacks.noise.released_noise import released_noise_check
-
     names = list(group.get("names") or ())
     name = f"{attack} ({', '.join(names)})"
     zs = {((claim.get("params") or {}).get("noise_multipliers") or {}).get(n) for n in names}
     if len(zs) != 1 or None in zs:
         return {"attack": name, "rejected": False, "unjudged": "the cell's claim gives these releases no one multiplier"}
-    z = float(zs.pop())
-    check = released_noise_check(group, z)
+    return {**_noise_entry(name, group, float(zs.pop())), "tensors": {}}
+
+
+def _noise_entry(name: str, counts: Mapping[str, Any], z: float) -> dict[str, Any]:
+    """One release's released-noise check and its structure checks from its saved residual counts at the claimed
+    multiplier ``z`` (unjudged where the counts hold no residuals)."""
+    from privaudit.attacks.noise.noise_structure import structure_checks
+    from privaudit.attacks.noise.released_noise import released_noise_check
+
+    check = released_noise_check(counts, z)
     return {"attack": name, **(check or {"rejected": False, "unjudged": "no released-noise residuals recorded"}),
-            **structure_checks(group, z), "tensors": {}}
+            **structure_checks(counts, z)}
 
 
 def noise_failures(noise: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
