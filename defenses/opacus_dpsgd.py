@@ -8,8 +8,7 @@ Opacus' own calibration with its ``accountant`` (``rdp`` or ``prv``) over ``epoc
 
 The claim it emits is the mechanism Opacus runs: T = epochs x ceil(1/q) steps of the Poisson-subsampled
 Gaussian at rate q, add/remove, per example (:func:`privaudit.accountants.sampled_gaussian.sampled_gaussian_claim`), so
-every
-privaudit accountant reports its epsilon; Opacus' own epsilon for the same run is kept beside it
+every privaudit accountant reports its epsilon; Opacus' own epsilon for the same run is kept beside it
 (``Trained.extras["opacus_epsilon"]``), the number an Opacus user would state. A step whose Poisson batch is
 empty (probability (1 - q)^n per step, below 1e-20 at the quickstart's sizes) is skipped.
 """

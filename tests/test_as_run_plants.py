@@ -1,7 +1,6 @@
 """The catalogue's planted bugs (tests/bug_plants.py) through DP-GCL's real training code, read by the trace's
 as-run checks (:mod:`privaudit.accountants.trace.as_run`): every bug the trace can see is found, naming its check, and
-the
-correct run has no finding. The noise bugs only the canaries can see (no noise on the biases, a shortfall no
+the correct run has no finding. The noise bugs only the canaries can see (no noise on the biases, a shortfall no
 record shows) are planted in tests/test_noise_plants.py and measured by ``privaudit gate-power --bugs``. The
 dependent-noise class (seen by the trace's ``noise_law`` tests) runs here as a slow test; the dependences it plants
 are tested on simulated draws in tests/test_noise_law.py."""

@@ -10,9 +10,9 @@ it grows with the steps: the trajectory bound, its two estimates and its value a
 composition of every step on a grid of 0.05 / T, the capped ceiling one on a grid ten times coarser, so at 30 and 60
 epochs it took about 1.0 and 1.3 s (2.7 s at 60 when the ceiling had the bound's grid), the toy's whole audit 3.4 and
 3.0 times its training), for the toy MLP (128 hidden units: a step is under 2 ms, so the watch's per-step work -- the
-clipping probe,
-the residuals of 9,610 canaries, the noise digests -- about doubles it and the analysis dominates the whole: reported,
-not asserted) and a wider one (2048 hidden units, 150k parameters: a step's own work dominates; both ratios at most
+clipping probe, the residuals of 9,610 canaries, the noise digests -- about doubles it and the analysis dominates the
+whole: reported, not asserted) and a wider one (2048 hidden units, 150k parameters: a step's own work dominates; both
+ratios at most
 3x)."""
 
 from __future__ import annotations

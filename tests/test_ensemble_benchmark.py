@@ -2,8 +2,7 @@
 
 Both are timed in the same run (interleaved, CPU time) and the speed-up is reported as a ratio
 (``extra_info``). The speed-up comes from removing per-model overhead (Python, kernel launches, optimizer loops), so it
-is large for
-small, overhead-bound models and shrinks towards 1 as a model's own arithmetic dominates (on CPU the
+is large for small, overhead-bound models and shrinks towards 1 as a model's own arithmetic dominates (on CPU the
 stacked convolution is a grouped convolution, about as fast as K separate ones).
 """
 

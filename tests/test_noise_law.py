@@ -1,7 +1,6 @@
 """The noise's joint law within a step (:mod:`privaudit.accountants.trace.noise_law`, recorded by
 :mod:`privaudit.defenses.dp.release.noise_law`): sound on the engine's own float32 Gaussian draws (RUNS steps simulated
-at
-once, every test's rejections at LEVEL against the shared binomial check of tests/soundness.py), an unsound variant
+at once, every test's rejections at LEVEL against the shared binomial check of tests/soundness.py), an unsound variant
 of each test rejected by that same check, and each planted dependence caught at the gate's level. The check's
 soundness at the gate's level rests on the bounds' exactness; the simulation shows them conservative where it can
 see (at LEVEL) and that the check would see a bound that is not."""

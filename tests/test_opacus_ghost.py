@@ -1,6 +1,5 @@
 """Opacus' fast gradient (ghost) clipping watched as it ran (``defenses/watch/opacus_ghost.py``): the clipped norm of
-each
-release's largest unit measured through the code's own coefficients, the honest recipe under ghost clipping not
+each release's largest unit measured through the code's own coefficients, the honest recipe under ghost clipping not
 refuted, and the float32 rounding the check's slack allows for measured on long sequences."""
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The released-noise check (:mod:`privaudit.attacks.noise.released_noise`): exact level on the idealised mechanism over
-many
-seeds (with an unsound variant the same test rejects), its power at the quickstart's sizes, the canaries' residual
+many seeds (with an unsound variant the same test rejects), its power at the quickstart's sizes, the canaries' residual
 counting (paired and add/remove), and the gate's use of it (a claim fails, a control is caught, old evidence is
 not judged)."""
 

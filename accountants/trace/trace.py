@@ -18,9 +18,8 @@ the claim's. A per-step claim the trace cannot be read against (an event that is
 mismatch.
 
 *At the precision the code ran in* (:mod:`privaudit.accountants.trace.rounding`): the multiplier and the rate are
-compared
-with a tolerance of a few units in the last place of the least precise dtype their operands were computed in (the
-trace's ``precision``: float32 where the noise std or the clip was a float32 tensor). A value short of the claim by
+compared with a tolerance of a few units in the last place of the least precise dtype their operands were computed in
+(the trace's ``precision``: float32 where the noise std or the clip was a float32 tensor). A value short of the claim by
 no more than that is rounding, not a refutation: :func:`trace_rounding` states it with the epsilon it would cost (the
 claim's accountant at the rounded values); beyond it, the mismatch states the relative difference and the tolerance,
 and prints its values to enough digits to show the difference.

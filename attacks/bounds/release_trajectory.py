@@ -6,10 +6,8 @@ Barlow Twins' per-view means and SSEs (Thms. 2 and 3; Sec. 3.3.2). The claim com
 z_eff = (sum_r z_r^-2)^-1/2: Gaussian mechanisms of mu_r = 1 / z_r on the same input are together mu-GDP with
 mu = sqrt(sum_r mu_r^2) (Dong, Roth & Su 2022, Cor. 3.3), exactly 1 / z_eff. The gradient canaries' per-step probes
 give trials of the gradient release (:mod:`privaudit.attacks.canaries.gradient_canary`), the release probes trials of
-the
-others (:mod:`privaudit.attacks.canaries.release_probes`), pooled in G groups of releases with equal multipliers (group
-j:
-m_j releases at z_j), each trial x ~ N(label, z^2) in units of its own release's sensitivity under the claim
+the others (:mod:`privaudit.attacks.canaries.release_probes`), pooled in G groups of releases with equal multipliers
+(group j: m_j releases at z_j), each trial x ~ N(label, z^2) in units of its own release's sensitivity under the claim
 (Nasr et al. 2023, Sec. 5).
 
 The bound. mu_g,lb and each group's mu_j,lb are the trajectory bound's per-step lower bound

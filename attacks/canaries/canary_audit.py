@@ -42,8 +42,7 @@ class CanaryAuditConfig(AttackConfig):
     ``trajectory``: also report ``eps_lb_trajectory``, the white-box bound from every step's centred canary
     observation (:mod:`privaudit.attacks.bounds.trajectory`; needs ``centred``). ``probes``: its trials are the
     per-step probes on every canary coordinate (:mod:`privaudit.attacks.canaries.gradient_canary`: m T trials over T
-    steps,
-    withdrawn from the release); False counts the canaries' own sampled trials (m q T / 2 present ones).
+    steps, withdrawn from the release); False counts the canaries' own sampled trials (m q T / 2 present ones).
     """
 
     canaries: int | None = None

@@ -195,8 +195,8 @@ class GradientCanaries:
     def _place_by_tensor(self, tensors: Sequence[tuple[str, int]] | None) -> tuple[tuple[str, ...], np.ndarray | None]:
         """With ``tensors`` ((name, size) of each parameter tensor in the flat layout's order; Dirac only): place
         the canaries so every tensor holds some
-        (:func:`~privaudit.attacks.canaries.canary_strata.stratified_coordinates`)
-        and return the names and each canary's tensor, for the per-tensor noise counts."""
+        (:func:`~privaudit.attacks.canaries.canary_strata.stratified_coordinates`) and return the names and each
+        canary's tensor, for the per-tensor noise counts."""
         if tensors is None or self.kind != "dirac":
             return (), None
         names, numels = tuple(n for n, _ in tensors), [int(k) for _, k in tensors]

@@ -6,10 +6,9 @@ at every step, probes on k fixed distinct entries of each such release (:class:`
 from the auditor's seed, a fresh fair coin s = +-1 per entry and step from its own generator): the code path adds
 s Delta / 2 before the noise, the observer reads the noised entries and the probes are withdrawn before the loss
 (:mod:`privaudit.defenses.dp.release.release_probes`). The observation, centred by the noiseless entry, is y = s / 2 + N
-/ Delta
-in units of the release's claimed sensitivity Delta, so x = y - s / 2 + [s > 0] = y + 1/2 ~ N([s > 0], z^2) under the
-claim: one trial per entry and step, present for the + probe, the same two hypotheses (difference Delta) as the
-gradient trials (:mod:`privaudit.attacks.bounds.trajectory`). Given the labels the trials are independent (each
+/ Delta in units of the release's claimed sensitivity Delta, so x = y - s / 2 + [s > 0] = y + 1/2 ~ N([s > 0], z^2)
+under the claim: one trial per entry and step, present for the + probe, the same two hypotheses (difference Delta) as
+the gradient trials (:mod:`privaudit.attacks.bounds.trajectory`). Given the labels the trials are independent (each
 entry's noise is drawn afresh at every step, entrywise; the coins are the auditor's), which is what the trajectory
 bound's theorem needs.
 

@@ -37,12 +37,10 @@ paired (replace-one) game:
    N(0, z^2)). Advanced joint convexity then bounds the mixtures' hockey-stick divergences by those of
    (q G + (1 - q) G0, G0), the without-replacement replace-one pair the claim's event is accounted with
    (:mod:`privaudit.accountants.pld.pld`, both orders), and the rounds compose adaptively: the run is f-DP with respect
-   to
-   each slot's coin, f the claim's own (symmetric) curve: the hypothesis H_1 of the bisection holds (and
+   to each slot's coin, f the claim's own (symmetric) curve: the hypothesis H_1 of the bisection holds (and
    H_s for every s <= 1), so P[eps_lb_mechanism > the claim's epsilon] <= beta. With adaptive clipping the canary moves
-   by the round's clip norm and the noise
-   scales with it; the claim's event then also accounts the count query (z < sigma / 2), so it still
-   dominates.
+   by the round's clip norm and the noise scales with it; the claim's event then also accounts the count query (z <
+   sigma / 2), so it still dominates.
 2. *The guesses are one-sided.* The recursion (:func:`privaudit.attacks.bounds.fdp.fdp_recursion_rejects`) is that of
    Mahloujifar, Melis & Chaudhuri 2025 for one-sided "member" guesses on independent fair coins. Here the
    coin is "the + candidate is the one in the population" and the k+ guesses are "+" on the highest scores
@@ -74,8 +72,7 @@ SUPPORTED = (("replace-one", "user"), ("add-remove", "user"))
 @dataclass(frozen=True)
 class UserCanaryConfig(CanaryAuditConfig):
     """:class:`privaudit.attacks.canaries.canary_audit.CanaryAuditConfig` for canary users (the real clients' clipped
-    sum is
-    removed from the observed sum with ``centred``; k chosen by simulating the claim's idealised mechanism).
+    sum is removed from the observed sum with ``centred``; k chosen by simulating the claim's idealised mechanism).
     ``relation``: None = the claim's. ``mechanism``: the bound against the claim's own mechanism, on by
     default (module docstring)."""
 

@@ -2,8 +2,7 @@
 inserted images, scored from the released model alone.
 
 The white-box audit (:mod:`privaudit.attacks.canaries.user_canary`) plants Dirac updates in the aggregation; this one
-touches
-nothing inside the defense. The auditor adds canary **users** to the population -- each holding
+touches nothing inside the defense. The auditor adds canary **users** to the population -- each holding
 ``examples_per_user`` distinct uniform-noise images under one label (its identity; the images come from
 the attacker's own stream and never overlap the target's data) -- trains the defense once, and scores a
 canary user by the **cohesion of its embeddings**: the mean pairwise cosine similarity of the released

@@ -3,8 +3,7 @@ Principles", Sec. IV, Algorithm 1), online and offline, with per-example or fixe
 
 K reference models are trained with the target's own defense on random halves of the audit pool
 (every candidate IN for exactly K/2 of them; :func:`privaudit.attacks.membership.shadow_models.balanced_masks`). For
-each
-candidate and query, the statistic phi of the IN and OUT models is fitted by a Gaussian:
+each candidate and query, the statistic phi of the IN and OUT models is fitted by a Gaussian:
 
 * **online** (Algorithm 1): score = mean over queries of
   log N(phi; mu_in, s_in^2) - log N(phi; mu_out, s_out^2);
@@ -26,8 +25,7 @@ eval mode (the reference code's training-mode inference is a confirmed bug).
 Statistic: phi = z_y - logsumexp_{j != y} z_j for classifiers; for encoders without a classifier, the
 logit of a probability-like statistic (view alignment, the contrastive loss against population negatives,
 the nearest-neighbour rank, the part-aware crop response: :mod:`privaudit.attacks.membership.statistics`), chosen by its
-power
-on the reference models before the target is scored. The reference models and statistics are shared with
+power on the reference models before the target is scored. The reference models and statistics are shared with
 RMIA (:mod:`privaudit.attacks.membership.references`).
 """
 

@@ -2,8 +2,7 @@
 
 Both attacks train K reference models with the target's own defense on random halves of the audit pool
 (every candidate IN for exactly K/2 of them: :func:`privaudit.attacks.membership.shadow_models.balanced_masks`) and read
-one
-statistic per candidate and query from each model and from the target. The masks and seeds come from
+one statistic per candidate and query from each model and from the target. The masks and seeds come from
 streams that depend on K alone, and the probe (the statistics plus the population samples) from settings
 the two attacks share, so a cell that runs LiRA and RMIA with the same K trains the references once: the
 results are cached on the :class:`privaudit.attacks.base.Target`.
@@ -13,8 +12,7 @@ references): a seeded permutation gives ``n_anchors`` images that the contrastiv
 as negatives, then ``n_population`` samples z that RMIA compares each candidate with.
 
 Encoder statistics (:data:`privaudit.attacks.membership.statistics.ENCODER_STATISTICS`): with ``statistic = "auto"`` the
-one
-used is chosen by its measured power on the reference models alone, before the target is scored
+one used is chosen by its measured power on the reference models alone, before the target is scored
 (:func:`select_statistic`), so the choice costs no confidence.
 """
 
@@ -52,8 +50,7 @@ class LikelihoodConfig(AttackConfig):
     images used as negatives / as RMIA's comparison samples z; ``max_stack``: references trained together;
     ``trained_references``: None (train exactly the references used, balanced masks) or an even count trained in
     complementary pairs (:func:`privaudit.attacks.membership.shadow_models.paired_masks`) of which the attack uses the
-    first
-    ones: attacks at 2, 4, ... models then share one training of the largest set.
+    first ones: attacks at 2, 4, ... models then share one training of the largest set.
     """
 
     statistic: str = "auto"

@@ -23,12 +23,10 @@ ranking of the candidates, which for a single target model is that of Pr(x|theta
 
 Pr(x|theta): the softmax probability of the true label for classifiers, and for encoders the probability-like
 statistics of :mod:`privaudit.attacks.membership.statistics` (``contrastive``: the probability that the candidate's own
-view is
-picked as the positive among population negatives, i.e. exp(-InfoNCE); ``rank``; ``alignment``;
+view is picked as the positive among population negatives, i.e. exp(-InfoNCE); ``rank``; ``alignment``;
 ``partcrop``), the one with the most power on the references chosen before the target is scored
 (:mod:`privaudit.attacks.membership.references`). Probabilities are averaged over the query augmentations (ML Privacy
-Meter does
-the same), from the statistics' logit scale, p = sigmoid(phi): over all of them, or over the single query
+Meter does the same), from the statistics' logit scale, p = sigmoid(phi): over all of them, or over the single query
 with the most leave-one-out power on the references when that is stronger (:func:`select_queries`: a
 classifier trained without augmentation gives shifted queries no signal, and their average drowns the
 identity's). The classifier's statistic is read at a signal temperature, p = sigmoid(phi / T) with T = 8 by
@@ -191,8 +189,7 @@ def choose_mode(ref_x: np.ndarray, keep: np.ndarray, a: float) -> tuple[str, dic
     Online uses the IN models too, but with few of them their mean is noisy; the offline approximation uses
     only the OUT models, and can be the stronger test (docs/notes/defenses-attacks.md). With K = 2 no
     reference has a fair leave-one-out mean (:func:`privaudit.attacks.membership.references.others_mean`): the paper's
-    rule,
-    online whenever IN models exist.
+    rule, online whenever IN models exist.
     """
     if ref_x.shape[0] < 4:
         return "online", {}, "the paper's rule (online when IN models exist): too few references to compare"

@@ -17,8 +17,7 @@ examples, giving labelled (output, label, in/out) records, and:
 
 The "output" is the softmax vector when the target releases a classifier, else its L2-normalised
 embedding (:class:`privaudit.attacks.membership.statistics.Outputs`). ART's black-box attack trains a single model
-rather
-than one per class (ART issue #2155); the output-label variant is that design, kept under its own name.
+rather than one per class (ART issue #2155); the output-label variant is that design, kept under its own name.
 """
 
 from __future__ import annotations

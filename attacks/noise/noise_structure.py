@@ -42,9 +42,8 @@ multiplier of the gradient release):
   Mahalanobis sensitivity is Delta / sqrt(1 - rho) for a Dirac unit). Noise repeated between tensors (each tensor's
   noise from one re-created generator) correlates only the canary coordinates at the same offset in two tensors, which
   F sees weakly; the trace's leading-noise digests see it exactly (:mod:`privaudit.accountants.trace.as_run`). It cannot
-  see
-  correlation that sums to zero over the canary coordinates (a contrast between two tensors), nor correlation confined
-  to coordinates without canaries.
+  see correlation that sums to zero over the canary coordinates (a contrast between two tensors), nor correlation
+  confined to coordinates without canaries.
 
 All three are exact under the claim's mechanism (fresh Gaussian noise on every coordinate and step) and read only the
 counts a run saves, so the gate recomputes them against the cell's own claim.

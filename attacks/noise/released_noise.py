@@ -5,8 +5,7 @@ norms of the noise vectors it drew. A release can still add less than it drew (n
 taken, added to a copy, cancelled by a later step, in a lower precision): no record shows it. The white-box
 canaries see what the release actually added. At every step the auditor observes the privatised sum less the
 data's clipped sum on each canary's Dirac coordinate (:mod:`privaudit.attacks.canaries.gradient_canary`); less the
-canaries'
-own designed contribution (0, D or D/2 in the units below, known to the auditor, who drew the coins and the
+canaries' own designed contribution (0, D or D/2 in the units below, known to the auditor, who drew the coins and the
 sampling), what is left is the noise the release added on that coordinate.
 
 Statistic. In units of D, the difference between the hypotheses' means (the claimed sensitivity: D = Delta for

@@ -6,8 +6,7 @@
   that a discordant example favours A; given m, gained ~ Binomial(m, pi), so the Clopper-Pearson interval of pi maps
   to an exact interval of delta, conditional on m (the exact form of McNemar's test, whose one-sided p-values
   :func:`privaudit.defenses.evaluation.evaluation.paired_change` computes: ``p_gain`` that A is no better, ``p_drop``
-  that it
-  is no worse).
+  that it is no worse).
 """
 
 from __future__ import annotations

@@ -33,8 +33,7 @@ log-likelihood ratio is flat (+-eps) in both tails, and a threshold on that plat
 release's low-order bits (near m0, releases from D and from D' fall on different float grids).
 ``mechanism = "laplace"`` is therefore released through Mironov's snapping mechanism
 (:mod:`privaudit.defenses.alm.snapping`): outputs on the grid of multiples of Lambda (the smallest power of two >=
-lambda)
-within [-B, B], claimed eps = Delta_1 / lambda + d 2^-49 B / lambda (Thm. 1). Its scorer is the exact log-mass
+lambda) within [-B, B], claimed eps = Delta_1 / lambda + d 2^-49 B / lambda (Thm. 1). Its scorer is the exact log-mass
 of the released grid point (:func:`privaudit.defenses.alm.snapping.snapped_log_mass`: the real Laplace mass of the
 point's rounding cell), the likelihood ratio of the discrete release; the Clopper-Pearson bound is sound for it
 as for any statistic of the release (mass at the clamp's +-B is not modelled: a choice of statistic, not a

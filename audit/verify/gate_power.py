@@ -5,11 +5,10 @@ defense of a suite (a defense with a planted control, :data:`privaudit.defenses.
 attack) and every epsilon of it, this plants an under-noising of factor f (:data:`FACTORS`) into the defense -- its
 control with ``control_factor = f`` -- trains it on ``seeds`` seeds, runs the defense's primary attack (its bounds
 and, for white-box canaries, the released-noise check, :mod:`privaudit.attacks.noise.released_noise`) and the claim
-checks
-(trace and own step audit, :mod:`privaudit.audit.run.claim_checks`; DP-SGD-style defenses only), and judges the planted
-cell as a positive control of the suite's gate (:func:`privaudit.audit.gate.judge.gate_cells`) at the family size the
-suite's gate would use with the planted cell added (:func:`suite_family`; its bounds recomputed at that Bonferroni
-level). A factor is *caught* when the gate catches at least ``needed`` of the ``seeds`` runs.
+checks (trace and own step audit, :mod:`privaudit.audit.run.claim_checks`; DP-SGD-style defenses only), and judges the
+planted cell as a positive control of the suite's gate (:func:`privaudit.audit.gate.judge.gate_cells`) at the family
+size the suite's gate would use with the planted cell added (:func:`suite_family`; its bounds recomputed at that
+Bonferroni level). A factor is *caught* when the gate catches at least ``needed`` of the ``seeds`` runs.
 
 Two plants by default (``plants``; :mod:`privaudit.defenses.controls`): ``claim`` (the claim accounts f times the
 noise the run adds: every record shows it) and ``noise`` (every record states the calibrated noise, the release

@@ -85,8 +85,7 @@ class DPConfig(ContrastiveConfig):
     ``init`` is where training starts: ``public`` (SimCLR on the public split for ``pretrain_epochs``
     epochs, the papers' recipe, cached per dataset and split seed), ``random`` or a safetensors path
     (:mod:`privaudit.defenses.training.pretrain`). ``accountant`` calibrates the noise: ``pld`` (default) is the
-    tightest
-    sound one for every sampler here (Poisson add/remove and without-replacement replace-one).
+    tightest sound one for every sampler here (Poisson add/remove and without-replacement replace-one).
     ``engine`` computes the per-unit clipped sums: ``auto`` (the layerwise engine of
     :mod:`privaudit.defenses.dp.engine.layerwise` where it applies, ``vmap`` otherwise), ``layerwise`` or ``vmap``
     (the ``torch.func`` reference); the numbers agree to float tolerance, only the speed differs.

@@ -2,8 +2,7 @@
 
 For one trained model, :func:`utility_panel` measures k-NN and linear-probe accuracy
 (:func:`privaudit.defenses.evaluation.evaluation.encoder_utility`: features of the members train the probe, the test
-split
-scores it) of four encoders on the same data:
+split scores it) of four encoders on the same data:
 
 * ``trained`` -- the released encoder;
 * ``init`` -- where its training started (:mod:`privaudit.defenses.training.pretrain`: public pretraining, random, a
@@ -17,10 +16,8 @@ and the fraction of the random -> non-private gap the trained model closes,
 ``gap_closed = (acc_trained - acc_random) / (acc_nonprivate - acc_random)`` (:func:`gap_closed`), and the
 trained model against its init on the same test examples (``vs_init``: the exact McNemar test of
 :func:`privaudit.defenses.evaluation.evaluation.paired_change`; ``p_drop`` small means a real drop below the init, not a
-test
-example or two of sampling noise).
-The reference encoders and their scores depend only on the dataset, split seed, architecture, init and
-step budget, so they are cached in this process and shared by the cells of a suite.
+test example or two of sampling noise). The reference encoders and their scores depend only on the dataset, split seed,
+architecture, init and step budget, so they are cached in this process and shared by the cells of a suite.
 """
 
 from __future__ import annotations

@@ -82,13 +82,11 @@ def noised_mean(deltas: Params, clip_norm: float, noise_multiplier: float, gen: 
     """Clip each client's delta, sum, add N(0, (noise_multiplier * clip_norm)^2) per coordinate, divide by |S|.
 
     White-box canary hook (canary users, :mod:`privaudit.attacks.canaries.user_canary`): ``canary`` (same keys and
-    shapes
-    as the sum) is added to the sum of clipped deltas before the noise, as the clipped updates of the
+    shapes as the sum) is added to the sum of clipped deltas before the noise, as the clipped updates of the
     canary users taking part this round would be; ``observer(noisy_sum, data_sum)`` sees the privatised
     sum (before the division by the data-independent |S|) and the clipped sum of the real clients
     (what an auditor who knows the rest of the data can compute; see :mod:`privaudit.defenses.dp.release.step`). The
-    noise
-    draw does not depend on the canaries. ``withdrawn`` (part of ``canary``: the trajectory probes) leaves the
+    noise draw does not depend on the canaries. ``withdrawn`` (part of ``canary``: the trajectory probes) leaves the
     update after the observer has seen it.
     """
     sums, norms, entered = clipped_sum(deltas, clip_norm)

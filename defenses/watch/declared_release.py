@@ -22,9 +22,8 @@ as Opacus' are (:mod:`privaudit.defenses.watch.opacus_step`):
   as a float difference, not intercepted as drawn, so no digest is recorded: reused noise is seen by the canaries'
   noise-independence check (:mod:`privaudit.attacks.noise.noise_structure`), not by the trace's digest check. Its joint
   law within the release (:mod:`privaudit.defenses.dp.release.noise_law`: correlation at a lag within a tensor and
-  between
-  tensors of one size) is recorded less the rounding of the addition; its repeated values are not (a difference's
-  values are not the ones drawn).
+  between tensors of one size) is recorded less the rounding of the addition; its repeated values are not (a
+  difference's values are not the ones drawn).
 
 Declared, not measured: ``noise_multiplier``, ``clip_norm`` and ``sample_rate`` (the claim the loop makes, Python
 numbers: the trace compares them at float64's rounding; the noise measured and the batches drawn are checked against

@@ -6,11 +6,10 @@ compute each unit's gradient norm (``param._norm_sample``), asks the module for 
 (``get_clipping_coef``: ``min(1, max_grad_norm / (norm + 1e-6))`` in Opacus 1.6), and runs a second backward pass of
 ``sum_i coef_i * loss_i``, so the optimizer's clipped sum is ``sum_i coef_i grad(loss_i)`` and its own
 ``clip_and_accumulate`` does nothing. The per-sample probe of :mod:`privaudit.defenses.watch.opacus_step` has nothing to
-run
-there, so the watch (:meth:`privaudit.defenses.watch.opacus_watch.OpacusWatch._patch_ghost`) shadows, for its lifetime,
-``DPTensorFastGradientClipping.backward`` and every ``get_clipping_coef`` of Opacus' fast-clipping modules; when the
-coefficients are asked for inside a backward (the first pass's graph still held), :func:`ghost_probe` measures, with
-the module's hooks off:
+run there, so the watch (:meth:`privaudit.defenses.watch.opacus_watch.OpacusWatch._patch_ghost`) shadows, for its
+lifetime, ``DPTensorFastGradientClipping.backward`` and every ``get_clipping_coef`` of Opacus' fast-clipping modules;
+when the coefficients are asked for inside a backward (the first pass's graph still held), :func:`ghost_probe` measures,
+with the module's hooks off:
 
 * the unit the code reported as largest, as it ran: ``coef_top * ||grad(loss_top)||``, its true gradient (one
   ``torch.autograd.grad`` of its own loss) times the coefficient the code gave it, which sees a clip norm other than

@@ -22,12 +22,11 @@ as it ran:
   its correlations on what was added, its repeated values on what was drawn); the observer gets the noisy sum less
   the data's clipped sum (canaries + noise), and the trajectory probes of the hook (``probes``) are then withdrawn
   from ``p.grad``, so the normaliser and the optimizer's step see the data's clipped sum, the canaries and the noise,
-  as without probes.
-  A draw whose reference is neither a parameter's clipped sum nor of a parameter's shape noises another query the
-  release answers (Opacus' AdaClipDPOptimizer: the count of unclipped units its clip update reads): it is kept out
-  of the gradient's noise std and digests, linked to the optimizer attribute it noises, measured (its sensitivity
-  by the clipping probe, the noise it received after the release) and composed with the gradient into the release's
-  multiplier (``other_queries``, ``composed``: :mod:`privaudit.defenses.watch.opacus_queries`);
+  as without probes. A draw whose reference is neither a parameter's clipped sum nor of a parameter's shape noises
+  another query the release answers (Opacus' AdaClipDPOptimizer: the count of unclipped units its clip update reads): it
+  is kept out of the gradient's noise std and digests, linked to the optimizer attribute it noises, measured (its
+  sensitivity by the clipping probe, the noise it received after the release) and composed with the gradient into the
+  release's multiplier (``other_queries``, ``composed``: :mod:`privaudit.defenses.watch.opacus_queries`);
 * the normaliser (:meth:`StepObserver.scale`): what the release divided the noisy sum by, measured as
   ``<g, g> / <g, g'>`` from the gradient before (g) and after (g') the call.
 """

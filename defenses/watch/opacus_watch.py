@@ -48,8 +48,7 @@ SHIMMED = ("clip_and_accumulate", "add_noise", "scale_grad")
 @dataclass(frozen=True)
 class ReplayScript:
     """What a replay of a recorded run substitutes (:mod:`privaudit.audit.user.training.release_replay`): ``batches``,
-    the
-    index lists the data loaders yield in order (in place of what the sampler draws), and ``draws``, per release
+    the index lists the data loaders yield in order (in place of what the sampler draws), and ``draws``, per release
     the noise tensors ``_generate_noise`` returns in order (each still drawn, so the generator advances as it ran)."""
 
     batches: tuple[tuple[int, ...], ...] = ()

@@ -17,8 +17,7 @@ included by an independent fair coin.
 
 ``canary`` (needs ``train_fn``: it audits the training recipe, not the given weights): ``canary_runs`` runs on
 each side of a fixed pair, D = the members and D' = D plus one canary (:mod:`privaudit.audit.user.model.canary_runs`).
-It
-is the design that can refute a DP-SGD claim at a large epsilon; ``privaudit plan`` sizes it.
+It is the design that can refute a DP-SGD claim at a large epsilon; ``privaudit plan`` sizes it.
 
 The claim (:mod:`privaudit.audit.user.claim`) is stated, or read from an Opacus accountant's saved state (then
 every bound is also tested against the claim's own mechanism). The verdict rests on one test fixed before any
@@ -94,12 +93,10 @@ def audit_model(factory: str, weights: str | Path | Mapping[str, torch.Tensor], 
     side of the canary pair (>= 4). ``epochs``, ``batch_size``, ``lr``: the default SGD loop's (unused with
     ``train_fn``). The claim: ``claimed_epsilon`` at ``delta`` (``relation``, ``unit``), or ``opacus_state``, or
     ``claim``. ``canary_design``: ``crafted`` (:mod:`privaudit.audit.user.model.final_model`: worst-case initialisation,
-    a
-    crafted canary, D = the first ``canary_pair_size`` members, parameters scaled by ``canary_scale``) or
+    a crafted canary, D = the first ``canary_pair_size`` members, parameters scaled by ``canary_scale``) or
     ``quiet-coordinate`` (:mod:`privaudit.audit.user.model.canary_runs`: D = every member). ``beta``: 1 - confidence.
-    ``out``:
-    the report, each attack's scores and ``report.json``; files there that privaudit did not write are kept unless
-    ``force``.
+    ``out``: the report, each attack's scores and ``report.json``; files there that privaudit did not write are kept
+    unless ``force``.
     """
     from privaudit.audit.user import out_dir
 
@@ -280,8 +277,7 @@ def _canary_attack(data: Any, trained: Any, params: dict[str, Any], seed: int, b
 def _crafted_canary_attack(data: Any, params: dict[str, Any], seed: int, beta: float, delta: float, runs: int,
                            design: FinalModelDesign, claim: UserClaim | None) -> tuple[Any, dict[str, Any]]:
     """The final-model audit of :mod:`privaudit.audit.user.model.final_model` on D = the first ``design.pair_size``
-    members:
-    its result (the Clopper-Pearson bound; the bound against the runs' own mechanism when the training function
+    members: its result (the Clopper-Pearson bound; the bound against the runs' own mechanism when the training function
     returned Opacus' accountant) and what the report shows of it (the canary, the pair's claim, the heuristic
     estimates, the bound against the number of runs)."""
     from privaudit.attacks.result import AttackResult

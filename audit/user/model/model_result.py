@@ -21,8 +21,8 @@ REPORT_FILES = ("report.json", "report.md", "report.html", "roc.png", "histogram
 @dataclass(frozen=True)
 class ModelAudit:
     """The result of :func:`~privaudit.audit.user.model.model_audit.audit_model`: what was audited, the claim and
-    verdict, and
-    each attack's report object by name (``auc``, ``advantage``, ``tpr_at_fpr``, ``eps_lower_bound``, ``ceiling``,
+    verdict, and each attack's report object by name (``auc``, ``advantage``, ``tpr_at_fpr``, ``eps_lower_bound``,
+    ``ceiling``,
     ``eps_lb_method``, ...)."""
 
     factory: str

@@ -78,10 +78,9 @@ def audit_scores(members: Any = None, nonmembers: Any = None, *, kind: str = "au
 
     ``members``, ``nonmembers``: arrays or file paths (``.npy``/``.npz``/CSV; see
     :mod:`privaudit.audit.user.scores.score_inputs`), higher = member; ``kind`` says what they hold (``score``,
-    ``loss``:
-    score = -loss, ``logits`` / ``probs`` with ``*_labels``: LiRA's logit statistic). ``tf_privacy``: one ``.npz`` in
-    TF-Privacy's ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the two sides.
-    ``design``: ``one-run`` (each example included by an independent fair coin in one training run) or
+    ``loss``: score = -loss, ``logits`` / ``probs`` with ``*_labels``: LiRA's logit statistic). ``tf_privacy``: one
+    ``.npz`` in TF-Privacy's ``AttackInputData`` layout (``*_train`` = members, ``*_test`` = non-members) instead of the
+    two sides. ``design``: ``one-run`` (each example included by an independent fair coin in one training run) or
     ``multi-run`` (each score from an independent run on a fixed neighbouring pair); the bound is sound only
     for the design that produced the scores (see the module docstring). ``inclusion_probability``: the one-run
     design's known probability of each example's inclusion (default 1/2, the fair coin); the counts are tested

@@ -26,9 +26,9 @@ FILES = ("report.json", "scores.npz", "report.md", "report.html", "roc.png", "hi
 @dataclass(frozen=True)
 class ScoreAudit:
     """The result of :func:`~privaudit.audit.user.scores.score_audit.audit_scores`: each side's scores (sorted
-    ascending), the
-    design, the sound (eps, delta) lower bound and its ceiling, the attack's summary (AUC, advantage, balanced accuracy,
-    TPR at low FPR, counts), its ROC (at most a few thousand vertices), score histograms, where the inputs came from,
+    ascending), the design, the sound (eps, delta) lower bound and its ceiling, the attack's summary (AUC, advantage,
+    balanced accuracy, TPR at low FPR, counts), its ROC (at most a few thousand vertices), score histograms, where the
+    inputs came from,
     and with a claim, the verdict (and the mechanism bound when the claim has a mechanism)."""
 
     members: np.ndarray

@@ -5,9 +5,8 @@ Record and replay (the release-distance check of Cebere et al. 2026's dp-recorde
 recipe's first release is recorded on the user's n records: the batches its loader yielded for it (one, or several
 under Opacus' virtual steps), every noise tensor Opacus' ``_generate_noise`` drew, and the released gradient after
 the normaliser (:class:`~privaudit.defenses.watch.opacus_watch.OpacusWatch` with ``keep``). It is then replayed twice
-with
-those batches and that noise (:class:`~privaudit.defenses.watch.opacus_watch.ReplayScript`; every draw is still made, so
-the generators advance as they ran):
+with those batches and that noise (:class:`~privaudit.defenses.watch.opacus_watch.ReplayScript`; every draw is still
+made, so the generators advance as they ran):
 
 * on the same n records: the release must repeat, to the rounding of a sum of its records in its dtype
   (:func:`repeat_tolerance`, relative to its norm). If it does not, the release is not a function of its batch and
@@ -30,9 +29,8 @@ rounds alike at n and n + 1 may not at n - 1). The slack bounds the rounding of 
 
 Sees: a clip above the claimed one or clipping skipped, for a record whose gradient exceeds C; a normaliser or any
 term of the release that follows the batch or the dataset's size, in either direction. Cannot see: a bug at other steps
-only, a noise
-shortfall (both releases carry the same noise: the trace and the canaries see it), a clipping that spares norms
-below the crafted record's (the watch's clipping probe sees it).
+only, a noise shortfall (both releases carry the same noise: the trace and the canaries see it), a clipping that spares
+norms below the crafted record's (the watch's clipping probe sees it).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """The files of a training audit (:mod:`privaudit.audit.user.training.training_audit`): ``report.json``, ``trace.json``
-and the
-one-page report of :mod:`privaudit.audit.user.report` (the canaries' row, its ROC and histograms, one note per
+and the one-page report of :mod:`privaudit.audit.user.report` (the canaries' row, its ROC and histograms, one note per
 finding, the neighbours' quantities and the cost)."""
 
 from __future__ import annotations

@@ -11,9 +11,8 @@ sum_ij tau_ij grad Z_ij with tau_ij = dL/dZ_ij, and Corollary 4.3 / Algorithm 1 
 * :func:`efficient_pair_sum` -- Sec. 5.3: compute lambda_ij = tau_ij min(1, B / ||grad Z_ij||) and then
   grad F of F = sum_ij lambda_ij Z_ij (lambda detached): grad F = g_bar. The Jacobians the norms need
   already give it, grad F = sum_i J_{x_i}^T (sum_j lambda_ij a_ij) + sum_j J_{y_j}^T (sum_i lambda_ij b_ij),
-  so no further backward pass is run.
-  The pair norms come without any pair gradient: with the D x D Grams G_i = J_{x_i} J_{x_i}^T,
-  H_j = J_{y_j} J_{y_j}^T and the cross Grams K_ij = J_{x_i} J_{y_j}^T of the rows' Jacobians J_r (D x p),
+  so no further backward pass is run. The pair norms come without any pair gradient: with the D x D Grams G_i = J_{x_i}
+  J_{x_i}^T, H_j = J_{y_j} J_{y_j}^T and the cross Grams K_ij = J_{x_i} J_{y_j}^T of the rows' Jacobians J_r (D x p),
       ||grad Z_ij||^2 = a_ij^T G_i a_ij + b_ij^T H_j b_ij + 2 a_ij^T K_ij b_ij
   exactly (``norms='exact'``). ``norms='upper-bound'`` drops K and clips with
   sqrt(a^T G a) + sqrt(b^T H b) >= ||grad Z_ij|| (triangle inequality): each clipped pair still has

@@ -8,8 +8,7 @@
   tensor across steps).
 * :func:`replay`: a step's own privatisation re-run on neighbouring batches under the same randomness
   (:class:`~privaudit.defenses.dp.release.randomness.StepRandomness` is position-stable: a record appended last, or the
-  last
-  removed, leaves every other record's views, groups and noise as they were), the releases' distance in units of
+  last removed, leaves every other record's views, groups and noise as they were), the releases' distance in units of
   the claimed normaliser, and its float32 rounding slack. The neighbours follow the claim's relation
   (:func:`neighbour_pairs`): add/remove appends a crafted record (:func:`crafted_record`: the batch's first row
   reflected through the data's range, far from the data) and removes a record (the one of largest clipped

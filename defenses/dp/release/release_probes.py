@@ -5,9 +5,8 @@ similarity matrix S~ = Z Z^T + N(0, (z_S Delta_S)^2) entrywise (Delta_S = 4 sqrt
 :meth:`privaudit.defenses.dpcl.DPCLSimCLR.noisy_loss`), Barlow Twins each view's per-feature mean and SSE, each noised
 coordinatewise (Thms. 2 and 3; :meth:`privaudit.defenses.dpcl.DPCLBarlow.noisy_stats`). The gradient canaries'
 per-step probes (:mod:`privaudit.defenses.dp.release.step`) observe the gradient release only; these probes observe the
-other
-releases, on the same code path, so a white-box auditor can measure the whole step (Nasr et al. 2023, Sec. 5: every
-intermediate release a trial of its mechanism).
+other releases, on the same code path, so a white-box auditor can measure the whole step (Nasr et al. 2023, Sec. 5:
+every intermediate release a trial of its mechanism).
 
 Contract. The canary hook may carry, per release name (a mechanism of the claim), a :class:`ReleaseProbes`: k distinct
 entries of the release (flat indices) and a value v on each (the auditor's +-Delta / 2 by a fresh coin each step,

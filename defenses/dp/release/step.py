@@ -18,8 +18,7 @@ Canary hook (Nasr et al. 2023, "Dirac canaries"; contract for the canary audits)
 * ``probes`` -- optional (Dirac canaries), a value per canary added on its coordinate before the noise like a canary
   and *withdrawn* from the release right after the observer has seen it: the trajectory bound's per-step probes
   (:mod:`privaudit.attacks.canaries.gradient_canary`: +-Delta / 2 by a fresh coin each step). The observer sees them;
-  the
-  release, the normaliser and the model do not, so the run trains as it would without them;
+  the release, the normaliser and the model do not, so the run trains as it would without them;
 * ``releases`` -- optional, by release name (:class:`~privaudit.defenses.dp.release.release_probes.ReleaseProbes`): the
   step's probes on a defense's other noised releases (DPCL's similarity matrix, Sec. 3.2.2, and statistics,
   Sec. 3.3.2), observed and withdrawn inside the step's own computation (the engine hands them to it through
